@@ -1,0 +1,87 @@
+# Lazaret. The README's two set-up commands are `make run` and `make test`;
+# both install what is missing first (scripts/setup.sh, idempotent).
+
+GO ?= go
+SHELL := /bin/bash
+TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/lazaret/lazaret/cmd/lazaret/cli.Version=$(VERSION)
+GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)'
+RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
+DEPS_DIR ?= /var/cache/lazaret
+RUNSC := $(DEPS_DIR)/runsc/$(RUNSC_VERSION)/runsc
+# make run: the workspace (default: where make was invoked from) and command.
+DIR ?= $(PWD)
+CMD ?=
+DEMO_USER ?= lazaret-demo
+TEST_USER ?= lazaret-test
+BINS := lazaret lazaret-hc lazaret-rs lazaret-escalate
+
+.PHONY: all build setup run test unit integration bench proto proto-check vet clean
+
+all: build
+
+build:
+	@mkdir -p bin
+	@for b in $(BINS); do $(GOBUILD) -o bin/$$b ./cmd/$$b || exit 1; done
+	@if [ -x $(RUNSC) ]; then ln -sfn $(RUNSC) bin/runsc; fi
+
+setup:
+	scripts/setup.sh deps
+
+DEMO_CMD := bash -c 'echo "Lazaret sandbox $$(hostname): $$(uname -sr) in $$PWD"; git status --short --branch 2>/dev/null | head -5; echo "(pass a command with make run CMD=...; interactive terminals come with the terminal issue)"'
+
+run: setup build
+	@if [ "$$(id -u)" = 0 ]; then \
+		echo "make run: lazaret refuses to run as root; using the demo user $(DEMO_USER) and its demo Git workspace" >&2; \
+		scripts/setup.sh user $(DEMO_USER); \
+		scripts/setup.sh images $(DEMO_USER) debian; \
+		ws=$$(scripts/setup.sh demo-workspace $(DEMO_USER)); \
+		tools=$$(mktemp -d /tmp/lazaret-run.XXXXXX); chmod 755 $$tools; cp bin/lazaret bin/lazaret-hc bin/lazaret-rs bin/lazaret-escalate $$tools/; \
+		home=$$(getent passwd $(DEMO_USER) | cut -d: -f6); \
+		runuser -u $(DEMO_USER) -- env -i HOME=$$home USER=$(DEMO_USER) TERM=$${TERM:-xterm} LANG=$${LANG:-C.UTF-8} PATH=/usr/local/bin:/usr/bin:/bin LAZARET_RUNSC=$(RUNSC) \
+			$$tools/lazaret run -C $$ws -- $(if $(CMD),$(CMD),$(DEMO_CMD)); rc=$$?; rm -rf $$tools; exit $$rc; \
+	else \
+		scripts/setup.sh images $$(id -un) debian; \
+		LAZARET_RUNSC=$(RUNSC) bin/lazaret run -C "$(DIR)" -- $(if $(CMD),$(CMD),$(DEMO_CMD)); \
+	fi
+
+vet:
+	$(GO) vet -tags '$(TAGS)' ./...
+
+# Every test tier: unit tests, the bounded model check, and the integration
+# tests that run the product as the non-root $(TEST_USER) against real runsc.
+test: setup build proto-check vet unit test-model integration
+
+unit:
+	$(GO) test -tags '$(TAGS)' -count=1 ./api/... ./pkg/... ./cmd/...
+
+integration:
+	scripts/setup.sh user $(TEST_USER)
+	scripts/setup.sh images $(TEST_USER) busybox debian
+	$(GO) test -tags '$(TAGS)' -count=1 -timeout 20m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin
+
+bench: setup build
+	scripts/setup.sh user $(TEST_USER)
+	scripts/setup.sh images $(TEST_USER) busybox debian
+	@mkdir -p bench/results
+	$(GO) test -tags '$(TAGS)' -count=1 -timeout 30m -run '^TestBench$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results
+
+PROTOC_GEN_GO := $(DEPS_DIR)/bin/protoc-gen-go
+$(PROTOC_GEN_GO):
+	GOBIN=$(DEPS_DIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+
+proto: $(PROTOC_GEN_GO)
+	@command -v protoc >/dev/null || scripts/setup.sh protoc
+	PATH=$(DEPS_DIR)/bin:$$PATH protoc --go_out=. --go_opt=module=github.com/lazaret/lazaret -I api api/lazaret/v1/*.proto
+
+# Fails when the committed generated code is stale.
+proto-check: $(PROTOC_GEN_GO)
+	@command -v protoc >/dev/null || scripts/setup.sh protoc
+	@tmp=$$(mktemp -d); PATH=$(DEPS_DIR)/bin:$$PATH protoc --go_out=$$tmp --go_opt=module=github.com/lazaret/lazaret -I api api/lazaret/v1/*.proto && \
+	for f in $$tmp/api/lazaret/v1/*.pb.go; do cmp -s $$f api/lazaret/v1/$$(basename $$f) || { echo "api/lazaret/v1/$$(basename $$f) is stale: run make proto" >&2; rm -rf $$tmp; exit 1; }; done; rm -rf $$tmp
+
+clean:
+	rm -rf bin
+
+-include tla/model.mk

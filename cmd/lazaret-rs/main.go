@@ -1,0 +1,23 @@
+// Command lazaret-rs is the Runtime Supervisor (package rs), started by
+// lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
+// role gives the attached runsc its parent-death edge (package proc).
+package main
+
+import (
+	"os"
+
+	"go.podman.io/storage/pkg/reexec"
+
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/rs"
+)
+
+func main() {
+	// The prepared-lower preparer applies layers in a chrooted re-exec of
+	// this binary (go.podman.io/storage chrootarchive).
+	if reexec.Init() {
+		os.Exit(0)
+	}
+	proc.MaybeRunWrapper()
+	os.Exit(rs.Main(os.Args[1:]))
+}

@@ -1,0 +1,325 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/proc"
+)
+
+// maxAttempts bounds joins refused because the Domain was stopping.
+const maxAttempts = 100
+
+// startTimeout bounds how long a CLI waits to start or join a Domain.
+const startTimeout = 3 * time.Minute
+
+var runCommand = &cli.Command{
+	Name:      "run",
+	Usage:     "run a command in this project's sandbox (starting it if needed)",
+	ArgsUsage: "[--] COMMAND [ARG...]",
+	Description: `The Agent Workspace is the top level of the Git repository containing the
+current directory (or the directory itself outside a repository); it is
+mounted read-write at /workspace and the command runs in the matching
+subdirectory. The command's exit status becomes lazaret's (128+n for a
+signal); 125 means Lazaret itself failed.
+
+Examples:
+   lazaret run -- git status
+   echo hi | lazaret run -- cat
+   lazaret run --profile tiny -- sh -c 'echo $HOSTNAME'`,
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "profile", Aliases: []string{"p"}, Value: "default", Usage: "Agent Profile"},
+		&cli.StringFlag{Name: "dir", Aliases: []string{"C"}, Usage: "start directory (default: the current directory)"},
+	},
+	Action: runAction,
+}
+
+func runAction(c *cli.Context) error {
+	argv := c.Args().Slice()
+	if len(argv) == 0 {
+		if term, _ := unix.IoctlGetTermios(0, unix.TCGETS); term != nil {
+			return errdefs.New(errdefs.ErrInvalid, "interactive terminal sessions are not available in this build yet: give a command, e.g. `lazaret run -- git status`")
+		}
+		return errdefs.New(errdefs.ErrInvalid, "no command given: usage `lazaret run [--profile P] -- COMMAND [ARG...]`")
+	}
+	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
+	if err := host.All(); err != nil {
+		return err
+	}
+	prof, err := lookupProfile(c.String("profile"))
+	if err != nil {
+		return err
+	}
+	image, err := prof.imageRef()
+	if err != nil {
+		return err
+	}
+	dir := c.String("dir")
+	if dir == "" {
+		if dir, err = os.Getwd(); err != nil {
+			return err
+		}
+	}
+	ws, err := domain.ResolveWorkspace(dir, os.Getenv("HOME"))
+	if err != nil {
+		return err
+	}
+	uid := os.Getuid()
+	roots, err := domain.DefaultRoots(os.Getenv, uid)
+	if err != nil {
+		return err
+	}
+	paths, err := domain.PathsFor(roots, domain.DeriveID(prof.Name, ws.Root))
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{roots.Storage, paths.DomainRoot} {
+		if err := domain.EnsurePrivateDir(d, uid); err != nil {
+			return err
+		}
+	}
+	req := &lv1.RunRequest{
+		ProtocolVersion: lv1.ProtocolVersion_PROTOCOL_VERSION_1,
+		DomainId:        string(paths.ID),
+		Profile:         prof.Name,
+		Argv:            argv,
+		WorkspaceSubdir: ws.Subdir,
+		Env:             map[string]string{},
+		Stdin:           true,
+	}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "TERM" || k == "LANG" || k == "COLORTERM" || k == "TZ" || k == "LANGUAGE" || strings.HasPrefix(k, "LC_") {
+			req.Env[k] = v
+		}
+	}
+	s := &starter{paths: paths, prof: prof, ws: ws.Root, image: image}
+	for attempt := 1; ; attempt++ {
+		conn, err := s.connect()
+		if err != nil {
+			return err
+		}
+		code, retry, err := session(conn, req)
+		if retry && attempt < maxAttempts {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if retry {
+			return errdefs.New(errdefs.ErrUnavailable, "the Domain kept stopping while this session tried to join (%d attempts); see %s", attempt, paths.Log())
+		}
+		if err != nil {
+			return err
+		}
+		return exitError{code}
+	}
+}
+
+// starter connects to the Domain's Host Coordinator, starting it when this
+// CLI wins the Domain lock.
+type starter struct {
+	paths domain.Paths
+	prof  profile
+	ws    string
+	image string
+}
+
+func (s *starter) connect() (*net.UnixConn, error) {
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		if conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: s.paths.ControlSocket(), Net: "unix"}); err == nil {
+			return conn, nil
+		}
+		lock, err := os.OpenFile(s.paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("open Domain lock: %w", err)
+		}
+		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			// A coordinator is starting or stopping: wait for its socket or
+			// for the lock.
+			lock.Close()
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("lock Domain: %w", err)
+		}
+		err = s.startCoordinator(lock)
+		lock.Close() // the coordinator holds the lock through its own descriptor
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s; see %s", startTimeout, s.paths.Log())
+}
+
+// startCoordinator spawns lazaret-hc holding our locked descriptor and waits
+// for it to report its socket or its start-up error.
+func (s *starter) startCoordinator(lock *os.File) error {
+	hcPath, err := locate.Find(locate.HC, os.Getenv)
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(s.paths.Log(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open coordinator log: %w", err)
+	}
+	defer logf.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	broker, err := proc.NewBroker(slog.New(slog.NewTextHandler(io.Discard, nil)), exe)
+	if err != nil {
+		return err
+	}
+	level := "info"
+	if os.Getenv("LAZARET_DEBUG") != "" {
+		level = "debug"
+	}
+	env := []string{}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LAZARET_RUNSC", "LAZARET_RS", "LAZARET_ESCALATE", "TMPDIR":
+			env = append(env, kv)
+		}
+	}
+	_, err = broker.Start("lazaret-hc", proc.Command{
+		Path: hcPath,
+		Args: []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--workspace=" + s.ws, "--profile=" + s.prof.Name, "--image=" + s.image, "--log-level=" + level},
+		Env:  env,
+		Dir:  "/",
+		// Setsid: terminal signals for the CLI never reach the coordinator.
+		Files:  []*os.File{nil, logf, logf, lock, readyW},
+		Setsid: true,
+	})
+	readyW.Close()
+	if err != nil {
+		return fmt.Errorf("start host coordinator: %w", err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(readyR, 64<<10))
+	msg := strings.TrimSpace(string(b))
+	if msg == "ok" {
+		return nil
+	}
+	if cat, text, ok := strings.Cut(msg, "\x00"); ok {
+		return errdefs.Mark(errors.New(text), errdefs.FromCategory(cat))
+	}
+	return errdefs.New(errdefs.ErrInternal, "host coordinator failed to start; see %s", s.paths.Log())
+}
+
+// session runs one Client Session on conn. retry reports a Domain that was
+// stopping: the caller starts or joins again.
+func session(conn *net.UnixConn, req *lv1.RunRequest) (code int, retry bool, err error) {
+	defer conn.Close()
+	fc := control.NewConn(conn)
+	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
+		return 0, true, nil // the coordinator closed between dial and request
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	frames := make(chan *lv1.ServerFrame, 16)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			var f lv1.ServerFrame
+			if err := fc.Read(&f); err != nil {
+				readErr <- err
+				close(frames)
+				return
+			}
+			frames <- &f
+		}
+	}()
+	stderrTTY := isTerminal(2)
+	accepted, gotFrame := false, false
+	for {
+		select {
+		case sig := <-sigs:
+			if !accepted {
+				return 128 + int(sig.(syscall.Signal)), false, nil
+			}
+			fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Signal{Signal: &lv1.SignalRequest{Signal: int32(sig.(syscall.Signal))}}})
+		case f, ok := <-frames:
+			if !ok {
+				err := <-readErr
+				if !accepted && !gotFrame {
+					// Closed before answering: the coordinator was stopping.
+					return 0, true, nil
+				}
+				return 0, false, errdefs.Mark(fmt.Errorf("lost the connection to the Host Coordinator: %v", err), errdefs.ErrUnavailable)
+			}
+			gotFrame = true
+			switch {
+			case f.GetProgress() != nil:
+				if stderrTTY {
+					fmt.Fprintf(os.Stderr, "lazaret: %s\n", f.GetProgress().GetMessage())
+				}
+			case f.GetAccepted() != nil:
+				accepted = true
+				go relayStdin(fc)
+			case f.GetOutput() != nil:
+				o := f.GetOutput()
+				w := os.Stdout
+				if o.Stream == lv1.Stream_STREAM_STDERR {
+					w = os.Stderr
+				}
+				w.Write(o.Data)
+			case f.GetExit() != nil:
+				return int(f.GetExit().GetCode()), false, nil
+			case f.GetError() != nil:
+				e := f.GetError()
+				if e.Retry && !accepted {
+					return 0, true, nil
+				}
+				return 0, false, errdefs.Mark(errors.New(e.Message), errdefs.FromCategory(e.Category))
+			}
+		}
+	}
+}
+
+func relayStdin(fc *control.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := os.Stdin.Read(buf)
+		if n > 0 {
+			if fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Stdin{Stdin: &lv1.StdinData{Data: append([]byte(nil), buf[:n]...)}}}) != nil {
+				return
+			}
+		}
+		if err != nil {
+			fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_StdinClose{StdinClose: &lv1.StdinClose{}}})
+			return
+		}
+	}
+}
+
+func isTerminal(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,683 @@
+// Package hc is the Host Coordinator role: the constitutive Session
+// Coordinator process in the host user and mount namespaces. It holds the
+// Domain lock (inherited from the CLI that started it), the control socket
+// (the protocol face), the generation's identity, and lifetime authority over
+// the Runtime Supervisor, which it spawns through its broker into new
+// user+mount+network namespaces with the developer's full subordinate id map.
+// Sessions run as non-detached `runsc exec` clients started from the host
+// namespaces, their stdio relayed to the Client CLI.
+//
+// Lifecycle of one generation:
+//
+//	starting ──RS SandboxReady──▶ running ──last session leaves──▶ stopping ──▶ exit
+//	    │                            │
+//	    └──RS failure / RS exit──────┴──────────────▶ failed ──▶ stopping
+package hc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/runsc"
+)
+
+type state int
+
+const (
+	stateStarting state = iota
+	stateRunning
+	stateFailed
+	stateStopping
+)
+
+// Timeouts.
+var (
+	helloTimeout = 30 * time.Second
+	rsStopWait   = 30 * time.Second
+	drainTimeout = 2 * time.Second
+	closeGrace   = 2 * time.Second
+)
+
+// errStopping refuses a session because the Domain is stopping normally;
+// the CLI retries (and starts a new generation once this one is gone).
+var errStopping = errdefs.New(errdefs.ErrUnavailable, "the Domain is stopping")
+
+type coordinator struct {
+	log    *slog.Logger
+	broker *proc.Broker
+	paths  domain.Paths
+	ws     string
+	prof   string
+	image  string
+	level  string
+	idle   time.Duration
+
+	rt           runsc.Runtime
+	rsPath       string
+	logFile      *os.File
+	lockFile     *os.File
+	generation   uint64
+	coordinator  string
+	container    string
+	hostname     string
+	baseEnv      []string
+	listener     *net.UnixListener
+	rsChild      *proc.Child
+	rsChan       *fdpass.Channel
+	lifetimeW    *os.File
+	stagedRunsc  *lv1.StagedProcessOwnership
+	sandboxReady *lv1.SandboxReady
+
+	mu        sync.Mutex
+	st        state
+	failErr   error
+	ready     chan struct{} // closed when running or failed
+	progress  []string
+	changed   chan struct{} // closed and replaced on every progress line
+	active    int           // registered or waiting sessions
+	everHad   bool
+	sessions  map[string]*session
+	sessionWG sync.WaitGroup // sessions still writing to their clients
+	teardownC chan struct{}
+	stopped   chan struct{} // RS reported SupervisorStopped
+}
+
+// Main runs the Host Coordinator and returns its exit status.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("lazaret-hc", flag.ContinueOnError)
+	lockFD := fs.Int("lock-fd", -1, "inherited descriptor holding the Domain flock")
+	readyFD := fs.Int("ready-fd", -1, "pipe on which to report start-up to the CLI")
+	ws := fs.String("workspace", "", "canonical Agent Workspace")
+	prof := fs.String("profile", "", "Agent Profile")
+	image := fs.String("image", "", "image reference of the profile")
+	level := fs.String("log-level", "info", "debug|info|warn|error")
+	idle := fs.Duration("idle-timeout", 30*time.Second, "tear down if no session arrives this long after start")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var lvl slog.Level
+	lvl.UnmarshalText([]byte(*level))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "hc", "pid", os.Getpid())
+	if *lockFD < 3 || *readyFD < 3 {
+		fmt.Fprintln(os.Stderr, "lazaret-hc is started by lazaret, not by hand (missing --lock-fd/--ready-fd)")
+		return 2
+	}
+	ready := os.NewFile(uintptr(*readyFD), "ready")
+	unix.CloseOnExec(*readyFD)
+	unix.CloseOnExec(*lockFD)
+	c := &coordinator{log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
+		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
+		ready:    make(chan struct{}), changed: make(chan struct{}), sessions: map[string]*session{},
+		teardownC: make(chan struct{}), stopped: make(chan struct{})}
+	if err := c.init(); err != nil {
+		log.Error("start failed", "err", err)
+		fmt.Fprintf(ready, "%s\x00%s\n", errdefs.Category(err), err)
+		ready.Close()
+		c.cleanupRuntime()
+		return 1
+	}
+	fmt.Fprintln(ready, "ok")
+	ready.Close()
+	go c.acceptLoop()
+	go c.startGeneration()
+	go c.idleWatch()
+	<-c.teardownC
+	c.teardown()
+	return 0
+}
+
+func randomID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// init validates the Domain, claims its runtime directory and opens the
+// control socket. Nothing of the generation exists yet.
+func (c *coordinator) init() error {
+	// The inherited descriptor must hold the Domain lock: re-locking our own
+	// open file description succeeds only if it is ours (or free).
+	if err := unix.Flock(int(c.lockFile.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return errdefs.New(errdefs.ErrRefused, "lazaret-hc does not hold the Domain lock: %v", err)
+	}
+	if !domain.ValidProfileName(c.prof) || !filepath.IsAbs(c.ws) || c.image == "" {
+		return errdefs.New(errdefs.ErrInvalid, "bad coordinator arguments (profile %q workspace %q image %q)", c.prof, c.ws, c.image)
+	}
+	uid := os.Getuid()
+	roots, err := domain.DefaultRoots(os.Getenv, uid)
+	if err != nil {
+		return err
+	}
+	c.paths, err = domain.PathsFor(roots, domain.DeriveID(c.prof, c.ws))
+	if err != nil {
+		return err
+	}
+	c.log = c.log.With("domain_id", string(c.paths.ID))
+	if err := domain.VerifyOrRecordIdentity(c.paths, c.prof, c.ws); err != nil {
+		return err
+	}
+	if err := domain.EnsurePrivateDir(roots.Runtime, uid); err != nil {
+		return err
+	}
+	if err := domain.EnsurePrivateDir(c.paths.RuntimeDir, uid); err != nil {
+		return err
+	}
+	runscPath, err := locate.Find(locate.Runsc, os.Getenv)
+	if err != nil {
+		return err
+	}
+	c.rt = runsc.Runtime{Path: runscPath, Root: c.paths.RunscRoot()}
+	if c.rsPath, err = locate.Find(locate.RS, os.Getenv); err != nil {
+		return err
+	}
+	escalate, err := locate.Find(locate.Escalate, os.Getenv)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if c.broker, err = proc.NewBroker(c.log, exe); err != nil {
+		return err
+	}
+	c.recoverStaleRuntime()
+	if c.generation, err = domain.NextGeneration(c.paths); err != nil {
+		return err
+	}
+	c.coordinator = randomID()
+	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
+	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
+	c.log = c.log.With("generation", c.generation)
+	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), filepath.Join(c.paths.ControlMountSource(), "bin"), c.sessionDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := copyExecutable(escalate, filepath.Join(c.paths.ControlMountSource(), "bin", locate.Escalate)); err != nil {
+		return fmt.Errorf("install %s into the control mount: %w", locate.Escalate, err)
+	}
+	c.baseEnv = c.guestEnv()
+	sock := c.paths.ControlSocket()
+	os.Remove(sock) // stale from a dead generation: we hold the lock
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return errdefs.Mark(fmt.Errorf("listen on %s: %w", sock, err), errdefs.ErrUnsupportedHost)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		l.Close()
+		return err
+	}
+	c.listener = l
+	c.log.Info("host coordinator started", "workspace", c.ws, "profile", c.prof, "image", c.image, "container", c.container)
+	return nil
+}
+
+func (c *coordinator) sessionDir() string { return filepath.Join(c.paths.RuntimeDir, "sessions") }
+
+// recoverStaleRuntime removes what a dead generation left in the runtime
+// directory. The Domain lock (held by us, and by a Runtime Supervisor until
+// it exits) proves no other coordinator or supervisor of this Domain lives.
+// The fail-closed, identity-checked recovery of the durable-state issue
+// replaces this.
+func (c *coordinator) recoverStaleRuntime() {
+	entries, err := os.ReadDir(c.paths.RunscRoot())
+	if err == nil {
+		for _, e := range entries {
+			if id := strings.TrimSuffix(e.Name(), ".state"); strings.HasPrefix(id, "lazaret-"+string(c.paths.ID)+"-") && runsc.ValidContainerID(id) {
+				c.log.Warn("deleting stale runsc container of a dead generation", "container", id)
+				c.runscQuiet(c.rt.Delete(id))
+			}
+		}
+	}
+	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir()} {
+		os.RemoveAll(d)
+	}
+}
+
+func (c *coordinator) runscQuiet(argv []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, stderr, st, err := c.broker.Output(ctx, "runsc", proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}}, 64<<10)
+	if err != nil || st.ShellCode() != 0 {
+		c.log.Debug("runsc", "argv", strings.Join(argv[1:], " "), "status", st.String(), "err", err, "stderr", strings.TrimSpace(string(stderr)))
+	}
+}
+
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// guestEnv is the environment of every guest process: a standard PATH, and
+// the developer's Git identity as command-line-level Git configuration so
+// that `git commit` works inside without touching the host's ~/.gitconfig.
+func (c *coordinator) guestEnv() []string {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root",
+		"USER=root",
+		"HOSTNAME=" + c.hostname,
+		"LAZARET=1",
+		"LAZARET_PROFILE=" + c.prof,
+		"LAZARET_DOMAIN_ID=" + string(c.paths.ID),
+	}
+	var keys, vals []string
+	for _, k := range []string{"user.name", "user.email"} {
+		if v := c.hostGitConfig(k); v != "" {
+			keys, vals = append(keys, k), append(vals, v)
+		}
+	}
+	if len(keys) > 0 {
+		env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(keys)))
+		for i := range keys {
+			env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, keys[i]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, vals[i]))
+		}
+	}
+	return env
+}
+
+// hostGitConfig reads one key of the developer's effective Git config for
+// the workspace (so a repository-local identity wins, as on the host).
+func (c *coordinator) hostGitConfig(key string) string {
+	git, err := locate.Find("git", func(string) string { return "" })
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.Getenv("HOME")}
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		env = append(env, "XDG_CONFIG_HOME="+x)
+	}
+	out, _, st, err := c.broker.Output(ctx, "git config", proc.Command{Path: git, Args: []string{"git", "config", "--get", key}, Env: env, Dir: c.ws}, 4096)
+	if err != nil || st.ShellCode() != 0 {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (c *coordinator) setState(s state, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.st == stateStopping || c.st == stateFailed {
+		return
+	}
+	prev := c.st
+	c.st = s
+	if err != nil {
+		c.failErr = err
+	}
+	if prev == stateStarting && (s == stateRunning || s == stateFailed) {
+		close(c.ready)
+	}
+	if s == stateFailed {
+		c.log.Error("generation failed", "err", err)
+		c.requestTeardownLocked()
+	}
+}
+
+// requestTeardownLocked moves the generation to stopping (unless failed):
+// from now on no session registers. c.mu is held.
+func (c *coordinator) requestTeardownLocked() {
+	if c.st == stateStarting {
+		close(c.ready)
+	}
+	if c.st != stateFailed {
+		c.st = stateStopping
+	}
+	if c.failErr == nil {
+		c.failErr = errStopping
+	}
+	select {
+	case <-c.teardownC:
+	default:
+		close(c.teardownC)
+	}
+}
+
+func (c *coordinator) addProgress(line string) {
+	c.mu.Lock()
+	c.progress = append(c.progress, line)
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// idleWatch tears the Domain down if no session ever arrives (the starting
+// CLI died before connecting).
+func (c *coordinator) idleWatch() {
+	time.Sleep(c.idle)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.everHad && c.active == 0 {
+		c.log.Warn("no session arrived: tearing down", "idle_timeout", c.idle)
+		c.requestTeardownLocked()
+	}
+}
+
+// startGeneration acquires the Runtime Supervisor and drives it to ready.
+func (c *coordinator) startGeneration() {
+	if err := c.launchSupervisor(); err != nil {
+		c.setState(stateFailed, err)
+		return
+	}
+	c.superviseMessages()
+}
+
+func (c *coordinator) launchSupervisor() error {
+	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
+	uids, gids, err := host.SubIDs()
+	if err != nil {
+		return err
+	}
+	newuidmap, newgidmap, err := host.IDMapTools()
+	if err != nil {
+		return err
+	}
+	ch, peer, err := fdpass.Pair()
+	if err != nil {
+		return err
+	}
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	c.rsChan, c.lifetimeW = ch, lifeW
+	uid, gid := os.Getuid(), os.Getgid()
+	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
+		Slot: "rs",
+		Target: proc.Command{
+			Path: c.rsPath,
+			Args: []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--log-level=" + c.level},
+			Env:  []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME")},
+			Dir:  "/",
+			// stdin /dev/null; stdout/stderr to the coordinator log.
+			Files:      []*os.File{nil, os.Stderr, os.Stderr, peer, lifeR, c.lockFile},
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET,
+		},
+		// Full subordinate map: 0 → the developer, 1..65536 → subordinate ids.
+		Setup: func(ctx context.Context, h *pidfs.Handle) error {
+			pid := strconv.Itoa(h.PID())
+			for _, m := range []struct {
+				tool, id string
+				r        hostcheck.SubIDRange
+			}{{newuidmap, strconv.Itoa(uid), uids}, {newgidmap, strconv.Itoa(gid), gids}} {
+				argv := []string{filepath.Base(m.tool), pid, "0", m.id, "1", "1", strconv.FormatUint(uint64(m.r.Start), 10), strconv.FormatUint(uint64(m.r.Count), 10)}
+				_, stderr, st, err := c.broker.Output(ctx, argv[0], proc.Command{Path: m.tool, Args: argv, Env: []string{"PATH=/usr/bin:/bin"}}, 4096)
+				if err != nil {
+					return err
+				}
+				if st.ShellCode() != 0 {
+					return errdefs.New(errdefs.ErrUnsupportedHost, "%s failed (%s): %s; check /etc/subuid and /etc/subgid for your user", argv[0], st, strings.TrimSpace(string(stderr)))
+				}
+			}
+			return nil
+		},
+		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			c.log.Debug("staged ownership", "slot", "rs", "identity", id.String())
+			return nil
+		},
+	})
+	peer.Close()
+	lifeR.Close()
+	if err != nil {
+		return fmt.Errorf("start runtime supervisor: %w", err)
+	}
+	c.mu.Lock()
+	c.rsChild = child
+	c.mu.Unlock()
+	go func() {
+		<-child.Done()
+		st, _ := child.Status()
+		c.mu.Lock()
+		stopping := c.st == stateStopping || c.st == stateFailed
+		c.mu.Unlock()
+		if !stopping {
+			c.setState(stateFailed, errdefs.New(errdefs.ErrUnavailable, "the runtime supervisor exited unexpectedly (%s); see %s", st, c.paths.Log()))
+		}
+	}()
+	return nil
+}
+
+func (c *coordinator) superviseMessages() {
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	var first lv1.SupervisorMessage
+	err := c.rsChan.Recv(ctx, &first)
+	cancel()
+	if err != nil {
+		c.setState(stateFailed, fmt.Errorf("runtime supervisor hello: %w", err))
+		return
+	}
+	if f := first.GetFailure(); f != nil {
+		c.setState(stateFailed, errdefs.Mark(errors.New(f.Message), errdefs.FromCategory(f.Category)))
+		return
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		c.setState(stateFailed, errdefs.New(errdefs.ErrCorrupt, "runtime supervisor's first message is not a hello"))
+		return
+	}
+	start, err := c.sandboxStart(hello)
+	if err != nil {
+		c.setState(stateFailed, err)
+		return
+	}
+	if err := c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}}); err != nil {
+		c.setState(stateFailed, err)
+		return
+	}
+	for {
+		var m lv1.SupervisorMessage
+		if err := c.rsChan.Recv(context.Background(), &m); err != nil {
+			c.mu.Lock()
+			stopping := c.st == stateStopping
+			c.mu.Unlock()
+			if !stopping {
+				c.setState(stateFailed, fmt.Errorf("runtime supervisor channel: %w", err))
+			}
+			return
+		}
+		switch {
+		case m.GetProgress() != nil:
+			c.addProgress(m.GetProgress().GetMessage())
+		case m.GetStaged() != nil:
+			if err := c.commitStaged(m.GetStaged()); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
+		case m.GetReady() != nil:
+			r := m.GetReady()
+			c.mu.Lock()
+			ok := c.stagedRunsc != nil && bytesEqualIdentity(c.stagedRunsc.Identity, r.AttachedRunsc)
+			c.sandboxReady = r
+			c.mu.Unlock()
+			if !ok {
+				c.setState(stateFailed, errdefs.New(errdefs.ErrRefused, "SandboxReady names an attached runsc that was not staged"))
+				return
+			}
+			c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest)
+			c.setState(stateRunning, nil)
+		case m.GetFailure() != nil:
+			f := m.GetFailure()
+			c.setState(stateFailed, errdefs.Mark(errors.New(f.Message), errdefs.FromCategory(f.Category)))
+		case m.GetStopped() != nil:
+			close(c.stopped)
+			return
+		default:
+			c.log.Error("unexpected supervisor message", "msg", m.String())
+		}
+	}
+}
+
+func bytesEqualIdentity(a, b *lv1.PidfsProcessIdentityV1) bool {
+	return a != nil && b != nil && string(a.BootId) == string(b.BootId) && a.PidfsStDev == b.PidfsStDev && a.PidfsStIno == b.PidfsStIno && a.HostPid == b.HostPid
+}
+
+// commitStaged validates RS's StagedProcessOwnership and acknowledges it
+// with an exact echo (CausalChildAcquisitionV1 step 6).
+func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
+	if s.DomainId != string(c.paths.ID) || s.Generation != c.generation || s.CoordinatorId != c.coordinator || s.Slot != "attached_runsc" {
+		return errdefs.New(errdefs.ErrRefused, "staged ownership for %s/%d/%s/%s does not match this generation", s.DomainId, s.Generation, s.CoordinatorId, s.Slot)
+	}
+	boot, err := pidfs.CurrentBootID()
+	if err != nil {
+		return err
+	}
+	if s.Identity == nil || string(s.Identity.BootId) != string(boot[:]) {
+		return errdefs.New(errdefs.ErrRefused, "staged attached runsc identity is not of this boot")
+	}
+	c.mu.Lock()
+	dup := c.stagedRunsc != nil
+	if !dup {
+		c.stagedRunsc = s
+	}
+	c.mu.Unlock()
+	if dup {
+		return errdefs.New(errdefs.ErrRefused, "duplicate staged attached runsc ownership")
+	}
+	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
+	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
+}
+
+// sandboxStart verifies RS's network namespace independently, through RS's
+// retained pidfd, and builds the sandbox spec that joins it by path.
+func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbox, error) {
+	h := c.rsChild.Handle()
+	dev, ino, err := h.NetNamespace()
+	if err != nil {
+		return nil, fmt.Errorf("read runtime supervisor netns through its pidfd: %w", err)
+	}
+	if hello.NetNamespace.GetDev() != dev || hello.NetNamespace.GetIno() != ino {
+		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor reports netns %d:%d but its pidfd shows %d:%d", hello.NetNamespace.GetDev(), hello.NetNamespace.GetIno(), dev, ino)
+	}
+	// RS is our unreaped child, so its pid cannot be reused: the path below
+	// names the namespace just verified. Check it anyway.
+	nsPath := fmt.Sprintf("/proc/%d/ns/net", h.PID())
+	pdev, pino, err := pidfs.NamespaceOfPath(nsPath)
+	if err != nil || pdev != dev || pino != ino {
+		return nil, errdefs.New(errdefs.ErrRefused, "netns path %s does not name the verified namespace", nsPath)
+	}
+	if host, hostIno, err := pidfs.NamespaceOfPath("/proc/self/ns/net"); err == nil && host == dev && hostIno == ino {
+		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor is in the host network namespace")
+	}
+	spec, err := ocispec.Spec(ocispec.Sandbox{
+		Hostname:      c.hostname,
+		Workspace:     c.ws,
+		ControlSource: c.paths.ControlMountSource(),
+		NetNSPath:     nsPath,
+		Env:           c.baseEnv,
+	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--hostname", c.hostname}, Env: c.baseEnv, Cwd: "/"})
+	if err != nil {
+		return nil, err
+	}
+	js, err := ocispec.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &lv1.StartSandbox{
+		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.container,
+		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
+		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: &lv1.NamespaceIdentity{Dev: dev, Ino: ino},
+	}, nil
+}
+
+// teardown stops everything of the generation and releases the Domain.
+func (c *coordinator) teardown() {
+	c.mu.Lock()
+	c.requestTeardownLocked()
+	c.st = stateStopping
+	sessions := make([]*session, 0, len(c.sessions))
+	for _, s := range c.sessions {
+		sessions = append(sessions, s)
+	}
+	rsChild := c.rsChild
+	c.mu.Unlock()
+	c.log.Info("tearing down")
+	if c.listener != nil {
+		c.listener.Close()
+	}
+	for _, s := range sessions {
+		s.kill()
+	}
+	// Let sessions deliver their last frame (exit status or error).
+	done := make(chan struct{})
+	go func() { c.sessionWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drainTimeout + closeGrace):
+	}
+	if rsChild != nil {
+		if c.rsChan != nil {
+			c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Stop{Stop: &lv1.StopSandbox{}}})
+		}
+		select {
+		case <-rsChild.Done():
+		case <-time.After(rsStopWait):
+			c.log.Error("runtime supervisor did not stop: SIGKILL through its pidfd")
+			rsChild.Signal(unix.SIGKILL)
+			<-rsChild.Done()
+		}
+	}
+	if c.lifetimeW != nil {
+		c.lifetimeW.Close()
+	}
+	c.cleanupRuntime()
+	c.log.Info("domain stopped")
+}
+
+// cleanupRuntime removes the generation's runtime files (never the Domain
+// Root). A runsc state left behind by a dead supervisor is deleted first.
+func (c *coordinator) cleanupRuntime() {
+	if c.paths.RuntimeDir == "" {
+		return
+	}
+	if c.broker != nil && c.container != "" {
+		if _, err := os.Stat(filepath.Join(c.paths.RunscRoot(), c.container+".state")); err == nil {
+			c.runscQuiet(c.rt.Delete(c.container))
+		}
+	}
+	os.RemoveAll(c.paths.RuntimeDir)
+}

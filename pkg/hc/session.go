@@ -1,0 +1,400 @@
+package hc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/proc"
+)
+
+// session is one Client Session: a connection and its `runsc exec` client.
+type session struct {
+	id    string
+	c     *coordinator
+	conn  *control.Conn
+	raw   net.Conn
+	mu    sync.Mutex
+	child *proc.Child
+}
+
+// kill stops the session's exec client (Domain teardown).
+func (s *session) kill() {
+	s.mu.Lock()
+	child := s.child
+	s.mu.Unlock()
+	if child != nil {
+		child.Signal(unix.SIGKILL)
+	}
+}
+
+func (c *coordinator) acceptLoop() {
+	for {
+		conn, err := c.listener.AcceptUnix()
+		if err != nil {
+			return
+		}
+		go c.serveConn(conn)
+	}
+}
+
+// passEnv lists host variables a CLI may pass into the guest.
+func passEnv(k string) bool {
+	switch k {
+	case "TERM", "LANG", "COLORTERM", "LANGUAGE", "TZ":
+		return true
+	}
+	return strings.HasPrefix(k, "LC_")
+}
+
+func refuse(conn *control.Conn, err error) {
+	conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Error{Error: &lv1.Error{Category: errdefs.Category(err), Message: err.Error(), Retry: errors.Is(err, errStopping)}}})
+}
+
+// validate checks a RunRequest against this Domain.
+func (c *coordinator) validate(r *lv1.RunRequest) error {
+	if r.ProtocolVersion != lv1.ProtocolVersion_PROTOCOL_VERSION_1 {
+		return errdefs.New(errdefs.ErrRefused, "control protocol version %d is not supported by this Host Coordinator (%d): use matching lazaret binaries", r.ProtocolVersion, lv1.ProtocolVersion_PROTOCOL_VERSION_1)
+	}
+	if r.DomainId != string(c.paths.ID) || r.Profile != c.prof {
+		return errdefs.New(errdefs.ErrRefused, "request for Domain %s profile %q reached Domain %s profile %q", r.DomainId, r.Profile, c.paths.ID, c.prof)
+	}
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return errdefs.New(errdefs.ErrInvalid, "empty command")
+	}
+	if r.WorkspaceSubdir != "" && (path.IsAbs(r.WorkspaceSubdir) || path.Clean(r.WorkspaceSubdir) != r.WorkspaceSubdir || strings.HasPrefix(r.WorkspaceSubdir, "..")) {
+		return errdefs.New(errdefs.ErrInvalid, "bad workspace subdirectory %q", r.WorkspaceSubdir)
+	}
+	for k := range r.Env {
+		if !passEnv(k) {
+			return errdefs.New(errdefs.ErrInvalid, "environment variable %s may not be passed by a CLI", k)
+		}
+	}
+	return nil
+}
+
+func (c *coordinator) serveConn(raw *net.UnixConn) {
+	defer raw.Close()
+	// Only the developer can reach the 0700 runtime directory; check the
+	// peer uid anyway (defence in depth, not protocol identity).
+	if cred, err := peerCred(raw); err != nil || int(cred.Uid) != os.Getuid() {
+		return
+	}
+	conn := control.NewConn(raw)
+	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var first lv1.ClientFrame
+	if err := conn.Read(&first); err != nil {
+		c.log.Warn("bad first frame", "err", err)
+		return
+	}
+	raw.SetReadDeadline(time.Time{})
+	req := first.GetRun()
+	if req == nil {
+		refuse(conn, errdefs.New(errdefs.ErrInvalid, "first frame must be a RunRequest"))
+		return
+	}
+	if err := c.validate(req); err != nil {
+		refuse(conn, err)
+		return
+	}
+	c.mu.Lock()
+	if c.st == stateStopping || c.st == stateFailed {
+		err := c.failErr
+		c.mu.Unlock()
+		refuse(conn, err)
+		return
+	}
+	joined := c.st == stateRunning
+	c.active++
+	c.everHad = true
+	s := &session{id: randomID(), c: c, conn: conn, raw: raw}
+	c.sessions[s.id] = s
+	c.sessionWG.Add(1)
+	c.mu.Unlock()
+	defer c.sessionWG.Done()
+	defer c.leave(s)
+
+	// Frames from the CLI are read by one goroutine for the whole session.
+	frames := make(chan *lv1.ClientFrame, 16)
+	go func() {
+		defer close(frames)
+		for {
+			var f lv1.ClientFrame
+			if err := conn.Read(&f); err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+					c.log.Debug("session read", "session_id", s.id, "err", err)
+				}
+				return
+			}
+			frames <- &f
+		}
+	}()
+	if !c.waitReady(conn, frames) {
+		return
+	}
+	c.mu.Lock()
+	failed := c.st != stateRunning
+	err := c.failErr
+	c.mu.Unlock()
+	if failed {
+		refuse(conn, err)
+		return
+	}
+	s.run(req, frames, joined)
+}
+
+// waitReady forwards start-up progress until the generation is running or
+// failed; false if the client went away.
+func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFrame) bool {
+	sent := 0
+	for {
+		c.mu.Lock()
+		lines := c.progress[sent:]
+		sent = len(c.progress)
+		changed := c.changed
+		c.mu.Unlock()
+		for _, l := range lines {
+			conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Progress{Progress: &lv1.Progress{Message: l}}})
+		}
+		select {
+		case <-c.ready:
+			return true
+		case <-changed:
+		case f, ok := <-frames:
+			if !ok {
+				return false
+			}
+			// A signal before the session runs cancels it.
+			if f.GetSignal() != nil {
+				return false
+			}
+			// The CLI sends stdin only after Accepted.
+			refuse(conn, errdefs.New(errdefs.ErrInvalid, "stdin frame before the session was accepted"))
+			return false
+		}
+	}
+}
+
+func (c *coordinator) leave(s *session) {
+	c.mu.Lock()
+	delete(c.sessions, s.id)
+	c.active--
+	last := c.active == 0
+	if last {
+		c.log.Info("last session left")
+		c.requestTeardownLocked()
+	}
+	c.mu.Unlock()
+}
+
+func (s *session) env(req *lv1.RunRequest) []string {
+	env := append([]string{}, s.c.baseEnv...)
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	return append(env, "LAZARET_SESSION_ID="+s.id)
+}
+
+// run starts the session's command and relays it until it exits.
+func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) {
+	c := s.c
+	log := c.log.With("session_id", s.id)
+	cwd := ocispec.WorkspaceDir
+	if req.WorkspaceSubdir != "" {
+		cwd = path.Join(cwd, req.WorkspaceSubdir)
+	}
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: req.Argv, Env: s.env(req), Cwd: cwd})
+	if err != nil {
+		refuse(s.conn, errdefs.Mark(err, errdefs.ErrInvalid))
+		return
+	}
+	pjFile := filepath.Join(c.sessionDir(), s.id+".json")
+	if err := os.WriteFile(pjFile, pj, 0o600); err != nil {
+		refuse(s.conn, err)
+		return
+	}
+	defer os.Remove(pjFile)
+	var inR, inW *os.File
+	if req.Stdin {
+		if inR, inW, err = os.Pipe(); err != nil {
+			refuse(s.conn, err)
+			return
+		}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		refuse(s.conn, err)
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		refuse(s.conn, err)
+		return
+	}
+	argv := c.rt.Exec(pjFile, "", c.container)
+	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
+		Slot:   "session_exec",
+		Target: proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{inR, outW, errW}, Setsid: true},
+		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			log.Debug("staged ownership", "slot", "session_exec", "identity", id.String())
+			return nil
+		},
+	})
+	outW.Close()
+	errW.Close()
+	if inR != nil {
+		inR.Close()
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if inW != nil {
+			inW.Close()
+		}
+		refuse(s.conn, fmt.Errorf("start session command: %w", err))
+		return
+	}
+	s.mu.Lock()
+	s.child = child
+	s.mu.Unlock()
+	log.Info("session started", "argv0", req.Argv[0], "joined", joined)
+	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined}}})
+
+	var outWG sync.WaitGroup
+	relay := func(r *os.File, stream lv1.Stream) {
+		defer outWG.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: stream, Data: append([]byte(nil), buf[:n]...)}}})
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	outWG.Add(2)
+	go relay(outR, lv1.Stream_STREAM_STDOUT)
+	go relay(errR, lv1.Stream_STREAM_STDERR)
+
+	// Stdin is written by its own goroutine so a guest that does not read
+	// cannot block signal delivery.
+	stdinQ := make(chan []byte, 64)
+	go func() {
+		for b := range stdinQ {
+			if inW == nil {
+				continue
+			}
+			if b == nil {
+				inW.Close()
+				inW = nil
+				continue
+			}
+			if _, err := inW.Write(b); err != nil {
+				inW.Close()
+				inW = nil
+			}
+		}
+		if inW != nil {
+			inW.Close()
+		}
+	}()
+	clientGone := false
+loop:
+	for {
+		select {
+		case <-child.Done():
+			break loop
+		case f, ok := <-frames:
+			if !ok {
+				if !clientGone {
+					clientGone = true
+					log.Info("client connection lost: stopping the session command")
+					child.Signal(unix.SIGTERM)
+					go func() {
+						select {
+						case <-child.Done():
+						case <-time.After(closeGrace):
+							child.Signal(unix.SIGKILL)
+						}
+					}()
+				}
+				frames = nil
+				continue
+			}
+			switch {
+			case f.GetStdin() != nil:
+				if d := f.GetStdin().GetData(); len(d) > 0 {
+					stdinQ <- d
+				}
+			case f.GetStdinClose() != nil:
+				stdinQ <- nil
+			case f.GetSignal() != nil:
+				sig := unix.Signal(f.GetSignal().GetSignal())
+				switch sig {
+				case unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT:
+					// runsc exec forwards the signal to the guest process.
+					child.Signal(sig)
+				default:
+					log.Warn("refused signal from client", "signal", int(sig))
+				}
+			}
+		}
+	}
+	close(stdinQ)
+	st, werr := child.Status()
+	// Drain output until EOF or a bounded deadline: a daemonized guest
+	// process may keep the pipes open.
+	drained := make(chan struct{})
+	go func() { outWG.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainTimeout):
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+	code, sig := st.ShellCode(), 0
+	if !st.Exited {
+		sig = int(st.Signal)
+	}
+	if werr != nil {
+		code = 125
+	}
+	log.Info("session ended", "status", st.String())
+	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}})
+}
+
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}

@@ -1,0 +1,239 @@
+// Package hostcheck verifies host prerequisites before any Domain resource
+// exists, and turns each failure into an error that names the fix (DX-5).
+// Probes read through injectable functions so tests can present any host.
+package hostcheck
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+// Host is the view of the machine the checks read.
+type Host struct {
+	Euid     int
+	Uid      int
+	Username string
+	// Uname returns (release, machine).
+	Uname func() (string, string, error)
+	// ReadFile reads /etc/subuid and /etc/subgid.
+	ReadFile func(string) ([]byte, error)
+	// OpenRW tries to open a device read-write.
+	OpenRW func(string) error
+	// LookPath finds a program.
+	LookPath func(string) (string, error)
+	// Stat stats a file.
+	Stat func(string) (os.FileInfo, error)
+}
+
+// Real returns the running machine.
+func Real(lookPath func(string) (string, error)) Host {
+	h := Host{
+		Euid: os.Geteuid(),
+		Uid:  os.Getuid(),
+		Uname: func() (string, string, error) {
+			var u unix.Utsname
+			if err := unix.Uname(&u); err != nil {
+				return "", "", err
+			}
+			return unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]), nil
+		},
+		ReadFile: os.ReadFile,
+		OpenRW: func(p string) error {
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				return err
+			}
+			return f.Close()
+		},
+		LookPath: lookPath,
+		Stat:     os.Stat,
+	}
+	if u, err := user.LookupId(strconv.Itoa(h.Uid)); err == nil {
+		h.Username = u.Username
+	}
+	return h
+}
+
+// MinKernel is the oldest kernel with pidfs (PidfsProcessIdentityV1).
+var MinKernel = [2]int{6, 9}
+
+// SubIDRange is one subordinate id range.
+type SubIDRange struct {
+	Start, Count uint32
+}
+
+// MinSubIDs is the size of the subordinate range Lazaret maps.
+const MinSubIDs = 65536
+
+// NotRoot refuses to run as root (rootless is the point).
+func (h Host) NotRoot() error {
+	if h.Euid == 0 {
+		return errdefs.New(errdefs.ErrRefused, "refusing to run as root: Lazaret is rootless by design and maps your own user into the sandbox; run it as your normal user (as root, `make run` uses the demo user lazaret-demo)")
+	}
+	return nil
+}
+
+// Kernel checks for x86-64 and Linux ≥ 6.9.
+func (h Host) Kernel() error {
+	rel, mach, err := h.Uname()
+	if err != nil {
+		return errdefs.Mark(fmt.Errorf("uname: %w", err), errdefs.ErrUnsupportedHost)
+	}
+	if mach != "x86_64" {
+		return errdefs.New(errdefs.ErrUnsupportedHost, "unsupported architecture %s: Lazaret supports only x86-64 (its pidfs process identity is qualified there)", mach)
+	}
+	maj, min, ok := parseRelease(rel)
+	if !ok {
+		return errdefs.New(errdefs.ErrUnsupportedHost, "cannot parse kernel release %q: Lazaret needs Linux %d.%d or later", rel, MinKernel[0], MinKernel[1])
+	}
+	if maj < MinKernel[0] || (maj == MinKernel[0] && min < MinKernel[1]) {
+		return errdefs.New(errdefs.ErrUnsupportedHost, "kernel %s is too old: Lazaret needs Linux %d.%d or later for pidfs process identity; upgrade the kernel", rel, MinKernel[0], MinKernel[1])
+	}
+	return nil
+}
+
+func parseRelease(rel string) (int, int, bool) {
+	parts := strings.SplitN(rel, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	maj, err1 := strconv.Atoi(parts[0])
+	minStr := parts[1]
+	if i := strings.IndexFunc(minStr, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		minStr = minStr[:i]
+	}
+	min, err2 := strconv.Atoi(minStr)
+	return maj, min, err1 == nil && err2 == nil
+}
+
+// SubIDs returns the user's subordinate uid and gid ranges (the first range
+// of at least MinSubIDs ids in each file).
+func (h Host) SubIDs() (uids, gids SubIDRange, err error) {
+	fix := fmt.Sprintf("add one as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 %s", h.nameOr())
+	uids, err = h.subIDRange("/etc/subuid")
+	if err != nil {
+		return uids, gids, errdefs.Mark(fmt.Errorf("%w; %s", err, fix), errdefs.ErrUnsupportedHost)
+	}
+	gids, err = h.subIDRange("/etc/subgid")
+	if err != nil {
+		return uids, gids, errdefs.Mark(fmt.Errorf("%w; %s", err, fix), errdefs.ErrUnsupportedHost)
+	}
+	return uids, gids, nil
+}
+
+func (h Host) nameOr() string {
+	if h.Username != "" {
+		return h.Username
+	}
+	return strconv.Itoa(h.Uid)
+}
+
+func (h Host) subIDRange(file string) (SubIDRange, error) {
+	b, err := h.ReadFile(file)
+	if err != nil {
+		return SubIDRange{}, fmt.Errorf("no subordinate id range for %s: %v", h.nameOr(), err)
+	}
+	return parseSubID(bytes.NewReader(b), h.Username, h.Uid, file)
+}
+
+func parseSubID(r io.Reader, name string, uid int, file string) (SubIDRange, error) {
+	sc := bufio.NewScanner(r)
+	small := false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Split(line, ":")
+		if len(f) != 3 || (f[0] != name && f[0] != strconv.Itoa(uid)) {
+			continue
+		}
+		start, err1 := strconv.ParseUint(f[1], 10, 32)
+		count, err2 := strconv.ParseUint(f[2], 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if count < MinSubIDs {
+			small = true
+			continue
+		}
+		return SubIDRange{Start: uint32(start), Count: MinSubIDs}, nil
+	}
+	if small {
+		return SubIDRange{}, fmt.Errorf("%s gives %s fewer than %d subordinate ids", file, name, MinSubIDs)
+	}
+	return SubIDRange{}, fmt.Errorf("%s has no subordinate id range for %s", file, name)
+}
+
+// IDMapTools finds setuid newuidmap and newgidmap.
+func (h Host) IDMapTools() (newuidmap, newgidmap string, err error) {
+	find := func(name string) (string, error) {
+		p, err := h.LookPath(name)
+		if err != nil {
+			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s not found: install it as root with `apt-get install uidmap`", name)
+		}
+		st, err := h.Stat(p)
+		if err != nil || st.Mode()&os.ModeSetuid == 0 {
+			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s is not setuid root: reinstall it as root with `apt-get install --reinstall uidmap`", p)
+		}
+		return p, nil
+	}
+	if newuidmap, err = find("newuidmap"); err != nil {
+		return
+	}
+	newgidmap, err = find("newgidmap")
+	return
+}
+
+// Tun checks that /dev/net/tun is usable by the developer (slirp4netns).
+func (h Host) Tun() error {
+	if err := h.OpenRW("/dev/net/tun"); err != nil {
+		return errdefs.New(errdefs.ErrUnsupportedHost, "/dev/net/tun is not usable by you (%v): as root run `chmod 0666 /dev/net/tun` (the usual distribution default), or `make setup` in the Lazaret checkout", unwrapPath(err))
+	}
+	return nil
+}
+
+func unwrapPath(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// All runs every check the foundation needs, in order, stopping at the first
+// failure.
+func (h Host) All() error {
+	for _, check := range []func() error{h.NotRoot, h.Kernel, h.Tun} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	if _, _, err := h.SubIDs(); err != nil {
+		return err
+	}
+	_, _, err := h.IDMapTools()
+	return err
+}
+
+// ExecutableDir is the directory of the running binary.
+func ExecutableDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	return filepath.Dir(exe)
+}

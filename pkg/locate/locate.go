@@ -1,0 +1,69 @@
+// Package locate finds Lazaret's own binaries and the pinned runsc.
+//
+// Search order for a program NAME (documented in README and docs/ARCHITECTURE.md):
+//  1. an explicit override (the environment variable LAZARET_<NAME>, e.g.
+//     LAZARET_RUNSC; the configuration key joins in the configuration issue);
+//  2. beside the running executable;
+//  3. PREFIX/libexec/lazaret, where PREFIX is the executable's directory's parent;
+//  4. PATH.
+package locate
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+// Program names.
+const (
+	HC       = "lazaret-hc"
+	RS       = "lazaret-rs"
+	Escalate = "lazaret-escalate"
+	Runsc    = "runsc"
+)
+
+// EnvVar returns the override variable for name.
+func EnvVar(name string) string {
+	return "LAZARET_" + strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(name, "lazaret-"), "-", "_"))
+}
+
+// Find returns the absolute path of program name, or an error listing where
+// it looked and what to do.
+func Find(name string, getenv func(string) string) (string, error) {
+	var tried []string
+	if v := getenv(EnvVar(name)); v != "" {
+		if isExec(v) {
+			return filepath.Abs(v)
+		}
+		return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s=%s is not an executable file: fix or unset it", EnvVar(name), v)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		dir := filepath.Dir(exe)
+		for _, c := range []string{filepath.Join(dir, name), filepath.Join(filepath.Dir(dir), "libexec", "lazaret", name)} {
+			tried = append(tried, c)
+			if isExec(c) {
+				return c, nil
+			}
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return filepath.Abs(p)
+	}
+	tried = append(tried, "$PATH")
+	hint := "reinstall Lazaret (make build, or make install)"
+	if name == Runsc {
+		hint = "run `make setup` in the Lazaret checkout to build the pinned runsc, or set LAZARET_RUNSC to it"
+	}
+	return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s not found (looked in %s): %s", name, strings.Join(tried, ", "), hint)
+}
+
+func isExec(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0
+}

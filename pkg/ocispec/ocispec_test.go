@@ -1,0 +1,110 @@
+package ocispec
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func sandbox() Sandbox {
+	return Sandbox{Hostname: "lazaret-x", Workspace: "/home/dev/proj", ControlSource: "/run/user/1001/lazaret/abc/control", NetNSPath: "/proc/4242/ns/net", Env: []string{"PATH=/usr/bin"}}
+}
+
+func TestSpecSecurityShape(t *testing.T) {
+	sp, err := Spec(sandbox(), Process{Args: []string{InitPath, InitArg}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sp.Process.NoNewPrivileges {
+		t.Error("noNewPrivileges unset")
+	}
+	b, _ := json.Marshal(sp)
+	for _, bad := range []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_ADMIN"} {
+		if strings.Contains(string(b), bad) {
+			t.Errorf("spec grants %s", bad)
+		}
+	}
+	var hostPaths []string
+	for _, m := range sp.Mounts {
+		if m.Type == "bind" {
+			hostPaths = append(hostPaths, m.Source+"->"+m.Destination)
+		}
+	}
+	if strings.Join(hostPaths, ",") != "/home/dev/proj->/workspace,/run/user/1001/lazaret/abc/control->/.lazaret" {
+		t.Errorf("host paths: %v", hostPaths)
+	}
+	var netns string
+	for _, ns := range sp.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			netns = ns.Path
+		} else if ns.Path != "" {
+			t.Errorf("%s has a path", ns.Type)
+		}
+	}
+	if netns != "/proc/4242/ns/net" {
+		t.Errorf("netns %q", netns)
+	}
+	if m := sp.Linux.UIDMappings; len(m) != 1 || m[0].Size != 1 || m[0].HostID != 0 {
+		t.Errorf("uid map %v", m)
+	}
+}
+
+func TestCheckHasTeeth(t *testing.T) {
+	s := sandbox()
+	mutations := map[string]func(*specs.Spec){
+		"no nnp":          func(sp *specs.Spec) { sp.Process.NoNewPrivileges = false },
+		"net admin":       func(sp *specs.Spec) { sp.Process.Capabilities.Effective = append(sp.Process.Capabilities.Effective, "CAP_NET_ADMIN") },
+		"net raw ambient": func(sp *specs.Spec) { sp.Process.Capabilities.Ambient = []string{"CAP_NET_RAW"} },
+		"host pid ns":     func(sp *specs.Spec) { sp.Linux.Namespaces[0].Path = "/proc/1/ns/pid" },
+		"no user ns":      func(sp *specs.Spec) { sp.Linux.Namespaces = sp.Linux.Namespaces[:4] },
+		"other netns":     func(sp *specs.Spec) { sp.Linux.Namespaces[5].Path = "/proc/1/ns/net" },
+		"host etc": func(sp *specs.Spec) {
+			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: "/etc/x", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro"}})
+		},
+		"rw control": func(sp *specs.Spec) {
+			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: ControlDir + "/y", Type: "bind", Source: "/tmp", Options: []string{"rbind", "rw"}})
+		},
+		"bind via options": func(sp *specs.Spec) {
+			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: "/mnt", Type: "none", Source: "/", Options: []string{"rbind"}})
+		},
+	}
+	for name, mutate := range mutations {
+		sp, err := Spec(s, Process{Args: []string{"x"}, Cwd: "/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mutate(sp)
+		if err := Check(sp, s); err == nil {
+			t.Errorf("%s: Check accepted the mutated spec", name)
+		}
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	s := sandbox()
+	s.NetNSPath = "/var/run/netns/x"
+	if _, err := Spec(s, Process{Args: []string{"x"}, Cwd: "/"}); err == nil {
+		t.Error("non-proc netns path accepted")
+	}
+	s = sandbox()
+	s.Workspace = "rel/path"
+	if _, err := Spec(s, Process{Args: []string{"x"}, Cwd: "/"}); err == nil {
+		t.Error("relative workspace accepted")
+	}
+	if _, err := ProcessJSON(Process{Args: []string{"x"}, Cwd: "rel"}); err == nil {
+		t.Error("relative cwd accepted")
+	}
+	if _, err := ProcessJSON(Process{Cwd: "/"}); err == nil {
+		t.Error("empty argv accepted")
+	}
+	b, err := ProcessJSON(Process{Args: []string{"git", "status"}, Cwd: "/workspace/sub", Env: []string{"A=b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p specs.Process
+	if err := json.Unmarshal(b, &p); err != nil || !p.NoNewPrivileges || p.Cwd != "/workspace/sub" {
+		t.Fatalf("process json %s %v", b, err)
+	}
+}

@@ -1,0 +1,381 @@
+// Package proc is the one spawn/reap broker of a Lazaret process (the spec's
+// CausalChildAcquisitionV1) and the wrapper role that gives every acquired
+// child its parent-death edge.
+//
+// Rules the rest of the code base follows (and issue 3's analyzer enforces):
+// no code outside this package starts, waits for, reaps or signals a child,
+// and nothing signals a process by number. Every child is spawned from the
+// broker's locked OS thread, which never exits, so that a wrapper's
+// PR_SET_PDEATHSIG (bound to the forking thread) fires only when the whole
+// broker process dies. Every child is tracked by a retained pidfd
+// (pkg/pidfs); exits are observed through the Go poller on that pidfd and
+// reaped with waitid(P_PIDFD), so no reap can take another child's status.
+//
+// Acquisition (Acquire) follows the spec's nine steps:
+//
+//	broker                                   wrapper (re-exec of this binary)
+//	1. caller persisted intent (Spec.Slot)
+//	2. spawn exclusion + barrier pipe ------>  blocks reading the barrier fd
+//	3. spawn wrapper (CLONE_PIDFD)
+//	4. waitid(P_PIDFD, WNOHANG|WNOWAIT): alive
+//	5. fstat pidfd → PidfsProcessIdentityV1
+//	   Spec.Setup (e.g. newuidmap) runs here
+//	6. Spec.Stage(identity): persist/ack Staged
+//	7. write release (own pidfs authority) -->  8. arm PDEATHSIG(SIGKILL) on a
+//	                                              locked thread, pidfd_open(ppid),
+//	                                              compare authority, exec target
+//	9. caller promotes to Committed after target readiness
+//
+// Barrier EOF or a malformed release makes the wrapper exit 125 without
+// running the target.
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+)
+
+// Broker serializes every spawn of its process on one locked OS thread and
+// owns every child's pidfd.
+type Broker struct {
+	log   *slog.Logger
+	calls chan func()
+	// spawnMu is the process-wide spawn exclusion (acquisition steps 2–5).
+	spawnMu sync.Mutex
+	self    string
+	selfID  pidfs.Authority
+}
+
+// NewBroker starts the broker's locked spawn thread. exe is the path of this
+// binary (re-executed as the wrapper role).
+func NewBroker(log *slog.Logger, exe string) (*Broker, error) {
+	self, err := pidfs.Open(os.Getpid())
+	if err != nil {
+		return nil, fmt.Errorf("broker: open own pidfd: %w", err)
+	}
+	id := self.Identity().Authority
+	self.Close()
+	b := &Broker{log: log, calls: make(chan func()), self: exe, selfID: id}
+	started := make(chan struct{})
+	go func() {
+		// Never unlocked and never returns: this thread is the parent of
+		// every child, so its exit must coincide with the process's.
+		runtime.LockOSThread()
+		close(started)
+		for f := range b.calls {
+			f()
+		}
+		select {} // keep the thread alive even if calls were closed
+	}()
+	<-started
+	return b, nil
+}
+
+// Self returns this process's pidfs authority (what wrappers re-check).
+func (b *Broker) Self() pidfs.Authority { return b.selfID }
+
+// onThread runs f on the locked spawn thread.
+func (b *Broker) onThread(f func()) {
+	done := make(chan struct{})
+	b.calls <- func() { f(); close(done) }
+	<-done
+}
+
+// Command describes a child process.
+type Command struct {
+	Path string
+	Args []string // Args[0] is the program name
+	Env  []string
+	Dir  string
+	// Files are the child's descriptors 0, 1, 2, 3, …; nil means /dev/null.
+	Files []*os.File
+	// Setsid starts the child in a new session.
+	Setsid bool
+	// Cloneflags are extra clone(2) flags (e.g. new namespaces).
+	Cloneflags uintptr
+}
+
+// Child is a process spawned by the broker.
+type Child struct {
+	Name   string
+	handle *pidfs.Handle
+	done   chan struct{}
+	status pidfs.ExitStatus
+	err    error
+}
+
+// Identity is the child's exact process identity.
+func (c *Child) Identity() pidfs.Identity { return c.handle.Identity() }
+
+// Handle is the retained pidfd (for namespace queries and matching).
+func (c *Child) Handle() *pidfs.Handle { return c.handle }
+
+// Done is closed once the child has been reaped.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Status returns the reaped child's status; valid after Done is closed.
+func (c *Child) Status() (pidfs.ExitStatus, error) { return c.status, c.err }
+
+// Wait blocks until the child is reaped or ctx ends.
+func (c *Child) Wait(ctx context.Context) (pidfs.ExitStatus, error) {
+	select {
+	case <-c.done:
+		return c.status, c.err
+	case <-ctx.Done():
+		return pidfs.ExitStatus{}, ctx.Err()
+	}
+}
+
+// Signal delivers sig through the child's exact pidfd. After reap it
+// returns os.ErrProcessDone; there is no numeric fallback.
+func (c *Child) Signal(sig unix.Signal) error {
+	select {
+	case <-c.done:
+		return os.ErrProcessDone
+	default:
+	}
+	return c.handle.Signal(sig)
+}
+
+var devNull struct {
+	once sync.Once
+	f    *os.File
+	err  error
+}
+
+func nullFile() (*os.File, error) {
+	devNull.once.Do(func() { devNull.f, devNull.err = os.OpenFile(os.DevNull, os.O_RDWR, 0) })
+	return devNull.f, devNull.err
+}
+
+// spawn forks cmd from the locked thread and returns its handle.
+func (b *Broker) spawn(cmd Command) (*pidfs.Handle, error) {
+	files := make([]uintptr, len(cmd.Files))
+	for i, f := range cmd.Files {
+		if f == nil {
+			n, err := nullFile()
+			if err != nil {
+				return nil, err
+			}
+			f = n
+		}
+		files[i] = f.Fd()
+	}
+	for len(files) < 3 {
+		n, err := nullFile()
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, n.Fd())
+	}
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		Dir:   cmd.Dir,
+		Env:   cmd.Env,
+		Files: files,
+		Sys: &syscall.SysProcAttr{
+			Setsid:     cmd.Setsid,
+			Cloneflags: cmd.Cloneflags,
+			PidFD:      &pidfd,
+		},
+	}
+	var pid int
+	var err error
+	b.onThread(func() { pid, err = syscall.ForkExec(cmd.Path, cmd.Args, attr) })
+	if err != nil {
+		return nil, errdefs.Mark(fmt.Errorf("spawn %s: %w", cmd.Path, err), errdefs.ErrUnsupportedHost)
+	}
+	if pidfd < 0 {
+		return nil, errdefs.New(errdefs.ErrUnsupportedHost, "spawn %s: kernel returned no pidfd (CLONE_PIDFD): Lazaret needs Linux 6.9 or later", cmd.Path)
+	}
+	h, err := pidfs.NewHandle(pidfd, pid)
+	if err != nil {
+		// The child exists but cannot be tracked by pidfs; there is no safe
+		// numeric way to stop it. This happens only on unsupported kernels,
+		// which hostcheck refuses before any spawn.
+		return nil, fmt.Errorf("spawn %s: %w", cmd.Path, err)
+	}
+	return h, nil
+}
+
+// track starts the broker's exit watcher for an owned child.
+func (b *Broker) track(name string, h *pidfs.Handle) *Child {
+	c := &Child{Name: name, handle: h, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		if _, err := h.WaitExit(); err != nil {
+			c.err = err
+			return
+		}
+		c.status, c.err = h.Reap()
+		b.log.Debug("child reaped", "child", name, "pid", h.PID(), "status", c.status.String())
+	}()
+	return c
+}
+
+// Start spawns a plain (transient) child: not durable ownership, no wrapper.
+// Used for short helpers such as newuidmap, git config, runsc delete.
+func (b *Broker) Start(name string, cmd Command) (*Child, error) {
+	b.spawnMu.Lock()
+	h, err := b.spawn(cmd)
+	b.spawnMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return b.track(name, h), nil
+}
+
+// Output runs a transient child to completion, capturing stdout and stderr
+// (each bounded to limit bytes), and returns them with its status.
+func (b *Broker) Output(ctx context.Context, name string, cmd Command, limit int64) (stdout, stderr []byte, st pidfs.ExitStatus, err error) {
+	or, ow, err := os.Pipe()
+	if err != nil {
+		return nil, nil, st, err
+	}
+	er, ew, err := os.Pipe()
+	if err != nil {
+		or.Close()
+		ow.Close()
+		return nil, nil, st, err
+	}
+	var in *os.File
+	if len(cmd.Files) > 0 {
+		in = cmd.Files[0]
+	}
+	rest := []*os.File{}
+	if len(cmd.Files) > 3 {
+		rest = cmd.Files[3:]
+	}
+	cmd.Files = append([]*os.File{in, ow, ew}, rest...)
+	c, err := b.Start(name, cmd)
+	ow.Close()
+	ew.Close()
+	if err != nil {
+		or.Close()
+		er.Close()
+		return nil, nil, st, err
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	read := func(r *os.File, out *[]byte) {
+		defer wg.Done()
+		*out, _ = io.ReadAll(io.LimitReader(r, limit))
+		io.Copy(io.Discard, r)
+		r.Close()
+	}
+	go read(or, &stdout)
+	go read(er, &stderr)
+	st, err = c.Wait(ctx)
+	if err != nil {
+		// ctx ended: stop the exact child and still reap it.
+		c.Signal(unix.SIGKILL)
+		<-c.Done()
+	}
+	wg.Wait()
+	return stdout, stderr, st, err
+}
+
+// AcquireSpec describes a causal acquisition.
+type AcquireSpec struct {
+	// Slot names the durable ownership slot (e.g. "rs", "attached_runsc").
+	Slot   string
+	Target Command
+	// Setup runs after the wrapper is spawned and identified, before
+	// staging (e.g. writing the uid/gid maps of a new user namespace).
+	Setup func(ctx context.Context, child *pidfs.Handle) error
+	// Stage durably records (or has the coordinator record and acknowledge)
+	// Staged ownership of the exact identity. The barrier is released only
+	// if it returns nil.
+	Stage func(ctx context.Context, id pidfs.Identity) error
+}
+
+// ErrWrapperAborted reports a wrapper that exited before release.
+var ErrWrapperAborted = errors.New("wrapper exited before release")
+
+// Acquire performs CausalChildAcquisitionV1 for spec and returns the owned
+// child running the target. On any failure before release the wrapper is
+// killed through its pidfd and reaped; it never runs the target.
+func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) {
+	t := spec.Target
+	br, bw, err := os.Pipe() // step 2: fail-closed launch barrier
+	if err != nil {
+		return nil, err
+	}
+	defer br.Close()
+	files := append([]*os.File{}, t.Files...)
+	for len(files) < 3 {
+		files = append(files, nil)
+	}
+	barrierFD := len(files)
+	files = append(files, br)
+	wrapper := Command{
+		Path:       b.self,
+		Args:       append([]string{t.Args[0], WrapperArg, fmt.Sprintf("--barrier-fd=%d", barrierFD), "--", t.Path}, t.Args[1:]...),
+		Env:        t.Env,
+		Dir:        t.Dir,
+		Files:      files,
+		Setsid:     t.Setsid,
+		Cloneflags: t.Cloneflags,
+	}
+	b.spawnMu.Lock()
+	h, err := b.spawn(wrapper) // step 3
+	if err != nil {
+		b.spawnMu.Unlock()
+		bw.Close()
+		return nil, fmt.Errorf("acquire %s: %w", spec.Slot, err)
+	}
+	// Step 4: the child must still be alive and ours (waitid ECHILD refuses).
+	if _, exited, werr := h.Exited(); werr != nil || exited {
+		b.spawnMu.Unlock()
+		bw.Close()
+		c := b.track(spec.Slot, h)
+		<-c.Done()
+		if werr == nil {
+			werr = ErrWrapperAborted
+		}
+		return nil, errdefs.Mark(fmt.Errorf("acquire %s: wrapper check: %w", spec.Slot, werr), errdefs.ErrRefused)
+	}
+	b.spawnMu.Unlock()
+	id := h.Identity() // step 5 (formed from the same pidfd at spawn)
+	c := b.track(spec.Slot, h)
+	abort := func(err error) (*Child, error) {
+		bw.Close() // EOF: the wrapper exits without running the target
+		c.Signal(unix.SIGKILL)
+		<-c.Done()
+		return nil, fmt.Errorf("acquire %s: %w", spec.Slot, err)
+	}
+	if spec.Setup != nil {
+		if err := spec.Setup(ctx, h); err != nil {
+			return abort(err)
+		}
+	}
+	if spec.Stage != nil { // step 6
+		if err := spec.Stage(ctx, id); err != nil {
+			return abort(err)
+		}
+	}
+	select {
+	case <-c.Done():
+		return abort(ErrWrapperAborted)
+	default:
+	}
+	// Step 7: release carries our own pidfs authority for the re-check.
+	if _, err := bw.Write(encodeRelease(b.selfID)); err != nil {
+		return abort(fmt.Errorf("release barrier: %w", err))
+	}
+	bw.Close()
+	b.log.Debug("child acquired", "slot", spec.Slot, "identity", id.String())
+	return c, nil
+}

@@ -1,0 +1,399 @@
+// Package rs is the Runtime Supervisor role: the constitutive Session
+// Coordinator process that runs in the Domain generation's own user, mount
+// and network namespaces under a Host Coordinator lifetime lease.
+//
+// It prepares the filesystem (prepared lower, read-only bind, OCI bundle) and
+// the network namespace, launches the attached, non-detached `runsc run`
+// through its broker (the runsc client gets a parent-death edge to RS, and
+// runsc's own sandbox and gofer processes have one to the client), reports
+// readiness, and tears everything down when HC asks, when the lifetime pipe
+// reaches EOF (HC loss: the lease-loss path), or when runsc exits.
+//
+// The message sequence with HC is drawn in api/lazaret/v1/supervisor.proto.
+package rs
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/mountns"
+	"github.com/lazaret/lazaret/pkg/netsetup"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/runsc"
+)
+
+// ReadyLine is what the guest init prints on its stdout once it runs.
+const ReadyLine = "lazaret-init-ready"
+
+// Timeouts (variables so tests and failpoints can shorten them).
+var (
+	readyTimeout = 120 * time.Second
+	stopGrace    = 5 * time.Second
+)
+
+// Main runs the Runtime Supervisor with its command-line arguments and
+// returns the process exit status.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("lazaret-rs", flag.ContinueOnError)
+	channelFD := fs.Int("channel-fd", -1, "inherited SOCK_SEQPACKET channel to the Host Coordinator")
+	lifetimeFD := fs.Int("lifetime-fd", -1, "inherited read end of the Host Coordinator lifetime pipe")
+	lockFD := fs.Int("lock-fd", -1, "inherited Domain lock descriptor (held until exit)")
+	logLevel := fs.String("log-level", "info", "debug|info|warn|error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var lvl slog.Level
+	lvl.UnmarshalText([]byte(*logLevel))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "rs", "pid", os.Getpid())
+	if *channelFD < 3 || *lifetimeFD < 3 {
+		fmt.Fprintln(os.Stderr, "lazaret-rs is started by lazaret-hc, not by hand (missing --channel-fd/--lifetime-fd)")
+		return 2
+	}
+	_ = lockFD // held open (not close-on-exec'd away) so the Domain lock outlives HC until RS is gone
+	ch, err := fdpass.FromFD(*channelFD)
+	if err != nil {
+		log.Error("adopt channel", "err", err)
+		return 1
+	}
+	unix.CloseOnExec(*lifetimeFD)
+	if *lockFD >= 0 {
+		unix.CloseOnExec(*lockFD)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		log.Error("find own executable", "err", err)
+		return 1
+	}
+	broker, err := proc.NewBroker(log, exe)
+	if err != nil {
+		log.Error("start broker", "err", err)
+		return 1
+	}
+	s := &supervisor{log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
+	return s.run()
+}
+
+type supervisor struct {
+	log    *slog.Logger
+	ch     *fdpass.Channel
+	broker *proc.Broker
+	start  *lv1.StartSandbox
+	rt     runsc.Runtime
+	art    prepare.Artifact
+	acks   chan *lv1.ProcessOwnershipCommitAck
+	stop   chan struct{} // HC asked to stop
+	hcGone chan struct{} // lifetime EOF or channel loss: lease-loss teardown
+}
+
+func (s *supervisor) watchLifetime(f *os.File) {
+	io.Copy(io.Discard, f) // returns at EOF: every HC copy of the write end is closed
+	s.log.Warn("host coordinator lifetime pipe closed: lease-loss teardown")
+	closeOnce(s.hcGone)
+}
+
+func closeOnce(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}
+
+func (s *supervisor) send(m *lv1.SupervisorMessage) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.ch.Send(ctx, m)
+}
+
+func (s *supervisor) fail(err error) int {
+	s.log.Error("supervisor failed", "err", err)
+	s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: errdefs.Category(err), Message: err.Error()}}})
+	return 1
+}
+
+func nsIdentity(path string) (*lv1.NamespaceIdentity, error) {
+	dev, ino, err := pidfs.NamespaceOfPath(path)
+	if err != nil {
+		return nil, err
+	}
+	return &lv1.NamespaceIdentity{Dev: dev, Ino: ino}, nil
+}
+
+func (s *supervisor) run() int {
+	hello := &lv1.SupervisorHello{}
+	var err error
+	for path, dst := range map[string]**lv1.NamespaceIdentity{"/proc/self/ns/net": &hello.NetNamespace, "/proc/self/ns/user": &hello.UserNamespace, "/proc/self/ns/mnt": &hello.MountNamespace} {
+		if *dst, err = nsIdentity(path); err != nil {
+			return s.fail(err)
+		}
+	}
+	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Hello{Hello: hello}}); err != nil {
+		s.log.Error("send hello", "err", err)
+		return 1
+	}
+	var first lv1.CoordinatorMessage
+	if err := s.ch.Recv(context.Background(), &first); err != nil {
+		s.log.Error("receive start", "err", err)
+		return 1
+	}
+	s.start = first.GetStart()
+	if s.start == nil {
+		return s.fail(errdefs.New(errdefs.ErrCorrupt, "first coordinator message is not StartSandbox"))
+	}
+	s.log = s.log.With("domain_id", s.start.DomainId, "generation", s.start.Generation)
+	if !proto.Equal(s.start.NetNamespace, hello.NetNamespace) {
+		return s.fail(errdefs.New(errdefs.ErrRefused, "coordinator verified netns %v but RS is in %v", s.start.NetNamespace, hello.NetNamespace))
+	}
+	if !runsc.ValidContainerID(s.start.ContainerId) {
+		return s.fail(errdefs.New(errdefs.ErrInvalid, "bad container id %q", s.start.ContainerId))
+	}
+	s.rt = runsc.Runtime{Path: s.start.RunscPath, Root: runscRootFromFlags(s.start.RunscFlags)}
+	go s.receive()
+
+	sandbox, stdin, err := s.launch()
+	if err != nil {
+		return s.fail(err)
+	}
+	code := s.serve(sandbox, stdin)
+	return code
+}
+
+func runscRootFromFlags(flags []string) string {
+	for _, f := range flags {
+		if strings.HasPrefix(f, "--root=") {
+			return strings.TrimPrefix(f, "--root=")
+		}
+	}
+	return ""
+}
+
+// receive dispatches coordinator messages after StartSandbox.
+func (s *supervisor) receive() {
+	for {
+		var m lv1.CoordinatorMessage
+		if err := s.ch.Recv(context.Background(), &m); err != nil {
+			if !errors.Is(err, fdpass.ErrClosed) {
+				s.log.Error("coordinator channel", "err", err)
+			}
+			closeOnce(s.hcGone)
+			return
+		}
+		switch {
+		case m.GetAck() != nil:
+			select {
+			case s.acks <- m.GetAck():
+			default:
+				s.log.Error("unexpected ProcessOwnershipCommitAck: refusing it")
+			}
+		case m.GetStop() != nil:
+			closeOnce(s.stop)
+		default:
+			s.log.Error("unexpected coordinator message", "msg", m.String())
+		}
+	}
+}
+
+func (s *supervisor) progress(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	s.log.Info(msg)
+	s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Progress{Progress: &lv1.Progress{Message: msg}}})
+}
+
+type progressWriter struct{ s *supervisor }
+
+func (w progressWriter) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			w.s.progress("%s", line)
+		}
+	}
+	return len(b), nil
+}
+
+// launch prepares the filesystem and network and starts the attached runsc.
+func (s *supervisor) launch() (*proc.Child, *os.File, error) {
+	st := s.start
+	if err := mountns.MakePrivate(); err != nil {
+		return nil, nil, err
+	}
+	if err := netsetup.LoopbackUp(); err != nil {
+		return nil, nil, err
+	}
+	art, found, err := prepare.Lookup(st.StorageRoot, st.ImageRef)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !found {
+		s.progress("preparing image %s (first use; later starts reuse it)", st.ImageRef)
+		art, err = prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log, Progress: progressWriter{s}})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	s.art = art
+	rootfs := filepath.Join(st.BundleDir, "rootfs")
+	if err := os.MkdirAll(rootfs, 0o700); err != nil {
+		return nil, nil, err
+	}
+	if err := mountns.BindReadOnly(art.Rootfs, rootfs); err != nil {
+		return nil, nil, fmt.Errorf("expose prepared lower %s: %w", art.ID, err)
+	}
+	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
+		return nil, nil, err
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	argv := s.rt.Run(st.BundleDir, st.ContainerId)
+	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
+		Slot:   "attached_runsc",
+		Target: proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: st.BundleDir, Files: []*os.File{inR, outW, os.Stderr}},
+		Stage:  s.stageWithCoordinator,
+	})
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, nil, err
+	}
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == ReadyLine {
+				ready <- nil
+				continue
+			}
+			s.log.Info("sandbox init", "line", line)
+		}
+		ready <- errdefs.New(errdefs.ErrUnavailable, "the sandbox exited before its init was ready (see %s)", "hc.log in the Domain Root")
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			s.teardown(child, inW)
+			return nil, nil, err
+		}
+	case <-time.After(readyTimeout):
+		s.teardown(child, inW)
+		return nil, nil, errdefs.New(errdefs.ErrUnavailable, "the sandbox did not become ready within %s", readyTimeout)
+	case <-s.hcGone:
+		s.teardown(child, inW)
+		return nil, nil, errdefs.New(errdefs.ErrUnavailable, "host coordinator gone during start")
+	}
+	id := child.Identity()
+	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Ready{Ready: &lv1.SandboxReady{
+		PreparedArtifactId: art.ID, ImageRef: st.ImageRef, ManifestDigest: art.Source.ManifestDigest, AttachedRunsc: identityProto(id),
+	}}}); err != nil {
+		s.teardown(child, inW)
+		return nil, nil, err
+	}
+	return child, inW, nil
+}
+
+// stageWithCoordinator is acquisition step 6 for an RS-launched child: send
+// the exact staged tuple and wait for HC's exact echo.
+func (s *supervisor) stageWithCoordinator(ctx context.Context, id pidfs.Identity) error {
+	staged := &lv1.StagedProcessOwnership{DomainId: s.start.DomainId, Generation: s.start.Generation, CoordinatorId: s.start.CoordinatorId, Slot: "attached_runsc", Identity: identityProto(id)}
+	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Staged{Staged: staged}}); err != nil {
+		return err
+	}
+	select {
+	case ack := <-s.acks:
+		want := &lv1.ProcessOwnershipCommitAck{DomainId: staged.DomainId, Generation: staged.Generation, CoordinatorId: staged.CoordinatorId, Slot: staged.Slot, Identity: staged.Identity}
+		if !proto.Equal(ack, want) {
+			return errdefs.New(errdefs.ErrRefused, "ProcessOwnershipCommitAck does not echo the staged ownership exactly")
+		}
+		return nil
+	case <-s.hcGone:
+		return errdefs.New(errdefs.ErrUnavailable, "host coordinator gone before acknowledging staged ownership")
+	case <-time.After(30 * time.Second):
+		return errdefs.New(errdefs.ErrUnavailable, "no ProcessOwnershipCommitAck within 30s")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// IdentityProto encodes a pidfs identity.
+func identityProto(id pidfs.Identity) *lv1.PidfsProcessIdentityV1 {
+	return &lv1.PidfsProcessIdentityV1{BootId: id.BootID[:], PidfsStDev: id.Dev, PidfsStIno: id.Ino, HostPid: id.HostPID, StartTimeTicks: id.StartTimeTicks}
+}
+
+func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
+	select {
+	case <-s.stop:
+		s.log.Info("stop requested")
+	case <-s.hcGone:
+	case <-sandbox.Done():
+		st, _ := sandbox.Status()
+		s.log.Error("attached runsc exited unexpectedly", "status", st.String())
+		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the sandbox stopped unexpectedly (" + st.String() + ")"}}})
+	}
+	s.teardown(sandbox, stdin)
+	s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Stopped{Stopped: &lv1.SupervisorStopped{}}})
+	return 0
+}
+
+// teardown stops the sandbox: EOF on the init's stdin ends the container's
+// init and with it every guest process; then runsc kill, then SIGKILL of the
+// exact runsc client; finally runsc delete -force clears the state.
+func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
+	stdin.Close()
+	id := s.start.ContainerId
+	wait := func(d time.Duration) bool {
+		select {
+		case <-sandbox.Done():
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	if !wait(stopGrace) {
+		s.log.Warn("sandbox did not stop on init EOF: runsc kill")
+		s.runsc(s.rt.Kill(id, "KILL", 0))
+		if !wait(stopGrace) {
+			s.log.Warn("attached runsc still running: SIGKILL through its pidfd")
+			sandbox.Signal(unix.SIGKILL)
+			<-sandbox.Done()
+		}
+	}
+	s.runsc(s.rt.Delete(id))
+	rootfs := filepath.Join(s.start.BundleDir, "rootfs")
+	if err := mountns.Unmount(rootfs); err != nil && !errors.Is(err, unix.EINVAL) {
+		s.log.Warn("unmount rootfs", "err", err)
+	}
+}
+
+func (s *supervisor) runsc(argv []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, stderr, st, err := s.broker.Output(ctx, "runsc "+argv[len(argv)-2], proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}}, 64<<10)
+	if err != nil || !st.Exited || st.Code != 0 {
+		s.log.Debug("runsc command", "argv", strings.Join(argv[1:], " "), "status", st.String(), "err", err, "stderr", strings.TrimSpace(string(stderr)))
+	}
+}

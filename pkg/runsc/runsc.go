@@ -1,0 +1,86 @@
+// Package runsc builds runsc command lines for the attached sandbox, session
+// execs and cleanup, with the flags measured to work rootless on this kernel
+// (shared/design/runtime.md §2, filesystem.md §3–§4). It spawns nothing: the
+// broker of the calling process (package proc) does.
+package runsc
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// PinnedVersion is the gVisor module version Lazaret is built and tested
+// with (scripts/setup.sh builds it pure Go: CGO_ENABLED=0).
+const PinnedVersion = "v0.0.0-20260905035102-160fafc42237"
+
+// Runtime names one runsc binary and its state directory.
+type Runtime struct {
+	Path string
+	Root string // --root state directory
+}
+
+// GlobalFlags are the flags every invocation for a Domain carries.
+//
+//   - --ignore-cgroups: a rootless user cannot create cgroups here;
+//   - no --rootless: it rejects the sandbox network (runsc is ns-root in the
+//     Runtime Supervisor's user namespace already);
+//   - --network=sandbox: the netstack imports the RS namespace's interfaces;
+//   - --overlay2=root:memory: the prepared lower stays read-only beneath an
+//     ephemeral root overlay; never all:* (workspace writes would not reach
+//     the host);
+//   - --file-access-mounts=shared: host edits to /workspace are seen at once.
+func (r Runtime) GlobalFlags() []string {
+	return []string{
+		"--root=" + r.Root,
+		"--ignore-cgroups",
+		"--network=sandbox",
+		"--overlay2=root:memory",
+		"--file-access-mounts=shared",
+	}
+}
+
+var containerID = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
+
+// ValidContainerID reports whether id is acceptable to runsc and to us.
+func ValidContainerID(id string) bool { return containerID.MatchString(id) }
+
+// ContainerID names the Agent Sandbox of a Domain generation.
+func ContainerID(domainID string, generation uint64) string {
+	return fmt.Sprintf("lazaret-%s-%d", domainID, generation)
+}
+
+func (r Runtime) argv(sub ...string) []string {
+	return append(append([]string{r.Path}, r.GlobalFlags()...), sub...)
+}
+
+// Run is the attached (non-detached) `runsc run` of the bundle.
+func (r Runtime) Run(bundle, id string) []string {
+	return r.argv("run", "--bundle", bundle, id)
+}
+
+// Exec is a non-detached `runsc exec` of a process document; pidFile
+// receives the guest pid (--internal-pid-file) when non-empty.
+func (r Runtime) Exec(processJSON, pidFile, id string) []string {
+	args := []string{"exec", "--process", processJSON}
+	if pidFile != "" {
+		args = append(args, "--internal-pid-file", pidFile)
+	}
+	return r.argv(append(args, id)...)
+}
+
+// Kill signals the container's processes: all of them, or one exact guest
+// process group (pgid > 0).
+func (r Runtime) Kill(id, signal string, pgid int) []string {
+	if pgid > 0 {
+		return r.argv("kill", fmt.Sprintf("--pgid=%d", pgid), id, signal)
+	}
+	return r.argv("kill", "--all", id, signal)
+}
+
+// Delete force-deletes the container's state.
+func (r Runtime) Delete(id string) []string {
+	return r.argv("delete", "-force", id)
+}
+
+// List lists containers in the state directory.
+func (r Runtime) List() []string { return r.argv("list", "-quiet") }

@@ -1,0 +1,32 @@
+package runsc
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFlags(t *testing.T) {
+	r := Runtime{Path: "/x/runsc", Root: "/run/r"}
+	got := strings.Join(r.Run("/b", "lazaret-abc-1"), " ")
+	if got != "/x/runsc --root=/run/r --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared run --bundle /b lazaret-abc-1" {
+		t.Fatal(got)
+	}
+	for _, bad := range []string{"--rootless", "all:", "--detach"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("flag %s present", bad)
+		}
+	}
+	if e := strings.Join(r.Exec("/p.json", "/pid", "c"), " "); !strings.HasSuffix(e, "exec --process /p.json --internal-pid-file /pid c") {
+		t.Error(e)
+	}
+	if k := strings.Join(r.Kill("c", "INT", 7), " "); !strings.HasSuffix(k, "kill --pgid=7 c INT") {
+		t.Error(k)
+	}
+}
+
+func TestContainerID(t *testing.T) {
+	id := ContainerID("0123456789abcdef0123456789abcdef", 3)
+	if !ValidContainerID(id) || ValidContainerID("../x") || ValidContainerID("") {
+		t.Fatal(id)
+	}
+}

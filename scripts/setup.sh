@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Host set-up for Lazaret on Debian 12: installs only what is missing, so every
+# step is idempotent and a second run is fast. Called by `make run`, `make test`
+# and `make setup`; needs root (it uses sudo when run as another user).
+#
+#   scripts/setup.sh deps                 Debian packages, pinned runsc, device permissions
+#   scripts/setup.sh user NAME            a non-root user with subordinate uid/gid ranges
+#   scripts/setup.sh images NAME KIND...  build images (debian, busybox) as user NAME
+#   scripts/setup.sh demo-workspace NAME  a small Git project owned by NAME (for make run as root)
+#   scripts/setup.sh protoc               protobuf-compiler (for make proto / proto-check)
+set -euo pipefail
+
+RUNSC_VERSION="${RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237}"
+DEPS_DIR="${LAZARET_DEPS_DIR:-/var/cache/lazaret}"
+RUNSC_DIR="$DEPS_DIR/runsc/$RUNSC_VERSION"
+PACKAGES=(slirp4netns uidmap iproute2 git mmdebstrap umoci busybox-static tmux fuse3 util-linux ca-certificates)
+here="$(cd "$(dirname "$0")/.." && pwd)"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else die "root is needed for: $* (run as root or install sudo)"; fi
+}
+
+deps() {
+	local missing=()
+	for p in "${PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		say "installing Debian packages: ${missing[*]}"
+		as_root apt-get update -qq
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+	if [ ! -x "$RUNSC_DIR/runsc" ]; then
+		say "building the pinned runsc $RUNSC_VERSION (pure Go, about 2 minutes; cached in $RUNSC_DIR)"
+		command -v go >/dev/null || die "go is not installed: install Go 1.26 or later"
+		as_root mkdir -p "$RUNSC_DIR"
+		local tmp; tmp="$(mktemp -d)"
+		# CGO_ENABLED=0 is required: a cgo build re-execs /proc/self/exe after
+		# chroot and fails (shared/design/runtime.md §1).
+		(cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS=-buildvcs=false go install -trimpath "gvisor.dev/gvisor/runsc@$RUNSC_VERSION")
+		as_root install -m 0755 "$tmp/runsc" "$RUNSC_DIR/runsc"
+		rm -rf "$tmp"
+	fi
+	as_root chmod 0755 "$DEPS_DIR" "$DEPS_DIR/runsc" "$RUNSC_DIR"
+	# slirp4netns and the FUSE router need these as the developer; 0666 is the
+	# usual distribution default, but fresh VMs here have 0600.
+	for dev in /dev/net/tun /dev/fuse; do
+		[ -e "$dev" ] || die "$dev is missing: load the kernel module (modprobe ${dev##*/})"
+		if [ "$(stat -c %a "$dev")" != 666 ]; then
+			say "making $dev usable by users (chmod 0666)"
+			as_root chmod 0666 "$dev"
+		fi
+	done
+	if [ -d /etc/udev/rules.d ] && [ ! -f /etc/udev/rules.d/70-lazaret.rules ]; then
+		as_root sh -c 'printf "%s\n" "KERNEL==\"tun\", MODE=\"0666\"" "KERNEL==\"fuse\", MODE=\"0666\"" > /etc/udev/rules.d/70-lazaret.rules'
+	fi
+}
+
+next_subid_start() {
+	# First id after every existing range in /etc/subuid and /etc/subgid.
+	awk -F: 'BEGIN{m=100000} NF==3 {e=$2+$3; if (e>m) m=e} END{print m}' /etc/subuid /etc/subgid 2>/dev/null || echo 100000
+}
+
+user() {
+	local name="$1"
+	if ! id "$name" >/dev/null 2>&1; then
+		say "creating user $name"
+		as_root useradd --create-home --shell /bin/bash "$name"
+	fi
+	local home; home="$(getent passwd "$name" | cut -d: -f6)"
+	[ -d "$home" ] || as_root install -d -o "$name" -g "$(id -gn "$name")" -m 0755 "$home"
+	for f in /etc/subuid /etc/subgid; do
+		[ -f "$f" ] || as_root touch "$f"
+	done
+	if ! awk -F: -v u="$name" -v i="$(id -u "$name")" '($1==u||$1==i) && $3>=65536 {f=1} END{exit !f}' /etc/subuid ||
+		! awk -F: -v u="$name" -v i="$(id -u "$name")" '($1==u||$1==i) && $3>=65536 {f=1} END{exit !f}' /etc/subgid; then
+		local start; start="$(next_subid_start)"
+		say "giving $name subordinate ids $start-$((start + 65535))"
+		as_root usermod --add-subuids "$start-$((start + 65535))" --add-subgids "$start-$((start + 65535))" "$name"
+	fi
+}
+
+images() {
+	local name="$1"; shift
+	local home; home="$(getent passwd "$name" | cut -d: -f6)"
+	local bin="${LAZARET_BIN:-$here/bin}"
+	# The user must be able to run the binaries: copy them where it can.
+	local tools; tools="$(mktemp -d /tmp/lazaret-setup.XXXXXX)"
+	chmod 0755 "$tools"
+	install -m 0755 "$bin/lazaret" "$tools/lazaret"
+	for kind in "$@"; do
+		if [ -f "$home/.local/share/lazaret/images/$kind/index.json" ]; then
+			continue
+		fi
+		say "building the $kind image as $name (cached in $home/.local/share/lazaret/images/$kind)"
+		as_root runuser -u "$name" -- env -i HOME="$home" USER="$name" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+			"$tools/lazaret" image build "$kind"
+	done
+	rm -rf "$tools"
+}
+
+demo_workspace() {
+	local name="$1"
+	local home; home="$(getent passwd "$name" | cut -d: -f6)"
+	local ws="$home/demo-project"
+	if [ ! -d "$ws/.git" ]; then
+		say "creating the demo Git workspace $ws"
+		as_root runuser -u "$name" -- sh -c "
+			set -e
+			mkdir -p '$ws' && cd '$ws'
+			git init -q -b main
+			printf '# Demo project\n\nEdited by an agent in the Lazaret sandbox.\n' > README.md
+			printf 'hello:\n\t@echo hello from \$\$(hostname)\n' > Makefile
+			git add . && git -c user.name=Demo -c user.email=demo@lazaret.invalid commit -qm 'Demo project'
+			git config user.name 'Lazaret Demo' && git config user.email demo@lazaret.invalid
+		"
+	fi
+	echo "$ws"
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+deps) deps ;;
+user) user "$@" ;;
+images) images "$@" ;;
+demo-workspace) demo_workspace "$@" ;;
+protoc) dpkg-query -W -f='${Status}' protobuf-compiler 2>/dev/null | grep -q 'install ok installed' || { as_root apt-get update -qq; as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null; } ;;
+*) die "usage: $0 deps | user NAME | images NAME KIND... | demo-workspace NAME" ;;
+esac
