@@ -1,5 +1,6 @@
 // Command lazaret-escalate is the in-sandbox Escalation Client. Its hidden
-// init role is the Agent Sandbox's PID 1 (package sandboxinit).
+// roles are the Agent Sandbox's PID 1 and its session launcher (package
+// sandboxinit).
 package main
 
 import (
@@ -11,8 +12,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == ocispec.InitArg {
-		os.Exit(sandboxinit.Main(os.Args[2:]))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case ocispec.InitArg:
+			os.Exit(sandboxinit.Main(os.Args[2:]))
+		case ocispec.ExecArg:
+			os.Exit(sandboxinit.ExecMain(os.Args[2:]))
+		}
 	}
 	os.Exit(escalate.Main(os.Args[1:], os.Stderr))
 }

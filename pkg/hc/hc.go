@@ -115,7 +115,7 @@ func Main(args []string) int {
 	prof := fs.String("profile", "", "Agent Profile")
 	image := fs.String("image", "", "image reference of the profile")
 	level := fs.String("log-level", "info", "debug|info|warn|error")
-	idle := fs.Duration("idle-timeout", 30*time.Second, "tear down if no session arrives this long after start")
+	idle := fs.Duration("idle-timeout", 10*time.Second, "tear down if no session arrives this long after start")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

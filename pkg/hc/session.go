@@ -218,7 +218,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	if req.WorkspaceSubdir != "" {
 		cwd = path.Join(cwd, req.WorkspaceSubdir)
 	}
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: req.Argv, Env: s.env(req), Cwd: cwd})
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req), Cwd: cwd})
 	if err != nil {
 		refuse(s.conn, errdefs.Mark(err, errdefs.ErrInvalid))
 		return
@@ -246,7 +246,9 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 		refuse(s.conn, err)
 		return
 	}
-	argv := c.rt.Exec(pjFile, "", c.container)
+	pidFile := filepath.Join(c.sessionDir(), s.id+".pid")
+	defer os.Remove(pidFile)
+	argv := c.rt.Exec(pjFile, pidFile, c.container)
 	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:   "session_exec",
 		Target: proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{inR, outW, errW}, Setsid: true},
@@ -326,7 +328,7 @@ loop:
 				if !clientGone {
 					clientGone = true
 					log.Info("client connection lost: stopping the session command")
-					child.Signal(unix.SIGTERM)
+					go s.signalGuest(pidFile, unix.SIGTERM)
 					go func() {
 						select {
 						case <-child.Done():
@@ -349,8 +351,9 @@ loop:
 				sig := unix.Signal(f.GetSignal().GetSignal())
 				switch sig {
 				case unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT:
-					// runsc exec forwards the signal to the guest process.
-					child.Signal(sig)
+					// Without a terminal, runsc exec forwards no signals:
+					// deliver it to the exact guest process.
+					go s.signalGuest(pidFile, sig)
 				default:
 					log.Warn("refused signal from client", "signal", int(sig))
 				}
@@ -381,6 +384,28 @@ loop:
 	}
 	log.Info("session ended", "status", st.String())
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}})
+}
+
+// signalGuest delivers sig to the session's guest process, named by the pid
+// runsc wrote with --internal-pid-file (a pid in the sandbox's own PID
+// namespace: runsc resolves it there, never on the host).
+func (s *session) signalGuest(pidFile string, sig unix.Signal) {
+	c := s.c
+	var pid int
+	for i := 0; i < 50; i++ {
+		b, err := os.ReadFile(pidFile)
+		if err == nil {
+			if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid); err == nil && pid > 0 {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pid <= 0 {
+		c.log.Warn("no guest pid to signal", "session_id", s.id, "signal", unix.SignalName(sig))
+		return
+	}
+	c.runscQuiet(c.rt.KillPID(c.container, strings.TrimPrefix(unix.SignalName(sig), "SIG"), pid))
 }
 
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {

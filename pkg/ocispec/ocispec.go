@@ -39,6 +39,15 @@ const InitPath = ControlDir + "/bin/lazaret-escalate"
 // InitArg selects the init role of the in-sandbox binary.
 const InitArg = "__lazaret-init"
 
+// ExecArg selects the session launcher role of the in-sandbox binary.
+const ExecArg = "__lazaret-exec"
+
+// SessionArgs wraps a session command in the in-sandbox launcher, which
+// execs it in place (same pid) or reports 127/126 like a shell.
+func SessionArgs(argv []string) []string {
+	return append([]string{InitPath, ExecArg, "--"}, argv...)
+}
+
 // Capabilities granted to guest processes: the usual container default set
 // without CAP_NET_RAW, and never CAP_NET_ADMIN (SR-5).
 var Capabilities = []string{

@@ -375,7 +375,7 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	}
 	if !wait(stopGrace) {
 		s.log.Warn("sandbox did not stop on init EOF: runsc kill")
-		s.runsc(s.rt.Kill(id, "KILL", 0))
+		s.runsc(s.rt.Kill(id, "KILL"))
 		if !wait(stopGrace) {
 			s.log.Warn("attached runsc still running: SIGKILL through its pidfd")
 			sandbox.Signal(unix.SIGKILL)

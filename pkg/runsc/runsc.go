@@ -68,13 +68,20 @@ func (r Runtime) Exec(processJSON, pidFile, id string) []string {
 	return r.argv(append(args, id)...)
 }
 
-// Kill signals the container's processes: all of them, or one exact guest
-// process group (pgid > 0).
-func (r Runtime) Kill(id, signal string, pgid int) []string {
-	if pgid > 0 {
-		return r.argv("kill", fmt.Sprintf("--pgid=%d", pgid), id, signal)
-	}
+// Kill signals all of the container's processes.
+func (r Runtime) Kill(id, signal string) []string {
 	return r.argv("kill", "--all", id, signal)
+}
+
+// KillPID signals one exact guest process (pid in the sandbox's root PID
+// namespace, as --internal-pid-file reports it).
+func (r Runtime) KillPID(id, signal string, pid int) []string {
+	return r.argv("kill", fmt.Sprintf("--pid=%d", pid), id, signal)
+}
+
+// KillGroup signals one exact guest process group.
+func (r Runtime) KillGroup(id, signal string, pgid int) []string {
+	return r.argv("kill", fmt.Sprintf("--pgid=%d", pgid), id, signal)
 }
 
 // Delete force-deletes the container's state.

@@ -19,7 +19,13 @@ func TestFlags(t *testing.T) {
 	if e := strings.Join(r.Exec("/p.json", "/pid", "c"), " "); !strings.HasSuffix(e, "exec --process /p.json --internal-pid-file /pid c") {
 		t.Error(e)
 	}
-	if k := strings.Join(r.Kill("c", "INT", 7), " "); !strings.HasSuffix(k, "kill --pgid=7 c INT") {
+	if k := strings.Join(r.KillGroup("c", "INT", 7), " "); !strings.HasSuffix(k, "kill --pgid=7 c INT") {
+		t.Error(k)
+	}
+	if k := strings.Join(r.KillPID("c", "TERM", 9), " "); !strings.HasSuffix(k, "kill --pid=9 c TERM") {
+		t.Error(k)
+	}
+	if k := strings.Join(r.Kill("c", "KILL"), " "); !strings.HasSuffix(k, "kill --all c KILL") {
 		t.Error(k)
 	}
 }

@@ -59,6 +59,12 @@ func runAction(c *cli.Context) error {
 		}
 		return errdefs.New(errdefs.ErrInvalid, "no command given: usage `lazaret run [--profile P] -- COMMAND [ARG...]`")
 	}
+	// A terminal signal before the session runs ends this CLI with 128+n
+	// (a coordinator it started notices the lost client and stops); once the
+	// session runs, signals are forwarded to the command.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
 	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
 	if err := host.All(); err != nil {
 		return err
@@ -112,11 +118,11 @@ func runAction(c *cli.Context) error {
 	}
 	s := &starter{paths: paths, prof: prof, ws: ws.Root, image: image}
 	for attempt := 1; ; attempt++ {
-		conn, err := s.connect()
+		conn, err := s.connectOrSignal(sigs)
 		if err != nil {
 			return err
 		}
-		code, retry, err := session(conn, req)
+		code, retry, err := session(conn, req, sigs)
 		if retry && attempt < maxAttempts {
 			time.Sleep(50 * time.Millisecond)
 			continue
@@ -138,6 +144,25 @@ type starter struct {
 	prof  profile
 	ws    string
 	image string
+}
+
+// connectOrSignal is connect, abandoned with 128+n on a terminal signal.
+func (s *starter) connectOrSignal(sigs <-chan os.Signal) (*net.UnixConn, error) {
+	type result struct {
+		conn *net.UnixConn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		conn, err := s.connect()
+		done <- result{conn, err}
+	}()
+	select {
+	case r := <-done:
+		return r.conn, r.err
+	case sig := <-sigs:
+		return nil, exitError{128 + int(sig.(syscall.Signal))}
+	}
 }
 
 func (s *starter) connect() (*net.UnixConn, error) {
@@ -234,15 +259,12 @@ func (s *starter) startCoordinator(lock *os.File) error {
 
 // session runs one Client Session on conn. retry reports a Domain that was
 // stopping: the caller starts or joins again.
-func session(conn *net.UnixConn, req *lv1.RunRequest) (code int, retry bool, err error) {
+func session(conn *net.UnixConn, req *lv1.RunRequest, sigs <-chan os.Signal) (code int, retry bool, err error) {
 	defer conn.Close()
 	fc := control.NewConn(conn)
 	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
 		return 0, true, nil // the coordinator closed between dial and request
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
 	frames := make(chan *lv1.ServerFrame, 16)
 	readErr := make(chan error, 1)
 	go func() {

@@ -1,0 +1,374 @@
+// Package prepare materialises the prepared lower (spec §3.5, FR-22,
+// SR-15): a Lazaret-owned, immutable root filesystem tree built from a base
+// image, identified by a prepared-artifact ID and carrying the source image
+// identity.
+//
+// Ensure resolves an image reference with go.podman.io/image/v5 (any
+// alltransports reference, e.g. "oci:PATH[:TAG]" or
+// "docker://REGISTRY/NAME[:TAG]"), checks every blob against its digest
+// (compressed layer digest and uncompressed diff ID from the config),
+// decompresses the layers and applies them with go.podman.io/storage's
+// pkg/chrootarchive, which unpacks each layer in a re-executed child
+// chrooted into the tree so that no archive entry or symlink can reach
+// outside it. The binary must therefore call reexec.Init() first thing in
+// main (see the package documentation of go.podman.io/storage/pkg/reexec).
+//
+// Preparation runs as namespace-root inside the unprivileged user's user
+// namespace with the full subordinate id map, so owners, set-id and sticky
+// bits and modes come out exactly as in the image. Device nodes cannot be
+// created there; they are left out of every prepared tree (even when run as
+// real root, so results do not depend on where preparation ran) and counted.
+// Character devices 0/0 (overlay-style whiteouts) are converted to OCI
+// whiteouts, so the path they delete is absent from the tree.
+//
+// Layout beneath the Storage Root:
+//
+//	prepared/
+//	  .staging/<random>/          one preparation in progress (flock held)
+//	    rootfs/
+//	    artifact.json
+//	  pl-<32 hex>/                a published artifact, never modified again
+//	    rootfs/
+//	    artifact.json             versioned record (artifactRecord)
+//
+// The prepared-artifact ID is "pl-" followed by the first 32 hex digits of
+// SHA-256 over the preparer format version and the image's manifest digest,
+// so the same image always maps to the same artifact and a launch reuses it.
+// A tree is staged under prepared/.staging and published with
+// renameat2(RENAME_NOREPLACE) relative to descriptors of the Storage Root;
+// all lookups use openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) so no symlink
+// can lead out of the Storage Root. If another process publishes the same ID
+// first, the losing staging tree is discarded and the published one is used.
+// Deleting prepared trees (subordinate-uid files) must happen inside the
+// same user namespace; this package removes only its own failed staging
+// trees and stale staging trees whose lock is free.
+package prepare
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// ControlDir is the fixed Lazaret control directory inside the sandbox.
+const ControlDir = "/.lazaret"
+
+// FormatVersion is the version of the preparer's output (tree contents and
+// artifact.json schema). It is part of the prepared-artifact ID; records
+// with a newer version are refused.
+const FormatVersion = 1
+
+// MountPoint is a path every prepared rootfs contains so that the sandbox
+// runtime can mount over it without writing to the read-only lower.
+type MountPoint struct {
+	// Path is absolute inside the rootfs.
+	Path string
+	// Dir tells a directory from a regular file.
+	Dir bool
+	// Mode is used when the preparer has to create the path (owner 0:0).
+	Mode os.FileMode
+}
+
+// MountPoints lists, parents first, the mount points Ensure guarantees.
+var MountPoints = []MountPoint{
+	{Path: "/proc", Dir: true, Mode: 0o755},
+	{Path: "/sys", Dir: true, Mode: 0o755},
+	{Path: "/dev", Dir: true, Mode: 0o755},
+	{Path: "/dev/pts", Dir: true, Mode: 0o755},
+	{Path: "/dev/shm", Dir: true, Mode: 0o755},
+	{Path: "/tmp", Dir: true, Mode: 0o777 | os.ModeSticky},
+	{Path: "/workspace", Dir: true, Mode: 0o755},
+	{Path: ControlDir, Dir: true, Mode: 0o755},
+	{Path: "/etc", Dir: true, Mode: 0o755},
+	{Path: "/etc/hosts", Mode: 0o644},
+	{Path: "/etc/hostname", Mode: 0o644},
+	{Path: "/etc/resolv.conf", Mode: 0o644},
+}
+
+// Options configures Ensure.
+type Options struct {
+	// StorageRoot is the Lazaret Storage Root (absolute path). Prepared
+	// artifacts live in StorageRoot/prepared.
+	StorageRoot string
+	// ImageRef is an alltransports image reference, e.g.
+	// "oci:/path/to/layout:latest" or "docker://docker.io/library/debian:12".
+	ImageRef string
+	// Logger receives structured logs. May be nil.
+	Logger *slog.Logger
+	// Progress receives human-readable progress. May be nil.
+	Progress io.Writer
+}
+
+// SourceIdentity identifies the image an artifact was prepared from.
+type SourceIdentity struct {
+	// Ref is the transport-qualified reference used at preparation time.
+	Ref string `json:"ref"`
+	// ManifestDigest is the digest of the single-platform image manifest
+	// (the instance chosen from a manifest list, if any).
+	ManifestDigest string `json:"manifest_digest"`
+	// ConfigDigest is the digest of the image configuration.
+	ConfigDigest string `json:"config_digest"`
+}
+
+// Artifact is a published prepared lower.
+type Artifact struct {
+	// ID is the prepared-artifact ID ("pl-" + 32 hex).
+	ID string
+	// Dir is the artifact directory, StorageRoot/prepared/ID. Paths are
+	// lookup hints: open them beneath the Storage Root descriptor.
+	Dir string
+	// Rootfs is Dir/rootfs, the tree to expose read-only as the lower.
+	Rootfs string
+	// Source is the image the artifact was prepared from.
+	Source SourceIdentity
+	// Created is when the artifact was prepared.
+	Created time.Time
+}
+
+// Errors returned (wrapped) by this package; test with errors.Is.
+var (
+	// ErrNewerFormat: an artifact record was written by a newer Lazaret.
+	ErrNewerFormat = errors.New("prepared artifact has a newer format version")
+	// ErrCorrupt: an artifact record or tree is unreadable or inconsistent.
+	ErrCorrupt = errors.New("prepared artifact is corrupt")
+	// ErrBadReference: the image reference cannot be resolved.
+	ErrBadReference = errors.New("bad image reference")
+)
+
+const (
+	preparedDir  = "prepared"
+	stagingDir   = ".staging"
+	rootfsName   = "rootfs"
+	recordName   = "artifact.json"
+	idPrefix     = "pl-"
+	staleStaging = time.Minute
+)
+
+var idPattern = regexp.MustCompile(`^pl-[0-9a-f]{32}$`)
+
+// ArtifactID returns the prepared-artifact ID of the image with the given
+// manifest digest.
+func ArtifactID(manifestDigest string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "lazaret prepared lower\x00format %d\x00%s", FormatVersion, manifestDigest)
+	return idPrefix + hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// ValidID reports whether id has the form of a prepared-artifact ID.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+func artifactFor(storageRoot string, rec *artifactRecord) Artifact {
+	dir := filepath.Join(storageRoot, preparedDir, rec.ID)
+	return Artifact{
+		ID:      rec.ID,
+		Dir:     dir,
+		Rootfs:  filepath.Join(dir, rootfsName),
+		Source:  rec.Source,
+		Created: rec.Created,
+	}
+}
+
+// Ensure returns the prepared artifact for opts.ImageRef, preparing and
+// publishing it first if it does not exist yet. An existing artifact is
+// validated (record version, identity, rootfs and mount points) and reused.
+func Ensure(ctx context.Context, opts Options) (Artifact, error) {
+	return ensure(ctx, opts, hooks{})
+}
+
+// hooks lets tests interpose at fixed points of a preparation.
+type hooks struct {
+	beforePublish func()
+}
+
+func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if err := checkOptions(opts.StorageRoot, opts.ImageRef); err != nil {
+		return Artifact{}, err
+	}
+	log := opts.Logger.With("storage_root", opts.StorageRoot, "image_ref", opts.ImageRef)
+
+	st, err := openStore(opts.StorageRoot, true)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	}
+	defer st.close()
+
+	img, err := resolve(ctx, opts.ImageRef, true)
+	if err != nil {
+		return Artifact{}, err
+	}
+	defer img.close()
+	id := ArtifactID(img.source.ManifestDigest)
+	log = log.With("artifact_id", id, "manifest_digest", img.source.ManifestDigest)
+
+	rec, found, err := st.lookup(id, img.source.ManifestDigest)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	}
+	if found {
+		log.Info("reusing prepared lower")
+		fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s\n", id, opts.ImageRef)
+		return artifactFor(opts.StorageRoot, rec), nil
+	}
+	if err := checkIdentityMap(); err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	}
+	st.cleanStaleStaging(log)
+
+	start := time.Now()
+	log.Info("preparing lower", "layers", len(img.layers))
+	fmt.Fprintf(opts.Progress, "prepare: %s -> %s (%d layers)\n", opts.ImageRef, id, len(img.layers))
+	stg, err := st.newStaging()
+	if err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	}
+	published := false
+	defer func() {
+		if !published {
+			if err := stg.discard(); err != nil {
+				log.Warn("removing staging directory failed", "staging", stg.name, "err", err)
+			}
+		}
+	}()
+
+	counts, err := applyLayers(ctx, img, stg, log, opts.Progress)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	}
+	created, replaced, err := ensureMountPoints(stg.rootfsFD)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: mount points: %w", opts.ImageRef, err)
+	}
+	for _, p := range replaced {
+		log.Warn("replaced image entry with a mount point", "path", p)
+	}
+	rec = &artifactRecord{
+		FormatVersion:            FormatVersion,
+		ID:                       id,
+		Source:                   img.source,
+		Preparer:                 preparerVersion(),
+		Created:                  time.Now().UTC().Truncate(time.Millisecond),
+		Layers:                   img.layerRecords(),
+		RootfsBytes:              counts.bytes,
+		SkippedDeviceNodes:       counts.skippedDevices,
+		SkippedDevicePaths:       counts.skippedPaths,
+		ConvertedWhiteoutDevices: counts.whiteoutDevices,
+		CreatedMountPoints:       created,
+		ReplacedMountPoints:      replaced,
+	}
+	if err := stg.writeRecord(rec); err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	}
+	if h.beforePublish != nil {
+		h.beforePublish()
+	}
+	won, err := st.publish(stg, id)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: publish %s: %w", opts.ImageRef, id, err)
+	}
+	if !won {
+		// Someone else published the same artifact first: use theirs.
+		log.Info("another preparer published the artifact first; discarding own staging")
+		if err := stg.discard(); err != nil {
+			log.Warn("removing staging directory failed", "staging", stg.name, "err", err)
+		}
+		published = true // nothing left to clean
+		theirs, found, err := st.lookup(id, img.source.ManifestDigest)
+		if err != nil {
+			return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+		}
+		if !found {
+			return Artifact{}, fmt.Errorf("prepare %s: artifact %s vanished after a concurrent publication", opts.ImageRef, id)
+		}
+		return artifactFor(opts.StorageRoot, theirs), nil
+	}
+	published = true
+	log.Info("published prepared lower", "duration", time.Since(start), "rootfs_bytes", counts.bytes,
+		"skipped_device_nodes", counts.skippedDevices, "created_mount_points", len(created))
+	fmt.Fprintf(opts.Progress, "prepare: published %s in %s (%d bytes, %d device nodes skipped)\n",
+		id, time.Since(start).Round(time.Millisecond), counts.bytes, counts.skippedDevices)
+	return artifactFor(opts.StorageRoot, rec), nil
+}
+
+// Lookup finds the published artifact for imageRef without preparing it.
+// It resolves the reference to its manifest digest (reading the manifest
+// only, no layers; a registry reference needs the network) and validates
+// the artifact it maps to. found is false when no artifact is published.
+func Lookup(storageRoot, imageRef string) (Artifact, bool, error) {
+	if err := checkOptions(storageRoot, imageRef); err != nil {
+		return Artifact{}, false, err
+	}
+	img, err := resolve(context.Background(), imageRef, false)
+	if err != nil {
+		return Artifact{}, false, err
+	}
+	defer img.close()
+	st, err := openStore(storageRoot, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return Artifact{}, false, nil
+	}
+	if err != nil {
+		return Artifact{}, false, fmt.Errorf("prepare %s: %w", imageRef, err)
+	}
+	defer st.close()
+	id := ArtifactID(img.source.ManifestDigest)
+	rec, found, err := st.lookup(id, img.source.ManifestDigest)
+	if err != nil || !found {
+		if err != nil {
+			err = fmt.Errorf("prepare %s: %w", imageRef, err)
+		}
+		return Artifact{}, false, err
+	}
+	return artifactFor(storageRoot, rec), true, nil
+}
+
+// LookupID finds and validates a published artifact by its ID, e.g. one
+// recorded in the Domain Store. found is false when it does not exist.
+func LookupID(storageRoot, id string) (Artifact, bool, error) {
+	if !ValidID(id) {
+		return Artifact{}, false, fmt.Errorf("prepare: %q is not a prepared-artifact ID (want pl- and 32 hex digits)", id)
+	}
+	if !filepath.IsAbs(storageRoot) {
+		return Artifact{}, false, fmt.Errorf("prepare: storage root %q is not an absolute path", storageRoot)
+	}
+	st, err := openStore(storageRoot, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return Artifact{}, false, nil
+	}
+	if err != nil {
+		return Artifact{}, false, fmt.Errorf("prepare %s: %w", id, err)
+	}
+	defer st.close()
+	rec, found, err := st.lookup(id, "")
+	if err != nil || !found {
+		if err != nil {
+			err = fmt.Errorf("prepare %s: %w", id, err)
+		}
+		return Artifact{}, false, err
+	}
+	return artifactFor(storageRoot, rec), true, nil
+}
+
+func checkOptions(storageRoot, imageRef string) error {
+	if strings.TrimSpace(imageRef) == "" {
+		return fmt.Errorf("prepare: no image reference given (%w)", ErrBadReference)
+	}
+	if !filepath.IsAbs(storageRoot) {
+		return fmt.Errorf("prepare %s: storage root %q is not an absolute path", imageRef, storageRoot)
+	}
+	return nil
+}

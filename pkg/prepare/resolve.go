@@ -1,0 +1,128 @@
+package prepare
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+
+	digest "github.com/opencontainers/go-digest"
+	"go.podman.io/image/v5/image"
+	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/transports"
+	"go.podman.io/image/v5/transports/alltransports"
+	"go.podman.io/image/v5/types"
+)
+
+// resolvedImage is one single-platform image opened for preparation.
+type resolvedImage struct {
+	src     types.ImageSource
+	source  SourceIdentity
+	layers  []types.BlobInfo
+	diffIDs []digest.Digest
+}
+
+func (r *resolvedImage) close() {
+	if r.src != nil {
+		_ = r.src.Close()
+	}
+}
+
+func (r *resolvedImage) layerRecords() []layerRecord {
+	out := make([]layerRecord, len(r.layers))
+	for i, l := range r.layers {
+		out[i] = layerRecord{Digest: l.Digest.String(), DiffID: r.diffIDs[i].String(), MediaType: l.MediaType, Size: l.Size}
+	}
+	return out
+}
+
+// resolve opens imageRef, picks the instance for this platform from a
+// manifest list, and (with full) reads and verifies the config.
+func resolve(ctx context.Context, imageRef string, full bool) (_ *resolvedImage, retErr error) {
+	ref, err := alltransports.ParseImageName(imageRef)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: parse image reference: %w (%w; use oci:PATH[:TAG] for a local OCI layout or docker://REGISTRY/NAME[:TAG] for a registry)",
+			imageRef, err, ErrBadReference)
+	}
+	sys := &types.SystemContext{}
+	src, err := ref.NewImageSource(ctx, sys)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: open image: %w (%w%s)", imageRef, err, ErrBadReference, refHint(imageRef))
+	}
+	r := &resolvedImage{src: src}
+	defer func() {
+		if retErr != nil {
+			r.close()
+		}
+	}()
+	unparsed := image.UnparsedInstance(src, nil)
+	mb, mt, err := unparsed.Manifest(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: read manifest: %w", imageRef, err)
+	}
+	if manifest.MIMETypeIsMultiImage(mt) {
+		list, err := manifest.ListFromBlob(mb, mt)
+		if err != nil {
+			return nil, fmt.Errorf("prepare %s: parse manifest list: %w", imageRef, err)
+		}
+		inst, err := list.ChooseInstance(sys)
+		if err != nil {
+			return nil, fmt.Errorf("prepare %s: no image for linux/%s in manifest list: %w", imageRef, runtime.GOARCH, err)
+		}
+		unparsed = image.UnparsedInstance(src, &inst)
+		if mb, _, err = unparsed.Manifest(ctx); err != nil { // digest-checked against inst
+			return nil, fmt.Errorf("prepare %s: read manifest %s: %w", imageRef, inst, err)
+		}
+	}
+	md, err := manifest.Digest(mb)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: manifest digest: %w", imageRef, err)
+	}
+	r.source = SourceIdentity{Ref: transports.ImageName(ref), ManifestDigest: md.String()}
+	if !full {
+		return r, nil
+	}
+	img, err := image.FromUnparsedImage(ctx, sys, unparsed)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: parse manifest: %w", imageRef, err)
+	}
+	cfg, err := img.OCIConfig(ctx) // verifies the config blob's digest
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: read image config: %w", imageRef, err)
+	}
+	if cfg.OS != "" && cfg.OS != "linux" {
+		return nil, fmt.Errorf("prepare %s: image is for %s, not linux", imageRef, cfg.OS)
+	}
+	if cfg.Architecture != "" && cfg.Architecture != runtime.GOARCH {
+		return nil, fmt.Errorf("prepare %s: image is for %s, this host runs %s", imageRef, cfg.Architecture, runtime.GOARCH)
+	}
+	r.source.ConfigDigest = img.ConfigInfo().Digest.String()
+	r.layers = img.LayerInfos()
+	r.diffIDs = cfg.RootFS.DiffIDs
+	if len(r.layers) == 0 {
+		return nil, fmt.Errorf("prepare %s: image has no layers", imageRef)
+	}
+	if len(r.diffIDs) != len(r.layers) {
+		return nil, fmt.Errorf("prepare %s: manifest lists %d layers but config has %d diff IDs", imageRef, len(r.layers), len(r.diffIDs))
+	}
+	for i, l := range r.layers {
+		if err := l.Digest.Validate(); err != nil {
+			return nil, fmt.Errorf("prepare %s: layer %d digest: %w", imageRef, i, err)
+		}
+		if err := r.diffIDs[i].Validate(); err != nil {
+			return nil, fmt.Errorf("prepare %s: layer %d diff ID: %w", imageRef, i, err)
+		}
+	}
+	return r, nil
+}
+
+func refHint(imageRef string) string {
+	switch {
+	case strings.HasPrefix(imageRef, "oci:"):
+		return "; check that PATH is an OCI image layout (index.json, blobs/) and that it holds the TAG " +
+			"(build one with `lazaret image build busybox|debian`)"
+	case strings.HasPrefix(imageRef, "docker://"):
+		return "; check the registry name, the repository and tag, network access and registry credentials"
+	}
+	return ""
+}
