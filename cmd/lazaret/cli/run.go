@@ -54,7 +54,7 @@ Examples:
 func runAction(c *cli.Context) error {
 	argv := c.Args().Slice()
 	if len(argv) == 0 {
-		if term, _ := unix.IoctlGetTermios(0, unix.TCGETS); term != nil {
+		if isTerminal(0) {
 			return errdefs.New(errdefs.ErrInvalid, "interactive terminal sessions are not available in this build yet: give a command, e.g. `lazaret run -- git status`")
 		}
 		return errdefs.New(errdefs.ErrInvalid, "no command given: usage `lazaret run [--profile P] -- COMMAND [ARG...]`")

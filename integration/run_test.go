@@ -1,0 +1,414 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRunExitStatus: `lazaret run -- CMD` exits with CMD's status, 128+n for
+// a signal, 127/126 for a command that cannot run (DX-5).
+func TestRunExitStatus(t *testing.T) {
+	ws := workspace(t)
+	for _, c := range []struct {
+		cmd  []string
+		want int
+	}{
+		{[]string{"true"}, 0},
+		{[]string{"false"}, 1},
+		{[]string{"sh", "-c", "exit 7"}, 7},
+		{[]string{"sh", "-c", "kill -TERM $$"}, 143},
+		{[]string{"no-such-command-xyz"}, 127},
+		{[]string{"/etc/passwd"}, 126},
+	} {
+		r := lz(t, ws, nil, append([]string{"run", "-p", "tiny", "--"}, c.cmd...)...)
+		if r.code != c.want {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", c.cmd, r.code, c.want, r.stderr)
+		}
+	}
+	noLeftovers(t)
+}
+
+// TestRunStdio: stdin, stdout and stderr are relayed separately and exactly
+// for non-interactive use.
+func TestRunStdio(t *testing.T) {
+	ws := workspace(t)
+	r := lz(t, ws, strings.NewReader("hi\n"), "run", "-p", "tiny", "--", "cat")
+	if r.code != 0 || r.stdout != "hi\n" {
+		t.Fatalf("echo hi | cat: %+v", r)
+	}
+	r = lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo out; echo err >&2")
+	if r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Fatalf("streams mixed: %+v", r)
+	}
+	// 4 MiB of binary data through the sandbox and back, checksummed.
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i*7 + i/251)
+	}
+	r = lz(t, ws, bytes.NewReader(data), "run", "-p", "tiny", "--", "cat")
+	if r.code != 0 || r.stdout != string(data) {
+		t.Fatalf("4 MiB round trip: code %d, %d bytes back", r.code, len(r.stdout))
+	}
+	// A command that does not read stdin is not blocked by it.
+	r = lz(t, ws, bytes.NewReader(data), "run", "-p", "tiny", "--", "true")
+	if r.code != 0 {
+		t.Fatalf("true with unread stdin: %+v", r)
+	}
+	noLeftovers(t)
+}
+
+// TestWorkspaceBidirectional (spec §3.4, FR-3): the project is at /workspace,
+// edits are visible both ways at once, files created inside belong to the
+// developer on the host, and the command runs in the matching subdirectory.
+func TestWorkspaceBidirectional(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	hostGit(t, ws, "init", "-q") // the workspace is the repository's top level
+	sub := filepath.Join(ws, "src", "pkg")
+	os.MkdirAll(sub, 0o755)
+	os.Chown(filepath.Join(ws, "src"), e.uid, e.gid)
+	os.Chown(sub, e.uid, e.gid)
+	os.WriteFile(filepath.Join(ws, "from-host.txt"), []byte("host says hi\n"), 0o644)
+	os.Chown(filepath.Join(ws, "from-host.txt"), e.uid, e.gid)
+	r := lz(t, sub, nil, "run", "-p", "tiny", "--", "sh", "-c",
+		"pwd; cat /workspace/from-host.txt; echo sandbox says hi > made-inside.txt; mkdir -p /workspace/newdir; echo edited >> /workspace/from-host.txt")
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	if !strings.HasPrefix(r.stdout, "/workspace/src/pkg\nhost says hi\n") {
+		t.Fatalf("cwd or host file not seen inside: %q", r.stdout)
+	}
+	made := filepath.Join(sub, "made-inside.txt")
+	b, err := os.ReadFile(made)
+	if err != nil || string(b) != "sandbox says hi\n" {
+		t.Fatalf("file made inside not on host: %q %v", b, err)
+	}
+	for _, p := range []string{made, filepath.Join(ws, "newdir")} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := st.Sys().(*syscall.Stat_t).Uid; int(uid) != e.uid {
+			t.Errorf("%s owned by uid %d on the host, want the developer %d", p, uid, e.uid)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "from-host.txt")); string(b) != "host says hi\nedited\n" {
+		t.Errorf("edit inside not on host: %q", b)
+	}
+	noLeftovers(t)
+}
+
+// TestGitCommitInside (DX-3): git status and commit inside the sandbox, with
+// the developer's identity, seen by the host's git at once.
+func TestGitCommitInside(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	git := func(args ...string) string { t.Helper(); return hostGit(t, ws, args...) }
+	git("init", "-q", "-b", "main")
+	git("config", "user.name", "Dev Eloper")
+	git("config", "user.email", "dev@example.invalid")
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644)
+	os.Chown(filepath.Join(ws, "a.txt"), e.uid, e.gid)
+	git("add", "a.txt")
+	git("commit", "-qm", "first")
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("two\n"), 0o644)
+	r := lz(t, ws, nil, "run", "--", "sh", "-c", "git status --short && git commit -qam 'from the sandbox' && git log --format='%an <%ae> %s' -1")
+	if r.code != 0 {
+		t.Fatalf("git inside: %+v", r)
+	}
+	if !strings.Contains(r.stdout, " M a.txt") {
+		t.Errorf("git status inside: %q", r.stdout)
+	}
+	if got := git("log", "--format=%an <%ae> %s", "-1"); got != "Dev Eloper <dev@example.invalid> from the sandbox" {
+		t.Errorf("host sees %q", got)
+	}
+	if got := git("status", "--porcelain"); got != "" {
+		t.Errorf("host work tree not clean after the commit inside: %q", got)
+	}
+	noLeftovers(t)
+}
+
+// TestHostPathsInvisible (SR-3): no host path outside the workspace and the
+// read-only control mount is visible; the mount table inside names only
+// those host sources.
+func TestHostPathsInvisible(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	marker := "lazaret-marker-" + randHex(6)
+	var planted []string
+	for _, dir := range []string{"/etc", e.home, "/tmp", "/run", "/var/tmp"} {
+		p := filepath.Join(dir, marker)
+		if err := os.WriteFile(p, []byte(marker), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		planted = append(planted, p)
+		t.Cleanup(func() { os.Remove(p) })
+	}
+	script := fmt.Sprintf(`for p in %s; do if cat "$p" 2>/dev/null; then echo "VISIBLE $p"; fi; done
+find / -path /proc -prune -o -path /sys -prune -o -name '%s' -print 2>/dev/null | sed 's/^/FOUND /'
+cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", script)
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(line, "VISIBLE") || strings.HasPrefix(line, "FOUND") || strings.Contains(line, marker) && !strings.Contains(line, "mountinfo") {
+			t.Errorf("host path reachable inside: %s", line)
+		}
+	}
+	// Host-backed (9p gofer) mounts are exactly the workspace and the
+	// read-only control directory; the root is the overlay over the prepared
+	// lower; everything else is a virtual filesystem.
+	virtual := map[string]bool{"tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "dev": true, "mqueue": true, "cgroup": true}
+	n := 0
+	for _, line := range strings.Split(r.stdout, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 6 || len(g) < 1 {
+			continue
+		}
+		n++
+		point, opts, fstype := f[4], f[5], g[0]
+		switch {
+		case fstype == "9p" && point == "/workspace":
+		case fstype == "9p" && point == "/.lazaret" && strings.HasPrefix(opts, "ro"):
+		case fstype == "overlay" && point == "/":
+		case virtual[fstype]:
+		default:
+			t.Errorf("unexpected mount inside: %s", line)
+		}
+	}
+	if n == 0 {
+		t.Errorf("no mountinfo read inside: %q", r.stdout)
+	}
+	noLeftovers(t)
+}
+
+// TestSandboxPrivileges (SR-1, SR-5): CAP_NET_ADMIN and CAP_NET_RAW are
+// absent and no_new_privs is set for guest processes; the guest is uid 0.
+func TestSandboxPrivileges(t *testing.T) {
+	ws := workspace(t)
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "id -u; grep -E '^(CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status")
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if lines[0] != "0" {
+		t.Errorf("guest uid %q, want 0", lines[0])
+	}
+	fields := map[string]string{}
+	for _, l := range lines[1:] {
+		k, v, _ := strings.Cut(l, ":")
+		fields[k] = strings.TrimSpace(v)
+	}
+	if fields["NoNewPrivs"] != "1" {
+		t.Errorf("NoNewPrivs = %q", fields["NoNewPrivs"])
+	}
+	for _, k := range []string{"CapEff", "CapBnd", "CapAmb"} {
+		v, err := strconv.ParseUint(fields[k], 16, 64)
+		if err != nil {
+			t.Fatalf("%s = %q", k, fields[k])
+		}
+		if v&(1<<12) != 0 || v&(1<<13) != 0 {
+			t.Errorf("%s %#x includes CAP_NET_ADMIN or CAP_NET_RAW", k, v)
+		}
+	}
+	noLeftovers(t)
+}
+
+// TestConcurrentSessionsShareOneCoordinator (spec §3.2): a second run in the
+// same Domain joins the running generation rather than starting another
+// Host Coordinator; both exit with their own status.
+func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	first := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo first; sleep 3; exit 3")
+	var out1 bytes.Buffer
+	first.Stdout = &out1
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo second; exit 4")
+	first.Wait()
+	if r.code != 4 || r.stdout != "second\n" {
+		t.Errorf("second session: %+v", r)
+	}
+	if first.ProcessState.ExitCode() != 3 || out1.String() != "first\n" {
+		t.Errorf("first session: exit %d %q", first.ProcessState.ExitCode(), out1.String())
+	}
+	logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+	joined := false
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		if strings.Contains(string(b), "workspace="+ws) {
+			if n := strings.Count(string(b), "host coordinator started"); n != 1 {
+				t.Errorf("%d coordinators started for one Domain", n)
+			}
+			joined = strings.Contains(string(b), "joined=true")
+		}
+	}
+	if !joined {
+		t.Errorf("the second session did not join the running generation")
+	}
+	noLeftovers(t)
+}
+
+// TestSignalsReachTheCommand: SIGINT/SIGTERM to the CLI are delivered to the
+// command, whose status becomes the CLI's; the Domain then tears down.
+func TestSignalsReachTheCommand(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", `trap 'echo got INT; exit 3' INT; echo ready; while :; do sleep 1; done`)
+	stdout, _ := c.StdoutPipe()
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := stdout.Read(buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("no ready line: %q %v", buf, err)
+	}
+	c.Process.Signal(syscall.SIGINT)
+	rest := new(bytes.Buffer)
+	rest.ReadFrom(stdout)
+	c.Wait()
+	if c.ProcessState.ExitCode() != 3 || !strings.Contains(rest.String(), "got INT") {
+		t.Errorf("after SIGINT: exit %d, output %q", c.ProcessState.ExitCode(), rest.String())
+	}
+	noLeftovers(t)
+}
+
+// TestSupervisorLossTearsDown (spec §3.3 hard loss, runtime.md §6): killing
+// the Runtime Supervisor takes down the attached runsc, the sandbox and the
+// session; the next run starts cleanly.
+func TestSupervisorLossTearsDown(t *testing.T) {
+	for _, victim := range []string{"lazaret-rs", "lazaret-hc"} {
+		t.Run(victim, func(t *testing.T) {
+			e := need(t)
+			ws := workspace(t)
+			c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo ready; sleep 60")
+			stdout, _ := c.StdoutPipe()
+			var stderr bytes.Buffer
+			c.Stderr = &stderr
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 6)
+			if _, err := stdout.Read(buf); err != nil {
+				t.Fatalf("no ready line: %v", err)
+			}
+			pid := findProcess(t, e.uid, victim, ws)
+			syscall.Kill(pid, syscall.SIGKILL) // a process this test started, by its pid
+			done := make(chan struct{})
+			go func() { c.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				c.Process.Kill()
+				t.Fatalf("CLI did not end after %s was killed", victim)
+			}
+			if c.ProcessState.ExitCode() == 0 {
+				t.Errorf("CLI exited 0 after %s loss", victim)
+			}
+			// Processes and mounts go at once; after Host Coordinator loss
+			// its runtime directory waits for the next invocation's recovery.
+			noProcessesOrMounts(t)
+			if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
+				t.Errorf("next run after %s loss: %+v", victim, r)
+			}
+			noLeftovers(t)
+		})
+	}
+}
+
+// findProcess finds the pid of the named Lazaret process of uid whose
+// Domain is the workspace ws (via its environment or arguments).
+func findProcess(t *testing.T, uid int, name, ws string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		st, err := os.Stat(p)
+		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
+			continue
+		}
+		cmdline, _ := os.ReadFile(p + "/cmdline")
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != name {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(p))
+		return pid
+	}
+	t.Fatalf("no %s process of uid %d", name, uid)
+	return 0
+}
+
+// TestActionableErrors (DX-5): bad input and missing prerequisites produce an
+// error naming the fix, exit 2 or 125, and leave nothing behind.
+func TestActionableErrors(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	cases := []struct {
+		name  string
+		env   []string
+		args  []string
+		dir   string
+		code  int
+		match string
+	}{
+		{"unknown profile", nil, []string{"run", "-p", "nope", "--", "true"}, ws, 2, `unknown profile "nope": the available profiles are default, tiny`},
+		{"not a directory", nil, []string{"run", "-C", "/etc/passwd", "--", "true"}, ws, 2, "not a directory"},
+		{"no command", nil, []string{"run"}, ws, 2, "no command given"},
+		{"missing runsc", []string{"LAZARET_RUNSC=/nonexistent/runsc"}, []string{"run", "-p", "tiny", "--", "true"}, ws, 125, "LAZARET_RUNSC=/nonexistent/runsc is not an executable"},
+		{"home as workspace", nil, []string{"run", "-p", "tiny", "-C", e.home, "--", "true"}, ws, 125, "refusing your home directory"},
+	}
+	for _, c := range cases {
+		cmd := e.cmd(c.dir, c.env, c.args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Run()
+		if cmd.ProcessState.ExitCode() != c.code || !strings.Contains(out.String(), c.match) {
+			t.Errorf("%s: exit %d, output %q; want %d and %q", c.name, cmd.ProcessState.ExitCode(), out.String(), c.code, c.match)
+		}
+	}
+	// As root: refused with the fix.
+	root := exec.Command(filepath.Join(e.bin, "lazaret"), "run", "--", "true")
+	root.Dir = ws
+	out, _ := root.CombinedOutput()
+	if root.ProcessState.ExitCode() != 125 || !strings.Contains(string(out), "refusing to run as root") {
+		t.Errorf("as root: %d %q", root.ProcessState.ExitCode(), out)
+	}
+	// A user without subordinate ids (nobody): refused with the usermod fix.
+	nobody := exec.Command(filepath.Join(e.bin, "lazaret"), "run", "-p", "tiny", "--", "true")
+	nobody.Dir = "/"
+	nobody.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin"}
+	nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, _ = nobody.CombinedOutput()
+	if nobody.ProcessState.ExitCode() != 125 || !strings.Contains(string(out), "usermod --add-subuids") {
+		t.Errorf("without subuids: %d %q", nobody.ProcessState.ExitCode(), out)
+	}
+	noLeftovers(t)
+}
+
+// hostGit runs git on the host as the developer in dir.
+func hostGit(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	e := need(t)
+	c := exec.Command("git", args...)
+	c.Dir = dir
+	c.Env = []string{"HOME=" + e.home, "PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1"}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("host git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
