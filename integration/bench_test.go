@@ -1,0 +1,186 @@
+//go:build lazaret_bench
+
+package integration
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	flagBenchOut = flag.String("bench-out", "", "directory for the JSON results")
+	flagRuns     = flag.Int("bench-runs", 11, "runs per measurement (median reported)")
+)
+
+type measurement struct {
+	Name     string    `json:"name"`
+	MedianMS float64   `json:"median_ms"`
+	RunsMS   []float64 `json:"runs_ms"`
+}
+
+type benchReport struct {
+	When         time.Time     `json:"when"`
+	Commit       string        `json:"commit"`
+	Measurements []measurement `json:"measurements"`
+	Ratios       map[string]float64 `json:"ratios"`
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// asUser runs argv as the test user and returns its wall time.
+func asUser(t *testing.T, e *env, dir string, argv ...string) time.Duration {
+	t.Helper()
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir = dir
+	c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
+	start := time.Now()
+	out, err := c.CombinedOutput()
+	d := time.Since(start)
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", argv, err, out)
+	}
+	return d
+}
+
+// TestBench measures, in one run: bare `runsc run` of the busybox bundle in
+// the same kind of user namespace vs a cold `lazaret run -- true`; and bare
+// `runsc exec` vs a joining `lazaret run -- true` in a running Domain.
+func TestBench(t *testing.T) {
+	e := need(t)
+	n := *flagRuns
+	ws := workspace(t)
+	lazaret := filepath.Join(e.bin, "lazaret")
+	// Warm up: prepares the busybox lower once.
+	asUser(t, e, ws, lazaret, "run", "-p", "tiny", "--", "true")
+	noLeftovers(t)
+	arts, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "prepared", "pl-*", "rootfs"))
+	if len(arts) == 0 {
+		t.Fatal("no prepared lower after warm-up")
+	}
+	rootfs := arts[0]
+
+	// Bare runsc run: a bundle over the same prepared lower, in a user+mount+
+	// net namespace with the full subordinate map, timed inside.
+	bundle := e.userDir("bench-bundle")
+	spec := map[string]any{
+		"ociVersion": "1.0.0",
+		"process":    map[string]any{"args": []string{"/bin/true"}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/bin"}},
+		"root":       map[string]any{"path": "rootfs"},
+		"linux": map[string]any{"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}},
+		},
+		"mounts": []map[string]any{{"destination": "/proc", "type": "proc", "source": "proc"}},
+	}
+	js, _ := json.Marshal(spec)
+	os.WriteFile(filepath.Join(bundle, "config.json"), js, 0o644)
+	os.MkdirAll(filepath.Join(bundle, "rootfs"), 0o755)
+	os.Chown(filepath.Join(bundle, "rootfs"), e.uid, e.gid)
+	script := fmt.Sprintf(`set -e
+mount --bind %[1]s %[2]s/rootfs; mount -o remount,bind,ro %[2]s/rootfs
+ip link set lo up
+for i in $(seq %[3]d); do
+  s=$(date +%%s%%N)
+  %[4]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared run --bundle %[2]s bare-$i >/dev/null
+  e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))
+done`, rootfs, bundle, n, e.runsc)
+	c := exec.Command("unshare", "--user", "--map-user=0", "--map-group=0", "--map-users=100000,1,65536", "--map-groups=100000,1,65536", "--mount", "--net", "--propagation", "private", "sh", "-c", script)
+	c.Env = []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + e.home}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bare runsc run: %v\n%s", err, out)
+	}
+	var bareRun []float64
+	for _, l := range strings.Fields(string(out)) {
+		if us, err := strconv.Atoi(l); err == nil {
+			bareRun = append(bareRun, float64(us)/1000)
+		}
+	}
+	if len(bareRun) != n {
+		t.Fatalf("bare runsc run output: %s", out)
+	}
+
+	var cold []float64
+	for i := 0; i < n; i++ {
+		cold = append(cold, ms(asUser(t, e, ws, lazaret, "run", "-p", "tiny", "--", "true")))
+		noLeftovers(t)
+	}
+
+	// A running Domain: one long session holds it; measure joins and bare
+	// runsc exec into the same container.
+	hold := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 600")
+	stdout, _ := hold.StdoutPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	stdout.Read(buf)
+	states, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", "*", "runsc"))
+	if len(states) != 1 {
+		t.Fatalf("runsc state dirs: %v", states)
+	}
+	ids, _ := filepath.Glob(filepath.Join(states[0], "lazaret-*"))
+	var cid string
+	for _, id := range ids {
+		base := filepath.Base(id)
+		if i := strings.Index(base, "_sandbox"); i > 0 {
+			cid = base[:i]
+		} else if strings.HasSuffix(base, ".state") {
+			cid = strings.TrimSuffix(base, ".state")
+		}
+	}
+	if cid == "" {
+		t.Fatalf("no container state in %s: %v", states[0], ids)
+	}
+	var bareExec, join []float64
+	for i := 0; i < n; i++ {
+		bareExec = append(bareExec, ms(asUser(t, e, ws, e.runsc, "--root="+states[0], "--ignore-cgroups", "exec", cid, "/bin/true")))
+		join = append(join, ms(asUser(t, e, ws, lazaret, "run", "-p", "tiny", "--", "true")))
+	}
+	hold.Process.Signal(syscall.SIGTERM)
+	hold.Wait()
+	noLeftovers(t)
+
+	rep := benchReport{When: time.Now().UTC(), Commit: os.Getenv("LAZARET_COMMIT"), Ratios: map[string]float64{}}
+	for _, m := range []measurement{
+		{Name: "bare_runsc_run", RunsMS: bareRun},
+		{Name: "lazaret_run_true_cold", RunsMS: cold},
+		{Name: "bare_runsc_exec", RunsMS: bareExec},
+		{Name: "lazaret_run_true_join", RunsMS: join},
+	} {
+		m.MedianMS = median(m.RunsMS)
+		rep.Measurements = append(rep.Measurements, m)
+	}
+	rep.Ratios["cold_start"] = rep.Measurements[1].MedianMS / rep.Measurements[0].MedianMS
+	rep.Ratios["join"] = rep.Measurements[3].MedianMS / rep.Measurements[2].MedianMS
+	fmt.Printf("\n%-24s %10s   (median of %d)\n", "measurement", "ms", n)
+	for _, m := range rep.Measurements {
+		fmt.Printf("%-24s %10.1f\n", m.Name, m.MedianMS)
+	}
+	fmt.Printf("cold-start ratio (lazaret run -- true / bare runsc run): %.2fx (target <= 3x)\n", rep.Ratios["cold_start"])
+	fmt.Printf("join ratio (lazaret run -- true in a running Domain / bare runsc exec): %.2fx\n", rep.Ratios["join"])
+	if *flagBenchOut != "" {
+		os.MkdirAll(*flagBenchOut, 0o755)
+		js, _ := json.MarshalIndent(rep, "", "  ")
+		f := filepath.Join(*flagBenchOut, "bench-"+rep.When.Format("20060102T150405Z")+".json")
+		os.WriteFile(f, js, 0o644)
+		os.WriteFile(filepath.Join(*flagBenchOut, "latest.json"), js, 0o644)
+		fmt.Printf("written %s\n", f)
+	}
+}

@@ -1,0 +1,224 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/pidfs"
+)
+
+// The test binary doubles as the wrapper and as a small "broker process"
+// used to prove the parent-death edge.
+func TestMain(m *testing.M) {
+	MaybeRunWrapper()
+	if len(os.Args) > 1 && os.Args[1] == "__test-broker" {
+		os.Exit(testBrokerRole(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// testBrokerRole acquires `sleep 60` through a wrapper, prints its pid and
+// waits to be killed.
+func testBrokerRole(args []string) int {
+	exe, _ := os.Executable()
+	b, err := NewBroker(slog.New(slog.NewTextHandler(io.Discard, nil)), exe)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	c, err := b.Acquire(context.Background(), AcquireSpec{Slot: "sleep", Target: Command{Path: "/bin/sleep", Args: []string{"sleep", "60"}}})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println(c.Identity().HostPID)
+	select {}
+}
+
+func testBroker(t *testing.T) *Broker {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBroker(slog.New(slog.NewTextHandler(io.Discard, nil)), exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestAcquireRunsTargetAfterStaging(t *testing.T) {
+	b := testBroker(t)
+	out := filepath.Join(t.TempDir(), "out")
+	var staged pidfs.Identity
+	c, err := b.Acquire(context.Background(), AcquireSpec{
+		Slot:   "t",
+		Target: Command{Path: "/bin/sh", Args: []string{"sh", "-c", "echo $$ > " + out + "; exit 3"}},
+		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			staged = id
+			if _, err := os.Stat(out); err == nil {
+				t.Error("target ran before the barrier was released")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Wait(context.Background())
+	if err != nil || !st.Exited || st.Code != 3 {
+		t.Fatalf("status %v %v", st, err)
+	}
+	b1, _ := os.ReadFile(out)
+	if strings.TrimSpace(string(b1)) != strconv.Itoa(int(staged.HostPID)) {
+		t.Errorf("target pid %q is not the staged wrapper pid %d (exec must be in place)", b1, staged.HostPID)
+	}
+	if c.Identity() != staged {
+		t.Errorf("identity changed between staging and child")
+	}
+	if err := c.Signal(unix.SIGTERM); !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("signal after reap: %v", err)
+	}
+}
+
+func TestStageFailureNeverRunsTarget(t *testing.T) {
+	b := testBroker(t)
+	out := filepath.Join(t.TempDir(), "out")
+	_, err := b.Acquire(context.Background(), AcquireSpec{
+		Slot:   "t",
+		Target: Command{Path: "/bin/sh", Args: []string{"sh", "-c", "touch " + out}},
+		Stage:  func(context.Context, pidfs.Identity) error { return errors.New("store refused") },
+	})
+	if err == nil || !strings.Contains(err.Error(), "store refused") {
+		t.Fatalf("err %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("target ran although staging failed")
+	}
+}
+
+func TestWrapperRefusesForeignParentAuthority(t *testing.T) {
+	b := testBroker(t)
+	out := filepath.Join(t.TempDir(), "out")
+	br, bw, _ := os.Pipe()
+	exe, _ := os.Executable()
+	c, err := b.Start("wrapper", Command{Path: exe, Args: []string{"w", WrapperArg, "--barrier-fd=3", "--", "/bin/sh", "-c", "touch " + out}, Files: []*os.File{nil, nil, nil, br}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.Close()
+	wrong := b.Self()
+	wrong.Ino++ // not our pidfs inode
+	bw.Write(encodeRelease(wrong))
+	bw.Close()
+	st, _ := c.Wait(context.Background())
+	if st.Code != wrapperAbort {
+		t.Errorf("wrapper status %v, want %d", st, wrapperAbort)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("target ran under a mismatched parent authority")
+	}
+}
+
+func TestWrapperFailsClosed(t *testing.T) {
+	b := testBroker(t)
+	exe, _ := os.Executable()
+	for name, release := range map[string][]byte{
+		"eof":       nil,
+		"short":     encodeRelease(b.Self())[:10],
+		"malformed": append([]byte("XXXXXXXX"), encodeRelease(b.Self())[8:]...),
+		"too long":  append(encodeRelease(b.Self()), 0),
+	} {
+		br, bw, _ := os.Pipe()
+		out := filepath.Join(t.TempDir(), "out")
+		c, err := b.Start("wrapper", Command{Path: exe, Args: []string{"w", WrapperArg, "--barrier-fd=3", "--", "/bin/sh", "-c", "touch " + out}, Files: []*os.File{nil, nil, nil, br}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		br.Close()
+		bw.Write(release)
+		bw.Close()
+		st, _ := c.Wait(context.Background())
+		if st.Code != wrapperAbort {
+			t.Errorf("%s: status %v", name, st)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%s: target ran", name)
+		}
+	}
+}
+
+// TestParentDeathKillsTarget (runtime.md §4, §6): when the broker process
+// dies, the acquired target dies with it.
+func TestParentDeathKillsTarget(t *testing.T) {
+	b := testBroker(t)
+	exe, _ := os.Executable()
+	r, w, _ := os.Pipe()
+	c, err := b.Start("test-broker", Command{Path: exe, Args: []string{"tb", "__test-broker"}, Files: []*os.File{nil, w, os.Stderr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	line := make([]byte, 64)
+	n, _ := r.Read(line)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(line[:n])))
+	if err != nil {
+		t.Fatalf("test broker said %q", line[:n])
+	}
+	target, err := pidfs.Open(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	c.Signal(unix.SIGKILL)
+	c.Wait(context.Background())
+	for i := 0; i < 100 && target.Alive(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if target.Alive() {
+		t.Fatal("the acquired target survived its broker's death")
+	}
+}
+
+func TestOutputCapturesAndBounds(t *testing.T) {
+	b := testBroker(t)
+	out, errb, st, err := b.Output(context.Background(), "sh", Command{Path: "/bin/sh", Args: []string{"sh", "-c", "echo out; echo err >&2; head -c 100000 /dev/zero; exit 4"}}, 1000)
+	if err != nil || st.Code != 4 || len(out) != 1000 || !strings.HasPrefix(string(out), "out\n") || string(errb) != "err\n" {
+		t.Fatalf("out %d %q err %q st %v %v", len(out), out[:4], errb, st, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, _, _, err = b.Output(ctx, "sleep", Command{Path: "/bin/sleep", Args: []string{"sleep", "30"}}, 10)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("timeout: %v", err)
+	}
+	_, _, st, _ = b.Output(context.Background(), "kill", Command{Path: "/bin/sh", Args: []string{"sh", "-c", "kill -KILL $$"}}, 10)
+	if st.Exited || st.Signal != unix.SIGKILL || st.ShellCode() != 137 {
+		t.Fatalf("signal status %v", st)
+	}
+}
+
+func TestReleaseCodec(t *testing.T) {
+	a := pidfs.Authority{Dev: 5, Ino: ^uint64(0)}
+	a.BootID[0], a.BootID[15] = 1, 0xff
+	got, ok := decodeRelease(encodeRelease(a))
+	if !ok || got != a {
+		t.Fatalf("round trip %v %v", got, ok)
+	}
+	if _, ok := decodeRelease([]byte("short")); ok {
+		t.Fatal("short release decoded")
+	}
+}
