@@ -21,7 +21,7 @@ import (
 	"go.podman.io/image/v5/image"
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/image/v5/pkg/blobinfocache/none"
-	"go.podman.io/image/v5/transports/alltransports"
+	ocilayout "go.podman.io/image/v5/oci/layout"
 )
 
 func TestKinds(t *testing.T) {
@@ -53,7 +53,7 @@ type layerEntry struct {
 func readBack(t *testing.T, dest, tag string) (digest.Digest, *v1.Image, map[string]layerEntry) {
 	t.Helper()
 	ctx := context.Background()
-	ref, err := alltransports.ParseImageName("oci:" + dest + ":" + tag)
+	ref, err := ocilayout.ParseReference(dest + ":" + tag)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestBuildDebian(t *testing.T) {
 	}
 	t.Logf("debian build took %s: %+v", time.Since(start), res)
 	ctx := context.Background()
-	ref, err := alltransports.ParseImageName("oci:" + dest + ":latest")
+	ref, err := ocilayout.ParseReference(dest + ":latest")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 // identity.
 //
 // Ensure resolves an image reference with go.podman.io/image/v5 (any
-// alltransports reference, e.g. "oci:PATH[:TAG]" or
+// image reference (transports: oci, oci-archive, docker, docker-archive), e.g. "oci:PATH[:TAG]" or
 // "docker://REGISTRY/NAME[:TAG]"), checks every blob against its digest
 // (compressed layer digest and uncompressed diff ID from the config),
 // decompresses the layers and applies them with go.podman.io/storage's

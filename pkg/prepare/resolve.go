@@ -9,8 +9,13 @@ import (
 	digest "github.com/opencontainers/go-digest"
 	"go.podman.io/image/v5/image"
 	"go.podman.io/image/v5/manifest"
+	// Only the transports Lazaret supports are linked (alltransports would
+	// also link containers-storage and every graph driver).
+	_ "go.podman.io/image/v5/docker"
+	_ "go.podman.io/image/v5/docker/archive"
+	_ "go.podman.io/image/v5/oci/archive"
+	_ "go.podman.io/image/v5/oci/layout"
 	"go.podman.io/image/v5/transports"
-	"go.podman.io/image/v5/transports/alltransports"
 	"go.podman.io/image/v5/types"
 )
 
@@ -39,7 +44,7 @@ func (r *resolvedImage) layerRecords() []layerRecord {
 // resolve opens imageRef, picks the instance for this platform from a
 // manifest list, and (with full) reads and verifies the config.
 func resolve(ctx context.Context, imageRef string, full bool) (_ *resolvedImage, retErr error) {
-	ref, err := alltransports.ParseImageName(imageRef)
+	ref, err := parseImageName(imageRef)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s: parse image reference: %w (%w; use oci:PATH[:TAG] for a local OCI layout or docker://REGISTRY/NAME[:TAG] for a registry)",
 			imageRef, err, ErrBadReference)
@@ -125,4 +130,17 @@ func refHint(imageRef string) string {
 		return "; check the registry name, the repository and tag, network access and registry credentials"
 	}
 	return ""
+}
+
+// parseImageName parses TRANSPORT:REFERENCE for the linked transports.
+func parseImageName(s string) (types.ImageReference, error) {
+	name, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return nil, fmt.Errorf("%q has no transport prefix", s)
+	}
+	t := transports.Get(name)
+	if t == nil {
+		return nil, fmt.Errorf("unknown transport %q (supported: %s)", name, strings.Join(transports.ListNames(), ", "))
+	}
+	return t.ParseReference(rest)
 }
