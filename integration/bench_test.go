@@ -29,9 +29,9 @@ type measurement struct {
 }
 
 type benchReport struct {
-	When         time.Time     `json:"when"`
-	Commit       string        `json:"commit"`
-	Measurements []measurement `json:"measurements"`
+	When         time.Time          `json:"when"`
+	Commit       string             `json:"commit"`
+	Measurements []measurement      `json:"measurements"`
 	Ratios       map[string]float64 `json:"ratios"`
 }
 
@@ -83,9 +83,8 @@ func TestBench(t *testing.T) {
 		"ociVersion": "1.0.0",
 		"process":    map[string]any{"args": []string{"/bin/true"}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/bin"}},
 		"root":       map[string]any{"path": "rootfs"},
-		"linux": map[string]any{"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}},
-		},
-		"mounts": []map[string]any{{"destination": "/proc", "type": "proc", "source": "proc"}},
+		"linux":      map[string]any{"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}}},
+		"mounts":     []map[string]any{{"destination": "/proc", "type": "proc", "source": "proc"}},
 	}
 	js, _ := json.Marshal(spec)
 	os.WriteFile(filepath.Join(bundle, "config.json"), js, 0o644)

@@ -7,8 +7,8 @@ package fdpass
 import (
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/mdlayher/socket"

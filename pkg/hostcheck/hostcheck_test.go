@@ -53,7 +53,9 @@ func TestFailuresNameTheFix(t *testing.T) {
 		{"root", func(h *Host) { h.Euid = 0 }, errdefs.ErrRefused, "normal user"},
 		{"old kernel", func(h *Host) { h.Uname = func() (string, string, error) { return "6.8.0-45-generic", "x86_64", nil } }, errdefs.ErrUnsupportedHost, "upgrade the kernel"},
 		{"arm", func(h *Host) { h.Uname = func() (string, string, error) { return "6.12.0", "aarch64", nil } }, errdefs.ErrUnsupportedHost, "x86-64"},
-		{"tun", func(h *Host) { h.OpenRW = func(string) error { return &os.PathError{Op: "open", Path: "/dev/net/tun", Err: fs.ErrPermission} } }, errdefs.ErrUnsupportedHost, "chmod 0666 /dev/net/tun"},
+		{"tun", func(h *Host) {
+			h.OpenRW = func(string) error { return &os.PathError{Op: "open", Path: "/dev/net/tun", Err: fs.ErrPermission} }
+		}, errdefs.ErrUnsupportedHost, "chmod 0666 /dev/net/tun"},
 		{"no subuid", func(h *Host) { h.ReadFile = func(string) ([]byte, error) { return []byte("other:1:65536\n"), nil } }, errdefs.ErrUnsupportedHost, "usermod --add-subuids"},
 		{"small subuid", func(h *Host) { h.ReadFile = func(string) ([]byte, error) { return []byte("dev:1:1000\n"), nil } }, errdefs.ErrUnsupportedHost, "fewer than 65536"},
 		{"no newuidmap", func(h *Host) { h.LookPath = func(string) (string, error) { return "", errors.New("nope") } }, errdefs.ErrUnsupportedHost, "apt-get install uidmap"},

@@ -20,8 +20,8 @@ import (
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.podman.io/image/v5/image"
 	"go.podman.io/image/v5/manifest"
-	"go.podman.io/image/v5/pkg/blobinfocache/none"
 	ocilayout "go.podman.io/image/v5/oci/layout"
+	"go.podman.io/image/v5/pkg/blobinfocache/none"
 )
 
 func TestKinds(t *testing.T) {

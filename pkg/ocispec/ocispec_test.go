@@ -54,8 +54,10 @@ func TestSpecSecurityShape(t *testing.T) {
 func TestCheckHasTeeth(t *testing.T) {
 	s := sandbox()
 	mutations := map[string]func(*specs.Spec){
-		"no nnp":          func(sp *specs.Spec) { sp.Process.NoNewPrivileges = false },
-		"net admin":       func(sp *specs.Spec) { sp.Process.Capabilities.Effective = append(sp.Process.Capabilities.Effective, "CAP_NET_ADMIN") },
+		"no nnp": func(sp *specs.Spec) { sp.Process.NoNewPrivileges = false },
+		"net admin": func(sp *specs.Spec) {
+			sp.Process.Capabilities.Effective = append(sp.Process.Capabilities.Effective, "CAP_NET_ADMIN")
+		},
 		"net raw ambient": func(sp *specs.Spec) { sp.Process.Capabilities.Ambient = []string{"CAP_NET_RAW"} },
 		"host pid ns":     func(sp *specs.Spec) { sp.Linux.Namespaces[0].Path = "/proc/1/ns/pid" },
 		"no user ns":      func(sp *specs.Spec) { sp.Linux.Namespaces = sp.Linux.Namespaces[:4] },
