@@ -38,6 +38,7 @@ var (
 // env is the harness's view of the test user and product.
 type env struct {
 	uid, gid  int
+	subStart  int // the user's subordinate uid range [subStart, subStart+65536)
 	home      string
 	base      string // root of this run's directories (reachable by the user)
 	bin       string // copies of the binaries the user can execute
@@ -70,6 +71,15 @@ func setup() (*env, error) {
 	e := &env{home: u.HomeDir, runsc: *flagRunsc}
 	e.uid, _ = strconv.Atoi(u.Uid)
 	e.gid, _ = strconv.Atoi(u.Gid)
+	sub, _ := os.ReadFile("/etc/subuid")
+	for _, line := range strings.Split(string(sub), "\n") {
+		if f := strings.Split(line, ":"); len(f) == 3 && (f[0] == u.Username || f[0] == u.Uid) {
+			e.subStart, _ = strconv.Atoi(f[1])
+		}
+	}
+	if e.subStart == 0 {
+		return nil, fmt.Errorf("test user %s has no subordinate uid range: run `scripts/setup.sh user %s`", *flagUser, *flagUser)
+	}
 	if e.runsc == "" {
 		return nil, fmt.Errorf("-runsc not given: run through `make integration`")
 	}
@@ -221,7 +231,7 @@ func leftovers(e *env) string {
 			continue
 		}
 		uid := int(st.Sys().(*syscall.Stat_t).Uid)
-		if uid == e.uid || (uid >= 100000 && uid < 165536) {
+		if uid == e.uid || (uid >= e.subStart && uid < e.subStart+65536) {
 			cmdline, _ := os.ReadFile(p + "/cmdline")
 			if len(cmdline) == 0 {
 				continue // a zombie being reaped
