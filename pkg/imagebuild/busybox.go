@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/proc"
 )
 
 // BusyboxPath is the host binary the busybox image is made from (Debian
@@ -26,7 +27,7 @@ var busyboxEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func buildBusybox(ctx context.Context, opts Options, log *slog.Logger) (Result, error) {
 	start := time.Now()
-	rootfs, err := busyboxRootfs(ctx, BusyboxPath, sourceDateEpoch(busyboxEpoch))
+	rootfs, err := busyboxRootfs(ctx, opts.Broker, BusyboxPath, sourceDateEpoch(busyboxEpoch))
 	if err != nil {
 		return Result{}, fmt.Errorf("image build busybox: %w", err)
 	}
@@ -47,7 +48,7 @@ func buildBusybox(ctx context.Context, opts Options, log *slog.Logger) (Result, 
 
 // busyboxRootfs returns an uncompressed rootfs tar: the busybox binary, a
 // symlink for every applet, minimal /etc and the standard directories.
-func busyboxRootfs(ctx context.Context, binary string, mtime time.Time) ([]byte, error) {
+func busyboxRootfs(ctx context.Context, broker *proc.Broker, binary string, mtime time.Time) ([]byte, error) {
 	bin, err := os.ReadFile(binary)
 	if err != nil {
 		return nil, fmt.Errorf("read %s (install Debian package busybox-static): %w", binary, err)
@@ -55,7 +56,10 @@ func busyboxRootfs(ctx context.Context, binary string, mtime time.Time) ([]byte,
 	if err := checkStatic(binary); err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, binary, "--list-full").Output()
+	out, _, st, err := broker.Output(ctx, "busybox --list-full", proc.Command{Path: binary, Args: []string{"busybox", "--list-full"}}, 1<<20)
+	if err == nil && (!st.Exited || st.Code != 0) {
+		err = fmt.Errorf("%s", st)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s --list-full: %w", binary, err)
 	}

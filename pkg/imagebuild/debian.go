@@ -13,8 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/proc"
+	"golang.org/x/sys/unix"
 )
 
 // DebianSuite is the Debian release the "debian" kind is built from.
@@ -39,22 +41,57 @@ func buildDebian(ctx context.Context, opts Options, log *slog.Logger) (Result, e
 	log.Info("running mmdebstrap", "args", args)
 	fmt.Fprintf(opts.Progress, "debian: mmdebstrap %s (this takes about a minute)\n", strings.Join(args, " "))
 
-	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = 15 * time.Second
+	mmdebstrap, err := exec.LookPath("mmdebstrap")
+	if err != nil {
+		return Result{}, fmt.Errorf("image build debian: mmdebstrap not found (install Debian package mmdebstrap): %w", err)
+	}
 	tail := &tailWriter{max: 25}
-	cmd.Stderr = io.MultiWriter(opts.Progress, tail)
-	stdout, err := cmd.StdoutPipe()
+	stdout, stdoutW, err := os.Pipe()
 	if err != nil {
 		return Result{}, fmt.Errorf("image build debian: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdout.Close()
+		stdoutW.Close()
+		return Result{}, fmt.Errorf("image build debian: %w", err)
+	}
+	child, err := opts.Broker.Start("mmdebstrap", proc.Command{
+		Path: mmdebstrap, Args: append([]string{"mmdebstrap"}, args...), Env: os.Environ(),
+		Files: []*os.File{nil, stdoutW, stderrW},
+	})
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stdout.Close()
+		stderrR.Close()
 		return Result{}, fmt.Errorf("image build debian: start mmdebstrap (install Debian package mmdebstrap): %w", err)
+	}
+	defer stdout.Close()
+	stderrDone := make(chan struct{})
+	go func() {
+		io.Copy(io.MultiWriter(opts.Progress, tail), stderrR)
+		stderrR.Close()
+		close(stderrDone)
+	}()
+	// Cancellation stops mmdebstrap through its exact pidfd; it cleans up
+	// its own children on SIGTERM.
+	stop := context.AfterFunc(ctx, func() { child.Signal(unix.SIGTERM) })
+	defer stop()
+	wait := func() error {
+		st, err := child.Wait(context.Background())
+		<-stderrDone
+		if err != nil {
+			return err
+		}
+		if !st.Exited || st.Code != 0 {
+			return fmt.Errorf("mmdebstrap: %s", st)
+		}
+		return nil
 	}
 	// The layer reader reports mmdebstrap's exit status at EOF, so a failed
 	// bootstrap never gets published.
-	r := &exitCheckingReader{r: stdout, wait: cmd.Wait}
+	r := &exitCheckingReader{r: stdout, wait: wait}
 	res, err := WriteLayout(ctx, opts.Dest, opts.Tag, ImageConfig{
 		Cmd:        []string{"/bin/bash"},
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"},
@@ -63,8 +100,9 @@ func buildDebian(ctx context.Context, opts Options, log *slog.Logger) (Result, e
 	}, r)
 	if !r.waited {
 		// WriteLayout stopped before EOF: stop mmdebstrap and reap it.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		_ = cmd.Wait()
+		child.Signal(unix.SIGTERM)
+		stdout.Close()
+		wait()
 	}
 	if r.exitErr != nil {
 		return Result{}, fmt.Errorf("image build debian: mmdebstrap --mode=%s failed: %w\n%s\n%s",

@@ -26,6 +26,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+
+	"github.com/lazaret/lazaret/pkg/proc"
 )
 
 // Kind names accepted by Build.
@@ -51,6 +53,9 @@ type Options struct {
 	Progress io.Writer
 	// Logger receives structured logs. May be nil.
 	Logger *slog.Logger
+	// Broker spawns and reaps the build's helper processes (mmdebstrap,
+	// busybox --list-full): the calling process's one broker.
+	Broker *proc.Broker
 }
 
 // Result describes a published layout.
@@ -84,6 +89,9 @@ func Build(ctx context.Context, opts Options) (Result, error) {
 	}
 	if opts.Dest == "" {
 		return Result{}, fmt.Errorf("image build %s: no destination directory given", opts.Kind)
+	}
+	if opts.Broker == nil {
+		return Result{}, fmt.Errorf("image build %s: no process broker given", opts.Kind)
 	}
 	if err := validateTag(opts.Tag); err != nil {
 		return Result{}, fmt.Errorf("image build %s: %w", opts.Kind, err)

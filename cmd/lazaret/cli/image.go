@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/imagebuild"
+	"github.com/lazaret/lazaret/pkg/proc"
 )
 
 var imageCommand = &cli.Command{
@@ -44,7 +46,15 @@ var imageCommand = &cli.Command{
 			if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 				return err
 			}
-			res, err := imagebuild.Build(c.Context, imagebuild.Options{Kind: kind, Dest: dest, Progress: os.Stderr})
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+			if err != nil {
+				return err
+			}
+			res, err := imagebuild.Build(c.Context, imagebuild.Options{Kind: kind, Dest: dest, Progress: os.Stderr, Broker: broker})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,183 @@
+// Package procguard is a go/analysis checker for the spec's process rules
+// (§3.2, CausalChildAcquisitionV1): exactly one spawn/SIGCHLD/reap broker per
+// Host Coordinator and Runtime Supervisor process, and no numeric-pid
+// signalling. It reports every reference — call or function value — to a
+// process-spawning, waiting, reaping or signalling API outside the places an
+// explicit allow-list names with its reason. procguard_test.go runs it over
+// every package the four binaries link, dependencies included, so a
+// dependency that spawns or reaps is seen and must be justified.
+package procguard
+
+import (
+	"go/ast"
+	"go/token"
+	"go/types"
+	"sort"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+// Forbidden lists the guarded process APIs by types.Func FullName.
+var Forbidden = map[string]string{
+	"os.StartProcess":                       "spawn",
+	"os.FindProcess":                        "numeric-pid handle",
+	"(*os.Process).Wait":                    "wait/reap",
+	"(*os.Process).Signal":                  "signal",
+	"(*os.Process).Kill":                    "signal",
+	"(*os/exec.Cmd).Start":                  "spawn",
+	"(*os/exec.Cmd).Run":                    "spawn+wait",
+	"(*os/exec.Cmd).Output":                 "spawn+wait",
+	"(*os/exec.Cmd).CombinedOutput":         "spawn+wait",
+	"(*os/exec.Cmd).Wait":                   "wait/reap",
+	"syscall.ForkExec":                      "spawn",
+	"syscall.StartProcess":                  "spawn",
+	"syscall.Kill":                          "numeric-pid signal",
+	"syscall.Tgkill":                        "numeric-pid signal",
+	"syscall.Wait4":                         "wait/reap",
+	"golang.org/x/sys/unix.Kill":            "numeric-pid signal",
+	"golang.org/x/sys/unix.Tgkill":          "numeric-pid signal",
+	"golang.org/x/sys/unix.Tkill":           "numeric-pid signal",
+	"golang.org/x/sys/unix.Wait4":           "wait/reap",
+	"golang.org/x/sys/unix.Waitid":          "wait/reap",
+	"golang.org/x/sys/unix.PidfdSendSignal": "pidfd signal",
+	"golang.org/x/sys/unix.PidfdOpen":       "pidfd open",
+}
+
+// ProjectForbidden lists dependency entry points that wrap the APIs above.
+// Lazaret's own packages must never reference them: the dependency bodies
+// are allow-listed in DependencyAllowed on exactly that condition.
+var ProjectForbidden = map[string]string{
+	"(*github.com/mdlayher/socket.Conn).Waitid":          "wait/reap",
+	"(*github.com/mdlayher/socket.Conn).PidfdSendSignal": "pidfd signal",
+	"go.podman.io/storage/pkg/system.IsProcessAlive":     "numeric-pid signal",
+	"go.podman.io/storage/pkg/system.KillProcess":        "numeric-pid signal",
+	"go.podman.io/storage/pkg/unshare.Command":           "spawn",
+}
+
+// Allowed names, per package path, the guarded APIs it may use and why.
+// Every entry must be used (procguard_test.go fails on a stale entry).
+var Allowed = map[string]map[string]string{
+	"github.com/lazaret/lazaret/pkg/proc": {
+		"syscall.ForkExec": "the broker: every spawn, from its locked thread",
+	},
+	"github.com/lazaret/lazaret/pkg/pidfs": {
+		"golang.org/x/sys/unix.Waitid":          "waitid(P_PIDFD) on a retained pidfd only",
+		"golang.org/x/sys/unix.PidfdSendSignal": "signal through a retained pidfd only",
+		"golang.org/x/sys/unix.PidfdOpen":       "pidfd_open once per lookup (PidfsRecoveryMatch step 4), then fstat-matched",
+	},
+	"github.com/lazaret/lazaret/pkg/sandboxinit": {
+		"golang.org/x/sys/unix.Wait4": "the guest's PID 1 reaps orphans inside the sandbox (never a host process)",
+	},
+}
+
+// DependencyAllowed names guarded APIs used inside third-party dependencies
+// the binaries link, with why each cannot break the broker's guarantees.
+// The broker waits only with waitid(P_PIDFD) on its own pidfds, so a
+// dependency's pid-specific wait can never collect a broker child's status.
+var DependencyAllowed = map[string]map[string]string{
+	"github.com/mdlayher/socket": {
+		"golang.org/x/sys/unix.Waitid":          "inside (*socket.Conn).Waitid, which Lazaret never calls (ProjectForbidden lists it): only SEQPACKET sockets are wrapped",
+		"golang.org/x/sys/unix.PidfdSendSignal": "inside (*socket.Conn).PidfdSendSignal, never called by Lazaret (ProjectForbidden lists it)",
+	},
+	"github.com/docker/docker-credential-helpers/client": {
+		"(*os/exec.Cmd).Output": "registry credential helpers, run only while lazaret-rs prepares a docker:// image, before it acquires any child; pid-specific wait",
+	},
+	"go.podman.io/image/v5/docker": {
+		"(*os/exec.Cmd).Run": "additional-layer-store auth helper, only for docker:// images with that store configured, during preparation before any acquisition",
+	},
+	"go.podman.io/storage/pkg/archive": {
+		"(*os/exec.Cmd).Run": "external decompressor for some layer formats, during preparation before any acquisition",
+	},
+	"go.podman.io/storage/pkg/chrootarchive": {
+		"(*os/exec.Cmd).Start": "the chrooted layer-apply re-exec of lazaret-rs (reexec.Init in its main), during preparation before any acquisition",
+		"(*os/exec.Cmd).Wait":  "waits for exactly that re-exec child (pid-specific)",
+		"(*os/exec.Cmd).Run":   "the chrooted layer-apply re-exec of lazaret-rs, during preparation before any acquisition",
+	},
+	"go.podman.io/storage/pkg/idtools": {
+		"(*os/exec.Cmd).CombinedOutput": "getent/user tools for id lookups, reached only from preparation paths before any acquisition",
+	},
+	"go.podman.io/storage/pkg/system": {
+		"golang.org/x/sys/unix.Kill": "inside system.IsProcessAlive/KillProcess, never called by Lazaret (ProjectForbidden lists them)",
+	},
+	"go.podman.io/storage/pkg/unshare": {
+		"(*os/exec.Cmd).Start": "unshare.Command re-exec helpers, never called by Lazaret (ProjectForbidden lists unshare.Command)",
+		"(*os.Process).Kill":   "inside unshare's re-exec helpers, never called by Lazaret",
+		"(*os/exec.Cmd).Wait":  "inside unshare's re-exec helpers, never called by Lazaret",
+		"(*os/exec.Cmd).Run":   "inside unshare's re-exec helpers, never called by Lazaret",
+		"(*os.Process).Signal": "inside unshare's re-exec helpers, never called by Lazaret",
+	},
+}
+
+// ProjectPrefix is the import path prefix of Lazaret's own packages.
+const ProjectPrefix = "github.com/lazaret/lazaret/"
+
+// Finding is one guarded reference.
+type Finding struct {
+	Pkg, Func, Kind, Pos string
+}
+
+// Analyzer reports guarded references not allowed for the package.
+var Analyzer = &analysis.Analyzer{
+	Name: "procguard",
+	Doc:  "report process spawn/wait/signal APIs used outside Lazaret's broker and allow-list",
+	Run:  run,
+}
+
+func run(pass *analysis.Pass) (any, error) {
+	for _, f := range Findings(pass.Pkg, pass.TypesInfo, pass.Files, pass.Fset) {
+		if allowed(f) {
+			continue
+		}
+		pass.Reportf(f.node.Pos(), "%s (%s) outside the process broker: route it through pkg/proc or add a justified allow-list entry", f.Func, f.Kind)
+	}
+	return nil, nil
+}
+
+type finding struct {
+	Finding
+	node ast.Node
+}
+
+// Allowed reports whether the finding is on the allow-list.
+func (f finding) Allowed() bool { return allowed(f) }
+
+func allowed(f finding) bool {
+	_, ok := Allowed[f.Pkg][f.Func]
+	return ok
+}
+
+// Findings lists every guarded reference in files, allowed or not.
+func Findings(pkg *types.Package, info *types.Info, files []*ast.File, fset *token.FileSet) []finding {
+	var out []finding
+	for _, file := range files {
+		ast.Inspect(file, func(n ast.Node) bool {
+			id, ok := n.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			fn, ok := info.Uses[id].(*types.Func)
+			if !ok {
+				return true
+			}
+			name := fn.FullName()
+			kind, bad := Forbidden[name]
+			if !bad && strings.HasPrefix(pkg.Path(), ProjectPrefix) {
+				kind, bad = ProjectForbidden[name]
+			}
+			if bad {
+				out = append(out, finding{Finding{Pkg: pkg.Path(), Func: name, Kind: kind, Pos: fset.Position(id.Pos()).String()}, id})
+			}
+			return true
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pos < out[j].Pos })
+	return out
+}
+
+// IsProjectOrDependency reports whether a package path is outside the
+// standard library (std implements the guarded APIs themselves).
+func IsProjectOrDependency(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return strings.Contains(first, ".")
+}
