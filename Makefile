@@ -17,7 +17,7 @@ DEMO_USER ?= lazaret-demo
 TEST_USER ?= lazaret-test
 BINS := lazaret lazaret-hc lazaret-rs lazaret-escalate
 
-.PHONY: all build setup run test unit integration bench proto proto-check vet clean
+.PHONY: all build setup run test unit integration bench proto proto-check vet clean qualify-kernel
 
 all: build
 
@@ -85,3 +85,15 @@ clean:
 	rm -rf bin
 
 -include tla/model.mk
+
+# Kernel qualification (spec §3.2): run the suite on this machine, keep its
+# output, and print the line to add to pkg/hostcheck/qualified-kernels.txt.
+# It never edits the list itself.
+qualify-kernel:
+	@mkdir -p pkg/hostcheck/qualification
+	@out=pkg/hostcheck/qualification/$$(uname -r).txt; \
+	{ echo "# $$(uname -r) $$(uname -v) $$(uname -m) — $$(date -u +%FT%TZ)"; \
+	  $(GO) test -count=1 -v -run 'TestPidfsHostSupportProbe|TestKernelQualificationSuite|TestParentDeathKillsTarget' ./pkg/proc 2>&1; } | tee $$out; \
+	grep -q '^ok' $$out || { echo "qualification FAILED: do not register this kernel" >&2; exit 1; }; \
+	echo; echo "qualified. Add this line to pkg/hostcheck/qualified-kernels.txt:"; \
+	printf '%s\t%s\t%s\t%s\n' "$$(uname -r)" "$$(uname -v)" "$$(uname -m)" "qualified $$(date -u +%F) by make qualify-kernel; output in $$out"

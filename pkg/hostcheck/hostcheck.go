@@ -24,8 +24,8 @@ type Host struct {
 	Euid     int
 	Uid      int
 	Username string
-	// Uname returns (release, machine).
-	Uname func() (string, string, error)
+	// Uname describes the running kernel.
+	Uname func() (Uname, error)
 	// ReadFile reads /etc/subuid and /etc/subgid.
 	ReadFile func(string) ([]byte, error)
 	// OpenRW tries to open a device read-write.
@@ -41,12 +41,12 @@ func Real(lookPath func(string) (string, error)) Host {
 	h := Host{
 		Euid: os.Geteuid(),
 		Uid:  os.Getuid(),
-		Uname: func() (string, string, error) {
+		Uname: func() (Uname, error) {
 			var u unix.Utsname
 			if err := unix.Uname(&u); err != nil {
-				return "", "", err
+				return Uname{}, err
 			}
-			return unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]), nil
+			return Uname{Release: unix.ByteSliceToString(u.Release[:]), Version: unix.ByteSliceToString(u.Version[:]), Machine: unix.ByteSliceToString(u.Machine[:])}, nil
 		},
 		ReadFile: os.ReadFile,
 		OpenRW: func(p string) error {
@@ -84,12 +84,22 @@ func (h Host) NotRoot() error {
 	return nil
 }
 
-// Kernel checks for x86-64 and Linux ≥ 6.9.
+// Uname is the running kernel's build identity.
+type Uname struct {
+	Release string // uname -r
+	Version string // uname -v (the build: number, flags, date)
+	Machine string // uname -m
+}
+
+// Kernel checks for x86-64, Linux ≥ 6.9, and an exactly qualified build
+// (spec §3.2: a release string or version floor never substitutes for
+// qualification).
 func (h Host) Kernel() error {
-	rel, mach, err := h.Uname()
+	u, err := h.Uname()
 	if err != nil {
 		return errdefs.Mark(fmt.Errorf("uname: %w", err), errdefs.ErrUnsupportedHost)
 	}
+	rel, mach := u.Release, u.Machine
 	if mach != "x86_64" {
 		return errdefs.New(errdefs.ErrUnsupportedHost, "unsupported architecture %s: Lazaret supports only x86-64 (its pidfs process identity is qualified there)", mach)
 	}
@@ -99,6 +109,9 @@ func (h Host) Kernel() error {
 	}
 	if maj < MinKernel[0] || (maj == MinKernel[0] && min < MinKernel[1]) {
 		return errdefs.New(errdefs.ErrUnsupportedHost, "kernel %s is too old: Lazaret needs Linux %d.%d or later for pidfs process identity; upgrade the kernel", rel, MinKernel[0], MinKernel[1])
+	}
+	if !Qualified(u) {
+		return errdefs.New(errdefs.ErrUnsupportedHost, "kernel build %q (%s) is not qualified for pidfs process authority: run `make qualify-kernel` in the Lazaret checkout on this machine, review its output, and add the printed line to pkg/hostcheck/qualified-kernels.txt (setup never qualifies a kernel by itself)", rel, u.Version)
 	}
 	return nil
 }

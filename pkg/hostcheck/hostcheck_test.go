@@ -20,10 +20,20 @@ func (f fakeInfo) ModTime() time.Time { return time.Time{} }
 func (f fakeInfo) IsDir() bool        { return false }
 func (f fakeInfo) Sys() any           { return nil }
 
+// qualifiedTestKernel is the first registered build.
+var qualifiedTestKernel = func() Uname {
+	for _, line := range strings.Split(qualifiedKernels, "\n") {
+		if f := strings.Split(line, "\t"); len(f) >= 3 && !strings.HasPrefix(line, "#") {
+			return Uname{f[0], f[1], f[2]}
+		}
+	}
+	panic("no qualified kernel registered")
+}()
+
 func good() Host {
 	return Host{
 		Euid: 1001, Uid: 1001, Username: "dev",
-		Uname: func() (string, string, error) { return "6.18.44-fc", "x86_64", nil },
+		Uname: func() (Uname, error) { return qualifiedTestKernel, nil },
 		ReadFile: func(p string) ([]byte, error) {
 			return []byte("other:1:65536\ndev:100000:65536\n"), nil
 		},
@@ -51,8 +61,11 @@ func TestFailuresNameTheFix(t *testing.T) {
 		fix    string
 	}{
 		{"root", func(h *Host) { h.Euid = 0 }, errdefs.ErrRefused, "normal user"},
-		{"old kernel", func(h *Host) { h.Uname = func() (string, string, error) { return "6.8.0-45-generic", "x86_64", nil } }, errdefs.ErrUnsupportedHost, "upgrade the kernel"},
-		{"arm", func(h *Host) { h.Uname = func() (string, string, error) { return "6.12.0", "aarch64", nil } }, errdefs.ErrUnsupportedHost, "x86-64"},
+		{"old kernel", func(h *Host) { h.Uname = func() (Uname, error) { return Uname{"6.8.0-45-generic", "#1", "x86_64"}, nil } }, errdefs.ErrUnsupportedHost, "upgrade the kernel"},
+		{"arm", func(h *Host) { h.Uname = func() (Uname, error) { return Uname{"6.12.0", "#1", "aarch64"}, nil } }, errdefs.ErrUnsupportedHost, "x86-64"},
+		{"unqualified build", func(h *Host) {
+			h.Uname = func() (Uname, error) { u := qualifiedTestKernel; u.Version += " rebuilt"; return u, nil }
+		}, errdefs.ErrUnsupportedHost, "make qualify-kernel"},
 		{"tun", func(h *Host) {
 			h.OpenRW = func(string) error { return &os.PathError{Op: "open", Path: "/dev/net/tun", Err: fs.ErrPermission} }
 		}, errdefs.ErrUnsupportedHost, "chmod 0666 /dev/net/tun"},

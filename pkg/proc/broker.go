@@ -103,6 +103,9 @@ type Command struct {
 	Files []*os.File
 	// Setsid starts the child in a new session.
 	Setsid bool
+	// Setctty makes the child's descriptor 0 (a terminal) its controlling
+	// terminal; it requires Setsid.
+	Setctty bool
 	// Cloneflags are extra clone(2) flags (e.g. new namespaces).
 	Cloneflags uintptr
 }
@@ -187,6 +190,8 @@ func (b *Broker) spawn(cmd Command) (*pidfs.Handle, error) {
 		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Setsid:     cmd.Setsid,
+			Setctty:    cmd.Setctty,
+			Ctty:       0,
 			Cloneflags: cmd.Cloneflags,
 			PidFD:      &pidfd,
 		},
@@ -327,6 +332,7 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		Dir:        t.Dir,
 		Files:      files,
 		Setsid:     t.Setsid,
+		Setctty:    t.Setctty,
 		Cloneflags: t.Cloneflags,
 	}
 	b.spawnMu.Lock()
