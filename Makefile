@@ -17,7 +17,7 @@ DEMO_USER ?= lazaret-demo
 TEST_USER ?= lazaret-test
 BINS := lazaret lazaret-hc lazaret-rs lazaret-escalate
 
-.PHONY: all build setup run test unit integration bench proto proto-check vet clean qualify-kernel
+.PHONY: all build build-failpoints setup run test unit integration bench proto proto-check vet clean qualify-kernel
 
 all: build
 
@@ -25,6 +25,11 @@ build:
 	@mkdir -p bin
 	@for b in $(BINS); do $(GOBUILD) -o bin/$$b ./cmd/$$b || exit 1; done
 	@if [ -x $(RUNSC) ]; then ln -sfn $(RUNSC) bin/runsc; fi
+
+# The same binaries with fault injection compiled in (integration tests only).
+build-failpoints:
+	@mkdir -p bin-fp
+	@for b in $(BINS); do CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS) lazaret_failpoints' -ldflags '$(LDFLAGS)' -o bin-fp/$$b ./cmd/$$b || exit 1; done
 
 setup:
 	scripts/setup.sh deps
@@ -56,10 +61,10 @@ test: setup build proto-check vet unit test-model integration
 unit:
 	$(GO) test -tags '$(TAGS)' -count=1 ./api/... ./pkg/... ./cmd/...
 
-integration:
+integration: build-failpoints
 	scripts/setup.sh user $(TEST_USER)
 	scripts/setup.sh images $(TEST_USER) busybox debian
-	$(GO) test -tags '$(TAGS)' -count=1 -timeout 20m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin
+	$(GO) test -tags '$(TAGS)' -count=1 -timeout 20m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
 
 bench: setup build
 	scripts/setup.sh user $(TEST_USER)
@@ -82,7 +87,7 @@ proto-check: $(PROTOC_GEN_GO)
 	for f in $$tmp/api/lazaret/v1/*.pb.go; do cmp -s $$f api/lazaret/v1/$$(basename $$f) || { echo "api/lazaret/v1/$$(basename $$f) is stale: run make proto" >&2; rm -rf $$tmp; exit 1; }; done; rm -rf $$tmp
 
 clean:
-	rm -rf bin
+	rm -rf bin bin-fp
 
 -include tla/model.mk
 

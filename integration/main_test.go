@@ -33,6 +33,7 @@ var (
 	flagUser  = flag.String("user", "lazaret-test", "non-root user that runs the product")
 	flagRunsc = flag.String("runsc", "", "pinned runsc binary")
 	flagBin   = flag.String("bin", "", "directory with the four built binaries")
+	flagBinFP = flag.String("bin-fp", "", "directory with the four binaries built with -tags lazaret_failpoints")
 )
 
 // env is the harness's view of the test user and product.
@@ -42,6 +43,7 @@ type env struct {
 	home      string
 	base      string // root of this run's directories (reachable by the user)
 	bin       string // copies of the binaries the user can execute
+	binFP     string // copies of the failpoint builds ("" if not given)
 	stateHome string
 	runtime   string
 	runsc     string
@@ -98,12 +100,13 @@ func setup() (*env, error) {
 	if src == "" {
 		return nil, fmt.Errorf("-bin not given: run through `make integration`")
 	}
-	for _, b := range []string{"lazaret", "lazaret-hc", "lazaret-rs", "lazaret-escalate"} {
-		data, err := os.ReadFile(filepath.Join(src, b))
-		if err != nil {
-			return nil, fmt.Errorf("binary %s: %v; run `make build`", b, err)
-		}
-		if err := os.WriteFile(filepath.Join(e.bin, b), data, 0o755); err != nil {
+	if err := copyBinaries(src, e.bin); err != nil {
+		return nil, err
+	}
+	if *flagBinFP != "" {
+		e.binFP = filepath.Join(base, "bin-fp")
+		os.Mkdir(e.binFP, 0o755)
+		if err := copyBinaries(*flagBinFP, e.binFP); err != nil {
 			return nil, err
 		}
 	}
@@ -116,6 +119,19 @@ func setup() (*env, error) {
 		}
 	}
 	return e, nil
+}
+
+func copyBinaries(src, dst string) error {
+	for _, b := range []string{"lazaret", "lazaret-hc", "lazaret-rs", "lazaret-escalate"} {
+		data, err := os.ReadFile(filepath.Join(src, b))
+		if err != nil {
+			return fmt.Errorf("binary %s: %v; run `make build build-failpoints`", b, err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, b), data, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // userDir creates a directory under base owned by the test user.
@@ -157,7 +173,12 @@ type result struct {
 
 // cmd builds a lazaret invocation as the test user in dir.
 func (e *env) cmd(dir string, extraEnv []string, args ...string) *exec.Cmd {
-	c := exec.Command(filepath.Join(e.bin, "lazaret"), args...)
+	return e.cmdWith(e.bin, dir, extraEnv, args...)
+}
+
+// cmdWith is cmd with the binaries of bin (e.g. the failpoint build).
+func (e *env) cmdWith(bin, dir string, extraEnv []string, args ...string) *exec.Cmd {
+	c := exec.Command(filepath.Join(bin, "lazaret"), args...)
 	c.Dir = dir
 	c.Env = append([]string{
 		"HOME=" + e.home, "USER=" + *flagUser, "PATH=/usr/local/bin:/usr/bin:/bin",

@@ -36,6 +36,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
@@ -142,6 +143,7 @@ func Main(args []string) int {
 	}
 	fmt.Fprintln(ready, "ok")
 	ready.Close()
+	failpoint.Hit("lazaret-hc:started")
 	go c.acceptLoop()
 	go c.startGeneration()
 	go c.idleWatch()
@@ -284,13 +286,11 @@ func (c *coordinator) sessionDir() string { return filepath.Join(c.paths.Runtime
 // The fail-closed, identity-checked recovery of the durable-state issue
 // replaces this.
 func (c *coordinator) recoverStaleRuntime() {
-	entries, err := os.ReadDir(c.paths.RunscRoot())
-	if err == nil {
-		for _, e := range entries {
-			if id := strings.TrimSuffix(e.Name(), ".state"); strings.HasPrefix(id, "lazaret-"+string(c.paths.ID)+"-") && runsc.ValidContainerID(id) {
-				c.log.Warn("deleting stale runsc container of a dead generation", "container", id)
-				c.runscQuiet(c.rt.Delete(id))
-			}
+	ids, _ := runsc.StateContainers(c.paths.RunscRoot())
+	for _, id := range ids {
+		if strings.HasPrefix(id, "lazaret-"+string(c.paths.ID)+"-") {
+			c.log.Warn("deleting stale runsc container of a dead generation", "container", id)
+			c.runscQuiet(c.rt.Delete(id))
 		}
 	}
 	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir()} {
@@ -542,6 +542,7 @@ func (c *coordinator) superviseMessages() {
 		c.setState(stateFailed, err)
 		return
 	}
+	failpoint.Hit("lazaret-hc:hello-verified")
 	if err := c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}}); err != nil {
 		c.setState(stateFailed, err)
 		return
@@ -577,6 +578,7 @@ func (c *coordinator) superviseMessages() {
 			}
 			c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest)
 			c.setState(stateRunning, nil)
+			failpoint.Hit("lazaret-hc:published")
 		case m.GetFailure() != nil:
 			f := m.GetFailure()
 			c.setState(stateFailed, errdefs.Mark(errors.New(f.Message), errdefs.FromCategory(f.Category)))
@@ -615,6 +617,7 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	if dup {
 		return errdefs.New(errdefs.ErrRefused, "duplicate staged attached runsc ownership")
 	}
+	failpoint.Hit("lazaret-hc:staged-recorded")
 	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
 	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
 }
@@ -673,6 +676,7 @@ func (c *coordinator) teardown() {
 	rsChild := c.rsChild
 	c.mu.Unlock()
 	c.log.Info("tearing down")
+	failpoint.Hit("lazaret-hc:teardown-begin")
 	if c.listener != nil {
 		c.listener.Close()
 	}
@@ -698,6 +702,7 @@ func (c *coordinator) teardown() {
 			<-rsChild.Done()
 		}
 	}
+	failpoint.Hit("lazaret-hc:rs-stopped")
 	if c.lifetimeW != nil {
 		c.lifetimeW.Close()
 	}
@@ -712,8 +717,11 @@ func (c *coordinator) cleanupRuntime() {
 		return
 	}
 	if c.broker != nil && c.container != "" {
-		if _, err := os.Stat(filepath.Join(c.paths.RunscRoot(), c.container+".state")); err == nil {
-			c.runscQuiet(c.rt.Delete(c.container))
+		ids, _ := runsc.StateContainers(c.paths.RunscRoot())
+		for _, id := range ids {
+			if id == c.container {
+				c.runscQuiet(c.rt.Delete(id))
+			}
 		}
 	}
 	os.RemoveAll(c.paths.RuntimeDir)

@@ -37,6 +37,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
@@ -44,6 +45,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
@@ -56,6 +58,7 @@ type Broker struct {
 	spawnMu sync.Mutex
 	self    string
 	selfID  pidfs.Authority
+	name    string // process name for failpoint stages
 }
 
 // NewBroker starts the broker's locked spawn thread. exe is the path of this
@@ -67,7 +70,7 @@ func NewBroker(log *slog.Logger, exe string) (*Broker, error) {
 	}
 	id := self.Identity().Authority
 	self.Close()
-	b := &Broker{log: log, calls: make(chan func()), self: exe, selfID: id}
+	b := &Broker{log: log, calls: make(chan func()), self: exe, selfID: id, name: filepath.Base(exe)}
 	started := make(chan struct{})
 	go func() {
 		// Never unlocked and never returns: this thread is the parent of
@@ -186,7 +189,7 @@ func (b *Broker) spawn(cmd Command) (*pidfs.Handle, error) {
 	pidfd := -1
 	attr := &syscall.ProcAttr{
 		Dir:   cmd.Dir,
-		Env:   cmd.Env,
+		Env:   append(cmd.Env[:len(cmd.Env):len(cmd.Env)], failpoint.Environ()...),
 		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Setsid:     cmd.Setsid,
@@ -327,7 +330,7 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 	files = append(files, br)
 	wrapper := Command{
 		Path:       b.self,
-		Args:       append([]string{t.Args[0], WrapperArg, fmt.Sprintf("--barrier-fd=%d", barrierFD), "--", t.Path}, t.Args[1:]...),
+		Args:       append([]string{t.Args[0], WrapperArg, "--slot=" + spec.Slot, fmt.Sprintf("--barrier-fd=%d", barrierFD), "--", t.Path}, t.Args[1:]...),
 		Env:        t.Env,
 		Dir:        t.Dir,
 		Files:      files,
@@ -335,6 +338,8 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		Setctty:    t.Setctty,
 		Cloneflags: t.Cloneflags,
 	}
+	hit := func(step string) { failpoint.Hit(b.name + ":acquire:" + spec.Slot + ":" + step) }
+	hit("barrier")
 	b.spawnMu.Lock()
 	h, err := b.spawn(wrapper) // step 3
 	if err != nil {
@@ -354,6 +359,7 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		return nil, errdefs.Mark(fmt.Errorf("acquire %s: wrapper check: %w", spec.Slot, werr), errdefs.ErrRefused)
 	}
 	b.spawnMu.Unlock()
+	hit("spawned")
 	id := h.Identity() // step 5 (formed from the same pidfd at spawn)
 	c := b.track(spec.Slot, h)
 	abort := func(err error) (*Child, error) {
@@ -367,11 +373,13 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 			return abort(err)
 		}
 	}
+	hit("identified")
 	if spec.Stage != nil { // step 6
 		if err := spec.Stage(ctx, id); err != nil {
 			return abort(err)
 		}
 	}
+	hit("staged")
 	select {
 	case <-c.Done():
 		return abort(ErrWrapperAborted)
@@ -382,6 +390,7 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		return abort(fmt.Errorf("release barrier: %w", err))
 	}
 	bw.Close()
+	hit("released")
 	b.log.Debug("child acquired", "slot", spec.Slot, "identity", id.String())
 	return c, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
@@ -64,8 +65,13 @@ func runWrapper(args []string) int {
 		fmt.Fprintf(os.Stderr, "lazaret wrapper: "+format+"\n", a...)
 		return wrapperAbort
 	}
+	slot := "unnamed"
+	if len(args) > 0 && strings.HasPrefix(args[0], "--slot=") {
+		slot, args = strings.TrimPrefix(args[0], "--slot="), args[1:]
+	}
+	hit := func(step string) { failpoint.Hit("wrapper:" + slot + ":" + step) }
 	if len(args) < 3 || !strings.HasPrefix(args[0], "--barrier-fd=") || args[1] != "--" {
-		return fail("usage: %s --barrier-fd=N -- PATH ARGS...", WrapperArg)
+		return fail("usage: %s [--slot=NAME] --barrier-fd=N -- PATH ARGS...", WrapperArg)
 	}
 	fd, err := strconv.Atoi(strings.TrimPrefix(args[0], "--barrier-fd="))
 	if err != nil || fd < 3 {
@@ -73,6 +79,7 @@ func runWrapper(args []string) int {
 	}
 	target, targetArgs := args[2], args[3:]
 	barrier := os.NewFile(uintptr(fd), "barrier")
+	hit("blocked")
 	buf := make([]byte, releaseLen+1)
 	n, err := io.ReadFull(barrier, buf)
 	if err != io.ErrUnexpectedEOF || n != releaseLen {
@@ -87,6 +94,7 @@ func runWrapper(args []string) int {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return fail("arm parent-death signal: %v", err)
 	}
+	hit("armed")
 	// Close the arming race: the parent we armed against must be the exact
 	// broker process that released us.
 	ppid := os.Getppid()
@@ -101,6 +109,7 @@ func runWrapper(args []string) int {
 		return fail("parent identity mismatch: refusing to run %s", target)
 	}
 	parent.Close()
+	hit("before-exec")
 	argv := append([]string{target}, targetArgs...)
 	err = syscall.Exec(target, argv, os.Environ())
 	return fail("exec %s: %v", target, err)

@@ -30,6 +30,7 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/netsetup"
@@ -149,6 +150,7 @@ func (s *supervisor) run() int {
 		s.log.Error("send hello", "err", err)
 		return 1
 	}
+	failpoint.Hit("lazaret-rs:hello-sent")
 	var first lv1.CoordinatorMessage
 	if err := s.ch.Recv(context.Background(), &first); err != nil {
 		s.log.Error("receive start", "err", err)
@@ -249,6 +251,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		}
 	}
 	s.art = art
+	failpoint.Hit("lazaret-rs:prepared")
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
 		return nil, nil, err
@@ -256,6 +259,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := mountns.BindReadOnly(art.Rootfs, rootfs); err != nil {
 		return nil, nil, fmt.Errorf("expose prepared lower %s: %w", art.ID, err)
 	}
+	failpoint.Hit("lazaret-rs:rootfs-mounted")
 	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
 		return nil, nil, err
 	}
@@ -306,6 +310,10 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		s.teardown(child, inW)
 		return nil, nil, errdefs.New(errdefs.ErrUnavailable, "host coordinator gone during start")
 	}
+	failpoint.Hit("lazaret-rs:runsc-ready")
+	if failpoint.Armed("lazaret-rs:kill-runsc-after-ready") {
+		child.Signal(unix.SIGKILL) // simulates an attached runsc crash
+	}
 	id := child.Identity()
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Ready{Ready: &lv1.SandboxReady{
 		PreparedArtifactId: art.ID, ImageRef: st.ImageRef, ManifestDigest: art.Source.ManifestDigest, AttachedRunsc: identityProto(id),
@@ -348,6 +356,7 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 	select {
 	case <-s.stop:
 		s.log.Info("stop requested")
+		failpoint.Hit("lazaret-rs:stop-requested")
 	case <-s.hcGone:
 	case <-sandbox.Done():
 		st, _ := sandbox.Status()
@@ -382,7 +391,9 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 			<-sandbox.Done()
 		}
 	}
+	failpoint.Hit("lazaret-rs:sandbox-stopped")
 	s.runsc(s.rt.Delete(id))
+	failpoint.Hit("lazaret-rs:deleted")
 	rootfs := filepath.Join(s.start.BundleDir, "rootfs")
 	if err := mountns.Unmount(rootfs); err != nil && !errors.Is(err, unix.EINVAL) {
 		s.log.Warn("unmount rootfs", "err", err)

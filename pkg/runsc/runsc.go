@@ -6,7 +6,9 @@ package runsc
 
 import (
 	"fmt"
+	"os"
 	"regexp"
+	"strings"
 )
 
 // PinnedVersion is the gVisor module version Lazaret is built and tested
@@ -91,3 +93,23 @@ func (r Runtime) Delete(id string) []string {
 
 // List lists containers in the state directory.
 func (r Runtime) List() []string { return r.argv("list", "-quiet") }
+
+// StateContainers lists the container IDs that have state in a runsc --root
+// directory (files "<cid>_sandbox:<sandbox id>.state").
+func StateContainers(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".state")
+		if !ok {
+			continue
+		}
+		if cid, _, ok := strings.Cut(name, "_sandbox:"); ok && ValidContainerID(cid) {
+			ids = append(ids, cid)
+		}
+	}
+	return ids, nil
+}

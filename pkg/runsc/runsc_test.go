@@ -1,6 +1,8 @@
 package runsc
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -34,5 +36,16 @@ func TestContainerID(t *testing.T) {
 	id := ContainerID("0123456789abcdef0123456789abcdef", 3)
 	if !ValidContainerID(id) || ValidContainerID("../x") || ValidContainerID("") {
 		t.Fatal(id)
+	}
+}
+
+func TestStateContainers(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"lazaret-abc-4_sandbox:lazaret-abc-4.state", "lazaret-abc-4_sandbox:lazaret-abc-4.lock", "null-netns", "bad id_sandbox:x.state"} {
+		os.WriteFile(filepath.Join(dir, f), nil, 0o600)
+	}
+	ids, err := StateContainers(dir)
+	if err != nil || len(ids) != 1 || ids[0] != "lazaret-abc-4" {
+		t.Fatalf("%v %v", ids, err)
 	}
 }

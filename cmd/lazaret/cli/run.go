@@ -33,31 +33,40 @@ const startTimeout = 3 * time.Minute
 var runCommand = &cli.Command{
 	Name:      "run",
 	Usage:     "run a command in this project's sandbox (starting it if needed)",
-	ArgsUsage: "[--] COMMAND [ARG...]",
+	ArgsUsage: "[--] [COMMAND [ARG...]]",
 	Description: `The Agent Workspace is the top level of the Git repository containing the
 current directory (or the directory itself outside a repository); it is
 mounted read-write at /workspace and the command runs in the matching
 subdirectory. The command's exit status becomes lazaret's (128+n for a
 signal); 125 means Lazaret itself failed.
 
+When stdin and stdout are terminals the session is interactive: the command
+gets a terminal (with no command: a login shell, bash if the image has it),
+every key including Ctrl-C and Ctrl-Z goes to it, and resizes follow. To
+suspend lazaret itself, type ~ then Ctrl-Z at the start of a line (or send
+it SIGTSTP); ~. disconnects and closes the session.
+
 Examples:
+   lazaret run
    lazaret run -- git status
    echo hi | lazaret run -- cat
    lazaret run --profile tiny -- sh -c 'echo $HOSTNAME'`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "profile", Aliases: []string{"p"}, Value: "default", Usage: "Agent Profile"},
 		&cli.StringFlag{Name: "dir", Aliases: []string{"C"}, Usage: "start directory (default: the current directory)"},
+		&cli.BoolFlag{Name: "no-tty", Aliases: []string{"T"}, Usage: "never allocate a terminal, even when stdin and stdout are terminals"},
 	},
 	Action: runAction,
 }
 
 func runAction(c *cli.Context) error {
 	argv := c.Args().Slice()
+	tty := !c.Bool("no-tty") && useTerminal()
 	if len(argv) == 0 {
-		if isTerminal(0) {
-			return errdefs.New(errdefs.ErrInvalid, "interactive terminal sessions are not available in this build yet: give a command, e.g. `lazaret run -- git status`")
+		if !tty {
+			return errdefs.New(errdefs.ErrInvalid, "no command given and stdin/stdout are not a terminal: usage `lazaret run [--profile P] -- COMMAND [ARG...]` (with no command on a terminal, lazaret starts an interactive shell)")
 		}
-		return errdefs.New(errdefs.ErrInvalid, "no command given: usage `lazaret run [--profile P] -- COMMAND [ARG...]`")
+		argv = defaultShell
 	}
 	// A terminal signal before the session runs ends this CLI with 128+n
 	// (a coordinator it started notices the lost client and stops); once the
@@ -110,6 +119,13 @@ func runAction(c *cli.Context) error {
 		Env:             map[string]string{},
 		Stdin:           true,
 	}
+	if tty {
+		ws, err := windowSize(0)
+		if err != nil {
+			return err
+		}
+		req.Tty, req.WindowSize = true, ws
+	}
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
 		if k == "TERM" || k == "LANG" || k == "COLORTERM" || k == "TZ" || k == "LANGUAGE" || strings.HasPrefix(k, "LC_") {
@@ -122,7 +138,11 @@ func runAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		code, retry, err := session(conn, req, sigs)
+		run := session
+		if req.Tty {
+			run = terminalSession
+		}
+		code, retry, err := run(conn, req, sigs)
 		if retry && attempt < maxAttempts {
 			time.Sleep(50 * time.Millisecond)
 			continue
@@ -140,10 +160,11 @@ func runAction(c *cli.Context) error {
 // starter connects to the Domain's Host Coordinator, starting it when this
 // CLI wins the Domain lock.
 type starter struct {
-	paths domain.Paths
-	prof  profile
-	ws    string
-	image string
+	started bool // this CLI already started a coordinator
+	paths   domain.Paths
+	prof    profile
+	ws      string
+	image   string
 }
 
 // connectOrSignal is connect, abandoned with 128+n on a terminal signal.
@@ -187,6 +208,12 @@ func (s *starter) connect() (*net.UnixConn, error) {
 			lock.Close()
 			return nil, fmt.Errorf("lock Domain: %w", err)
 		}
+		if s.started {
+			// The coordinator this CLI started is gone before serving.
+			lock.Close()
+			return nil, errdefs.New(errdefs.ErrUnavailable, "the Host Coordinator exited during start-up; see %s (the next lazaret run recovers what it left)", s.paths.Log())
+		}
+		s.started = true
 		err = s.startCoordinator(lock)
 		lock.Close() // the coordinator holds the lock through its own descriptor
 		if err != nil {

@@ -1,0 +1,91 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/failpoint"
+)
+
+// faultStages is the fault-injection matrix (spec §3.2 acquisition, §3.5
+// publication and release, FR-7): every broker step for every acquired
+// child (RS, attached runsc, session exec client), the wrapper's own steps,
+// and the coordinator's and supervisor's start-up, publication and
+// teardown stages.
+func faultStages() []string {
+	var s []string
+	for _, slot := range []struct{ proc, slot string }{{"lazaret-hc", "rs"}, {"lazaret-rs", "attached_runsc"}, {"lazaret-hc", "session_exec"}} {
+		for _, step := range failpoint.AcquireSteps {
+			s = append(s, slot.proc+":acquire:"+slot.slot+":"+step)
+		}
+		for _, step := range failpoint.WrapperSteps {
+			s = append(s, "wrapper:"+slot.slot+":"+step)
+		}
+	}
+	for _, st := range []string{"started", "hello-verified", "staged-recorded", "published", "teardown-begin", "rs-stopped"} {
+		s = append(s, "lazaret-hc:"+st)
+	}
+	for _, st := range []string{"hello-sent", "prepared", "rootfs-mounted", "runsc-ready", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted"} {
+		s = append(s, "lazaret-rs:"+st)
+	}
+	return s
+}
+
+// TestFaultInjectionRecovery (FR-7, OR-6): for every stage, a run whose
+// Lazaret process (or wrapper, or attached runsc) is SIGKILLed there leaves
+// no process or mount behind, and the next `lazaret run` recovers and
+// succeeds with nothing left afterwards.
+func TestFaultInjectionRecovery(t *testing.T) {
+	e := need(t)
+	if e.binFP == "" {
+		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
+	}
+	stages := faultStages()
+	var recoveries []time.Duration
+	for _, stage := range stages {
+		t.Run(strings.ReplaceAll(stage, ":", "_"), func(t *testing.T) {
+			ws := workspace(t)
+			c := e.cmdWith(e.binFP, ws, []string{failpoint.Env + "=" + stage}, "run", "-p", "tiny", "--", "echo", "hi")
+			var out, errb bytes.Buffer
+			c.Stdout, c.Stderr = &out, &errb
+			c.Start()
+			done := make(chan struct{})
+			go func() { c.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(90 * time.Second):
+				c.Process.Kill()
+				<-done
+				t.Fatalf("faulted run did not end; stderr %q", errb.String())
+			}
+			noProcessesOrMounts(t)
+			logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+			hit := strings.Contains(errb.String(), "failpoint hit: "+stage)
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				if strings.Contains(string(b), "workspace="+ws) && strings.Contains(string(b), "failpoint hit: "+stage) {
+					hit = true
+				}
+			}
+			if !hit {
+				t.Fatalf("stage %s was never reached (exit %d, stderr %q)", stage, c.ProcessState.ExitCode(), errb.String())
+			}
+			start := time.Now()
+			r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "recovered")
+			recoveries = append(recoveries, time.Since(start))
+			if r.code != 0 || r.stdout != "recovered\n" {
+				t.Fatalf("run after a kill at %s: %+v", stage, r)
+			}
+			noLeftovers(t)
+		})
+	}
+	sort.Slice(recoveries, func(i, j int) bool { return recoveries[i] < recoveries[j] })
+	if len(recoveries) > 0 {
+		t.Logf("%d stages; median recovering run %s (max %s)", len(stages), recoveries[len(recoveries)/2], recoveries[len(recoveries)-1])
+	}
+}

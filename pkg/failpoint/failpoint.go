@@ -1,0 +1,30 @@
+// Package failpoint is Lazaret's fault-injection seam. Production builds
+// compile every Hit to nothing; binaries built with the build tag
+// `lazaret_failpoints` (integration tests only) read LAZARET_FAILPOINT and
+// SIGKILL their own process, through its pidfd, when execution reaches the
+// named stage. A hit is logged first, so a test can prove the stage was
+// reached rather than passing vacuously.
+//
+// Stage names are "<process>:<stage>", e.g. "lazaret-hc:acquire:rs:staged",
+// "lazaret-rs:runsc-ready", "wrapper:session_exec:armed".
+package failpoint
+
+// Env is the variable that arms one stage in failpoint builds.
+const Env = "LAZARET_FAILPOINT"
+
+// AcquireSteps are the broker's CausalChildAcquisitionV1 stages, hit in the
+// broker's process as "<process>:acquire:<slot>:<step>".
+var AcquireSteps = []string{
+	"barrier",    // step 2: barrier created, before spawn
+	"spawned",    // step 3: wrapper spawned
+	"identified", // steps 4–5: pidfd checked, identity formed (and setup done)
+	"staged",     // step 6: Staged recorded/acknowledged
+	"released",   // step 7: barrier released
+}
+
+// WrapperSteps are hit inside the wrapper as "wrapper:<slot>:<step>".
+var WrapperSteps = []string{
+	"blocked",     // waiting at the barrier
+	"armed",       // step 8: parent-death armed, before the parent re-check
+	"before-exec", // step 8: re-checked, before exec
+}
