@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/netsetup"
 )
 
 // TestRunExitStatus: `lazaret run -- CMD` exits with CMD's status, 128+n for
@@ -193,9 +195,27 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 }
 
 // TestSandboxPrivileges (SR-1, SR-5): CAP_NET_ADMIN and CAP_NET_RAW are
-// absent and no_new_privs is set for guest processes; the guest is uid 0.
+// absent and no_new_privs is set for guest processes; the guest is uid 0;
+// the Runtime Supervisor holds no CAP_NET_ADMIN on any thread once the
+// sandbox is published.
 func TestSandboxPrivileges(t *testing.T) {
+	e := need(t)
 	ws := workspace(t)
+	hold := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 30")
+	stdout, _ := hold.StdoutPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := stdout.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	rs := findProcess(t, e.uid, "lazaret-rs", ws)
+	if held, err := netsetup.ThreadsHoldNetAdmin(rs); err != nil || held {
+		t.Errorf("runtime supervisor %d holds CAP_NET_ADMIN after publication (%v)", rs, err)
+	}
+	hold.Process.Signal(syscall.SIGTERM)
+	hold.Wait()
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "id -u; grep -E '^(CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status")
 	if r.code != 0 {
 		t.Fatalf("run: %+v", r)

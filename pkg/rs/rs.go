@@ -310,6 +310,12 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		s.teardown(child, inW)
 		return nil, nil, errdefs.New(errdefs.ErrUnavailable, "host coordinator gone during start")
 	}
+	// SR-5: runsc has imported the network namespace at boot; drop the
+	// network-administration capability irreversibly before publication.
+	if err := netsetup.DropNetAdmin(); err != nil {
+		s.teardown(child, inW)
+		return nil, nil, err
+	}
 	failpoint.Hit("lazaret-rs:runsc-ready")
 	if failpoint.Armed("lazaret-rs:kill-runsc-after-ready") {
 		child.Signal(unix.SIGKILL) // simulates an attached runsc crash
