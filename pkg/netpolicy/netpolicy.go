@@ -1,0 +1,231 @@
+// Package netpolicy derives a Domain generation's network policy from
+// trusted host configuration (spec §3.6, FR-19, SR-6). It is pure: no
+// syscalls. The Runtime Supervisor installs exactly this document, which
+// reaches it as canonical bytes in a write-sealed memfd; the digest of those
+// bytes is an input of the network readiness fingerprint.
+//
+// Policy shape (IPv4 only; IPv6 is disabled in the enforcement namespace and
+// in the sandbox, so every enabled family is covered):
+//
+//   - default permit, except the deny prefixes: the built-in defaults
+//     (RFC 1918 10/8, 172.16/12, 192.168/16 as the spec requires, plus
+//     link-local 169.254/16 — cloud metadata services — and shared address
+//     space 100.64/10) and the profile's own deny prefixes;
+//   - allow prefixes, which take effect where more specific than a deny
+//     (Linux longest-prefix routing);
+//   - the Domain's DNS resolvers, each given a /32 allow route so that a
+//     resolver inside a denied range stays reachable;
+//   - an allow and a deny of the same prefix is a configuration error that
+//     names both entries (never silently resolved).
+package netpolicy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// Version of the canonical encoding; a newer one is refused.
+const Version = 1
+
+// DefaultDeny are the built-in deny prefixes.
+var DefaultDeny = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+}
+
+// Rule is one configured prefix with where it came from (for messages).
+type Rule struct {
+	Prefix netip.Prefix
+	Source string // e.g. "config.toml:12 (profile claude, network.allow)"
+}
+
+// Input is the trusted configuration the policy derives from.
+type Input struct {
+	Allow     []Rule
+	Deny      []Rule
+	Resolvers []netip.Addr
+}
+
+// Policy is the derived, canonical policy.
+type Policy struct {
+	Deny      []netip.Prefix
+	Allow     []netip.Prefix
+	Resolvers []netip.Addr
+}
+
+// ConflictError reports an equal-prefix allow/deny pair.
+type ConflictError struct {
+	Prefix      netip.Prefix
+	Allow, Deny string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("network policy conflict: %s is both allowed (%s) and denied (%s); remove one of them (a more specific allow inside a denied range is fine)", e.Prefix, e.Allow, e.Deny)
+}
+
+func checkPrefix(r Rule) error {
+	if !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() {
+		return fmt.Errorf("%s: %v is not an IPv4 prefix (IPv6 is disabled in the sandbox)", r.Source, r.Prefix)
+	}
+	if r.Prefix.Masked() != r.Prefix {
+		return fmt.Errorf("%s: %v has host bits set; write %v", r.Source, r.Prefix, r.Prefix.Masked())
+	}
+	return nil
+}
+
+// Derive validates in and returns the canonical policy.
+func Derive(in Input) (Policy, error) {
+	deny := map[netip.Prefix]string{}
+	for _, p := range DefaultDeny {
+		deny[p] = "built-in default deny"
+	}
+	for _, r := range in.Deny {
+		if err := checkPrefix(r); err != nil {
+			return Policy{}, err
+		}
+		deny[r.Prefix] = r.Source
+	}
+	allow := map[netip.Prefix]string{}
+	for _, r := range in.Allow {
+		if err := checkPrefix(r); err != nil {
+			return Policy{}, err
+		}
+		if src, ok := deny[r.Prefix]; ok {
+			return Policy{}, &ConflictError{Prefix: r.Prefix, Allow: r.Source, Deny: src}
+		}
+		allow[r.Prefix] = r.Source
+	}
+	var p Policy
+	for _, a := range in.Resolvers {
+		if !a.Is4() {
+			return Policy{}, fmt.Errorf("DNS resolver %v is not IPv4 (IPv6 is disabled in the sandbox)", a)
+		}
+		host := netip.PrefixFrom(a, 32)
+		if src, ok := deny[host]; ok {
+			return Policy{}, &ConflictError{Prefix: host, Allow: "DNS resolver " + a.String(), Deny: src}
+		}
+		allow[host] = "DNS resolver"
+		p.Resolvers = append(p.Resolvers, a)
+	}
+	for q := range deny {
+		p.Deny = append(p.Deny, q)
+	}
+	for q := range allow {
+		p.Allow = append(p.Allow, q)
+	}
+	sortPrefixes(p.Deny)
+	sortPrefixes(p.Allow)
+	sort.Slice(p.Resolvers, func(i, j int) bool { return p.Resolvers[i].Less(p.Resolvers[j]) })
+	p.Resolvers = compactAddrs(p.Resolvers)
+	return p, nil
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	sort.Slice(ps, func(i, j int) bool {
+		if c := ps[i].Addr().Compare(ps[j].Addr()); c != 0 {
+			return c < 0
+		}
+		return ps[i].Bits() < ps[j].Bits()
+	})
+}
+
+func compactAddrs(as []netip.Addr) []netip.Addr {
+	out := as[:0]
+	for i, a := range as {
+		if i == 0 || a != as[i-1] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Canonical is the policy's canonical encoding: a version line, then one
+// line per entry in sorted order.
+func (p Policy) Canonical() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "lazaret-network-policy v%d\n", Version)
+	b.WriteString("ipv6 disabled\n")
+	for _, q := range p.Deny {
+		fmt.Fprintf(&b, "deny %s\n", q)
+	}
+	for _, q := range p.Allow {
+		fmt.Fprintf(&b, "allow %s\n", q)
+	}
+	for _, a := range p.Resolvers {
+		fmt.Fprintf(&b, "dns %s\n", a)
+	}
+	return b.Bytes()
+}
+
+// Digest is the SHA-256 of the canonical encoding.
+func (p Policy) Digest() [32]byte { return sha256.Sum256(p.Canonical()) }
+
+// Decode parses canonical bytes, refusing anything not produced by
+// Canonical (unknown lines, a newer version, unsorted or duplicate entries).
+func Decode(b []byte) (Policy, error) {
+	var p Policy
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	line := 0
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		switch {
+		case line == 1:
+			var v int
+			if _, err := fmt.Sscanf(text, "lazaret-network-policy v%d", &v); err != nil {
+				return Policy{}, fmt.Errorf("network policy: bad header %q", text)
+			}
+			if v != Version {
+				return Policy{}, fmt.Errorf("network policy version %d is not %d: use matching Lazaret binaries", v, Version)
+			}
+		case line == 2:
+			if text != "ipv6 disabled" {
+				return Policy{}, fmt.Errorf("network policy: bad address-family line %q", text)
+			}
+		default:
+			kind, val, ok := strings.Cut(text, " ")
+			if !ok {
+				return Policy{}, fmt.Errorf("network policy line %d: %q", line, text)
+			}
+			switch kind {
+			case "deny", "allow":
+				q, err := netip.ParsePrefix(val)
+				if err != nil {
+					return Policy{}, fmt.Errorf("network policy line %d: %v", line, err)
+				}
+				if kind == "deny" {
+					p.Deny = append(p.Deny, q)
+				} else {
+					p.Allow = append(p.Allow, q)
+				}
+			case "dns":
+				a, err := netip.ParseAddr(val)
+				if err != nil {
+					return Policy{}, fmt.Errorf("network policy line %d: %v", line, err)
+				}
+				p.Resolvers = append(p.Resolvers, a)
+			default:
+				return Policy{}, fmt.Errorf("network policy line %d: unknown entry %q", line, kind)
+			}
+		}
+	}
+	// Canonical form is sorted and duplicate-free: re-derive the order and
+	// compare, so any other arrangement is refused.
+	q := Policy{Deny: append([]netip.Prefix(nil), p.Deny...), Allow: append([]netip.Prefix(nil), p.Allow...), Resolvers: append([]netip.Addr(nil), p.Resolvers...)}
+	sortPrefixes(q.Deny)
+	sortPrefixes(q.Allow)
+	sort.Slice(q.Resolvers, func(i, j int) bool { return q.Resolvers[i].Less(q.Resolvers[j]) })
+	q.Resolvers = compactAddrs(q.Resolvers)
+	if !bytes.Equal(q.Canonical(), b) {
+		return Policy{}, fmt.Errorf("network policy is not in canonical form")
+	}
+	return q, nil
+}
