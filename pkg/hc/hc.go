@@ -24,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,6 +41,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -90,6 +92,7 @@ type coordinator struct {
 	rsChild      *proc.Child
 	rsChan       *fdpass.Channel
 	lifetimeW    *os.File
+	policy       netpolicy.Policy
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
 
@@ -454,6 +457,16 @@ func (c *coordinator) launchSupervisor() error {
 	if err != nil {
 		return err
 	}
+	policy, err := c.derivePolicy()
+	if err != nil {
+		return err
+	}
+	c.policy = policy
+	policyFile, err := fdpass.SealedMemfd("lazaret-network-policy", policy.Canonical())
+	if err != nil {
+		return err
+	}
+	defer policyFile.Close()
 	ch, peer, err := fdpass.Pair()
 	if err != nil {
 		return err
@@ -468,11 +481,11 @@ func (c *coordinator) launchSupervisor() error {
 		Slot: "rs",
 		Target: proc.Command{
 			Path: c.rsPath,
-			Args: []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--log-level=" + c.level},
+			Args: []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--log-level=" + c.level},
 			Env:  []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME")},
 			Dir:  "/",
 			// stdin /dev/null; stdout/stderr to the coordinator log.
-			Files:      []*os.File{nil, os.Stderr, os.Stderr, peer, lifeR, c.lockFile},
+			Files:      []*os.File{nil, os.Stderr, os.Stderr, peer, lifeR, c.lockFile, policyFile},
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET,
 		},
 		// Full subordinate map: 0 → the developer, 1..65536 → subordinate ids.
@@ -576,7 +589,11 @@ func (c *coordinator) superviseMessages() {
 				c.setState(stateFailed, errdefs.New(errdefs.ErrRefused, "SandboxReady names an attached runsc that was not staged"))
 				return
 			}
-			c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest)
+			if d := c.policy.Digest(); string(r.PolicyDigest) != string(d[:]) {
+				c.setState(stateFailed, errdefs.New(errdefs.ErrRefused, "the runtime supervisor attests network policy %x, not the derived %x", r.PolicyDigest, d[:]))
+				return
+			}
+			c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
 			c.setState(stateRunning, nil)
 			failpoint.Hit("lazaret-hc:published")
 		case m.GetFailure() != nil:
@@ -643,6 +660,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	if host, hostIno, err := pidfs.NamespaceOfPath("/proc/self/ns/net"); err == nil && host == dev && hostIno == ino {
 		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor is in the host network namespace")
 	}
+	digest := c.policy.Digest()
 	spec, err := ocispec.Spec(ocispec.Sandbox{
 		Hostname:      c.hostname,
 		Workspace:     c.ws,
@@ -661,7 +679,45 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.container,
 		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
 		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: &lv1.NamespaceIdentity{Dev: dev, Ino: ino},
+		PolicyDigest: digest[:],
 	}, nil
+}
+
+// derivePolicy derives the generation's network policy from trusted
+// configuration only (FR-19): the built-in defaults and the host's DNS
+// resolvers. The sandbox never supplies policy.
+func (c *coordinator) derivePolicy() (netpolicy.Policy, error) {
+	resolvers, err := hostResolvers("/etc/resolv.conf")
+	if err != nil {
+		c.log.Warn("no usable DNS resolvers from the host", "err", err)
+	}
+	p, err := netpolicy.Derive(netpolicy.Input{Resolvers: resolvers})
+	if err != nil {
+		return p, errdefs.Mark(err, errdefs.ErrInvalid)
+	}
+	return p, nil
+}
+
+// hostResolvers reads the IPv4 nameservers of a resolv.conf, skipping
+// loopback ones (a host-local stub is not reachable from the sandbox).
+func hostResolvers(file string) ([]netip.Addr, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		a, err := netip.ParseAddr(f[1])
+		if err != nil || !a.Is4() || a.IsLoopback() {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // teardown stops everything of the generation and releases the Domain.

@@ -80,6 +80,9 @@ func (c *coordinator) validate(r *lv1.RunRequest) error {
 	if r.WorkspaceSubdir != "" && (path.IsAbs(r.WorkspaceSubdir) || path.Clean(r.WorkspaceSubdir) != r.WorkspaceSubdir || strings.HasPrefix(r.WorkspaceSubdir, "..")) {
 		return errdefs.New(errdefs.ErrInvalid, "bad workspace subdirectory %q", r.WorkspaceSubdir)
 	}
+	if err := validateTerminal(r); err != nil {
+		return err
+	}
 	for k := range r.Env {
 		if !passEnv(k) {
 			return errdefs.New(errdefs.ErrInvalid, "environment variable %s may not be passed by a CLI", k)
@@ -153,6 +156,10 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	c.mu.Unlock()
 	if failed {
 		refuse(conn, err)
+		return
+	}
+	if req.Tty {
+		s.runTerminal(req, frames, joined)
 		return
 	}
 	s.run(req, frames, joined)

@@ -142,6 +142,8 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 				{Type: specs.UserNamespace},
 				{Type: specs.NetworkNamespace, Path: s.NetNSPath},
 			},
+			// IPv6 is disabled: the derived policy covers IPv4 only (SR-6).
+			Sysctl:        map[string]string{"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"},
 			MaskedPaths:   []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},

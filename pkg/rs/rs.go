@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +34,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/mountns"
+	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netsetup"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/prepare"
@@ -56,6 +58,7 @@ func Main(args []string) int {
 	channelFD := fs.Int("channel-fd", -1, "inherited SOCK_SEQPACKET channel to the Host Coordinator")
 	lifetimeFD := fs.Int("lifetime-fd", -1, "inherited read end of the Host Coordinator lifetime pipe")
 	lockFD := fs.Int("lock-fd", -1, "inherited Domain lock descriptor (held until exit)")
+	policyFD := fs.Int("policy-fd", -1, "inherited write-sealed memfd with the derived network policy")
 	logLevel := fs.String("log-level", "info", "debug|info|warn|error")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -87,21 +90,27 @@ func Main(args []string) int {
 		log.Error("start broker", "err", err)
 		return 1
 	}
-	s := &supervisor{log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	if *policyFD < 3 {
+		fmt.Fprintln(os.Stderr, "lazaret-rs: missing --policy-fd")
+		return 2
+	}
+	s := &supervisor{policyFD: *policyFD, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	return s.run()
 }
 
 type supervisor struct {
-	log    *slog.Logger
-	ch     *fdpass.Channel
-	broker *proc.Broker
-	start  *lv1.StartSandbox
-	rt     runsc.Runtime
-	art    prepare.Artifact
-	acks   chan *lv1.ProcessOwnershipCommitAck
-	stop   chan struct{} // HC asked to stop
-	hcGone chan struct{} // lifetime EOF or channel loss: lease-loss teardown
+	policyFD int
+	routes   []netsetup.Route
+	log      *slog.Logger
+	ch       *fdpass.Channel
+	broker   *proc.Broker
+	start    *lv1.StartSandbox
+	rt       runsc.Runtime
+	art      prepare.Artifact
+	acks     chan *lv1.ProcessOwnershipCommitAck
+	stop     chan struct{} // HC asked to stop
+	hcGone   chan struct{} // lifetime EOF or channel loss: lease-loss teardown
 }
 
 func (s *supervisor) watchLifetime(f *os.File) {
@@ -239,6 +248,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := netsetup.LoopbackUp(); err != nil {
 		return nil, nil, err
 	}
+	if err := s.installPolicy(); err != nil {
+		return nil, nil, err
+	}
 	art, found, err := prepare.Lookup(st.StorageRoot, st.ImageRef)
 	if err != nil {
 		return nil, nil, err
@@ -323,11 +335,42 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	id := child.Identity()
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Ready{Ready: &lv1.SandboxReady{
 		PreparedArtifactId: art.ID, ImageRef: st.ImageRef, ManifestDigest: art.Source.ManifestDigest, AttachedRunsc: identityProto(id),
+		PolicyDigest: st.PolicyDigest, ObservedRoutes: routeStrings(s.routes),
 	}}}); err != nil {
 		s.teardown(child, inW)
 		return nil, nil, err
 	}
 	return child, inW, nil
+}
+
+// installPolicy reads the derived policy from the sealed memfd, checks it
+// against the digest HC sent, installs it before runsc boots (gVisor imports
+// routes only at boot), disables IPv6, and keeps the observed routes as
+// evidence.
+func (s *supervisor) installPolicy() error {
+	raw, err := fdpass.ReadSealedMemfd(s.policyFD, 1<<20)
+	if err != nil {
+		return err
+	}
+	p, err := netpolicy.Decode(raw)
+	if err != nil {
+		return errdefs.Mark(err, errdefs.ErrCorrupt)
+	}
+	if d := p.Digest(); string(d[:]) != string(s.start.PolicyDigest) {
+		return errdefs.New(errdefs.ErrRefused, "network policy digest %x does not match the coordinator's %x", d[:], s.start.PolicyDigest)
+	}
+	if err := netsetup.DisableIPv6(); err != nil {
+		return err
+	}
+	routes, err := netsetup.InstallPolicy(p, "", netip.Addr{})
+	if err != nil {
+		return err
+	}
+	if err := netsetup.VerifyDenyRoutes(p, routes); err != nil {
+		return errdefs.Mark(err, errdefs.ErrRefused)
+	}
+	s.routes = routes
+	return nil
 }
 
 // stageWithCoordinator is acquisition step 6 for an RS-launched child: send
@@ -413,4 +456,12 @@ func (s *supervisor) runsc(argv []string) {
 	if err != nil || !st.Exited || st.Code != 0 {
 		s.log.Debug("runsc command", "argv", strings.Join(argv[1:], " "), "status", st.String(), "err", err, "stderr", strings.TrimSpace(string(stderr)))
 	}
+}
+
+func routeStrings(rs []netsetup.Route) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return out
 }

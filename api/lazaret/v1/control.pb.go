@@ -81,6 +81,8 @@ const (
 	Stream_STREAM_UNSPECIFIED Stream = 0
 	Stream_STREAM_STDOUT      Stream = 1
 	Stream_STREAM_STDERR      Stream = 2
+	// The merged output of an interactive session's terminal.
+	Stream_STREAM_TERMINAL Stream = 3
 )
 
 // Enum value maps for Stream.
@@ -89,11 +91,13 @@ var (
 		0: "STREAM_UNSPECIFIED",
 		1: "STREAM_STDOUT",
 		2: "STREAM_STDERR",
+		3: "STREAM_TERMINAL",
 	}
 	Stream_value = map[string]int32{
 		"STREAM_UNSPECIFIED": 0,
 		"STREAM_STDOUT":      1,
 		"STREAM_STDERR":      2,
+		"STREAM_TERMINAL":    3,
 	}
 )
 
@@ -133,6 +137,10 @@ type ClientFrame struct {
 	//	*ClientFrame_Stdin
 	//	*ClientFrame_StdinClose
 	//	*ClientFrame_Signal
+	//	*ClientFrame_Resize
+	//	*ClientFrame_Interrupt
+	//	*ClientFrame_Quit
+	//	*ClientFrame_Suspend
 	Msg           isClientFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -211,6 +219,42 @@ func (x *ClientFrame) GetSignal() *SignalRequest {
 	return nil
 }
 
+func (x *ClientFrame) GetResize() *Resize {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+func (x *ClientFrame) GetInterrupt() *Interrupt {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_Interrupt); ok {
+			return x.Interrupt
+		}
+	}
+	return nil
+}
+
+func (x *ClientFrame) GetQuit() *Quit {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_Quit); ok {
+			return x.Quit
+		}
+	}
+	return nil
+}
+
+func (x *ClientFrame) GetSuspend() *Suspend {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_Suspend); ok {
+			return x.Suspend
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Msg interface {
 	isClientFrame_Msg()
 }
@@ -231,6 +275,23 @@ type ClientFrame_Signal struct {
 	Signal *SignalRequest `protobuf:"bytes,4,opt,name=signal,proto3,oneof"`
 }
 
+type ClientFrame_Resize struct {
+	// Terminal events (interactive sessions only; refused otherwise).
+	Resize *Resize `protobuf:"bytes,5,opt,name=resize,proto3,oneof"`
+}
+
+type ClientFrame_Interrupt struct {
+	Interrupt *Interrupt `protobuf:"bytes,6,opt,name=interrupt,proto3,oneof"`
+}
+
+type ClientFrame_Quit struct {
+	Quit *Quit `protobuf:"bytes,7,opt,name=quit,proto3,oneof"`
+}
+
+type ClientFrame_Suspend struct {
+	Suspend *Suspend `protobuf:"bytes,8,opt,name=suspend,proto3,oneof"`
+}
+
 func (*ClientFrame_Run) isClientFrame_Msg() {}
 
 func (*ClientFrame_Stdin) isClientFrame_Msg() {}
@@ -238,6 +299,14 @@ func (*ClientFrame_Stdin) isClientFrame_Msg() {}
 func (*ClientFrame_StdinClose) isClientFrame_Msg() {}
 
 func (*ClientFrame_Signal) isClientFrame_Msg() {}
+
+func (*ClientFrame_Resize) isClientFrame_Msg() {}
+
+func (*ClientFrame_Interrupt) isClientFrame_Msg() {}
+
+func (*ClientFrame_Quit) isClientFrame_Msg() {}
+
+func (*ClientFrame_Suspend) isClientFrame_Msg() {}
 
 // RunRequest registers a Client Session running one command in the Agent
 // Sandbox. It is the first frame on a connection.
@@ -257,8 +326,14 @@ type RunRequest struct {
 	Stdin bool `protobuf:"varint,7,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	// Configuration fingerprint of the CLI's validated configuration.
 	ConfigurationFingerprint string `protobuf:"bytes,8,opt,name=configuration_fingerprint,json=configurationFingerprint,proto3" json:"configuration_fingerprint,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Whether the session is interactive: the Host Coordinator owns a PTY whose
+	// slave is the command's terminal; stdin frames are terminal input and
+	// output is one merged STREAM_TERMINAL byte stream.
+	Tty bool `protobuf:"varint,9,opt,name=tty,proto3" json:"tty,omitempty"`
+	// Initial size of the client's terminal (required when tty is set).
+	WindowSize    *WindowSize `protobuf:"bytes,10,opt,name=window_size,json=windowSize,proto3" json:"window_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
@@ -347,6 +422,249 @@ func (x *RunRequest) GetConfigurationFingerprint() string {
 	return ""
 }
 
+func (x *RunRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *RunRequest) GetWindowSize() *WindowSize {
+	if x != nil {
+		return x.WindowSize
+	}
+	return nil
+}
+
+// WindowSize of a terminal. Rows and columns are non-zero 16-bit values;
+// pixel dimensions are 0 when unknown.
+type WindowSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	XPixels       uint32                 `protobuf:"varint,3,opt,name=x_pixels,json=xPixels,proto3" json:"x_pixels,omitempty"`
+	YPixels       uint32                 `protobuf:"varint,4,opt,name=y_pixels,json=yPixels,proto3" json:"y_pixels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowSize) Reset() {
+	*x = WindowSize{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowSize) ProtoMessage() {}
+
+func (x *WindowSize) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
+func (*WindowSize) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WindowSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *WindowSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *WindowSize) GetXPixels() uint32 {
+	if x != nil {
+		return x.XPixels
+	}
+	return 0
+}
+
+func (x *WindowSize) GetYPixels() uint32 {
+	if x != nil {
+		return x.YPixels
+	}
+	return 0
+}
+
+// Resize reports the client terminal's new size: the coordinator applies it
+// to the session PTY (TIOCSWINSZ) and then signals SIGWINCH to the session's
+// guest process group.
+type Resize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Size          *WindowSize            `protobuf:"bytes,1,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resize) Reset() {
+	*x = Resize{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resize) ProtoMessage() {}
+
+func (x *Resize) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resize.ProtoReflect.Descriptor instead.
+func (*Resize) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Resize) GetSize() *WindowSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+// Interrupt, Quit and Suspend are sent by a CLI that itself received SIGINT,
+// SIGQUIT or SIGTSTP from outside its terminal: the coordinator delivers
+// SIGINT, SIGQUIT or SIGTSTP to the session's exact guest process group.
+// Keystrokes (Ctrl-C, Ctrl-\, Ctrl-Z) are input bytes, never these events.
+type Interrupt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Interrupt) Reset() {
+	*x = Interrupt{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Interrupt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Interrupt) ProtoMessage() {}
+
+func (x *Interrupt) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Interrupt.ProtoReflect.Descriptor instead.
+func (*Interrupt) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{4}
+}
+
+type Quit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quit) Reset() {
+	*x = Quit{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quit) ProtoMessage() {}
+
+func (x *Quit) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quit.ProtoReflect.Descriptor instead.
+func (*Quit) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{5}
+}
+
+type Suspend struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Suspend) Reset() {
+	*x = Suspend{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Suspend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Suspend) ProtoMessage() {}
+
+func (x *Suspend) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Suspend.ProtoReflect.Descriptor instead.
+func (*Suspend) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{6}
+}
+
 // StdinData carries bytes for the session command's standard input.
 type StdinData struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -357,7 +675,7 @@ type StdinData struct {
 
 func (x *StdinData) Reset() {
 	*x = StdinData{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[2]
+	mi := &file_lazaret_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +687,7 @@ func (x *StdinData) String() string {
 func (*StdinData) ProtoMessage() {}
 
 func (x *StdinData) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[2]
+	mi := &file_lazaret_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +700,7 @@ func (x *StdinData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinData.ProtoReflect.Descriptor instead.
 func (*StdinData) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StdinData) GetData() []byte {
@@ -401,7 +719,7 @@ type StdinClose struct {
 
 func (x *StdinClose) Reset() {
 	*x = StdinClose{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[3]
+	mi := &file_lazaret_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +731,7 @@ func (x *StdinClose) String() string {
 func (*StdinClose) ProtoMessage() {}
 
 func (x *StdinClose) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[3]
+	mi := &file_lazaret_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +744,7 @@ func (x *StdinClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinClose.ProtoReflect.Descriptor instead.
 func (*StdinClose) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 // SignalRequest asks HC to deliver a signal to the session command because
@@ -440,7 +758,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[4]
+	mi := &file_lazaret_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +770,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[4]
+	mi := &file_lazaret_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +783,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SignalRequest) GetSignal() int32 {
@@ -492,7 +810,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	mi := &file_lazaret_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +822,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	mi := &file_lazaret_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +835,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ServerFrame) GetMsg() isServerFrame_Msg {
@@ -619,7 +937,7 @@ type Accepted struct {
 
 func (x *Accepted) Reset() {
 	*x = Accepted{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	mi := &file_lazaret_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +949,7 @@ func (x *Accepted) String() string {
 func (*Accepted) ProtoMessage() {}
 
 func (x *Accepted) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	mi := &file_lazaret_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +962,7 @@ func (x *Accepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accepted.ProtoReflect.Descriptor instead.
 func (*Accepted) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Accepted) GetSessionId() string {
@@ -679,7 +997,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[7]
+	mi := &file_lazaret_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +1009,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[7]
+	mi := &file_lazaret_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +1022,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Output) GetStream() Stream {
@@ -734,7 +1052,7 @@ type Exit struct {
 
 func (x *Exit) Reset() {
 	*x = Exit{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[8]
+	mi := &file_lazaret_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +1064,7 @@ func (x *Exit) String() string {
 func (*Exit) ProtoMessage() {}
 
 func (x *Exit) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[8]
+	mi := &file_lazaret_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +1077,7 @@ func (x *Exit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exit.ProtoReflect.Descriptor instead.
 func (*Exit) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Exit) GetCode() int32 {
@@ -791,7 +1109,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[9]
+	mi := &file_lazaret_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +1121,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[9]
+	mi := &file_lazaret_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +1134,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Error) GetCategory() string {
@@ -851,7 +1169,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[10]
+	mi := &file_lazaret_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1181,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[10]
+	mi := &file_lazaret_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1194,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Progress) GetMessage() string {
@@ -891,14 +1209,18 @@ var File_lazaret_v1_control_proto protoreflect.FileDescriptor
 const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazaret/v1/control.proto\x12\n" +
-	"lazaret.v1\"\xdf\x01\n" +
+	"lazaret.v1\"\x9d\x03\n" +
 	"\vClientFrame\x12*\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.lazaret.v1.RunRequestH\x00R\x03run\x12-\n" +
 	"\x05stdin\x18\x02 \x01(\v2\x15.lazaret.v1.StdinDataH\x00R\x05stdin\x129\n" +
 	"\vstdin_close\x18\x03 \x01(\v2\x16.lazaret.v1.StdinCloseH\x00R\n" +
 	"stdinClose\x123\n" +
-	"\x06signal\x18\x04 \x01(\v2\x19.lazaret.v1.SignalRequestH\x00R\x06signalB\x05\n" +
-	"\x03msg\"\x88\x03\n" +
+	"\x06signal\x18\x04 \x01(\v2\x19.lazaret.v1.SignalRequestH\x00R\x06signal\x12,\n" +
+	"\x06resize\x18\x05 \x01(\v2\x12.lazaret.v1.ResizeH\x00R\x06resize\x125\n" +
+	"\tinterrupt\x18\x06 \x01(\v2\x15.lazaret.v1.InterruptH\x00R\tinterrupt\x12&\n" +
+	"\x04quit\x18\a \x01(\v2\x10.lazaret.v1.QuitH\x00R\x04quit\x12/\n" +
+	"\asuspend\x18\b \x01(\v2\x13.lazaret.v1.SuspendH\x00R\asuspendB\x05\n" +
+	"\x03msg\"\xd3\x03\n" +
 	"\n" +
 	"RunRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\x12\x1b\n" +
@@ -908,10 +1230,25 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x10workspace_subdir\x18\x05 \x01(\tR\x0fworkspaceSubdir\x121\n" +
 	"\x03env\x18\x06 \x03(\v2\x1f.lazaret.v1.RunRequest.EnvEntryR\x03env\x12\x14\n" +
 	"\x05stdin\x18\a \x01(\bR\x05stdin\x12;\n" +
-	"\x19configuration_fingerprint\x18\b \x01(\tR\x18configurationFingerprint\x1a6\n" +
+	"\x19configuration_fingerprint\x18\b \x01(\tR\x18configurationFingerprint\x12\x10\n" +
+	"\x03tty\x18\t \x01(\bR\x03tty\x127\n" +
+	"\vwindow_size\x18\n" +
+	" \x01(\v2\x16.lazaret.v1.WindowSizeR\n" +
+	"windowSize\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x1f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
+	"\n" +
+	"WindowSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x19\n" +
+	"\bx_pixels\x18\x03 \x01(\rR\axPixels\x12\x19\n" +
+	"\by_pixels\x18\x04 \x01(\rR\ayPixels\"4\n" +
+	"\x06Resize\x12*\n" +
+	"\x04size\x18\x01 \x01(\v2\x16.lazaret.v1.WindowSizeR\x04size\"\v\n" +
+	"\tInterrupt\"\x06\n" +
+	"\x04Quit\"\t\n" +
+	"\aSuspend\"\x1f\n" +
 	"\tStdinData\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\f\n" +
 	"\n" +
@@ -946,11 +1283,12 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\amessage\x18\x01 \x01(\tR\amessage*K\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12PROTOCOL_VERSION_1\x10\x01*F\n" +
+	"\x12PROTOCOL_VERSION_1\x10\x01*[\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x02B5Z3github.com/lazaret/lazaret/api/lazaret/v1;lazaretv1b\x06proto3"
+	"\rSTREAM_STDERR\x10\x02\x12\x13\n" +
+	"\x0fSTREAM_TERMINAL\x10\x03B5Z3github.com/lazaret/lazaret/api/lazaret/v1;lazaretv1b\x06proto3"
 
 var (
 	file_lazaret_v1_control_proto_rawDescOnce sync.Once
@@ -965,41 +1303,52 @@ func file_lazaret_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lazaret_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_lazaret_v1_control_proto_goTypes = []any{
 	(ProtocolVersion)(0),  // 0: lazaret.v1.ProtocolVersion
 	(Stream)(0),           // 1: lazaret.v1.Stream
 	(*ClientFrame)(nil),   // 2: lazaret.v1.ClientFrame
 	(*RunRequest)(nil),    // 3: lazaret.v1.RunRequest
-	(*StdinData)(nil),     // 4: lazaret.v1.StdinData
-	(*StdinClose)(nil),    // 5: lazaret.v1.StdinClose
-	(*SignalRequest)(nil), // 6: lazaret.v1.SignalRequest
-	(*ServerFrame)(nil),   // 7: lazaret.v1.ServerFrame
-	(*Accepted)(nil),      // 8: lazaret.v1.Accepted
-	(*Output)(nil),        // 9: lazaret.v1.Output
-	(*Exit)(nil),          // 10: lazaret.v1.Exit
-	(*Error)(nil),         // 11: lazaret.v1.Error
-	(*Progress)(nil),      // 12: lazaret.v1.Progress
-	nil,                   // 13: lazaret.v1.RunRequest.EnvEntry
+	(*WindowSize)(nil),    // 4: lazaret.v1.WindowSize
+	(*Resize)(nil),        // 5: lazaret.v1.Resize
+	(*Interrupt)(nil),     // 6: lazaret.v1.Interrupt
+	(*Quit)(nil),          // 7: lazaret.v1.Quit
+	(*Suspend)(nil),       // 8: lazaret.v1.Suspend
+	(*StdinData)(nil),     // 9: lazaret.v1.StdinData
+	(*StdinClose)(nil),    // 10: lazaret.v1.StdinClose
+	(*SignalRequest)(nil), // 11: lazaret.v1.SignalRequest
+	(*ServerFrame)(nil),   // 12: lazaret.v1.ServerFrame
+	(*Accepted)(nil),      // 13: lazaret.v1.Accepted
+	(*Output)(nil),        // 14: lazaret.v1.Output
+	(*Exit)(nil),          // 15: lazaret.v1.Exit
+	(*Error)(nil),         // 16: lazaret.v1.Error
+	(*Progress)(nil),      // 17: lazaret.v1.Progress
+	nil,                   // 18: lazaret.v1.RunRequest.EnvEntry
 }
 var file_lazaret_v1_control_proto_depIdxs = []int32{
 	3,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
-	4,  // 1: lazaret.v1.ClientFrame.stdin:type_name -> lazaret.v1.StdinData
-	5,  // 2: lazaret.v1.ClientFrame.stdin_close:type_name -> lazaret.v1.StdinClose
-	6,  // 3: lazaret.v1.ClientFrame.signal:type_name -> lazaret.v1.SignalRequest
-	0,  // 4: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	13, // 5: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
-	8,  // 6: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
-	9,  // 7: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
-	10, // 8: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
-	11, // 9: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
-	12, // 10: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
-	1,  // 11: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	9,  // 1: lazaret.v1.ClientFrame.stdin:type_name -> lazaret.v1.StdinData
+	10, // 2: lazaret.v1.ClientFrame.stdin_close:type_name -> lazaret.v1.StdinClose
+	11, // 3: lazaret.v1.ClientFrame.signal:type_name -> lazaret.v1.SignalRequest
+	5,  // 4: lazaret.v1.ClientFrame.resize:type_name -> lazaret.v1.Resize
+	6,  // 5: lazaret.v1.ClientFrame.interrupt:type_name -> lazaret.v1.Interrupt
+	7,  // 6: lazaret.v1.ClientFrame.quit:type_name -> lazaret.v1.Quit
+	8,  // 7: lazaret.v1.ClientFrame.suspend:type_name -> lazaret.v1.Suspend
+	0,  // 8: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	18, // 9: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
+	4,  // 10: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
+	4,  // 11: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
+	13, // 12: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
+	14, // 13: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
+	15, // 14: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
+	16, // 15: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
+	17, // 16: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
+	1,  // 17: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_control_proto_init() }
@@ -1012,8 +1361,12 @@ func file_lazaret_v1_control_proto_init() {
 		(*ClientFrame_Stdin)(nil),
 		(*ClientFrame_StdinClose)(nil),
 		(*ClientFrame_Signal)(nil),
+		(*ClientFrame_Resize)(nil),
+		(*ClientFrame_Interrupt)(nil),
+		(*ClientFrame_Quit)(nil),
+		(*ClientFrame_Suspend)(nil),
 	}
-	file_lazaret_v1_control_proto_msgTypes[5].OneofWrappers = []any{
+	file_lazaret_v1_control_proto_msgTypes[10].OneofWrappers = []any{
 		(*ServerFrame_Accepted)(nil),
 		(*ServerFrame_Output)(nil),
 		(*ServerFrame_Exit)(nil),
@@ -1026,7 +1379,7 @@ func file_lazaret_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_control_proto_rawDesc), len(file_lazaret_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

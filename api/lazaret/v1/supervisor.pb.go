@@ -512,7 +512,10 @@ type StartSandbox struct {
 	// Global runsc flags (before the subcommand).
 	RunscFlags []string `protobuf:"bytes,10,rep,name=runsc_flags,json=runscFlags,proto3" json:"runsc_flags,omitempty"`
 	// The RS netns identity HC verified through RS's pidfd; RS re-checks it.
-	NetNamespace  *NamespaceIdentity `protobuf:"bytes,11,opt,name=net_namespace,json=netNamespace,proto3" json:"net_namespace,omitempty"`
+	NetNamespace *NamespaceIdentity `protobuf:"bytes,11,opt,name=net_namespace,json=netNamespace,proto3" json:"net_namespace,omitempty"`
+	// SHA-256 of the canonical derived network policy, whose bytes arrive in
+	// the write-sealed memfd --policy-fd; RS refuses a mismatch.
+	PolicyDigest  []byte `protobuf:"bytes,12,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -620,6 +623,13 @@ func (x *StartSandbox) GetRunscFlags() []string {
 func (x *StartSandbox) GetNetNamespace() *NamespaceIdentity {
 	if x != nil {
 		return x.NetNamespace
+	}
+	return nil
+}
+
+func (x *StartSandbox) GetPolicyDigest() []byte {
+	if x != nil {
+		return x.PolicyDigest
 	}
 	return nil
 }
@@ -786,8 +796,13 @@ type SandboxReady struct {
 	ImageRef           string                  `protobuf:"bytes,2,opt,name=image_ref,json=imageRef,proto3" json:"image_ref,omitempty"`
 	ManifestDigest     string                  `protobuf:"bytes,3,opt,name=manifest_digest,json=manifestDigest,proto3" json:"manifest_digest,omitempty"`
 	AttachedRunsc      *PidfsProcessIdentityV1 `protobuf:"bytes,4,opt,name=attached_runsc,json=attachedRunsc,proto3" json:"attached_runsc,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Network evidence observed by RS in the enforcement namespace before
+	// runsc imported it: the installed policy's digest and the routes read
+	// back from the kernel ("DST via GW dev DEV").
+	PolicyDigest   []byte   `protobuf:"bytes,5,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	ObservedRoutes []string `protobuf:"bytes,6,rep,name=observed_routes,json=observedRoutes,proto3" json:"observed_routes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SandboxReady) Reset() {
@@ -844,6 +859,20 @@ func (x *SandboxReady) GetManifestDigest() string {
 func (x *SandboxReady) GetAttachedRunsc() *PidfsProcessIdentityV1 {
 	if x != nil {
 		return x.AttachedRunsc
+	}
+	return nil
+}
+
+func (x *SandboxReady) GetPolicyDigest() []byte {
+	if x != nil {
+		return x.PolicyDigest
+	}
+	return nil
+}
+
+func (x *SandboxReady) GetObservedRoutes() []string {
+	if x != nil {
+		return x.ObservedRoutes
 	}
 	return nil
 }
@@ -1012,7 +1041,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12B\n" +
 	"\rnet_namespace\x18\x03 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12D\n" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
-	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\x9c\x03\n" +
+	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xc1\x03\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1030,7 +1059,8 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\vrunsc_flags\x18\n" +
 	" \x03(\tR\n" +
 	"runscFlags\x12B\n" +
-	"\rnet_namespace\x18\v \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\"\xd0\x01\n" +
+	"\rnet_namespace\x18\v \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12#\n" +
+	"\rpolicy_digest\x18\f \x01(\fR\fpolicyDigest\"\xd0\x01\n" +
 	"\x16StagedProcessOwnership\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1046,12 +1076,14 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x0ecoordinator_id\x18\x03 \x01(\tR\rcoordinatorId\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\tR\x04slot\x12>\n" +
-	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\"\xd1\x01\n" +
+	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\"\x9f\x02\n" +
 	"\fSandboxReady\x120\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12\x1b\n" +
 	"\timage_ref\x18\x02 \x01(\tR\bimageRef\x12'\n" +
 	"\x0fmanifest_digest\x18\x03 \x01(\tR\x0emanifestDigest\x12I\n" +
-	"\x0eattached_runsc\x18\x04 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\rattachedRunsc\"I\n" +
+	"\x0eattached_runsc\x18\x04 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\rattachedRunsc\x12#\n" +
+	"\rpolicy_digest\x18\x05 \x01(\fR\fpolicyDigest\x12'\n" +
+	"\x0fobserved_routes\x18\x06 \x03(\tR\x0eobservedRoutes\"I\n" +
 	"\x11SupervisorFailure\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\r\n" +

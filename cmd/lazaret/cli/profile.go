@@ -3,60 +3,66 @@ package cli
 import (
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 
+	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
-// profile is an Agent Profile. Until the configuration issue brings the TOML
-// host configuration, Lazaret has two built-in profiles.
+// profile is the Agent Profile a command runs with: its validated,
+// effective settings from the host configuration (package config).
 type profile struct {
 	Name string
-	// ImageName is the locally built image (lazaret image build NAME).
+	// ImageName is the configured image (a built-in name such as "debian",
+	// or an oci:/docker:// reference).
 	ImageName string
+	// Config is the validated profile; its Fingerprint is the
+	// Configuration Fingerprint.
+	Config *config.Profile
+	// ConfigPath is the configuration file read ("" when none: built-ins).
+	ConfigPath string
 }
 
-var builtinProfiles = map[string]profile{
-	"default": {Name: "default", ImageName: "debian"},
-	"tiny":    {Name: "tiny", ImageName: "busybox"},
-}
-
+// lookupProfile loads the host configuration from its default location
+// ($XDG_CONFIG_HOME/lazaret/config.toml, or the built-in profiles when it
+// does not exist) and returns the named profile.
 func lookupProfile(name string) (profile, error) {
-	p, ok := builtinProfiles[name]
-	if !ok {
-		var names []string
-		for n := range builtinProfiles {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return p, errdefs.New(errdefs.ErrInvalid, "unknown profile %q: the available profiles are %s", name, strings.Join(names, ", "))
+	return lookupProfileIn("", name)
+}
+
+// lookupProfileIn is lookupProfile with an explicit --config path.
+func lookupProfileIn(configPath, name string) (profile, error) {
+	c, err := config.Load(configPath, os.Getenv)
+	if err != nil {
+		return profile{}, err
 	}
-	return p, nil
+	p, err := c.Profile(name)
+	if err != nil {
+		return profile{}, err
+	}
+	return profile{Name: p.Name, ImageName: p.Image, Config: p, ConfigPath: c.Path}, nil
 }
 
 // imagesDir is where `lazaret image build` puts OCI layouts.
 func imagesDir() (string, error) {
-	data := os.Getenv("XDG_DATA_HOME")
-	if data == "" {
-		home := os.Getenv("HOME")
-		if home == "" {
-			return "", errdefs.New(errdefs.ErrInvalid, "neither XDG_DATA_HOME nor HOME is set: set HOME")
-		}
-		data = filepath.Join(home, ".local", "share")
+	data, err := config.DataHome(os.Getenv)
+	if err != nil {
+		return "", err
 	}
 	return filepath.Join(data, "lazaret", "images"), nil
 }
 
-// imageRef returns the profile's image reference, checking the layout exists.
+// imageRef returns the profile's image reference, checking that a built-in
+// image's layout exists.
 func (p profile) imageRef() (string, error) {
-	dir, err := imagesDir()
+	data, err := config.DataHome(os.Getenv)
 	if err != nil {
 		return "", err
 	}
-	layout := filepath.Join(dir, p.ImageName)
-	if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
-		return "", errdefs.New(errdefs.ErrInvalid, "the %q image of profile %q is not built (no OCI layout at %s): build it with `lazaret image build %s`", p.ImageName, p.Name, layout, p.ImageName)
+	ref, layout, builtin := p.Config.ImageRef(data)
+	if builtin {
+		if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
+			return "", errdefs.New(errdefs.ErrInvalid, "the %q image of profile %q is not built (no OCI layout at %s): build it with `lazaret image build %s`", p.ImageName, p.Name, layout, p.ImageName)
+		}
 	}
-	return "oci:" + layout + ":latest", nil
+	return ref, nil
 }

@@ -1,0 +1,224 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+var configFlag = &cli.StringFlag{Name: "config", Usage: "configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml)"}
+
+var configCommand = &cli.Command{
+	Name:  "config",
+	Usage: "show or check the host configuration and its Agent Profiles",
+	Description: `The configuration is $XDG_CONFIG_HOME/lazaret/config.toml
+(~/.config/lazaret/config.toml) or --config FILE; docs/CONFIG.md lists
+every key. Without a file the built-in profiles default and tiny apply.
+
+Examples:
+   lazaret config check                  exit 0 when valid, 2 with every problem listed
+   lazaret config show --profile claude  the effective profile and its fingerprint
+   lazaret config show --json`,
+	Subcommands: []*cli.Command{
+		{
+			Name:  "show",
+			Usage: "print the effective profiles (defaults and built-ins applied) and their fingerprints",
+			Flags: []cli.Flag{
+				configFlag,
+				&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
+				&cli.StringFlag{Name: "profile", Aliases: []string{"p"}, Usage: "show only this profile"},
+			},
+			Action: configShow,
+		},
+		{
+			Name:  "check",
+			Usage: "validate the configuration: exit 0 when valid, 2 with every problem listed",
+			Flags: []cli.Flag{
+				configFlag,
+				&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
+			},
+			Action: configCheck,
+		},
+	},
+}
+
+// profileView is the JSON shape of one effective profile.
+type profileView struct {
+	*config.Profile
+	Fingerprint string `json:"fingerprint"`
+}
+
+type configView struct {
+	// File is the configuration file read, "" when only built-ins apply.
+	File     string        `json:"file"`
+	Profiles []profileView `json:"profiles"`
+}
+
+func views(c *config.Config, only string) ([]profileView, error) {
+	var out []profileView
+	if only != "" {
+		p, err := c.Profile(only)
+		if err != nil {
+			return nil, err
+		}
+		return []profileView{{p, p.Fingerprint()}}, nil
+	}
+	for _, p := range c.Profiles() {
+		out = append(out, profileView{p, p.Fingerprint()})
+	}
+	return out, nil
+}
+
+func configShow(c *cli.Context) error {
+	cfg, err := config.Load(c.String("config"), os.Getenv)
+	if err != nil {
+		return err
+	}
+	vs, err := views(cfg, c.String("profile"))
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		return writeJSON(w, configView{File: cfg.Path, Profiles: vs})
+	}
+	if cfg.Path == "" {
+		fmt.Fprintln(w, "# no configuration file: built-in profiles only")
+	} else {
+		fmt.Fprintf(w, "# configuration: %s\n", cfg.Path)
+	}
+	for _, v := range vs {
+		showProfile(w, v)
+	}
+	return nil
+}
+
+func showProfile(w io.Writer, v profileView) {
+	p := v.Profile
+	fmt.Fprintf(w, "\n[profiles.%s]", p.Name)
+	if p.Builtin {
+		fmt.Fprint(w, "  # built-in")
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "# fingerprint %s\n", v.Fingerprint)
+	if p.Description != "" {
+		fmt.Fprintf(w, "description = %q\n", p.Description)
+	}
+	fmt.Fprintf(w, "image = %q\n", p.Image)
+	fmt.Fprintf(w, "persistent_paths = %s\n", tomlStrings(p.PersistentPaths))
+	fmt.Fprintf(w, "ignored_path_isolation = %v\n", p.IgnoredPathIsolation)
+	fmt.Fprintf(w, "share_editor_config = %v\n", p.ShareEditorConfig)
+	var rules []string
+	for _, r := range p.AutoApprove {
+		rules = append(rules, tomlStrings(r.Argv))
+	}
+	fmt.Fprintf(w, "auto_approve = [%s]\n", strings.Join(rules, ", "))
+	fmt.Fprintf(w, "network.allow = %s\n", tomlStrings(stringsOf(p.Network.Allow)))
+	fmt.Fprintf(w, "network.deny = %s  # includes the built-in denies\n", tomlStrings(stringsOf(p.Network.Deny)))
+	fmt.Fprintf(w, "network.dns = %s\n", tomlStrings(stringsOf(p.Network.DNS)))
+	for _, k := range sortedKeys(p.Env) {
+		fmt.Fprintf(w, "env.%s = %q\n", k, p.Env[k])
+	}
+	for _, vol := range p.Volumes {
+		mode := "rw"
+		if vol.ReadOnly {
+			mode = "ro"
+		}
+		fmt.Fprintf(w, "volumes += { source = %q, target = %q, mode = %q }\n", vol.Source, vol.Target, mode)
+	}
+}
+
+func stringsOf[T fmt.Stringer](xs []T) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = x.String()
+	}
+	return out
+}
+
+func tomlStrings(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// checkResult is the JSON shape of `config check --json`.
+type checkResult struct {
+	File     string          `json:"file"`
+	Valid    bool            `json:"valid"`
+	Errors   []*config.Error `json:"errors"`
+	Profiles []string        `json:"profiles,omitempty"`
+}
+
+func configCheck(c *cli.Context) error {
+	cfg, err := config.Load(c.String("config"), os.Getenv)
+	res := checkResult{Errors: []*config.Error{}}
+	if cfg != nil {
+		res.File = cfg.Path
+	} else if res.File = c.String("config"); res.File == "" {
+		res.File, _ = config.DefaultPath(os.Getenv)
+	}
+	if err != nil {
+		es, ok := config.AsErrors(err)
+		if !ok {
+			if !errors.Is(err, errdefs.ErrInvalid) && !errors.Is(err, errdefs.ErrRefused) {
+				return err // not a verdict on the configuration (e.g. I/O)
+			}
+			es = config.Errors{{Msg: err.Error()}}
+		}
+		res.Errors = es
+		if c.Bool("json") {
+			writeJSON(c.App.Writer, res)
+		} else {
+			for _, e := range es {
+				fmt.Fprintln(c.App.ErrWriter, e.Error())
+			}
+			fmt.Fprintf(c.App.ErrWriter, "lazaret: configuration invalid (%d problem%s)\n", len(es), plural(len(es)))
+		}
+		return exitError{2}
+	}
+	res.Valid = true
+	res.Profiles = cfg.Names()
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, res)
+	}
+	where := cfg.Path
+	if where == "" {
+		where = "no configuration file (built-in profiles)"
+	}
+	fmt.Fprintf(c.App.Writer, "%s: valid; profiles: %s\n", where, strings.Join(cfg.Names(), ", "))
+	return nil
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

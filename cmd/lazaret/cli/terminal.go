@@ -1,0 +1,292 @@
+package cli
+
+// The client side of an interactive session (spec §3.3, DX-5): the CLI puts
+// its own terminal in raw mode and relays bytes and events; it never holds
+// the sandbox PTY (the Host Coordinator does).
+//
+//   - Every keystroke, Ctrl-C, Ctrl-\ and Ctrl-Z included, is input: the
+//     guest's line discipline signals its foreground job.
+//   - SIGINT and SIGQUIT sent to the CLI from outside become the Interrupt
+//     and Quit events (the coordinator signals the session's guest process
+//     group). SIGTERM and SIGHUP end the CLI: it restores the terminal and
+//     closes the connection, and the coordinator releases the session.
+//   - SIGWINCH sends the new size (Resize).
+//   - Suspension of the CLI itself is local: SIGTSTP sent to it, or the
+//     escape "~^Z" typed at the start of a line, restores the terminal and
+//     stops the CLI; on SIGCONT it re-enters raw mode and sends the current
+//     size. "~." at the start of a line disconnects; "~~" sends one "~".
+//   - The terminal is restored on every exit path the process survives.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/containerd/console"
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+)
+
+// defaultShell is the command of `lazaret run` with no command on a
+// terminal: the image's bash as a login shell when it has one, else its sh.
+var defaultShell = []string{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; fi; exec /bin/sh -l"}
+
+// useTerminal reports whether a session should be interactive: both stdin
+// and stdout are terminals (stderr joins the merged terminal stream).
+func useTerminal() bool { return isTerminal(0) && isTerminal(1) }
+
+// windowSize reads the size of the terminal on fd.
+func windowSize(fd int) (*lv1.WindowSize, error) {
+	ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
+	if err != nil {
+		return nil, os.NewSyscallError("ioctl TIOCGWINSZ", err)
+	}
+	if ws.Row == 0 || ws.Col == 0 {
+		// A terminal that reports no size (e.g. a fresh PTY): use the
+		// classic default rather than refuse.
+		ws.Row, ws.Col = 24, 80
+	}
+	return &lv1.WindowSize{Rows: uint32(ws.Row), Cols: uint32(ws.Col), XPixels: uint32(ws.Xpixel), YPixels: uint32(ws.Ypixel)}, nil
+}
+
+// escapeAction is what the input escape filter found.
+type escapeAction int
+
+const (
+	escapeNone escapeAction = iota
+	escapeSuspend
+	escapeDisconnect
+)
+
+// escapeFilter recognizes ssh-style escapes: "~" right after a line start
+// (session start, CR or LF) followed by ^Z (suspend the CLI) or "." (end the
+// session); "~~" sends one "~"; "~" followed by anything else is sent as is.
+type escapeFilter struct {
+	midLine bool // not at a line start
+	tilde   bool // a line-start "~" is held back
+}
+
+// feed filters one read: it returns the bytes to send and, when an escape
+// was found, the action and the input that followed it (to be fed after the
+// action).
+func (e *escapeFilter) feed(in []byte) (out []byte, act escapeAction, rest []byte) {
+	out = make([]byte, 0, len(in)+1)
+	for i, b := range in {
+		if e.tilde {
+			e.tilde = false
+			switch b {
+			case 0x1a: // ^Z
+				e.midLine = false
+				return out, escapeSuspend, in[i+1:]
+			case '.':
+				return out, escapeDisconnect, in[i+1:]
+			case '~':
+				out = append(out, '~')
+				e.midLine = true
+				continue
+			default:
+				out = append(out, '~')
+			}
+		} else if b == '~' && !e.midLine {
+			e.tilde = true
+			continue
+		}
+		out = append(out, b)
+		e.midLine = b != '\r' && b != '\n'
+	}
+	return out, escapeNone, nil
+}
+
+// ttyClient is the client end of one interactive session.
+type ttyClient struct {
+	fc      *control.Conn
+	cons    console.Console
+	raw     bool
+	self    *pidfs.Handle
+	escapes chan escapeAction
+}
+
+func (c *ttyClient) enterRaw() error {
+	if c.raw {
+		return nil
+	}
+	if err := c.cons.SetRaw(); err != nil {
+		return fmt.Errorf("set the terminal to raw mode: %w", err)
+	}
+	c.raw = true
+	return nil
+}
+
+func (c *ttyClient) restore() {
+	if c.raw {
+		c.cons.Reset()
+		c.raw = false
+	}
+}
+
+func (c *ttyClient) sendSize() {
+	if ws, err := windowSize(0); err == nil {
+		c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Resize{Resize: &lv1.Resize{Size: ws}}})
+	}
+}
+
+// suspend restores the terminal and stops this process; SIGCONT resumes it
+// (handled by the caller's loop).
+func (c *ttyClient) suspend() {
+	c.restore()
+	if c.self != nil {
+		c.self.Signal(unix.SIGSTOP) // through our own pidfd, never by number
+	}
+}
+
+// relayInput copies the terminal's bytes to the session, interpreting
+// escapes. It runs until stdin fails.
+func (c *ttyClient) relayInput() {
+	var esc escapeFilter
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := os.Stdin.Read(buf)
+		in := buf[:n]
+		for len(in) > 0 {
+			out, act, rest := esc.feed(in)
+			if len(out) > 0 {
+				if c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Stdin{Stdin: &lv1.StdinData{Data: out}}}) != nil {
+					return
+				}
+			}
+			if act != escapeNone {
+				c.escapes <- act
+			}
+			in = rest
+		}
+		if err != nil {
+			// The terminal went away (hang-up): end like SIGHUP.
+			c.escapes <- escapeDisconnect
+			return
+		}
+	}
+}
+
+// terminalSession runs one interactive Client Session on conn; like
+// session, retry reports a Domain that was stopping.
+func terminalSession(conn *net.UnixConn, req *lv1.RunRequest, sigs <-chan os.Signal) (code int, retry bool, err error) {
+	defer conn.Close()
+	cons, err := console.ConsoleFromFile(os.Stdin)
+	if err != nil {
+		return 0, false, errdefs.Mark(fmt.Errorf("stdin terminal: %w", err), errdefs.ErrInvalid)
+	}
+	c := &ttyClient{fc: control.NewConn(conn), cons: cons, escapes: make(chan escapeAction, 1)}
+	// Restored on every return (normal exit, error, signal, lost
+	// coordinator) and on a panic unwinding through here.
+	defer c.restore()
+	if self, err := pidfs.Open(os.Getpid()); err == nil {
+		c.self = self
+		defer self.Close()
+	}
+	tsigs := make(chan os.Signal, 8)
+	signal.Notify(tsigs, syscall.SIGWINCH, syscall.SIGTSTP, syscall.SIGCONT)
+	defer signal.Stop(tsigs)
+
+	if err := c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
+		return 0, true, nil
+	}
+	frames := make(chan *lv1.ServerFrame, 16)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			var f lv1.ServerFrame
+			if err := c.fc.Read(&f); err != nil {
+				readErr <- err
+				close(frames)
+				return
+			}
+			frames <- &f
+		}
+	}()
+	stderrTTY := isTerminal(2)
+	accepted, gotFrame := false, false
+	for {
+		select {
+		case sig := <-sigs:
+			n := sig.(syscall.Signal)
+			if !accepted {
+				return 128 + int(n), false, nil
+			}
+			switch n {
+			case syscall.SIGINT:
+				c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Interrupt{Interrupt: &lv1.Interrupt{}}})
+			case syscall.SIGQUIT:
+				c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Quit{Quit: &lv1.Quit{}}})
+			default: // SIGTERM, SIGHUP: leave; the coordinator releases the session
+				return 128 + int(n), false, nil
+			}
+		case sig := <-tsigs:
+			switch sig {
+			case syscall.SIGWINCH:
+				if accepted {
+					c.sendSize()
+				}
+			case syscall.SIGTSTP:
+				c.suspend()
+			case syscall.SIGCONT:
+				if accepted {
+					if err := c.enterRaw(); err != nil {
+						return 0, false, err
+					}
+					c.sendSize()
+				}
+			}
+		case act := <-c.escapes:
+			switch act {
+			case escapeSuspend:
+				c.suspend()
+			case escapeDisconnect:
+				c.restore()
+				fmt.Fprintln(os.Stderr, "lazaret: disconnected; the session is closed")
+				return 128 + int(syscall.SIGHUP), false, nil
+			}
+		case f, ok := <-frames:
+			if !ok {
+				err := <-readErr
+				if !accepted && !gotFrame {
+					return 0, true, nil
+				}
+				c.restore()
+				return 0, false, errdefs.Mark(fmt.Errorf("lost the connection to the Host Coordinator: %v", err), errdefs.ErrUnavailable)
+			}
+			gotFrame = true
+			switch {
+			case f.GetProgress() != nil:
+				if stderrTTY {
+					fmt.Fprintf(os.Stderr, "lazaret: %s\n", f.GetProgress().GetMessage())
+				}
+			case f.GetAccepted() != nil:
+				accepted = true
+				if err := c.enterRaw(); err != nil {
+					return 0, false, err
+				}
+				// The size may have changed while the Domain started.
+				c.sendSize()
+				go c.relayInput()
+			case f.GetOutput() != nil:
+				os.Stdout.Write(f.GetOutput().GetData())
+			case f.GetExit() != nil:
+				return int(f.GetExit().GetCode()), false, nil
+			case f.GetError() != nil:
+				e := f.GetError()
+				if e.Retry && !accepted {
+					return 0, true, nil
+				}
+				c.restore()
+				return 0, false, errdefs.Mark(errors.New(e.Message), errdefs.FromCategory(e.Category))
+			}
+		}
+	}
+}

@@ -1,0 +1,398 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tmuxTerm is a real terminal: a private tmux server of the test user (its
+// own socket), whose pane runs an outer bash in which lazaret is typed.
+type tmuxTerm struct {
+	t    *testing.T
+	e    *env
+	sock string
+	dir  string // a directory of the test user for stty snapshots
+}
+
+// newTmux starts a tmux server with one session "main" (w×h) running an
+// outer bash in ws.
+func newTmux(t *testing.T, ws string, w, h int) *tmuxTerm {
+	t.Helper()
+	e := need(t)
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatalf("tmux is required for the terminal tests: run `make setup` (%v)", err)
+	}
+	m := &tmuxTerm{t: t, e: e, sock: "lz-" + randHex(4), dir: e.userDir("tty-" + randHex(3))}
+	t.Cleanup(m.kill)
+	m.newSession("main", ws, w, h)
+	return m
+}
+
+func (m *tmuxTerm) newSession(name, ws string, w, h int) {
+	m.t.Helper()
+	outer := strings.Join([]string{"env", "-i", "HOME=" + m.e.home, "USER=" + *flagUser, "PATH=" + m.e.bin + ":/usr/local/bin:/usr/bin:/bin",
+		"XDG_STATE_HOME=" + m.e.stateHome, "XDG_RUNTIME_DIR=" + m.e.runtime, "LAZARET_RUNSC=" + m.e.runsc, "LANG=C.UTF-8", "TERM=xterm-256color",
+		"PS1='OUTER$ '", "bash", "--norc", "--noprofile"}, " ")
+	m.tmux("new-session", "-d", "-s", name, "-x", itoa(w), "-y", itoa(h), "-c", ws, outer)
+	m.waitFor(name, "OUTER$", 10*time.Second)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// tmux runs a tmux command on this server as the test user.
+func (m *tmuxTerm) tmux(args ...string) string {
+	m.t.Helper()
+	c := exec.Command("runuser", append([]string{"-u", *flagUser, "--", "env", "-i", "HOME=" + m.e.home, "PATH=/usr/bin:/bin", "tmux", "-L", m.sock, "-f", "/dev/null"}, args...)...)
+	out, err := c.CombinedOutput()
+	if err != nil {
+		m.t.Fatalf("tmux %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// keys sends tmux key names (literal text is sent with -l).
+func (m *tmuxTerm) keys(target string, keys ...string) { m.tmux(append([]string{"send-keys", "-t", target}, keys...)...) }
+
+// line types text and Enter.
+func (m *tmuxTerm) line(target, text string) {
+	m.tmux("send-keys", "-t", target, "-l", text)
+	m.tmux("send-keys", "-t", target, "Enter")
+}
+
+func (m *tmuxTerm) capture(target string) string { return m.tmux("capture-pane", "-p", "-t", target) }
+
+// waitFor polls the pane until it contains want; it returns the pane.
+func (m *tmuxTerm) waitFor(target, want string, timeout time.Duration) string {
+	m.t.Helper()
+	return m.waitMatch(target, regexp.MustCompile(regexp.QuoteMeta(want)), timeout)
+}
+
+// waitLine waits for a pane line that is exactly want (so typed commands,
+// which contain the expression rather than its value, never match).
+func (m *tmuxTerm) waitLine(target, want string, timeout time.Duration) string {
+	m.t.Helper()
+	return m.waitMatch(target, regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(want)+`\s*$`), timeout)
+}
+
+func (m *tmuxTerm) waitMatch(target string, re *regexp.Regexp, timeout time.Duration) string {
+	m.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var pane string
+	for time.Now().Before(deadline) {
+		pane = m.capture(target)
+		if re.MatchString(pane) {
+			return pane
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.t.Fatalf("pane %s: no %q within %s; pane:\n%s", target, re.String(), timeout, pane)
+	return ""
+}
+
+// kill stops this tmux server (only the one this test started, by socket).
+func (m *tmuxTerm) kill() {
+	exec.Command("runuser", "-u", *flagUser, "--", "env", "-i", "HOME="+m.e.home, "PATH=/usr/bin:/bin", "tmux", "-L", m.sock, "kill-server").Run()
+	// The server exits asynchronously; wait until its socket is gone.
+	for i := 0; i < 50; i++ {
+		if _, err := os.Stat(filepath.Join("/tmp", "tmux-"+itoa(m.e.uid), m.sock)); err != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sttySame asserts the outer terminal's modes are identical before and
+// after (files written by the outer shell).
+func (m *tmuxTerm) sttySame(before, after string) {
+	m.t.Helper()
+	b, err1 := os.ReadFile(filepath.Join(m.dir, before))
+	a, err2 := os.ReadFile(filepath.Join(m.dir, after))
+	if err1 != nil || err2 != nil || len(b) == 0 {
+		m.t.Fatalf("stty snapshots: %v %v", err1, err2)
+	}
+	if string(a) != string(b) {
+		m.t.Errorf("outer terminal modes changed:\nbefore %s\nafter  %s", b, a)
+	}
+}
+
+// startLazaret types, in the outer shell of target, a lazaret invocation
+// framed by stty snapshots and the exit status.
+func (m *tmuxTerm) startLazaret(target, tag, args string) {
+	m.line(target, "stty -g > "+m.dir+"/"+tag+".before; lazaret run "+args+"; echo RC-"+tag+"=$?; stty -g > "+m.dir+"/"+tag+".after")
+}
+
+// TestTerminalInteractiveShell (§3.3, FR-8, DX-5): `lazaret run` with no
+// command on a terminal is a login shell of the default image; arithmetic,
+// resize, Ctrl-C (single and a burst), Ctrl-Z/fg job control, full-screen
+// less and top behave as on a host terminal; `exit 7` returns 7; the outer
+// terminal's modes are identical afterwards.
+func TestTerminalInteractiveShell(t *testing.T) {
+	ws := workspace(t)
+	m := newTmux(t, ws, 120, 40)
+	const p = "main"
+	m.startLazaret(p, "s", "")
+	m.waitFor(p, "root@", 3*time.Minute)
+	m.line(p, "echo $((6*7))")
+	m.waitLine(p, "42", 10*time.Second)
+	m.line(p, "stty size")
+	m.waitLine(p, "40 120", 10*time.Second)
+
+	m.tmux("resize-window", "-t", p, "-x", "100", "-y", "30")
+	time.Sleep(300 * time.Millisecond)
+	m.line(p, "stty size; echo cols=$(tput cols 2>/dev/null || echo ?)")
+	m.waitLine(p, "30 100", 10*time.Second)
+
+	// Ctrl-C interrupts the foreground job, not the shell.
+	m.line(p, "sleep 100")
+	time.Sleep(time.Second)
+	start := time.Now()
+	m.keys(p, "C-c")
+	m.line(p, "echo alive-$((1+1))")
+	m.waitLine(p, "alive-2", 10*time.Second)
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("Ctrl-C took %s", d)
+	}
+	// A burst of Ctrl-C at the prompt leaves the shell usable.
+	m.keys(p, "C-c", "C-c", "C-c", "C-c", "C-c", "C-c", "C-c", "C-c", "C-c", "C-c")
+	m.line(p, "echo burst-$((2+1))")
+	m.waitLine(p, "burst-3", 10*time.Second)
+
+	// Job control: Ctrl-Z stops the job, fg resumes it, Ctrl-C ends it.
+	m.tmux("clear-history", "-t", p)
+	m.keys(p, "C-l")
+	m.line(p, "sleep 100")
+	time.Sleep(time.Second)
+	m.keys(p, "C-z")
+	m.waitFor(p, "Stopped", 10*time.Second)
+	m.line(p, "jobs; echo jobs-$((2+2))")
+	m.waitLine(p, "jobs-4", 10*time.Second)
+	m.line(p, "fg")
+	time.Sleep(time.Second)
+	m.keys(p, "C-c")
+	m.line(p, "echo fg-$((3+2)) $(jobs | wc -l)")
+	m.waitLine(p, "fg-5 0", 10*time.Second)
+
+	// Full-screen programs draw and quit cleanly.
+	m.keys(p, "C-l")
+	m.line(p, "seq 1 5000 > /tmp/long; less /tmp/long")
+	pane := m.waitMatch(p, regexp.MustCompile(`(?s)^1\n2\n3\n.*\n29\n`), 15*time.Second)
+	if strings.Contains(pane, "root@") {
+		t.Errorf("less did not take the whole screen:\n%s", pane)
+	}
+	m.keys(p, "G")
+	m.waitLine(p, "5000", 10*time.Second)
+	m.keys(p, "q")
+	m.line(p, "echo less-$((3+3))")
+	m.waitLine(p, "less-6", 10*time.Second)
+
+	m.keys(p, "C-l")
+	m.line(p, "top -d 1")
+	m.waitFor(p, "load average", 15*time.Second)
+	m.keys(p, "q")
+	m.line(p, "echo top-$((4+4))")
+	m.waitLine(p, "top-8", 10*time.Second)
+
+	m.line(p, "exit 7")
+	m.waitLine(p, "RC-s=7", 30*time.Second)
+	m.waitFor(p, "OUTER$", 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	m.sttySame("s.before", "s.after")
+	m.kill()
+	noLeftovers(t)
+}
+
+// TestTerminalConcurrentSessions (§3.3): two interactive sessions of one
+// Domain, each in its own terminal, never see each other's bytes.
+func TestTerminalConcurrentSessions(t *testing.T) {
+	ws := workspace(t)
+	m := newTmux(t, ws, 100, 30)
+	m.newSession("other", ws, 100, 30)
+	m.startLazaret("main", "a", "-p tiny")
+	m.line("main", "echo ready-$((2*3))")
+	m.waitLine("main", "ready-6", 3*time.Minute)
+	m.startLazaret("other", "b", "-p tiny")
+	m.line("other", "echo ready-$((3*3))")
+	m.waitLine("other", "ready-9", time.Minute)
+	if n := countProcesses(m.e.uid, "lazaret-hc"); n != 1 {
+		t.Errorf("%d coordinators for one Domain", n)
+	}
+	m.line("main", "for i in 1 2 3 4 5; do echo AAA-$i; done")
+	m.line("other", "for i in 1 2 3 4 5; do echo BBB-$i; done")
+	a := m.waitLine("main", "AAA-5", 10*time.Second)
+	b := m.waitLine("other", "BBB-5", 10*time.Second)
+	if strings.Contains(a, "BBB-") || strings.Contains(b, "AAA-") {
+		t.Errorf("sessions saw each other's bytes:\n--- main\n%s\n--- other\n%s", a, b)
+	}
+	m.line("other", "exit 4")
+	m.waitLine("other", "RC-b=4", 30*time.Second)
+	m.line("main", "echo still-$((5+5))")
+	m.waitLine("main", "still-10", 10*time.Second)
+	m.line("main", "exit")
+	m.waitLine("main", "RC-a=0", 30*time.Second)
+	m.waitFor("main", "OUTER$", 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	m.sttySame("a.before", "a.after")
+	m.sttySame("b.before", "b.after")
+	m.kill()
+	noLeftovers(t)
+}
+
+// TestTerminalSignalsToCLI (§3.3, DX-5): SIGINT sent to the CLI becomes the
+// Interrupt event for the session's process group; SIGTSTP suspends the CLI
+// locally (terminal restored while stopped, raw again after fg, size
+// resent); SIGTERM ends the CLI with 143 and a restored terminal; stdin that
+// is not a terminal keeps the non-interactive path.
+func TestTerminalSignalsToCLI(t *testing.T) {
+	ws := workspace(t)
+	m := newTmux(t, ws, 100, 30)
+	const p = "main"
+	e := m.e
+
+	// Interrupt: the group of `sh -c` (sh and its sleep) gets SIGINT.
+	m.startLazaret(p, "i", "-p tiny -- sh -c 'echo up-$((7*7)); sleep 100'")
+	m.waitLine(p, "up-49", 3*time.Minute)
+	signalCLI(t, e, syscall.SIGINT)
+	m.waitLine(p, "RC-i=130", 20*time.Second)
+	m.waitFor(p, "OUTER$", 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	m.sttySame("i.before", "i.after")
+
+	// Local suspension and resume.
+	m.keys(p, "C-l")
+	// Typed alone: a list would go on past the stopped job.
+	m.line(p, "stty -g > "+m.dir+"/z.before")
+	m.line(p, "lazaret run -p tiny")
+	m.line(p, "echo in-$((8*8))")
+	m.waitLine(p, "in-64", 3*time.Minute)
+	signalCLI(t, e, syscall.SIGTSTP)
+	m.waitFor(p, "Stopped", 10*time.Second)
+	m.line(p, "stty -g > "+m.dir+"/z.mid; echo mid-$((9*9))")
+	m.waitLine(p, "mid-81", 10*time.Second)
+	m.sttySame("z.before", "z.mid")
+	m.tmux("resize-window", "-t", p, "-x", "90", "-y", "25")
+	m.line(p, "fg")
+	time.Sleep(500 * time.Millisecond)
+	m.line(p, "stty size; echo back-$((6*6))")
+	m.waitLine(p, "back-36", 15*time.Second)
+	m.waitLine(p, "25 90", 5*time.Second)
+	m.line(p, "exit 3")
+	m.waitFor(p, "OUTER$", 30*time.Second)
+	m.line(p, "echo RC-z=$?; stty -g > "+m.dir+"/z.after")
+	m.waitLine(p, "RC-z=3", 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	m.sttySame("z.before", "z.after")
+
+	// SIGTERM: the CLI leaves; the coordinator releases the session.
+	m.keys(p, "C-l")
+	m.startLazaret(p, "t", "-p tiny")
+	m.line(p, "echo t-$((4*4))")
+	m.waitLine(p, "t-16", 3*time.Minute)
+	signalCLI(t, e, syscall.SIGTERM)
+	m.waitLine(p, "RC-t=143", 30*time.Second)
+	m.waitFor(p, "OUTER$", 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	m.sttySame("t.before", "t.after")
+	noProcessesOrMountsExcept(t, "tmux", "bash")
+
+	// stdin not a terminal: separate pipes, no terminal inside.
+	m.keys(p, "C-l")
+	m.line(p, "echo piped | lazaret run -p tiny -- sh -c 'cat; [ -t 1 ] && echo T1 || echo NOT-T1; exit 5'; echo RC-p=$?")
+	m.waitLine(p, "RC-p=5", 3*time.Minute)
+	pane := m.capture(p)
+	if !strings.Contains(pane, "\npiped\n") || !strings.Contains(pane, "NOT-T1") {
+		t.Errorf("non-interactive run inside a terminal:\n%s", pane)
+	}
+	m.kill()
+	noLeftovers(t)
+}
+
+// TestTerminalCoordinatorKilled (DX-5, §3.3 hard loss): SIGKILL of the Host
+// Coordinator mid-session ends the CLI with a failure status and the outer
+// terminal exactly as it was; nothing is left behind.
+func TestTerminalCoordinatorKilled(t *testing.T) {
+	ws := workspace(t)
+	m := newTmux(t, ws, 100, 30)
+	const p = "main"
+	m.startLazaret(p, "k", "-p tiny")
+	m.line(p, "echo k-$((5*5))")
+	m.waitLine(p, "k-25", 3*time.Minute)
+	pid := findProcess(t, m.e.uid, "lazaret-hc", ws)
+	syscall.Kill(pid, syscall.SIGKILL) // the coordinator this test started, by pid
+	pane := m.waitMatch(p, regexp.MustCompile(`RC-k=(\d+)`), 30*time.Second)
+	if strings.Contains(pane, "RC-k=0") {
+		t.Errorf("CLI exited 0 after coordinator loss:\n%s", pane)
+	}
+	m.waitFor(p, "OUTER$", 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	m.sttySame("k.before", "k.after")
+	m.kill()
+	noProcessesOrMounts(t)
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
+		t.Errorf("next run after coordinator loss: %+v", r)
+	}
+	noLeftovers(t)
+}
+
+// signalCLI sends sig to the test user's lazaret CLI (started by this test
+// through its tmux pane), by pid.
+func signalCLI(t *testing.T, e *env, sig syscall.Signal) {
+	t.Helper()
+	pid := findProcess(t, e.uid, "lazaret", "")
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countProcesses counts the test user's processes named name.
+func countProcesses(uid int, name string) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		st, err := os.Stat(p)
+		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
+			continue
+		}
+		cmdline, _ := os.ReadFile(p + "/cmdline")
+		if args := strings.Split(string(cmdline), "\x00"); len(args) > 0 && filepath.Base(args[0]) == name {
+			n++
+		}
+	}
+	return n
+}
+
+// noProcessesOrMountsExcept waits until no process of the product is left
+// (ignoring the named processes of the test's own terminal) and no mount.
+func noProcessesOrMountsExcept(t *testing.T, names ...string) {
+	t.Helper()
+	e := need(t)
+	var last string
+	for i := 0; i < 100; i++ {
+		last = ""
+		for _, l := range strings.Split(leftovers(e), "\n") {
+			if !strings.HasPrefix(l, "process ") && !strings.HasPrefix(l, "mount: ") {
+				continue
+			}
+			skip := false
+			for _, n := range names {
+				if f := strings.SplitN(l, ": ", 2); len(f) == 2 && strings.HasPrefix(f[1], n) {
+					skip = true
+				}
+			}
+			if !skip {
+				last += l + "\n"
+			}
+		}
+		if last == "" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("processes or mounts left:\n%s", last)
+}

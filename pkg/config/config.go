@@ -1,0 +1,255 @@
+// Package config reads the trusted host configuration and its Agent Profiles
+// (spec §1.1, §2 "Agent Profile", FR-9), validates it, derives each profile's
+// Configuration Fingerprint, and checks configuration confinement.
+//
+// The configuration is a TOML file, by default
+// $XDG_CONFIG_HOME/lazaret/config.toml (~/.config/lazaret/config.toml), or
+// the file named by --config. With no file, the built-in profiles `default`
+// (the locally built Debian image) and `tiny` (busybox) are available. The
+// file has a [defaults] table, applied to every profile, and one
+// [profiles.NAME] table per profile; docs/CONFIG.md describes every key.
+//
+// Layering of one effective profile, from lowest to highest precedence:
+//
+//	Lazaret defaults → [defaults] → built-in profile NAME → [profiles.NAME]
+//
+// Scalars (image, booleans) take the highest layer that sets them. Lists
+// (persistent paths, network prefixes, DNS, auto-approve rules, volumes) are
+// the union of [defaults] and the profile; env is merged by name, the profile
+// winning. The built-in network denies are always part of the policy.
+//
+// Everything in this package is pure except Load (reads the file) and
+// Confine (resolves paths on the host file system). Validation reports every
+// problem at once, each with file:line:column and the fix.
+package config
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+// MaxFileSize bounds the configuration file.
+const MaxFileSize = 1 << 20
+
+// Built-in image names: `lazaret image build NAME` builds them as OCI
+// layouts in $XDG_DATA_HOME/lazaret/images/NAME.
+var builtinImages = []string{"busybox", "debian"}
+
+// BuiltinImages returns the built-in image names.
+func BuiltinImages() []string { return append([]string(nil), builtinImages...) }
+
+// DefaultImage is the image of a profile that sets none.
+const DefaultImage = "debian"
+
+// DefaultDeny lists the IPv4 prefixes every profile denies (spec §3.6): the
+// RFC 1918 private ranges (the developer's LAN, the slirp4netns gateway
+// 10.0.2.2 that forwards to the host's loopback), link-local 169.254/16
+// (cloud instance metadata services at 169.254.169.254 hand out
+// credentials) and the RFC 6598 shared space 100.64/10 (carrier-grade NAT
+// and overlay VPNs such as Tailscale, which reach private machines). A
+// profile may allow a more specific prefix inside them; an allow of exactly
+// one of these prefixes is a conflict.
+var DefaultDeny = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+}
+
+// EditorConfigDirs are the workspace editor configuration entries hidden
+// behind sandbox-local transient storage unless share_editor_config is set
+// (spec §3.4): host editors execute tasks and settings from them.
+var EditorConfigDirs = []string{".vscode", ".idea", ".zed", ".helix", ".nvim.lua", ".exrc"}
+
+// Profile is one validated, effective Agent Profile.
+type Profile struct {
+	Name string `json:"name"`
+	// Description is shown by `lazaret profile list`; not fingerprinted.
+	Description string `json:"description,omitempty"`
+	// Builtin reports a profile Lazaret defines (the file may amend it).
+	Builtin bool `json:"builtin"`
+	// Image is the image reference as configured: a built-in image name or
+	// an `oci:` / `docker://` reference.
+	Image string `json:"image"`
+	// PersistentPaths are absolute guest paths kept in the Domain's State
+	// Anchor across restarts (sorted).
+	PersistentPaths []string `json:"persistent_paths"`
+	Network         Network  `json:"network"`
+	// Env is passed into every guest process of the sandbox.
+	Env map[string]string `json:"env"`
+	// AutoApprove are the escalation argv prefixes approved without asking.
+	AutoApprove []Rule `json:"auto_approve"`
+	// IgnoredPathIsolation redirects Git-ignored workspace paths to
+	// Ignored Workspace State (FR-9, SR-13). Default true.
+	IgnoredPathIsolation bool `json:"ignored_path_isolation"`
+	// ShareEditorConfig exposes EditorConfigDirs of the workspace to the
+	// sandbox instead of hiding them. Default false.
+	ShareEditorConfig bool     `json:"share_editor_config"`
+	Volumes           []Volume `json:"volumes"`
+}
+
+// Network is a profile's effective network policy input: Deny includes
+// DefaultDeny. All prefixes are canonical IPv4 and sorted.
+type Network struct {
+	Allow []netip.Prefix `json:"allow"`
+	Deny  []netip.Prefix `json:"deny"`
+	DNS   []netip.Addr   `json:"dns"`
+}
+
+// Rule is an escalation auto-approve rule: a request is approved without a
+// prompt when its argv starts with exactly these elements. The program is
+// never a shell or command runner and no element contains shell syntax.
+type Rule struct {
+	Argv []string `json:"argv"`
+}
+
+// Matches reports whether argv is approved by r: argv begins with r.Argv
+// element for element, and argv's program is not a shell (checked again at
+// match time, whatever the rule says).
+func (r Rule) Matches(argv []string) bool {
+	if len(argv) < len(r.Argv) || len(r.Argv) == 0 || isShellLike(argv[0]) {
+		return false
+	}
+	for i, a := range r.Argv {
+		if argv[i] != a {
+			return false
+		}
+	}
+	return true
+}
+
+// Volume is an extra host directory or file bind-mounted into the sandbox.
+type Volume struct {
+	// Source is the absolute, lexically clean host path (~ expanded);
+	// Confine resolves it.
+	Source string `json:"source"`
+	// Target is the absolute guest path.
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only"`
+}
+
+// Config is a validated host configuration.
+type Config struct {
+	// Path is the configuration file read ("" when none exists and only the
+	// built-in profiles apply).
+	Path     string
+	profiles map[string]*Profile
+}
+
+// Names returns the profile names, sorted.
+func (c *Config) Names() []string {
+	names := make([]string, 0, len(c.profiles))
+	for n := range c.profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Profiles returns every profile, sorted by name.
+func (c *Config) Profiles() []*Profile {
+	var out []*Profile
+	for _, n := range c.Names() {
+		out = append(out, c.profiles[n])
+	}
+	return out
+}
+
+// Profile returns the named profile.
+func (c *Config) Profile(name string) (*Profile, error) {
+	p, ok := c.profiles[name]
+	if !ok {
+		where := "built in"
+		if c.Path != "" {
+			where = "built in or defined in " + c.Path
+		}
+		return nil, errdefs.New(errdefs.ErrInvalid, "unknown profile %q: the profiles %s are %s; define [profiles.%s] in the configuration file to add it", name, where, strings.Join(c.Names(), ", "), name)
+	}
+	return p, nil
+}
+
+// Builtin returns the configuration with no file: the built-in profiles.
+func Builtin() *Config {
+	c, err := Parse("", nil, Options{})
+	if err != nil {
+		panic("config: built-in configuration invalid: " + err.Error())
+	}
+	return c
+}
+
+// Options carries the host facts parsing needs.
+type Options struct {
+	// Home is the developer's home directory: `~/` in a volume source
+	// expands to it, and it is refused as a volume source. When empty,
+	// `~/` is an error.
+	Home string
+}
+
+// DefaultPath returns $XDG_CONFIG_HOME/lazaret/config.toml, or
+// $HOME/.config/lazaret/config.toml.
+func DefaultPath(getenv func(string) string) (string, error) {
+	dir := getenv("XDG_CONFIG_HOME")
+	if dir == "" || !filepath.IsAbs(dir) {
+		home := getenv("HOME")
+		if home == "" {
+			return "", errdefs.New(errdefs.ErrInvalid, "neither XDG_CONFIG_HOME nor HOME is set: set HOME or pass --config")
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "lazaret", "config.toml"), nil
+}
+
+// Load reads and validates the configuration. explicitPath is the --config
+// value ("" for the default location). A missing file at the default
+// location means the built-in configuration; a missing explicit file is an
+// error. The returned Config.Path is absolute but not symlink-resolved:
+// Confine resolves it.
+func Load(explicitPath string, getenv func(string) string) (*Config, error) {
+	path := explicitPath
+	if path == "" {
+		p, err := DefaultPath(getenv)
+		if err != nil {
+			return nil, err
+		}
+		path = p
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		if os.IsNotExist(err) && explicitPath == "" {
+			c := Builtin()
+			return c, nil
+		}
+		return nil, errdefs.Mark(fmt.Errorf("read configuration: %w", err), errdefs.ErrInvalid)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, errdefs.New(errdefs.ErrInvalid, "configuration %s is not a regular file", abs)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return nil, errdefs.New(errdefs.ErrRefused, "configuration %s is writable by group or others (mode %04o): it is trusted host configuration; run `chmod go-w %s`", abs, st.Mode().Perm(), abs)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read configuration %s: %w", abs, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, errdefs.New(errdefs.ErrInvalid, "configuration %s is larger than %d bytes", abs, MaxFileSize)
+	}
+	return Parse(abs, data, Options{Home: getenv("HOME")})
+}

@@ -1,0 +1,724 @@
+package config
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/imagebuild"
+)
+
+const sample = `# host configuration
+[defaults]
+persistent_paths = ["/root/.cache"]
+[defaults.network]
+deny = ["203.0.113.0/24"]
+dns = ["1.1.1.1"]
+[defaults.env]
+EDITOR = "vi"
+
+[profiles.claude]
+description = "Claude Code"
+image = "debian"
+persistent_paths = ["/root/.claude", "/root/.npm"]
+ignored_path_isolation = false
+env = { CLAUDE_CONFIG_DIR = "/root/.claude", EDITOR = "nano" }
+auto_approve = [["git", "fetch"], ["go", "test", "./..."]]
+
+[profiles.claude.network]
+allow = ["10.1.2.0/24"]
+
+[[profiles.claude.volumes]]
+source = "~/.cache/go-build"
+target = "/root/.cache/go-build"
+mode = "rw"
+
+[profiles.tiny]
+share_editor_config = true
+`
+
+func parse(t *testing.T, src string) (*Config, error) {
+	t.Helper()
+	return Parse("/home/dev/.config/lazaret/config.toml", []byte(src), Options{Home: "/home/dev"})
+}
+
+func mustParse(t *testing.T, src string) *Config {
+	t.Helper()
+	c, err := parse(t, src)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return c
+}
+
+func TestBuiltinProfilesWithoutFile(t *testing.T) {
+	c := Builtin()
+	if got := c.Names(); !reflect.DeepEqual(got, []string{"default", "tiny"}) {
+		t.Fatalf("names %v", got)
+	}
+	d, err := c.Profile("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Image != "debian" || !d.IgnoredPathIsolation || d.ShareEditorConfig || !d.Builtin {
+		t.Fatalf("default profile %+v", d)
+	}
+	if !reflect.DeepEqual(d.Network.Deny, DefaultDeny) && len(d.Network.Deny) != len(DefaultDeny) {
+		t.Fatalf("default deny %v", d.Network.Deny)
+	}
+	tiny, _ := c.Profile("tiny")
+	if tiny.Image != "busybox" {
+		t.Fatalf("tiny image %q", tiny.Image)
+	}
+	if _, err := c.Profile("nope"); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "default, tiny") {
+		t.Fatalf("unknown profile: %v", err)
+	}
+}
+
+func TestBuiltinImagesMatchImageBuild(t *testing.T) {
+	kinds := imagebuild.Kinds()
+	for _, b := range builtinProfiles {
+		if !contains(kinds, b.image) {
+			t.Errorf("built-in profile %s uses image %q that `lazaret image build` cannot build (%v)", b.name, b.image, kinds)
+		}
+	}
+	for _, n := range BuiltinImages() {
+		if !contains(kinds, n) {
+			t.Errorf("built-in image %q is not an imagebuild kind %v", n, kinds)
+		}
+	}
+}
+
+func TestProfileNamePatternMatchesDomain(t *testing.T) {
+	for _, n := range []string{"a", "default", "claude-code", "x.y_z", "0", strings.Repeat("a", 63), "", "A", "-x", "a b", strings.Repeat("a", 64), "é"} {
+		if ValidProfileName(n) != domain.ValidProfileName(n) {
+			t.Errorf("%q: config %v, domain %v", n, ValidProfileName(n), domain.ValidProfileName(n))
+		}
+	}
+}
+
+func TestSampleLayering(t *testing.T) {
+	c := mustParse(t, sample)
+	if got := c.Names(); !reflect.DeepEqual(got, []string{"claude", "default", "tiny"}) {
+		t.Fatalf("names %v", got)
+	}
+	p, _ := c.Profile("claude")
+	if p.Builtin || p.Description != "Claude Code" || p.IgnoredPathIsolation {
+		t.Fatalf("claude %+v", p)
+	}
+	if want := []string{"/root/.cache", "/root/.claude", "/root/.npm"}; !reflect.DeepEqual(p.PersistentPaths, want) {
+		t.Errorf("persistent %v", p.PersistentPaths)
+	}
+	if p.Env["EDITOR"] != "nano" || p.Env["CLAUDE_CONFIG_DIR"] != "/root/.claude" {
+		t.Errorf("env %v", p.Env)
+	}
+	if len(p.Network.Deny) != len(DefaultDeny)+1 || !containsPrefix(p.Network.Deny, "203.0.113.0/24") {
+		t.Errorf("deny %v", p.Network.Deny)
+	}
+	if !reflect.DeepEqual(p.Network.Allow, []netip.Prefix{netip.MustParsePrefix("10.1.2.0/24")}) {
+		t.Errorf("allow %v", p.Network.Allow)
+	}
+	if len(p.Network.DNS) != 1 || p.Network.DNS[0].String() != "1.1.1.1" {
+		t.Errorf("dns %v", p.Network.DNS)
+	}
+	if want := []Volume{{Source: "/home/dev/.cache/go-build", Target: "/root/.cache/go-build"}}; !reflect.DeepEqual(p.Volumes, want) {
+		t.Errorf("volumes %+v", p.Volumes)
+	}
+	if len(p.AutoApprove) != 2 || !p.AutoApprove[0].Matches([]string{"git", "fetch", "origin"}) {
+		t.Errorf("rules %+v", p.AutoApprove)
+	}
+	tiny, _ := c.Profile("tiny")
+	if !tiny.Builtin || tiny.Image != "busybox" || !tiny.ShareEditorConfig || tiny.Env["EDITOR"] != "vi" {
+		t.Errorf("tiny amended %+v", tiny)
+	}
+	def, _ := c.Profile("default")
+	if !reflect.DeepEqual(def.PersistentPaths, []string{"/root/.cache"}) || def.Image != "debian" {
+		t.Errorf("default gets [defaults]: %+v", def)
+	}
+}
+
+func TestDefaultsImageDoesNotOverrideBuiltinProfileImage(t *testing.T) {
+	c := mustParse(t, "[defaults]\nimage = \"docker://docker.io/library/alpine:3\"\n[profiles.x]\n")
+	tiny, _ := c.Profile("tiny")
+	x, _ := c.Profile("x")
+	if tiny.Image != "busybox" || x.Image != "docker://docker.io/library/alpine:3" {
+		t.Fatalf("tiny %q x %q", tiny.Image, x.Image)
+	}
+	c = mustParse(t, "[profiles.tiny]\nimage = \"debian\"\n")
+	tiny, _ = c.Profile("tiny")
+	if tiny.Image != "debian" {
+		t.Fatalf("file must override built-in image: %q", tiny.Image)
+	}
+}
+
+func containsPrefix(ps []netip.Prefix, s string) bool {
+	for _, p := range ps {
+		if p.String() == s {
+			return true
+		}
+	}
+	return false
+}
+
+// expectErrors parses src and checks that each want (line, substring)
+// appears among the errors, and that there are exactly len(want) errors.
+func expectErrors(t *testing.T, src string, want ...struct {
+	line int
+	sub  string
+}) Errors {
+	t.Helper()
+	_, err := parse(t, src)
+	if err == nil {
+		t.Fatalf("accepted:\n%s", src)
+	}
+	if !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("not ErrInvalid: %v", err)
+	}
+	es, ok := AsErrors(err)
+	if !ok {
+		t.Fatalf("not Errors: %T %v", err, err)
+	}
+	for _, w := range want {
+		found := false
+		for _, e := range es {
+			if e.Line == w.line && strings.Contains(e.Error(), w.sub) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no error at line %d containing %q in:\n%v", w.line, w.sub, err)
+		}
+	}
+	if len(es) != len(want) {
+		t.Errorf("want %d errors, got %d:\n%v", len(want), len(es), err)
+	}
+	for _, e := range es {
+		if !strings.HasPrefix(e.Error(), "/home/dev/.config/lazaret/config.toml:") {
+			t.Errorf("error without file:line: %q", e.Error())
+		}
+	}
+	return es
+}
+
+type at = struct {
+	line int
+	sub  string
+}
+
+func TestUnknownKeys(t *testing.T) {
+	expectErrors(t, `
+color = "red"
+[profiles.a]
+imgae = "debian"
+[profiles.a.network]
+allowed = ["1.2.3.0/24"]
+[[profiles.a.volumes]]
+source = "/srv"
+target = "/srv"
+readonly = true
+`,
+		at{2, `unknown key "color"`},
+		at{4, `unknown key "imgae": the keys allowed here are description, image`},
+		at{6, `unknown key "allowed"`},
+		at{10, `unknown key "readonly"`},
+	)
+}
+
+func TestErrorsCarryColumnAndKey(t *testing.T) {
+	es := expectErrors(t, "[profiles.a]\nimage = 42\n", at{2, "must be a string, not an integer"})
+	if es[0].Column != 9 || es[0].Key != "profiles.a.image" {
+		t.Fatalf("position %d:%d key %q", es[0].Line, es[0].Column, es[0].Key)
+	}
+}
+
+func TestBadPrefixes(t *testing.T) {
+	expectErrors(t, `[profiles.a.network]
+allow = [
+  "10.0.0.1/8",
+  "192.168.1.7",
+  "2001:db8::/32",
+  "nonsense",
+]
+dns = ["8.8.8.8", "::1", "127.0.0.1", "8.8.8.8"]
+`,
+		at{3, "10.0.0.1/8 is not canonical (host bits are set): write 10.0.0.0/8"},
+		at{4, `"192.168.1.7" is an address, not a prefix: write 192.168.1.7/32`},
+		at{5, "is not IPv4"},
+		at{6, `"nonsense" is not an IPv4 prefix`},
+		at{8, "::1 is not IPv4"},
+		at{8, "127.0.0.1 is the sandbox's own loopback"},
+		at{8, "resolver 8.8.8.8 is listed twice (also at line 8)"},
+	)
+}
+
+func TestAllowDenyConflictNamesBoth(t *testing.T) {
+	expectErrors(t, `[defaults.network]
+deny = ["198.51.100.0/24"]
+[profiles.a.network]
+allow = ["198.51.100.0/24", "10.0.0.0/8"]
+deny = ["198.51.100.0/24"]
+`,
+		at{4, `198.51.100.0/24 is both allowed (line 4) and denied (line 5)`},
+		at{4, `10.0.0.0/8 is both allowed (line 4) and denied (built-in default deny)`},
+	)
+	// The fix for a built-in deny names the two halves.
+	_, err := parse(t, "[profiles.a.network]\nallow = [\"10.0.0.0/8\"]\n")
+	if err == nil || !strings.Contains(err.Error(), "10.0.0.0/9 and 10.128.0.0/9") {
+		t.Fatalf("fix: %v", err)
+	}
+	// Equal-prefix conflict with [defaults] in a profile.
+	_, err = parse(t, "[defaults.network]\ndeny = [\"198.51.100.0/24\"]\n[profiles.a.network]\nallow = [\"198.51.100.0/24\"]\n")
+	if err == nil || !strings.Contains(err.Error(), "denied ([defaults] line 2)") {
+		t.Fatalf("defaults conflict: %v", err)
+	}
+	// A more specific allow inside a default deny is fine.
+	c := mustParse(t, "[profiles.a.network]\nallow = [\"10.0.0.0/9\", \"192.168.1.0/24\"]\n")
+	a, _ := c.Profile("a")
+	if len(a.Network.Allow) != 2 {
+		t.Fatal(a.Network.Allow)
+	}
+}
+
+func TestDuplicateProfiles(t *testing.T) {
+	expectErrors(t, "[profiles.a]\nimage = \"debian\"\n\n[profiles.a]\nimage = \"busybox\"\n",
+		at{4, `profile "a" is defined twice`})
+	expectErrors(t, "[profiles.a]\nimage = \"debian\"\nimage = \"busybox\"\n",
+		at{3, "image is set twice (also at line 2)"})
+}
+
+func TestRelativePaths(t *testing.T) {
+	expectErrors(t, `[profiles.a]
+persistent_paths = ["root/.cache", "/root/../etc", "/workspace/x", "/", "/proc"]
+[[profiles.a.volumes]]
+source = "data"
+target = "relative"
+[[profiles.a.volumes]]
+source = "~other/x"
+target = "/x"
+mode = "wo"
+`,
+		at{2, `"root/.cache" is relative: guest paths are absolute, e.g. /root/.cache`},
+		at{2, `"/root/../etc" is not clean: write /etc`},
+		at{2, "/workspace/x is inside /workspace"},
+		at{2, "/ is the whole sandbox"},
+		at{2, "/proc is inside /proc"},
+		at{4, `"data" is relative: host paths must be absolute`},
+		at{5, `"relative" is relative`},
+		at{7, "only ~/ (your own home) is expanded"},
+		at{9, `mode must be "ro"`},
+	)
+}
+
+func TestVolumeRules(t *testing.T) {
+	expectErrors(t, `[[profiles.a.volumes]]
+source = "/"
+target = "/host"
+[[profiles.a.volumes]]
+source = "~"
+target = "/home"
+[[profiles.a.volumes]]
+target = "/x"
+[[profiles.a.volumes]]
+source = "/srv/a"
+target = "/data"
+[[profiles.a.volumes]]
+source = "/srv/b"
+target = "/data"
+`,
+		at{2, "/ would expose the whole host"},
+		at{5, "your home directory would expose"},
+		at{7, "a volume needs source"},
+		at{14, "target /data is also the target of the volume at line 9"},
+	)
+}
+
+func TestPersistentNestingAndVolumeClash(t *testing.T) {
+	expectErrors(t, `[defaults]
+persistent_paths = ["/root"]
+[profiles.a]
+persistent_paths = ["/root/.npm", "/opt", "/opt"]
+[[profiles.a.volumes]]
+source = "/srv"
+target = "/opt"
+`,
+		at{4, "/root/.npm is inside /root ([defaults] line 2)"},
+		at{4, `"/opt" is listed twice`},
+		at{7, "/opt is both a persistent path"},
+	)
+}
+
+func TestBadProfileNames(t *testing.T) {
+	expectErrors(t, "[profiles.Claude]\n[profiles.\"my agent\"]\n[profiles.-x]\n",
+		at{1, `bad profile name "Claude"`},
+		at{2, `bad profile name "my agent"`},
+		at{3, `bad profile name "-x"`},
+	)
+	_, err := parse(t, "[profiles.Claude]\n")
+	if err == nil || !strings.Contains(err.Error(), `(e.g. "claude")`) {
+		t.Fatalf("suggestion: %v", err)
+	}
+}
+
+func TestEnvRules(t *testing.T) {
+	expectErrors(t, `[profiles.a.env]
+PATH = "/root/.local/bin:/usr/bin:/bin"
+LAZARET_X = "1"
+HOSTNAME = "h"
+TERM = "xterm"
+LC_ALL = "C"
+GIT_CONFIG_KEY_0 = "user.name"
+"1BAD" = "x"
+OK = 5
+`,
+		at{3, "LAZARET_X is set by Lazaret"},
+		at{4, "HOSTNAME is set by Lazaret"},
+		at{5, "TERM is passed from your terminal"},
+		at{6, "LC_ALL is passed from your terminal"},
+		at{7, "GIT_CONFIG_KEY_0 carries your Git identity"},
+		at{8, `"1BAD" is not an environment variable name`},
+		at{9, "must be a string, not an integer"},
+	)
+}
+
+func TestAutoApproveRefusesShells(t *testing.T) {
+	expectErrors(t, `[profiles.a]
+auto_approve = [
+  ["sh", "-c", "make"],
+  ["/bin/bash"],
+  ["env", "git"],
+  ["python3", "-c"],
+  ["python3.11"],
+  ["git", "log | cat"],
+  ["git", "fetch origin"],
+  ["git", "$(id)"],
+  ["./run.sh"],
+  [],
+  ["sudo", "apt"],
+  ["busybox", "ls"],
+]
+`,
+		at{3, "sh is a shell or command runner"},
+		at{4, "/bin/bash is a shell"},
+		at{5, "env is a shell or command runner"},
+		at{6, "python3 runs code from its arguments"},
+		at{7, "python3.11 runs code from its arguments"},
+		at{8, `contains the shell metacharacter "|"`},
+		at{9, `split it into separate elements: ["fetch" "origin"]`},
+		at{10, `shell metacharacter "$"`},
+		at{11, "is a relative path"},
+		at{2, "auto_approve[9]: an empty rule would approve every command"},
+		at{13, "sudo is a shell"},
+		at{14, "busybox is a shell"},
+	)
+	c := mustParse(t, "[profiles.a]\nauto_approve = [[\"python3\", \"scripts/check.py\"], [\"go\", \"test\", \"-run=TestX\"], [\"/usr/bin/git\", \"status\"]]\n")
+	a, _ := c.Profile("a")
+	if len(a.AutoApprove) != 3 {
+		t.Fatal(a.AutoApprove)
+	}
+}
+
+func TestRuleMatches(t *testing.T) {
+	r := Rule{Argv: []string{"git", "fetch"}}
+	cases := []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"git", "fetch"}, true},
+		{[]string{"git", "fetch", "--all"}, true},
+		{[]string{"git"}, false},
+		{[]string{"git", "fetch2"}, false},
+		{[]string{"git", "push"}, false},
+		{[]string{"/usr/bin/git", "fetch"}, false},
+	}
+	for _, c := range cases {
+		if got := r.Matches(c.argv); got != c.want {
+			t.Errorf("%v: %v", c.argv, got)
+		}
+	}
+	// A shell program never matches, even via a hand-built rule.
+	if (Rule{Argv: []string{"bash"}}).Matches([]string{"bash", "-c", "x"}) {
+		t.Error("shell matched")
+	}
+	if (Rule{}).Matches([]string{"git"}) {
+		t.Error("empty rule matched")
+	}
+}
+
+func TestImageReferences(t *testing.T) {
+	expectErrors(t, `[profiles.a]
+image = "ubuntu"
+[profiles.b]
+image = "oci:relative/dir:latest"
+[profiles.c]
+image = "docker://"
+`,
+		at{2, `unknown image "ubuntu"`},
+		at{4, "oci: layout path must be absolute"},
+		at{6, "give a registry reference"},
+	)
+	c := mustParse(t, "[profiles.a]\nimage = \"oci:/srv/img:v1\"\n[profiles.b]\nimage = \"docker://docker.io/library/debian:12\"\n")
+	a, _ := c.Profile("a")
+	if ref, layout, builtin := a.ImageRef("/d"); ref != "oci:/srv/img:v1" || layout != "" || builtin {
+		t.Fatal(ref, layout, builtin)
+	}
+	d, _ := c.Profile("default")
+	if ref, layout, builtin := d.ImageRef("/d"); ref != "oci:/d/lazaret/images/debian:latest" || layout != "/d/lazaret/images/debian" || !builtin {
+		t.Fatal(ref, layout, builtin)
+	}
+}
+
+func TestTypeErrorsAndSyntax(t *testing.T) {
+	expectErrors(t, "[profiles.a]\nignored_path_isolation = \"no\"\nvolumes = \"x\"\nnetwork = 3\n",
+		at{2, "must be true or false, not a string"},
+		at{3, "must be an array of tables"},
+		at{4, "must be a table, not an integer"},
+	)
+	expectErrors(t, "[profiles.a\nimage = 1\n", at{1, "fix the TOML syntax"})
+	expectErrors(t, "[defaults]\ndescription = \"x\"\n", at{2, "move it into a [profiles.NAME] table"})
+}
+
+func TestEveryErrorListed(t *testing.T) {
+	_, err := parse(t, "[profiles.a]\nimage = 1\n[profiles.b]\nimage = 2\n[profiles.c]\nimage = 3\n")
+	es, _ := AsErrors(err)
+	if len(es) != 3 || es[0].Line != 2 || es[1].Line != 4 || es[2].Line != 6 {
+		t.Fatalf("%v", err)
+	}
+	if !strings.Contains(err.Error(), "3 problems") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestFingerprintStableAcrossFormatting(t *testing.T) {
+	a := mustParse(t, sample)
+	reordered := `
+[profiles.tiny]
+share_editor_config = true # comment
+
+[[profiles.claude.volumes]]
+mode = "rw"
+target = "/root/.cache/go-build"
+source = "/home/dev/.cache/go-build"
+
+[profiles.claude]
+auto_approve = [ ["go","test","./..."], ["git","fetch"] ]
+env.EDITOR = "nano"
+env.CLAUDE_CONFIG_DIR = "/root/.claude"
+ignored_path_isolation = false
+persistent_paths = ["/root/.npm", "/root/.claude"]
+image = "debian"
+description = "a different description is not fingerprinted"
+network.allow = ["10.1.2.0/24"]
+
+[defaults]
+env = { EDITOR = "vi" }
+network = { dns = ["1.1.1.1"], deny = ["203.0.113.0/24"] }
+persistent_paths = ["/root/.cache"]
+`
+	b := mustParse(t, reordered)
+	for _, n := range a.Names() {
+		pa, _ := a.Profile(n)
+		pb, _ := b.Profile(n)
+		if pa.Fingerprint() != pb.Fingerprint() {
+			t.Errorf("%s: fingerprints differ:\n%s\n%s", n, pa.Canonical(), pb.Canonical())
+		}
+		if d := Diff(pa, pb); len(d) != 0 {
+			t.Errorf("%s: diff %v", n, d)
+		}
+	}
+	// The built-in defaults are fingerprinted: the no-file default profile
+	// equals a file that restates them.
+	d1, _ := Builtin().Profile("default")
+	d2, _ := mustParse(t, "[profiles.default]\nimage = \"debian\"\nignored_path_isolation = true\n[profiles.default.network]\ndeny = [\"10.0.0.0/8\"]\n").Profile("default")
+	if d1.Fingerprint() != d2.Fingerprint() {
+		t.Error("restating defaults changed the fingerprint")
+	}
+	if !strings.HasPrefix(d1.Fingerprint(), "sha256:") || len(d1.Fingerprint()) != 7+64 {
+		t.Errorf("form %q", d1.Fingerprint())
+	}
+}
+
+func TestFingerprintChangesAndDiff(t *testing.T) {
+	base := mustParse(t, sample)
+	bp, _ := base.Profile("claude")
+	cases := []struct {
+		name, from, to, want string
+	}{
+		{"image", `image = "debian"`, `image = "busybox"`, `image: "debian" → "busybox"`},
+		{"allow", `allow = ["10.1.2.0/24"]`, `allow = ["10.1.3.0/24"]`, "network.allow: added 10.1.3.0/24; removed 10.1.2.0/24"},
+		{"env value", `EDITOR = "nano"`, `EDITOR = "ed"`, "env: value changed for EDITOR"},
+		{"env name", `EDITOR = "nano" }`, `EDITOR = "nano", SECRET = "s3cr3t" }`, "env: added SECRET"},
+		{"isolation", "ignored_path_isolation = false", "ignored_path_isolation = true", "ignored_path_isolation: false → true"},
+		{"rule", `["git", "fetch"], `, "", `auto_approve: removed ["git" "fetch"]`},
+		{"volume mode", `mode = "rw"`, `mode = "ro"`, "volumes: added /home/dev/.cache/go-build:/root/.cache/go-build:ro; removed /home/dev/.cache/go-build:/root/.cache/go-build:rw"},
+		{"persistent", `"/root/.npm"]`, `"/root/.npm", "/opt/x"]`, "persistent_paths: added /opt/x"},
+		{"dns", `dns = ["1.1.1.1"]`, `dns = ["9.9.9.9"]`, "network.dns: added 9.9.9.9; removed 1.1.1.1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src := strings.Replace(sample, c.from, c.to, 1)
+			if src == sample {
+				t.Fatalf("replacement %q did not apply", c.from)
+			}
+			p, _ := mustParse(t, src).Profile("claude")
+			if p.Fingerprint() == bp.Fingerprint() {
+				t.Fatal("fingerprint unchanged")
+			}
+			d := strings.Join(Diff(bp, p), "\n")
+			if !strings.Contains(d, c.want) {
+				t.Fatalf("diff %q lacks %q", d, c.want)
+			}
+			if strings.Contains(d, "s3cr3t") || strings.Contains(d, "nano") {
+				t.Fatalf("diff leaks an env value: %q", d)
+			}
+			err := MismatchError(bp, p)
+			if !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("mismatch error %v", err)
+			}
+		})
+	}
+}
+
+func TestCanonicalRoundTrip(t *testing.T) {
+	c := mustParse(t, sample)
+	for _, p := range c.Profiles() {
+		q, err := FromCanonical(p.Canonical())
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		if q.Fingerprint() != p.Fingerprint() || FingerprintOf(p.Canonical()) != p.Fingerprint() {
+			t.Fatalf("%s: round trip changed fingerprint", p.Name)
+		}
+		if len(Diff(p, q)) != 0 {
+			t.Fatalf("%s: diff after round trip %v", p.Name, Diff(p, q))
+		}
+	}
+	p, _ := c.Profile("claude")
+	b := p.Canonical()
+	// Non-canonical (reordered list) and unknown fields are refused.
+	bad := strings.Replace(string(b), `["/root/.cache","/root/.claude","/root/.npm"]`, `["/root/.npm","/root/.cache","/root/.claude"]`, 1)
+	if bad == string(b) {
+		t.Fatalf("test setup: %s", b)
+	}
+	if _, err := FromCanonical([]byte(bad)); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("non-canonical accepted: %v", err)
+	}
+	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":1,`, `{"version":1,"x":1,`, 1))); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("unknown field accepted: %v", err)
+	}
+	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":1,`, `{"version":2,`, 1))); !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("version 2 accepted: %v", err)
+	}
+}
+
+func TestSplitHalves(t *testing.T) {
+	for _, c := range []struct{ in, lo, hi string }{
+		{"10.0.0.0/8", "10.0.0.0/9", "10.128.0.0/9"},
+		{"172.16.0.0/12", "172.16.0.0/13", "172.24.0.0/13"},
+		{"192.168.0.0/16", "192.168.0.0/17", "192.168.128.0/17"},
+		{"1.2.3.4/31", "1.2.3.4/32", "1.2.3.5/32"},
+	} {
+		lo, hi := split(netip.MustParsePrefix(c.in))
+		if lo.String() != c.lo || hi.String() != c.hi {
+			t.Errorf("%s: %s %s", c.in, lo, hi)
+		}
+	}
+}
+
+func TestDefaultPathAndLoad(t *testing.T) {
+	env := map[string]string{"HOME": "/home/dev"}
+	getenv := func(k string) string { return env[k] }
+	if p, _ := DefaultPath(getenv); p != "/home/dev/.config/lazaret/config.toml" {
+		t.Fatal(p)
+	}
+	env["XDG_CONFIG_HOME"] = "/xdg"
+	if p, _ := DefaultPath(getenv); p != "/xdg/lazaret/config.toml" {
+		t.Fatal(p)
+	}
+	env["XDG_CONFIG_HOME"] = "relative" // ignored, as the XDG spec says
+	if p, _ := DefaultPath(getenv); p != "/home/dev/.config/lazaret/config.toml" {
+		t.Fatal(p)
+	}
+	if _, err := DefaultPath(func(string) string { return "" }); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	env = map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "cfg")}
+	c, err := Load("", getenv)
+	if err != nil || c.Path != "" || len(c.Names()) != 2 {
+		t.Fatalf("missing default file: %v %+v", err, c)
+	}
+	if _, err := Load(filepath.Join(dir, "nope.toml"), getenv); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("missing explicit file: %v", err)
+	}
+	os.MkdirAll(filepath.Join(dir, "cfg", "lazaret"), 0o700)
+	f := filepath.Join(dir, "cfg", "lazaret", "config.toml")
+	os.WriteFile(f, []byte("[profiles.x]\n[[profiles.x.volumes]]\nsource = \"~/data\"\ntarget = \"/data\"\n"), 0o600)
+	c, err = Load("", getenv)
+	if err != nil || c.Path != f {
+		t.Fatalf("load: %v", err)
+	}
+	x, _ := c.Profile("x")
+	if x.Volumes[0].Source != filepath.Join(dir, "data") {
+		t.Fatal(x.Volumes)
+	}
+	os.WriteFile(f, []byte("[profiles.x]\nimage = 1\n"), 0o600)
+	if _, err = Load("", getenv); err == nil || !strings.HasPrefix(strings.TrimPrefix(err.Error(), "invalid configuration: "), f+":2:") {
+		t.Fatalf("error position: %v", err)
+	}
+	os.Chmod(f, 0o622)
+	if _, err = Load(f, getenv); !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("group-writable accepted: %v", err)
+	}
+	os.Chmod(f, 0o600)
+	os.WriteFile(f, make([]byte, MaxFileSize+1), 0o600)
+	if _, err = Load(f, getenv); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("oversized accepted: %v", err)
+	}
+	if _, err = Load(dir, getenv); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("directory accepted: %v", err)
+	}
+}
+
+func TestEmptyFileIsBuiltins(t *testing.T) {
+	c := mustParse(t, "# nothing\n")
+	d, _ := c.Profile("default")
+	b, _ := Builtin().Profile("default")
+	if d.Fingerprint() != b.Fingerprint() {
+		t.Fatal("empty file differs from built-ins")
+	}
+}
+
+// TestDocExamplesParse keeps docs/CONFIG.md's TOML examples valid.
+func TestDocExamplesParse(t *testing.T) {
+	b, err := os.ReadFile("../../docs/CONFIG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(b), "```toml\n")[1:]
+	if len(blocks) < 4 {
+		t.Fatalf("found %d toml blocks", len(blocks))
+	}
+	for i, blk := range blocks {
+		src, _, _ := strings.Cut(blk, "```")
+		if strings.Contains(src, "...") {
+			continue // the structure sketch
+		}
+		if !strings.Contains(src, "[") || strings.HasPrefix(src, "auto_approve") {
+			src = "[profiles.x]\n" + src
+		}
+		if _, err := parse(t, src); err != nil {
+			t.Errorf("block %d:\n%s\n%v", i, src, err)
+		}
+	}
+	c := mustParse(t, strings.Split(blocks[len(blocks)-1], "```")[0])
+	if p, err := c.Profile("claude"); err != nil || p.Image != "docker://docker.io/library/node:22-bookworm" {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,294 @@
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+// canonicalVersion is the version of the canonical profile encoding; a
+// change of encoding changes every fingerprint, which is intended.
+const canonicalVersion = 1
+
+// canonicalProfile is the fingerprinted projection of a Profile: every
+// setting that changes what the sandbox is or may do, and nothing cosmetic
+// (the description, the Builtin flag). Lists are sorted and maps are
+// encoded with sorted keys by encoding/json, so the bytes do not depend on
+// the order, whitespace or comments of the file.
+type canonicalProfile struct {
+	Version              int               `json:"version"`
+	Name                 string            `json:"name"`
+	Image                string            `json:"image"`
+	PersistentPaths      []string          `json:"persistent_paths"`
+	Allow                []string          `json:"network_allow"`
+	Deny                 []string          `json:"network_deny"`
+	DNS                  []string          `json:"network_dns"`
+	Env                  map[string]string `json:"env"`
+	AutoApprove          [][]string        `json:"auto_approve"`
+	IgnoredPathIsolation bool              `json:"ignored_path_isolation"`
+	ShareEditorConfig    bool              `json:"share_editor_config"`
+	Volumes              []Volume          `json:"volumes"`
+}
+
+func (p *Profile) canonical() canonicalProfile {
+	c := canonicalProfile{
+		Version:              canonicalVersion,
+		Name:                 p.Name,
+		Image:                p.Image,
+		PersistentPaths:      append([]string{}, p.PersistentPaths...),
+		Env:                  map[string]string{},
+		AutoApprove:          [][]string{},
+		IgnoredPathIsolation: p.IgnoredPathIsolation,
+		ShareEditorConfig:    p.ShareEditorConfig,
+		Volumes:              append([]Volume{}, p.Volumes...),
+		Allow:                []string{},
+		Deny:                 []string{},
+		DNS:                  []string{},
+	}
+	sort.Strings(c.PersistentPaths)
+	for k, v := range p.Env {
+		c.Env[k] = v
+	}
+	for _, r := range p.AutoApprove {
+		c.AutoApprove = append(c.AutoApprove, append([]string{}, r.Argv...))
+	}
+	sort.Slice(c.AutoApprove, func(i, j int) bool {
+		return strings.Join(c.AutoApprove[i], "\x00") < strings.Join(c.AutoApprove[j], "\x00")
+	})
+	sort.Slice(c.Volumes, func(i, j int) bool { return c.Volumes[i].Target < c.Volumes[j].Target })
+	allow := append([]netip.Prefix{}, p.Network.Allow...)
+	deny := append([]netip.Prefix{}, p.Network.Deny...)
+	sortPrefixes(allow)
+	sortPrefixes(deny)
+	for _, pf := range allow {
+		c.Allow = append(c.Allow, pf.String())
+	}
+	for _, pf := range deny {
+		c.Deny = append(c.Deny, pf.String())
+	}
+	dns := append([]netip.Addr{}, p.Network.DNS...)
+	sort.Slice(dns, func(i, j int) bool { return dns[i].Less(dns[j]) })
+	for _, a := range dns {
+		c.DNS = append(c.DNS, a.String())
+	}
+	return c
+}
+
+// Canonical returns the canonical encoding of the profile: compact JSON
+// with a fixed field order, sorted lists and sorted map keys. It is what the
+// fingerprint digests, and what a CLI hands to a Host Coordinator so that a
+// mismatch can be explained (FromCanonical).
+func (p *Profile) Canonical() []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p.canonical()); err != nil {
+		panic("config: encode canonical profile: " + err.Error())
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// fingerprintContext domain-separates the digest (spec §3.7 form).
+const fingerprintContext = "lazaret/v1/configuration-fingerprint"
+
+// Fingerprint is the Configuration Fingerprint of a validated profile:
+// "sha256:" and the hex SHA-256 of the domain-separated canonical encoding
+// (context, 8-byte big-endian length, bytes). The built-in defaults that
+// apply (DefaultDeny, default image and booleans) are part of the effective
+// profile and so of the digest.
+func (p *Profile) Fingerprint() string {
+	return FingerprintOf(p.Canonical())
+}
+
+// FingerprintOf digests canonical profile bytes.
+func FingerprintOf(canonical []byte) string {
+	h := sha256.New()
+	h.Write([]byte(fingerprintContext))
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(canonical)))
+	h.Write(n[:])
+	h.Write(canonical)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// FromCanonical decodes canonical profile bytes (from a peer that is
+// trusted to have validated them) and checks that they are canonical: the
+// re-encoding is byte-identical, so the fingerprint of the result equals
+// FingerprintOf(b).
+func FromCanonical(b []byte) (*Profile, error) {
+	var c canonicalProfile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, errdefs.Mark(fmt.Errorf("decode canonical profile: %w", err), errdefs.ErrCorrupt)
+	}
+	if c.Version != canonicalVersion {
+		return nil, errdefs.New(errdefs.ErrRefused, "canonical profile version %d is not %d: use matching lazaret binaries", c.Version, canonicalVersion)
+	}
+	p := &Profile{
+		Name:                 c.Name,
+		Image:                c.Image,
+		PersistentPaths:      c.PersistentPaths,
+		Env:                  c.Env,
+		IgnoredPathIsolation: c.IgnoredPathIsolation,
+		ShareEditorConfig:    c.ShareEditorConfig,
+		Volumes:              c.Volumes,
+	}
+	for _, r := range c.AutoApprove {
+		p.AutoApprove = append(p.AutoApprove, Rule{Argv: r})
+	}
+	for _, s := range c.Allow {
+		pf, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, errdefs.Mark(fmt.Errorf("canonical profile: %w", err), errdefs.ErrCorrupt)
+		}
+		p.Network.Allow = append(p.Network.Allow, pf)
+	}
+	for _, s := range c.Deny {
+		pf, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, errdefs.Mark(fmt.Errorf("canonical profile: %w", err), errdefs.ErrCorrupt)
+		}
+		p.Network.Deny = append(p.Network.Deny, pf)
+	}
+	for _, s := range c.DNS {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, errdefs.Mark(fmt.Errorf("canonical profile: %w", err), errdefs.ErrCorrupt)
+		}
+		p.Network.DNS = append(p.Network.DNS, a)
+	}
+	if !bytes.Equal(p.Canonical(), b) {
+		return nil, errdefs.New(errdefs.ErrCorrupt, "canonical profile bytes are not in canonical form")
+	}
+	return p, nil
+}
+
+// Diff describes, one line per setting, what differs from profile a (the
+// running Domain's) to b (the joining session's). Env values are never
+// printed (they may be secrets), only which names changed. Empty when the
+// fingerprints are equal.
+func Diff(a, b *Profile) []string {
+	ca, cb := a.canonical(), b.canonical()
+	var out []string
+	scalar := func(key, x, y string) {
+		if x != y {
+			out = append(out, fmt.Sprintf("%s: %s → %s", key, x, y))
+		}
+	}
+	set := func(key string, x, y []string) {
+		added, removed := setDiff(x, y)
+		var parts []string
+		if len(added) > 0 {
+			parts = append(parts, "added "+strings.Join(added, ", "))
+		}
+		if len(removed) > 0 {
+			parts = append(parts, "removed "+strings.Join(removed, ", "))
+		}
+		if len(parts) > 0 {
+			out = append(out, key+": "+strings.Join(parts, "; "))
+		}
+	}
+	scalar("profile", fmt.Sprintf("%q", ca.Name), fmt.Sprintf("%q", cb.Name))
+	scalar("image", fmt.Sprintf("%q", ca.Image), fmt.Sprintf("%q", cb.Image))
+	set("persistent_paths", ca.PersistentPaths, cb.PersistentPaths)
+	set("network.allow", ca.Allow, cb.Allow)
+	set("network.deny", ca.Deny, cb.Deny)
+	set("network.dns", ca.DNS, cb.DNS)
+	var envA, envB []string
+	var changed []string
+	for k, v := range ca.Env {
+		envA = append(envA, k)
+		if w, ok := cb.Env[k]; ok && w != v {
+			changed = append(changed, k)
+		}
+	}
+	for k := range cb.Env {
+		envB = append(envB, k)
+	}
+	set("env", envA, envB)
+	if len(changed) > 0 {
+		sort.Strings(changed)
+		out = append(out, "env: value changed for "+strings.Join(changed, ", "))
+	}
+	var rulesA, rulesB []string
+	for _, r := range ca.AutoApprove {
+		rulesA = append(rulesA, fmt.Sprintf("%q", r))
+	}
+	for _, r := range cb.AutoApprove {
+		rulesB = append(rulesB, fmt.Sprintf("%q", r))
+	}
+	set("auto_approve", rulesA, rulesB)
+	scalar("ignored_path_isolation", fmt.Sprint(ca.IgnoredPathIsolation), fmt.Sprint(cb.IgnoredPathIsolation))
+	scalar("share_editor_config", fmt.Sprint(ca.ShareEditorConfig), fmt.Sprint(cb.ShareEditorConfig))
+	var volA, volB []string
+	for _, v := range ca.Volumes {
+		volA = append(volA, v.String())
+	}
+	for _, v := range cb.Volumes {
+		volB = append(volB, v.String())
+	}
+	set("volumes", volA, volB)
+	if len(out) == 0 && a.Fingerprint() != b.Fingerprint() {
+		out = append(out, "the canonical encodings differ") // a new setting Diff does not know yet
+	}
+	return out
+}
+
+// String renders a volume as source:target:mode.
+func (v Volume) String() string {
+	mode := "rw"
+	if v.ReadOnly {
+		mode = "ro"
+	}
+	return v.Source + ":" + v.Target + ":" + mode
+}
+
+// setDiff returns the elements of y not in x (added) and of x not in y
+// (removed), sorted.
+func setDiff(x, y []string) (added, removed []string) {
+	in := func(s []string) map[string]bool {
+		m := map[string]bool{}
+		for _, e := range s {
+			m[e] = true
+		}
+		return m
+	}
+	mx, my := in(x), in(y)
+	for e := range my {
+		if !mx[e] {
+			added = append(added, e)
+		}
+	}
+	for e := range mx {
+		if !my[e] {
+			removed = append(removed, e)
+		}
+	}
+	sort.Strings(added)
+	sort.Strings(removed)
+	return added, removed
+}
+
+// MismatchError explains a configuration mismatch between a running Domain
+// and a joining session (the model's RejectConfigurationMismatch).
+func MismatchError(running, joining *Profile) error {
+	changes := Diff(running, joining)
+	return errdefs.New(errdefs.ErrRefused, "configuration mismatch: the running Domain of profile %q was started with configuration %s, this session has %s; what changed: %s. Wait for the running sessions to end (the Domain then stops) or undo the change",
+		running.Name, short(running.Fingerprint()), short(joining.Fingerprint()), strings.Join(changes, "; "))
+}
+
+func short(fp string) string {
+	if len(fp) > len("sha256:")+12 {
+		return fp[:len("sha256:")+12]
+	}
+	return fp
+}

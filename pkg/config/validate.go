@@ -1,0 +1,795 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+var profileNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidProfileName reports whether name can name an Agent Profile.
+func ValidProfileName(name string) bool { return profileNamePattern.MatchString(name) }
+
+var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// builtinProfiles are available with no file; the file may amend them.
+var builtinProfiles = []struct{ name, image, description string }{
+	{"default", "debian", "Debian 12 with bash, coreutils, git, curl, python3, less, procps"},
+	{"tiny", "busybox", "busybox, for quick checks"},
+}
+
+var (
+	topKeys      = []string{"defaults", "profiles"}
+	profileKeys  = []string{"description", "image", "persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
+	networkKeys  = []string{"allow", "deny", "dns"}
+	volumeKeys   = []string{"source", "target", "mode"}
+)
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// entry is one configured value and where it came from.
+type entry[T any] struct {
+	v     T
+	path  pathKey
+	where string // "line N", "[defaults] line N" or "built-in default"
+}
+
+// layer is the settings of one table ([defaults] or [profiles.NAME]).
+type layer struct {
+	description, image   *entry[string]
+	isolation, shareEdit *entry[bool]
+	persistent           []entry[string]
+	env                  map[string]entry[string]
+	allow, deny          []entry[netip.Prefix]
+	dns                  []entry[netip.Addr]
+	rules                []entry[[]string]
+	volumes              []entry[Volume]
+}
+
+// Parse validates a configuration document. file names it in errors and
+// becomes Config.Path; data nil means no file (only the built-in profiles).
+func Parse(file string, data []byte, opt Options) (*Config, error) {
+	d := &doc{file: file}
+	tree := map[string]any{}
+	if data != nil {
+		var errs Errors
+		tree, errs = decodeTOML(file, data)
+		if errs != nil {
+			return nil, errs
+		}
+		d.pos = indexPositions(data)
+	}
+	var defaults *layer
+	fileProfiles := map[string]*layer{}
+	var order []string
+	for _, k := range d.keys("", tree) {
+		switch k {
+		case "defaults":
+			if t, ok := d.table(mkpath(k), tree[k]); ok {
+				defaults = d.decodeLayer(mkpath(k), t, true, opt)
+			}
+		case "profiles":
+			t, ok := d.table(mkpath(k), tree[k])
+			if !ok {
+				continue
+			}
+			for _, name := range d.keys(mkpath(k), t) {
+				p := mkpath(k, name)
+				if !ValidProfileName(name) {
+					d.errorf(p, "bad profile name %q: a name is 1 to 63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit (e.g. %q)", name, suggestName(name))
+					continue
+				}
+				pt, ok := d.table(p, t[name])
+				if !ok {
+					continue
+				}
+				fileProfiles[name] = d.decodeLayer(p, pt, false, opt)
+				order = append(order, name)
+			}
+		default:
+			d.unknown("", k, topKeys)
+		}
+	}
+	if defaults == nil {
+		defaults = &layer{}
+	}
+	c := &Config{Path: file, profiles: map[string]*Profile{}}
+	seen := map[string]bool{}
+	for _, b := range builtinProfiles {
+		bl := &layer{
+			image:       &entry[string]{v: b.image, where: "built-in"},
+			description: &entry[string]{v: b.description, where: "built-in"},
+		}
+		p := d.merge(b.name, defaults, bl, fileProfiles[b.name])
+		p.Builtin = true
+		c.profiles[b.name] = p
+		seen[b.name] = true
+	}
+	for _, name := range order {
+		if seen[name] {
+			continue
+		}
+		c.profiles[name] = d.merge(name, defaults, nil, fileProfiles[name])
+	}
+	if len(d.errs) > 0 {
+		sort.SliceStable(d.errs, func(i, j int) bool {
+			a, b := d.errs[i], d.errs[j]
+			return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+		})
+		return nil, d.errs
+	}
+	return c, nil
+}
+
+func suggestName(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	out := strings.TrimLeft(b.String(), "._-")
+	if out == "" {
+		out = "agent"
+	}
+	if len(out) > 63 {
+		out = out[:63]
+	}
+	return out
+}
+
+func (d *doc) entryWhere(path pathKey, defaults bool) string {
+	w := d.where(path)
+	if defaults && w != "built in" {
+		return "[defaults] " + w
+	}
+	return w
+}
+
+// decodeLayer decodes and checks one table's settings in isolation.
+func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Options) *layer {
+	l := &layer{env: map[string]entry[string]{}}
+	allowed := profileKeys
+	if defaults {
+		allowed = defaultsKeys
+	}
+	for _, k := range d.keys(base, t) {
+		p := base.child(k)
+		v := t[k]
+		if !contains(allowed, k) {
+			if defaults && k == "description" {
+				d.errorf(p, "description describes one profile: move it into a [profiles.NAME] table")
+				continue
+			}
+			d.unknown(base, k, allowed)
+			continue
+		}
+		switch k {
+		case "description":
+			if s, ok := d.str(p, v); ok {
+				if strings.ContainsAny(s, "\x00\n\r") || len(s) > 200 {
+					d.valueErrorf(p, "must be one line of at most 200 characters")
+				}
+				l.description = &entry[string]{s, p, d.where(p)}
+			}
+		case "image":
+			if s, ok := d.str(p, v); ok {
+				if msg := checkImage(s); msg != "" {
+					d.valueErrorf(p, "%s", msg)
+				} else {
+					l.image = &entry[string]{s, p, d.entryWhere(p, defaults)}
+				}
+			}
+		case "ignored_path_isolation":
+			if b, ok := d.boolean(p, v); ok {
+				l.isolation = &entry[bool]{b, p, d.entryWhere(p, defaults)}
+			}
+		case "share_editor_config":
+			if b, ok := d.boolean(p, v); ok {
+				l.shareEdit = &entry[bool]{b, p, d.entryWhere(p, defaults)}
+			}
+		case "persistent_paths":
+			ss, ps := d.strs(p, v)
+			seen := map[string]pathKey{}
+			for i, s := range ss {
+				if msg := checkGuestPath(s); msg != "" {
+					d.valueErrorf(ps[i], "%s", msg)
+					continue
+				}
+				if prev, dup := seen[s]; dup {
+					d.valueErrorf(ps[i], "%q is listed twice (also at %s): remove one", s, d.where(prev))
+					continue
+				}
+				seen[s] = ps[i]
+				l.persistent = append(l.persistent, entry[string]{s, ps[i], d.entryWhere(ps[i], defaults)})
+			}
+		case "env":
+			et, ok := d.table(p, v)
+			if !ok {
+				continue
+			}
+			for _, name := range d.keys(p, et) {
+				np := p.child(name)
+				if msg := checkEnvName(name); msg != "" {
+					d.errorf(np, "%s", msg)
+					continue
+				}
+				val, ok := d.str(np, et[name])
+				if !ok {
+					continue
+				}
+				if strings.ContainsRune(val, 0) {
+					d.valueErrorf(np, "the value contains a NUL byte, which an environment cannot carry")
+					continue
+				}
+				l.env[name] = entry[string]{val, np, d.entryWhere(np, defaults)}
+			}
+		case "network":
+			nt, ok := d.table(p, v)
+			if !ok {
+				continue
+			}
+			for _, nk := range d.keys(p, nt) {
+				np := p.child(nk)
+				if !contains(networkKeys, nk) {
+					d.unknown(p, nk, networkKeys)
+					continue
+				}
+				ss, ps := d.strs(np, nt[nk])
+				if nk == "dns" {
+					seen := map[netip.Addr]pathKey{}
+					for i, s := range ss {
+						a, msg := parseResolver(s)
+						if msg != "" {
+							d.valueErrorf(ps[i], "%s", msg)
+							continue
+						}
+						if prev, dup := seen[a]; dup {
+							d.valueErrorf(ps[i], "resolver %s is listed twice (also at %s): remove one", a, d.where(prev))
+							continue
+						}
+						seen[a] = ps[i]
+						l.dns = append(l.dns, entry[netip.Addr]{a, ps[i], d.entryWhere(ps[i], defaults)})
+					}
+					continue
+				}
+				seen := map[netip.Prefix]pathKey{}
+				for i, s := range ss {
+					pf, msg := parsePrefix(s)
+					if msg != "" {
+						d.valueErrorf(ps[i], "%s", msg)
+						continue
+					}
+					if prev, dup := seen[pf]; dup {
+						d.valueErrorf(ps[i], "prefix %s is listed twice in %s (also at %s): remove one", pf, nk, d.where(prev))
+						continue
+					}
+					seen[pf] = ps[i]
+					e := entry[netip.Prefix]{pf, ps[i], d.entryWhere(ps[i], defaults)}
+					if nk == "allow" {
+						l.allow = append(l.allow, e)
+					} else {
+						l.deny = append(l.deny, e)
+					}
+				}
+			}
+		case "auto_approve":
+			a, ok := v.([]any)
+			if !ok {
+				d.valueErrorf(p, "must be an array of argv prefixes, e.g. [[\"git\", \"fetch\"], [\"npm\", \"test\"]], not %s", typeName(v))
+				continue
+			}
+			seen := map[string]pathKey{}
+			for i, rv := range a {
+				rp := p.index(i)
+				argv, eps := d.strs(rp, rv)
+				if argv == nil {
+					if _, isArr := rv.([]any); isArr {
+						d.valueErrorf(rp, "an empty rule would approve every command: give the program and its fixed arguments, e.g. [\"git\", \"fetch\"]")
+					}
+					continue
+				}
+				if len(eps) != len(rv.([]any)) {
+					continue // element type errors already reported
+				}
+				if at, msg := checkRule(argv); msg != "" {
+					d.valueErrorf(eps[at], "%s", msg)
+					continue
+				}
+				key := strings.Join(argv, "\x00")
+				if prev, dup := seen[key]; dup {
+					d.valueErrorf(rp, "rule %q is listed twice (also at %s): remove one", argv, d.where(prev))
+					continue
+				}
+				seen[key] = rp
+				l.rules = append(l.rules, entry[[]string]{argv, rp, d.entryWhere(rp, defaults)})
+			}
+		case "volumes":
+			a, ok := v.([]any)
+			if !ok {
+				d.valueErrorf(p, "must be an array of tables: [[profiles.NAME.volumes]] with source, target and mode, not %s", typeName(v))
+				continue
+			}
+			for i, vv := range a {
+				vp := p.index(i)
+				if vol, ok := d.decodeVolume(vp, vv, opt); ok {
+					l.volumes = append(l.volumes, entry[Volume]{vol, vp, d.entryWhere(vp, defaults)})
+				}
+			}
+		}
+	}
+	return l
+}
+
+func (d *doc) decodeVolume(p pathKey, v any, opt Options) (Volume, bool) {
+	t, ok := v.(map[string]any)
+	if !ok {
+		d.valueErrorf(p, "a volume must be a table with source, target and mode, not %s", typeName(v))
+		return Volume{}, false
+	}
+	vol := Volume{ReadOnly: true}
+	good := true
+	for _, k := range d.keys(p, t) {
+		kp := p.child(k)
+		if !contains(volumeKeys, k) {
+			d.unknown(p, k, volumeKeys)
+			good = false
+			continue
+		}
+		s, ok := d.str(kp, t[k])
+		if !ok {
+			good = false
+			continue
+		}
+		switch k {
+		case "source":
+			src, msg := expandSource(s, opt.Home)
+			if msg != "" {
+				d.valueErrorf(kp, "%s", msg)
+				good = false
+			}
+			vol.Source = src
+		case "target":
+			if msg := checkGuestPath(s); msg != "" {
+				d.valueErrorf(kp, "%s", msg)
+				good = false
+			}
+			vol.Target = s
+		case "mode":
+			switch s {
+			case "ro":
+				vol.ReadOnly = true
+			case "rw":
+				vol.ReadOnly = false
+			default:
+				d.valueErrorf(kp, "mode must be \"ro\" (read-only, the default) or \"rw\" (read-write), not %q", s)
+				good = false
+			}
+		}
+	}
+	for _, k := range []string{"source", "target"} {
+		if _, ok := t[k]; !ok {
+			d.errorf(p, "a volume needs %s: add %s = \"/absolute/path\"", k, k)
+			good = false
+		}
+	}
+	return vol, good
+}
+
+// merge builds the effective profile from its layers (b may be nil: not a
+// built-in profile; f may be nil: not in the file) and checks the
+// cross-entry rules.
+func (d *doc) merge(name string, def, b, f *layer) *Profile {
+	p := &Profile{Name: name, Image: DefaultImage, IgnoredPathIsolation: true, Env: map[string]string{}}
+	layers := []*layer{def, b, f}
+	for _, l := range layers {
+		if l == nil {
+			continue
+		}
+		if l.description != nil {
+			p.Description = l.description.v
+		}
+		if l.image != nil {
+			p.Image = l.image.v
+		}
+		if l.isolation != nil {
+			p.IgnoredPathIsolation = l.isolation.v
+		}
+		if l.shareEdit != nil {
+			p.ShareEditorConfig = l.shareEdit.v
+		}
+		for k, e := range l.env {
+			p.Env[k] = e.v
+		}
+	}
+	// Network: built-in denies, then every layer; conflicts name both.
+	deny := map[netip.Prefix]entry[netip.Prefix]{}
+	for _, pf := range DefaultDeny {
+		deny[pf] = entry[netip.Prefix]{v: pf, where: "built-in default deny"}
+	}
+	allow := map[netip.Prefix]entry[netip.Prefix]{}
+	dns := map[netip.Addr]bool{}
+	persistent := map[string]entry[string]{}
+	rules := map[string][]string{}
+	targets := map[string]entry[Volume]{}
+	for _, l := range layers {
+		if l == nil {
+			continue
+		}
+		for _, e := range l.deny {
+			deny[e.v] = e
+		}
+		for _, e := range l.allow {
+			if _, dup := allow[e.v]; !dup {
+				allow[e.v] = e
+			}
+		}
+		for _, e := range l.dns {
+			dns[e.v] = true
+		}
+		for _, e := range l.persistent {
+			if _, dup := persistent[e.v]; !dup {
+				persistent[e.v] = e
+			}
+		}
+		for _, e := range l.rules {
+			rules[strings.Join(e.v, "\x00")] = e.v
+		}
+		for _, e := range l.volumes {
+			if prev, dup := targets[e.v.Target]; dup {
+				if prev.v != e.v {
+					d.valueErrorf(e.path.child("target"), "profile %q: target %s is also the target of the volume at %s: each guest path can receive one volume; change one target", name, e.v.Target, prev.where)
+				}
+				continue
+			}
+			targets[e.v.Target] = e
+		}
+	}
+	for pf, a := range allow {
+		if dn, conflict := deny[pf]; conflict {
+			fix := "remove one of them"
+			if dn.where == "built-in default deny" && pf.Bits() < 32 {
+				lo, hi := split(pf)
+				fix = fmt.Sprintf("the built-in denies cannot be removed; allow the two halves %s and %s, or the more specific prefixes you need", lo, hi)
+			}
+			d.valueErrorf(a.path, "profile %q: %s is both allowed (%s) and denied (%s); equal-prefix conflicts are refused (spec §3.6): %s", name, pf, a.where, dn.where, fix)
+		}
+	}
+	for _, e := range deny {
+		p.Network.Deny = append(p.Network.Deny, e.v)
+	}
+	for pf := range allow {
+		p.Network.Allow = append(p.Network.Allow, pf)
+	}
+	for a := range dns {
+		p.Network.DNS = append(p.Network.DNS, a)
+	}
+	sortPrefixes(p.Network.Deny)
+	sortPrefixes(p.Network.Allow)
+	sort.Slice(p.Network.DNS, func(i, j int) bool { return p.Network.DNS[i].Less(p.Network.DNS[j]) })
+	// Persistent paths: no nesting, no volume on the same path.
+	for s := range persistent {
+		p.PersistentPaths = append(p.PersistentPaths, s)
+	}
+	sort.Strings(p.PersistentPaths)
+	for i, a := range p.PersistentPaths {
+		for _, b := range p.PersistentPaths[i+1:] {
+			if within(b, a) {
+				e := persistent[b]
+				d.valueErrorf(e.path, "profile %q: persistent path %s is inside %s (%s), which already persists it: remove %s", name, b, a, persistent[a].where, b)
+			}
+		}
+		if v, clash := targets[a]; clash {
+			d.valueErrorf(v.path.child("target"), "profile %q: %s is both a persistent path (%s) and a volume target: choose one", name, a, persistent[a].where)
+		}
+	}
+	for _, r := range rules {
+		p.AutoApprove = append(p.AutoApprove, Rule{Argv: r})
+	}
+	sort.Slice(p.AutoApprove, func(i, j int) bool {
+		return strings.Join(p.AutoApprove[i].Argv, "\x00") < strings.Join(p.AutoApprove[j].Argv, "\x00")
+	})
+	for _, e := range targets {
+		p.Volumes = append(p.Volumes, e.v)
+	}
+	sort.Slice(p.Volumes, func(i, j int) bool { return p.Volumes[i].Target < p.Volumes[j].Target })
+	if p.PersistentPaths == nil {
+		p.PersistentPaths = []string{}
+	}
+	if p.AutoApprove == nil {
+		p.AutoApprove = []Rule{}
+	}
+	if p.Volumes == nil {
+		p.Volumes = []Volume{}
+	}
+	if p.Network.Allow == nil {
+		p.Network.Allow = []netip.Prefix{}
+	}
+	if p.Network.DNS == nil {
+		p.Network.DNS = []netip.Addr{}
+	}
+	return p
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Addr() != ps[j].Addr() {
+			return ps[i].Addr().Less(ps[j].Addr())
+		}
+		return ps[i].Bits() < ps[j].Bits()
+	})
+}
+
+// split returns the two halves of pf.
+func split(pf netip.Prefix) (netip.Prefix, netip.Prefix) {
+	bits := pf.Bits() + 1
+	lo := netip.PrefixFrom(pf.Addr(), bits)
+	a := pf.Addr().As4()
+	byteIdx, bit := pf.Bits()/8, 7-pf.Bits()%8
+	a[byteIdx] |= 1 << bit
+	hi := netip.PrefixFrom(netip.AddrFrom4(a), bits)
+	return lo, hi
+}
+
+// within reports whether guest path p is q or below it.
+func within(p, q string) bool {
+	return p == q || q == "/" || strings.HasPrefix(p, q+"/")
+}
+
+// parsePrefix parses a canonical IPv4 prefix.
+func parsePrefix(s string) (netip.Prefix, string) {
+	pf, err := netip.ParsePrefix(s)
+	if err != nil {
+		if a, aerr := netip.ParseAddr(s); aerr == nil && a.Is4() {
+			return netip.Prefix{}, fmt.Sprintf("%q is an address, not a prefix: write %s/32 for this one address", s, a)
+		}
+		return netip.Prefix{}, fmt.Sprintf("%q is not an IPv4 prefix: write ADDRESS/BITS, e.g. 203.0.113.0/24", s)
+	}
+	if !pf.Addr().Is4() || pf.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Sprintf("%s is not IPv4: the sandbox has IPv6 disabled, so IPv6 policy is refused (spec §3.6); remove it", s)
+	}
+	if c := pf.Masked(); c != pf {
+		return netip.Prefix{}, fmt.Sprintf("%s is not canonical (host bits are set): write %s", s, c)
+	}
+	return pf, ""
+}
+
+// parseResolver parses a DNS resolver address.
+func parseResolver(s string) (netip.Addr, string) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Sprintf("%q is not an IPv4 address: give the resolver's address, e.g. 1.1.1.1", s)
+	}
+	if !a.Is4() {
+		return netip.Addr{}, fmt.Sprintf("%s is not IPv4: the sandbox has IPv6 disabled; give an IPv4 resolver", s)
+	}
+	if a.IsUnspecified() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return netip.Addr{}, fmt.Sprintf("%s cannot be a resolver: give a unicast address", s)
+	}
+	if a.IsLoopback() {
+		return netip.Addr{}, fmt.Sprintf("%s is the sandbox's own loopback, not a host resolver: give the resolver's network address", s)
+	}
+	return a, ""
+}
+
+// reservedGuest are guest paths Lazaret owns.
+var reservedGuest = []string{"/workspace", "/.lazaret", "/proc", "/sys", "/dev"}
+
+// checkGuestPath checks an absolute guest path; "" when good.
+func checkGuestPath(s string) string {
+	switch {
+	case s == "":
+		return "empty path: give an absolute guest path such as /root/.cache"
+	case strings.ContainsRune(s, 0):
+		return "the path contains a NUL byte"
+	case !strings.HasPrefix(s, "/"):
+		return fmt.Sprintf("%q is relative: guest paths are absolute, e.g. /%s", s, strings.TrimPrefix(path.Clean(s), "./"))
+	case len(s) > 4096:
+		return "the path is longer than 4096 bytes"
+	case path.Clean(s) != s:
+		return fmt.Sprintf("%q is not clean: write %s", s, path.Clean(s))
+	case s == "/":
+		return "/ is the whole sandbox: name a directory below it"
+	}
+	for _, r := range reservedGuest {
+		if within(s, r) {
+			return fmt.Sprintf("%s is inside %s, which Lazaret manages: choose another guest path", s, r)
+		}
+	}
+	return ""
+}
+
+// expandSource returns the clean absolute host path of a volume source.
+func expandSource(s, home string) (string, string) {
+	switch {
+	case s == "":
+		return "", "empty source: give an absolute host path, e.g. ~/.cache/go-build or /srv/data"
+	case strings.ContainsRune(s, 0):
+		return "", "the path contains a NUL byte"
+	case s == "~" || strings.HasPrefix(s, "~/"):
+		if home == "" || !filepath.IsAbs(home) {
+			return "", "~ cannot be expanded: HOME is not set to an absolute path; write the absolute path"
+		}
+		s = filepath.Join(home, strings.TrimPrefix(s, "~"))
+	case strings.HasPrefix(s, "~"):
+		return "", fmt.Sprintf("%q: only ~/ (your own home) is expanded; write the absolute path", s)
+	case !filepath.IsAbs(s):
+		return "", fmt.Sprintf("%q is relative: host paths must be absolute (the configuration does not depend on the current directory); write /absolute/path or ~/path", s)
+	}
+	c := filepath.Clean(s)
+	if c == "/" {
+		return "", "/ would expose the whole host: name a specific directory"
+	}
+	if home != "" && c == filepath.Clean(home) {
+		return "", "your home directory would expose every dotfile and credential: name a specific directory below it"
+	}
+	return c, ""
+}
+
+// reservedEnv are names Lazaret sets itself. Session-passed names (TERM,
+// LANG, …) come from each CLI's terminal; Git identity travels in
+// GIT_CONFIG_*; HOSTNAME is per generation.
+func checkEnvName(name string) string {
+	if !envNamePattern.MatchString(name) {
+		return fmt.Sprintf("%q is not an environment variable name: use letters, digits and _, not starting with a digit", name)
+	}
+	switch {
+	case name == "LAZARET" || strings.HasPrefix(name, "LAZARET_"):
+		return fmt.Sprintf("%s is set by Lazaret (LAZARET and LAZARET_*): remove it", name)
+	case name == "HOSTNAME":
+		return "HOSTNAME is set by Lazaret for each generation: remove it"
+	case name == "GIT_CONFIG_COUNT" || strings.HasPrefix(name, "GIT_CONFIG_KEY_") || strings.HasPrefix(name, "GIT_CONFIG_VALUE_"):
+		return fmt.Sprintf("%s carries your Git identity into the sandbox and is set by Lazaret: configure Git in the image or workspace instead", name)
+	case name == "TERM" || name == "COLORTERM" || name == "LANG" || name == "LANGUAGE" || name == "TZ" || strings.HasPrefix(name, "LC_"):
+		return fmt.Sprintf("%s is passed from your terminal for each session: set it in your shell instead", name)
+	}
+	return ""
+}
+
+// shells are programs that interpret a command language, and runners that
+// execute another program named in their arguments: an auto-approve rule
+// for them would approve arbitrary commands (the model's AutoApprovalNoShell).
+var shells = map[string]bool{
+	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true, "fish": true,
+	"csh": true, "tcsh": true, "rc": true, "es": true, "yash": true, "nu": true, "elvish": true, "xonsh": true, "pwsh": true,
+	"busybox": true, "toybox": true,
+	"env": true, "sudo": true, "su": true, "doas": true, "pkexec": true, "runuser": true, "setpriv": true,
+	"xargs": true, "nohup": true, "nice": true, "ionice": true, "timeout": true, "stdbuf": true, "setsid": true,
+	"chroot": true, "unshare": true, "nsenter": true, "flock": true, "watch": true, "script": true, "time": true,
+	"exec": true, "eval": true, "command": true, "builtin": true, "ssh": true, "find": true, "parallel": true,
+	"systemd-run": true, "at": true, "batch": true, "tmux": true, "screen": true, "strace": true, "gdb": true,
+}
+
+// interpreters run code given with -c/-e; a rule for them must name a
+// script (a second element that is not an option).
+var interpreters = map[string]bool{
+	"python": true, "python2": true, "python3": true, "perl": true, "ruby": true, "node": true, "nodejs": true,
+	"deno": true, "bun": true, "php": true, "lua": true, "luajit": true, "tclsh": true, "wish": true, "awk": true,
+	"gawk": true, "mawk": true, "sed": true, "R": true, "Rscript": true, "julia": true, "guile": true, "racket": true,
+	"osascript": true, "expect": true,
+}
+
+func progBase(prog string) string {
+	b := path.Base(prog)
+	// python3.11, perl5.36, …
+	if i := strings.IndexFunc(b, func(r rune) bool { return r >= '0' && r <= '9' || r == '.' }); i > 0 {
+		if interpreters[b[:i]] || shells[b[:i]] {
+			return b[:i]
+		}
+	}
+	return b
+}
+
+func isShellLike(prog string) bool { return shells[progBase(prog)] }
+
+// shellMeta are characters with meaning to a shell; a rule containing one
+// (or white space) was probably written for a shell, which never runs it.
+const shellMeta = "|&;<>()$`\\\"'*?[]#~!{}"
+
+// checkRule checks an auto-approve argv prefix; it returns the index of the
+// offending element and the message.
+func checkRule(argv []string) (int, string) {
+	prog := argv[0]
+	if prog == "" {
+		return 0, "the program is empty"
+	}
+	if strings.HasPrefix(prog, "/") {
+		if path.Clean(prog) != prog {
+			return 0, fmt.Sprintf("program %q is not a clean absolute path: write %s", prog, path.Clean(prog))
+		}
+	} else if strings.Contains(prog, "/") {
+		return 0, fmt.Sprintf("program %q is a relative path: give a command name (e.g. git) or an absolute path", prog)
+	}
+	if isShellLike(prog) {
+		return 0, fmt.Sprintf("%s is a shell or command runner: auto-approving it would approve any command; approve the exact program instead (e.g. [\"git\", \"fetch\"])", prog)
+	}
+	if interpreters[progBase(prog)] && (len(argv) < 2 || strings.HasPrefix(argv[1], "-")) {
+		return 0, fmt.Sprintf("%s runs code from its arguments: name the script too (e.g. [%q, \"scripts/check.py\"]), never an option such as -c", prog, prog)
+	}
+	for i, a := range argv {
+		if a == "" {
+			return i, "empty argument: remove it"
+		}
+		j := strings.IndexAny(a, shellMeta)
+		if j < 0 {
+			j = strings.IndexAny(a, " \t\n")
+		}
+		if j >= 0 || strings.ContainsRune(a, 0) {
+			c := "NUL"
+			if j >= 0 {
+				c = fmt.Sprintf("%q", string(a[j]))
+			}
+			fix := "rules are argv prefixes executed without a shell; remove the shell syntax"
+			if j >= 0 && (a[j] == ' ' || a[j] == '\t') {
+				fix = fmt.Sprintf("split it into separate elements: %q", strings.Fields(a))
+			}
+			return i, fmt.Sprintf("argument %q contains the shell metacharacter %s: %s", a, c, fix)
+		}
+	}
+	return 0, ""
+}
+
+// checkImage checks an image reference; "" when good.
+func checkImage(s string) string {
+	if contains(builtinImages, s) {
+		return ""
+	}
+	switch {
+	case strings.HasPrefix(s, "oci:"):
+		p := strings.TrimPrefix(s, "oci:")
+		dir, _, _ := strings.Cut(p, ":")
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+			return fmt.Sprintf("%q: an oci: layout path must be absolute and clean, e.g. oci:/srv/images/agent:latest", s)
+		}
+		return ""
+	case strings.HasPrefix(s, "docker://"):
+		r := strings.TrimPrefix(s, "docker://")
+		if r == "" || strings.ContainsAny(r, " \t\n\x00") || strings.HasPrefix(r, "/") {
+			return fmt.Sprintf("%q: give a registry reference such as docker://docker.io/library/debian:12", s)
+		}
+		return ""
+	}
+	return fmt.Sprintf("unknown image %q: use a built-in image (%s, built with `lazaret image build NAME`), an oci:/absolute/layout[:tag] or a docker://registry/repository[:tag|@digest] reference", s, strings.Join(builtinImages, ", "))
+}
+
+// ImageRef returns the reference the preparer resolves: built-in names
+// become the OCI layout in dataHome/lazaret/images/NAME (dataHome is
+// $XDG_DATA_HOME or ~/.local/share); other references are returned as is.
+// builtin reports whether the image is a locally built one.
+func (p *Profile) ImageRef(dataHome string) (ref string, layout string, builtin bool) {
+	if contains(builtinImages, p.Image) {
+		layout = filepath.Join(dataHome, "lazaret", "images", p.Image)
+		return "oci:" + layout + ":latest", layout, true
+	}
+	return p.Image, "", false
+}
+
+// DataHome returns $XDG_DATA_HOME or $HOME/.local/share.
+func DataHome(getenv func(string) string) (string, error) {
+	if d := getenv("XDG_DATA_HOME"); d != "" && filepath.IsAbs(d) {
+		return d, nil
+	}
+	home := getenv("HOME")
+	if home == "" {
+		return "", errdefs.New(errdefs.ErrInvalid, "neither XDG_DATA_HOME nor HOME is set: set HOME")
+	}
+	return filepath.Join(home, ".local", "share"), nil
+}

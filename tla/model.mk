@@ -1,0 +1,28 @@
+# Model checking of tla/*.tla through their Go transcriptions (pkg/model/...).
+# Included by the top-level Makefile; defines only `model` and `test-model`.
+#
+#   make model                 full tla/Lazaret.cfg and tla/PreparedLower.cfg fixtures:
+#                              every invariant, every liveness property, state counts
+#   make model MODEL_FLAGS='-max-states=5000000 -max-depth=40 -max-heap-mib=3072'
+#                              bounded run (a bounded run is partial: liveness is skipped)
+#   make test-model            vet + reduced configurations, mutation (teeth) tests,
+#                              legal/illegal trace replay, trace vocabulary; then the
+#                              full fixtures (each runs in seconds); hard bounds 3 minutes
+#                              and 4 GiB
+
+GO ?= go
+MODEL_FLAGS ?=
+MODEL_PKGS := ./pkg/model/lazaret ./pkg/model/preparedlower
+
+.PHONY: model test-model
+
+model:
+	$(GO) test -count=1 -timeout 120m -run '^TestModel$$' -v $(MODEL_PKGS) -args -full $(MODEL_FLAGS)
+
+# Hard bounds: 3 minutes wall clock and 4 GiB of address space for the whole
+# recipe (vet, compile and tests); the checker's own heap bound is 3 GiB.
+test-model:
+	ulimit -v 4194304 && timeout 180 sh -c '\
+	  $(GO) vet ./pkg/model/... && \
+	  $(GO) test -count=1 -timeout 170s ./pkg/model/... && \
+	  $(GO) test -count=1 -timeout 170s -run "^TestModel$$" $(MODEL_PKGS) -args -full -max-heap-mib=3072'
