@@ -32,6 +32,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lazaret/lazaret/pkg/netpolicy"
+
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
@@ -56,13 +58,7 @@ const DefaultImage = "debian"
 // and overlay VPNs such as Tailscale, which reach private machines). A
 // profile may allow a more specific prefix inside them; an allow of exactly
 // one of these prefixes is a conflict.
-var DefaultDeny = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-}
+var DefaultDeny = netpolicy.DefaultDeny
 
 // EditorConfigDirs are the workspace editor configuration entries hidden
 // behind sandbox-local transient storage unless share_editor_config is set

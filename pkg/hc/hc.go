@@ -27,6 +27,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
@@ -70,14 +72,16 @@ var (
 var errStopping = errdefs.New(errdefs.ErrUnavailable, "the Domain is stopping")
 
 type coordinator struct {
-	log    *slog.Logger
-	broker *proc.Broker
-	paths  domain.Paths
-	ws     string
-	prof   string
-	image  string
-	level  string
-	idle   time.Duration
+	profileFD int
+	profile   *config.Profile // the validated Agent Profile of this generation
+	log       *slog.Logger
+	broker    *proc.Broker
+	paths     domain.Paths
+	ws        string
+	prof      string
+	image     string
+	level     string
+	idle      time.Duration
 
 	rt           runsc.Runtime
 	rsPath       string
@@ -118,6 +122,7 @@ func Main(args []string) int {
 	ws := fs.String("workspace", "", "canonical Agent Workspace")
 	prof := fs.String("profile", "", "Agent Profile")
 	image := fs.String("image", "", "image reference of the profile")
+	profileFD := fs.Int("profile-fd", -1, "inherited write-sealed memfd with the validated profile's canonical bytes")
 	level := fs.String("log-level", "info", "debug|info|warn|error")
 	idle := fs.Duration("idle-timeout", 10*time.Second, "tear down if no session arrives this long after start")
 	if err := fs.Parse(args); err != nil {
@@ -126,14 +131,14 @@ func Main(args []string) int {
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*level))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "hc", "pid", os.Getpid())
-	if *lockFD < 3 || *readyFD < 3 {
-		fmt.Fprintln(os.Stderr, "lazaret-hc is started by lazaret, not by hand (missing --lock-fd/--ready-fd)")
+	if *lockFD < 3 || *readyFD < 3 || *profileFD < 3 {
+		fmt.Fprintln(os.Stderr, "lazaret-hc is started by lazaret, not by hand (missing --lock-fd/--ready-fd/--profile-fd)")
 		return 2
 	}
 	ready := os.NewFile(uintptr(*readyFD), "ready")
 	unix.CloseOnExec(*readyFD)
 	unix.CloseOnExec(*lockFD)
-	c := &coordinator{log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
+	c := &coordinator{profileFD: *profileFD, log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
 		ready:    make(chan struct{}), changed: make(chan struct{}), sessions: map[string]*session{},
 		teardownC: make(chan struct{}), stopped: make(chan struct{})}
@@ -173,6 +178,18 @@ func (c *coordinator) init() error {
 	}
 	if !domain.ValidProfileName(c.prof) || !filepath.IsAbs(c.ws) || c.image == "" {
 		return errdefs.New(errdefs.ErrInvalid, "bad coordinator arguments (profile %q workspace %q image %q)", c.prof, c.ws, c.image)
+	}
+	// The profile arrives as canonical bytes in a sealed memfd: trusted
+	// configuration, validated by the CLI, re-validated here.
+	raw, err := fdpass.ReadSealedMemfd(c.profileFD, 1<<20)
+	if err != nil {
+		return err
+	}
+	if c.profile, err = config.FromCanonical(raw); err != nil {
+		return errdefs.Mark(fmt.Errorf("profile from the CLI: %w", err), errdefs.ErrCorrupt)
+	}
+	if c.profile.Name != c.prof {
+		return errdefs.New(errdefs.ErrRefused, "profile bytes name %q, not %q", c.profile.Name, c.prof)
 	}
 	uid := os.Getuid()
 	roots, err := domain.DefaultRoots(os.Getenv, uid)
@@ -343,6 +360,16 @@ func (c *coordinator) guestEnv() []string {
 		"LAZARET=1",
 		"LAZARET_PROFILE=" + c.prof,
 		"LAZARET_DOMAIN_ID=" + string(c.paths.ID),
+	}
+	// The profile's environment (names Lazaret sets are refused at config
+	// check; PATH, HOME and USER may be overridden).
+	names := make([]string, 0, len(c.profile.Env))
+	for k := range c.profile.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		env = setEnv(env, k, c.profile.Env[k])
 	}
 	var keys, vals []string
 	for _, k := range []string{"user.name", "user.email"} {
@@ -667,6 +694,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		ControlSource: c.paths.ControlMountSource(),
 		NetNSPath:     nsPath,
 		Env:           c.baseEnv,
+		Volumes:       c.volumes(),
 	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--hostname", c.hostname}, Env: c.baseEnv, Cwd: "/"})
 	if err != nil {
 		return nil, err
@@ -687,11 +715,22 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 // configuration only (FR-19): the built-in defaults and the host's DNS
 // resolvers. The sandbox never supplies policy.
 func (c *coordinator) derivePolicy() (netpolicy.Policy, error) {
-	resolvers, err := hostResolvers("/etc/resolv.conf")
-	if err != nil {
-		c.log.Warn("no usable DNS resolvers from the host", "err", err)
+	in := netpolicy.Input{Resolvers: c.profile.Network.DNS}
+	if len(in.Resolvers) == 0 {
+		resolvers, err := hostResolvers("/etc/resolv.conf")
+		if err != nil {
+			c.log.Warn("no usable DNS resolvers from the host", "err", err)
+		}
+		in.Resolvers = resolvers
 	}
-	p, err := netpolicy.Derive(netpolicy.Input{Resolvers: resolvers})
+	src := "profile " + c.profile.Name
+	for _, a := range c.profile.Network.Allow {
+		in.Allow = append(in.Allow, netpolicy.Rule{Prefix: a, Source: src + " network.allow"})
+	}
+	for _, d := range c.profile.Network.Deny {
+		in.Deny = append(in.Deny, netpolicy.Rule{Prefix: d, Source: src + " network.deny"})
+	}
+	p, err := netpolicy.Derive(in)
 	if err != nil {
 		return p, errdefs.Mark(err, errdefs.ErrInvalid)
 	}
@@ -781,4 +820,24 @@ func (c *coordinator) cleanupRuntime() {
 		}
 	}
 	os.RemoveAll(c.paths.RuntimeDir)
+}
+
+// setEnv sets k=v in env, replacing an existing k.
+func setEnv(env []string, k, v string) []string {
+	for i, kv := range env {
+		if strings.HasPrefix(kv, k+"=") {
+			env[i] = k + "=" + v
+			return env
+		}
+	}
+	return append(env, k+"="+v)
+}
+
+// volumes are the profile's developer-configured volumes.
+func (c *coordinator) volumes() []ocispec.Volume {
+	var out []ocispec.Volume
+	for _, v := range c.profile.Volumes {
+		out = append(out, ocispec.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
+	return out
 }

@@ -32,7 +32,8 @@ import (
 // Version of the canonical encoding; a newer one is refused.
 const Version = 1
 
-// DefaultDeny are the built-in deny prefixes.
+// DefaultDeny are the built-in deny prefixes (why each: pkg/config and
+// docs/CONFIG.md).
 var DefaultDeny = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("172.16.0.0/12"),

@@ -70,6 +70,14 @@ type Sandbox struct {
 	NetNSPath string
 	// Env is the base environment of every guest process.
 	Env []string
+	// Volumes are developer-configured host paths (SR-3 allows them).
+	Volumes []Volume
+}
+
+// Volume is one developer-configured bind mount.
+type Volume struct {
+	Source, Target string
+	ReadOnly       bool
 }
 
 // Process describes one guest process.
@@ -82,7 +90,15 @@ type Process struct {
 }
 
 func (s Sandbox) validate() error {
-	for name, p := range map[string]string{"workspace": s.Workspace, "control source": s.ControlSource, "netns path": s.NetNSPath} {
+	paths := map[string]string{"workspace": s.Workspace, "control source": s.ControlSource, "netns path": s.NetNSPath}
+	for i, v := range s.Volumes {
+		paths[fmt.Sprintf("volume %d source", i)] = v.Source
+		paths[fmt.Sprintf("volume %d target", i)] = v.Target
+		if v.Target == WorkspaceDir || v.Target == "/" || v.Target == ControlDir || strings.HasPrefix(v.Target, ControlDir+"/") || strings.HasPrefix(v.Target, WorkspaceDir+"/") {
+			return fmt.Errorf("ocispec: volume target %q overlaps a Lazaret mount", v.Target)
+		}
+	}
+	for name, p := range paths {
 		if !path.IsAbs(p) || path.Clean(p) != p {
 			return fmt.Errorf("ocispec: %s %q must be a clean absolute path", name, p)
 		}
@@ -148,6 +164,13 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
 	}
+	for _, v := range s.Volumes {
+		mode := "rw"
+		if v.ReadOnly {
+			mode = "ro"
+		}
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: []string{"rbind", mode}})
+	}
 	if err := Check(sp, s); err != nil {
 		return nil, err
 	}
@@ -192,11 +215,22 @@ func Check(sp *specs.Spec, s Sandbox) error {
 		switch {
 		case m.Destination == WorkspaceDir && m.Source == s.Workspace:
 		case (m.Destination == ControlDir || strings.HasPrefix(m.Destination, ControlDir+"/")) && hasOpt(m.Options, "ro"):
+		case isVolume(s.Volumes, m):
 		default:
 			return fmt.Errorf("ocispec: host path %q mounted at %q is neither the workspace nor a read-only control mount", m.Source, m.Destination)
 		}
 	}
 	return nil
+}
+
+// isVolume reports whether m is exactly one of the configured volumes.
+func isVolume(vs []Volume, m specs.Mount) bool {
+	for _, v := range vs {
+		if v.Source == m.Source && v.Target == m.Destination && hasOpt(m.Options, "ro") == v.ReadOnly {
+			return true
+		}
+	}
+	return false
 }
 
 func checkCaps(c *specs.LinuxCapabilities) error {

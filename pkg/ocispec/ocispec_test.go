@@ -110,3 +110,40 @@ func TestBadInputs(t *testing.T) {
 		t.Fatalf("process json %s %v", b, err)
 	}
 }
+
+func TestVolumes(t *testing.T) {
+	s := sandbox()
+	s.Volumes = []Volume{{Source: "/home/dev/.cache/go", Target: "/root/go", ReadOnly: false}, {Source: "/srv/data", Target: "/data", ReadOnly: true}}
+	sp, err := Spec(s, Process{Args: []string{"x"}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range sp.Mounts {
+		if m.Source == "/srv/data" && m.Destination == "/data" && hasOpt(m.Options, "ro") {
+			n++
+		}
+		if m.Source == "/home/dev/.cache/go" && m.Destination == "/root/go" && hasOpt(m.Options, "rw") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("volumes not mounted as declared: %+v", sp.Mounts)
+	}
+	// A volume made writable behind the configuration's back is refused.
+	for i := range sp.Mounts {
+		if sp.Mounts[i].Destination == "/data" {
+			sp.Mounts[i].Options = []string{"rbind", "rw"}
+		}
+	}
+	if err := Check(sp, s); err == nil {
+		t.Fatal("read-only volume remounted rw accepted")
+	}
+	for _, bad := range []string{"/workspace", "/workspace/x", "/.lazaret/bin", "/", "rel"} {
+		s2 := sandbox()
+		s2.Volumes = []Volume{{Source: "/srv", Target: bad}}
+		if _, err := Spec(s2, Process{Args: []string{"x"}, Cwd: "/"}); err == nil {
+			t.Errorf("volume target %q accepted", bad)
+		}
+	}
+}

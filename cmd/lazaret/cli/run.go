@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -260,13 +261,21 @@ func (s *starter) startCoordinator(lock *os.File) error {
 			env = append(env, kv)
 		}
 	}
+	// The validated profile goes to the coordinator as canonical bytes in a
+	// sealed memfd (never a path it would re-read, never mounted).
+	profileFile, err := fdpass.SealedMemfd("lazaret-profile", s.prof.Config.Canonical())
+	if err != nil {
+		readyW.Close()
+		return err
+	}
+	defer profileFile.Close()
 	_, err = broker.Start("lazaret-hc", proc.Command{
 		Path: hcPath,
-		Args: []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--workspace=" + s.ws, "--profile=" + s.prof.Name, "--image=" + s.image, "--log-level=" + level},
+		Args: []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--profile-fd=5", "--workspace=" + s.ws, "--profile=" + s.prof.Name, "--image=" + s.image, "--log-level=" + level},
 		Env:  env,
 		Dir:  "/",
 		// Setsid: terminal signals for the CLI never reach the coordinator.
-		Files:  []*os.File{nil, logf, logf, lock, readyW},
+		Files:  []*os.File{nil, logf, logf, lock, readyW, profileFile},
 		Setsid: true,
 	})
 	readyW.Close()
