@@ -108,3 +108,45 @@ func TestStartTimeTicks(t *testing.T) {
 		t.Fatal("missing pid read")
 	}
 }
+
+func TestRecoveryMatch(t *testing.T) {
+	c := exec.Command("/bin/sleep", "30")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := Open(c.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := h.Identity()
+	m, err := RecoveryMatch(id)
+	if err != nil || !m.Matches(id.Authority) {
+		t.Fatalf("live exact process: %v", err)
+	}
+	m.Close()
+	other := id
+	other.BootID[0] ^= 0xff
+	if _, err := RecoveryMatch(other); !errors.Is(err, ErrBootFenced) {
+		t.Errorf("other boot: %v", err)
+	}
+	wrong := id
+	wrong.Ino++
+	if _, err := RecoveryMatch(wrong); !errors.Is(err, ErrMismatch) {
+		t.Errorf("same pid, other identity: %v", err)
+	}
+	skew := id
+	skew.StartTimeTicks++
+	if _, err := RecoveryMatch(skew); !errors.Is(err, ErrAmbiguous) {
+		t.Errorf("start time mismatch: %v", err)
+	}
+	h.Signal(unix.SIGKILL)
+	c.Wait()
+	if _, err := RecoveryMatch(id); !errors.Is(err, ErrAbsent) && !errors.Is(err, ErrMismatch) {
+		t.Errorf("reaped process: %v", err)
+	}
+	noPid := id
+	noPid.HostPID = 0
+	if _, err := RecoveryMatch(noPid); !errors.Is(err, ErrAmbiguous) {
+		t.Errorf("no locator: %v", err)
+	}
+}
