@@ -20,6 +20,7 @@ import (
 var (
 	flagBenchOut = flag.String("bench-out", "", "directory for the JSON results")
 	flagRuns     = flag.Int("bench-runs", 11, "runs per measurement (median reported)")
+	flagTermRuns = flag.Int("bench-tty-runs", 3, "runs of each 64 MiB PTY throughput measurement")
 )
 
 type measurement struct {
@@ -156,6 +157,10 @@ done`, rootfs, bundle, n, e.runsc)
 	hold.Wait()
 	noLeftovers(t)
 
+	termRuns := *flagTermRuns
+	term := benchTerminal(t, e, ws, termRuns)
+	noLeftovers(t)
+
 	rep := benchReport{When: time.Now().UTC(), Commit: os.Getenv("LAZARET_COMMIT"), Ratios: map[string]float64{}}
 	for _, m := range []measurement{
 		{Name: "bare_runsc_run", RunsMS: bareRun},
@@ -166,6 +171,14 @@ done`, rootfs, bundle, n, e.runsc)
 		m.MedianMS = median(m.RunsMS)
 		rep.Measurements = append(rep.Measurements, m)
 	}
+	for _, m := range term {
+		m.MedianMS = median(m.RunsMS)
+		rep.Measurements = append(rep.Measurements, m)
+	}
+	// Throughput as a fraction of the host PTY's (time ratio inverted);
+	// echo latency as the median added over the host PTY.
+	rep.Ratios["pty_throughput_vs_host"] = rep.Measurements[4].MedianMS / rep.Measurements[5].MedianMS
+	rep.Ratios["pty_echo_over_host_ms"] = rep.Measurements[7].MedianMS - rep.Measurements[6].MedianMS
 	rep.Ratios["cold_start"] = rep.Measurements[1].MedianMS / rep.Measurements[0].MedianMS
 	rep.Ratios["join"] = rep.Measurements[3].MedianMS / rep.Measurements[2].MedianMS
 	fmt.Printf("\n%-24s %10s   (median of %d)\n", "measurement", "ms", n)
@@ -174,6 +187,10 @@ done`, rootfs, bundle, n, e.runsc)
 	}
 	fmt.Printf("cold-start ratio (lazaret run -- true / bare runsc run): %.2fx (target <= 3x)\n", rep.Ratios["cold_start"])
 	fmt.Printf("join ratio (lazaret run -- true in a running Domain / bare runsc exec): %.2fx\n", rep.Ratios["join"])
+	fmt.Printf("PTY throughput, cat of 64 MiB (host %.0f ms = %.0f MiB/s, lazaret %.0f ms = %.0f MiB/s): %.0f%% of host (target >= 50%%)\n",
+		rep.Measurements[4].MedianMS, 64/(rep.Measurements[4].MedianMS/1000), rep.Measurements[5].MedianMS, 64/(rep.Measurements[5].MedianMS/1000), 100*rep.Ratios["pty_throughput_vs_host"])
+	fmt.Printf("keystroke echo latency median (host %.3f ms, lazaret %.3f ms): +%.2f ms over host (target <= 5 ms)\n",
+		rep.Measurements[6].MedianMS, rep.Measurements[7].MedianMS, rep.Ratios["pty_echo_over_host_ms"])
 	if *flagBenchOut != "" {
 		os.MkdirAll(*flagBenchOut, 0o755)
 		js, _ := json.MarshalIndent(rep, "", "  ")

@@ -58,7 +58,9 @@ func (m *tmuxTerm) tmux(args ...string) string {
 }
 
 // keys sends tmux key names (literal text is sent with -l).
-func (m *tmuxTerm) keys(target string, keys ...string) { m.tmux(append([]string{"send-keys", "-t", target}, keys...)...) }
+func (m *tmuxTerm) keys(target string, keys ...string) {
+	m.tmux(append([]string{"send-keys", "-t", target}, keys...)...)
+}
 
 // line types text and Enter.
 func (m *tmuxTerm) line(target, text string) {
@@ -313,31 +315,60 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 	noLeftovers(t)
 }
 
-// TestTerminalCoordinatorKilled (DX-5, §3.3 hard loss): SIGKILL of the Host
-// Coordinator mid-session ends the CLI with a failure status and the outer
-// terminal exactly as it was; nothing is left behind.
-func TestTerminalCoordinatorKilled(t *testing.T) {
-	ws := workspace(t)
-	m := newTmux(t, ws, 100, 30)
-	const p = "main"
-	m.startLazaret(p, "k", "-p tiny")
-	m.line(p, "echo k-$((5*5))")
-	m.waitLine(p, "k-25", 3*time.Minute)
-	pid := findProcess(t, m.e.uid, "lazaret-hc", ws)
-	syscall.Kill(pid, syscall.SIGKILL) // the coordinator this test started, by pid
-	pane := m.waitMatch(p, regexp.MustCompile(`RC-k=(\d+)`), 30*time.Second)
-	if strings.Contains(pane, "RC-k=0") {
-		t.Errorf("CLI exited 0 after coordinator loss:\n%s", pane)
+// TestTerminalProcessKilled (DX-5, §3.3 hard loss): SIGKILL of the Host
+// Coordinator, the Runtime Supervisor or the session's runsc exec client
+// mid-session ends the CLI with a failure status and the outer terminal
+// exactly as it was; nothing is left behind.
+func TestTerminalProcessKilled(t *testing.T) {
+	for _, victim := range []string{"lazaret-hc", "lazaret-rs", "runsc-exec"} {
+		t.Run(victim, func(t *testing.T) {
+			ws := workspace(t)
+			m := newTmux(t, ws, 100, 30)
+			const p = "main"
+			m.startLazaret(p, "k", "-p tiny")
+			m.line(p, "echo k-$((5*5))")
+			m.waitLine(p, "k-25", 3*time.Minute)
+			var pid int
+			if victim == "runsc-exec" {
+				pid = findExecClient(t, m.e.uid)
+			} else {
+				pid = findProcess(t, m.e.uid, victim, ws)
+			}
+			syscall.Kill(pid, syscall.SIGKILL) // a process this test started, by pid
+			pane := m.waitMatch(p, regexp.MustCompile(`RC-k=(\d+)`), 30*time.Second)
+			if strings.Contains(pane, "RC-k=0") {
+				t.Errorf("CLI exited 0 after %s loss:\n%s", victim, pane)
+			}
+			m.waitFor(p, "OUTER$", 10*time.Second)
+			time.Sleep(300 * time.Millisecond)
+			m.sttySame("k.before", "k.after")
+			m.kill()
+			noProcessesOrMounts(t)
+			if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
+				t.Errorf("next run after %s loss: %+v", victim, r)
+			}
+			noLeftovers(t)
+		})
 	}
-	m.waitFor(p, "OUTER$", 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
-	m.sttySame("k.before", "k.after")
-	m.kill()
-	noProcessesOrMounts(t)
-	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
-		t.Errorf("next run after coordinator loss: %+v", r)
+}
+
+// findExecClient finds the test user's session `runsc exec` client.
+func findExecClient(t *testing.T, uid int) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		st, err := os.Stat(p)
+		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
+			continue
+		}
+		cmdline, _ := os.ReadFile(p + "/cmdline")
+		if strings.Contains(string(cmdline), "\x00exec\x00--process\x00") {
+			pid, _ := strconv.Atoi(filepath.Base(p))
+			return pid
+		}
 	}
-	noLeftovers(t)
+	t.Fatalf("no runsc exec client of uid %d", uid)
+	return 0
 }
 
 // signalCLI sends sig to the test user's lazaret CLI (started by this test

@@ -56,7 +56,8 @@ import (
 
 // Bounds of one interactive session.
 const (
-	termReadSize    = 32 << 10 // one PTY read, one Output frame
+	termReadSize    = 32 << 10 // one PTY read
+	termFrameMax    = 64 << 10 // output merged into one waiting frame
 	termSendQueue   = 16       // frames waiting for the connection writer
 	termInputQueue  = 64       // input chunks waiting for the PTY writer
 	termSignalQueue = 8        // group signals waiting for runsc kill
@@ -377,12 +378,12 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 	ptyOut := make(chan []byte)
 	go func() {
 		defer close(ptyOut)
+		buf := make([]byte, termReadSize)
 		for {
-			buf := make([]byte, termReadSize)
 			n, err := t.master.Read(buf)
 			if n > 0 {
 				select {
-				case ptyOut <- buf[:n]:
+				case ptyOut <- append([]byte(nil), buf[:n]...):
 				case <-quit:
 					return
 				}
@@ -446,7 +447,10 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		var sendC chan<- *lv1.ServerFrame
 		if pendingOut != nil {
 			sendC = sendQ
-		} else if t.route == routeSandbox && ptyOut != nil {
+		}
+		// While a frame waits for the writer, further output is merged
+		// into it up to termFrameMax (fewer, larger frames under load).
+		if t.route == routeSandbox && ptyOut != nil && (pendingOut == nil || len(pendingOut.GetOutput().GetData()) < termFrameMax) {
 			outC = ptyOut
 		}
 		var frameC <-chan *lv1.ClientFrame
@@ -466,6 +470,11 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 				if !closing {
 					t.log.Debug("session terminal reached end of output before the exec client exited")
 				}
+				continue
+			}
+			if pendingOut != nil {
+				o := pendingOut.GetOutput()
+				o.Data = append(o.Data, b...)
 				continue
 			}
 			pendingOut = &lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_TERMINAL, Data: b}}}
@@ -570,16 +579,35 @@ func (t *terminal) release(ctx context.Context) {
 	}
 	groupAbsent := !t.identified
 	if t.identified {
-		// The exec client waits for exactly the leader: while it runs, the
-		// leader lives and the group id cannot have been reused.
+		// Each step first re-checks the exact leader (pid, start time,
+		// group): a mismatch or absence refuses the numeric group signal.
+		// The exec client waits for exactly the leader, so its exit ends a
+		// grace period early; after exec-client loss the leader is polled.
+		gone := func() bool {
+			deadline := t.clock.Now().Add(closeGrace)
+			for t.clock.Now().Before(deadline) {
+				if !done() {
+					select {
+					case <-t.child.Done():
+						return true
+					case <-t.clock.After(closeGrace):
+						return false
+					}
+				}
+				<-t.clock.After(250 * time.Millisecond)
+				if !t.leaderMatches(ctx) {
+					return true
+				}
+			}
+			return false
+		}
 		for _, sig := range []unix.Signal{unix.SIGHUP, unix.SIGTERM, unix.SIGKILL} {
-			if done() || !t.leaderMatches(ctx) {
+			if !t.leaderMatches(ctx) {
 				break
 			}
 			t.signalGroup(sig)
-			select {
-			case <-t.child.Done():
-			case <-t.clock.After(closeGrace):
+			if gone() {
+				break
 			}
 		}
 		present, err := t.groupPresent(ctx)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lazaret/lazaret/pkg/imagebuild"
+	"github.com/lazaret/lazaret/pkg/proc"
 	"go.podman.io/storage/pkg/reexec"
 	"golang.org/x/sys/unix"
 )
@@ -51,8 +53,18 @@ func busyboxRef(t *testing.T) string {
 		if busyboxErr != nil {
 			return
 		}
+		exe, err := os.Executable()
+		if err != nil {
+			busyboxErr = err
+			return
+		}
+		broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+		if err != nil {
+			busyboxErr = err
+			return
+		}
 		_, busyboxErr = imagebuild.Build(context.Background(), imagebuild.Options{
-			Kind: imagebuild.KindBusybox, Dest: filepath.Join(busyboxDir, "busybox"),
+			Kind: imagebuild.KindBusybox, Dest: filepath.Join(busyboxDir, "busybox"), Broker: broker,
 		})
 	})
 	if busyboxErr != nil {

@@ -86,15 +86,54 @@ func Open(size Size) (*Master, *os.File, error) {
 	return m, slave, nil
 }
 
-// Read reads terminal output. Once every slave descriptor is closed the
-// kernel reports EIO, returned as io.EOF; a passed read deadline returns an
-// error matching os.ErrDeadlineExceeded.
+// Read reads terminal output: it waits until some is available, then takes
+// everything available up to len(b) (the kernel hands out at most a few KiB
+// per read(2), so one wake-up yields one large chunk instead of many small
+// ones). Once every slave descriptor is closed the kernel reports EIO,
+// returned as io.EOF after any bytes already read; a passed read deadline
+// returns an error matching os.ErrDeadlineExceeded.
 func (m *Master) Read(b []byte) (int, error) {
-	n, err := m.f.Read(b)
-	if err != nil && errors.Is(err, unix.EIO) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	off := 0
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		for off < len(b) {
+			n, err := unix.Read(int(fd), b[off:])
+			if n > 0 {
+				off += n
+				continue
+			}
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return off > 0 // nothing yet: wait for readiness
+			case err != nil:
+				rerr = err
+			default: // n == 0
+				rerr = io.EOF
+			}
+			return true
+		}
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	if off > 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		// Deliver the bytes now; the next Read reports the end again.
+		return off, nil
+	}
+	if err != nil && (errors.Is(err, unix.EIO) || err == io.EOF) {
 		err = io.EOF
 	}
-	return n, err
+	return off, err
 }
 
 // Write writes terminal input. It blocks (in the poller) while the PTY's

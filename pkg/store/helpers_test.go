@@ -76,11 +76,8 @@ type env struct {
 
 func newEnv(t testing.TB, fs vfs.FS) *env {
 	root, lock := lockedRoot(t)
-	if fs != nil {
-		if err := fs.MkdirAll(root, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// On an in-memory fs, pebble creates <root>/store and syncs every parent
+	// it creates (as it does on disk for a new Domain Root).
 	return &env{root: root, lock: lock, fs: fs}
 }
 
@@ -101,6 +98,14 @@ func (e *env) rawDB(t testing.TB) *pebble.DB {
 		t.Fatal(err)
 	}
 	return db
+}
+
+// rawDBOn opens the store's pebble on another filesystem (a crash clone).
+func (e *env) rawDBOn(t testing.TB, fs vfs.FS) *pebble.DB {
+	t.Helper()
+	c := *e
+	c.fs = fs
+	return c.rawDB(t)
 }
 
 // dump returns every key/value of the store in order.

@@ -25,6 +25,32 @@ type Tx struct {
 	r    pebble.Reader
 	w    *pebble.Batch
 	done bool
+	// created holds the participant and session keys first written in this
+	// transaction: their intent is not durable yet, so no process ownership
+	// may be recorded on them before the Update commits (broker step 1).
+	created map[string]bool
+}
+
+func (tx *Tx) noOwnershipBeforeDurableIntent(key []byte, what string, old, next participant.View) error {
+	if !tx.created[string(key)] {
+		return nil
+	}
+	for name, sl := range next.Slots {
+		if sl.State != participant.Unassigned && !old.Slots[name].IsCurrent() {
+			return errdefs.New(errdefs.ErrRefused, "%s slot %s: process ownership in the transaction that creates the intent (commit the Intent first)", what, name)
+		}
+	}
+	return nil
+}
+
+func (tx *Tx) markCreated(key []byte, existed bool) {
+	if existed {
+		return
+	}
+	if tx.created == nil {
+		tx.created = map[string]bool{}
+	}
+	tx.created[string(key)] = true
 }
 
 func (tx *Tx) writable() error {
@@ -382,11 +408,32 @@ func (tx *Tx) PutParticipant(gen uint64, role participant.Role, phase participan
 	if err := tx.checkNewSlots(g, role, oldView, next); err != nil {
 		return err
 	}
+	key := participantKey(gen, role)
+	if err := tx.noOwnershipBeforeDurableIntent(key, "participant "+string(role), oldView, next); err != nil {
+		return err
+	}
+	if role == participant.StateAnchor && old == nil {
+		// §3.5 acquisition step 4 follows step 3: no anchor (and so no
+		// mount) without a held prepared-lower lease.
+		pl, err := tx.participantRecord(gen, participant.PreparedLower)
+		if err != nil {
+			return err
+		}
+		if pl == nil || pl.Phase != participant.LeaseHeld {
+			return errdefs.New(errdefs.ErrRefused, "participant state_anchor: Intent needs prepared_lower LeaseHeld")
+		}
+	}
 	if participant.IsActive(role, phase) && (old == nil || old.Phase != phase) {
 		if err := tx.activationRules(g, role, m); err != nil {
 			return err
 		}
 	}
+	if role == participant.PreparedLower && phase == participant.ReleaseIntent {
+		if err := tx.anchorReleased(gen); err != nil { // as ReleaseParticipant
+			return err
+		}
+	}
+	tx.markCreated(key, old != nil)
 	return tx.writeParticipant(gen, role, phase, snap)
 }
 
@@ -772,6 +819,10 @@ func (tx *Tx) PutSessionTerminal(gen uint64, id string, phase participant.Phase,
 	if err := tx.checkNewSlots(g, participant.SessionTerminal, prev, next); err != nil {
 		return err
 	}
+	key := sessionKey(gen, id)
+	if err := tx.noOwnershipBeforeDurableIntent(key, "session "+id, prev, next); err != nil {
+		return err
+	}
 	if phase == participant.Running && (old == nil || old.Phase != participant.Running) {
 		sb, err := tx.participantRecord(gen, participant.Sandbox)
 		if err != nil {
@@ -784,6 +835,7 @@ func (tx *Tx) PutSessionTerminal(gen uint64, id string, phase participant.Phase,
 			return errdefs.New(errdefs.ErrRefused, "session %s: container %q is not the generation's container %q", id, snap.GetContainerId(), c)
 		}
 	}
+	tx.markCreated(key, old != nil)
 	return tx.writeSession(gen, id, phase, snap)
 }
 

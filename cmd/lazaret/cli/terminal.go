@@ -124,6 +124,16 @@ func (c *ttyClient) enterRaw() error {
 	return nil
 }
 
+// leave ends an abnormal exit (signal, disconnect, lost coordinator) on a
+// fresh line, so what the outer shell prints next is not appended to the
+// guest's last line.
+func (c *ttyClient) leave() {
+	if c.raw {
+		os.Stdout.Write([]byte("\r\n"))
+	}
+	c.restore()
+}
+
 func (c *ttyClient) restore() {
 	if c.raw {
 		c.cons.Reset()
@@ -225,6 +235,7 @@ func terminalSession(conn *net.UnixConn, req *lv1.RunRequest, sigs <-chan os.Sig
 			case syscall.SIGQUIT:
 				c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Quit{Quit: &lv1.Quit{}}})
 			default: // SIGTERM, SIGHUP: leave; the coordinator releases the session
+				c.leave()
 				return 128 + int(n), false, nil
 			}
 		case sig := <-tsigs:
@@ -248,7 +259,7 @@ func terminalSession(conn *net.UnixConn, req *lv1.RunRequest, sigs <-chan os.Sig
 			case escapeSuspend:
 				c.suspend()
 			case escapeDisconnect:
-				c.restore()
+				c.leave()
 				fmt.Fprintln(os.Stderr, "lazaret: disconnected; the session is closed")
 				return 128 + int(syscall.SIGHUP), false, nil
 			}
@@ -258,7 +269,7 @@ func terminalSession(conn *net.UnixConn, req *lv1.RunRequest, sigs <-chan os.Sig
 				if !accepted && !gotFrame {
 					return 0, true, nil
 				}
-				c.restore()
+				c.leave()
 				return 0, false, errdefs.Mark(fmt.Errorf("lost the connection to the Host Coordinator: %v", err), errdefs.ErrUnavailable)
 			}
 			gotFrame = true

@@ -1,0 +1,177 @@
+//go:build lazaret_bench
+
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/pty"
+)
+
+// benchTTYSize is the terminal of every PTY measurement.
+var benchTTYSize = pty.Size{Rows: 40, Cols: 120}
+
+// ptyProc is a process of the test user whose stdio and controlling
+// terminal is the slave of a PTY the harness reads and writes.
+type ptyProc struct {
+	m   *pty.Master
+	cmd *exec.Cmd
+}
+
+func startOnPTY(t *testing.T, e *env, dir string, extraEnv []string, argv ...string) *ptyProc {
+	t.Helper()
+	m, slave, err := pty.Open(benchTTYSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave.Chown(e.uid, e.gid)
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir = dir
+	c.Env = append([]string{"HOME=" + e.home, "USER=" + *flagUser, "PATH=/usr/local/bin:/usr/bin:/bin", "TERM=xterm",
+		"XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "LANG=C.UTF-8"}, extraEnv...)
+	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setsid: true, Setctty: true, Ctty: 0}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	return &ptyProc{m: m, cmd: c}
+}
+
+// until reads the master until marker has been seen; it returns the time
+// the marker arrived and the number of bytes read before it.
+func (p *ptyProc) until(t *testing.T, marker string, timeout time.Duration) (time.Time, int64) {
+	t.Helper()
+	buf := make([]byte, 64<<10)
+	var tail []byte
+	var n int64
+	p.m.SetReadDeadline(time.Now().Add(timeout))
+	for {
+		k, err := p.m.Read(buf)
+		if k > 0 {
+			n += int64(k)
+			tail = append(tail, buf[:k]...)
+			if i := bytes.Index(tail, []byte(marker)); i >= 0 {
+				return time.Now(), n
+			}
+			if len(tail) > len(marker) {
+				tail = append([]byte(nil), tail[len(tail)-len(marker):]...)
+			}
+		}
+		if err != nil {
+			t.Fatalf("waiting for %q: %v (last bytes %q)", marker, err, tail)
+		}
+	}
+}
+
+// end hangs up the terminal (closing the master sends SIGHUP to the
+// slave's session) and waits for the process.
+func (p *ptyProc) end(t *testing.T) {
+	p.m.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill() // the process this harness started
+		<-done
+		t.Errorf("%v did not end after hang-up", p.cmd.Args)
+	}
+}
+
+// echoLatencies writes one byte at a time and measures until it comes back.
+func (p *ptyProc) echoLatencies(t *testing.T, n int) []float64 {
+	t.Helper()
+	var out []float64
+	b := make([]byte, 256)
+	for i := 0; i < n; i++ {
+		c := byte('a' + i%26)
+		start := time.Now()
+		if _, err := p.m.Write([]byte{c}); err != nil {
+			t.Fatal(err)
+		}
+		p.m.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			k, err := p.m.Read(b)
+			if err != nil {
+				t.Fatalf("echo %d: %v", i, err)
+			}
+			if bytes.IndexByte(b[:k], c) >= 0 {
+				break
+			}
+		}
+		out = append(out, float64(time.Since(start).Microseconds())/1000)
+	}
+	return out
+}
+
+// benchTerminal measures interactive-session PTY throughput (cat of a 64 MiB
+// text file to the terminal) and keystroke echo latency (a raw-mode cat in
+// the guest echoing each byte), each against the same program on a plain
+// host PTY in the same run. The lazaret sessions join a Domain held by a
+// background session, so start-up is not measured.
+func benchTerminal(t *testing.T, e *env, ws string, runs int) []measurement {
+	const size = 64 << 20
+	big := filepath.Join(ws, "big.txt")
+	line := bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-lazaret-pty-bench\n"), 1)
+	data := bytes.Repeat(line, size/len(line)+1)[:size]
+	if err := os.WriteFile(big, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(big)
+	os.Chown(big, e.uid, e.gid)
+	lazaret := filepath.Join(e.bin, "lazaret")
+
+	hold := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 600")
+	stdout, _ := hold.StdoutPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		hold.Process.Signal(syscall.SIGTERM) // the holder this harness started
+		hold.Wait()
+	}()
+	stdout.Read(make([]byte, 3))
+
+	catScript := "echo S-T-A-R-T; cat %s; echo E-N-D"
+	throughput := func(argv ...string) float64 {
+		p := startOnPTY(t, e, ws, nil, argv...)
+		defer p.end(t)
+		t0, _ := p.until(t, "S-T-A-R-T", 2*time.Minute)
+		t1, n := p.until(t, "E-N-D", 5*time.Minute)
+		if n < size {
+			t.Fatalf("%v: read %d bytes, want ≥ %d", argv, n, size)
+		}
+		return float64(t1.Sub(t0).Microseconds()) / 1000
+	}
+	var hostCat, lzCat []float64
+	for i := 0; i < runs; i++ {
+		hostCat = append(hostCat, throughput("sh", "-c", fmt.Sprintf(catScript, big)))
+		lzCat = append(lzCat, throughput(lazaret, "run", "-p", "tiny", "--", "sh", "-c", fmt.Sprintf(catScript, "/workspace/big.txt")))
+	}
+
+	echoScript := "stty raw -echo; echo R-E-A-D-Y; exec cat"
+	echo := func(argv ...string) []float64 {
+		p := startOnPTY(t, e, ws, nil, argv...)
+		defer p.end(t)
+		p.until(t, "R-E-A-D-Y", 2*time.Minute)
+		time.Sleep(200 * time.Millisecond)
+		p.echoLatencies(t, 20) // warm-up
+		return p.echoLatencies(t, 200)
+	}
+	hostEcho := echo("sh", "-c", echoScript)
+	lzEcho := echo(lazaret, "run", "-p", "tiny", "--", "sh", "-c", echoScript)
+	return []measurement{
+		{Name: "host_pty_cat_64MiB", RunsMS: hostCat},
+		{Name: "lazaret_pty_cat_64MiB", RunsMS: lzCat},
+		{Name: "host_pty_echo", RunsMS: hostEcho},
+		{Name: "lazaret_pty_echo", RunsMS: lzEcho},
+	}
+}

@@ -1,0 +1,309 @@
+// Package catalog is the Storage Catalog (spec §3.5, FR-17, FR-22): one
+// pebble instance per Storage Root, in <StorageRoot>/catalog, shared by every
+// Domain of the user. No process keeps it open. Every operation is
+//
+//	flock(<StorageRoot>/storage-catalog.lock)   blocking, bounded by ctx and Options.LockTimeout
+//	pebble.Open(<StorageRoot>/catalog)          version key read first; newer refuses
+//	one batch, committed with pebble.Sync        (or discarded on error)
+//	Close, unlock
+//
+// so that concurrent Domain coordinators never open it at the same time and
+// no handle outlives the call.
+//
+// # Caller contract (HC, and preparation)
+//
+// The §3.5 physical lease acquisition is
+//
+//	1. Domain Store: prepared_lower = Intent (artifact ID, lease_state=Intent)
+//	2. cat.AcquireLease(ctx, catalog.LeaseKey{ArtifactID, DomainID, Generation})
+//	3. Domain Store: prepared_lower = LeaseHeld
+//
+// and release step 4 is
+//
+//	cat.ReleaseLease(ctx, key, catalog.ReleaseProof{
+//		ReleaseIntent: func(k LeaseKey) error { return st.View(func(tx *store.Tx) error {
+//			return tx.CheckLeaseReleaseIntent(k.Generation, k.ArtifactID) }) },
+//		MountAbsent:   func(k LeaseKey) error { /* re-observe the exact mount is absent */ },
+//	})
+//
+// ReleaseLease calls both checks while it holds storage-catalog.lock and
+// removes only that exact lease; a failing check refuses and retains it.
+// Preparation publishes through BeginPreparation / PublishArtifact (or
+// AbandonPreparation); reclamation through BeginReclaim (refused while any
+// lease of the artifact exists) and RemoveArtifact.
+//
+// # Key schema (schema version 1)
+//
+// <gen> is the generation as 8 big-endian bytes; IDs are printable ASCII
+// without '/'.
+//
+//	v                                       SchemaVersionV1               read first, written last
+//	a/<artifact id>                         PreparedArtifactRecordV1      Preparing | Published | Reclaiming
+//	o/<operation id>                        PreparationOperationRecordV1  Running | Published | Abandoned
+//	l/<artifact id>/<domain id>/<gen>       PreparedLowerLeaseRecordV1    one generation's lease
+//
+// The lease key equals the (prepared-artifact ID, Domain ID, generation) of
+// the Domain Store's prepared_lower participant it corresponds to. Schema
+// changes follow pkg/store's discipline: an ordered migration list, each
+// migration tested (TestEveryMigrationTested), version written last.
+package catalog
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+// SchemaVersion is the catalog schema this code reads and writes.
+const SchemaVersion = 1
+
+// FormatMajorVersion is the pinned pebble on-disk format.
+const FormatMajorVersion = pebble.FormatValueSeparation
+
+const (
+	Dir      = "catalog"
+	LockName = "storage-catalog.lock"
+)
+
+const recordVersion = 1
+
+// DefaultLockTimeout bounds the wait for storage-catalog.lock when neither
+// ctx nor Options set a shorter bound.
+const DefaultLockTimeout = 30 * time.Second
+
+// Options configures a Catalog.
+type Options struct {
+	Logger      *slog.Logger     // nil: slog.Default()
+	Now         func() time.Time // nil: time.Now
+	FS          vfs.FS           // pebble files (tests); the lock is always a real file
+	LockTimeout time.Duration    // 0: DefaultLockTimeout
+
+	readObserver func(key []byte) // tests: every key read, in order
+}
+
+// Catalog names the Storage Catalog of one Storage Root. It holds no handle.
+type Catalog struct {
+	root string
+	opts Options
+}
+
+// New returns the catalog of storageRoot, which must be an existing
+// directory. It opens nothing.
+func New(storageRoot string, opts Options) (*Catalog, error) {
+	fi, err := os.Stat(storageRoot)
+	if err != nil {
+		return nil, errdefs.Mark(fmt.Errorf("storage catalog: %w", err), errdefs.ErrUnsupportedHost)
+	}
+	if !fi.IsDir() {
+		return nil, errdefs.New(errdefs.ErrInvalid, "storage catalog: %s is not a directory", storageRoot)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	return &Catalog{root: storageRoot, opts: opts}, nil
+}
+
+// FatalError is the panic value of the catalog's pebble Fatalf.
+type FatalError struct {
+	StorageRoot string
+	Operation   string
+	Message     string
+}
+
+func (e *FatalError) Error() string {
+	return fmt.Sprintf("storage catalog %s (%s): pebble fatal: %s", e.StorageRoot, e.Operation, e.Message)
+}
+
+type fatalLogger struct {
+	log  *slog.Logger
+	root string
+	op   string
+}
+
+func (l fatalLogger) attrs() []any {
+	return []any{"storage_root", l.root, "operation", l.op, "component", "storage-catalog"}
+}
+func (l fatalLogger) Infof(format string, args ...any) {
+	l.log.Info(fmt.Sprintf(format, args...), l.attrs()...)
+}
+func (l fatalLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), l.attrs()...)
+}
+
+// Fatalf logs and panics: pebble assumes Fatalf does not return.
+func (l fatalLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("pebble fatal: "+msg, l.attrs()...)
+	panic(&FatalError{StorageRoot: l.root, Operation: l.op, Message: msg})
+}
+
+// lock takes storage-catalog.lock, waiting until ctx or the timeout ends.
+func (c *Catalog) lock(ctx context.Context) (*os.File, error) {
+	path := filepath.Join(c.root, LockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, errdefs.Mark(fmt.Errorf("storage catalog: open lock: %w", err), errdefs.ErrUnsupportedHost)
+	}
+	deadline := time.Now().Add(c.opts.LockTimeout)
+	wait := time.Millisecond
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			f.Close()
+			return nil, errdefs.Mark(fmt.Errorf("storage catalog: flock %s: %w", path, err), errdefs.ErrInternal)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, errdefs.New(errdefs.ErrUnavailable, "storage catalog: %s is held by another operation for longer than %s", path, c.opts.LockTimeout)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			f.Close()
+			return nil, errdefs.Mark(fmt.Errorf("storage catalog: waiting for %s: %w", path, ctx.Err()), errdefs.ErrUnavailable)
+		case <-t.C:
+		}
+		if wait < 20*time.Millisecond {
+			wait *= 2
+		}
+	}
+}
+
+// Update runs fn as one catalog operation: lock, open, one synced batch
+// (discarded if fn fails), close, unlock.
+func (c *Catalog) Update(ctx context.Context, fn func(tx *Tx) error) error {
+	return c.run(ctx, "update", true, fn)
+}
+
+// View runs fn read-only under the same lock; mutators refuse.
+func (c *Catalog) View(ctx context.Context, fn func(tx *Tx) error) error {
+	return c.run(ctx, "view", false, fn)
+}
+
+func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx) error) (err error) {
+	lf, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer lf.Close() // closing the only descriptor releases the flock
+	db, err := pebble.Open(filepath.Join(c.root, Dir), &pebble.Options{
+		FS:                 c.opts.FS,
+		FormatMajorVersion: FormatMajorVersion,
+		Logger:             fatalLogger{log: c.opts.Logger, root: c.root, op: op},
+	})
+	if err != nil {
+		return errdefs.Mark(fmt.Errorf("storage catalog: open: %w", err), errdefs.ErrCorrupt)
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil && err == nil {
+			err = errdefs.Mark(fmt.Errorf("storage catalog: close: %w", cerr), errdefs.ErrInternal)
+		}
+	}()
+	b := db.NewIndexedBatch()
+	defer b.Close()
+	tx := &Tx{c: c, r: b}
+	fresh, err := tx.checkVersion()
+	if err != nil {
+		return err
+	}
+	if write {
+		tx.w = b
+	}
+	err = fn(tx)
+	tx.done = true
+	if err != nil {
+		return err
+	}
+	if !write || b.Empty() {
+		return nil
+	}
+	if fresh {
+		if err := b.Set(keyVersion, mustMarshal(&v1.SchemaVersionV1{Version: SchemaVersion}), nil); err != nil { // last
+			return err
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return errdefs.Mark(fmt.Errorf("storage catalog: commit: %w", err), errdefs.ErrInternal)
+	}
+	return nil
+}
+
+// --- keys and codec ---
+
+var keyVersion = []byte("v")
+
+const (
+	prefixArtifact  = "a/"
+	prefixOperation = "o/"
+	prefixLease     = "l/"
+)
+
+func artifactKey(id string) []byte  { return []byte(prefixArtifact + id) }
+func operationKey(id string) []byte { return []byte(prefixOperation + id) }
+func leaseArtifactPrefix(artifact string) []byte {
+	return []byte(prefixLease + artifact + "/")
+}
+func leaseKey(k LeaseKey) []byte {
+	var g [8]byte
+	binary.BigEndian.PutUint64(g[:], k.Generation)
+	return append([]byte(prefixLease+k.ArtifactID+"/"+string(k.DomainID)+"/"), g[:]...)
+}
+
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+func corrupt(format string, args ...any) error {
+	return errdefs.New(errdefs.ErrCorrupt, "storage catalog: "+format, args...)
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		panic(err) // unreachable: strings are validated ASCII
+	}
+	return b
+}
+
+func validID(kind, s string) error {
+	if s == "" || len(s) > 128 {
+		return errdefs.New(errdefs.ErrInvalid, "storage catalog: %s %q: must be 1..128 bytes", kind, s)
+	}
+	if strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == '/' }) {
+		return errdefs.New(errdefs.ErrInvalid, "storage catalog: %s %q: printable ASCII without '/' only", kind, s)
+	}
+	return nil
+}
+
+var errStop = errors.New("stop")
