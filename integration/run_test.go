@@ -181,7 +181,7 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 		point, opts, fstype := f[4], f[5], g[0]
 		switch {
 		case fstype == "9p" && point == "/workspace":
-		case fstype == "9p" && point == "/.lazaret" && strings.HasPrefix(opts, "ro"):
+		case fstype == "9p" && (point == "/.lazaret" || strings.HasPrefix(point, "/.lazaret/")) && strings.HasPrefix(opts, "ro"):
 		case fstype == "overlay" && point == "/":
 		case virtual[fstype]:
 		default:

@@ -50,7 +50,11 @@ func (c *Conn) Write(m proto.Message) error {
 
 // Read receives one frame into m. io.EOF means the peer closed cleanly
 // between frames.
-func (c *Conn) Read(m proto.Message) error {
+func (c *Conn) Read(m proto.Message) error { return c.ReadMax(m, MaxFrame) }
+
+// ReadMax is Read with a tighter bound, checked before allocation (e.g. the
+// enrollment frame of an unauthenticated connection).
+func (c *Conn) ReadMax(m proto.Message, max uint32) error {
 	if _, err := io.ReadFull(c.rw, c.hdr[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
 			return errdefs.New(errdefs.ErrCorrupt, "truncated frame header")
@@ -58,8 +62,8 @@ func (c *Conn) Read(m proto.Message) error {
 		return err
 	}
 	n := binary.BigEndian.Uint32(c.hdr[:])
-	if n > MaxFrame {
-		return errdefs.New(errdefs.ErrCorrupt, "frame length %d exceeds %d", n, MaxFrame)
+	if n > max {
+		return errdefs.New(errdefs.ErrCorrupt, "frame length %d exceeds %d", n, max)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(c.rw, b); err != nil {

@@ -17,6 +17,7 @@ package hc
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -48,6 +49,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
+	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 type state int
@@ -97,6 +99,9 @@ type coordinator struct {
 	rsChan       *fdpass.Channel
 	lifetimeW    *os.File
 	policy       netpolicy.Policy
+	anchor       *trust.Anchor
+	tlsConfig    *tls.Config
+	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
 
@@ -249,6 +254,26 @@ func (c *coordinator) init() error {
 		return fmt.Errorf("install %s into the control mount: %w", locate.Escalate, err)
 	}
 	c.baseEnv = c.guestEnv()
+	// The generation's ephemeral Trust Anchor: TLS CA, protocol issuer,
+	// coordinator leaves and the sandbox request-signing key (spec §3.2).
+	c.sandboxID = randomID()
+	if c.anchor, err = trust.NewAnchor(trust.GenerationIdentity{
+		DomainID: string(c.paths.ID), Generation: c.generation, CoordinatorID: c.coordinator,
+		Profile: c.prof, ConfigFingerprint: c.profile.Fingerprint(),
+	}, c.sandboxID, trust.Options{}); err != nil {
+		return err
+	}
+	if c.tlsConfig, err = c.anchor.ServerTLSConfig(); err != nil {
+		return err
+	}
+	if err := c.writeSandboxCredentials(); err != nil {
+		return err
+	}
+	// Publish before listening: a CLI that reaches the socket finds the
+	// publication that authenticates it.
+	if err := c.publish(); err != nil {
+		return err
+	}
 	sock := c.paths.ControlSocket()
 	os.Remove(sock) // stale from a dead generation: we hold the lock
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
@@ -621,6 +646,10 @@ func (c *coordinator) superviseMessages() {
 				return
 			}
 			c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
+			// The running sandbox holds the credential mount: unlink the
+			// key's source and forget it (spec §3.2).
+			os.Remove(filepath.Join(c.credentialDir(), "sandbox.key"))
+			c.anchor.DropSandboxKey()
 			c.setState(stateRunning, nil)
 			failpoint.Hit("lazaret-hc:published")
 		case m.GetFailure() != nil:
@@ -695,6 +724,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		NetNSPath:     nsPath,
 		Env:           c.baseEnv,
 		Volumes:       c.volumes(),
+		ControlFiles:  c.credentialMounts(),
 	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--hostname", c.hostname}, Env: c.baseEnv, Cwd: "/"})
 	if err != nil {
 		return nil, err
@@ -772,7 +802,9 @@ func (c *coordinator) teardown() {
 	c.mu.Unlock()
 	c.log.Info("tearing down")
 	failpoint.Hit("lazaret-hc:teardown-begin")
+	// Withdraw publication before dropping keys.
 	if c.listener != nil {
+		c.withdraw()
 		c.listener.Close()
 	}
 	for _, s := range sessions {
@@ -800,6 +832,9 @@ func (c *coordinator) teardown() {
 	failpoint.Hit("lazaret-hc:rs-stopped")
 	if c.lifetimeW != nil {
 		c.lifetimeW.Close()
+	}
+	if c.anchor != nil {
+		c.anchor.Destroy()
 	}
 	c.cleanupRuntime()
 	c.log.Info("domain stopped")
@@ -840,4 +875,81 @@ func (c *coordinator) volumes() []ocispec.Volume {
 		out = append(out, ocispec.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
 	return out
+}
+
+// CredentialsDir is the fixed credential path inside the sandbox.
+const CredentialsDir = ocispec.ControlDir + "/credentials"
+
+// credentialDir holds the host sources of the sandbox credential mounts.
+func (c *coordinator) credentialDir() string { return filepath.Join(c.paths.RuntimeDir, "credentials") }
+
+// sandboxCredentialFiles are the files of the credential mount.
+var sandboxCredentialFiles = []string{"sandbox.key", "sandbox.cred", "manifest", "coordinator.cred"}
+
+// writeSandboxCredentials writes the sandbox's credential files (the only
+// private key that enters the sandbox is its request-signing key) and the
+// empty mount points for them in the control mount source. Each file is its
+// own read-only bind mount, so the key stays readable inside after HC
+// unlinks its source.
+func (c *coordinator) writeSandboxCredentials() error {
+	files, err := c.anchor.SandboxFiles()
+	if err != nil {
+		return err
+	}
+	points := filepath.Join(c.paths.ControlMountSource(), "credentials")
+	for _, d := range []string{c.credentialDir(), points} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	for _, name := range sandboxCredentialFiles {
+		if err := os.WriteFile(filepath.Join(c.credentialDir(), name), files[name], 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(points, name), nil, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *coordinator) credentialMounts() []ocispec.ControlFile {
+	var out []ocispec.ControlFile
+	for _, name := range sandboxCredentialFiles {
+		out = append(out, ocispec.ControlFile{Source: filepath.Join(c.credentialDir(), name), Target: CredentialsDir + "/" + name})
+	}
+	return out
+}
+
+// statusDocument is the Domain's state for `lazaret status`.
+func (c *coordinator) statusDocument() map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	states := map[state]string{stateStarting: "starting", stateRunning: "running", stateFailed: "failed", stateStopping: "stopping"}
+	var sessions []map[string]any
+	for id := range c.sessions {
+		sessions = append(sessions, map[string]any{"session_id": id})
+	}
+	doc := map[string]any{
+		"domain_id": string(c.paths.ID), "profile": c.prof, "workspace": c.ws,
+		"generation": c.generation, "state": states[c.st], "coordinator_id": c.coordinator,
+		"configuration_fingerprint": c.profile.Fingerprint(), "container_id": c.container,
+		"sessions": sessions, "image": c.image,
+	}
+	if c.failErr != nil && c.st == stateFailed {
+		doc["failure"] = c.failErr.Error()
+	}
+	if c.rsChild != nil {
+		doc["runtime_supervisor"] = c.rsChild.Identity().String()
+	}
+	if c.stagedRunsc != nil {
+		doc["attached_runsc_pid"] = c.stagedRunsc.Identity.GetHostPid()
+	}
+	if c.sandboxReady != nil {
+		doc["prepared_artifact"] = c.sandboxReady.PreparedArtifactId
+		doc["routes"] = c.sandboxReady.ObservedRoutes
+	}
+	d := c.policy.Digest()
+	doc["network_policy_digest"] = fmt.Sprintf("%x", d[:])
+	return doc
 }

@@ -2,6 +2,7 @@ package hc
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -25,12 +26,13 @@ import (
 
 // session is one Client Session: a connection and its `runsc exec` client.
 type session struct {
-	id    string
-	c     *coordinator
-	conn  *control.Conn
-	raw   net.Conn
-	mu    sync.Mutex
-	child *proc.Child
+	id         string
+	capability []byte // the Session Request Capability (pkg/trust encoding)
+	c          *coordinator
+	conn       *control.Conn
+	raw        net.Conn
+	mu         sync.Mutex
+	child      *proc.Child
 }
 
 // kill stops the session's exec client (Domain teardown).
@@ -98,20 +100,38 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	if cred, err := peerCred(raw); err != nil || int(cred.Uid) != os.Getuid() {
 		return
 	}
-	conn := control.NewConn(raw)
-	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	tconn, client, err := c.handshake(raw)
+	if err != nil {
+		c.log.Warn("control connection refused", "err", err)
+		return
+	}
+	conn := control.NewConn(tconn)
+	if client == nil {
+		c.enroll(conn)
+		return
+	}
+	tconn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var first lv1.ClientFrame
 	if err := conn.Read(&first); err != nil {
 		c.log.Warn("bad first frame", "err", err)
 		return
 	}
-	raw.SetReadDeadline(time.Time{})
+	tconn.SetReadDeadline(time.Time{})
+	if st := first.GetStatus(); st != nil {
+		c.serveStatus(conn, st)
+		return
+	}
 	req := first.GetRun()
 	if req == nil {
-		refuse(conn, errdefs.New(errdefs.ErrInvalid, "first frame must be a RunRequest"))
+		refuse(conn, errdefs.New(errdefs.ErrInvalid, "first frame must be a RunRequest or StatusRequest"))
 		return
 	}
 	if err := c.validate(req); err != nil {
+		refuse(conn, err)
+		return
+	}
+	capability, sessionID, err := c.admit(req, client)
+	if err != nil {
 		refuse(conn, err)
 		return
 	}
@@ -125,7 +145,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	joined := c.st == stateRunning
 	c.active++
 	c.everHad = true
-	s := &session{id: randomID(), c: c, conn: conn, raw: raw}
+	s := &session{id: sessionID, capability: capability, c: c, conn: conn, raw: tconn}
 	c.sessions[s.id] = s
 	c.sessionWG.Add(1)
 	c.mu.Unlock()
@@ -152,10 +172,10 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	}
 	c.mu.Lock()
 	failed := c.st != stateRunning
-	err := c.failErr
+	failErr := c.failErr
 	c.mu.Unlock()
 	if failed {
-		refuse(conn, err)
+		refuse(conn, failErr)
 		return
 	}
 	if req.Tty {
@@ -214,7 +234,9 @@ func (s *session) env(req *lv1.RunRequest) []string {
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
-	return append(env, "LAZARET_SESSION_ID="+s.id)
+	// The Session Request Capability travels with guest execution: the
+	// escalation client presents it to route requests to this session.
+	return append(env, "LAZARET_SESSION_ID="+s.id, "LAZARET_SESSION_CAPABILITY="+base64.StdEncoding.EncodeToString(s.capability))
 }
 
 // run starts the session's command and relays it until it exits.
@@ -282,7 +304,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	s.child = child
 	s.mu.Unlock()
 	log.Info("session started", "argv0", req.Argv[0], "joined", joined)
-	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined}}})
+	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
 
 	var outWG sync.WaitGroup
 	relay := func(r *os.File, stream lv1.Stream) {

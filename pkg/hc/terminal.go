@@ -205,7 +205,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 	t.route = routeSandbox
 	t.log.Info("session started", "argv0", req.Argv[0], "joined", joined, "pty", t.id.PTY, "size", sizeOf(req.WindowSize).String(),
 		"guest_pid", t.id.GuestLeaderPID, "guest_pgid", t.id.GuestPGID, "guest_start", t.id.GuestLeaderStart)
-	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined}}})
+	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
 	clientGone := t.loop(frames, admitted)
 	if clientGone {
 		t.log.Info("client connection lost: releasing the session terminal")

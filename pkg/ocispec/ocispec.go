@@ -72,6 +72,15 @@ type Sandbox struct {
 	Env []string
 	// Volumes are developer-configured host paths (SR-3 allows them).
 	Volumes []Volume
+	// ControlFiles are read-only single-file binds beneath ControlDir
+	// (e.g. the credential mount); their mount points must exist in the
+	// control source.
+	ControlFiles []ControlFile
+}
+
+// ControlFile is a read-only bind of one host file under ControlDir.
+type ControlFile struct {
+	Source, Target string
 }
 
 // Volume is one developer-configured bind mount.
@@ -163,6 +172,12 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 			MaskedPaths:   []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
+	}
+	for _, f := range s.ControlFiles {
+		if !strings.HasPrefix(f.Target, ControlDir+"/") || path.Clean(f.Target) != f.Target || !path.IsAbs(f.Source) {
+			return nil, fmt.Errorf("ocispec: control file %q → %q must be an absolute source and a clean target under %s", f.Source, f.Target, ControlDir)
+		}
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"bind", "ro"}})
 	}
 	for _, v := range s.Volumes {
 		mode := "rw"

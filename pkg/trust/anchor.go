@@ -332,3 +332,24 @@ func (p Publication) Verify(expect GenerationIdentity, now time.Time) error {
 	}
 	return verifyServerLeaf(leaf, ca, now)
 }
+
+// VerifiedIdentity verifies a publication read from the host-private
+// runtime directory for Domain domainID and profile, and returns the
+// generation identity its manifest names. The CA signature is checked with
+// the pinned CA certificate before the claims are believed.
+func (p Publication) VerifiedIdentity(domainID, profile string, now time.Time) (GenerationIdentity, error) {
+	var c ManifestClaims
+	if len(p.Manifest.Payload) > MaxRecordBytes {
+		return GenerationIdentity{}, errdefs.New(errdefs.ErrRefused, "trust manifest too large")
+	}
+	if err := strictUnmarshal(p.Manifest.Payload, &c); err != nil {
+		return GenerationIdentity{}, errdefs.Mark(fmt.Errorf("decode trust manifest: %w", err), errdefs.ErrCorrupt)
+	}
+	if err := p.Verify(c.Identity, now); err != nil {
+		return GenerationIdentity{}, err
+	}
+	if c.Identity.DomainID != domainID || c.Identity.Profile != profile {
+		return GenerationIdentity{}, errdefs.New(errdefs.ErrRefused, "the published coordinator serves Domain %s profile %q, not Domain %s profile %q", c.Identity.DomainID, c.Identity.Profile, domainID, profile)
+	}
+	return c.Identity, nil
+}

@@ -613,3 +613,22 @@ func TestTLSHandshake(t *testing.T) {
 	})
 
 }
+
+func TestPublicationVerifiedIdentity(t *testing.T) {
+	c := &clock{t: time.Now()}
+	a := newAnchor(t, 3, c)
+	id := a.Identity()
+	got, err := a.Publication().VerifiedIdentity(id.DomainID, id.Profile, c.now())
+	if err != nil || got != id {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := a.Publication().VerifiedIdentity(id.DomainID, "other", c.now()); err == nil {
+		t.Fatal("other profile accepted")
+	}
+	b := newAnchor(t, 3, c)
+	forged := a.Publication()
+	forged.CACert = b.CACertDER() // a CA that did not sign the manifest
+	if _, err := forged.VerifiedIdentity(id.DomainID, id.Profile, c.now()); err == nil {
+		t.Fatal("publication with a foreign CA accepted")
+	}
+}

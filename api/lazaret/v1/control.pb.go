@@ -141,6 +141,8 @@ type ClientFrame struct {
 	//	*ClientFrame_Interrupt
 	//	*ClientFrame_Quit
 	//	*ClientFrame_Suspend
+	//	*ClientFrame_Enroll
+	//	*ClientFrame_Status
 	Msg           isClientFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -255,6 +257,24 @@ func (x *ClientFrame) GetSuspend() *Suspend {
 	return nil
 }
 
+func (x *ClientFrame) GetEnroll() *EnrollRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_Enroll); ok {
+			return x.Enroll
+		}
+	}
+	return nil
+}
+
+func (x *ClientFrame) GetStatus() *StatusRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Msg interface {
 	isClientFrame_Msg()
 }
@@ -292,6 +312,16 @@ type ClientFrame_Suspend struct {
 	Suspend *Suspend `protobuf:"bytes,8,opt,name=suspend,proto3,oneof"`
 }
 
+type ClientFrame_Enroll struct {
+	// First and only frame of a connection without a client certificate.
+	Enroll *EnrollRequest `protobuf:"bytes,9,opt,name=enroll,proto3,oneof"`
+}
+
+type ClientFrame_Status struct {
+	// First frame of a status connection (instead of RunRequest).
+	Status *StatusRequest `protobuf:"bytes,10,opt,name=status,proto3,oneof"`
+}
+
 func (*ClientFrame_Run) isClientFrame_Msg() {}
 
 func (*ClientFrame_Stdin) isClientFrame_Msg() {}
@@ -307,6 +337,201 @@ func (*ClientFrame_Interrupt) isClientFrame_Msg() {}
 func (*ClientFrame_Quit) isClientFrame_Msg() {}
 
 func (*ClientFrame_Suspend) isClientFrame_Msg() {}
+
+func (*ClientFrame_Enroll) isClientFrame_Msg() {}
+
+func (*ClientFrame_Status) isClientFrame_Msg() {}
+
+// EnrollRequest asks for a one-hour clientAuth certificate: a signed x509
+// certificate request (DER, at most 8,192 bytes) for an Ed25519 key the CLI
+// keeps in memory. Allowed only on a connection with no client certificate.
+type EnrollRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CsrDer        []byte                 `protobuf:"bytes,1,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnrollRequest) Reset() {
+	*x = EnrollRequest{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnrollRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnrollRequest) ProtoMessage() {}
+
+func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
+func (*EnrollRequest) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EnrollRequest) GetCsrDer() []byte {
+	if x != nil {
+		return x.CsrDer
+	}
+	return nil
+}
+
+// Enrollment answers EnrollRequest with the issued leaf, bound to a new
+// Client CLI ID and this generation.
+type Enrollment struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	CertificateDer []byte                 `protobuf:"bytes,1,opt,name=certificate_der,json=certificateDer,proto3" json:"certificate_der,omitempty"`
+	ClientCliId    string                 `protobuf:"bytes,2,opt,name=client_cli_id,json=clientCliId,proto3" json:"client_cli_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Enrollment) Reset() {
+	*x = Enrollment{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Enrollment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Enrollment) ProtoMessage() {}
+
+func (x *Enrollment) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Enrollment.ProtoReflect.Descriptor instead.
+func (*Enrollment) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Enrollment) GetCertificateDer() []byte {
+	if x != nil {
+		return x.CertificateDer
+	}
+	return nil
+}
+
+func (x *Enrollment) GetClientCliId() string {
+	if x != nil {
+		return x.ClientCliId
+	}
+	return ""
+}
+
+// StatusRequest asks the Host Coordinator for the Domain's state document.
+type StatusRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ProtocolVersion ProtocolVersion        `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3,enum=lazaret.v1.ProtocolVersion" json:"protocol_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StatusRequest) GetProtocolVersion() ProtocolVersion {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return ProtocolVersion_PROTOCOL_VERSION_UNSPECIFIED
+}
+
+// Status is the Domain's state document as JSON (see lazaret status --json).
+type Status struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Json          []byte                 `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Status) Reset() {
+	*x = Status{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Status) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Status) ProtoMessage() {}
+
+func (x *Status) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Status.ProtoReflect.Descriptor instead.
+func (*Status) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Status) GetJson() []byte {
+	if x != nil {
+		return x.Json
+	}
+	return nil
+}
 
 // RunRequest registers a Client Session running one command in the Agent
 // Sandbox. It is the first frame on a connection.
@@ -331,14 +556,20 @@ type RunRequest struct {
 	// output is one merged STREAM_TERMINAL byte stream.
 	Tty bool `protobuf:"varint,9,opt,name=tty,proto3" json:"tty,omitempty"`
 	// Initial size of the client's terminal (required when tty is set).
-	WindowSize    *WindowSize `protobuf:"bytes,10,opt,name=window_size,json=windowSize,proto3" json:"window_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WindowSize *WindowSize `protobuf:"bytes,10,opt,name=window_size,json=windowSize,proto3" json:"window_size,omitempty"`
+	// The validated Agent Profile's canonical bytes (pkg/config), so that a
+	// refused join can say what changed.
+	CanonicalProfile []byte `protobuf:"bytes,11,opt,name=canonical_profile,json=canonicalProfile,proto3" json:"canonical_profile,omitempty"`
+	// Session registration signed with the CLI's Session Anchor key
+	// (pkg/trust encoding), binding the Session ID to this Client CLI.
+	SessionRegistration []byte `protobuf:"bytes,12,opt,name=session_registration,json=sessionRegistration,proto3" json:"session_registration,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[1]
+	mi := &file_lazaret_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +581,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[1]
+	mi := &file_lazaret_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +594,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunRequest) GetProtocolVersion() ProtocolVersion {
@@ -436,6 +667,20 @@ func (x *RunRequest) GetWindowSize() *WindowSize {
 	return nil
 }
 
+func (x *RunRequest) GetCanonicalProfile() []byte {
+	if x != nil {
+		return x.CanonicalProfile
+	}
+	return nil
+}
+
+func (x *RunRequest) GetSessionRegistration() []byte {
+	if x != nil {
+		return x.SessionRegistration
+	}
+	return nil
+}
+
 // WindowSize of a terminal. Rows and columns are non-zero 16-bit values;
 // pixel dimensions are 0 when unknown.
 type WindowSize struct {
@@ -450,7 +695,7 @@ type WindowSize struct {
 
 func (x *WindowSize) Reset() {
 	*x = WindowSize{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[2]
+	mi := &file_lazaret_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +707,7 @@ func (x *WindowSize) String() string {
 func (*WindowSize) ProtoMessage() {}
 
 func (x *WindowSize) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[2]
+	mi := &file_lazaret_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +720,7 @@ func (x *WindowSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
 func (*WindowSize) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WindowSize) GetRows() uint32 {
@@ -518,7 +763,7 @@ type Resize struct {
 
 func (x *Resize) Reset() {
 	*x = Resize{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[3]
+	mi := &file_lazaret_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +775,7 @@ func (x *Resize) String() string {
 func (*Resize) ProtoMessage() {}
 
 func (x *Resize) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[3]
+	mi := &file_lazaret_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +788,7 @@ func (x *Resize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resize.ProtoReflect.Descriptor instead.
 func (*Resize) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Resize) GetSize() *WindowSize {
@@ -565,7 +810,7 @@ type Interrupt struct {
 
 func (x *Interrupt) Reset() {
 	*x = Interrupt{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[4]
+	mi := &file_lazaret_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +822,7 @@ func (x *Interrupt) String() string {
 func (*Interrupt) ProtoMessage() {}
 
 func (x *Interrupt) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[4]
+	mi := &file_lazaret_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +835,7 @@ func (x *Interrupt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupt.ProtoReflect.Descriptor instead.
 func (*Interrupt) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 type Quit struct {
@@ -601,7 +846,7 @@ type Quit struct {
 
 func (x *Quit) Reset() {
 	*x = Quit{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	mi := &file_lazaret_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +858,7 @@ func (x *Quit) String() string {
 func (*Quit) ProtoMessage() {}
 
 func (x *Quit) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	mi := &file_lazaret_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +871,7 @@ func (x *Quit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quit.ProtoReflect.Descriptor instead.
 func (*Quit) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 type Suspend struct {
@@ -637,7 +882,7 @@ type Suspend struct {
 
 func (x *Suspend) Reset() {
 	*x = Suspend{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	mi := &file_lazaret_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +894,7 @@ func (x *Suspend) String() string {
 func (*Suspend) ProtoMessage() {}
 
 func (x *Suspend) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	mi := &file_lazaret_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +907,7 @@ func (x *Suspend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Suspend.ProtoReflect.Descriptor instead.
 func (*Suspend) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 // StdinData carries bytes for the session command's standard input.
@@ -675,7 +920,7 @@ type StdinData struct {
 
 func (x *StdinData) Reset() {
 	*x = StdinData{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[7]
+	mi := &file_lazaret_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +932,7 @@ func (x *StdinData) String() string {
 func (*StdinData) ProtoMessage() {}
 
 func (x *StdinData) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[7]
+	mi := &file_lazaret_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +945,7 @@ func (x *StdinData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinData.ProtoReflect.Descriptor instead.
 func (*StdinData) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StdinData) GetData() []byte {
@@ -719,7 +964,7 @@ type StdinClose struct {
 
 func (x *StdinClose) Reset() {
 	*x = StdinClose{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[8]
+	mi := &file_lazaret_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +976,7 @@ func (x *StdinClose) String() string {
 func (*StdinClose) ProtoMessage() {}
 
 func (x *StdinClose) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[8]
+	mi := &file_lazaret_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +989,7 @@ func (x *StdinClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinClose.ProtoReflect.Descriptor instead.
 func (*StdinClose) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 // SignalRequest asks HC to deliver a signal to the session command because
@@ -758,7 +1003,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[9]
+	mi := &file_lazaret_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +1015,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[9]
+	mi := &file_lazaret_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +1028,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SignalRequest) GetSignal() int32 {
@@ -803,6 +1048,8 @@ type ServerFrame struct {
 	//	*ServerFrame_Exit
 	//	*ServerFrame_Error
 	//	*ServerFrame_Progress
+	//	*ServerFrame_Enrollment
+	//	*ServerFrame_Status
 	Msg           isServerFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -810,7 +1057,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[10]
+	mi := &file_lazaret_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +1069,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[10]
+	mi := &file_lazaret_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +1082,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ServerFrame) GetMsg() isServerFrame_Msg {
@@ -890,6 +1137,24 @@ func (x *ServerFrame) GetProgress() *Progress {
 	return nil
 }
 
+func (x *ServerFrame) GetEnrollment() *Enrollment {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerFrame_Enrollment); ok {
+			return x.Enrollment
+		}
+	}
+	return nil
+}
+
+func (x *ServerFrame) GetStatus() *Status {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerFrame_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
 type isServerFrame_Msg interface {
 	isServerFrame_Msg()
 }
@@ -914,6 +1179,14 @@ type ServerFrame_Progress struct {
 	Progress *Progress `protobuf:"bytes,5,opt,name=progress,proto3,oneof"`
 }
 
+type ServerFrame_Enrollment struct {
+	Enrollment *Enrollment `protobuf:"bytes,6,opt,name=enrollment,proto3,oneof"`
+}
+
+type ServerFrame_Status struct {
+	Status *Status `protobuf:"bytes,7,opt,name=status,proto3,oneof"`
+}
+
 func (*ServerFrame_Accepted) isServerFrame_Msg() {}
 
 func (*ServerFrame_Output) isServerFrame_Msg() {}
@@ -924,20 +1197,27 @@ func (*ServerFrame_Error) isServerFrame_Msg() {}
 
 func (*ServerFrame_Progress) isServerFrame_Msg() {}
 
+func (*ServerFrame_Enrollment) isServerFrame_Msg() {}
+
+func (*ServerFrame_Status) isServerFrame_Msg() {}
+
 // Accepted confirms the session is registered in the published generation.
 type Accepted struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	SessionId  string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Whether this session started the generation or joined a running one.
-	Joined        bool `protobuf:"varint,3,opt,name=joined,proto3" json:"joined,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Joined bool `protobuf:"varint,3,opt,name=joined,proto3" json:"joined,omitempty"`
+	// The Session Request Capability HC signed for this session (pkg/trust
+	// encoding); the guest command receives it too.
+	SessionCapability []byte `protobuf:"bytes,4,opt,name=session_capability,json=sessionCapability,proto3" json:"session_capability,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Accepted) Reset() {
 	*x = Accepted{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[11]
+	mi := &file_lazaret_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1229,7 @@ func (x *Accepted) String() string {
 func (*Accepted) ProtoMessage() {}
 
 func (x *Accepted) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[11]
+	mi := &file_lazaret_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1242,7 @@ func (x *Accepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accepted.ProtoReflect.Descriptor instead.
 func (*Accepted) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Accepted) GetSessionId() string {
@@ -986,6 +1266,13 @@ func (x *Accepted) GetJoined() bool {
 	return false
 }
 
+func (x *Accepted) GetSessionCapability() []byte {
+	if x != nil {
+		return x.SessionCapability
+	}
+	return nil
+}
+
 // Output is a chunk of the session command's output.
 type Output struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -997,7 +1284,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[12]
+	mi := &file_lazaret_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1296,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[12]
+	mi := &file_lazaret_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1309,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1052,7 +1339,7 @@ type Exit struct {
 
 func (x *Exit) Reset() {
 	*x = Exit{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[13]
+	mi := &file_lazaret_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1351,7 @@ func (x *Exit) String() string {
 func (*Exit) ProtoMessage() {}
 
 func (x *Exit) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[13]
+	mi := &file_lazaret_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1364,7 @@ func (x *Exit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exit.ProtoReflect.Descriptor instead.
 func (*Exit) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Exit) GetCode() int32 {
@@ -1109,7 +1396,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[14]
+	mi := &file_lazaret_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1408,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[14]
+	mi := &file_lazaret_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1421,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Error) GetCategory() string {
@@ -1169,7 +1456,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[15]
+	mi := &file_lazaret_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1468,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[15]
+	mi := &file_lazaret_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1481,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Progress) GetMessage() string {
@@ -1209,7 +1496,7 @@ var File_lazaret_v1_control_proto protoreflect.FileDescriptor
 const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazaret/v1/control.proto\x12\n" +
-	"lazaret.v1\"\x9d\x03\n" +
+	"lazaret.v1\"\x87\x04\n" +
 	"\vClientFrame\x12*\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.lazaret.v1.RunRequestH\x00R\x03run\x12-\n" +
 	"\x05stdin\x18\x02 \x01(\v2\x15.lazaret.v1.StdinDataH\x00R\x05stdin\x129\n" +
@@ -1219,8 +1506,21 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x06resize\x18\x05 \x01(\v2\x12.lazaret.v1.ResizeH\x00R\x06resize\x125\n" +
 	"\tinterrupt\x18\x06 \x01(\v2\x15.lazaret.v1.InterruptH\x00R\tinterrupt\x12&\n" +
 	"\x04quit\x18\a \x01(\v2\x10.lazaret.v1.QuitH\x00R\x04quit\x12/\n" +
-	"\asuspend\x18\b \x01(\v2\x13.lazaret.v1.SuspendH\x00R\asuspendB\x05\n" +
-	"\x03msg\"\xd3\x03\n" +
+	"\asuspend\x18\b \x01(\v2\x13.lazaret.v1.SuspendH\x00R\asuspend\x123\n" +
+	"\x06enroll\x18\t \x01(\v2\x19.lazaret.v1.EnrollRequestH\x00R\x06enroll\x123\n" +
+	"\x06status\x18\n" +
+	" \x01(\v2\x19.lazaret.v1.StatusRequestH\x00R\x06statusB\x05\n" +
+	"\x03msg\"(\n" +
+	"\rEnrollRequest\x12\x17\n" +
+	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\"Y\n" +
+	"\n" +
+	"Enrollment\x12'\n" +
+	"\x0fcertificate_der\x18\x01 \x01(\fR\x0ecertificateDer\x12\"\n" +
+	"\rclient_cli_id\x18\x02 \x01(\tR\vclientCliId\"W\n" +
+	"\rStatusRequest\x12F\n" +
+	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"\x1c\n" +
+	"\x06Status\x12\x12\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\"\xb3\x04\n" +
 	"\n" +
 	"RunRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\x12\x1b\n" +
@@ -1234,7 +1534,9 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x03tty\x18\t \x01(\bR\x03tty\x127\n" +
 	"\vwindow_size\x18\n" +
 	" \x01(\v2\x16.lazaret.v1.WindowSizeR\n" +
-	"windowSize\x1a6\n" +
+	"windowSize\x12+\n" +
+	"\x11canonical_profile\x18\v \x01(\fR\x10canonicalProfile\x121\n" +
+	"\x14session_registration\x18\f \x01(\fR\x13sessionRegistration\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
@@ -1254,21 +1556,26 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"StdinClose\"'\n" +
 	"\rSignalRequest\x12\x16\n" +
-	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\xfd\x01\n" +
+	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\xe5\x02\n" +
 	"\vServerFrame\x122\n" +
 	"\baccepted\x18\x01 \x01(\v2\x14.lazaret.v1.AcceptedH\x00R\baccepted\x12,\n" +
 	"\x06output\x18\x02 \x01(\v2\x12.lazaret.v1.OutputH\x00R\x06output\x12&\n" +
 	"\x04exit\x18\x03 \x01(\v2\x10.lazaret.v1.ExitH\x00R\x04exit\x12)\n" +
 	"\x05error\x18\x04 \x01(\v2\x11.lazaret.v1.ErrorH\x00R\x05error\x122\n" +
-	"\bprogress\x18\x05 \x01(\v2\x14.lazaret.v1.ProgressH\x00R\bprogressB\x05\n" +
-	"\x03msg\"a\n" +
+	"\bprogress\x18\x05 \x01(\v2\x14.lazaret.v1.ProgressH\x00R\bprogress\x128\n" +
+	"\n" +
+	"enrollment\x18\x06 \x01(\v2\x16.lazaret.v1.EnrollmentH\x00R\n" +
+	"enrollment\x12,\n" +
+	"\x06status\x18\a \x01(\v2\x12.lazaret.v1.StatusH\x00R\x06statusB\x05\n" +
+	"\x03msg\"\x90\x01\n" +
 	"\bAccepted\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x16\n" +
-	"\x06joined\x18\x03 \x01(\bR\x06joined\"H\n" +
+	"\x06joined\x18\x03 \x01(\bR\x06joined\x12-\n" +
+	"\x12session_capability\x18\x04 \x01(\fR\x11sessionCapability\"H\n" +
 	"\x06Output\x12*\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x12.lazaret.v1.StreamR\x06stream\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"2\n" +
@@ -1303,52 +1610,61 @@ func file_lazaret_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lazaret_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_lazaret_v1_control_proto_goTypes = []any{
 	(ProtocolVersion)(0),  // 0: lazaret.v1.ProtocolVersion
 	(Stream)(0),           // 1: lazaret.v1.Stream
 	(*ClientFrame)(nil),   // 2: lazaret.v1.ClientFrame
-	(*RunRequest)(nil),    // 3: lazaret.v1.RunRequest
-	(*WindowSize)(nil),    // 4: lazaret.v1.WindowSize
-	(*Resize)(nil),        // 5: lazaret.v1.Resize
-	(*Interrupt)(nil),     // 6: lazaret.v1.Interrupt
-	(*Quit)(nil),          // 7: lazaret.v1.Quit
-	(*Suspend)(nil),       // 8: lazaret.v1.Suspend
-	(*StdinData)(nil),     // 9: lazaret.v1.StdinData
-	(*StdinClose)(nil),    // 10: lazaret.v1.StdinClose
-	(*SignalRequest)(nil), // 11: lazaret.v1.SignalRequest
-	(*ServerFrame)(nil),   // 12: lazaret.v1.ServerFrame
-	(*Accepted)(nil),      // 13: lazaret.v1.Accepted
-	(*Output)(nil),        // 14: lazaret.v1.Output
-	(*Exit)(nil),          // 15: lazaret.v1.Exit
-	(*Error)(nil),         // 16: lazaret.v1.Error
-	(*Progress)(nil),      // 17: lazaret.v1.Progress
-	nil,                   // 18: lazaret.v1.RunRequest.EnvEntry
+	(*EnrollRequest)(nil), // 3: lazaret.v1.EnrollRequest
+	(*Enrollment)(nil),    // 4: lazaret.v1.Enrollment
+	(*StatusRequest)(nil), // 5: lazaret.v1.StatusRequest
+	(*Status)(nil),        // 6: lazaret.v1.Status
+	(*RunRequest)(nil),    // 7: lazaret.v1.RunRequest
+	(*WindowSize)(nil),    // 8: lazaret.v1.WindowSize
+	(*Resize)(nil),        // 9: lazaret.v1.Resize
+	(*Interrupt)(nil),     // 10: lazaret.v1.Interrupt
+	(*Quit)(nil),          // 11: lazaret.v1.Quit
+	(*Suspend)(nil),       // 12: lazaret.v1.Suspend
+	(*StdinData)(nil),     // 13: lazaret.v1.StdinData
+	(*StdinClose)(nil),    // 14: lazaret.v1.StdinClose
+	(*SignalRequest)(nil), // 15: lazaret.v1.SignalRequest
+	(*ServerFrame)(nil),   // 16: lazaret.v1.ServerFrame
+	(*Accepted)(nil),      // 17: lazaret.v1.Accepted
+	(*Output)(nil),        // 18: lazaret.v1.Output
+	(*Exit)(nil),          // 19: lazaret.v1.Exit
+	(*Error)(nil),         // 20: lazaret.v1.Error
+	(*Progress)(nil),      // 21: lazaret.v1.Progress
+	nil,                   // 22: lazaret.v1.RunRequest.EnvEntry
 }
 var file_lazaret_v1_control_proto_depIdxs = []int32{
-	3,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
-	9,  // 1: lazaret.v1.ClientFrame.stdin:type_name -> lazaret.v1.StdinData
-	10, // 2: lazaret.v1.ClientFrame.stdin_close:type_name -> lazaret.v1.StdinClose
-	11, // 3: lazaret.v1.ClientFrame.signal:type_name -> lazaret.v1.SignalRequest
-	5,  // 4: lazaret.v1.ClientFrame.resize:type_name -> lazaret.v1.Resize
-	6,  // 5: lazaret.v1.ClientFrame.interrupt:type_name -> lazaret.v1.Interrupt
-	7,  // 6: lazaret.v1.ClientFrame.quit:type_name -> lazaret.v1.Quit
-	8,  // 7: lazaret.v1.ClientFrame.suspend:type_name -> lazaret.v1.Suspend
-	0,  // 8: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	18, // 9: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
-	4,  // 10: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
-	4,  // 11: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
-	13, // 12: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
-	14, // 13: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
-	15, // 14: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
-	16, // 15: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
-	17, // 16: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
-	1,  // 17: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	7,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
+	13, // 1: lazaret.v1.ClientFrame.stdin:type_name -> lazaret.v1.StdinData
+	14, // 2: lazaret.v1.ClientFrame.stdin_close:type_name -> lazaret.v1.StdinClose
+	15, // 3: lazaret.v1.ClientFrame.signal:type_name -> lazaret.v1.SignalRequest
+	9,  // 4: lazaret.v1.ClientFrame.resize:type_name -> lazaret.v1.Resize
+	10, // 5: lazaret.v1.ClientFrame.interrupt:type_name -> lazaret.v1.Interrupt
+	11, // 6: lazaret.v1.ClientFrame.quit:type_name -> lazaret.v1.Quit
+	12, // 7: lazaret.v1.ClientFrame.suspend:type_name -> lazaret.v1.Suspend
+	3,  // 8: lazaret.v1.ClientFrame.enroll:type_name -> lazaret.v1.EnrollRequest
+	5,  // 9: lazaret.v1.ClientFrame.status:type_name -> lazaret.v1.StatusRequest
+	0,  // 10: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	0,  // 11: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	22, // 12: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
+	8,  // 13: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
+	8,  // 14: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
+	17, // 15: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
+	18, // 16: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
+	19, // 17: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
+	20, // 18: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
+	21, // 19: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
+	4,  // 20: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
+	6,  // 21: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
+	1,  // 22: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_control_proto_init() }
@@ -1365,13 +1681,17 @@ func file_lazaret_v1_control_proto_init() {
 		(*ClientFrame_Interrupt)(nil),
 		(*ClientFrame_Quit)(nil),
 		(*ClientFrame_Suspend)(nil),
+		(*ClientFrame_Enroll)(nil),
+		(*ClientFrame_Status)(nil),
 	}
-	file_lazaret_v1_control_proto_msgTypes[10].OneofWrappers = []any{
+	file_lazaret_v1_control_proto_msgTypes[14].OneofWrappers = []any{
 		(*ServerFrame_Accepted)(nil),
 		(*ServerFrame_Output)(nil),
 		(*ServerFrame_Exit)(nil),
 		(*ServerFrame_Error)(nil),
 		(*ServerFrame_Progress)(nil),
+		(*ServerFrame_Enrollment)(nil),
+		(*ServerFrame_Status)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1379,7 +1699,7 @@ func file_lazaret_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_control_proto_rawDesc), len(file_lazaret_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,6 +23,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // maxAttempts bounds joins refused because the Domain was stopping.
@@ -112,13 +113,15 @@ func runAction(c *cli.Context) error {
 		}
 	}
 	req := &lv1.RunRequest{
-		ProtocolVersion: lv1.ProtocolVersion_PROTOCOL_VERSION_1,
-		DomainId:        string(paths.ID),
-		Profile:         prof.Name,
-		Argv:            argv,
-		WorkspaceSubdir: ws.Subdir,
-		Env:             map[string]string{},
-		Stdin:           true,
+		ConfigurationFingerprint: prof.Config.Fingerprint(),
+		CanonicalProfile:         prof.Config.Canonical(),
+		ProtocolVersion:          lv1.ProtocolVersion_PROTOCOL_VERSION_1,
+		DomainId:                 string(paths.ID),
+		Profile:                  prof.Name,
+		Argv:                     argv,
+		WorkspaceSubdir:          ws.Subdir,
+		Env:                      map[string]string{},
+		Stdin:                    true,
 	}
 	if tty {
 		ws, err := windowSize(0)
@@ -135,10 +138,26 @@ func runAction(c *cli.Context) error {
 	}
 	s := &starter{paths: paths, prof: prof, ws: ws.Root, image: image}
 	for attempt := 1; ; attempt++ {
-		conn, err := s.connectOrSignal(sigs)
+		raw, err := s.connectOrSignal(sigs)
 		if err != nil {
 			return err
 		}
+		auth, err := authenticate(raw, paths, prof.Name)
+		if errors.Is(err, errNotPublished) && attempt < maxAttempts {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		// A fresh Session Anchor per attempt: its key binds the Session ID.
+		anchor, err := trust.NewSessionAnchor(nil)
+		if err != nil {
+			auth.conn.Close()
+			return err
+		}
+		req.SessionRegistration = anchor.Registration(auth.identity, auth.clientID).Encode()
+		conn := auth.conn
 		run := session
 		if req.Tty {
 			run = terminalSession
@@ -295,7 +314,7 @@ func (s *starter) startCoordinator(lock *os.File) error {
 
 // session runs one Client Session on conn. retry reports a Domain that was
 // stopping: the caller starts or joins again.
-func session(conn *net.UnixConn, req *lv1.RunRequest, sigs <-chan os.Signal) (code int, retry bool, err error) {
+func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code int, retry bool, err error) {
 	defer conn.Close()
 	fc := control.NewConn(conn)
 	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {

@@ -186,7 +186,7 @@ func (c *ttyClient) relayInput() {
 
 // terminalSession runs one interactive Client Session on conn; like
 // session, retry reports a Domain that was stopping.
-func terminalSession(conn *net.UnixConn, req *lv1.RunRequest, sigs <-chan os.Signal) (code int, retry bool, err error) {
+func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code int, retry bool, err error) {
 	defer conn.Close()
 	cons, err := console.ConsoleFromFile(os.Stdin)
 	if err != nil {
