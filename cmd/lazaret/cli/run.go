@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -55,6 +56,7 @@ Examples:
    lazaret run --profile tiny -- sh -c 'echo $HOSTNAME'`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "profile", Aliases: []string{"p"}, Value: "default", Usage: "Agent Profile"},
+		&cli.StringFlag{Name: "config", Usage: "host configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml)"},
 		&cli.StringFlag{Name: "dir", Aliases: []string{"C"}, Usage: "start directory (default: the current directory)"},
 		&cli.BoolFlag{Name: "no-tty", Aliases: []string{"T"}, Usage: "never allocate a terminal, even when stdin and stdout are terminals"},
 	},
@@ -80,7 +82,7 @@ func runAction(c *cli.Context) error {
 	if err := host.All(); err != nil {
 		return err
 	}
-	prof, err := lookupProfile(c.String("profile"))
+	prof, err := lookupProfileIn(c.String("config"), c.String("profile"))
 	if err != nil {
 		return err
 	}
@@ -97,6 +99,13 @@ func runAction(c *cli.Context) error {
 	ws, err := domain.ResolveWorkspace(dir, os.Getenv("HOME"))
 	if err != nil {
 		return err
+	}
+	// Configuration confinement (spec §1.1): the configuration file may not
+	// be inside, or an ancestor of, any path the sandbox mounts.
+	if prof.ConfigPath != "" {
+		if _, err := config.Confine(prof.ConfigPath, prof.Config.Mounts(ws.Root)); err != nil {
+			return err
+		}
 	}
 	uid := os.Getuid()
 	roots, err := domain.DefaultRoots(os.Getenv, uid)

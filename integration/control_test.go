@@ -1,0 +1,355 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/trust"
+)
+
+// clientScenarioEnv selects a raw protocol client role of this test binary,
+// run as the test user (the coordinator only talks to the developer's uid).
+const clientScenarioEnv = "LAZARET_IT_CLIENT"
+
+func init() {
+	if sc := os.Getenv(clientScenarioEnv); sc != "" {
+		err := runClientScenario(sc, os.Getenv("LAZARET_IT_RUNTIME"), os.Getenv("LAZARET_IT_STATE"))
+		if err != nil {
+			fmt.Println("RESULT", err)
+			os.Exit(1)
+		}
+		fmt.Println("RESULT ok")
+		os.Exit(0)
+	}
+}
+
+func dialTLS(rt string, pub trust.Publication, cert *tls.Certificate) (*tls.Conn, error) {
+	raw, err := net.Dial("unix", filepath.Join(rt, "control.sock"))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := trust.ClientTLSConfig(pub, cert, nil)
+	if err != nil {
+		return nil, err
+	}
+	c := tls.Client(raw, cfg)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, c.Handshake()
+}
+
+// runClientScenario speaks the control protocol by hand against the Domain
+// whose runtime directory is rt and reports what the coordinator did.
+func runClientScenario(sc, rt, stateFile string) error {
+	b, err := os.ReadFile(filepath.Join(rt, "publication.json"))
+	if err != nil {
+		return err
+	}
+	var pub trust.Publication
+	if err := json.Unmarshal(b, &pub); err != nil {
+		return err
+	}
+	enroll := func() (*tls.Certificate, error) {
+		c, err := dialTLS(rt, pub, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		key, _ := trust.NewClientKey(nil)
+		csr, _ := trust.NewCSR(key)
+		fc := control.NewConn(c)
+		fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: csr}}})
+		var f lv1.ServerFrame
+		if err := fc.Read(&f); err != nil {
+			return nil, err
+		}
+		if f.GetEnrollment() == nil {
+			return nil, fmt.Errorf("no enrollment: %v", f.String())
+		}
+		cert := trust.ClientCertificate(key, &trust.Enrollment{ClientID: f.GetEnrollment().ClientCliId, CertDER: f.GetEnrollment().CertificateDer})
+		return &cert, nil
+	}
+	switch sc {
+	case "run-without-certificate":
+		c, err := dialTLS(rt, pub, nil)
+		if err != nil {
+			return err
+		}
+		fc := control.NewConn(c)
+		fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: &lv1.RunRequest{Argv: []string{"true"}}}})
+		var f lv1.ServerFrame
+		if err := fc.Read(&f); err != nil {
+			return fmt.Errorf("closed without an answer: %v", err)
+		}
+		if e := f.GetError(); e != nil && strings.Contains(e.Message, "may only enroll") {
+			return nil
+		}
+		return fmt.Errorf("RunRequest without a certificate got %v", f.String())
+	case "oversized-csr":
+		c, err := dialTLS(rt, pub, nil)
+		if err != nil {
+			return err
+		}
+		fc := control.NewConn(c)
+		fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: bytes.Repeat([]byte{0x30}, 9000)}}})
+		var f lv1.ServerFrame
+		if err := fc.Read(&f); err != nil {
+			return fmt.Errorf("closed without an answer: %v", err)
+		}
+		if e := f.GetError(); e != nil && strings.Contains(e.Message, "8192") {
+			return nil
+		}
+		return fmt.Errorf("oversized CSR got %v", f.String())
+	case "save-certificate":
+		cert, err := enroll()
+		if err != nil {
+			return err
+		}
+		js, _ := json.Marshal(map[string][]byte{"cert": cert.Certificate[0], "key": cert.PrivateKey.(interface{ Seed() []byte }).Seed()})
+		return os.WriteFile(stateFile, js, 0o600)
+	case "stale-certificate":
+		js, err := os.ReadFile(stateFile)
+		if err != nil {
+			return err
+		}
+		var saved map[string][]byte
+		json.Unmarshal(js, &saved)
+		key := ed25519Key(saved["key"])
+		cert := tls.Certificate{Certificate: [][]byte{saved["cert"]}, PrivateKey: key}
+		c, err := dialTLS(rt, pub, &cert)
+		if err == nil {
+			fc := control.NewConn(c)
+			fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Status{Status: &lv1.StatusRequest{ProtocolVersion: lv1.ProtocolVersion_PROTOCOL_VERSION_1}}})
+			var f lv1.ServerFrame
+			if err := fc.Read(&f); err == nil && f.GetStatus() != nil {
+				return fmt.Errorf("a previous generation's certificate was served")
+			}
+		}
+		return nil
+	case "malformed-frames":
+		cert, err := enroll()
+		if err != nil {
+			return err
+		}
+		for _, garbage := range [][]byte{
+			binary.BigEndian.AppendUint32(nil, 1<<30),                             // absurd length
+			append(binary.BigEndian.AppendUint32(nil, 4), 0xff, 0xff, 0xff, 0xff), // not protobuf
+			{0, 0}, // truncated header
+		} {
+			c, err := dialTLS(rt, pub, cert)
+			if err != nil {
+				return err
+			}
+			c.Write(garbage)
+			c.CloseWrite()
+			buf := make([]byte, 1)
+			c.Read(buf)
+			c.Close()
+		}
+		// The coordinator still serves.
+		c, err := dialTLS(rt, pub, cert)
+		if err != nil {
+			return fmt.Errorf("after malformed frames: %v", err)
+		}
+		fc := control.NewConn(c)
+		fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Status{Status: &lv1.StatusRequest{ProtocolVersion: lv1.ProtocolVersion_PROTOCOL_VERSION_1}}})
+		var f lv1.ServerFrame
+		if err := fc.Read(&f); err != nil || f.GetStatus() == nil {
+			return fmt.Errorf("no status after malformed frames: %v %v", err, f.String())
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown scenario %q", sc)
+}
+
+// clientScenario runs a raw protocol scenario as the test user against the
+// Domain of ws and returns its RESULT line.
+func clientScenario(t *testing.T, user *env, ws, scenario, stateFile string) string {
+	t.Helper()
+	self, _ := os.Executable()
+	dst := filepath.Join(user.base, "integration.test")
+	if _, err := os.Stat(dst); err != nil {
+		data, err := os.ReadFile(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(dst, data, 0o755)
+	}
+	rts, _ := filepath.Glob(filepath.Join(user.runtime, "lazaret", "*"))
+	var rt string
+	for _, d := range rts {
+		if _, err := os.Stat(filepath.Join(d, "publication.json")); err == nil {
+			rt = d
+		}
+	}
+	if rt == "" {
+		t.Fatalf("no published Domain for %s", ws)
+	}
+	c := exec.Command(dst, "-test.run=^$")
+	c.Env = []string{clientScenarioEnv + "=" + scenario, "LAZARET_IT_RUNTIME=" + rt, "LAZARET_IT_STATE=" + stateFile, "HOME=" + user.home}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(user.uid), Gid: uint32(user.gid)}}
+	out, _ := c.CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if r, ok := strings.CutPrefix(line, "RESULT "); ok {
+			return r
+		}
+	}
+	return "no result: " + string(out)
+}
+
+// holdDomain starts a long session in ws and waits until it runs.
+func holdDomain(t *testing.T, e *env, ws string) *exec.Cmd {
+	t.Helper()
+	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 120")
+	stdout, _ := c.StdoutPipe()
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := stdout.Read(buf); err != nil {
+		t.Fatalf("holding session did not start: %v", err)
+	}
+	return c
+}
+
+func release(c *exec.Cmd) {
+	c.Process.Signal(syscall.SIGTERM)
+	c.Wait()
+}
+
+// TestControlPlaneAuthentication (spec §3.2 "Protocol cryptography
+// refinement"): a connection without a client certificate may only enroll;
+// an oversized CSR is refused; a certificate of a previous generation is
+// refused; malformed frames never crash the coordinator.
+func TestControlPlaneAuthentication(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	hold := holdDomain(t, e, ws)
+	for _, sc := range []string{"run-without-certificate", "oversized-csr", "malformed-frames"} {
+		if r := clientScenario(t, e, ws, sc, ""); r != "ok" {
+			t.Errorf("%s: %s", sc, r)
+		}
+	}
+	saved := filepath.Join(e.userDir("certs-"+randHex(3)), "cert.json")
+	if r := clientScenario(t, e, ws, "save-certificate", saved); r != "ok" {
+		t.Fatalf("enroll: %s", r)
+	}
+	release(hold)
+	noLeftovers(t)
+	hold = holdDomain(t, e, ws) // the next generation
+	if r := clientScenario(t, e, ws, "stale-certificate", saved); r != "ok" {
+		t.Errorf("previous generation's certificate: %s", r)
+	}
+	release(hold)
+	noLeftovers(t)
+}
+
+// TestConcurrentSessions (spec §3.2, issue: two then eight sessions): many
+// sessions of one Domain run at once, each with its own exit status, and
+// the Domain stops when the last leaves.
+func TestConcurrentSessions(t *testing.T) {
+	e := need(t)
+	for _, n := range []int{2, 8} {
+		ws := workspace(t)
+		var wg sync.WaitGroup
+		results := make([]result, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				results[i] = lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", fmt.Sprintf("sleep 1; echo session-%d; exit %d", i, 10+i))
+			}(i)
+		}
+		wg.Wait()
+		for i, r := range results {
+			if r.code != 10+i || r.stdout != fmt.Sprintf("session-%d\n", i) {
+				t.Errorf("%d sessions: session %d got %+v", n, i, r)
+			}
+		}
+		logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			if strings.Contains(string(b), "workspace="+ws) && strings.Count(string(b), "host coordinator started") > 1 {
+				// Sessions may straddle a teardown only if one ended before
+				// another registered; with sleep 1 they overlap.
+				t.Logf("%d sessions used %d generations", n, strings.Count(string(b), "host coordinator started"))
+			}
+		}
+		noLeftovers(t)
+	}
+}
+
+// TestJoinRefusals: a joining session with another configuration is refused
+// with what changed; another user cannot reach the control socket; two
+// workspaces run two Domains at once.
+func TestJoinRefusals(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	hold := holdDomain(t, e, ws)
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	os.WriteFile(cfg, []byte("[profiles.tiny]\nenv = { EXTRA = \"1\" }\n"), 0o600)
+	os.Chown(cfg, e.uid, e.gid)
+	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "tiny", "--", "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "EXTRA") {
+		t.Errorf("configuration mismatch: %+v", r)
+	}
+	t.Logf("mismatch refusal: %s", strings.TrimSpace(r.stderr))
+	// Another uid (nobody) cannot even reach the socket.
+	rts, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", "*", "control.sock"))
+	if len(rts) != 1 {
+		t.Fatalf("sockets: %v", rts)
+	}
+	probe := exec.Command("/bin/sh", "-c", "exec 3<>/dev/null; cat < "+rts[0])
+	probe.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := probe.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Errorf("another uid reached the control socket: %v %s", err, out)
+	}
+	// A second workspace: a second Domain, concurrently.
+	ws2 := workspace(t)
+	if r := lz(t, ws2, nil, "run", "-p", "tiny", "--", "echo", "second"); r.code != 0 || r.stdout != "second\n" {
+		t.Errorf("second Domain: %+v", r)
+	}
+	release(hold)
+	noLeftovers(t)
+}
+
+// TestJoinDuringStartup: a session that arrives while the Domain is still
+// starting waits and then joins the same generation.
+func TestJoinDuringStartup(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	first := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "sleep 2; echo first")
+	var out1 bytes.Buffer
+	first.Stdout = &out1
+	first.Start()
+	time.Sleep(100 * time.Millisecond) // the coordinator is starting
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "second")
+	first.Wait()
+	if r.code != 0 || r.stdout != "second\n" || out1.String() != "first\n" {
+		t.Fatalf("join during start-up: %+v / %q", r, out1.String())
+	}
+	logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		if strings.Contains(string(b), "workspace="+ws) && strings.Count(string(b), "host coordinator started") != 1 {
+			t.Errorf("join during start-up started %d coordinators", strings.Count(string(b), "host coordinator started"))
+		}
+	}
+	noLeftovers(t)
+}
+
+func ed25519Key(seed []byte) any { return ed25519.NewKeyFromSeed(seed) }
