@@ -353,3 +353,36 @@ func TestJoinDuringStartup(t *testing.T) {
 }
 
 func ed25519Key(seed []byte) any { return ed25519.NewKeyFromSeed(seed) }
+
+// TestStatus (issue: inspectability): `lazaret status --json` reports a
+// running Domain through its Host Coordinator (generation, state, sessions,
+// process identities) and a stopped one from its identity.
+func TestStatus(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	hold := holdDomain(t, e, ws)
+	r := lz(t, ws, nil, "status", "--json")
+	var docs []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &docs); err != nil || r.code != 0 {
+		t.Fatalf("status: %v %+v", err, r)
+	}
+	var mine map[string]any
+	for _, d := range docs {
+		if d["workspace"] == ws {
+			mine = d
+		}
+	}
+	if mine == nil || mine["state"] != "running" || mine["runtime_supervisor"] == nil || mine["generation"] == nil {
+		t.Fatalf("running Domain not reported: %v", mine)
+	}
+	if s, _ := mine["sessions"].([]any); len(s) != 1 {
+		t.Errorf("sessions: %v", mine["sessions"])
+	}
+	release(hold)
+	noLeftovers(t)
+	r = lz(t, ws, nil, "status")
+	if r.code != 0 || !strings.Contains(r.stdout, ws) || !strings.Contains(r.stdout, "stopped") {
+		t.Errorf("stopped Domain: %+v", r)
+	}
+	noLeftovers(t)
+}

@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+var statusCommand = &cli.Command{
+	Name:  "status",
+	Usage: "list your Domains and, for running ones, their generation, processes and sessions",
+	Description: `Only a Domain's Host Coordinator opens its store: for a running Domain the
+state comes from it over the control socket; a stopped Domain shows its
+identity and last generation.
+
+Examples:
+   lazaret status
+   lazaret status --json`,
+	Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output"}},
+	Action: func(c *cli.Context) error {
+		if os.Geteuid() == 0 {
+			return errdefs.New(errdefs.ErrRefused, "run lazaret status as the user whose Domains you want to see, not as root")
+		}
+		roots, err := domain.DefaultRoots(os.Getenv, os.Getuid())
+		if err != nil {
+			return err
+		}
+		docs, err := domainStatuses(roots)
+		if err != nil {
+			return err
+		}
+		if c.Bool("json") {
+			enc := json.NewEncoder(c.App.Writer)
+			enc.SetIndent("", "  ")
+			return enc.Encode(docs)
+		}
+		if len(docs) == 0 {
+			fmt.Fprintln(c.App.Writer, "no Domains yet: `lazaret run -- COMMAND` in a project starts one")
+			return nil
+		}
+		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "DOMAIN\tPROFILE\tSTATE\tGENERATION\tSESSIONS\tWORKSPACE")
+		for _, d := range docs {
+			sessions := 0
+			if s, ok := d["sessions"].([]any); ok {
+				sessions = len(s)
+			}
+			fmt.Fprintf(w, "%s\t%v\t%v\t%v\t%d\t%v\n", d["domain_id"], d["profile"], d["state"], d["generation"], sessions, d["workspace"])
+		}
+		return w.Flush()
+	},
+}
+
+// domainStatuses lists every Domain under the Storage Root.
+func domainStatuses(roots domain.Roots) ([]map[string]any, error) {
+	dirs, err := os.ReadDir(filepath.Join(roots.Storage, "domains"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []map[string]any
+	for _, d := range dirs {
+		id := domain.ID(d.Name())
+		if !id.Valid() {
+			continue
+		}
+		paths, err := domain.PathsFor(roots, id)
+		if err != nil {
+			continue
+		}
+		doc := map[string]any{"domain_id": string(id), "state": "stopped"}
+		var ident domain.StoredIdentity
+		if b, err := os.ReadFile(filepath.Join(paths.DomainRoot, "domain.json")); err == nil && json.Unmarshal(b, &ident) == nil {
+			doc["profile"], doc["workspace"] = ident.Profile, ident.Workspace
+		}
+		if ident.Profile != "" {
+			if live, err := liveStatus(paths, ident.Profile); err == nil {
+				doc = live
+			} else if !errors.Is(err, errNotPublished) {
+				doc["state"] = "unreachable"
+				doc["error"] = err.Error()
+			}
+		}
+		out = append(out, doc)
+	}
+	sort.Slice(out, func(i, j int) bool { return fmt.Sprint(out[i]["workspace"]) < fmt.Sprint(out[j]["workspace"]) })
+	return out, nil
+}
+
+// liveStatus asks a running Domain's coordinator for its state document.
+func liveStatus(paths domain.Paths, profile string) (map[string]any, error) {
+	raw, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: paths.ControlSocket(), Net: "unix"})
+	if err != nil {
+		return nil, errNotPublished
+	}
+	auth, err := authenticate(raw, paths, profile)
+	if err != nil {
+		return nil, err
+	}
+	defer auth.conn.Close()
+	fc := control.NewConn(auth.conn)
+	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Status{Status: &lv1.StatusRequest{ProtocolVersion: lv1.ProtocolVersion_PROTOCOL_VERSION_1}}}); err != nil {
+		return nil, err
+	}
+	var f lv1.ServerFrame
+	if err := fc.Read(&f); err != nil {
+		return nil, err
+	}
+	if e := f.GetError(); e != nil {
+		return nil, errdefs.Mark(errors.New(e.Message), errdefs.FromCategory(e.Category))
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(f.GetStatus().GetJson(), &doc); err != nil {
+		return nil, errdefs.Mark(err, errdefs.ErrCorrupt)
+	}
+	return doc, nil
+}
