@@ -2,12 +2,19 @@ package integration
 
 import (
 	"bytes"
+
+	"golang.org/x/sys/unix"
+
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/participant"
+	"github.com/lazaret/lazaret/pkg/store"
 
 	"github.com/lazaret/lazaret/pkg/failpoint"
 )
@@ -82,10 +89,57 @@ func TestFaultInjectionRecovery(t *testing.T) {
 				t.Fatalf("run after a kill at %s: %+v", stage, r)
 			}
 			noLeftovers(t)
+			allClean(t, ws, "tiny")
 		})
 	}
 	sort.Slice(recoveries, func(i, j int) bool { return recoveries[i] < recoveries[j] })
 	if len(recoveries) > 0 {
 		t.Logf("%d stages; median recovering run %s (max %s)", len(stages), recoveries[len(recoveries)/2], recoveries[len(recoveries)-1])
 	}
+}
+
+// allClean opens the stopped Domain's store (taking its lock, as a Host
+// Coordinator would) and asserts that no participant of any generation is
+// left outside Clean and nothing was retained.
+func allClean(t *testing.T, ws, profile string) {
+	t.Helper()
+	e := need(t)
+	canon, _ := filepath.EvalSymlinks(ws)
+	id := domain.DeriveID(profile, canon)
+	root := filepath.Join(e.stateHome, "lazaret", "domains", string(id))
+	lock, err := os.OpenFile(filepath.Join(root, "lifecycle.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("Domain still locked: %v", err)
+	}
+	defer unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+	st, err := store.Open(root, lock, store.DomainIdentity{ID: id, Profile: profile, CanonicalWorkspace: canon}, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.View(func(tx *store.Tx) error {
+		gens, err := tx.Generations()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gens {
+			ps, _ := tx.Participants(g)
+			for _, p := range ps {
+				if p.Phase != participant.Clean {
+					t.Errorf("generation %d: %s is %s, not Clean", g, p.Role, p.Phase)
+				}
+			}
+		}
+		return nil
+	})
+	// The store files belong to the developer: restore ownership after this
+	// root-run check so the next coordinator can open them.
+	filepath.Walk(filepath.Join(root, "store"), func(p string, _ os.FileInfo, _ error) error {
+		os.Lchown(p, e.uid, e.gid)
+		return nil
+	})
 }

@@ -14,9 +14,9 @@
 //
 // The §3.5 physical lease acquisition is
 //
-//	1. Domain Store: prepared_lower = Intent (artifact ID, lease_state=Intent)
-//	2. cat.AcquireLease(ctx, catalog.LeaseKey{ArtifactID, DomainID, Generation})
-//	3. Domain Store: prepared_lower = LeaseHeld
+//  1. Domain Store: prepared_lower = Intent (artifact ID, lease_state=Intent)
+//  2. cat.AcquireLease(ctx, catalog.LeaseKey{ArtifactID, DomainID, Generation})
+//  3. Domain Store: prepared_lower = LeaseHeld
 //
 // and release step 4 is
 //

@@ -598,5 +598,3 @@ func (c *Catalog) Leases(ctx context.Context, artifactID string) ([]Lease, error
 func (c *Catalog) BeginReclaim(ctx context.Context, artifactID string) error {
 	return c.Update(ctx, func(tx *Tx) error { return tx.BeginReclaim(artifactID) })
 }
-
-

@@ -320,26 +320,3 @@ func SanitizeHostname(base string) string {
 	}
 	return "lazaret-" + s
 }
-
-// NextGeneration allocates the Domain's next generation number, durably
-// (the Domain Store of the durable-state issue takes this over). The caller
-// holds the Domain lock.
-func NextGeneration(p Paths) (uint64, error) {
-	file := filepath.Join(p.DomainRoot, "generation")
-	var last uint64
-	b, err := os.ReadFile(file)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return 0, fmt.Errorf("read generation: %w", err)
-	default:
-		if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &last); err != nil {
-			return 0, errdefs.New(errdefs.ErrCorrupt, "generation file %s is corrupt: move it aside and retry", file)
-		}
-	}
-	next := last + 1
-	if err := writeFileAtomic(file, []byte(fmt.Sprintf("%d\n", next))); err != nil {
-		return 0, err
-	}
-	return next, nil
-}

@@ -139,21 +139,6 @@ func TestStoredIdentity(t *testing.T) {
 	}
 }
 
-func TestNextGeneration(t *testing.T) {
-	root := t.TempDir()
-	p, _ := PathsFor(Roots{Storage: root, Runtime: "/r"}, DeriveID("d", "/p"))
-	os.MkdirAll(p.DomainRoot, 0o700)
-	for want := uint64(1); want <= 3; want++ {
-		if g, err := NextGeneration(p); err != nil || g != want {
-			t.Fatalf("generation %d %v, want %d", g, err, want)
-		}
-	}
-	os.WriteFile(filepath.Join(p.DomainRoot, "generation"), []byte("x"), 0o600)
-	if _, err := NextGeneration(p); !errors.Is(err, errdefs.ErrCorrupt) {
-		t.Errorf("corrupt generation: %v", err)
-	}
-}
-
 func TestSanitizeHostname(t *testing.T) {
 	for in, want := range map[string]string{"My Project!": "lazaret-my-project", "": "lazaret-workspace", "___": "lazaret-workspace"} {
 		if got := SanitizeHostname(in); got != want {

@@ -46,9 +46,11 @@ import (
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
+	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -99,6 +101,9 @@ type coordinator struct {
 	rsChan       *fdpass.Channel
 	lifetimeW    *os.File
 	policy       netpolicy.Policy
+	store        *store.Store   // the Domain Store (only this process opens it)
+	self         pidfs.Identity // this coordinator's own pidfs identity
+	retained     []retained     // records recovery refused to act on
 	anchor       *trust.Anchor
 	tlsConfig    *tls.Config
 	sandboxID    string
@@ -237,11 +242,16 @@ func (c *coordinator) init() error {
 	if err := c.hostSupport(); err != nil {
 		return err
 	}
-	c.recoverStaleRuntime()
-	if c.generation, err = domain.NextGeneration(c.paths); err != nil {
+	if err := c.openStore(); err != nil {
 		return err
 	}
+	c.recoverGenerations()
+	c.recoverStaleRuntime()
 	c.coordinator = randomID()
+	c.sandboxID = randomID()
+	if err := c.beginGeneration(); err != nil {
+		return err
+	}
 	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
 	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
 	c.log = c.log.With("generation", c.generation)
@@ -256,7 +266,6 @@ func (c *coordinator) init() error {
 	c.baseEnv = c.guestEnv()
 	// The generation's ephemeral Trust Anchor: TLS CA, protocol issuer,
 	// coordinator leaves and the sandbox request-signing key (spec §3.2).
-	c.sandboxID = randomID()
 	if c.anchor, err = trust.NewAnchor(trust.GenerationIdentity{
 		DomainID: string(c.paths.ID), Generation: c.generation, CoordinatorID: c.coordinator,
 		Profile: c.prof, ConfigFingerprint: c.profile.Fingerprint(),
@@ -560,7 +569,7 @@ func (c *coordinator) launchSupervisor() error {
 		},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			c.log.Debug("staged ownership", "slot", "rs", "identity", id.String())
-			return nil
+			return c.recordSandbox(participant.Intent, stagedSlot(id), unassignedSlot(), nil)
 		},
 	})
 	peer.Close()
@@ -646,6 +655,15 @@ func (c *coordinator) superviseMessages() {
 				return
 			}
 			c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
+			// Step 9: the sandbox is ready; one transaction commits the exact
+			// staged RS and attached runsc ownership with the container.
+			c.mu.Lock()
+			runscID := identityOf(c.stagedRunsc.Identity)
+			c.mu.Unlock()
+			if err := c.recordSandbox(participant.Committed, committedSlot(c.rsChild.Identity()), committedSlot(runscID), &c.container); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
 			// The running sandbox holds the credential mount: unlink the
 			// key's source and forget it (spec §3.2).
 			os.Remove(filepath.Join(c.credentialDir(), "sandbox.key"))
@@ -689,6 +707,9 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	c.mu.Unlock()
 	if dup {
 		return errdefs.New(errdefs.ErrRefused, "duplicate staged attached runsc ownership")
+	}
+	if err := c.recordSandbox(participant.Intent, stagedSlot(c.rsChild.Identity()), stagedSlot(identityOf(s.Identity)), nil); err != nil {
+		return err
 	}
 	failpoint.Hit("lazaret-hc:staged-recorded")
 	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
@@ -817,6 +838,11 @@ func (c *coordinator) teardown() {
 	case <-done:
 	case <-time.After(drainTimeout + closeGrace):
 	}
+	if c.store != nil {
+		if err := c.releaseSandbox(); err != nil {
+			c.log.Error("record sandbox release intent", "err", err)
+		}
+	}
 	if rsChild != nil {
 		if c.rsChan != nil {
 			c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Stop{Stop: &lv1.StopSandbox{}}})
@@ -837,6 +863,10 @@ func (c *coordinator) teardown() {
 		c.anchor.Destroy()
 	}
 	c.cleanupRuntime()
+	if c.store != nil {
+		c.finishSandbox(rsChild)
+		c.store.Close()
+	}
 	c.log.Info("domain stopped")
 }
 
@@ -938,6 +968,20 @@ func (c *coordinator) statusDocument() map[string]any {
 	}
 	if c.failErr != nil && c.st == stateFailed {
 		doc["failure"] = c.failErr.Error()
+	}
+	if len(c.retained) > 0 {
+		doc["retained"] = c.retained
+	}
+	if c.store != nil {
+		parts := map[string]string{}
+		c.store.View(func(tx *store.Tx) error {
+			ps, err := tx.Participants(c.generation)
+			for _, p := range ps {
+				parts[string(p.Role)] = string(p.Phase)
+			}
+			return err
+		})
+		doc["participants"] = parts
 	}
 	if c.rsChild != nil {
 		doc["runtime_supervisor"] = c.rsChild.Identity().String()

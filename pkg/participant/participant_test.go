@@ -17,7 +17,9 @@ func ident(ino uint64) pidfs.Identity {
 
 func staged(ino uint64) Slot    { return Slot{State: Staged, Identity: ident(ino)} }
 func committed(ino uint64) Slot { return Slot{State: CommittedSlot, Identity: ident(ino)} }
-func legacy() Slot              { return Slot{State: CommittedSlot, Legacy: &Legacy{HostPID: 42, StartTimeTicks: 9}} }
+func legacy() Slot {
+	return Slot{State: CommittedSlot, Legacy: &Legacy{HostPID: 42, StartTimeTicks: 9}}
+}
 
 func view(p Phase, fields map[string]string, slots map[string]Slot) View {
 	if fields == nil {

@@ -65,7 +65,9 @@ func (st namedStep) run(s *Store) error {
 func workload() []namedStep {
 	var steps []namedStep
 	add := func(what string, fn func(tx *Tx) error) { steps = append(steps, namedStep{what: what, fn: fn}) }
-	maint := func(what string, fn func(db *pebble.DB) error) { steps = append(steps, namedStep{what: what, maint: fn}) }
+	maint := func(what string, fn func(db *pebble.DB) error) {
+		steps = append(steps, namedStep{what: what, maint: fn})
+	}
 	startSteps(1, add)
 	maint("flush", func(db *pebble.DB) error { return db.Flush() })
 	teardownSteps(1, add)

@@ -9,9 +9,10 @@
 //	lock := <the locked <DomainRoot>/lifecycle.lock descriptor>
 //	st, err := store.Open(domainRoot, lock, store.DomainIdentity{...}, store.Options{Logger: lg})
 //	// Open refuses (errdefs.ErrRefused) unless lock is that file and this
-//	// descriptor holds its exclusive flock; it refuses a newer schema before
-//	// reading anything else, migrates an older one, and verifies the stored
-//	// Domain identity (SR-11) before returning.
+//	// descriptor holds its exclusive flock; it reads the schema version key
+//	// first and refuses a newer schema before reading anything else, then
+//	// verifies the stored Domain identity (SR-11), then migrates an older
+//	// schema; a fresh store is initialized with the identity.
 //	err = st.Update(func(tx *store.Tx) error {
 //		return tx.PutParticipant(gen, participant.Sandbox, participant.Intent, nil)
 //	})
@@ -24,7 +25,28 @@
 //	st.Close()
 //
 // Updates are serialized by the Store; a Tx must not be used after its
-// function returns. The store never inspects physical resources: callers pass
+// function returns.
+//
+// Tx mutators (each refuses with errdefs.ErrRefused and then writes nothing):
+//
+//	CreateGeneration(NewGeneration)                       g/<gen>
+//	PutParticipant(gen, role, phase, *v1.RoleSnapshotV1)   Intent, growth, active phase
+//	StageProcess(gen, role, slot, pidfs.Identity)         broker step 6 (proc.Spec.Stage)
+//	CommitProcess(gen, role, slot, pidfs.Identity)        step 9, or a direct existing-process edge
+//	ReleaseParticipant(gen, role)                         -> ReleaseIntent, snapshot kept
+//	CleanParticipant(gen, role, participant.AbsenceProof)  -> Clean, everything cleared
+//	PutSessionTerminal, StageSessionProcess, CommitSessionProcess,
+//	ReleaseSessionTerminal, CleanSessionTerminal          the same for t/<gen>/<session>
+//	PutMailbox(gen, *v1.GenerationMailboxRecordV1)        x/<gen>
+//
+// Readers: Generation, Generations, LatestGeneration, Participant,
+// Participants, SessionTerminal, SessionTerminals, Mailbox, and
+// CheckLeaseReleaseIntent (the Domain-side recheck that pkg/catalog's
+// ReleaseLease calls under storage-catalog.lock). The transition rules are
+// pkg/participant's; the cross-record rules (generation boot, exact direct
+// owners, lease/anchor ordering, network and publication preconditions, no
+// ownership in the transaction that creates an intent) are documented on
+// PutParticipant and in docs/SCHEMA.md. The store never inspects physical resources: callers pass
 // evidence in (identities, absence proofs) and the store refuses what the
 // rules forbid.
 //

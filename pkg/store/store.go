@@ -55,6 +55,8 @@ type Options struct {
 	// readObserver, when set (tests), sees every key the store reads, in
 	// order, before the read.
 	readObserver func(key []byte)
+	// commitObserver, when set (tests), sees every batch before its commit.
+	commitObserver func(b *pebble.Batch)
 }
 
 // Store is an open Domain Store.
@@ -67,6 +69,7 @@ type Store struct {
 	gen    *atomic.Uint64 // last generation touched, for the fatal logger
 	closed bool
 	obs    func([]byte)
+	cobs   func(*pebble.Batch)
 }
 
 // FatalError is the panic value of the store's pebble Fatalf.
@@ -156,7 +159,7 @@ func Open(domainRoot string, lock *os.File, id DomainIdentity, opts Options) (*S
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Store{id: id, now: opts.Now, log: opts.Logger, gen: new(atomic.Uint64), obs: opts.readObserver}
+	s := &Store{id: id, now: opts.Now, log: opts.Logger, gen: new(atomic.Uint64), obs: opts.readObserver, cobs: opts.commitObserver}
 	po := &pebble.Options{
 		FS:                 opts.FS,
 		FormatMajorVersion: FormatMajorVersion,
@@ -244,8 +247,17 @@ func (s *Store) open() error {
 	}
 	// 3. Older versions migrate step by step, each step one synced batch.
 	if ver < SchemaVersion {
-		return s.migrate(ver)
+		if err := s.migrate(ver); err != nil {
+			return err
+		}
 	}
+	// The fatal logger names the latest generation from now on.
+	tx := &Tx{s: s, r: s.db}
+	latest, err := tx.LatestGeneration()
+	if err != nil {
+		return err
+	}
+	s.gen.Store(latest)
 	return nil
 }
 
@@ -305,6 +317,9 @@ func (s *Store) verifyDomain() error {
 }
 
 func (s *Store) commit(b *pebble.Batch) error {
+	if s.cobs != nil {
+		s.cobs(b)
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return errdefs.Mark(fmt.Errorf("domain store: commit: %w", err), errdefs.ErrInternal)
 	}

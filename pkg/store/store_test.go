@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -714,12 +715,20 @@ func testMigrationV1PidStart(t *testing.T) {
 		t.Fatalf("version after migration %d", v)
 	}
 	for k, val := range d {
-		if bytes.Contains([]byte(val), []byte{0x7a}) && strings.HasPrefix(k, "p/") { // field 15 tag, length-delimited
-			var rec v1.ParticipantRecordV1
-			_ = unmarshal([]byte(k), []byte(val), &rec)
-			if strings.Contains(rec.String(), "schema_v1_pid_start") {
-				t.Errorf("%q still holds a v1 value", k)
-			}
+		var m proto.Message
+		switch {
+		case strings.HasPrefix(k, prefixGeneration):
+			m = &v1.GenerationRecordV1{}
+		case strings.HasPrefix(k, prefixParticipant):
+			m = &v1.ParticipantRecordV1{}
+		case strings.HasPrefix(k, prefixSession):
+			m = &v1.SessionTerminalRecordV1{}
+		default:
+			continue
+		}
+		ok(t, "decode "+k, unmarshal([]byte(k), []byte(val), m))
+		if err := validateV2([]byte(k), m); err != nil {
+			t.Errorf("%q after migration: %v", k, err)
 		}
 	}
 	s = e.open(t)
@@ -755,6 +764,52 @@ func testMigrationV1PidStart(t *testing.T) {
 		return tx.CleanParticipant(1, participant.Sandbox, p)
 	}))
 	s.Close()
+}
+
+// batchKeys lists the keys a batch sets, in order.
+func batchKeys(b *pebble.Batch) []string {
+	var keys []string
+	r := b.Reader()
+	for {
+		_, k, _, more, err := r.Next()
+		if err != nil || !more {
+			return keys
+		}
+		keys = append(keys, string(k))
+	}
+}
+
+// TestVersionWrittenLast: the batches that create the store and that
+// migrate it write the version key last.
+func TestVersionWrittenLast(t *testing.T) {
+	e := newEnv(t, nil)
+	db := e.rawDB(t)
+	plantV1(t, db)
+	db.Close()
+	var batches [][]string
+	s, err := Open(e.root, e.lock, testID, Options{Logger: quietLogger(), commitObserver: func(b *pebble.Batch) { batches = append(batches, batchKeys(b)) }})
+	ok(t, "open", err)
+	s.Close()
+	e2 := newEnv(t, nil)
+	s, err = Open(e2.root, e2.lock, testID, Options{Logger: quietLogger(), commitObserver: func(b *pebble.Batch) { batches = append(batches, batchKeys(b)) }})
+	ok(t, "create", err)
+	s.Close()
+	if len(batches) != 2 {
+		t.Fatalf("%d batches", len(batches))
+	}
+	for i, keys := range batches {
+		if len(keys) < 2 || keys[len(keys)-1] != string(keyVersion) {
+			t.Errorf("batch %d writes %q: version not last", i, keys)
+		}
+		for _, k := range keys[:len(keys)-1] {
+			if k == string(keyVersion) {
+				t.Errorf("batch %d writes the version twice", i)
+			}
+		}
+	}
+	if len(batches[0]) != 4 { // generation, sandbox, session (the rows holding v1 values), then the version
+		t.Errorf("migration batch %q", batches[0])
+	}
 }
 
 func TestMigrationRefusesMalformedV1(t *testing.T) {

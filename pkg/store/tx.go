@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -72,6 +73,13 @@ func (tx *Tx) get(key []byte, m proto.Message) (bool, error) {
 		return ok, err
 	}
 	return true, unmarshal(key, b, m)
+}
+
+func (tx *Tx) scan(prefix []byte, fn func(k, v []byte) error) error {
+	if tx.done {
+		return errdefs.New(errdefs.ErrInternal, "domain store: transaction used after it ended")
+	}
+	return tx.s.scan(tx.r, prefix, fn)
 }
 
 func (tx *Tx) set(key []byte, m proto.Message) error {
@@ -228,7 +236,7 @@ func (tx *Tx) Generation(n uint64) (*Generation, error) {
 // Generations lists the stored generation numbers in order.
 func (tx *Tx) Generations() ([]uint64, error) {
 	var out []uint64
-	err := tx.s.scan(tx.r, []byte(prefixGeneration), func(k, _ []byte) error {
+	err := tx.scan([]byte(prefixGeneration), func(k, _ []byte) error {
 		if len(k) != len(prefixGeneration)+8 {
 			return corrupt("malformed generation key %q", k)
 		}
@@ -319,7 +327,7 @@ func (tx *Tx) Participant(gen uint64, role participant.Role) (*Participant, erro
 func (tx *Tx) Participants(gen uint64) ([]*Participant, error) {
 	var out []*Participant
 	prefix := participantPrefix(gen)
-	err := tx.s.scan(tx.r, prefix, func(k, b []byte) error {
+	err := tx.scan(prefix, func(k, b []byte) error {
 		role := participant.Role(k[len(prefix):])
 		if err := checkRole(role); err != nil {
 			return corrupt("participant key %q: unknown role", k)
@@ -748,7 +756,7 @@ func (tx *Tx) SessionTerminal(gen uint64, id string) (*SessionTerminal, error) {
 func (tx *Tx) SessionTerminals(gen uint64) ([]*SessionTerminal, error) {
 	var out []*SessionTerminal
 	prefix := sessionPrefix(gen)
-	err := tx.s.scan(tx.r, prefix, func(k, b []byte) error {
+	err := tx.scan(prefix, func(k, b []byte) error {
 		var rec v1.SessionTerminalRecordV1
 		if err := unmarshal(k, b, &rec); err != nil {
 			return err
@@ -938,4 +946,89 @@ func (tx *Tx) PutMailbox(gen uint64, rec *v1.GenerationMailboxRecordV1) error {
 		next.CreatedUnixNano = old.GetCreatedUnixNano()
 	}
 	return tx.set(mailboxKey(gen), next)
+}
+
+// ---------------------------------------------------------------------------
+// Slot helpers for the broker's Stage callback and readiness promotion.
+
+// withSlot returns a copy of msg (a role or session snapshot message) whose
+// process slot field name holds slot.
+func withSlot(msg proto.Message, name string, slot *v1.ProcessSlotV1) (proto.Message, error) {
+	out := proto.Clone(msg)
+	r := out.ProtoReflect()
+	fd := r.Descriptor().Fields().ByName(protoreflect.Name(name))
+	if fd == nil || !isSlotField(fd) {
+		return nil, errdefs.New(errdefs.ErrInvalid, "domain store: %s has no process slot %q", r.Descriptor().Name(), name)
+	}
+	r.Set(fd, protoreflect.ValueOfMessage(slot.ProtoReflect()))
+	return out, nil
+}
+
+func (tx *Tx) setParticipantSlot(gen uint64, role participant.Role, name string, slot *v1.ProcessSlotV1) error {
+	if err := checkRole(role); err != nil {
+		return err
+	}
+	p, err := tx.Participant(gen, role)
+	if err != nil {
+		return err
+	}
+	snap := p.Snapshot
+	if snap == nil {
+		snap = EmptyRoleSnapshot(role)
+	}
+	m, err := roleMessage(role, snap)
+	if err != nil {
+		return err
+	}
+	m, err = withSlot(m, name, slot)
+	if err != nil {
+		return err
+	}
+	w := EmptyRoleSnapshot(role)
+	wr := w.ProtoReflect()
+	wr.Set(wr.Descriptor().Oneofs().ByName("role").Fields().ByName(protoreflect.Name(role)), protoreflect.ValueOfMessage(m.ProtoReflect()))
+	return tx.PutParticipant(gen, role, p.Phase, w)
+}
+
+// StageProcess records Staged(id) in process slot name of role's record,
+// keeping its phase (Intent) and every other value: acquisition step 6, for
+// use in proc.Spec.Stage. All PutParticipant rules apply.
+func (tx *Tx) StageProcess(gen uint64, role participant.Role, name string, id pidfs.Identity) error {
+	return tx.setParticipantSlot(gen, role, name, StagedSlot(id))
+}
+
+// CommitProcess records Committed(id) in process slot name, keeping the
+// phase: step 9 (after target readiness) for a Staged(id) slot, or the
+// direct existing-process edge for an Unassigned direct slot.
+func (tx *Tx) CommitProcess(gen uint64, role participant.Role, name string, id pidfs.Identity) error {
+	return tx.setParticipantSlot(gen, role, name, CommittedSlot(id))
+}
+
+func (tx *Tx) setSessionSlot(gen uint64, id, name string, slot *v1.ProcessSlotV1) error {
+	st, err := tx.SessionTerminal(gen, id)
+	if err != nil {
+		return err
+	}
+	snap := st.Snapshot
+	if snap == nil {
+		snap = &v1.SessionTerminalSnapshotV1{}
+	}
+	m, err := withSlot(snap, name, slot)
+	if err != nil {
+		return err
+	}
+	return tx.PutSessionTerminal(gen, id, st.Phase, m.(*v1.SessionTerminalSnapshotV1))
+}
+
+// StageSessionProcess records Staged(pid) in a Session Terminal slot
+// ("exec_client"), keeping the phase (§3.3 acquisition step 2).
+func (tx *Tx) StageSessionProcess(gen uint64, sessionID, name string, pid pidfs.Identity) error {
+	return tx.setSessionSlot(gen, sessionID, name, StagedSlot(pid))
+}
+
+// CommitSessionProcess records Committed(pid) in a Session Terminal slot,
+// keeping the phase. (Step 4 usually promotes both slots and sets Running in
+// one PutSessionTerminal instead.)
+func (tx *Tx) CommitSessionProcess(gen uint64, sessionID, name string, pid pidfs.Identity) error {
+	return tx.setSessionSlot(gen, sessionID, name, CommittedSlot(pid))
 }

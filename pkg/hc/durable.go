@@ -1,0 +1,265 @@
+package hc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/participant"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/store"
+)
+
+// recoveryWait bounds how long bootstrap recovery waits for a surviving
+// Runtime Supervisor or attached runsc of a dead generation to finish its
+// lease-loss teardown before it stops the exact process itself.
+var recoveryWait = 10 * time.Second
+
+func pidfsProto(id pidfs.Identity) *lv1.PidfsProcessIdentityV1 {
+	return &lv1.PidfsProcessIdentityV1{BootId: append([]byte(nil), id.BootID[:]...), PidfsStDev: id.Dev, PidfsStIno: id.Ino, HostPid: id.HostPID, StartTimeTicks: id.StartTimeTicks}
+}
+
+func identityOf(p *lv1.PidfsProcessIdentityV1) pidfs.Identity {
+	var id pidfs.Identity
+	copy(id.BootID[:], p.GetBootId())
+	id.Dev, id.Ino, id.HostPID, id.StartTimeTicks = p.GetPidfsStDev(), p.GetPidfsStIno(), p.GetHostPid(), p.GetStartTimeTicks()
+	return id
+}
+
+func stagedSlot(id pidfs.Identity) *lv1.ProcessSlotV1 {
+	return &lv1.ProcessSlotV1{State: &lv1.ProcessSlotV1_Staged{Staged: pidfsProto(id)}}
+}
+
+func committedSlot(id pidfs.Identity) *lv1.ProcessSlotV1 {
+	return &lv1.ProcessSlotV1{State: &lv1.ProcessSlotV1_Committed{Committed: &lv1.HostProcessIdentityV1{Kind: &lv1.HostProcessIdentityV1_Pidfs{Pidfs: pidfsProto(id)}}}}
+}
+
+func unassignedSlot() *lv1.ProcessSlotV1 {
+	return &lv1.ProcessSlotV1{State: &lv1.ProcessSlotV1_Unassigned{Unassigned: &lv1.UnassignedV1{}}}
+}
+
+func sandboxSnapshot(s *lv1.SandboxSnapshotV1) *lv1.RoleSnapshotV1 {
+	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Sandbox{Sandbox: s}}
+}
+
+// openStore opens the Domain Store with the Domain lock this coordinator
+// holds; it refuses a newer schema before reading anything and verifies the
+// stored Domain identity (SR-11).
+func (c *coordinator) openStore() error {
+	st, err := store.Open(c.paths.DomainRoot, c.lockFile, store.DomainIdentity{ID: c.paths.ID, Profile: c.prof, CanonicalWorkspace: c.ws}, store.Options{Logger: c.log})
+	if err != nil {
+		return err
+	}
+	c.store = st
+	self, err := pidfs.Open(os.Getpid())
+	if err != nil {
+		return err
+	}
+	c.self = self.Identity()
+	self.Close()
+	return nil
+}
+
+// beginGeneration records the new generation and the sandbox participant's
+// bare Intent — durable intent before any external resource of it exists.
+func (c *coordinator) beginGeneration() error {
+	return c.store.Update(func(tx *store.Tx) error {
+		last, err := tx.LatestGeneration()
+		if err != nil {
+			return err
+		}
+		c.generation = last + 1
+		if err := tx.CreateGeneration(store.NewGeneration{
+			Number: c.generation, ConfigurationFingerprint: []byte(c.profile.Fingerprint()), CoordinatorID: c.coordinator,
+			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}}, Coordinator: c.self,
+		}); err != nil {
+			return err
+		}
+		return tx.PutParticipant(c.generation, participant.Sandbox, participant.Intent, nil)
+	})
+}
+
+// recordSandbox writes the sandbox participant's next snapshot.
+func (c *coordinator) recordSandbox(phase participant.Phase, rs, runsc *lv1.ProcessSlotV1, container *string) error {
+	snap := &lv1.SandboxSnapshotV1{Coordinator: committedSlot(c.self), Supervisor: rs, Runsc: runsc, ContainerId: container}
+	return c.store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(c.generation, participant.Sandbox, phase, sandboxSnapshot(snap))
+	})
+}
+
+// releaseSandbox records ReleaseIntent (keeping every identity) before the
+// sandbox is stopped; a participant that never left bare Intent stays so.
+func (c *coordinator) releaseSandbox() error {
+	return c.store.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(c.generation, participant.Sandbox)
+		if err != nil || p == nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
+			return err
+		}
+		return tx.ReleaseParticipant(c.generation, participant.Sandbox)
+	})
+}
+
+// cleanSandbox records Clean once every recorded process is proven absent:
+// RS and the attached runsc were reaped or matched absent; HC's own
+// ownership role ends with this record.
+func (c *coordinator) cleanSandbox(gen uint64, detail string, absent []pidfs.Authority) error {
+	return c.store.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(gen, participant.Sandbox)
+		if err != nil || p == nil || p.Phase == participant.Clean {
+			return err
+		}
+		if p.Snapshot == nil {
+			return tx.CleanParticipant(gen, participant.Sandbox, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
+		}
+		if p.Phase != participant.ReleaseIntent {
+			if err := tx.ReleaseParticipant(gen, participant.Sandbox); err != nil {
+				return err
+			}
+		}
+		var fields []string
+		for f := range p.View.Fields {
+			fields = append(fields, f)
+		}
+		return tx.CleanParticipant(gen, participant.Sandbox, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
+	})
+}
+
+// retained lists records recovery refused to act on, with the reason.
+type retained struct {
+	Generation uint64 `json:"generation"`
+	Record     string `json:"record"`
+	Reason     string `json:"reason"`
+}
+
+// recoverGenerations is bootstrap recovery (FR-7): every earlier generation
+// whose sandbox is not Clean is reconciled through PidfsRecoveryMatch only:
+// a matched live process (a supervisor still finishing lease-loss teardown)
+// is waited for, then stopped through the matched pidfd; an absent, foreign
+// or other-boot one is proven gone; anything ambiguous or legacy is
+// retained, reported by `lazaret status`, and never signalled.
+func (c *coordinator) recoverGenerations() {
+	var gens []uint64
+	c.store.View(func(tx *store.Tx) error {
+		gs, err := tx.Generations()
+		gens = gs
+		return err
+	})
+	for _, g := range gens {
+		var p *store.Participant
+		c.store.View(func(tx *store.Tx) error {
+			var err error
+			p, err = tx.Participant(g, participant.Sandbox)
+			return err
+		})
+		if p == nil || p.Phase == participant.Clean {
+			continue
+		}
+		var absent []pidfs.Authority
+		var refusals []string
+		for _, name := range []string{"supervisor", "runsc", "coordinator"} {
+			s, ok := p.View.Slots[name]
+			if !ok || s.State == participant.Unassigned {
+				continue
+			}
+			if s.Legacy != nil {
+				refusals = append(refusals, name+": legacy-unverified identity")
+				continue
+			}
+			if err := c.awaitAbsence(s.Identity); err != nil {
+				refusals = append(refusals, fmt.Sprintf("%s %s: %v", name, s.Identity, err))
+				continue
+			}
+			absent = append(absent, s.Identity.Authority)
+		}
+		if len(refusals) > 0 {
+			c.retain(g, "sandbox", strings.Join(refusals, "; "))
+			continue
+		}
+		if id := p.View.Fields["container_id"]; id != "" {
+			c.runscQuiet(c.rt.Delete(id))
+		}
+		if err := c.cleanSandbox(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", absent); err != nil {
+			c.retain(g, "sandbox", err.Error())
+			continue
+		}
+		c.log.Info("recovered generation", "recovered_generation", g)
+	}
+}
+
+func (c *coordinator) retain(g uint64, record, reason string) {
+	c.log.Warn("recovery retained a record", "recovered_generation", g, "record", record, "reason", reason)
+	c.mu.Lock()
+	c.retained = append(c.retained, retained{Generation: g, Record: record, Reason: reason})
+	c.mu.Unlock()
+}
+
+// awaitAbsence proves the recorded process gone, stopping it through the
+// exact matched pidfd if it outlives the bounded wait.
+func (c *coordinator) awaitAbsence(id pidfs.Identity) error {
+	h, err := pidfs.RecoveryMatch(id)
+	switch {
+	case errors.Is(err, pidfs.ErrAbsent), errors.Is(err, pidfs.ErrMismatch), errors.Is(err, pidfs.ErrBootFenced):
+		return nil
+	case err != nil:
+		return err
+	}
+	defer h.Close()
+	if id == c.self {
+		return nil // this coordinator ends its own ownership
+	}
+	deadline := time.Now().Add(recoveryWait)
+	for h.Alive() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if h.Alive() {
+		c.log.Warn("recovered process outlived lease-loss teardown: SIGKILL through its matched pidfd", "identity", id.String())
+		h.Signal(unix.SIGKILL)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for h.Alive() && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if h.Alive() {
+			return fmt.Errorf("still alive after SIGKILL")
+		}
+	}
+	return nil
+}
+
+// finishSandbox records the sandbox Clean after teardown: RS was reaped by
+// this coordinator (exact absence), the attached runsc is matched absent,
+// and this coordinator's ownership role ends with the record. Anything not
+// proven stays in ReleaseIntent for the next bootstrap recovery.
+func (c *coordinator) finishSandbox(rs *proc.Child) {
+	absent := []pidfs.Authority{c.self.Authority}
+	if rs != nil {
+		select {
+		case <-rs.Done():
+			absent = append(absent, rs.Identity().Authority)
+		default:
+			c.log.Error("runtime supervisor not reaped: sandbox stays in release intent")
+			return
+		}
+	}
+	c.mu.Lock()
+	staged := c.stagedRunsc
+	c.mu.Unlock()
+	if staged != nil {
+		id := identityOf(staged.Identity)
+		if err := c.awaitAbsence(id); err != nil {
+			c.log.Error("attached runsc absence not proven: sandbox stays in release intent", "err", err)
+			return
+		}
+		absent = append(absent, id.Authority)
+	}
+	if err := c.cleanSandbox(c.generation, "normal teardown: runtime supervisor reaped, attached runsc absent", absent); err != nil {
+		c.log.Error("record sandbox clean", "err", err)
+	}
+}
