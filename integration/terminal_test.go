@@ -208,6 +208,7 @@ func TestTerminalInteractiveShell(t *testing.T) {
 	m.sttySame("s.before", "s.after")
 	m.kill()
 	noLeftovers(t)
+	allClean(t, ws, "default") // the Session Terminal and sandbox records reached Clean
 }
 
 // TestTerminalConcurrentSessions (§3.3): two interactive sessions of one
@@ -344,10 +345,13 @@ func TestTerminalProcessKilled(t *testing.T) {
 			m.sttySame("k.before", "k.after")
 			m.kill()
 			noProcessesOrMounts(t)
+			// The next run of the same Domain recovers the dead generation,
+			// its interactive Session Terminal included.
 			if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
 				t.Errorf("next run after %s loss: %+v", victim, r)
 			}
 			noLeftovers(t)
+			allClean(t, ws, "tiny")
 		})
 	}
 }

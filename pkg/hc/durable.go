@@ -185,6 +185,10 @@ func (c *coordinator) recoverGenerations() {
 		if id := p.View.Fields["container_id"]; id != "" {
 			c.runscQuiet(c.rt.Delete(id))
 		}
+		if refusals := c.recoverSessions(g); len(refusals) > 0 {
+			c.retain(g, "session_terminal", strings.Join(refusals, "; "))
+			continue
+		}
 		if err := c.cleanSandbox(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", absent); err != nil {
 			c.retain(g, "sandbox", err.Error())
 			continue
@@ -262,4 +266,122 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 	if err := c.cleanSandbox(c.generation, "normal teardown: runtime supervisor reaped, attached runsc absent", absent); err != nil {
 		c.log.Error("record sandbox clean", "err", err)
 	}
+}
+
+// terminalRecorder returns the Domain Store's Session Terminal recorder.
+func (c *coordinator) terminalRecorder() TerminalRecorder {
+	if c.store == nil {
+		return newMemoryTerminals(c.log)
+	}
+	return storeTerminals{c: c}
+}
+
+// storeTerminals records Session Terminals in the Domain Store, one
+// transaction per transition (spec §3.3 acquisition and release orderings).
+type storeTerminals struct{ c *coordinator }
+
+func (r storeTerminals) update(fn func(tx *store.Tx) error) error { return r.c.store.Update(fn) }
+
+func (r storeTerminals) RecordIntent(_ context.Context, sessionID string, gen uint64) error {
+	return r.update(func(tx *store.Tx) error { return tx.PutSessionTerminal(gen, sessionID, participant.Intent, nil) })
+}
+
+func (r storeTerminals) RecordStaged(_ context.Context, sessionID string, exec pidfs.Identity) error {
+	snap := &lv1.SessionTerminalSnapshotV1{Coordinator: committedSlot(r.c.self), ExecClient: stagedSlot(exec)}
+	return r.update(func(tx *store.Tx) error {
+		return tx.PutSessionTerminal(r.c.generation, sessionID, participant.Intent, snap)
+	})
+}
+
+func (r storeTerminals) RecordRunning(_ context.Context, id TerminalIdentity) error {
+	var pts uint32
+	fmt.Sscanf(id.PTY, "pts/%d", &pts)
+	container := id.Container
+	snap := &lv1.SessionTerminalSnapshotV1{
+		Coordinator: committedSlot(r.c.self), ExecClient: committedSlot(id.ExecClient),
+		Pty:         &lv1.PtyIdentityV1{PtsIndex: pts},
+		ContainerId: &container,
+		Guest:       &lv1.GuestProcessGroupV1{LeaderPid: uint32(id.GuestLeaderPID), LeaderStartTimeTicks: id.GuestLeaderStart, Pgid: uint32(id.GuestPGID)},
+	}
+	return r.update(func(tx *store.Tx) error {
+		return tx.PutSessionTerminal(id.Generation, id.SessionID, participant.Running, snap)
+	})
+}
+
+func (r storeTerminals) RecordReleaseIntent(_ context.Context, sessionID string) error {
+	return r.update(func(tx *store.Tx) error {
+		st, err := tx.SessionTerminal(r.c.generation, sessionID)
+		if err != nil || st == nil || st.Snapshot == nil || st.Phase == participant.ReleaseIntent {
+			return err
+		}
+		return tx.ReleaseSessionTerminal(r.c.generation, sessionID)
+	})
+}
+
+// RecordClean is called only once the caller observed the guest group, the
+// exec client and the PTY absent; the proof names every recorded identity.
+func (r storeTerminals) RecordClean(_ context.Context, sessionID string) error {
+	return r.update(func(tx *store.Tx) error {
+		st, err := tx.SessionTerminal(r.c.generation, sessionID)
+		if err != nil || st == nil {
+			return err
+		}
+		return tx.CleanSessionTerminal(r.c.generation, sessionID, terminalProof(st, "session closed: guest group empty, exec client reaped, PTY master closed"))
+	})
+}
+
+func terminalProof(st *store.SessionTerminal, detail string) participant.AbsenceProof {
+	if st.Snapshot == nil {
+		return participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail}
+	}
+	proof := participant.AbsenceProof{Kind: participant.AbsenceExact, Detail: detail}
+	for f := range st.View.Fields {
+		proof.Fields = append(proof.Fields, f)
+	}
+	for _, s := range st.View.Slots {
+		if s.State != participant.Unassigned && s.Legacy == nil {
+			proof.Processes = append(proof.Processes, s.Identity.Authority)
+		}
+	}
+	return proof
+}
+
+// recoverSessions reconciles a dead generation's Session Terminals: the
+// exec client is matched and proven absent (the guest group went with the
+// sandbox, which the caller verified gone), then the record becomes Clean.
+func (c *coordinator) recoverSessions(g uint64) []string {
+	var sts []*store.SessionTerminal
+	c.store.View(func(tx *store.Tx) error {
+		var err error
+		sts, err = tx.SessionTerminals(g)
+		return err
+	})
+	var refusals []string
+	for _, st := range sts {
+		if st.Phase == participant.Clean {
+			continue
+		}
+		if s, ok := st.View.Slots["exec_client"]; ok && s.State != participant.Unassigned {
+			if s.Legacy != nil {
+				refusals = append(refusals, "session "+st.SessionID+": legacy-unverified exec client")
+				continue
+			}
+			if err := c.awaitAbsence(s.Identity); err != nil {
+				refusals = append(refusals, fmt.Sprintf("session %s exec client %s: %v", st.SessionID, s.Identity, err))
+				continue
+			}
+		}
+		err := c.store.Update(func(tx *store.Tx) error {
+			if st.Snapshot != nil && st.Phase != participant.ReleaseIntent {
+				if err := tx.ReleaseSessionTerminal(g, st.SessionID); err != nil {
+					return err
+				}
+			}
+			return tx.CleanSessionTerminal(g, st.SessionID, terminalProof(st, "bootstrap recovery: sandbox gone, exec client proven absent"))
+		})
+		if err != nil {
+			refusals = append(refusals, "session "+st.SessionID+": "+err.Error())
+		}
+	}
+	return refusals
 }

@@ -123,7 +123,7 @@ type terminal struct {
 func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) {
 	c := s.c
 	ctx := context.Background()
-	t := &terminal{s: s, log: c.log.With("session_id", s.id, "tty", true), clock: realClock{}, rec: newMemoryTerminals(c.log)}
+	t := &terminal{s: s, log: c.log.With("session_id", s.id, "tty", true), clock: realClock{}, rec: c.terminalRecorder()}
 	t.id = TerminalIdentity{SessionID: s.id, Generation: c.generation, Container: c.container}
 	// 1. Intent.
 	if err := t.rec.RecordIntent(ctx, s.id, c.generation); err != nil {
@@ -168,7 +168,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 			Files: []*os.File{slave, slave, slave}, Setsid: true, Setctty: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			t.log.Debug("staged ownership", "slot", "session_exec", "identity", id.String())
-			return nil
+			return t.rec.RecordStaged(ctx, s.id, id)
 		},
 	})
 	slave.Close() // the exec client holds the only slave descriptors now

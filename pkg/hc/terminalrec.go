@@ -73,6 +73,9 @@ type TerminalIdentity struct {
 // refuses the step (before Running) or keeps the record in release.
 type TerminalRecorder interface {
 	RecordIntent(ctx context.Context, sessionID string, generation uint64) error
+	// RecordStaged records the exec client's Staged ownership
+	// (CausalChildAcquisitionV1 step 6) before its barrier is released.
+	RecordStaged(ctx context.Context, sessionID string, execClient pidfs.Identity) error
 	RecordRunning(ctx context.Context, id TerminalIdentity) error
 	RecordReleaseIntent(ctx context.Context, sessionID string) error
 	RecordClean(ctx context.Context, sessionID string) error
@@ -123,6 +126,10 @@ func (m *memoryTerminals) transition(sessionID string, from []TerminalPhase, to 
 
 func (m *memoryTerminals) RecordIntent(_ context.Context, sessionID string, generation uint64) error {
 	return m.transition(sessionID, []TerminalPhase{TerminalNone}, TerminalIntent, func(r *terminalRecord) { r.generation = generation })
+}
+
+func (m *memoryTerminals) RecordStaged(_ context.Context, sessionID string, _ pidfs.Identity) error {
+	return m.transition(sessionID, []TerminalPhase{TerminalIntent}, TerminalIntent, nil)
 }
 
 func (m *memoryTerminals) RecordRunning(_ context.Context, id TerminalIdentity) error {
