@@ -239,6 +239,16 @@ func TestControlPlaneAuthentication(t *testing.T) {
 	e := need(t)
 	ws := workspace(t)
 	hold := holdDomain(t, e, ws)
+	// The sandbox key's host source is unlinked once the sandbox holds the
+	// mount; a session joining afterwards still reads the key inside, and
+	// no other private key is there.
+	if srcs, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", "*", "credentials", "sandbox.key")); len(srcs) != 0 {
+		t.Errorf("sandbox key source still on the host: %v", srcs)
+	}
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "head -1 /.lazaret/credentials/sandbox.key; ls /.lazaret/credentials; grep -rl 'PRIVATE KEY' /.lazaret 2>/dev/null")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "-----BEGIN PRIVATE KEY-----\n") || !strings.HasSuffix(r.stdout, "\nsandbox.key\n/.lazaret/credentials/sandbox.key\n") {
+		t.Errorf("sandbox key after unlink: %+v", r)
+	}
 	for _, sc := range []string{"run-without-certificate", "oversized-csr", "malformed-frames"} {
 		if r := clientScenario(t, e, ws, sc, ""); r != "ok" {
 			t.Errorf("%s: %s", sc, r)
