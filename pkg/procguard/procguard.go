@@ -53,6 +53,8 @@ var ProjectForbidden = map[string]string{
 	"go.podman.io/storage/pkg/system.IsProcessAlive":     "numeric-pid signal",
 	"go.podman.io/storage/pkg/system.KillProcess":        "numeric-pid signal",
 	"go.podman.io/storage/pkg/unshare.Command":           "spawn",
+	"github.com/getsentry/sentry-go.Init":                "spawn (release detection runs git)",
+	"github.com/getsentry/sentry-go.NewClient":           "spawn (release detection runs git)",
 }
 
 // Allowed names, per package path, the guarded APIs it may use and why.
@@ -79,6 +81,9 @@ var DependencyAllowed = map[string]map[string]string{
 	"github.com/mdlayher/socket": {
 		"golang.org/x/sys/unix.Waitid":          "inside (*socket.Conn).Waitid, which Lazaret never calls (ProjectForbidden lists it): only SEQPACKET sockets are wrapped",
 		"golang.org/x/sys/unix.PidfdSendSignal": "inside (*socket.Conn).PidfdSendSignal, never called by Lazaret (ProjectForbidden lists it)",
+	},
+	"github.com/getsentry/sentry-go": {
+		"(*os/exec.Cmd).Output": "release detection (git describe) inside sentry.NewClient, linked through pebble's cockroachdb/errors; Lazaret never creates a Sentry client (ProjectForbidden lists Init and NewClient)",
 	},
 	"github.com/docker/docker-credential-helpers/client": {
 		"(*os/exec.Cmd).Output": "registry credential helpers, run only while lazaret-rs prepares a docker:// image, before it acquires any child; pid-specific wait",
