@@ -17,7 +17,7 @@ DEMO_USER ?= lazaret-demo
 TEST_USER ?= lazaret-test
 BINS := lazaret lazaret-hc lazaret-rs lazaret-escalate
 
-.PHONY: all build build-failpoints setup run test unit integration bench proto proto-check vet clean qualify-kernel
+.PHONY: all build build-failpoints test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel
 
 all: build
 
@@ -60,6 +60,10 @@ test: setup build proto-check vet unit test-model integration
 
 unit:
 	$(GO) test -tags '$(TAGS)' -count=1 ./api/... ./pkg/... ./cmd/...
+
+# The Debian image build and preparation as unit tests (network, minutes).
+test-debian:
+	LAZARET_TEST_DEBIAN_IMAGE=$(DEBIAN_IMAGE) $(GO) test -tags '$(TAGS) lazaret_debian' -count=1 -v -run 'Debian' ./pkg/imagebuild ./pkg/prepare
 
 integration: build-failpoints
 	scripts/setup.sh user $(TEST_USER)

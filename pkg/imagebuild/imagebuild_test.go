@@ -311,42 +311,6 @@ func TestTailWriter(t *testing.T) {
 	}
 }
 
-// TestBuildDebian needs the Debian mirror and about a minute; it runs only
-// with LAZARET_TEST_DEBIAN=1.
-func TestBuildDebian(t *testing.T) {
-	if os.Getenv("LAZARET_TEST_DEBIAN") != "1" {
-		t.Skip("set LAZARET_TEST_DEBIAN=1 to build the Debian image (network, ~1 min)")
-	}
-	dest := os.Getenv("LAZARET_TEST_DEBIAN_DEST")
-	if dest == "" {
-		dest = filepath.Join(t.TempDir(), "debian")
-	}
-	start := time.Now()
-	res, err := Build(context.Background(), Options{Broker: testBroker(t), Kind: KindDebian, Dest: dest, Progress: testWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("debian build took %s: %+v", time.Since(start), res)
-	ctx := context.Background()
-	ref, err := ocilayout.ParseReference(dest + ":latest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := ref.NewImageSource(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	img, err := image.FromUnparsedImage(ctx, nil, image.UnparsedInstance(src, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(img.LayerInfos()); n != 1 {
-		t.Fatalf("%d layers", n)
-	}
-	t.Logf("layer size %d bytes", img.LayerInfos()[0].Size)
-}
-
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {

@@ -15,9 +15,6 @@ import (
 // dependencies included — and fails on any guarded process API outside the
 // allow-list, and on any allow-list entry no longer needed.
 func TestBinariesObeyTheBroker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads every linked package with types: not in -short")
-	}
 	cfg := &packages.Config{
 		Mode:       packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo | packages.NeedDeps | packages.NeedImports,
 		Dir:        "../..",
