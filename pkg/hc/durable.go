@@ -22,25 +22,6 @@ import (
 // lease-loss teardown before it stops the exact process itself.
 var recoveryWait = 10 * time.Second
 
-func pidfsProto(id pidfs.Identity) *lv1.PidfsProcessIdentityV1 {
-	return &lv1.PidfsProcessIdentityV1{BootId: append([]byte(nil), id.BootID[:]...), PidfsStDev: id.Dev, PidfsStIno: id.Ino, HostPid: id.HostPID, StartTimeTicks: id.StartTimeTicks}
-}
-
-func identityOf(p *lv1.PidfsProcessIdentityV1) pidfs.Identity {
-	var id pidfs.Identity
-	copy(id.BootID[:], p.GetBootId())
-	id.Dev, id.Ino, id.HostPID, id.StartTimeTicks = p.GetPidfsStDev(), p.GetPidfsStIno(), p.GetHostPid(), p.GetStartTimeTicks()
-	return id
-}
-
-func stagedSlot(id pidfs.Identity) *lv1.ProcessSlotV1 {
-	return &lv1.ProcessSlotV1{State: &lv1.ProcessSlotV1_Staged{Staged: pidfsProto(id)}}
-}
-
-func committedSlot(id pidfs.Identity) *lv1.ProcessSlotV1 {
-	return &lv1.ProcessSlotV1{State: &lv1.ProcessSlotV1_Committed{Committed: &lv1.HostProcessIdentityV1{Kind: &lv1.HostProcessIdentityV1_Pidfs{Pidfs: pidfsProto(id)}}}}
-}
-
 func unassignedSlot() *lv1.ProcessSlotV1 {
 	return &lv1.ProcessSlotV1{State: &lv1.ProcessSlotV1_Unassigned{Unassigned: &lv1.UnassignedV1{}}}
 }
@@ -88,7 +69,7 @@ func (c *coordinator) beginGeneration() error {
 
 // recordSandbox writes the sandbox participant's next snapshot.
 func (c *coordinator) recordSandbox(phase participant.Phase, rs, runsc *lv1.ProcessSlotV1, container *string) error {
-	snap := &lv1.SandboxSnapshotV1{Coordinator: committedSlot(c.self), Supervisor: rs, Runsc: runsc, ContainerId: container}
+	snap := &lv1.SandboxSnapshotV1{Coordinator: store.CommittedSlot(c.self), Supervisor: rs, Runsc: runsc, ContainerId: container}
 	return c.store.Update(func(tx *store.Tx) error {
 		return tx.PutParticipant(c.generation, participant.Sandbox, phase, sandboxSnapshot(snap))
 	})
@@ -256,8 +237,11 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 	staged := c.stagedRunsc
 	c.mu.Unlock()
 	if staged != nil {
-		id := identityOf(staged.Identity)
-		if err := c.awaitAbsence(id); err != nil {
+		id, err := store.IdentityFromProto(staged.Identity)
+		if err == nil {
+			err = c.awaitAbsence(id)
+		}
+		if err != nil {
 			c.log.Error("attached runsc absence not proven: sandbox stays in release intent", "err", err)
 			return
 		}
@@ -287,7 +271,7 @@ func (r storeTerminals) RecordIntent(_ context.Context, sessionID string, gen ui
 }
 
 func (r storeTerminals) RecordStaged(_ context.Context, sessionID string, exec pidfs.Identity) error {
-	snap := &lv1.SessionTerminalSnapshotV1{Coordinator: committedSlot(r.c.self), ExecClient: stagedSlot(exec)}
+	snap := &lv1.SessionTerminalSnapshotV1{Coordinator: store.CommittedSlot(r.c.self), ExecClient: store.StagedSlot(exec)}
 	return r.update(func(tx *store.Tx) error {
 		return tx.PutSessionTerminal(r.c.generation, sessionID, participant.Intent, snap)
 	})
@@ -298,7 +282,7 @@ func (r storeTerminals) RecordRunning(_ context.Context, id TerminalIdentity) er
 	fmt.Sscanf(id.PTY, "pts/%d", &pts)
 	container := id.Container
 	snap := &lv1.SessionTerminalSnapshotV1{
-		Coordinator: committedSlot(r.c.self), ExecClient: committedSlot(id.ExecClient),
+		Coordinator: store.CommittedSlot(r.c.self), ExecClient: store.CommittedSlot(id.ExecClient),
 		Pty:         &lv1.PtyIdentityV1{PtsIndex: pts},
 		ContainerId: &container,
 		Guest:       &lv1.GuestProcessGroupV1{LeaderPid: uint32(id.GuestLeaderPID), LeaderStartTimeTicks: id.GuestLeaderStart, Pgid: uint32(id.GuestPGID)},

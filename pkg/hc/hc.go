@@ -569,7 +569,7 @@ func (c *coordinator) launchSupervisor() error {
 		},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			c.log.Debug("staged ownership", "slot", "rs", "identity", id.String())
-			return c.recordSandbox(participant.Intent, stagedSlot(id), unassignedSlot(), nil)
+			return c.recordSandbox(participant.Intent, store.StagedSlot(id), unassignedSlot(), nil)
 		},
 	})
 	peer.Close()
@@ -658,9 +658,13 @@ func (c *coordinator) superviseMessages() {
 			// Step 9: the sandbox is ready; one transaction commits the exact
 			// staged RS and attached runsc ownership with the container.
 			c.mu.Lock()
-			runscID := identityOf(c.stagedRunsc.Identity)
+			runscID, err := store.IdentityFromProto(c.stagedRunsc.Identity)
 			c.mu.Unlock()
-			if err := c.recordSandbox(participant.Committed, committedSlot(c.rsChild.Identity()), committedSlot(runscID), &c.container); err != nil {
+			if err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
+			if err := c.recordSandbox(participant.Committed, store.CommittedSlot(c.rsChild.Identity()), store.CommittedSlot(runscID), &c.container); err != nil {
 				c.setState(stateFailed, err)
 				return
 			}
@@ -708,7 +712,11 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	if dup {
 		return errdefs.New(errdefs.ErrRefused, "duplicate staged attached runsc ownership")
 	}
-	if err := c.recordSandbox(participant.Intent, stagedSlot(c.rsChild.Identity()), stagedSlot(identityOf(s.Identity)), nil); err != nil {
+	runscID, err := store.IdentityFromProto(s.Identity)
+	if err != nil {
+		return err
+	}
+	if err := c.recordSandbox(participant.Intent, store.StagedSlot(c.rsChild.Identity()), store.StagedSlot(runscID), nil); err != nil {
 		return err
 	}
 	failpoint.Hit("lazaret-hc:staged-recorded")

@@ -61,7 +61,9 @@ func TestFailuresNameTheFix(t *testing.T) {
 		fix    string
 	}{
 		{"root", func(h *Host) { h.Euid = 0 }, errdefs.ErrRefused, "normal user"},
-		{"old kernel", func(h *Host) { h.Uname = func() (Uname, error) { return Uname{"6.8.0-45-generic", "#1", "x86_64"}, nil } }, errdefs.ErrUnsupportedHost, "upgrade the kernel"},
+		{"old kernel", func(h *Host) {
+			h.Uname = func() (Uname, error) { return Uname{"6.8.0-45-generic", "#1", "x86_64"}, nil }
+		}, errdefs.ErrUnsupportedHost, "upgrade the kernel"},
 		{"arm", func(h *Host) { h.Uname = func() (Uname, error) { return Uname{"6.12.0", "#1", "aarch64"}, nil } }, errdefs.ErrUnsupportedHost, "x86-64"},
 		{"unqualified build", func(h *Host) {
 			h.Uname = func() (Uname, error) { u := qualifiedTestKernel; u.Version += " rebuilt"; return u, nil }

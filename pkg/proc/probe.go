@@ -67,7 +67,9 @@ func (b *Broker) PidfsHostSupportProbe(ctx context.Context) (ProbeReport, error)
 	refuse := func(format string, args ...any) (ProbeReport, error) {
 		return rep, errdefs.New(errdefs.ErrUnsupportedHost, "pidfs host support probe refused: "+format+": Lazaret needs a qualified Linux ≥ 6.9 x86-64 kernel with pidfs", args...)
 	}
-	note := func(format string, args ...any) { rep.Observations = append(rep.Observations, fmt.Sprintf(format, args...)) }
+	note := func(format string, args ...any) {
+		rep.Observations = append(rep.Observations, fmt.Sprintf(format, args...))
+	}
 	boot, err := pidfs.CurrentBootID()
 	if err != nil {
 		return refuse("boot id: %v", err)

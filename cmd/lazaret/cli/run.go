@@ -329,19 +329,7 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
 		return 0, true, nil // the coordinator closed between dial and request
 	}
-	frames := make(chan *lv1.ServerFrame, 16)
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			var f lv1.ServerFrame
-			if err := fc.Read(&f); err != nil {
-				readErr <- err
-				close(frames)
-				return
-			}
-			frames <- &f
-		}
-	}()
+	frames, readErr := readFrames(fc)
 	stderrTTY := isTerminal(2)
 	accepted, gotFrame := false, false
 	for {
@@ -408,4 +396,23 @@ func relayStdin(fc *control.Conn) {
 func isTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	return err == nil
+}
+
+// readFrames reads server frames on their own goroutine: the channel closes
+// after the first read error, which readErr then holds.
+func readFrames(fc *control.Conn) (<-chan *lv1.ServerFrame, <-chan error) {
+	frames := make(chan *lv1.ServerFrame, 16)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			var f lv1.ServerFrame
+			if err := fc.Read(&f); err != nil {
+				readErr <- err
+				close(frames)
+				return
+			}
+			frames <- &f
+		}
+	}()
+	return frames, readErr
 }

@@ -207,19 +207,7 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) 
 	if err := c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
 		return 0, true, nil
 	}
-	frames := make(chan *lv1.ServerFrame, 16)
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			var f lv1.ServerFrame
-			if err := c.fc.Read(&f); err != nil {
-				readErr <- err
-				close(frames)
-				return
-			}
-			frames <- &f
-		}
-	}()
+	frames, readErr := readFrames(c.fc)
 	stderrTTY := isTerminal(2)
 	accepted, gotFrame := false, false
 	for {

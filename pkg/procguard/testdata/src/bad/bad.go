@@ -8,8 +8,8 @@ import (
 
 func spawnAndReap() {
 	c := exec.Command("true")
-	c.Start() // want `\(\*os/exec.Cmd\).Start \(spawn\) outside the process broker`
-	c.Wait()  // want `\(\*os/exec.Cmd\).Wait \(wait/reap\) outside the process broker`
+	c.Start()               // want `\(\*os/exec.Cmd\).Start \(spawn\) outside the process broker`
+	c.Wait()                // want `\(\*os/exec.Cmd\).Wait \(wait/reap\) outside the process broker`
 	exec.Command("x").Run() // want `\(\*os/exec.Cmd\).Run`
 }
 
