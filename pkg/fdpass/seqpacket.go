@@ -101,3 +101,9 @@ func (ch *Channel) Close() error { return ch.c.Close() }
 
 // ErrClosed reports that the peer closed the channel.
 var ErrClosed = errdefs.New(errdefs.ErrUnavailable, "peer closed the channel")
+
+// SigningPayload is the deterministic encoding of m that the HC↔RS
+// ownership messages sign; the caller passes m with its signature unset.
+func SigningPayload(m proto.Message) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(m)
+}

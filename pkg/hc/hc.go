@@ -16,9 +16,11 @@ package hc
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +37,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
@@ -105,6 +108,7 @@ type coordinator struct {
 	self         pidfs.Identity // this coordinator's own pidfs identity
 	retained     []retained     // records recovery refused to act on
 	anchor       *trust.Anchor
+	rsCred       *trust.Credential // the runtime supervisor's protocol credential
 	tlsConfig    *tls.Config
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
@@ -528,6 +532,22 @@ func (c *coordinator) launchSupervisor() error {
 		return err
 	}
 	defer policyFile.Close()
+	// RS signs its ownership messages with its own protocol credential and
+	// verifies HC's with the coordinator's public key.
+	rsPub, rsKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
+	if c.rsCred, err = c.anchor.IssueCredential(trust.RoleRuntimeSupervisor, randomID(), rsPub); err != nil {
+		return err
+	}
+	credJSON, _ := json.Marshal(rsCredentialFile{KeySeed: rsKey.Seed(), CoordinatorPublicKey: c.anchor.CoordinatorCredential().Claims.PublicKey})
+	credFile, err := fdpass.SealedMemfd("lazaret-rs-credential", credJSON)
+	clear(rsKey)
+	if err != nil {
+		return err
+	}
+	defer credFile.Close()
 	ch, peer, err := fdpass.Pair()
 	if err != nil {
 		return err
@@ -542,11 +562,11 @@ func (c *coordinator) launchSupervisor() error {
 		Slot: "rs",
 		Target: proc.Command{
 			Path: c.rsPath,
-			Args: []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--log-level=" + c.level},
+			Args: []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--credential-fd=7", "--log-level=" + c.level},
 			Env:  []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME")},
 			Dir:  "/",
 			// stdin /dev/null; stdout/stderr to the coordinator log.
-			Files:      []*os.File{nil, os.Stderr, os.Stderr, peer, lifeR, c.lockFile, policyFile},
+			Files:      []*os.File{nil, os.Stderr, os.Stderr, peer, lifeR, c.lockFile, policyFile, credFile},
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET,
 		},
 		// Full subordinate map: 0 → the developer, 1..65536 → subordinate ids.
@@ -693,6 +713,16 @@ func bytesEqualIdentity(a, b *lv1.PidfsProcessIdentityV1) bool {
 // commitStaged validates RS's StagedProcessOwnership and acknowledges it
 // with an exact echo (CausalChildAcquisitionV1 step 6).
 func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
+	sig := s.Signature
+	unsigned := proto.Clone(s).(*lv1.StagedProcessOwnership)
+	unsigned.Signature = nil
+	payload, err := fdpass.SigningPayload(unsigned)
+	if err != nil {
+		return err
+	}
+	if err := trust.Verify(c.rsCred.Claims.PublicKey, trust.RecordStagedProcessOwnership, payload, sig); err != nil {
+		return errdefs.New(errdefs.ErrRefused, "StagedProcessOwnership is not signed by this generation's runtime supervisor credential")
+	}
 	if s.DomainId != string(c.paths.ID) || s.Generation != c.generation || s.CoordinatorId != c.coordinator || s.Slot != "attached_runsc" {
 		return errdefs.New(errdefs.ErrRefused, "staged ownership for %s/%d/%s/%s does not match this generation", s.DomainId, s.Generation, s.CoordinatorId, s.Slot)
 	}
@@ -721,6 +751,13 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	}
 	failpoint.Hit("lazaret-hc:staged-recorded")
 	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
+	ackPayload, err := fdpass.SigningPayload(ack)
+	if err != nil {
+		return err
+	}
+	if ack.Signature, err = c.anchor.SignAsCoordinator(trust.RecordProcessOwnershipCommitAck, ackPayload); err != nil {
+		return err
+	}
 	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
 }
 
@@ -1004,4 +1041,12 @@ func (c *coordinator) statusDocument() map[string]any {
 	d := c.policy.Digest()
 	doc["network_policy_digest"] = fmt.Sprintf("%x", d[:])
 	return doc
+}
+
+// rsCredentialFile is what the Runtime Supervisor receives in its sealed
+// credential memfd: its own signing key and the coordinator's verification
+// key.
+type rsCredentialFile struct {
+	KeySeed              []byte `json:"key_seed"`
+	CoordinatorPublicKey []byte `json:"coordinator_public_key"`
 }

@@ -15,6 +15,8 @@ package rs
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,6 +42,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
+	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // ReadyLine is what the guest init prints on its stdout once it runs.
@@ -59,6 +62,7 @@ func Main(args []string) int {
 	lifetimeFD := fs.Int("lifetime-fd", -1, "inherited read end of the Host Coordinator lifetime pipe")
 	lockFD := fs.Int("lock-fd", -1, "inherited Domain lock descriptor (held until exit)")
 	policyFD := fs.Int("policy-fd", -1, "inherited write-sealed memfd with the derived network policy")
+	credentialFD := fs.Int("credential-fd", -1, "inherited write-sealed memfd with RS's protocol signing key and the coordinator's verification key")
 	logLevel := fs.String("log-level", "info", "debug|info|warn|error")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -94,13 +98,19 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "lazaret-rs: missing --policy-fd")
 		return 2
 	}
-	s := &supervisor{policyFD: *policyFD, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	cred, err := readCredential(*credentialFD)
+	if err != nil {
+		log.Error("protocol credential", "err", err)
+		return 2
+	}
+	s := &supervisor{policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	return s.run()
 }
 
 type supervisor struct {
 	policyFD int
+	cred     credential
 	routes   []netsetup.Route
 	log      *slog.Logger
 	ch       *fdpass.Channel
@@ -377,12 +387,26 @@ func (s *supervisor) installPolicy() error {
 // the exact staged tuple and wait for HC's exact echo.
 func (s *supervisor) stageWithCoordinator(ctx context.Context, id pidfs.Identity) error {
 	staged := &lv1.StagedProcessOwnership{DomainId: s.start.DomainId, Generation: s.start.Generation, CoordinatorId: s.start.CoordinatorId, Slot: "attached_runsc", Identity: identityProto(id)}
+	payload, err := fdpass.SigningPayload(staged)
+	if err != nil {
+		return err
+	}
+	staged.Signature = trust.Sign(s.cred.key, trust.RecordStagedProcessOwnership, payload)
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Staged{Staged: staged}}); err != nil {
 		return err
 	}
 	select {
 	case ack := <-s.acks:
 		want := &lv1.ProcessOwnershipCommitAck{DomainId: staged.DomainId, Generation: staged.Generation, CoordinatorId: staged.CoordinatorId, Slot: staged.Slot, Identity: staged.Identity}
+		sig := ack.Signature
+		ack.Signature = nil
+		ackPayload, err := fdpass.SigningPayload(ack)
+		if err != nil {
+			return err
+		}
+		if err := trust.Verify(s.cred.coordinator, trust.RecordProcessOwnershipCommitAck, ackPayload, sig); err != nil {
+			return errdefs.New(errdefs.ErrRefused, "ProcessOwnershipCommitAck is not signed by the Session Coordinator")
+		}
 		if !proto.Equal(ack, want) {
 			return errdefs.New(errdefs.ErrRefused, "ProcessOwnershipCommitAck does not echo the staged ownership exactly")
 		}
@@ -464,4 +488,29 @@ func routeStrings(rs []netsetup.Route) []string {
 		out[i] = r.String()
 	}
 	return out
+}
+
+// credential is RS's protocol signing key and the coordinator's
+// verification key, from the sealed memfd HC passed.
+type credential struct {
+	key         ed25519.PrivateKey
+	coordinator ed25519.PublicKey
+}
+
+func readCredential(fd int) (credential, error) {
+	if fd < 3 {
+		return credential{}, errdefs.New(errdefs.ErrInvalid, "missing --credential-fd")
+	}
+	raw, err := fdpass.ReadSealedMemfd(fd, 4096)
+	if err != nil {
+		return credential{}, err
+	}
+	var f struct {
+		KeySeed              []byte `json:"key_seed"`
+		CoordinatorPublicKey []byte `json:"coordinator_public_key"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil || len(f.KeySeed) != ed25519.SeedSize || len(f.CoordinatorPublicKey) != ed25519.PublicKeySize {
+		return credential{}, errdefs.New(errdefs.ErrCorrupt, "malformed runtime supervisor credential")
+	}
+	return credential{key: ed25519.NewKeyFromSeed(f.KeySeed), coordinator: ed25519.PublicKey(f.CoordinatorPublicKey)}, nil
 }

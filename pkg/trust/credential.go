@@ -33,7 +33,7 @@ type Credential struct {
 // (a NewID) over pub, signed by the protocol-issuer key.
 func (a *Anchor) IssueCredential(role, componentID string, pub ed25519.PublicKey) (*Credential, error) {
 	switch role {
-	case RoleSessionCoordinator, RoleAgentSandbox, RoleNetworkSidecar:
+	case RoleSessionCoordinator, RoleAgentSandbox, RoleNetworkSidecar, RoleRuntimeSupervisor:
 	default:
 		return nil, errdefs.New(errdefs.ErrInvalid, "unknown credential role %q", role)
 	}
@@ -112,4 +112,15 @@ func VerifyCredential(s Signed, manifest *ManifestClaims, manifestID string, exp
 // record name (e.g. an escalation request signed by the sandbox).
 func (c *Credential) VerifySignedBy(name string, payload, sig []byte) error {
 	return Verify(ed25519.PublicKey(c.Claims.PublicKey), name, payload, sig)
+}
+
+// SignAsCoordinator signs a record with the Session Coordinator's protocol
+// key (held by HC only), for peers that verify it with the coordinator's
+// credential.
+func (a *Anchor) SignAsCoordinator(name string, payload []byte) ([]byte, error) {
+	k, err := a.key(&a.protoKey)
+	if err != nil {
+		return nil, err
+	}
+	return Sign(k, name, payload), nil
 }

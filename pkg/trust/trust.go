@@ -68,6 +68,9 @@ const (
 	RecordProtocolCredential  = "protocol-credential"
 	RecordSessionRegistration = "session-registration"
 	RecordSessionCapability   = "session-request-capability"
+	// HC↔RS ownership exchange (CausalChildAcquisitionV1 step 6).
+	RecordStagedProcessOwnership    = "staged-process-ownership"
+	RecordProcessOwnershipCommitAck = "process-ownership-commit-ack"
 )
 
 // Roles of Protocol Credentials.
@@ -75,6 +78,8 @@ const (
 	RoleSessionCoordinator = "session-coordinator"
 	RoleAgentSandbox       = "agent-sandbox"
 	RoleNetworkSidecar     = "network-sidecar"
+	// RoleRuntimeSupervisor signs the Runtime Supervisor's messages to HC.
+	RoleRuntimeSupervisor = "runtime-supervisor"
 )
 
 // GenerationIdentity is the identity of one Domain generation that every

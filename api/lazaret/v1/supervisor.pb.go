@@ -643,6 +643,10 @@ type StagedProcessOwnership struct {
 	CoordinatorId string                  `protobuf:"bytes,3,opt,name=coordinator_id,json=coordinatorId,proto3" json:"coordinator_id,omitempty"`
 	Slot          string                  `protobuf:"bytes,4,opt,name=slot,proto3" json:"slot,omitempty"`
 	Identity      *PidfsProcessIdentityV1 `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	// Ed25519 signature by RS's runtime-supervisor protocol credential over
+	// lazaret/v1/staged-process-ownership + length + the deterministic
+	// encoding of this message with signature unset.
+	Signature     []byte `protobuf:"bytes,6,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,6 +716,13 @@ func (x *StagedProcessOwnership) GetIdentity() *PidfsProcessIdentityV1 {
 	return nil
 }
 
+func (x *StagedProcessOwnership) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // ProcessOwnershipCommitAck echoes the exact StagedProcessOwnership tuple.
 type ProcessOwnershipCommitAck struct {
 	state         protoimpl.MessageState  `protogen:"open.v1"`
@@ -720,6 +731,9 @@ type ProcessOwnershipCommitAck struct {
 	CoordinatorId string                  `protobuf:"bytes,3,opt,name=coordinator_id,json=coordinatorId,proto3" json:"coordinator_id,omitempty"`
 	Slot          string                  `protobuf:"bytes,4,opt,name=slot,proto3" json:"slot,omitempty"`
 	Identity      *PidfsProcessIdentityV1 `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	// Signature by the Session Coordinator's protocol key (held by HC) over
+	// lazaret/v1/process-ownership-commit-ack, as above.
+	Signature     []byte `protobuf:"bytes,6,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -785,6 +799,13 @@ func (x *ProcessOwnershipCommitAck) GetSlot() string {
 func (x *ProcessOwnershipCommitAck) GetIdentity() *PidfsProcessIdentityV1 {
 	if x != nil {
 		return x.Identity
+	}
+	return nil
+}
+
+func (x *ProcessOwnershipCommitAck) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
 	}
 	return nil
 }
@@ -1060,7 +1081,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	" \x03(\tR\n" +
 	"runscFlags\x12B\n" +
 	"\rnet_namespace\x18\v \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12#\n" +
-	"\rpolicy_digest\x18\f \x01(\fR\fpolicyDigest\"\xd0\x01\n" +
+	"\rpolicy_digest\x18\f \x01(\fR\fpolicyDigest\"\xee\x01\n" +
 	"\x16StagedProcessOwnership\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1068,7 +1089,8 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x0ecoordinator_id\x18\x03 \x01(\tR\rcoordinatorId\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\tR\x04slot\x12>\n" +
-	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\"\xd3\x01\n" +
+	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\x12\x1c\n" +
+	"\tsignature\x18\x06 \x01(\fR\tsignature\"\xf1\x01\n" +
 	"\x19ProcessOwnershipCommitAck\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1076,7 +1098,8 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x0ecoordinator_id\x18\x03 \x01(\tR\rcoordinatorId\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\tR\x04slot\x12>\n" +
-	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\"\x9f\x02\n" +
+	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\x12\x1c\n" +
+	"\tsignature\x18\x06 \x01(\fR\tsignature\"\x9f\x02\n" +
 	"\fSandboxReady\x120\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12\x1b\n" +
 	"\timage_ref\x18\x02 \x01(\tR\bimageRef\x12'\n" +
