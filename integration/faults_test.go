@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"log/slog"
 
 	"golang.org/x/sys/unix"
 
@@ -116,7 +117,7 @@ func allClean(t *testing.T, ws, profile string) {
 		t.Fatalf("Domain still locked: %v", err)
 	}
 	defer unix.Flock(int(lock.Fd()), unix.LOCK_UN)
-	st, err := store.Open(root, lock, store.DomainIdentity{ID: id, Profile: profile, CanonicalWorkspace: canon}, store.Options{})
+	st, err := store.Open(root, lock, store.DomainIdentity{ID: id, Profile: profile, CanonicalWorkspace: canon}, store.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
