@@ -166,6 +166,10 @@ func (c *coordinator) recoverGenerations() {
 		if id := p.View.Fields["container_id"]; id != "" {
 			c.runscQuiet(c.rt.Delete(id))
 		}
+		if err := c.withdrawPublication(g, "bootstrap recovery: the dead generation's coordinator and socket are gone"); err != nil {
+			c.retain(g, "publication", err.Error())
+			continue
+		}
 		if refusals := c.recoverSessions(g); len(refusals) > 0 {
 			c.retain(g, "session_terminal", strings.Join(refusals, "; "))
 			continue
@@ -368,4 +372,57 @@ func (c *coordinator) recoverSessions(g uint64) []string {
 		}
 	}
 	return refusals
+}
+
+// recordPublication publishes the generation durably (spec §3.2): the
+// participant moves Intent → Intent{socket, fingerprint} → Committed once
+// the sandbox is Committed; the store refuses it otherwise.
+func (c *coordinator) recordPublication() error {
+	var st unix.Stat_t
+	if err := unix.Stat(c.paths.ControlSocket(), &st); err != nil {
+		return fmt.Errorf("control socket identity: %w", err)
+	}
+	sock := &lv1.FileIdentityV1{Dev: uint64(st.Dev), Ino: st.Ino, PathHint: c.paths.ControlSocket()}
+	fp := []byte(c.profile.Fingerprint())
+	now := time.Now().UnixNano()
+	snap := func(published *int64) *lv1.RoleSnapshotV1 {
+		return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Publication{Publication: &lv1.PublicationSnapshotV1{ControlSocket: sock, ConfigurationFingerprint: fp, PublishedUnixNano: published}}}
+	}
+	if err := c.store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(c.generation, participant.Publication, participant.Intent, nil)
+	}); err != nil {
+		return err
+	}
+	if err := c.store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(c.generation, participant.Publication, participant.Intent, snap(nil))
+	}); err != nil {
+		return err
+	}
+	return c.store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(c.generation, participant.Publication, participant.Committed, snap(&now))
+	})
+}
+
+// withdrawPublication records the publication's release: the publication
+// file is removed and the listener closed before this is called.
+func (c *coordinator) withdrawPublication(gen uint64, detail string) error {
+	return c.store.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(gen, participant.Publication)
+		if err != nil || p == nil || p.Phase == participant.Clean {
+			return err
+		}
+		if p.Snapshot == nil {
+			return tx.CleanParticipant(gen, participant.Publication, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
+		}
+		if p.Phase != participant.ReleaseIntent {
+			if err := tx.ReleaseParticipant(gen, participant.Publication); err != nil {
+				return err
+			}
+		}
+		var fields []string
+		for f := range p.View.Fields {
+			fields = append(fields, f)
+		}
+		return tx.CleanParticipant(gen, participant.Publication, participant.AbsenceProof{Kind: participant.AbsenceExact, Fields: fields, Detail: detail})
+	})
 }

@@ -688,6 +688,10 @@ func (c *coordinator) superviseMessages() {
 				c.setState(stateFailed, err)
 				return
 			}
+			if err := c.recordPublication(); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
 			// The running sandbox holds the credential mount: unlink the
 			// key's source and forget it (spec §3.2).
 			os.Remove(filepath.Join(c.credentialDir(), "sandbox.key"))
@@ -884,6 +888,9 @@ func (c *coordinator) teardown() {
 	case <-time.After(drainTimeout + closeGrace):
 	}
 	if c.store != nil {
+		if err := c.withdrawPublication(c.generation, "teardown: publication file removed, listener closed"); err != nil {
+			c.log.Error("record publication withdrawal", "err", err)
+		}
 		if err := c.releaseSandbox(); err != nil {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
