@@ -432,3 +432,17 @@ func hostGit(t *testing.T, dir string, args ...string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// TestDoctor: `lazaret doctor` passes on this (the CI) machine for the test
+// user, and --json reports every check.
+func TestDoctor(t *testing.T) {
+	ws := workspace(t)
+	r := lz(t, ws, nil, "doctor")
+	if r.code != 0 || strings.Contains(r.stdout, "FAIL") {
+		t.Fatalf("doctor: %+v", r)
+	}
+	r = lz(t, ws, nil, "doctor", "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"check": "kernel"`) {
+		t.Fatalf("doctor --json: %+v", r)
+	}
+}
