@@ -80,7 +80,10 @@ func (c *coordinator) recordSandbox(phase participant.Phase, rs, runsc *lv1.Proc
 func (c *coordinator) releaseSandbox() error {
 	return c.store.Update(func(tx *store.Tx) error {
 		p, err := tx.Participant(c.generation, participant.Sandbox)
-		if err != nil || p == nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
 			return err
 		}
 		return tx.ReleaseParticipant(c.generation, participant.Sandbox)
@@ -93,7 +96,10 @@ func (c *coordinator) releaseSandbox() error {
 func (c *coordinator) cleanSandbox(gen uint64, detail string, absent []pidfs.Authority) error {
 	return c.store.Update(func(tx *store.Tx) error {
 		p, err := tx.Participant(gen, participant.Sandbox)
-		if err != nil || p == nil || p.Phase == participant.Clean {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // never recorded: nothing to release
+		}
+		if err != nil || p.Phase == participant.Clean {
 			return err
 		}
 		if p.Snapshot == nil {
@@ -299,7 +305,10 @@ func (r storeTerminals) RecordRunning(_ context.Context, id TerminalIdentity) er
 func (r storeTerminals) RecordReleaseIntent(_ context.Context, sessionID string) error {
 	return r.update(func(tx *store.Tx) error {
 		st, err := tx.SessionTerminal(r.c.generation, sessionID)
-		if err != nil || st == nil || st.Snapshot == nil || st.Phase == participant.ReleaseIntent {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil || st.Snapshot == nil || st.Phase == participant.ReleaseIntent {
 			return err
 		}
 		return tx.ReleaseSessionTerminal(r.c.generation, sessionID)
@@ -311,7 +320,10 @@ func (r storeTerminals) RecordReleaseIntent(_ context.Context, sessionID string)
 func (r storeTerminals) RecordClean(_ context.Context, sessionID string) error {
 	return r.update(func(tx *store.Tx) error {
 		st, err := tx.SessionTerminal(r.c.generation, sessionID)
-		if err != nil || st == nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		return tx.CleanSessionTerminal(r.c.generation, sessionID, terminalProof(st, "session closed: guest group empty, exec client reaped, PTY master closed"))
@@ -408,7 +420,10 @@ func (c *coordinator) recordPublication() error {
 func (c *coordinator) withdrawPublication(gen uint64, detail string) error {
 	return c.store.Update(func(tx *store.Tx) error {
 		p, err := tx.Participant(gen, participant.Publication)
-		if err != nil || p == nil || p.Phase == participant.Clean {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // never recorded: nothing to release
+		}
+		if err != nil || p.Phase == participant.Clean {
 			return err
 		}
 		if p.Snapshot == nil {
