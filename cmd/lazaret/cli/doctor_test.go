@@ -25,7 +25,9 @@ func (i info) Sys() any           { return nil }
 func TestDoctorReportsEveryFailureWithItsFix(t *testing.T) {
 	bad := hostcheck.Host{
 		Euid: 0, Uid: 0, Username: "dev",
-		Uname:    func() (hostcheck.Uname, error) { return hostcheck.Uname{Release: "6.1.0", Version: "#1", Machine: "x86_64"}, nil },
+		Uname: func() (hostcheck.Uname, error) {
+			return hostcheck.Uname{Release: "6.1.0", Version: "#1", Machine: "x86_64"}, nil
+		},
 		ReadFile: func(string) ([]byte, error) { return []byte(""), nil },
 		OpenRW:   func(string) error { return errors.New("permission denied") },
 		LookPath: func(n string) (string, error) { return "", errors.New("missing") },
