@@ -2,6 +2,7 @@ package fdpass
 
 import (
 	"context"
+	"os"
 	"errors"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func TestRoundTripAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := FromFD(int(bf.Fd()))
+	b, err := FromFD(adopt(t, bf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestCorruptPacketRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := FromFD(int(bf.Fd()))
+	b, err := FromFD(adopt(t, bf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,4 +70,16 @@ func TestFromFDRefusesStream(t *testing.T) {
 	if _, err := FromFD(fds[0]); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("want invalid, got %v", err)
 	}
+}
+
+// adopt hands FromFD a descriptor of its own: the *os.File keeps (and its
+// finalizer would close) the original, as a child's inherited copy would not.
+func adopt(t *testing.T, f *os.File) int {
+	t.Helper()
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return fd
 }
