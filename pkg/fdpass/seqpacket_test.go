@@ -2,8 +2,8 @@ package fdpass
 
 import (
 	"context"
-	"os"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
