@@ -34,21 +34,23 @@ build-failpoints:
 setup:
 	scripts/setup.sh deps
 
-DEMO_CMD := bash -c 'echo "Lazaret sandbox $$(hostname): $$(uname -sr) in $$PWD"; git status --short --branch 2>/dev/null | head -5; echo "(pass a command with make run CMD=...; interactive terminals come with the terminal issue)"'
-
+DEMO_CMD := bash -c 'echo "Lazaret sandbox $$(hostname): $$(uname -sr) in $$PWD"; git status --short --branch 2>/dev/null | head -5; echo "(on a terminal, make run opens an interactive shell; make run CMD=... runs a command)"'
+# On a terminal with no CMD, make run opens an interactive shell in the sandbox.
 run: setup build
-	@if [ "$$(id -u)" = 0 ]; then \
+	@interactive=; if [ -z "$(CMD)" ] && [ -t 0 ] && [ -t 1 ]; then interactive=1; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
 		echo "make run: lazaret refuses to run as root; using the demo user $(DEMO_USER) and its demo Git workspace" >&2; \
 		scripts/setup.sh user $(DEMO_USER); \
 		scripts/setup.sh images $(DEMO_USER) debian; \
 		ws=$$(scripts/setup.sh demo-workspace $(DEMO_USER)); \
 		tools=$$(mktemp -d /tmp/lazaret-run.XXXXXX); chmod 755 $$tools; cp bin/lazaret bin/lazaret-hc bin/lazaret-rs bin/lazaret-escalate $$tools/; \
 		home=$$(getent passwd $(DEMO_USER) | cut -d: -f6); \
-		runuser -u $(DEMO_USER) -- env -i HOME=$$home USER=$(DEMO_USER) TERM=$${TERM:-xterm} LANG=$${LANG:-C.UTF-8} PATH=/usr/local/bin:/usr/bin:/bin LAZARET_RUNSC=$(RUNSC) \
-			$$tools/lazaret run -C $$ws -- $(if $(CMD),$(CMD),$(DEMO_CMD)); rc=$$?; rm -rf $$tools; exit $$rc; \
+		as_demo="runuser -u $(DEMO_USER) -- env -i HOME=$$home USER=$(DEMO_USER) TERM=$${TERM:-xterm} LANG=$${LANG:-C.UTF-8} PATH=/usr/local/bin:/usr/bin:/bin LAZARET_RUNSC=$(RUNSC) $$tools/lazaret run -C $$ws"; \
+		if [ -n "$$interactive" ]; then $$as_demo; else $$as_demo -- $(if $(CMD),$(CMD),$(DEMO_CMD)); fi; rc=$$?; rm -rf $$tools; exit $$rc; \
 	else \
 		scripts/setup.sh images $$(id -un) debian; \
-		LAZARET_RUNSC=$(RUNSC) bin/lazaret run -C "$(DIR)" -- $(if $(CMD),$(CMD),$(DEMO_CMD)); \
+		if [ -n "$$interactive" ]; then LAZARET_RUNSC=$(RUNSC) bin/lazaret run -C "$(DIR)"; \
+		else LAZARET_RUNSC=$(RUNSC) bin/lazaret run -C "$(DIR)" -- $(if $(CMD),$(CMD),$(DEMO_CMD)); fi; \
 	fi
 
 vet:
