@@ -56,7 +56,7 @@ import (
 
 // Bounds of one interactive session.
 const (
-	termReadSize    = 32 << 10 // one PTY read
+	termReadSize    = 256 << 10 // one PTY read (aggregated until EAGAIN)
 	termFrameMax    = 64 << 10 // output merged into one waiting frame
 	termSendQueue   = 16       // frames waiting for the connection writer
 	termInputQueue  = 64       // input chunks waiting for the PTY writer
