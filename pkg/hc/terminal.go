@@ -57,10 +57,10 @@ import (
 // Bounds of one interactive session.
 const (
 	termReadSize    = 256 << 10 // one PTY read (aggregated until EAGAIN)
-	termFrameMax    = 64 << 10 // output merged into one waiting frame
-	termSendQueue   = 16       // frames waiting for the connection writer
-	termInputQueue  = 64       // input chunks waiting for the PTY writer
-	termSignalQueue = 8        // group signals waiting for runsc kill
+	termFrameMax    = 64 << 10  // output merged into one waiting frame
+	termSendQueue   = 16        // frames waiting for the connection writer
+	termInputQueue  = 64        // input chunks waiting for the PTY writer
+	termSignalQueue = 8         // group signals waiting for runsc kill
 	identifyTimeout = 10 * time.Second
 	writeOutTimeout = 5 * time.Second // final frames to a client that stopped reading
 )
