@@ -9,13 +9,13 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lazaret/lazaret/pkg/domain"
+
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
-var profileNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
 // ValidProfileName reports whether name can name an Agent Profile.
-func ValidProfileName(name string) bool { return profileNamePattern.MatchString(name) }
+func ValidProfileName(name string) bool { return domain.ValidProfileName(name) }
 
 var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 

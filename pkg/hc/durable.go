@@ -90,34 +90,6 @@ func (c *coordinator) releaseSandbox() error {
 	})
 }
 
-// cleanSandbox records Clean once every recorded process is proven absent:
-// RS and the attached runsc were reaped or matched absent; HC's own
-// ownership role ends with this record.
-func (c *coordinator) cleanSandbox(gen uint64, detail string, absent []pidfs.Authority) error {
-	return c.store.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(gen, participant.Sandbox)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil // never recorded: nothing to release
-		}
-		if err != nil || p.Phase == participant.Clean {
-			return err
-		}
-		if p.Snapshot == nil {
-			return tx.CleanParticipant(gen, participant.Sandbox, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
-		}
-		if p.Phase != participant.ReleaseIntent {
-			if err := tx.ReleaseParticipant(gen, participant.Sandbox); err != nil {
-				return err
-			}
-		}
-		var fields []string
-		for f := range p.View.Fields {
-			fields = append(fields, f)
-		}
-		return tx.CleanParticipant(gen, participant.Sandbox, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
-	})
-}
-
 // retained lists records recovery refused to act on, with the reason.
 type retained struct {
 	Generation uint64 `json:"generation"`
@@ -415,22 +387,24 @@ func (c *coordinator) recordPublication() error {
 	})
 }
 
-// withdrawPublication records the publication's release: the publication
-// file is removed and the listener closed before this is called.
-func (c *coordinator) withdrawPublication(gen uint64, detail string) error {
+// releaseAndClean moves a participant to Clean through ReleaseIntent with an
+// absence proof: absent names every recorded process authority proven gone,
+// and every recorded field is covered; a bare Intent becomes Clean after the
+// runtime-absence check. A participant never recorded needs nothing.
+func (c *coordinator) releaseAndClean(gen uint64, role participant.Role, detail string, absent []pidfs.Authority) error {
 	return c.store.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(gen, participant.Publication)
+		p, err := tx.Participant(gen, role)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil // never recorded: nothing to release
+			return nil
 		}
 		if err != nil || p.Phase == participant.Clean {
 			return err
 		}
 		if p.Snapshot == nil {
-			return tx.CleanParticipant(gen, participant.Publication, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
+			return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
 		}
 		if p.Phase != participant.ReleaseIntent {
-			if err := tx.ReleaseParticipant(gen, participant.Publication); err != nil {
+			if err := tx.ReleaseParticipant(gen, role); err != nil {
 				return err
 			}
 		}
@@ -438,6 +412,18 @@ func (c *coordinator) withdrawPublication(gen uint64, detail string) error {
 		for f := range p.View.Fields {
 			fields = append(fields, f)
 		}
-		return tx.CleanParticipant(gen, participant.Publication, participant.AbsenceProof{Kind: participant.AbsenceExact, Fields: fields, Detail: detail})
+		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
 	})
+}
+
+// cleanSandbox records the sandbox Clean once RS and the attached runsc were
+// reaped or matched absent; HC's own ownership role ends with this record.
+func (c *coordinator) cleanSandbox(gen uint64, detail string, absent []pidfs.Authority) error {
+	return c.releaseAndClean(gen, participant.Sandbox, detail, absent)
+}
+
+// withdrawPublication records the publication's release; the publication
+// file is removed and the listener closed before this is called.
+func (c *coordinator) withdrawPublication(gen uint64, detail string) error {
+	return c.releaseAndClean(gen, participant.Publication, detail, nil)
 }

@@ -17,9 +17,7 @@ package hc
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -174,12 +172,13 @@ func Main(args []string) int {
 	return 0
 }
 
+// randomID mints a runtime-unique ID (coordinator, sandbox, session).
 func randomID() string {
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
+	id, err := trust.NewID(nil)
+	if err != nil {
+		panic(err) // the system random source failed
 	}
-	return hex.EncodeToString(b)
+	return id
 }
 
 // init validates the Domain, claims its runtime directory and opens the

@@ -39,6 +39,10 @@ const InitPath = ControlDir + "/bin/lazaret-escalate"
 // InitArg selects the init role of the in-sandbox binary.
 const InitArg = "__lazaret-init"
 
+// ReadyLine is what the guest init prints on its stdout (a pipe to the
+// Runtime Supervisor) once it runs.
+const ReadyLine = "lazaret-init-ready"
+
 // ExecArg selects the session launcher role of the in-sandbox binary.
 const ExecArg = "__lazaret-exec"
 

@@ -38,15 +38,13 @@ import (
 	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netsetup"
+	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
-
-// ReadyLine is what the guest init prints on its stdout once it runs.
-const ReadyLine = "lazaret-init-ready"
 
 // Timeouts (variables so tests and failpoints can shorten them).
 var (
@@ -311,7 +309,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		sc := bufio.NewScanner(outR)
 		for sc.Scan() {
 			line := sc.Text()
-			if line == ReadyLine {
+			if line == ocispec.ReadyLine {
 				ready <- nil
 				continue
 			}

@@ -18,11 +18,10 @@ import (
 	"os/signal"
 	"strings"
 
+	"github.com/lazaret/lazaret/pkg/ocispec"
+
 	"golang.org/x/sys/unix"
 )
-
-// ReadyLine must match rs.ReadyLine.
-const ReadyLine = "lazaret-init-ready"
 
 // Main runs the init role with the arguments after the role selector.
 func Main(args []string) int {
@@ -45,7 +44,7 @@ func Main(args []string) int {
 		io.Copy(io.Discard, os.Stdin)
 		close(eof)
 	}()
-	fmt.Println(ReadyLine)
+	fmt.Println(ocispec.ReadyLine)
 	for {
 		select {
 		case <-eof:

@@ -43,6 +43,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/lazaret/lazaret/pkg/domain"
+
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
@@ -97,7 +99,6 @@ type GenerationIdentity struct {
 var (
 	idPattern          = regexp.MustCompile(`^[0-9a-f]{32}$`)
 	domainIDPattern    = regexp.MustCompile(`^[0-9a-f]{32}$`)
-	profilePattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 	fingerprintPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	recordNamePattern  = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 )
@@ -111,7 +112,7 @@ func (g GenerationIdentity) Validate() error {
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: generation must be at least 1")
 	case !idPattern.MatchString(g.CoordinatorID):
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: bad coordinator ID %q", g.CoordinatorID)
-	case !profilePattern.MatchString(g.Profile):
+	case !domain.ValidProfileName(g.Profile):
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: bad profile %q", g.Profile)
 	case !fingerprintPattern.MatchString(g.ConfigFingerprint):
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: bad configuration fingerprint %q", g.ConfigFingerprint)
