@@ -27,7 +27,7 @@ import (
 // teardown stages.
 func faultStages() []string {
 	var s []string
-	for _, slot := range []struct{ proc, slot string }{{"lazaret-hc", "rs"}, {"lazaret-rs", "attached_runsc"}, {"lazaret-hc", "session_exec"}} {
+	for _, slot := range []struct{ proc, slot string }{{"lazaret-hc", "rs"}, {"lazaret-hc", "helper"}, {"lazaret-rs", "attached_runsc"}, {"lazaret-hc", "session_exec"}} {
 		for _, step := range failpoint.AcquireSteps {
 			s = append(s, slot.proc+":acquire:"+slot.slot+":"+step)
 		}
@@ -35,7 +35,7 @@ func faultStages() []string {
 			s = append(s, "wrapper:"+slot.slot+":"+step)
 		}
 	}
-	for _, st := range []string{"started", "hello-verified", "staged-recorded", "published", "teardown-begin", "rs-stopped"} {
+	for _, st := range []string{"started", "hello-verified", "helper-started", "staged-recorded", "helper-committed", "published", "teardown-begin", "rs-stopped", "helper-stopped"} {
 		s = append(s, "lazaret-hc:"+st)
 	}
 	for _, st := range []string{"hello-sent", "prepared", "rootfs-mounted", "runsc-ready", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted"} {

@@ -53,6 +53,9 @@ var E *env
 var setupErr error
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(netServerEnv); cfg != "" {
+		runNetServer(cfg) // the network tests' test host, inside its netns
+	}
 	flag.Parse()
 	E, setupErr = setup()
 	code := m.Run()

@@ -326,6 +326,10 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 				t.Fatalf("no ready line: %v", err)
 			}
 			pid := findProcess(t, e.uid, victim, ws)
+			helpers := helperProcesses(e.uid)
+			if len(helpers) != 1 {
+				t.Fatalf("connectivity helpers before the kill: %v, want one slirp4netns", helpers)
+			}
 			syscall.Kill(pid, syscall.SIGKILL) // a process this test started, by its pid
 			done := make(chan struct{})
 			go func() { c.Wait(); close(done) }()
@@ -341,6 +345,9 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 			// Processes and mounts go at once; after Host Coordinator loss
 			// its runtime directory waits for the next invocation's recovery.
 			noProcessesOrMounts(t)
+			if h := helperProcesses(e.uid); len(h) != 0 {
+				t.Errorf("connectivity helper %v outlived the %s kill", h, victim)
+			}
 			if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
 				t.Errorf("next run after %s loss: %+v", victim, r)
 			}

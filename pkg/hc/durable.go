@@ -59,7 +59,7 @@ func (c *coordinator) beginGeneration() error {
 		c.generation = last + 1
 		if err := tx.CreateGeneration(store.NewGeneration{
 			Number: c.generation, ConfigurationFingerprint: []byte(c.profile.Fingerprint()), CoordinatorID: c.coordinator,
-			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}}, Coordinator: c.self,
+			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}, {Kind: "network_sidecar", ID: c.net.sidecarID}}, Coordinator: c.self,
 		}); err != nil {
 			return err
 		}
@@ -146,6 +146,10 @@ func (c *coordinator) recoverGenerations() {
 		}
 		if err := c.withdrawPublication(g, "bootstrap recovery: the dead generation's coordinator and socket are gone"); err != nil {
 			c.retain(g, "publication", err.Error())
+			continue
+		}
+		if refusals := c.recoverNetwork(g); len(refusals) > 0 {
+			c.retain(g, "network", strings.Join(refusals, "; "))
 			continue
 		}
 		if refusals := c.recoverSessions(g); len(refusals) > 0 {

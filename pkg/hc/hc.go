@@ -46,11 +46,13 @@ import (
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
+	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
+	"github.com/lazaret/lazaret/pkg/slirp"
 	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
@@ -111,6 +113,7 @@ type coordinator struct {
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
+	net          networkState
 
 	mu        sync.Mutex
 	st        state
@@ -252,6 +255,7 @@ func (c *coordinator) init() error {
 	c.recoverStaleRuntime()
 	c.coordinator = randomID()
 	c.sandboxID = randomID()
+	c.net.sidecarID = randomID()
 	if err := c.beginGeneration(); err != nil {
 		return err
 	}
@@ -636,6 +640,10 @@ func (c *coordinator) superviseMessages() {
 		return
 	}
 	failpoint.Hit("lazaret-hc:hello-verified")
+	if err := c.startHelper(); err != nil {
+		c.setState(stateFailed, err)
+		return
+	}
 	if err := c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}}); err != nil {
 		c.setState(stateFailed, err)
 		return
@@ -684,6 +692,10 @@ func (c *coordinator) superviseMessages() {
 				return
 			}
 			if err := c.recordSandbox(participant.Committed, store.CommittedSlot(c.rsChild.Identity()), store.CommittedSlot(runscID), &c.container); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
+			if err := c.commitNetwork(r); err != nil {
 				c.setState(stateFailed, err)
 				return
 			}
@@ -785,6 +797,15 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	if host, hostIno, err := pidfs.NamespaceOfPath("/proc/self/ns/net"); err == nil && host == dev && hostIno == ino {
 		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor is in the host network namespace")
 	}
+	netns := &lv1.NamespaceIdentity{Dev: dev, Ino: ino}
+	etc, err := c.prepareNetwork(netns)
+	if err != nil {
+		return nil, err
+	}
+	probe, err := netprobe.EncodeSpec(c.net.probe)
+	if err != nil {
+		return nil, err
+	}
 	digest := c.policy.Digest()
 	spec, err := ocispec.Spec(ocispec.Sandbox{
 		Hostname:      c.hostname,
@@ -794,7 +815,8 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		Env:           c.baseEnv,
 		Volumes:       c.volumes(),
 		ControlFiles:  c.credentialMounts(),
-	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--hostname", c.hostname}, Env: c.baseEnv, Cwd: "/"})
+		EtcFiles:      etc,
+	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}, Env: c.baseEnv, Cwd: "/"})
 	if err != nil {
 		return nil, err
 	}
@@ -805,8 +827,8 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	return &lv1.StartSandbox{
 		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.container,
 		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
-		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: &lv1.NamespaceIdentity{Dev: dev, Ino: ino},
-		PolicyDigest: digest[:],
+		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
+		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.addr.Gateway.String(),
 	}, nil
 }
 
@@ -893,6 +915,7 @@ func (c *coordinator) teardown() {
 		if err := c.releaseSandbox(); err != nil {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
+		c.releaseNetworkRecords()
 	}
 	if rsChild != nil {
 		if c.rsChan != nil {
@@ -907,6 +930,7 @@ func (c *coordinator) teardown() {
 		}
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
+	c.stopHelper()
 	if c.lifetimeW != nil {
 		c.lifetimeW.Close()
 	}
@@ -915,6 +939,7 @@ func (c *coordinator) teardown() {
 	}
 	c.cleanupRuntime()
 	if c.store != nil {
+		c.finishNetwork(rsChild)
 		c.finishSandbox(rsChild)
 		c.store.Close()
 	}

@@ -56,3 +56,18 @@ func IsReadOnly(p string) (bool, error) {
 	}
 	return st.Flags&unix.ST_RDONLY != 0, nil
 }
+
+// EnterPrivateWithFile gives the calling OS thread a new mount namespace in
+// which src is bound over dst (read-only), e.g. a chosen resolv.conf for a
+// process that is exec'd from this thread next. The caller must have locked
+// the thread (runtime.LockOSThread) and hold CAP_SYS_ADMIN in the user
+// namespace it is in; nothing propagates back.
+func EnterPrivateWithFile(src, dst string) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return &os.PathError{Op: "unshare mount namespace", Path: dst, Err: err}
+	}
+	if err := MakePrivate(); err != nil {
+		return err
+	}
+	return BindReadOnly(src, dst)
+}

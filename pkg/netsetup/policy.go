@@ -124,3 +124,28 @@ func VerifyDenyRoutes(p netpolicy.Policy, routes []Route) error {
 func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 32)}
 }
+
+// InterfaceAddress is the first IPv4 address (with its prefix) of the named
+// interface, which must exist and be up.
+func InterfaceAddress(name string) (netip.Prefix, error) {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("find %s: %w", name, err)
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		return netip.Prefix{}, fmt.Errorf("%s is down", name)
+	}
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP.To4())
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		return netip.PrefixFrom(ip, ones), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("%s has no IPv4 address", name)
+}

@@ -80,9 +80,16 @@ type Sandbox struct {
 	// (e.g. the credential mount); their mount points must exist in the
 	// control source.
 	ControlFiles []ControlFile
+	// EtcFiles maps each of HostFiles to the generation's host file bound
+	// over it (read-write: edits last only for the generation).
+	EtcFiles map[string]string
 }
 
 // ControlFile is a read-only bind of one host file under ControlDir.
+// HostFiles are the generation's name-service files, bound over the
+// image's so that no persistent layer can keep a stale copy (spec §3.6).
+var HostFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
+
 type ControlFile struct {
 	Source, Target string
 }
@@ -107,7 +114,7 @@ func (s Sandbox) validate() error {
 	for i, v := range s.Volumes {
 		paths[fmt.Sprintf("volume %d source", i)] = v.Source
 		paths[fmt.Sprintf("volume %d target", i)] = v.Target
-		if v.Target == WorkspaceDir || v.Target == "/" || v.Target == ControlDir || strings.HasPrefix(v.Target, ControlDir+"/") || strings.HasPrefix(v.Target, WorkspaceDir+"/") {
+		if isHostFile(v.Target) || v.Target == WorkspaceDir || v.Target == "/" || v.Target == ControlDir || strings.HasPrefix(v.Target, ControlDir+"/") || strings.HasPrefix(v.Target, WorkspaceDir+"/") {
 			return fmt.Errorf("ocispec: volume target %q overlaps a Lazaret mount", v.Target)
 		}
 	}
@@ -183,6 +190,21 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 		}
 		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: f.Target, Type: "bind", Source: f.Source, Options: []string{"bind", "ro"}})
 	}
+	for _, t := range HostFiles {
+		src, ok := s.EtcFiles[t]
+		if !ok {
+			continue
+		}
+		if !path.IsAbs(src) || path.Clean(src) != src {
+			return nil, fmt.Errorf("ocispec: %s source %q must be a clean absolute path", t, src)
+		}
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: t, Type: "bind", Source: src, Options: []string{"bind", "rw"}})
+	}
+	for t := range s.EtcFiles {
+		if !isHostFile(t) {
+			return nil, fmt.Errorf("ocispec: %q is not one of the generation's host files %v", t, HostFiles)
+		}
+	}
 	for _, v := range s.Volumes {
 		mode := "rw"
 		if v.ReadOnly {
@@ -235,11 +257,21 @@ func Check(sp *specs.Spec, s Sandbox) error {
 		case m.Destination == WorkspaceDir && m.Source == s.Workspace:
 		case (m.Destination == ControlDir || strings.HasPrefix(m.Destination, ControlDir+"/")) && hasOpt(m.Options, "ro"):
 		case isVolume(s.Volumes, m):
+		case isHostFile(m.Destination) && s.EtcFiles[m.Destination] == m.Source && !hasOpt(m.Options, "rbind"):
 		default:
 			return fmt.Errorf("ocispec: host path %q mounted at %q is neither the workspace nor a read-only control mount", m.Source, m.Destination)
 		}
 	}
 	return nil
+}
+
+func isHostFile(t string) bool {
+	for _, h := range HostFiles {
+		if h == t {
+			return true
+		}
+	}
+	return false
 }
 
 // isVolume reports whether m is exactly one of the configured volumes.

@@ -147,3 +147,38 @@ func TestVolumes(t *testing.T) {
 		}
 	}
 }
+
+func TestHostFiles(t *testing.T) {
+	s := sandbox()
+	s.EtcFiles = map[string]string{"/etc/resolv.conf": "/run/g/etc/resolv.conf", "/etc/hosts": "/run/g/etc/hosts", "/etc/hostname": "/run/g/etc/hostname"}
+	sp, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range sp.Mounts {
+		if isHostFile(m.Destination) {
+			n++
+			if m.Source != s.EtcFiles[m.Destination] || hasOpt(m.Options, "rbind") {
+				t.Errorf("host file mount %+v", m)
+			}
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d host file mounts", n)
+	}
+	// A host file mount from another source, and an unknown /etc target, are refused.
+	sp.Mounts = append(sp.Mounts, specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: "/etc/hosts", Options: []string{"bind", "rw"}})
+	if err := Check(sp, s); err == nil {
+		t.Error("host /etc/hosts accepted")
+	}
+	s.EtcFiles["/etc/passwd"] = "/run/g/etc/passwd"
+	if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
+		t.Error("/etc/passwd accepted as a host file")
+	}
+	s = sandbox()
+	s.Volumes = []Volume{{Source: "/srv/x", Target: "/etc/resolv.conf"}}
+	if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
+		t.Error("volume over /etc/resolv.conf accepted")
+	}
+}

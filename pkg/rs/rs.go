@@ -37,6 +37,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
+	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/netsetup"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -110,6 +111,8 @@ type supervisor struct {
 	policyFD int
 	cred     credential
 	routes   []netsetup.Route
+	tapAddr  netip.Prefix
+	probe    string // the init's network probe report line
 	log      *slog.Logger
 	ch       *fdpass.Channel
 	broker   *proc.Broker
@@ -313,6 +316,10 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 				ready <- nil
 				continue
 			}
+			if strings.HasPrefix(line, netprobe.LinePrefix) && s.probe == "" {
+				s.probe = line // read before ReadyLine is sent: no race
+				continue
+			}
 			s.log.Info("sandbox init", "line", line)
 		}
 		ready <- errdefs.New(errdefs.ErrUnavailable, "the sandbox exited before its init was ready (see %s)", "hc.log in the Domain Root")
@@ -344,6 +351,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Ready{Ready: &lv1.SandboxReady{
 		PreparedArtifactId: art.ID, ImageRef: st.ImageRef, ManifestDigest: art.Source.ManifestDigest, AttachedRunsc: identityProto(id),
 		PolicyDigest: st.PolicyDigest, ObservedRoutes: routeStrings(s.routes),
+		NetworkProbeReport: s.probe, ObservedTapAddress: s.tapAddr.String(),
 	}}}); err != nil {
 		s.teardown(child, inW)
 		return nil, nil, err
@@ -370,7 +378,19 @@ func (s *supervisor) installPolicy() error {
 	if err := netsetup.DisableIPv6(); err != nil {
 		return err
 	}
-	routes, err := netsetup.InstallPolicy(p, "", netip.Addr{})
+	if s.start.TapDevice == "" {
+		return errdefs.New(errdefs.ErrRefused, "StartSandbox names no connectivity helper tap device")
+	}
+	gw, err := netip.ParseAddr(s.start.TapGateway)
+	if err != nil || !gw.Is4() {
+		return errdefs.New(errdefs.ErrInvalid, "StartSandbox tap gateway %q is not an IPv4 address", s.start.TapGateway)
+	}
+	tapAddr, err := netsetup.InterfaceAddress(s.start.TapDevice)
+	if err != nil {
+		return errdefs.Mark(fmt.Errorf("connectivity helper device: %w", err), errdefs.ErrUnavailable)
+	}
+	s.tapAddr = tapAddr
+	routes, err := netsetup.InstallPolicy(p, s.start.TapDevice, gw)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 // Package sandboxinit is the Agent Sandbox's init process (PID 1 of the
-// guest): the root process of the attached `runsc run`. It writes the
-// generation's /etc/hostname and /etc/hosts into the ephemeral root overlay,
-// reports readiness on its stdout (a pipe read by the Runtime Supervisor),
+// guest): the root process of the attached `runsc run`. It runs the
+// generation's network readiness probe in the sandbox's network view
+// (package netprobe) and prints its report, then reports readiness on its
+// stdout (a pipe read by the Runtime Supervisor),
 // reaps orphaned guest processes, and exits when its stdin (held by the
 // Runtime Supervisor) reaches EOF — which ends the container and every guest
 // process in it. It is terminal-neutral: sessions attach with `runsc exec`.
@@ -11,13 +12,14 @@
 package sandboxinit
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 
+	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 
 	"golang.org/x/sys/unix"
@@ -26,7 +28,7 @@ import (
 // Main runs the init role with the arguments after the role selector.
 func Main(args []string) int {
 	fs := flag.NewFlagSet("lazaret-init", flag.ContinueOnError)
-	hostname := fs.String("hostname", "lazaret", "guest host name")
+	probe := fs.String("netprobe", "", "network readiness probe spec (from the Host Coordinator)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -34,8 +36,15 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "lazaret-init: not PID 1 of a sandbox; this role is started by Lazaret only")
 		return 2
 	}
-	if err := writeHostFiles(*hostname); err != nil {
-		fmt.Fprintf(os.Stderr, "lazaret-init: %v\n", err)
+	// /etc/hostname, /etc/hosts and /etc/resolv.conf are the generation's
+	// bind mounts (never files of a persistent layer).
+	if *probe != "" {
+		spec, err := netprobe.DecodeSpec(*probe)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "lazaret-init: %v\n", err)
+			return 2
+		}
+		fmt.Println(netprobe.Run(context.Background(), spec).Line())
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
@@ -69,13 +78,3 @@ func reap() {
 	}
 }
 
-func writeHostFiles(hostname string) error {
-	if strings.ContainsAny(hostname, " \t\n/") || hostname == "" {
-		return fmt.Errorf("bad hostname %q", hostname)
-	}
-	if err := os.WriteFile("/etc/hostname", []byte(hostname+"\n"), 0o644); err != nil {
-		return err
-	}
-	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n", hostname)
-	return os.WriteFile("/etc/hosts", []byte(hosts), 0o644)
-}

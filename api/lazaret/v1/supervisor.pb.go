@@ -515,7 +515,12 @@ type StartSandbox struct {
 	NetNamespace *NamespaceIdentity `protobuf:"bytes,11,opt,name=net_namespace,json=netNamespace,proto3" json:"net_namespace,omitempty"`
 	// SHA-256 of the canonical derived network policy, whose bytes arrive in
 	// the write-sealed memfd --policy-fd; RS refuses a mismatch.
-	PolicyDigest  []byte `protobuf:"bytes,12,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	PolicyDigest []byte `protobuf:"bytes,12,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	// The connectivity helper's tap device (created by slirp4netns in RS's
+	// netns before this message) and its gateway: allow prefixes are routed
+	// via the gateway on the tap. RS refuses to start without the tap.
+	TapDevice     string `protobuf:"bytes,13,opt,name=tap_device,json=tapDevice,proto3" json:"tap_device,omitempty"`
+	TapGateway    string `protobuf:"bytes,14,opt,name=tap_gateway,json=tapGateway,proto3" json:"tap_gateway,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -632,6 +637,20 @@ func (x *StartSandbox) GetPolicyDigest() []byte {
 		return x.PolicyDigest
 	}
 	return nil
+}
+
+func (x *StartSandbox) GetTapDevice() string {
+	if x != nil {
+		return x.TapDevice
+	}
+	return ""
+}
+
+func (x *StartSandbox) GetTapGateway() string {
+	if x != nil {
+		return x.TapGateway
+	}
+	return ""
 }
 
 // StagedProcessOwnership is CausalChildAcquisitionV1 step 6 for an
@@ -822,8 +841,13 @@ type SandboxReady struct {
 	// back from the kernel ("DST via GW dev DEV").
 	PolicyDigest   []byte   `protobuf:"bytes,5,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
 	ObservedRoutes []string `protobuf:"bytes,6,rep,name=observed_routes,json=observedRoutes,proto3" json:"observed_routes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The readiness probe report line the sandbox's init printed (package
+	// netprobe), verbatim; HC judges it against the spec it issued.
+	NetworkProbeReport string `protobuf:"bytes,7,opt,name=network_probe_report,json=networkProbeReport,proto3" json:"network_probe_report,omitempty"`
+	// The tap device's IPv4 address as RS observed it (helper evidence).
+	ObservedTapAddress string `protobuf:"bytes,8,opt,name=observed_tap_address,json=observedTapAddress,proto3" json:"observed_tap_address,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SandboxReady) Reset() {
@@ -896,6 +920,20 @@ func (x *SandboxReady) GetObservedRoutes() []string {
 		return x.ObservedRoutes
 	}
 	return nil
+}
+
+func (x *SandboxReady) GetNetworkProbeReport() string {
+	if x != nil {
+		return x.NetworkProbeReport
+	}
+	return ""
+}
+
+func (x *SandboxReady) GetObservedTapAddress() string {
+	if x != nil {
+		return x.ObservedTapAddress
+	}
+	return ""
 }
 
 // SupervisorFailure reports why RS could not (or can no longer) serve.
@@ -1062,7 +1100,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12B\n" +
 	"\rnet_namespace\x18\x03 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12D\n" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
-	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xc1\x03\n" +
+	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\x81\x04\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1081,7 +1119,11 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	" \x03(\tR\n" +
 	"runscFlags\x12B\n" +
 	"\rnet_namespace\x18\v \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12#\n" +
-	"\rpolicy_digest\x18\f \x01(\fR\fpolicyDigest\"\xee\x01\n" +
+	"\rpolicy_digest\x18\f \x01(\fR\fpolicyDigest\x12\x1d\n" +
+	"\n" +
+	"tap_device\x18\r \x01(\tR\ttapDevice\x12\x1f\n" +
+	"\vtap_gateway\x18\x0e \x01(\tR\n" +
+	"tapGateway\"\xee\x01\n" +
 	"\x16StagedProcessOwnership\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1099,14 +1141,16 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x0ecoordinator_id\x18\x03 \x01(\tR\rcoordinatorId\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\tR\x04slot\x12>\n" +
 	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\x12\x1c\n" +
-	"\tsignature\x18\x06 \x01(\fR\tsignature\"\x9f\x02\n" +
+	"\tsignature\x18\x06 \x01(\fR\tsignature\"\x83\x03\n" +
 	"\fSandboxReady\x120\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12\x1b\n" +
 	"\timage_ref\x18\x02 \x01(\tR\bimageRef\x12'\n" +
 	"\x0fmanifest_digest\x18\x03 \x01(\tR\x0emanifestDigest\x12I\n" +
 	"\x0eattached_runsc\x18\x04 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\rattachedRunsc\x12#\n" +
 	"\rpolicy_digest\x18\x05 \x01(\fR\fpolicyDigest\x12'\n" +
-	"\x0fobserved_routes\x18\x06 \x03(\tR\x0eobservedRoutes\"I\n" +
+	"\x0fobserved_routes\x18\x06 \x03(\tR\x0eobservedRoutes\x120\n" +
+	"\x14network_probe_report\x18\a \x01(\tR\x12networkProbeReport\x120\n" +
+	"\x14observed_tap_address\x18\b \x01(\tR\x12observedTapAddress\"I\n" +
 	"\x11SupervisorFailure\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\r\n" +

@@ -1,0 +1,401 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The network tests send traffic only to loopback and to test hosts in a
+// network namespace they create themselves (addresses in 10/8, 172.16/12,
+// 192.168/16 and 198.18/15, with a random third octet so concurrent runs do
+// not collide). slirp4netns's traffic leaves through the host network
+// namespace and reaches the test host over a veth pair.
+
+const netServerEnv = "LAZARET_IT_NETSERVER"
+
+// testNet is one test host: a network namespace with addresses in each
+// range and a small TCP/UDP/DNS server inside.
+type testNet struct {
+	ns, hostIf       string
+	x                int // the random third octet
+	permitted        string
+	denied           map[string]string // name -> address (default denies)
+	allowed          string            // inside 10/8, allowed by the profile
+	profileDenied    string            // inside 198.18/15, denied by the profile
+	dnsName, dnsAddr string            // the unique name and its answer
+	server           *exec.Cmd
+	mu               sync.Mutex
+	arrivals         []string
+}
+
+func (n *testNet) addr(prefix string) string { return fmt.Sprintf(prefix, n.x) }
+
+func newTestNet(t *testing.T) *testNet {
+	t.Helper()
+	x := 10 + int(time.Now().UnixNano()%200)
+	n := &testNet{ns: "lzt-" + randHex(3), hostIf: "lzh" + randHex(3), x: x}
+	n.permitted = n.addr("198.18.%d.2")
+	n.profileDenied = n.addr("198.19.%d.2")
+	n.allowed = n.addr("10.78.%d.2")
+	n.denied = map[string]string{"10/8": n.addr("10.77.%d.2"), "172.16/12": n.addr("172.16.%d.2"), "192.168/16": n.addr("192.168.%d.2")}
+	n.dnsName = "unique-" + randHex(4) + ".lazaret-test"
+	n.dnsAddr = n.addr("198.18.%d.77")
+	peer := "lzp" + randHex(3)
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	run("netns", "add", n.ns)
+	t.Cleanup(func() {
+		if n.server != nil && n.server.Process != nil {
+			n.server.Process.Kill() // the server this test started, by its pid
+			n.server.Wait()
+		}
+		exec.Command("ip", "link", "del", n.hostIf).Run()
+		exec.Command("ip", "netns", "del", n.ns).Run()
+	})
+	run("link", "add", n.hostIf, "type", "veth", "peer", "name", peer)
+	run("link", "set", peer, "netns", n.ns)
+	hosts := []string{n.permitted, n.profileDenied, n.allowed, n.denied["10/8"], n.denied["172.16/12"], n.denied["192.168/16"]}
+	for _, h := range hosts {
+		pfx := h[:strings.LastIndex(h, ".")]
+		run("addr", "add", pfx+".1/24", "dev", n.hostIf)
+		run("-n", n.ns, "addr", "add", h+"/24", "dev", peer)
+	}
+	run("link", "set", n.hostIf, "up")
+	run("-n", n.ns, "link", "set", peer, "up")
+	run("-n", n.ns, "link", "set", "lo", "up")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Join([]string{strings.Join(hosts, ","), n.permitted, n.dnsName, n.dnsAddr}, ";")
+	n.server = exec.Command("ip", "netns", "exec", n.ns, exe)
+	n.server.Env = append(os.Environ(), netServerEnv+"="+cfg)
+	out, _ := n.server.StdoutPipe()
+	n.server.Stderr = os.Stderr
+	if err := n.server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(ready)
+				continue
+			}
+			n.mu.Lock()
+			n.arrivals = append(n.arrivals, sc.Text())
+			n.mu.Unlock()
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("test host server did not start")
+	}
+	return n
+}
+
+// arrivedAt lists the arrivals recorded for address a.
+func (n *testNet) arrivedAt(a string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, l := range n.arrivals {
+		if strings.Contains(l, " "+a+" ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// runNetServer is the test host's server (TestMain runs it when the
+// harness starts this binary inside the test network namespace): TCP and
+// UDP on port 7777 of every address, reporting each arrival on stdout, and
+// a DNS server that answers exactly one name.
+func runNetServer(cfg string) {
+	parts := strings.Split(cfg, ";")
+	addrs, dnsAt, name, answer := strings.Split(parts[0], ","), parts[1], parts[2], parts[3]
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		fmt.Printf(format+"\n", args...)
+		mu.Unlock()
+	}
+	for _, a := range addrs {
+		l, err := net.Listen("tcp4", a+":7777")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		go func(a string) {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				say("tcp %s from %s", a, c.RemoteAddr())
+				go func() {
+					fmt.Fprintf(c, "hello from %s\n", a)
+					io.Copy(io.Discard, c) // throughput sink
+					c.Close()
+				}()
+			}
+		}(a)
+		u, err := net.ListenPacket("udp4", a+":7777")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		go func(a string) {
+			b := make([]byte, 2048)
+			for {
+				k, from, err := u.ReadFrom(b)
+				if err != nil {
+					return
+				}
+				say("udp %s from %s: %q", a, from, b[:k])
+			}
+		}(a)
+	}
+	d, err := net.ListenPacket("udp4", dnsAt+":53")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	go serveDNS(d, name, answer, func(q string) { say("dns %s query %s", dnsAt, q) })
+	say("ready")
+	select {}
+}
+
+// serveDNS answers A queries for name with answer, everything else NXDOMAIN.
+func serveDNS(c net.PacketConn, name, answer string, log func(string)) {
+	b := make([]byte, 1500)
+	for {
+		k, from, err := c.ReadFrom(b)
+		if err != nil {
+			return
+		}
+		q := b[:k]
+		if len(q) < 12 {
+			continue
+		}
+		// Parse the question name.
+		var labels []string
+		i := 12
+		for i < len(q) && q[i] != 0 {
+			l := int(q[i])
+			if i+1+l > len(q) {
+				break
+			}
+			labels = append(labels, string(q[i+1:i+1+l]))
+			i += 1 + l
+		}
+		end := i + 5
+		if end > len(q) {
+			continue
+		}
+		qname := strings.Join(labels, ".")
+		qtype := binary.BigEndian.Uint16(q[i+1:])
+		log(qname)
+		resp := append([]byte(nil), q[:end]...)
+		resp[2] = 0x81 // QR, RD
+		resp[3] = 0x80 // RA
+		binary.BigEndian.PutUint16(resp[6:], 0)
+		binary.BigEndian.PutUint16(resp[8:], 0)
+		binary.BigEndian.PutUint16(resp[10:], 0)
+		if strings.EqualFold(qname, name) && qtype == 1 {
+			binary.BigEndian.PutUint16(resp[6:], 1)
+			ip := net.ParseIP(answer).To4()
+			resp = append(resp, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4)
+			resp = append(resp, ip...)
+		} else if !strings.EqualFold(qname, name) {
+			resp[3] |= 3 // NXDOMAIN
+		}
+		c.WriteTo(resp, from)
+	}
+}
+
+// netConfig writes a configuration with a profile for the test host.
+func netConfig(t *testing.T, e *env, n *testNet, body string) string {
+	t.Helper()
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(cfg, e.uid, e.gid)
+	return cfg
+}
+
+// TestSpec36ControlledEgress (spec §3.6, FR-19, SR-6): default RFC 1918
+// deny (no packet reaches the test host), 198.18 permitted, a more specific
+// allow inside 10/8, a configured deny inside 198.18/15, DNS through the
+// connectivity helper to the profile's resolver (the unique answer), host
+// loopback services unreachable, IPv6 absent, and no route change inside.
+func TestSpec36ControlledEgress(t *testing.T) {
+	e := need(t)
+	n := newTestNet(t)
+	// Host loopback service: must stay unreachable from the sandbox.
+	lo, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lo.Close()
+	var loHits sync.WaitGroup
+	loConns := 0
+	loHits.Add(1)
+	go func() {
+		defer loHits.Done()
+		for {
+			c, err := lo.Accept()
+			if err != nil {
+				return
+			}
+			loConns++
+			c.Close()
+		}
+	}()
+	loPort := lo.Addr().(*net.TCPAddr).Port
+	cfg := netConfig(t, e, n, fmt.Sprintf(`[profiles.nettest]
+image = "debian"
+network.allow = ["%s/24"]
+network.deny = ["%s/24"]
+network.dns = ["%s"]
+`, n.addr("10.78.%d.0"), n.addr("198.19.%d.0"), n.permitted))
+	ws := workspace(t)
+	// One sandbox session runs every probe; each reports one line.
+	tcp := func(label, host string, port int) string {
+		return fmt.Sprintf(`if out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d && head -n1 <&3' 2>&1); then echo "%s ok $out"; else echo "%s fail $out"; fi; `, host, port, label, label)
+	}
+	udp := func(label, host string) string {
+		return fmt.Sprintf(`echo %s > /dev/udp/%s/7777 2>/dev/null; `, label, host)
+	}
+	script := tcp("permitted", n.permitted, 7777) + tcp("allowed", n.allowed, 7777) + tcp("profile-denied", n.profileDenied, 7777)
+	for name, a := range n.denied {
+		script += tcp("denied-"+name, a, 7777) + udp("udp-denied-"+strings.ReplaceAll(name, "/", "_"), a)
+	}
+	script += udp("udp-permitted", n.permitted) + udp("udp-profile-denied", n.profileDenied)
+	script += tcp("gateway-loopback", "10.0.2.2", loPort) + tcp("own-loopback", "127.0.0.1", loPort)
+	script += fmt.Sprintf(`echo "dns $(getent ahostsv4 %s | head -n1 | cut -d' ' -f1)"; `, n.dnsName)
+	script += `echo "ipv6 $(cat /proc/net/if_inet6 2>/dev/null | wc -l)"; `
+	script += `echo "resolv $(grep ^nameserver /etc/resolv.conf)"; `
+	start := time.Now()
+	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "nettest", "--", "bash", "-c", script)
+	t.Logf("probes took %s; output:\n%s", time.Since(start), r.stdout)
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		k, v, _ := strings.Cut(l, " ")
+		got[k] = v
+	}
+	expectOK := func(label, addr string) {
+		if v := got[label]; !strings.HasPrefix(v, "ok hello from "+addr) {
+			t.Errorf("%s (%s): %q, want a reply from the test host", label, addr, v)
+		}
+	}
+	expectOK("permitted", n.permitted)
+	expectOK("allowed", n.allowed)
+	for _, label := range []string{"profile-denied", "denied-10/8", "denied-172.16/12", "denied-192.168/16", "gateway-loopback", "own-loopback"} {
+		if v := got[label]; !strings.HasPrefix(v, "fail") {
+			t.Errorf("%s: %q, want the connection to fail", label, v)
+		}
+	}
+	if got["dns"] != n.dnsAddr {
+		t.Errorf("DNS through the helper answered %q for %s, want the test resolver's unique %s", got["dns"], n.dnsName, n.dnsAddr)
+	}
+	if got["ipv6"] != "0" {
+		t.Errorf("IPv6 addresses in the sandbox: %q", got["ipv6"])
+	}
+	if got["resolv"] != "nameserver 10.0.2.3" {
+		t.Errorf("sandbox resolv.conf: %q", got["resolv"])
+	}
+	time.Sleep(300 * time.Millisecond) // let the server report late arrivals
+	for _, a := range append([]string{n.profileDenied}, n.denied["10/8"], n.denied["172.16/12"], n.denied["192.168/16"]) {
+		if arr := n.arrivedAt(a); len(arr) > 0 {
+			t.Errorf("packets reached denied test address %s: %v", a, arr)
+		}
+	}
+	if arr := n.arrivedAt(n.permitted); len(arr) < 2 {
+		t.Errorf("permitted address %s saw %v, want the TCP connection and the UDP datagram", n.permitted, arr)
+	}
+	lo.Close()
+	loHits.Wait()
+	if loConns != 0 {
+		t.Errorf("host loopback service got %d connections from the sandbox", loConns)
+	}
+	// No route change inside (CAP_NET_ADMIN is not in the sandbox's sets).
+	r = lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "ip route add 203.0.113.0/24 via 127.0.0.1 dev lo; echo rc=$?")
+	if !strings.Contains(r.stdout, "rc=") || strings.Contains(r.stdout, "rc=0") {
+		t.Errorf("route change inside the sandbox: %+v", r)
+	}
+	noLeftovers(t)
+	allClean(t, ws, "nettest")
+}
+
+// TestSpec36EqualPrefixConflict: an allow and a deny of the same prefix is
+// refused at config check, naming both entries.
+func TestSpec36EqualPrefixConflict(t *testing.T) {
+	e := need(t)
+	cfg := netConfig(t, e, nil, "[profiles.clash]\nnetwork.allow = [\"198.18.5.0/24\"]\nnetwork.deny = [\"198.18.5.0/24\"]\n[profiles.rfc]\nnetwork.allow = [\"10.0.0.0/8\"]\n")
+	ws := workspace(t)
+	r := lz(t, ws, nil, "config", "check", "--config", cfg)
+	if r.code == 0 {
+		t.Fatalf("config check accepted an equal-prefix conflict: %+v", r)
+	}
+	for _, want := range []string{"198.18.5.0/24 is both allowed (line 2) and denied (line 3)", "10.0.0.0/8 is both allowed (line 5) and denied (built-in default deny)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("config check message lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	t.Logf("config check: %s", r.stderr)
+}
+
+// helperProcesses lists the pids of slirp4netns processes of uid.
+func helperProcesses(uid int) []int {
+	var out []int
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		st, err := os.Stat(p)
+		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
+			continue
+		}
+		cmd, _ := os.ReadFile(p + "/cmdline")
+		if strings.Contains(strings.SplitN(string(cmd), "\x00", 2)[0], "slirp4netns") {
+			pid, _ := strconv.Atoi(filepath.Base(p))
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// tcpRTT measures a TCP connect+first-line round trip from the host.
+func tcpRTT(ctx context.Context, addr string) (time.Duration, error) {
+	start := time.Now()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp4", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	bufio.NewReader(c).ReadString('\n')
+	return time.Since(start), nil
+}

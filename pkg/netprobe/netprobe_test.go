@@ -1,0 +1,127 @@
+package netprobe
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func addr(s string) netip.Addr  { return netip.MustParseAddr(s) }
+
+func testSpec() Spec {
+	return Spec{Version: Version, Fingerprint: "ab12", Deny: []netip.Prefix{pfx("10.0.0.0/8"), pfx("172.16.0.0/12")},
+		Allow: []netip.Prefix{pfx("10.78.0.0/24")}, Connected: pfx("10.0.2.0/24"), Gateway: addr("10.0.2.2"),
+		Guest: addr("10.0.2.100"), DNS: addr("10.0.2.3"), DNSBound: time.Second}
+}
+
+func TestProbeAddressAvoidsMoreSpecificEntries(t *testing.T) {
+	all := []netip.Prefix{pfx("10.0.0.0/8"), pfx("10.0.0.0/9"), pfx("10.128.0.0/9")}
+	if _, ok := ProbeAddress(pfx("10.0.0.0/8"), all, netip.Prefix{}); ok {
+		t.Fatal("a fully shadowed prefix must have no probe address")
+	}
+	a, ok := ProbeAddress(pfx("10.0.0.0/8"), []netip.Prefix{pfx("10.0.0.0/8"), pfx("10.0.0.0/24")}, pfx("10.0.2.0/24"))
+	if !ok || pfx("10.0.0.0/24").Contains(a) || !pfx("10.0.0.0/8").Contains(a) {
+		t.Fatalf("probe address %v", a)
+	}
+	if a, ok := ProbeAddress(pfx("198.18.7.7/32"), nil, netip.Prefix{}); !ok || a != addr("198.18.7.7") {
+		t.Fatalf("/32 probe address %v %v", a, ok)
+	}
+}
+
+func TestSpecRoundTripAndVersion(t *testing.T) {
+	w, err := EncodeSpec(testSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := DecodeSpec(w)
+	if err != nil || s.Fingerprint != "ab12" || len(s.Deny) != 2 || s.DNSBound != time.Second {
+		t.Fatalf("%+v %v", s, err)
+	}
+	s.Version = 2
+	w, _ = EncodeSpec(s)
+	if _, err := DecodeSpec(w); err == nil || !strings.Contains(err.Error(), "version 2") {
+		t.Fatalf("newer spec accepted: %v", err)
+	}
+	if _, err := ParseLine("lazaret-netprobe {\"version\":9}"); err == nil {
+		t.Fatal("newer report accepted")
+	}
+	if _, err := ParseLine("garbage"); err == nil {
+		t.Fatal("garbage accepted")
+	}
+}
+
+func goodReport(s Spec) Report {
+	r := Report{Version: Version, Fingerprint: s.Fingerprint, Gateway: "unreachable", GatewaySource: s.Guest, DNSAnswered: true, DNSRcode: 3}
+	for _, p := range s.Deny {
+		a, _ := ProbeAddress(p, append(s.Deny, s.Allow...), s.Connected)
+		r.Deny = append(r.Deny, Route{Prefix: p, Probe: a, Source: LoopbackSource})
+	}
+	for _, p := range s.Allow {
+		a, _ := ProbeAddress(p, append(s.Deny, s.Allow...), s.Connected)
+		r.Allow = append(r.Allow, Route{Prefix: p, Probe: a, Source: s.Guest})
+	}
+	return r
+}
+
+func TestJudge(t *testing.T) {
+	s := testSpec()
+	r := goodReport(s)
+	if v := Judge(s, r); !v.Ready() || !v.DNSObserved || len(v.Warnings) != 0 {
+		t.Fatalf("good report judged %+v", v)
+	}
+	line := r.Line()
+	back, err := ParseLine(line)
+	if err != nil || !Judge(s, back).Ready() {
+		t.Fatalf("round trip: %v %+v", err, Judge(s, back))
+	}
+	cases := map[string]func(r *Report){
+		"deny leaves via the tap":   func(r *Report) { r.Deny[0].Source = addr("10.0.2.100") },
+		"allow leaves via loopback": func(r *Report) { r.Allow[0].Source = LoopbackSource },
+		"other generation":          func(r *Report) { r.Fingerprint = "ffff" },
+		"missing deny entry":        func(r *Report) { r.Deny = r.Deny[:1] },
+		"swapped prefix":            func(r *Report) { r.Deny[0].Prefix = pfx("192.168.0.0/16") },
+		"probe outside prefix":      func(r *Report) { r.Deny[0].Probe = addr("8.8.8.8") },
+		"gateway silent":            func(r *Report) { r.Gateway = "i/o timeout" },
+		"gateway not via the tap":   func(r *Report) { r.GatewaySource = LoopbackSource },
+		"probe error":               func(r *Report) { r.Allow[0].Error = "network is unreachable" },
+	}
+	for name, mut := range cases {
+		bad := goodReport(s)
+		mut(&bad)
+		if v := Judge(s, bad); v.Ready() || len(v.Problems) == 0 {
+			t.Errorf("%s: judged ready %+v", name, v)
+		}
+	}
+	off := goodReport(s)
+	off.DNSAnswered, off.DNSError = false, "i/o timeout"
+	if v := Judge(s, off); !v.Ready() || v.DNSObserved || len(v.Warnings) != 1 {
+		t.Fatalf("offline DNS must warn but stay ready: %+v", v)
+	}
+}
+
+func TestDNSCodec(t *testing.T) {
+	q := BuildQuery(0xbeef, "probe-1.lazaret.invalid")
+	if q[0] != 0xbe || q[1] != 0xef || q[5] != 1 {
+		t.Fatalf("header %x", q[:12])
+	}
+	if !strings.Contains(string(q), "\x07probe-1\x07lazaret\x07invalid\x00") {
+		t.Fatalf("qname %q", q[12:])
+	}
+	reply := append([]byte(nil), q...)
+	reply[2] |= 0x80
+	reply[3] = 0x83
+	if rc, err := ParseReply(reply, 0xbeef); err != nil || rc != 3 {
+		t.Fatalf("rcode %d %v", rc, err)
+	}
+	if _, err := ParseReply(reply, 0xbeee); err == nil {
+		t.Fatal("reply to another id accepted")
+	}
+	if _, err := ParseReply(q, 0xbeef); err == nil {
+		t.Fatal("a query accepted as a reply")
+	}
+	if _, err := ParseReply(reply[:5], 0xbeef); err == nil {
+		t.Fatal("short reply accepted")
+	}
+}
