@@ -319,6 +319,13 @@ network.dns = ["%s"]
 			t.Errorf("%s: %q, want the connection to fail", label, v)
 		}
 	}
+	// Denied connections fail fast: refused inside the sandbox (the
+	// fail-fast address space on lo), not a silent timeout.
+	for _, label := range []string{"profile-denied", "denied-10/8", "denied-172.16/12", "denied-192.168/16"} {
+		if v := got[label]; !strings.Contains(v, "Connection refused") {
+			t.Errorf("%s: %q, want a local refusal (fail fast)", label, v)
+		}
+	}
 	if got["dns"] != n.dnsAddr {
 		t.Errorf("DNS through the helper answered %q for %s, want the test resolver's unique %s", got["dns"], n.dnsName, n.dnsAddr)
 	}

@@ -270,7 +270,7 @@ func (c *coordinator) commitNetwork(r *lv1.SandboxReady) error {
 	}); err != nil {
 		return err
 	}
-	c.log.Info("network ready", "readiness_fingerprint", hex.EncodeToString(c.net.fingerprint[:]), "deny_observed", v.DenyObserved, "permit_observed", v.PermitObserved, "dns_observed", v.DNSObserved)
+	c.log.Info("network ready", "readiness_fingerprint", hex.EncodeToString(c.net.fingerprint[:]), "deny_observed", v.DenyObserved, "permit_observed", v.PermitObserved, "dns_observed", v.DNSObserved, "fail_fast", strings.Join(v.FailFast, "; "))
 	return nil
 }
 

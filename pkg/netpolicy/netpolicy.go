@@ -230,3 +230,61 @@ func Decode(b []byte) (Policy, error) {
 	}
 	return q, nil
 }
+
+// FailFast is the deny space minus every allow prefix and the given
+// exclusions (the connectivity helper's subnet), as a minimal list of
+// prefixes. The Runtime Supervisor assigns one address of each to lo
+// (without a prefix route): gVisor treats lo as bound to the whole subnet
+// of its addresses, so a connection into denied space is answered locally
+// at once (refused, port unreachable) instead of vanishing into the
+// loopback deny route. Traffic still never leaves; permitted destinations
+// are excluded so they stay off lo.
+func (p Policy) FailFast(exclude ...netip.Prefix) []netip.Prefix {
+	holes := append(append([]netip.Prefix(nil), p.Allow...), exclude...)
+	var out []netip.Prefix
+	for _, d := range p.Deny {
+		out = append(out, Subtract(d, holes)...)
+	}
+	sortPrefixes(out)
+	// Drop prefixes covered by an earlier (shorter) one.
+	var kept []netip.Prefix
+	for _, q := range out {
+		covered := false
+		for _, k := range kept {
+			if k.Bits() <= q.Bits() && k.Contains(q.Addr()) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			kept = append(kept, q)
+		}
+	}
+	return kept
+}
+
+// Subtract returns p minus every hole, as a minimal list of prefixes.
+func Subtract(p netip.Prefix, holes []netip.Prefix) []netip.Prefix {
+	for _, h := range holes {
+		if h.Bits() <= p.Bits() && h.Contains(p.Addr()) {
+			return nil // p lies inside a hole
+		}
+	}
+	inside := false
+	for _, h := range holes {
+		if h.Bits() > p.Bits() && p.Contains(h.Addr()) {
+			inside = true
+			break
+		}
+	}
+	if !inside {
+		return []netip.Prefix{p}
+	}
+	// Split p into its two halves and recurse.
+	lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
+	b := p.Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v |= 1 << (31 - p.Bits())
+	hi := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), p.Bits()+1)
+	return append(Subtract(lo, holes), Subtract(hi, holes)...)
+}

@@ -88,3 +88,41 @@ func TestDigestStable(t *testing.T) {
 		t.Fatal("different policies share a digest")
 	}
 }
+
+func TestFailFastExcludesEveryPermittedDestination(t *testing.T) {
+	p, err := Derive(Input{Allow: []Rule{{Prefix: netip.MustParsePrefix("10.78.0.0/24"), Source: "t"}}, Resolvers: []netip.Addr{netip.MustParseAddr("10.255.255.53")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper := netip.MustParsePrefix("10.0.2.0/24")
+	ff := p.FailFast(helper)
+	inFF := func(a netip.Addr) bool {
+		for _, q := range ff {
+			if q.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, a := range []string{"10.78.0.5", "10.0.2.2", "10.0.2.3", "10.255.255.53", "198.18.0.1", "8.8.8.8"} {
+		if inFF(netip.MustParseAddr(a)) {
+			t.Errorf("%s is permitted but lies in the fail-fast space", a)
+		}
+	}
+	for _, a := range []string{"10.0.0.1", "10.77.0.2", "10.78.1.1", "10.255.255.52", "172.16.9.9", "192.168.1.1", "169.254.169.254", "100.64.0.1"} {
+		if !inFF(netip.MustParseAddr(a)) {
+			t.Errorf("%s is denied but not in the fail-fast space", a)
+		}
+	}
+	// Overlap-free and minimal: 10/8 minus a /24, a /24 and a /32 → 16+16+24 prefixes at most.
+	if len(ff) > 4+16+16+24 {
+		t.Errorf("%d prefixes", len(ff))
+	}
+	for i, a := range ff {
+		for j, b := range ff {
+			if i != j && a.Overlaps(b) {
+				t.Fatalf("%s overlaps %s", a, b)
+			}
+		}
+	}
+}

@@ -15,6 +15,8 @@ type Verdict struct {
 	// offline host still starts.
 	Problems []string
 	Warnings []string
+	// FailFast lists how denied destinations were answered locally.
+	FailFast []string
 }
 
 // Judge compares a report with the spec it was run for. The report must
@@ -54,7 +56,18 @@ func Judge(s Spec, r Report) Verdict {
 			v.Problems = append(v.Problems, fmt.Sprintf("allow entry %d is %s, not %s", i, rt.Prefix, s.Allow[i]))
 		}
 	}
-	deny := check("deny", r.Deny, len(s.Deny), func(rt Route) bool { return rt.Source == LoopbackSource && rt.Prefix.Contains(rt.Probe) }, "the loopback deny route (127.0.0.1)")
+	deny := check("deny", r.Deny, len(s.Deny), func(rt Route) bool {
+		if !rt.Prefix.Contains(rt.Probe) {
+			return false
+		}
+		// Via the loopback deny route, or answered locally on lo (fail-fast).
+		return rt.Source == LoopbackSource || rt.Source == rt.Probe && rt.Refused == "refused"
+	}, "the loopback deny route (127.0.0.1), or refused locally")
+	for _, rt := range r.Deny {
+		if rt.Source == rt.Probe {
+			v.FailFast = append(v.FailFast, fmt.Sprintf("%s %s in %dms", rt.Prefix, rt.Refused, rt.RefusedMillis))
+		}
+	}
 	allow := check("allow", r.Allow, len(s.Allow), func(rt Route) bool { return rt.Source == s.Guest && rt.Prefix.Contains(rt.Probe) }, "the helper's tap ("+s.Guest.String()+")")
 	gw := r.GatewaySource == s.Guest
 	if !gw {

@@ -9,7 +9,10 @@
 //
 //   - deny: a UDP connect (no packet is sent) to an address in each deny
 //     prefix must pick the loopback source 127.0.0.1 — the route gVisor
-//     imported is the loopback-unicast deny route;
+//     imported is the loopback-unicast deny route — or, where the Runtime
+//     Supervisor assigned the fail-fast address space to lo, the address
+//     itself (it is local); then a TCP connect to it must be refused at
+//     once, proving denied connections fail fast;
 //   - permit: the same to an address in each allow prefix must pick the
 //     tap address (the route via the helper's gateway); the gateway must be
 //     routed via the tap and answer a TCP connect at once (slirp4netns with
@@ -69,7 +72,11 @@ type Route struct {
 	Prefix netip.Prefix `json:"prefix"`
 	Probe  netip.Addr   `json:"probe"`
 	Source netip.Addr   `json:"source,omitzero"`
-	Error  string       `json:"error,omitempty"`
+	// Refused is how a denied destination answered a TCP connect when it
+	// is answered locally (fail-fast): "refused" within RefusedMillis.
+	Refused       string `json:"refused,omitempty"`
+	RefusedMillis int64  `json:"refused_ms,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // Report is what the probe observed.
@@ -200,7 +207,13 @@ func Run(ctx context.Context, s Spec) Report {
 		dnsDone <- dnsResult{rc, time.Since(t).Milliseconds(), err}
 	}()
 	for _, p := range s.Deny {
-		r.Deny = append(r.Deny, routeOf(p, all, s.Connected))
+		rt := routeOf(p, all, s.Connected)
+		if rt.Error == "" && rt.Source == rt.Probe {
+			// Answered on lo (the fail-fast address space): only then is a
+			// connect safe to try — it cannot leave the sandbox.
+			rt.Refused, rt.RefusedMillis = connectAnswer(ctx, rt.Probe, time.Second)
+		}
+		r.Deny = append(r.Deny, rt)
 	}
 	for _, p := range s.Allow {
 		r.Allow = append(r.Allow, routeOf(p, all, s.Connected))
@@ -245,6 +258,25 @@ func SourceFor(dst netip.Addr) (netip.Addr, error) {
 	}
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// connectAnswer connects to a's discard port and says how it was answered
+// and how fast.
+func connectAnswer(ctx context.Context, a netip.Addr, bound time.Duration) (string, int64) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	start := time.Now()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp4", netip.AddrPortFrom(a, 9).String())
+	ms := time.Since(start).Milliseconds()
+	switch {
+	case err == nil:
+		c.Close()
+		return "connected", ms
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused", ms
+	}
+	return err.Error(), ms
 }
 
 // gatewayAnswer connects to the gateway's discard port. With host loopback

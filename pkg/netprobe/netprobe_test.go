@@ -94,6 +94,17 @@ func TestJudge(t *testing.T) {
 			t.Errorf("%s: judged ready %+v", name, v)
 		}
 	}
+	ff := goodReport(s)
+	for i := range ff.Deny {
+		ff.Deny[i].Source, ff.Deny[i].Refused, ff.Deny[i].RefusedMillis = ff.Deny[i].Probe, "refused", 1
+	}
+	if v := Judge(s, ff); !v.Ready() || len(v.FailFast) != len(s.Deny) {
+		t.Fatalf("fail-fast deny judged %+v", v)
+	}
+	ff.Deny[0].Refused = "i/o timeout"
+	if v := Judge(s, ff); v.Ready() {
+		t.Fatal("a local deny address that does not refuse was accepted")
+	}
 	off := goodReport(s)
 	off.DNSAnswered, off.DNSError = false, "i/o timeout"
 	if v := Judge(s, off); !v.Ready() || v.DNSObserved || len(v.Warnings) != 1 {

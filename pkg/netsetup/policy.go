@@ -46,15 +46,25 @@ func DisableIPv6() error {
 // InstallPolicy installs the derived policy in the current network
 // namespace: each deny prefix as a loopback-unicast route (via 127.0.0.1
 // dev lo), each allow prefix via gateway on dev tap. With tap == "" (no
-// connectivity helper yet) allow routes are not installed. It returns the
+// connectivity helper yet) allow routes are not installed. Each failFast
+// prefix gets one address on lo without a prefix route (so the deny routes
+// stay the only routes into denied space): gVisor answers connections into
+// a subnet of a loopback address locally, so denied connections fail at
+// once instead of timing out (netpolicy.Policy.FailFast). It returns the
 // routes read back from the kernel.
 //
 // Preconditions: CAP_NET_ADMIN in the namespace (the Runtime Supervisor
 // before its capability drop); lo is up.
-func InstallPolicy(p netpolicy.Policy, tap string, gateway netip.Addr) ([]Route, error) {
+func InstallPolicy(p netpolicy.Policy, tap string, gateway netip.Addr, failFast []netip.Prefix) ([]Route, error) {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return nil, fmt.Errorf("find lo: %w", err)
+	}
+	for _, f := range failFast {
+		a := &netlink.Addr{IPNet: ipNet(f), Flags: unix.IFA_F_NOPREFIXROUTE, Scope: unix.RT_SCOPE_HOST}
+		if err := netlink.AddrAdd(lo, a); err != nil {
+			return nil, fmt.Errorf("assign fail-fast address %s to lo: %w", f, err)
+		}
 	}
 	for _, d := range p.Deny {
 		r := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: ipNet(d), Gw: loopbackGateway, Type: unix.RTN_UNICAST}

@@ -390,7 +390,7 @@ func (s *supervisor) installPolicy() error {
 		return errdefs.Mark(fmt.Errorf("connectivity helper device: %w", err), errdefs.ErrUnavailable)
 	}
 	s.tapAddr = tapAddr
-	routes, err := netsetup.InstallPolicy(p, s.start.TapDevice, gw)
+	routes, err := netsetup.InstallPolicy(p, s.start.TapDevice, gw, p.FailFast(tapAddr.Masked()))
 	if err != nil {
 		return err
 	}
