@@ -36,6 +36,8 @@ type testNet struct {
 	allowed          string            // inside 10/8, allowed by the profile
 	profileDenied    string            // inside 198.18/15, denied by the profile
 	dnsName, dnsAddr string            // the unique name and its answer
+	pinnedName       string            // an allow_hosts name, answered with pinned
+	pinned           string            // inside 10/8, allowed only by host name
 	server           *exec.Cmd
 	mu               sync.Mutex
 	arrivals         []string
@@ -53,6 +55,8 @@ func newTestNet(t *testing.T) *testNet {
 	n.denied = map[string]string{"10/8": n.addr("10.77.%d.2"), "172.16/12": n.addr("172.16.%d.2"), "192.168/16": n.addr("192.168.%d.2")}
 	n.dnsName = "unique-" + randHex(4) + ".lazaret-test"
 	n.dnsAddr = n.addr("198.18.%d.77")
+	n.pinnedName = "pinned-" + randHex(4) + ".lazaret-test"
+	n.pinned = n.addr("10.79.%d.2")
 	peer := "lzp" + randHex(3)
 	run := func(args ...string) {
 		t.Helper()
@@ -71,7 +75,7 @@ func newTestNet(t *testing.T) *testNet {
 	})
 	run("link", "add", n.hostIf, "type", "veth", "peer", "name", peer)
 	run("link", "set", peer, "netns", n.ns)
-	hosts := []string{n.permitted, n.profileDenied, n.allowed, n.denied["10/8"], n.denied["172.16/12"], n.denied["192.168/16"]}
+	hosts := []string{n.permitted, n.profileDenied, n.allowed, n.pinned, n.denied["10/8"], n.denied["172.16/12"], n.denied["192.168/16"]}
 	for _, h := range hosts {
 		pfx := h[:strings.LastIndex(h, ".")]
 		run("addr", "add", pfx+".1/24", "dev", n.hostIf)
@@ -84,7 +88,7 @@ func newTestNet(t *testing.T) *testNet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.Join([]string{strings.Join(hosts, ","), n.permitted, n.dnsName, n.dnsAddr}, ";")
+	cfg := strings.Join([]string{strings.Join(hosts, ","), n.permitted, n.dnsName + "=" + n.dnsAddr + "," + n.pinnedName + "=" + n.pinned}, ";")
 	n.server = exec.Command("ip", "netns", "exec", n.ns, exe)
 	n.server.Env = append(os.Environ(), netServerEnv+"="+cfg)
 	out, _ := n.server.StdoutPipe()
@@ -132,7 +136,12 @@ func (n *testNet) arrivedAt(a string) []string {
 // a DNS server that answers exactly one name.
 func runNetServer(cfg string) {
 	parts := strings.Split(cfg, ";")
-	addrs, dnsAt, name, answer := strings.Split(parts[0], ","), parts[1], parts[2], parts[3]
+	addrs, dnsAt := strings.Split(parts[0], ","), parts[1]
+	answers := map[string]string{}
+	for _, kv := range strings.Split(parts[2], ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		answers[k] = v
+	}
 	var mu sync.Mutex
 	say := func(format string, args ...any) {
 		mu.Lock()
@@ -180,13 +189,14 @@ func runNetServer(cfg string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	go serveDNS(d, name, answer, func(q string) { say("dns %s query %s", dnsAt, q) })
+	go serveDNS(d, answers, func(q string) { say("dns %s query %s", dnsAt, q) })
 	say("ready")
 	select {}
 }
 
-// serveDNS answers A queries for name with answer, everything else NXDOMAIN.
-func serveDNS(c net.PacketConn, name, answer string, log func(string)) {
+// serveDNS answers A queries for the names of answers, everything else
+// NXDOMAIN.
+func serveDNS(c net.PacketConn, answers map[string]string, log func(string)) {
 	b := make([]byte, 1500)
 	for {
 		k, from, err := c.ReadFrom(b)
@@ -221,12 +231,13 @@ func serveDNS(c net.PacketConn, name, answer string, log func(string)) {
 		binary.BigEndian.PutUint16(resp[6:], 0)
 		binary.BigEndian.PutUint16(resp[8:], 0)
 		binary.BigEndian.PutUint16(resp[10:], 0)
-		if strings.EqualFold(qname, name) && qtype == 1 {
+		answer, known := answers[strings.ToLower(qname)]
+		if known && qtype == 1 {
 			binary.BigEndian.PutUint16(resp[6:], 1)
 			ip := net.ParseIP(answer).To4()
 			resp = append(resp, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4)
 			resp = append(resp, ip...)
-		} else if !strings.EqualFold(qname, name) {
+		} else if !known {
 			resp[3] |= 3 // NXDOMAIN
 		}
 		c.WriteTo(resp, from)
@@ -276,9 +287,10 @@ func TestSpec36ControlledEgress(t *testing.T) {
 	cfg := netConfig(t, e, n, fmt.Sprintf(`[profiles.nettest]
 image = "debian"
 network.allow = ["%s/24"]
+network.allow_hosts = ["%s"]
 network.deny = ["%s/24"]
 network.dns = ["%s"]
-`, n.addr("10.78.%d.0"), n.addr("198.19.%d.0"), n.permitted))
+`, n.addr("10.78.%d.0"), n.pinnedName, n.addr("198.19.%d.0"), n.permitted))
 	ws := workspace(t)
 	// One sandbox session runs every probe; each reports one line.
 	tcp := func(label, host string, port int) string {
@@ -287,7 +299,7 @@ network.dns = ["%s"]
 	udp := func(label, host string) string {
 		return fmt.Sprintf(`echo %s > /dev/udp/%s/7777 2>/dev/null; `, label, host)
 	}
-	script := tcp("permitted", n.permitted, 7777) + tcp("allowed", n.allowed, 7777) + tcp("profile-denied", n.profileDenied, 7777)
+	script := tcp("permitted", n.permitted, 7777) + tcp("allowed", n.allowed, 7777) + tcp("pinned", n.pinned, 7777) + tcp("profile-denied", n.profileDenied, 7777)
 	for name, a := range n.denied {
 		script += tcp("denied-"+name, a, 7777) + udp("udp-denied-"+strings.ReplaceAll(name, "/", "_"), a)
 	}
@@ -314,6 +326,7 @@ network.dns = ["%s"]
 	}
 	expectOK("permitted", n.permitted)
 	expectOK("allowed", n.allowed)
+	expectOK("pinned", n.pinned) // network.allow_hosts, resolved by HC at start
 	for _, label := range []string{"profile-denied", "denied-10/8", "denied-172.16/12", "denied-192.168/16", "gateway-loopback", "own-loopback"} {
 		if v := got[label]; !strings.HasPrefix(v, "fail") {
 			t.Errorf("%s: %q, want the connection to fail", label, v)

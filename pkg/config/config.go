@@ -98,6 +98,9 @@ type Network struct {
 	Allow []netip.Prefix `json:"allow"`
 	Deny  []netip.Prefix `json:"deny"`
 	DNS   []netip.Addr   `json:"dns"`
+	// AllowHosts are host names the Host Coordinator resolves at generation
+	// start into exact /32 allow routes, pinned for the generation.
+	AllowHosts []string `json:"allow_hosts"`
 }
 
 // Rule is an escalation auto-approve rule: a request is approved without a

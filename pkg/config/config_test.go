@@ -608,11 +608,11 @@ func TestCanonicalRoundTrip(t *testing.T) {
 	if _, err := FromCanonical([]byte(bad)); !errors.Is(err, errdefs.ErrCorrupt) {
 		t.Fatalf("non-canonical accepted: %v", err)
 	}
-	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":1,`, `{"version":1,"x":1,`, 1))); !errors.Is(err, errdefs.ErrCorrupt) {
+	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":2,`, `{"version":2,"x":1,`, 1))); !errors.Is(err, errdefs.ErrCorrupt) {
 		t.Fatalf("unknown field accepted: %v", err)
 	}
-	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":1,`, `{"version":2,`, 1))); !errors.Is(err, errdefs.ErrRefused) {
-		t.Fatalf("version 2 accepted: %v", err)
+	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":2,`, `{"version":3,`, 1))); !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("version 3 accepted: %v", err)
 	}
 }
 
@@ -720,5 +720,37 @@ func TestDocExamplesParse(t *testing.T) {
 	c := mustParse(t, strings.Split(blocks[len(blocks)-1], "```")[0])
 	if p, err := c.Profile("claude"); err != nil || p.Image != "docker://docker.io/library/node:22-bookworm" {
 		t.Fatal(err)
+	}
+}
+
+func TestAllowHosts(t *testing.T) {
+	c, err := Parse("config.toml", []byte("[profiles.web]\nnetwork.allow_hosts = [\"API.Example.com.\", \"git.example.org\"]\n"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.Profile("web")
+	if strings.Join(p.Network.AllowHosts, ",") != "api.example.com,git.example.org" {
+		t.Fatalf("allow_hosts %v", p.Network.AllowHosts)
+	}
+	q, err := FromCanonical(p.Canonical())
+	if err != nil || q.Fingerprint() != p.Fingerprint() {
+		t.Fatalf("round trip: %v", err)
+	}
+	base, _ := c.Profile("default")
+	if d := Diff(base, p); !strings.Contains(strings.Join(d, "\n"), "network.allow_hosts: added api.example.com") {
+		t.Errorf("diff %v", d)
+	}
+	for in, want := range map[string]string{
+		`["10.1.2.3"]`:        "put it in network.allow as 10.1.2.3/32",
+		`["*.example.com"]`:   "wildcards cannot be pinned",
+		`["localhost"]`:       "not a fully qualified host name",
+		`["a_b.example.com"]`: "not a valid host name",
+		`["x.com", "X.com"]`:  "listed twice",
+		`["-a.example.com"]`:  "not a valid host name",
+	} {
+		_, err := Parse("config.toml", []byte("[profiles.web]\nnetwork.allow_hosts = "+in+"\n"), Options{})
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "config.toml:2") {
+			t.Errorf("%s: %v, want %q with the line", in, err, want)
+		}
 	}
 }

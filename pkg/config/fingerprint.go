@@ -16,7 +16,7 @@ import (
 
 // canonicalVersion is the version of the canonical profile encoding; a
 // change of encoding changes every fingerprint, which is intended.
-const canonicalVersion = 1
+const canonicalVersion = 2
 
 // canonicalProfile is the fingerprinted projection of a Profile: every
 // setting that changes what the sandbox is or may do, and nothing cosmetic
@@ -31,6 +31,7 @@ type canonicalProfile struct {
 	Allow                []string          `json:"network_allow"`
 	Deny                 []string          `json:"network_deny"`
 	DNS                  []string          `json:"network_dns"`
+	AllowHosts           []string          `json:"network_allow_hosts"`
 	Env                  map[string]string `json:"env"`
 	AutoApprove          [][]string        `json:"auto_approve"`
 	IgnoredPathIsolation bool              `json:"ignored_path_isolation"`
@@ -52,8 +53,10 @@ func (p *Profile) canonical() canonicalProfile {
 		Allow:                []string{},
 		Deny:                 []string{},
 		DNS:                  []string{},
+		AllowHosts:           append([]string{}, p.Network.AllowHosts...),
 	}
 	sort.Strings(c.PersistentPaths)
+	sort.Strings(c.AllowHosts)
 	for k, v := range p.Env {
 		c.Env[k] = v
 	}
@@ -159,6 +162,7 @@ func FromCanonical(b []byte) (*Profile, error) {
 		}
 		p.Network.Deny = append(p.Network.Deny, pf)
 	}
+	p.Network.AllowHosts = append([]string{}, c.AllowHosts...)
 	for _, s := range c.DNS {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
@@ -203,6 +207,7 @@ func Diff(a, b *Profile) []string {
 	set("network.allow", ca.Allow, cb.Allow)
 	set("network.deny", ca.Deny, cb.Deny)
 	set("network.dns", ca.DNS, cb.DNS)
+	set("network.allow_hosts", ca.AllowHosts, cb.AllowHosts)
 	var envA, envB []string
 	var changed []string
 	for k, v := range ca.Env {

@@ -29,7 +29,7 @@ var (
 	topKeys      = []string{"defaults", "profiles"}
 	profileKeys  = []string{"description", "image", "persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
 	defaultsKeys = []string{"image", "persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
-	networkKeys  = []string{"allow", "deny", "dns"}
+	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 )
 
@@ -57,6 +57,7 @@ type layer struct {
 	env                  map[string]entry[string]
 	allow, deny          []entry[netip.Prefix]
 	dns                  []entry[netip.Addr]
+	hosts                []entry[string]
 	rules                []entry[[]string]
 	volumes              []entry[Volume]
 }
@@ -254,6 +255,23 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 					continue
 				}
 				ss, ps := d.strs(np, nt[nk])
+				if nk == "allow_hosts" {
+					seen := map[string]pathKey{}
+					for i, s := range ss {
+						h, msg := parseHostName(s)
+						if msg != "" {
+							d.valueErrorf(ps[i], "%s", msg)
+							continue
+						}
+						if prev, dup := seen[h]; dup {
+							d.valueErrorf(ps[i], "host %s is listed twice (also at %s): remove one", h, d.where(prev))
+							continue
+						}
+						seen[h] = ps[i]
+						l.hosts = append(l.hosts, entry[string]{h, ps[i], d.entryWhere(ps[i], defaults)})
+					}
+					continue
+				}
 				if nk == "dns" {
 					seen := map[netip.Addr]pathKey{}
 					for i, s := range ss {
@@ -427,6 +445,7 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	}
 	allow := map[netip.Prefix]entry[netip.Prefix]{}
 	dns := map[netip.Addr]bool{}
+	hosts := map[string]bool{}
 	persistent := map[string]entry[string]{}
 	rules := map[string][]string{}
 	targets := map[string]entry[Volume]{}
@@ -444,6 +463,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		for _, e := range l.dns {
 			dns[e.v] = true
+		}
+		for _, e := range l.hosts {
+			hosts[e.v] = true
 		}
 		for _, e := range l.persistent {
 			if _, dup := persistent[e.v]; !dup {
@@ -482,6 +504,10 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	for a := range dns {
 		p.Network.DNS = append(p.Network.DNS, a)
 	}
+	for h := range hosts {
+		p.Network.AllowHosts = append(p.Network.AllowHosts, h)
+	}
+	sort.Strings(p.Network.AllowHosts)
 	sortPrefixes(p.Network.Deny)
 	sortPrefixes(p.Network.Allow)
 	sort.Slice(p.Network.DNS, func(i, j int) bool { return p.Network.DNS[i].Less(p.Network.DNS[j]) })
@@ -525,6 +551,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	}
 	if p.Network.DNS == nil {
 		p.Network.DNS = []netip.Addr{}
+	}
+	if p.Network.AllowHosts == nil {
+		p.Network.AllowHosts = []string{}
 	}
 	return p
 }
@@ -792,4 +821,31 @@ func DataHome(getenv func(string) string) (string, error) {
 		return "", errdefs.New(errdefs.ErrInvalid, "neither XDG_DATA_HOME nor HOME is set: set HOME")
 	}
 	return filepath.Join(home, ".local", "share"), nil
+}
+
+// parseHostName checks an allow_hosts entry: a DNS host name (letters,
+// digits, hyphens; dot-separated labels of 1–63 characters), lower-cased.
+// Addresses and wildcards are refused with what to write instead.
+func parseHostName(s string) (string, string) {
+	h := strings.TrimSuffix(strings.ToLower(s), ".")
+	if _, err := netip.ParseAddr(h); err == nil {
+		return "", fmt.Sprintf("%q is an address, not a host name: put it in network.allow as %s/32", s, h)
+	}
+	if strings.Contains(h, "*") {
+		return "", fmt.Sprintf("%q: wildcards cannot be pinned to addresses; list each host name", s)
+	}
+	if h == "" || len(h) > 253 || !strings.Contains(h, ".") {
+		return "", fmt.Sprintf("%q is not a fully qualified host name (e.g. api.example.com)", s)
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return "", fmt.Sprintf("%q is not a valid host name (label %q)", s, label)
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return "", fmt.Sprintf("%q is not a valid host name (character %q)", s, c)
+			}
+		}
+	}
+	return h, ""
 }

@@ -845,6 +845,7 @@ func (c *coordinator) derivePolicy() (netpolicy.Policy, error) {
 		in.Resolvers = resolvers
 	}
 	src := "profile " + c.profile.Name
+	in.Allow = append(in.Allow, c.resolveAllowHosts(in.Resolvers)...)
 	for _, a := range c.profile.Network.Allow {
 		in.Allow = append(in.Allow, netpolicy.Rule{Prefix: a, Source: src + " network.allow"})
 	}
@@ -1071,6 +1072,7 @@ func (c *coordinator) statusDocument() map[string]any {
 	}
 	d := c.policy.Digest()
 	doc["network_policy_digest"] = fmt.Sprintf("%x", d[:])
+	doc["network"] = c.networkStatusLocked()
 	return doc
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -49,6 +51,7 @@ type networkState struct {
 	helper      *proc.Child
 	exitW       *os.File // the helper's --exit-fd peer: closing it stops the helper
 	verdict     *netprobe.Verdict
+	pinnedHosts map[string][]string // allow_hosts → the addresses pinned
 }
 
 // readinessFingerprint is the network readiness fingerprint (FR-18): a
@@ -390,4 +393,89 @@ func (c *coordinator) recoverNetwork(g uint64) []string {
 		}
 	}
 	return nil
+}
+
+// hostResolveTimeout bounds the resolution of a profile's allow_hosts.
+var hostResolveTimeout = 5 * time.Second
+
+// resolveAllowHosts resolves the profile's network.allow_hosts through the
+// Domain's resolvers (the host's when the profile names none) into exact
+// /32 allow rules, pinned for the generation: gVisor imports routes only at
+// boot, so a later DNS change takes effect at the next generation. A name
+// that does not resolve is reported and left out (an offline host still
+// starts).
+func (c *coordinator) resolveAllowHosts(resolvers []netip.Addr) []netpolicy.Rule {
+	hosts := c.profile.Network.AllowHosts
+	if len(hosts) == 0 {
+		return nil
+	}
+	r := net.DefaultResolver
+	if len(c.profile.Network.DNS) > 0 {
+		servers := c.profile.Network.DNS
+		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, netip.AddrPortFrom(servers[0], 53).String())
+		}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hostResolveTimeout)
+	defer cancel()
+	type result struct {
+		host  string
+		addrs []netip.Addr
+		err   error
+	}
+	results := make(chan result, len(hosts))
+	for _, h := range hosts {
+		go func() {
+			as, err := r.LookupNetIP(ctx, "ip4", h)
+			results <- result{h, as, err}
+		}()
+	}
+	pinned := map[string][]string{}
+	var rules []netpolicy.Rule
+	for range hosts {
+		res := <-results
+		if res.err != nil || len(res.addrs) == 0 {
+			msg := fmt.Sprintf("network.allow_hosts %s did not resolve (%v): it is not reachable in this generation", res.host, res.err)
+			c.log.Warn("allow host unresolved", "host", res.host, "err", res.err)
+			c.addProgress("warning: " + msg)
+			pinned[res.host] = []string{}
+			continue
+		}
+		for _, a := range res.addrs {
+			a = a.Unmap()
+			if !a.Is4() {
+				continue
+			}
+			rules = append(rules, netpolicy.Rule{Prefix: netip.PrefixFrom(a, 32), Source: fmt.Sprintf("profile %s network.allow_hosts %s", c.profile.Name, res.host)})
+			pinned[res.host] = append(pinned[res.host], a.String())
+		}
+	}
+	c.mu.Lock()
+	c.net.pinnedHosts = pinned
+	c.mu.Unlock()
+	c.log.Info("allow hosts pinned for the generation", "hosts", fmt.Sprint(pinned))
+	return rules
+}
+
+// networkStatusLocked is the network part of `lazaret status`.
+func (c *coordinator) networkStatusLocked() map[string]any {
+	n := map[string]any{"helper_cidr": slirp.DefaultCIDR.String()}
+	if c.net.helper != nil {
+		n["connectivity_helper"] = c.net.helper.Identity().String()
+	}
+	if c.net.fingerprint != ([32]byte{}) {
+		n["readiness_fingerprint"] = hex.EncodeToString(c.net.fingerprint[:])
+	}
+	if v := c.net.verdict; v != nil {
+		n["deny_observed"], n["permit_observed"], n["dns_observed"] = v.DenyObserved, v.PermitObserved, v.DNSObserved
+		if len(v.Warnings) > 0 {
+			n["warnings"] = v.Warnings
+		}
+		n["fail_fast"] = v.FailFast
+	}
+	if c.net.pinnedHosts != nil {
+		n["allow_hosts_pinned"] = c.net.pinnedHosts
+	}
+	return n
 }
