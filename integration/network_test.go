@@ -163,7 +163,11 @@ func runNetServer(cfg string) {
 				say("tcp %s from %s", a, c.RemoteAddr())
 				go func() {
 					fmt.Fprintf(c, "hello from %s\n", a)
-					io.Copy(io.Discard, c) // throughput sink
+					start := time.Now()
+					n, _ := io.Copy(io.Discard, c) // throughput sink
+					if n > 0 {
+						say("tcp-done %s %d %d", a, n, time.Since(start).Microseconds())
+					}
 					c.Close()
 				}()
 			}
