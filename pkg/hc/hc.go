@@ -512,7 +512,26 @@ func (c *coordinator) startGeneration() {
 		c.setState(stateFailed, err)
 		return
 	}
-	c.superviseMessages()
+	// The connectivity helper starts while RS starts up: it needs only RS's
+	// network namespace, which exists from the clone on (read through RS's
+	// pidfd); StartSandbox waits for it.
+	helper := make(chan error, 1)
+	started := make(chan struct{})
+	c.mu.Lock()
+	c.net.started = started
+	c.mu.Unlock()
+	go func() {
+		defer close(started)
+		dev, ino, err := c.rsChild.Handle().NetNamespace()
+		if err == nil {
+			err = c.prepareNetwork(&lv1.NamespaceIdentity{Dev: dev, Ino: ino})
+		}
+		if err == nil {
+			err = c.startHelper()
+		}
+		helper <- err
+	}()
+	c.superviseMessages(helper)
 }
 
 func (c *coordinator) launchSupervisor() error {
@@ -616,7 +635,7 @@ func (c *coordinator) launchSupervisor() error {
 	return nil
 }
 
-func (c *coordinator) superviseMessages() {
+func (c *coordinator) superviseMessages(helper <-chan error) {
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	var first lv1.SupervisorMessage
 	err := c.rsChan.Recv(ctx, &first)
@@ -634,16 +653,16 @@ func (c *coordinator) superviseMessages() {
 		c.setState(stateFailed, errdefs.New(errdefs.ErrCorrupt, "runtime supervisor's first message is not a hello"))
 		return
 	}
+	if err := <-helper; err != nil {
+		c.setState(stateFailed, err)
+		return
+	}
 	start, err := c.sandboxStart(hello)
 	if err != nil {
 		c.setState(stateFailed, err)
 		return
 	}
 	failpoint.Hit("lazaret-hc:hello-verified")
-	if err := c.startHelper(); err != nil {
-		c.setState(stateFailed, err)
-		return
-	}
 	if err := c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}}); err != nil {
 		c.setState(stateFailed, err)
 		return
@@ -798,9 +817,8 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor is in the host network namespace")
 	}
 	netns := &lv1.NamespaceIdentity{Dev: dev, Ino: ino}
-	etc, err := c.prepareNetwork(netns)
-	if err != nil {
-		return nil, err
+	if !proto.Equal(netns, c.net.netns) {
+		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor netns %d:%d is not the one the connectivity helper joins (%v)", dev, ino, c.net.netns)
 	}
 	probe, err := netprobe.EncodeSpec(c.net.probe)
 	if err != nil {
@@ -815,7 +833,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		Env:           c.baseEnv,
 		Volumes:       c.volumes(),
 		ControlFiles:  c.credentialMounts(),
-		EtcFiles:      etc,
+		EtcFiles:      c.net.etcFiles,
 	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}, Env: c.baseEnv, Cwd: "/"})
 	if err != nil {
 		return nil, err

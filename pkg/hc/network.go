@@ -52,6 +52,8 @@ type networkState struct {
 	exitW       *os.File // the helper's --exit-fd peer: closing it stops the helper
 	verdict     *netprobe.Verdict
 	pinnedHosts map[string][]string // allow_hosts → the addresses pinned
+	etcFiles    map[string]string   // guest /etc file → the generation's host file
+	started     chan struct{}       // closed when the helper's start attempt ended
 }
 
 // readinessFingerprint is the network readiness fingerprint (FR-18): a
@@ -80,13 +82,14 @@ func (c *coordinator) readinessFingerprint(netns *lv1.NamespaceIdentity) [32]byt
 	return out
 }
 
-// prepareNetwork fixes the generation's network identity once RS's netns is
-// verified: the readiness fingerprint, the probe spec, and the sandbox's
-// name-service files.
-func (c *coordinator) prepareNetwork(netns *lv1.NamespaceIdentity) (map[string]string, error) {
+// prepareNetwork fixes the generation's network identity from RS's netns
+// (read through RS's pidfd; the hello is checked against it later): the
+// readiness fingerprint, the probe spec, and the sandbox's name-service
+// files.
+func (c *coordinator) prepareNetwork(netns *lv1.NamespaceIdentity) error {
 	addr, err := slirp.NetworkFor(slirp.DefaultCIDR)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.net.addr, c.net.netns = addr, netns
 	c.net.fingerprint = c.readinessFingerprint(netns)
@@ -97,7 +100,7 @@ func (c *coordinator) prepareNetwork(netns *lv1.NamespaceIdentity) (map[string]s
 	}
 	dir := filepath.Join(c.paths.RuntimeDir, "etc")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	files := map[string][]byte{
 		"resolv.conf":        fmt.Appendf(nil, "# Lazaret: the connectivity helper's DNS forwarder (generation %d)\nnameserver %s\n", c.generation, addr.DNS),
@@ -107,14 +110,15 @@ func (c *coordinator) prepareNetwork(netns *lv1.NamespaceIdentity) (map[string]s
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return map[string]string{
+	c.net.etcFiles = map[string]string{
 		"/etc/resolv.conf": filepath.Join(dir, "resolv.conf"),
 		"/etc/hosts":       filepath.Join(dir, "hosts"),
 		"/etc/hostname":    filepath.Join(dir, "hostname"),
-	}, nil
+	}
+	return nil
 }
 
 func helperSnapshot(s *lv1.HelperSnapshotV1) *lv1.RoleSnapshotV1 {
@@ -300,6 +304,12 @@ func (c *coordinator) releaseNetworkRecords() {
 // exit; a helper that lingers is killed through its pidfd. It returns
 // whether the helper is reaped.
 func (c *coordinator) stopHelper() bool {
+	c.mu.Lock()
+	started := c.net.started
+	c.mu.Unlock()
+	if started != nil {
+		<-started // an acquisition in flight ends (bounded) first
+	}
 	c.mu.Lock()
 	h, w := c.net.helper, c.net.exitW
 	c.net.exitW = nil
