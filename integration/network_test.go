@@ -423,3 +423,24 @@ func tcpRTT(ctx context.Context, addr string) (time.Duration, error) {
 	bufio.NewReader(c).ReadString('\n')
 	return time.Since(start), nil
 }
+
+// TestSpec36OfflineHostStillStarts (FR-20): when the Domain's resolver does
+// not answer (an offline host), the readiness probe records the DNS failure
+// as a warning and the Domain still starts; deny and permit are still
+// proven. The silent resolver is a test host address with no DNS server.
+func TestSpec36OfflineHostStillStarts(t *testing.T) {
+	e := need(t)
+	n := newTestNet(t)
+	cfg := netConfig(t, e, n, fmt.Sprintf("[profiles.offline]\nimage = \"busybox\"\nnetwork.dns = [\"%s\"]\n", n.profileDenied))
+	ws := workspace(t)
+	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "offline", "--", "echo", "started")
+	if r.code != 0 || r.stdout != "started\n" {
+		t.Fatalf("an offline host must still start: %+v", r)
+	}
+	t.Logf("stderr: %s", r.stderr)
+	if !strings.Contains(r.stderr, "DNS forwarder 10.0.2.3 did not answer") {
+		t.Errorf("no DNS warning on stderr: %q", r.stderr)
+	}
+	noLeftovers(t)
+	allClean(t, ws, "offline")
+}

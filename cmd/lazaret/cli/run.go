@@ -351,8 +351,10 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 			gotFrame = true
 			switch {
 			case f.GetProgress() != nil:
-				if stderrTTY {
-					fmt.Fprintf(os.Stderr, "lazaret: %s\n", f.GetProgress().GetMessage())
+				// Progress is for a watching developer; warnings (e.g. DNS
+				// not answering) always reach stderr.
+				if m := f.GetProgress().GetMessage(); stderrTTY || strings.HasPrefix(m, "warning: ") {
+					fmt.Fprintf(os.Stderr, "lazaret: %s\n", m)
 				}
 			case f.GetAccepted() != nil:
 				accepted = true
