@@ -166,9 +166,11 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 			t.Errorf("host path reachable inside: %s", line)
 		}
 	}
-	// Host-backed (9p gofer) mounts are exactly the workspace and the
-	// read-only control directory; the root is the overlay over the prepared
-	// lower; everything else is a virtual filesystem.
+	// Host-backed (9p gofer) mounts are exactly the workspace, the
+	// read-only control directory and the generation's three name-service
+	// files (single files from the runtime directory); the root is the
+	// overlay over the prepared lower; everything else is a virtual
+	// filesystem.
 	virtual := map[string]bool{"tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "dev": true, "mqueue": true, "cgroup": true}
 	n := 0
 	for _, line := range strings.Split(r.stdout, "\n") {
@@ -181,6 +183,7 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 		point, opts, fstype := f[4], f[5], g[0]
 		switch {
 		case fstype == "9p" && point == "/workspace":
+		case fstype == "9p" && (point == "/etc/resolv.conf" || point == "/etc/hosts" || point == "/etc/hostname"):
 		case fstype == "9p" && (point == "/.lazaret" || strings.HasPrefix(point, "/.lazaret/")) && strings.HasPrefix(opts, "ro"):
 		case fstype == "overlay" && point == "/":
 		case virtual[fstype]:

@@ -622,6 +622,13 @@ func (c *coordinator) launchSupervisor() error {
 	c.mu.Lock()
 	c.rsChild = child
 	c.mu.Unlock()
+	c.failOnUnexpectedExit(child, "the runtime supervisor exited unexpectedly")
+	return nil
+}
+
+// failOnUnexpectedExit fails the generation (which tears it down) when
+// child exits while the Domain is neither stopping nor already failed.
+func (c *coordinator) failOnUnexpectedExit(child *proc.Child, what string) {
 	go func() {
 		<-child.Done()
 		st, _ := child.Status()
@@ -629,10 +636,9 @@ func (c *coordinator) launchSupervisor() error {
 		stopping := c.st == stateStopping || c.st == stateFailed
 		c.mu.Unlock()
 		if !stopping {
-			c.setState(stateFailed, errdefs.New(errdefs.ErrUnavailable, "the runtime supervisor exited unexpectedly (%s); see %s", st, c.paths.Log()))
+			c.setState(stateFailed, errdefs.New(errdefs.ErrUnavailable, "%s (%s); see %s", what, st, c.paths.Log()))
 		}
 	}()
-	return nil
 }
 
 func (c *coordinator) superviseMessages(helper <-chan error) {

@@ -213,16 +213,7 @@ func (c *coordinator) startHelper() error {
 	case <-time.After(helperReadyTimeout):
 		return errdefs.New(errdefs.ErrUnavailable, "the connectivity helper (slirp4netns) was not ready within %s; see %s", helperReadyTimeout, c.paths.Log())
 	}
-	go func() {
-		<-child.Done()
-		st, _ := child.Status()
-		c.mu.Lock()
-		stopping := c.st == stateStopping || c.st == stateFailed
-		c.mu.Unlock()
-		if !stopping {
-			c.setState(stateFailed, errdefs.New(errdefs.ErrUnavailable, "the connectivity helper (slirp4netns) exited unexpectedly (%s): the Domain stops; see %s", st, c.paths.Log()))
-		}
-	}()
+	c.failOnUnexpectedExit(child, "the connectivity helper (slirp4netns) exited unexpectedly: the Domain stops")
 	c.log.Info("connectivity helper ready", "helper", child.Identity().String(), "tap", slirp.Tap, "cidr", c.net.addr.CIDR.String())
 	return nil
 }
