@@ -19,6 +19,16 @@ func ValidProfileName(name string) bool { return domain.ValidProfileName(name) }
 
 var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// DefaultPersistentPaths are the State Anchors every profile gets (spec
+// §3.5, DX-2): what agents really install survives a restart — `apt-get
+// install` (/usr, /etc, /var/lib/dpkg, /var/lib/apt), `npm install -g`,
+// `pip install --user`, tools in /usr/local and /opt, and home directories.
+// /tmp, /run, /var/tmp, /var/cache and /var/log stay ephemeral, and
+// /etc/hosts and /etc/hostname are per-generation binds.
+var DefaultPersistentPaths = []string{"/etc", "/home", "/opt", "/root", "/usr", "/var/lib"}
+
+const builtinPersistentWhere = "built-in default persistent path"
+
 // builtinProfiles are available with no file; the file may amend them.
 var builtinProfiles = []struct{ name, image, description string }{
 	{"default", "debian", "Debian 12 with bash, coreutils, git, curl, python3, less, procps"},
@@ -213,6 +223,10 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 			for i, s := range ss {
 				if msg := checkGuestPath(s); msg != "" {
 					d.valueErrorf(ps[i], "%s", msg)
+					continue
+				}
+				if strings.ContainsAny(s, ",:\\") {
+					d.valueErrorf(ps[i], "%q: a persistent path cannot contain ',', ':' or '\\' (overlay mount options reserve them): rename the directory", s)
 					continue
 				}
 				if prev, dup := seen[s]; dup {
@@ -511,6 +525,25 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	sortPrefixes(p.Network.Deny)
 	sortPrefixes(p.Network.Allow)
 	sort.Slice(p.Network.DNS, func(i, j int) bool { return p.Network.DNS[i].Less(p.Network.DNS[j]) })
+	// Built-in default persistent paths: a volume on the same target wins,
+	// a configured path inside one is absorbed by it (it persists already),
+	// and a default inside a configured path is absorbed by that one.
+	for _, dp := range DefaultPersistentPaths {
+		if _, vol := targets[dp]; vol {
+			continue
+		}
+		if _, user := persistent[dp]; !user {
+			persistent[dp] = entry[string]{v: dp, where: builtinPersistentWhere}
+		}
+	}
+	for s, e := range persistent {
+		for o, oe := range persistent {
+			if o != s && within(s, o) && (oe.where == builtinPersistentWhere || e.where == builtinPersistentWhere) {
+				delete(persistent, s)
+				break
+			}
+		}
+	}
 	// Persistent paths: no nesting, no volume on the same path.
 	for s := range persistent {
 		p.PersistentPaths = append(p.PersistentPaths, s)

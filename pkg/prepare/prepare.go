@@ -65,7 +65,10 @@ const ControlDir = "/.lazaret"
 // FormatVersion is the version of the preparer's output (tree contents and
 // artifact.json schema). It is part of the prepared-artifact ID; records
 // with a newer version are refused.
-const FormatVersion = 1
+//
+// History: 1 initial; 2 adds the default State Anchor directories (/usr,
+// /var/lib, /opt, /root, /home) to the guaranteed mount points.
+const FormatVersion = 2
 
 // MountPoint is a path every prepared rootfs contains so that the sandbox
 // runtime can mount over it without writing to the read-only lower.
@@ -92,6 +95,14 @@ var MountPoints = []MountPoint{
 	{Path: "/etc/hosts", Mode: 0o644},
 	{Path: "/etc/hostname", Mode: 0o644},
 	{Path: "/etc/resolv.conf", Mode: 0o644},
+	// The default State Anchor paths (config.DefaultPersistentPaths), so
+	// that every image can carry them: an overlay's lower must exist.
+	{Path: "/usr", Dir: true, Mode: 0o755},
+	{Path: "/var", Dir: true, Mode: 0o755},
+	{Path: "/var/lib", Dir: true, Mode: 0o755},
+	{Path: "/opt", Dir: true, Mode: 0o755},
+	{Path: "/root", Dir: true, Mode: 0o700},
+	{Path: "/home", Dir: true, Mode: 0o755},
 }
 
 // Options configures Ensure.

@@ -173,7 +173,7 @@ func TestEnsureBusybox(t *testing.T) {
 		!strings.Contains(rec.Preparer, "lazaret-prepare/") || rec.RootfsBytes < 1<<20 {
 		t.Errorf("record %+v", rec)
 	}
-	wantCreated := []string{"/dev/pts", "/dev/shm", "/workspace", ControlDir, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
+	wantCreated := []string{"/dev/pts", "/dev/shm", "/workspace", ControlDir, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/var/lib", "/opt", "/home"}
 	if strings.Join(rec.CreatedMountPoints, ",") != strings.Join(wantCreated, ",") {
 		t.Errorf("created mount points %v, want %v", rec.CreatedMountPoints, wantCreated)
 	}

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
@@ -119,6 +120,7 @@ type supervisor struct {
 	start    *lv1.StartSandbox
 	rt       runsc.Runtime
 	art      prepare.Artifact
+	anchors  []anchor.MountIdentity // mounted State Anchors, in mount order
 	acks     chan *lv1.ProcessOwnershipCommitAck
 	stop     chan struct{} // HC asked to stop
 	hcGone   chan struct{} // lifetime EOF or channel loss: lease-loss teardown
@@ -283,6 +285,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, fmt.Errorf("expose prepared lower %s: %w", art.ID, err)
 	}
 	failpoint.Hit("lazaret-rs:rootfs-mounted")
+	if err := s.mountAnchors(rootfs); err != nil {
+		return nil, nil, err
+	}
 	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
 		return nil, nil, err
 	}
@@ -485,6 +490,7 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	failpoint.Hit("lazaret-rs:sandbox-stopped")
 	s.runsc(s.rt.Delete(id))
 	failpoint.Hit("lazaret-rs:deleted")
+	s.unmountAnchors()
 	rootfs := filepath.Join(s.start.BundleDir, "rootfs")
 	if err := mountns.Unmount(rootfs); err != nil && !errors.Is(err, unix.EINVAL) {
 		s.log.Warn("unmount rootfs", "err", err)
