@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/netsetup"
 )
 
@@ -167,10 +168,14 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 		}
 	}
 	// Host-backed (9p gofer) mounts are exactly the workspace, the
-	// read-only control directory and the generation's three name-service
-	// files (single files from the runtime directory); the root is the
-	// overlay over the prepared lower; everything else is a virtual
-	// filesystem.
+	// read-only control directory, the generation's three name-service
+	// files (single files from the runtime directory) and the State Anchors
+	// (§3.5); the root is the overlay over the prepared lower; everything
+	// else is a virtual filesystem.
+	anchored := map[string]bool{}
+	for _, p := range config.DefaultPersistentPaths {
+		anchored[p] = true
+	}
 	virtual := map[string]bool{"tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "dev": true, "mqueue": true, "cgroup": true}
 	n := 0
 	for _, line := range strings.Split(r.stdout, "\n") {
@@ -186,6 +191,7 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 		case fstype == "9p" && (point == "/etc/resolv.conf" || point == "/etc/hosts" || point == "/etc/hostname"):
 		case fstype == "9p" && (point == "/.lazaret" || strings.HasPrefix(point, "/.lazaret/")) && strings.HasPrefix(opts, "ro"):
 		case fstype == "overlay" && point == "/":
+		case fstype == "9p" && anchored[point]: // State Anchors (§3.5), over the prepared lower only
 		case virtual[fstype]:
 		default:
 			t.Errorf("unexpected mount inside: %s", line)
