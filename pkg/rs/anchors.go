@@ -1,7 +1,9 @@
 package rs
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/prepare"
 )
 
 // mountAnchors mounts one State Anchor overlay for every anchor bind of the
@@ -76,4 +79,57 @@ func (s *supervisor) unmountAnchors() {
 	}
 	s.anchors = nil
 	failpoint.Hit("lazaret-rs:anchors-unmounted")
+}
+
+// holdLower looks up (or prepares) the prepared lower and holds it for RS's
+// lifetime, so `lazaret gc` cannot reclaim it while the sandbox runs; an
+// artifact reclaimed between lookup and hold is prepared again. Reclaimed
+// trees are deleted here, in the user namespace, in the background.
+func (s *supervisor) holdLower() (prepare.Artifact, error) {
+	st := s.start
+	for attempt := 0; ; attempt++ {
+		art, found, err := prepare.Lookup(st.StorageRoot, st.ImageRef)
+		if err != nil {
+			return prepare.Artifact{}, err
+		}
+		if !found {
+			s.progress("preparing image %s (first use; later starts reuse it)", st.ImageRef)
+			art, err = prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log, Progress: progressWriter{s}})
+			if err != nil {
+				return prepare.Artifact{}, err
+			}
+		}
+		use, err := prepare.Hold(st.StorageRoot, art.ID)
+		if errors.Is(err, prepare.ErrGone) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return prepare.Artifact{}, err
+		}
+		s.lowerUse = use
+		s.purged = make(chan struct{})
+		go func() {
+			defer close(s.purged)
+			if n, err := prepare.PurgeTrash(st.StorageRoot); err != nil {
+				s.log.Warn("deleting reclaimed prepared artifacts", "err", err)
+			} else if n > 0 {
+				s.log.Info("deleted reclaimed prepared artifacts", "count", n)
+			}
+		}()
+		return art, nil
+	}
+}
+
+// awaitPurge gives the background deletion of reclaimed artifacts a
+// bounded time to finish before RS exits (an unfinished one continues next
+// time).
+func (s *supervisor) awaitPurge() {
+	if s.purged == nil {
+		return
+	}
+	select {
+	case <-s.purged:
+	case <-time.After(30 * time.Second):
+		s.log.Warn("reclaimed prepared artifacts still being deleted at exit; the next start continues")
+	}
 }

@@ -121,6 +121,8 @@ type supervisor struct {
 	rt       runsc.Runtime
 	art      prepare.Artifact
 	anchors  []anchor.MountIdentity // mounted State Anchors, in mount order
+	lowerUse *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	purged   chan struct{}          // closed when reclaimed artifacts are deleted
 	acks     chan *lv1.ProcessOwnershipCommitAck
 	stop     chan struct{} // HC asked to stop
 	hcGone   chan struct{} // lifetime EOF or channel loss: lease-loss teardown
@@ -264,16 +266,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.installPolicy(); err != nil {
 		return nil, nil, err
 	}
-	art, found, err := prepare.Lookup(st.StorageRoot, st.ImageRef)
+	art, err := s.holdLower()
 	if err != nil {
 		return nil, nil, err
-	}
-	if !found {
-		s.progress("preparing image %s (first use; later starts reuse it)", st.ImageRef)
-		art, err = prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log, Progress: progressWriter{s}})
-		if err != nil {
-			return nil, nil, err
-		}
 	}
 	s.art = art
 	failpoint.Hit("lazaret-rs:prepared")
@@ -460,6 +455,7 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the sandbox stopped unexpectedly (" + st.String() + ")"}}})
 	}
 	s.teardown(sandbox, stdin)
+	s.awaitPurge()
 	s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Stopped{Stopped: &lv1.SupervisorStopped{}}})
 	return 0
 }
