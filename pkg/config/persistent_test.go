@@ -32,3 +32,11 @@ func TestPersistentPathReservedCharacters(t *testing.T) {
 		at{2, `"/c:d": a persistent path cannot contain`},
 	)
 }
+
+func TestDefaultPersistentPathsOff(t *testing.T) {
+	c := mustParse(t, "[profiles.a]\ndefault_persistent_paths = false\npersistent_paths = [\"/root/.npm\"]\n")
+	p, _ := c.Profile("a")
+	if !reflect.DeepEqual(p.PersistentPaths, []string{"/root/.npm"}) {
+		t.Errorf("persistent %v", p.PersistentPaths)
+	}
+}

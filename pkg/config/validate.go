@@ -37,8 +37,8 @@ var builtinProfiles = []struct{ name, image, description string }{
 
 var (
 	topKeys      = []string{"defaults", "profiles"}
-	profileKeys  = []string{"description", "image", "persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 )
@@ -63,6 +63,7 @@ type entry[T any] struct {
 type layer struct {
 	description, image   *entry[string]
 	isolation, shareEdit *entry[bool]
+	defaultPersistent    *entry[bool]
 	persistent           []entry[string]
 	env                  map[string]entry[string]
 	allow, deny          []entry[netip.Prefix]
@@ -216,6 +217,10 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 		case "share_editor_config":
 			if b, ok := d.boolean(p, v); ok {
 				l.shareEdit = &entry[bool]{b, p, d.entryWhere(p, defaults)}
+			}
+		case "default_persistent_paths":
+			if b, ok := d.boolean(p, v); ok {
+				l.defaultPersistent = &entry[bool]{b, p, d.entryWhere(p, defaults)}
 			}
 		case "persistent_paths":
 			ss, ps := d.strs(p, v)
@@ -431,6 +436,7 @@ func (d *doc) decodeVolume(p pathKey, v any, opt Options) (Volume, bool) {
 // cross-entry rules.
 func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	p := &Profile{Name: name, Image: DefaultImage, IgnoredPathIsolation: true, Env: map[string]string{}}
+	withDefaults := true
 	layers := []*layer{def, b, f}
 	for _, l := range layers {
 		if l == nil {
@@ -447,6 +453,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		if l.shareEdit != nil {
 			p.ShareEditorConfig = l.shareEdit.v
+		}
+		if l.defaultPersistent != nil {
+			withDefaults = l.defaultPersistent.v
 		}
 		for k, e := range l.env {
 			p.Env[k] = e.v
@@ -529,6 +538,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	// a configured path inside one is absorbed by it (it persists already),
 	// and a default inside a configured path is absorbed by that one.
 	for _, dp := range DefaultPersistentPaths {
+		if !withDefaults {
+			break
+		}
 		if _, vol := targets[dp]; vol {
 			continue
 		}
