@@ -112,6 +112,22 @@ func TestSpec3_5StateAnchorsPersistDebian(t *testing.T) {
 			t.Errorf("state list: %s not changed: %s", p, m)
 		}
 	}
+	// Inspection (§3.8, DX-6): classified changes, no contents.
+	r = lz(t, ws, nil, "state", "inspect", "--json")
+	if r.code != 0 {
+		t.Fatalf("state inspect: %+v", r)
+	}
+	for _, want := range []string{`"path": "/usr/local/bin/mytool",
+          "kind": "added"`, `"path": "/usr/bin/hello-lazaret",
+          "kind": "added"`, `"path": "/etc/issue",
+          "kind": "deleted"`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("state inspect lacks %s:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "hello from the anchor") || strings.Contains(r.stdout, "echo mytool") {
+		t.Errorf("state inspect printed file contents")
+	}
 	noLeftovers(t)
 }
 

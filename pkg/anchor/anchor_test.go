@@ -182,6 +182,23 @@ func mountScenario(t *testing.T) error {
 	if b, _ := os.ReadFile(filepath.Join(root, Dir, "usr", upperName, "bin", "new")); string(b) != "upper" {
 		t.Errorf("write not in the upper")
 	}
+	ins, err := Inspect(root, "/usr", lower)
+	if err != nil {
+		return err
+	}
+	kinds := map[string]string{}
+	for _, c := range ins.Changes {
+		kinds[c.Path] = c.Kind
+	}
+	if kinds["/usr/bin/new"] != "added" || kinds["/usr/bin/old"] != "deleted" || len(ins.Changes) != 2 || ins.Bytes != 5 {
+		t.Errorf("inspect: %+v", ins)
+	}
+	os.RemoveAll(filepath.Join(target, "bin"))
+	os.Mkdir(filepath.Join(target, "bin"), 0o755)
+	if ins, _ := Inspect(root, "/usr", lower); len(ins.Changes) != 1 || ins.Changes[0].Kind != "opaque" {
+		t.Errorf("inspect after replacing bin: %+v", ins)
+	}
+	os.WriteFile(filepath.Join(target, "bin", "new"), []byte("upper"), 0o644)
 	if err := Matches(id); err != nil {
 		t.Errorf("matches: %v", err)
 	}
@@ -205,18 +222,19 @@ func mountScenario(t *testing.T) error {
 		t.Errorf("image change not reported: %+v", notice)
 	}
 	if _, err := os.Stat(filepath.Join(target, "bin", "old")); !os.IsNotExist(err) {
-		t.Errorf("whiteout lost: %v", err)
+		t.Errorf("opaque directory lost: %v", err)
 	}
 	if id2.MountID == id.MountID {
 		t.Errorf("mount ID reused")
 	}
-	if u, _ := InUse(root); len(u) == 0 {
+	self := []string{"/proc/thread-self/mountinfo"} // this locked thread's namespace
+	if u := inUseIn(root, self); len(u) == 0 {
 		t.Errorf("InUse does not see the mount")
 	}
 	if err := Unmount(id2); err != nil {
 		return err
 	}
-	if u, _ := InUse(root); len(u) != 0 {
+	if u := inUseIn(root, self); len(u) != 0 {
 		t.Errorf("InUse after unmount: %v", u)
 	}
 	if found, err := Reset(root, "/usr", time.Now); !found || err != nil {

@@ -14,13 +14,17 @@ import (
 // Combined with the Domain lock (no Host Coordinator, no Runtime Supervisor)
 // an empty result is the "no mount uses the state" evidence of §3.8.
 func InUse(domainRoot string) ([]string, error) {
-	needle := filepath.Join(domainRoot, Dir) + "/"
-	seen := map[string]bool{}
-	var out []string
 	procs, err := filepath.Glob("/proc/[0-9]*/mountinfo")
 	if err != nil {
 		return nil, err
 	}
+	return inUseIn(domainRoot, procs), nil
+}
+
+func inUseIn(domainRoot string, procs []string) []string {
+	needle := filepath.Join(domainRoot, Dir) + "/"
+	seen := map[string]bool{}
+	var out []string
 	for _, p := range procs {
 		f, err := os.Open(p)
 		if err != nil {
@@ -41,5 +45,5 @@ func InUse(domainRoot string) ([]string, error) {
 		}
 		f.Close()
 	}
-	return out, nil
+	return out
 }

@@ -48,6 +48,13 @@ Examples:
 			Action: stateList,
 		},
 		{
+			Name:      "inspect",
+			Usage:     "show what a State Anchor (or every one) changed: added, modified, deleted, opaque; no file contents",
+			ArgsUsage: "[PATH]",
+			Flags:     stateDomainFlags,
+			Action:    stateInspect,
+		},
+		{
 			Name:      "reset",
 			Usage:     "discard a State Anchor's changes (or all of them) so the next run follows the image",
 			ArgsUsage: "PATH | --all",
@@ -302,4 +309,64 @@ func lockInactive(lock *os.File, paths domain.Paths) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// maxListed bounds the human listing per anchor (--json lists everything).
+const maxListed = 200
+
+func stateInspect(c *cli.Context) error {
+	rd, err := resolveStateDomain(c)
+	if err != nil {
+		return err
+	}
+	infos, err := anchor.List(rd.paths.DomainRoot)
+	if err != nil {
+		return err
+	}
+	var scope []string
+	for _, in := range infos {
+		if c.NArg() == 0 || in.GuestPath == c.Args().First() {
+			scope = append(scope, in.GuestPath)
+		}
+	}
+	if c.NArg() > 0 && len(scope) == 0 {
+		return errdefs.New(errdefs.ErrInvalid, "Domain %s has no State Anchor at %s: `lazaret state list` shows the anchored paths", rd.paths.ID, c.Args().First())
+	}
+	lower := ""
+	if ref, err := rd.prof.imageRef(); err == nil {
+		if art, found, err := prepare.Lookup(rd.paths.StorageRoot, ref); err == nil && found {
+			lower = art.Rootfs
+		}
+	}
+	var out []anchor.Inspection
+	for _, p := range scope {
+		ins, err := anchor.Inspect(rd.paths.DomainRoot, p, lower)
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", p, err)
+		}
+		out = append(out, ins)
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"domain_id": rd.paths.ID, "profile": rd.prof.Name, "workspace": rd.workspace, "compared_with_lower": lower != "", "anchors": out})
+	}
+	fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s)\n", rd.paths.ID, rd.prof.Name, rd.workspace)
+	if lower == "" {
+		fmt.Fprintln(c.App.Writer, "(the profile's image is not prepared: entries are not compared with it)")
+	}
+	for _, ins := range out {
+		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %d bytes\n", ins.GuestPath, len(ins.Changes), ins.Bytes)
+		for i, ch := range ins.Changes {
+			if i == maxListed {
+				fmt.Fprintf(c.App.Writer, "  ... %d more (--json lists all)\n", len(ins.Changes)-maxListed)
+				break
+			}
+			fmt.Fprintf(c.App.Writer, "  %-8s %-8s %10d  %s\n", ch.Kind, ch.Type, ch.Size, ch.Path)
+		}
+		for _, u := range ins.Unreadable {
+			fmt.Fprintf(c.App.Writer, "  (not readable outside the user namespace: %s)\n", u)
+		}
+	}
+	return nil
 }
