@@ -167,4 +167,3 @@ func isOpaque(dirfd int) bool {
 	n, err := unix.Fgetxattr(dirfd, "user.overlay.opaque", buf)
 	return err == nil && n > 0 && (buf[0] == 'y' || buf[0] == 'x')
 }
-
