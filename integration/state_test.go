@@ -55,13 +55,13 @@ func preparedArtifacts(t *testing.T) []string {
 	return m
 }
 
-// TestSpec3_5StateAnchorsPersistDebian (§3.5, FR-4, DX-2, SR-15): a package
+// TestSpec35StateAnchorsPersistDebian (§3.5, FR-4, DX-2, SR-15): a package
 // installed with dpkg -i, a tool in /usr/local/bin, a deleted image file and
 // a file in /root survive the Domain's restart, dpkg knows the package,
 // /tmp and /var/cache do not persist, the prepared lower is never written,
 // a second Domain sees none of it yet shares the same prepared artifact,
 // and nothing is left behind.
-func TestSpec3_5StateAnchorsPersistDebian(t *testing.T) {
+func TestSpec35StateAnchorsPersistDebian(t *testing.T) {
 	ws := workspace(t)
 	r := lz(t, ws, nil, "run", "--", "sh", "-c", debianInstall)
 	if r.code != 0 || !strings.HasSuffix(r.stdout, "ok\n") {
@@ -131,11 +131,11 @@ func TestSpec3_5StateAnchorsPersistDebian(t *testing.T) {
 	noLeftovers(t)
 }
 
-// TestSpec3_8StateResetScopes (§3.8, FR-11, SR-14, DX-6): resetting one
+// TestSpec38StateResetScopes (§3.8, FR-11, SR-14, DX-6): resetting one
 // path discards only that anchor; --all the rest; reset refuses while the
 // Domain is active (and --yes does not bypass it) and without --yes off a
 // terminal; the trash is deleted by the next run.
-func TestSpec3_8StateResetScopes(t *testing.T) {
+func TestSpec38StateResetScopes(t *testing.T) {
 	e := need(t)
 	ws := workspace(t)
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "mkdir -p /usr/local/bin && echo a > /usr/local/bin/a && echo b > /root/b && rm /etc/passwd && echo ok")
@@ -206,11 +206,11 @@ func domainOf(ws, profile string) domain.ID {
 	return domain.DeriveID(profile, canon)
 }
 
-// TestSpec3_8ResetCrashConsistency (OR-5): a reset killed at each of its
+// TestSpec38ResetCrashConsistency (OR-5): a reset killed at each of its
 // steps leaves the anchor's active upper either the previous one or a
 // complete empty one; the next run succeeds and sees one of the two, and a
 // later reset completes.
-func TestSpec3_8ResetCrashConsistency(t *testing.T) {
+func TestSpec38ResetCrashConsistency(t *testing.T) {
 	e := need(t)
 	if e.binFP == "" {
 		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")
