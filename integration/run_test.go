@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -261,12 +262,21 @@ func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
 	ws := workspace(t)
 	first := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo first; sleep 3; exit 3")
 	var out1 bytes.Buffer
-	first.Stdout = &out1
+	stdout, _ := first.StdoutPipe()
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Join once the first command runs (the Domain is published), however
+	// long the start took on a loaded machine.
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(stdout, line); err != nil {
+		t.Fatalf("first session: %v", err)
+	}
+	out1.Write(line)
+	done := make(chan struct{})
+	go func() { io.Copy(&out1, stdout); close(done) }()
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo second; exit 4")
+	<-done
 	first.Wait()
 	if r.code != 4 || r.stdout != "second\n" {
 		t.Errorf("second session: %+v", r)

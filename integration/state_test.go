@@ -77,8 +77,8 @@ func TestSpec35StateAnchorsPersistDebian(t *testing.T) {
 	// The lower is untouched: the deleted file is still in every prepared
 	// tree, the new ones are in none.
 	for _, a := range arts {
-		if _, err := os.Lstat(filepath.Join(a, "rootfs", "etc", "issue")); err != nil && strings.Contains(a, "pl-") {
-			if _, e2 := os.Lstat(filepath.Join(a, "rootfs", "usr", "bin", "dpkg")); e2 == nil { // the Debian artifact
+		if _, err := os.Lstat(filepath.Join(a, "rootfs", "etc", "debian_version")); err == nil { // the Debian artifact
+			if _, err := os.Lstat(filepath.Join(a, "rootfs", "etc", "issue")); err != nil {
 				t.Errorf("prepared lower lost /etc/issue: %v", err)
 			}
 		}
