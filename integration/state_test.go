@@ -255,3 +255,49 @@ func TestSpec38ResetCrashConsistency(t *testing.T) {
 		})
 	}
 }
+
+// TestSpec35ImageChangeKeepsUpper (§3.5): when the profile's image changes,
+// files the sandbox did not touch follow the new image, files it wrote or
+// replaced stay as it left them, and `state list` reports the change.
+func TestSpec35ImageChangeKeepsUpper(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	write := func(image string) {
+		if err := os.WriteFile(cfg, []byte("[profiles.sw]\nimage = \""+image+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(cfg, e.uid, e.gid)
+	}
+	write("busybox")
+	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "sw", "--", "sh", "-c", "echo mine > /etc/mine && echo 'root:x:0:0:mine:/root:/bin/sh' > /etc/passwd && echo ok")
+	if r.code != 0 || r.stdout != "ok\n" {
+		t.Fatalf("busybox run: %+v", r)
+	}
+	noLeftovers(t)
+	write("debian")
+	r = lz(t, ws, nil, "run", "--config", cfg, "-p", "sw", "--", "sh", "-c", "cat /etc/mine; grep -c mine /etc/passwd; test -e /etc/debian_version && echo debian-etc")
+	if r.code != 0 || r.stdout != "mine\n1\ndebian-etc\n" {
+		t.Fatalf("after the image change: %+v", r)
+	}
+	noLeftovers(t)
+	var m map[string]any
+	rr := lz(t, ws, nil, "state", "list", "--config", cfg, "-p", "sw", "--json")
+	if err := json.Unmarshal([]byte(rr.stdout), &m); err != nil {
+		t.Fatalf("state list: %v %+v", err, rr)
+	}
+	reported := false
+	for _, a := range m["anchors"].([]any) {
+		a := a.(map[string]any)
+		if a["guest_path"] == "/etc" && a["image_changed"] == true {
+			reported = true
+		}
+	}
+	if !reported {
+		t.Errorf("image change not reported for /etc: %s", rr.stdout)
+	}
+	if h := lz(t, ws, nil, "state", "list", "--config", cfg, "-p", "sw"); !strings.Contains(h.stdout, "state reset") {
+		t.Errorf("human listing does not suggest a reset: %s", h.stdout)
+	}
+	noLeftovers(t)
+}
