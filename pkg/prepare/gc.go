@@ -1,6 +1,7 @@
 package prepare
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -163,7 +164,7 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 	}()
 	for _, n := range names {
 		switch n {
-		case stagingDir, usedDir, trashDir:
+		case stagingDir, usedDir, trashDir, locksDir:
 			continue
 		}
 		e := GCEntry{Name: n, Action: "keep"}
@@ -310,4 +311,44 @@ func dirNames(dirfd int) ([]string, error) {
 		return nil, err
 	}
 	return f.Readdirnames(-1)
+}
+
+// locksDir holds one preparation lock file per artifact ID (never cleaned
+// by the staging cleanup, so a waiter and a holder always share an inode).
+const locksDir = ".locks"
+
+// lockPreparation takes the exclusive preparation lock of artifact id,
+// waiting (bounded by ctx) while another process prepares it.
+func (st *store) lockPreparation(ctx context.Context, id string) (func(), error) {
+	lfd, err := openOrCreateDir(st.preparedFD, locksDir, 0o700, true)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(lfd)
+	fd, err := openBeneath(lfd, id, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	wait := 5 * time.Millisecond
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { unix.Close(fd) }, nil
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			unix.Close(fd)
+			return nil, fmt.Errorf("preparation lock %s: %w", id, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			unix.Close(fd)
+			return nil, fmt.Errorf("waiting for a concurrent preparation of %s: %w", id, ctx.Err())
+		case <-t.C:
+		}
+		if wait < 100*time.Millisecond {
+			wait *= 2
+		}
+	}
 }

@@ -24,7 +24,10 @@
 // Layout beneath the Storage Root:
 //
 //	prepared/
+//	  .locks/<id>                 preparation lock: concurrent preparers of one
+//	                              image wait for the first and reuse its result
 //	  .staging/<random>/          one preparation in progress (flock held)
+//	  .used/<id>, .trash/         usage times and reclaimed trees (gc.go)
 //	    rootfs/
 //	    artifact.json
 //	  pl-<32 hex>/                a published artifact, never modified again
@@ -198,6 +201,9 @@ func Ensure(ctx context.Context, opts Options) (Artifact, error) {
 // hooks lets tests interpose at fixed points of a preparation.
 type hooks struct {
 	beforePublish func()
+	// noLock skips the preparation lock (a preparer that does not take it,
+	// e.g. an older Lazaret), so the publish race itself can be tested.
+	noLock bool
 }
 
 func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
@@ -237,6 +243,23 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 	}
 	if err := checkIdentityMap(); err != nil {
 		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	}
+	// Concurrent Domains preparing the same image do it once: the first
+	// takes the artifact's preparation lock, the others wait for it and then
+	// find the artifact published.
+	unlock := func() {}
+	if !h.noLock {
+		if unlock, err = st.lockPreparation(ctx, id); err != nil {
+			return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+		}
+	}
+	defer unlock()
+	if rec, found, err := st.lookup(id, img.source.ManifestDigest); err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	} else if found {
+		log.Info("reusing prepared lower published by a concurrent preparation")
+		fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s (prepared concurrently)\n", id, opts.ImageRef)
+		return artifactFor(opts.StorageRoot, rec), nil
 	}
 	st.cleanStaleStaging(log)
 
