@@ -38,7 +38,7 @@ func faultStages() []string {
 	for _, st := range []string{"started", "hello-verified", "helper-started", "staged-recorded", "helper-committed", "published", "teardown-begin", "rs-stopped", "helper-stopped"} {
 		s = append(s, "lazaret-hc:"+st)
 	}
-	for _, st := range []string{"hello-sent", "prepared", "rootfs-mounted", "runsc-ready", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted"} {
+	for _, st := range []string{"hello-sent", "prepared", "rootfs-mounted", "anchors-mounted", "runsc-ready", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {
 		s = append(s, "lazaret-rs:"+st)
 	}
 	return s

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/netsetup"
 )
 
@@ -167,10 +169,14 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 		}
 	}
 	// Host-backed (9p gofer) mounts are exactly the workspace, the
-	// read-only control directory and the generation's three name-service
-	// files (single files from the runtime directory); the root is the
-	// overlay over the prepared lower; everything else is a virtual
-	// filesystem.
+	// read-only control directory, the generation's three name-service
+	// files (single files from the runtime directory) and the State Anchors
+	// (§3.5); the root is the overlay over the prepared lower; everything
+	// else is a virtual filesystem.
+	anchored := map[string]bool{}
+	for _, p := range config.DefaultPersistentPaths {
+		anchored[p] = true
+	}
 	virtual := map[string]bool{"tmpfs": true, "proc": true, "sysfs": true, "devpts": true, "dev": true, "mqueue": true, "cgroup": true}
 	n := 0
 	for _, line := range strings.Split(r.stdout, "\n") {
@@ -186,6 +192,7 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 		case fstype == "9p" && (point == "/etc/resolv.conf" || point == "/etc/hosts" || point == "/etc/hostname"):
 		case fstype == "9p" && (point == "/.lazaret" || strings.HasPrefix(point, "/.lazaret/")) && strings.HasPrefix(opts, "ro"):
 		case fstype == "overlay" && point == "/":
+		case fstype == "9p" && anchored[point]: // State Anchors (§3.5), over the prepared lower only
 		case virtual[fstype]:
 		default:
 			t.Errorf("unexpected mount inside: %s", line)
@@ -255,12 +262,21 @@ func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
 	ws := workspace(t)
 	first := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo first; sleep 3; exit 3")
 	var out1 bytes.Buffer
-	first.Stdout = &out1
+	stdout, _ := first.StdoutPipe()
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Join once the first command runs (the Domain is published), however
+	// long the start took on a loaded machine.
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(stdout, line); err != nil {
+		t.Fatalf("first session: %v", err)
+	}
+	out1.Write(line)
+	done := make(chan struct{})
+	go func() { io.Copy(&out1, stdout); close(done) }()
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo second; exit 4")
+	<-done
 	first.Wait()
 	if r.code != 4 || r.stdout != "second\n" {
 		t.Errorf("second session: %+v", r)

@@ -19,6 +19,16 @@ func ValidProfileName(name string) bool { return domain.ValidProfileName(name) }
 
 var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// DefaultPersistentPaths are the State Anchors every profile gets (spec
+// §3.5, DX-2): what agents really install survives a restart — `apt-get
+// install` (/usr, /etc, /var/lib/dpkg, /var/lib/apt), `npm install -g`,
+// `pip install --user`, tools in /usr/local and /opt, and home directories.
+// /tmp, /run, /var/tmp, /var/cache and /var/log stay ephemeral, and
+// /etc/hosts and /etc/hostname are per-generation binds.
+var DefaultPersistentPaths = []string{"/etc", "/home", "/opt", "/root", "/usr", "/var/lib"}
+
+const builtinPersistentWhere = "built-in default persistent path"
+
 // builtinProfiles are available with no file; the file may amend them.
 var builtinProfiles = []struct{ name, image, description string }{
 	{"default", "debian", "Debian 12 with bash, coreutils, git, curl, python3, less, procps"},
@@ -27,8 +37,8 @@ var builtinProfiles = []struct{ name, image, description string }{
 
 var (
 	topKeys      = []string{"defaults", "profiles"}
-	profileKeys  = []string{"description", "image", "persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 )
@@ -53,6 +63,7 @@ type entry[T any] struct {
 type layer struct {
 	description, image   *entry[string]
 	isolation, shareEdit *entry[bool]
+	defaultPersistent    *entry[bool]
 	persistent           []entry[string]
 	env                  map[string]entry[string]
 	allow, deny          []entry[netip.Prefix]
@@ -207,12 +218,20 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 			if b, ok := d.boolean(p, v); ok {
 				l.shareEdit = &entry[bool]{b, p, d.entryWhere(p, defaults)}
 			}
+		case "default_persistent_paths":
+			if b, ok := d.boolean(p, v); ok {
+				l.defaultPersistent = &entry[bool]{b, p, d.entryWhere(p, defaults)}
+			}
 		case "persistent_paths":
 			ss, ps := d.strs(p, v)
 			seen := map[string]pathKey{}
 			for i, s := range ss {
 				if msg := checkGuestPath(s); msg != "" {
 					d.valueErrorf(ps[i], "%s", msg)
+					continue
+				}
+				if strings.ContainsAny(s, ",:\\") {
+					d.valueErrorf(ps[i], "%q: a persistent path cannot contain ',', ':' or '\\' (overlay mount options reserve them): rename the directory", s)
 					continue
 				}
 				if prev, dup := seen[s]; dup {
@@ -417,6 +436,7 @@ func (d *doc) decodeVolume(p pathKey, v any, opt Options) (Volume, bool) {
 // cross-entry rules.
 func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	p := &Profile{Name: name, Image: DefaultImage, IgnoredPathIsolation: true, Env: map[string]string{}}
+	withDefaults := true
 	layers := []*layer{def, b, f}
 	for _, l := range layers {
 		if l == nil {
@@ -433,6 +453,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		if l.shareEdit != nil {
 			p.ShareEditorConfig = l.shareEdit.v
+		}
+		if l.defaultPersistent != nil {
+			withDefaults = l.defaultPersistent.v
 		}
 		for k, e := range l.env {
 			p.Env[k] = e.v
@@ -511,6 +534,28 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	sortPrefixes(p.Network.Deny)
 	sortPrefixes(p.Network.Allow)
 	sort.Slice(p.Network.DNS, func(i, j int) bool { return p.Network.DNS[i].Less(p.Network.DNS[j]) })
+	// Built-in default persistent paths: a volume on the same target wins,
+	// a configured path inside one is absorbed by it (it persists already),
+	// and a default inside a configured path is absorbed by that one.
+	for _, dp := range DefaultPersistentPaths {
+		if !withDefaults {
+			break
+		}
+		if _, vol := targets[dp]; vol {
+			continue
+		}
+		if _, user := persistent[dp]; !user {
+			persistent[dp] = entry[string]{v: dp, where: builtinPersistentWhere}
+		}
+	}
+	for s, e := range persistent {
+		for o, oe := range persistent {
+			if o != s && within(s, o) && (oe.where == builtinPersistentWhere || e.where == builtinPersistentWhere) {
+				delete(persistent, s)
+				break
+			}
+		}
+	}
 	// Persistent paths: no nesting, no volume on the same path.
 	for s := range persistent {
 		p.PersistentPaths = append(p.PersistentPaths, s)

@@ -831,7 +831,12 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, err
 	}
 	digest := c.policy.Digest()
+	anchors, err := c.stateAnchors()
+	if err != nil {
+		return nil, err
+	}
 	spec, err := ocispec.Spec(ocispec.Sandbox{
+		Anchors:       anchors,
 		Hostname:      c.hostname,
 		Workspace:     c.ws,
 		ControlSource: c.paths.ControlMountSource(),

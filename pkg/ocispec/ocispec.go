@@ -76,6 +76,12 @@ type Sandbox struct {
 	Env []string
 	// Volumes are developer-configured host paths (SR-3 allows them).
 	Volumes []Volume
+	// Anchors are the State Anchor overlays (spec §3.5), mounted by the
+	// Runtime Supervisor at AnchorSourceDir(bundle)/<name> in its own mount
+	// namespace and bound read-write at their persistent guest paths. They
+	// come before every other bind so that binds beneath them (EtcFiles in
+	// /etc, volumes) are mounted on top.
+	Anchors []Anchor
 	// ControlFiles are read-only single-file binds beneath ControlDir
 	// (e.g. the credential mount); their mount points must exist in the
 	// control source.
@@ -93,6 +99,14 @@ var HostFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
 type ControlFile struct {
 	Source, Target string
 }
+
+// Anchor is one State Anchor bind: Source is AnchorSourceDir(bundle)/<name>.
+type Anchor struct {
+	Source, Target string
+}
+
+// AnchorSourceDir is where RS mounts the State Anchor overlays of a bundle.
+func AnchorSourceDir(bundleDir string) string { return path.Join(bundleDir, "anchors") }
 
 // Volume is one developer-configured bind mount.
 type Volume struct {
@@ -184,6 +198,12 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
 	}
+	for _, a := range s.Anchors {
+		if !path.IsAbs(a.Source) || path.Clean(a.Source) != a.Source || !path.IsAbs(a.Target) || path.Clean(a.Target) != a.Target || a.Target == "/" {
+			return nil, fmt.Errorf("ocispec: State Anchor %q → %q must be clean absolute paths", a.Source, a.Target)
+		}
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: a.Target, Type: "bind", Source: a.Source, Options: []string{"rbind", "rw"}})
+	}
 	for _, f := range s.ControlFiles {
 		if !strings.HasPrefix(f.Target, ControlDir+"/") || path.Clean(f.Target) != f.Target || !path.IsAbs(f.Source) {
 			return nil, fmt.Errorf("ocispec: control file %q → %q must be an absolute source and a clean target under %s", f.Source, f.Target, ControlDir)
@@ -258,11 +278,25 @@ func Check(sp *specs.Spec, s Sandbox) error {
 		case (m.Destination == ControlDir || strings.HasPrefix(m.Destination, ControlDir+"/")) && hasOpt(m.Options, "ro"):
 		case isVolume(s.Volumes, m):
 		case isHostFile(m.Destination) && s.EtcFiles[m.Destination] == m.Source && !hasOpt(m.Options, "rbind"):
+		case isAnchor(s.Anchors, m):
 		default:
 			return fmt.Errorf("ocispec: host path %q mounted at %q is neither the workspace nor a read-only control mount", m.Source, m.Destination)
 		}
 	}
 	return nil
+}
+
+// isAnchor reports whether m is exactly one of the declared State Anchors,
+// with its source in a bundle's anchor directory and outside Lazaret's
+// fixed mounts.
+func isAnchor(as []Anchor, m specs.Mount) bool {
+	for _, a := range as {
+		if a.Source == m.Source && a.Target == m.Destination && path.Base(path.Dir(a.Source)) == "anchors" &&
+			a.Target != WorkspaceDir && !strings.HasPrefix(a.Target, WorkspaceDir+"/") && a.Target != ControlDir && !strings.HasPrefix(a.Target, ControlDir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func isHostFile(t string) bool {

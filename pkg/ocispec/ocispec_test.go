@@ -182,3 +182,53 @@ func TestHostFiles(t *testing.T) {
 		t.Error("volume over /etc/resolv.conf accepted")
 	}
 }
+
+// TestStateAnchorBinds (§3.5): anchors are bound rw exactly as declared,
+// before the host files and volumes beneath them; an undeclared, moved or
+// Lazaret-path anchor is refused.
+func TestStateAnchorBinds(t *testing.T) {
+	s := sandbox()
+	dir := AnchorSourceDir("/run/user/1001/lazaret/abc/bundle")
+	s.Anchors = []Anchor{{Source: dir + "/etc", Target: "/etc"}, {Source: dir + "/root", Target: "/root"}}
+	s.EtcFiles = map[string]string{"/etc/hosts": "/run/user/1001/lazaret/abc/etc/hosts"}
+	s.Volumes = []Volume{{Source: "/home/dev/.cache/go", Target: "/root/go"}}
+	sp, err := Spec(s, Process{Args: []string{"x"}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := map[string]int{}
+	for i, m := range sp.Mounts {
+		order[m.Destination] = i
+	}
+	if !(order["/etc"] < order["/etc/hosts"] && order["/root"] < order["/root/go"]) {
+		t.Fatalf("anchors not mounted before what lies beneath them: %+v", sp.Mounts)
+	}
+	mutate := func(f func(*specs.Mount)) error {
+		sp2, _ := Spec(s, Process{Args: []string{"x"}, Cwd: "/"})
+		for i := range sp2.Mounts {
+			f(&sp2.Mounts[i])
+		}
+		return Check(sp2, s)
+	}
+	if err := mutate(func(m *specs.Mount) {
+		if m.Destination == "/etc" {
+			m.Source = "/etc"
+		}
+	}); err == nil {
+		t.Error("anchor bound from a host path accepted")
+	}
+	if err := mutate(func(m *specs.Mount) {
+		if m.Destination == "/etc/hosts" {
+			m.Source = "/etc/hosts"
+		}
+	}); err == nil {
+		t.Error("host /etc/hosts accepted")
+	}
+	for _, bad := range []Anchor{{Source: dir + "/w", Target: "/workspace/x"}, {Source: dir + "/l", Target: "/.lazaret/x"}, {Source: "/tmp/x", Target: "/x"}} {
+		s2 := sandbox()
+		s2.Anchors = []Anchor{bad}
+		if _, err := Spec(s2, Process{Args: []string{"x"}, Cwd: "/"}); err == nil {
+			t.Errorf("anchor %+v accepted", bad)
+		}
+	}
+}

@@ -24,7 +24,10 @@
 // Layout beneath the Storage Root:
 //
 //	prepared/
+//	  .locks/<id>                 preparation lock: concurrent preparers of one
+//	                              image wait for the first and reuse its result
 //	  .staging/<random>/          one preparation in progress (flock held)
+//	  .used/<id>, .trash/         usage times and reclaimed trees (gc.go)
 //	    rootfs/
 //	    artifact.json
 //	  pl-<32 hex>/                a published artifact, never modified again
@@ -65,7 +68,10 @@ const ControlDir = "/.lazaret"
 // FormatVersion is the version of the preparer's output (tree contents and
 // artifact.json schema). It is part of the prepared-artifact ID; records
 // with a newer version are refused.
-const FormatVersion = 1
+//
+// History: 1 initial; 2 adds the default State Anchor directories (/usr,
+// /var/lib, /opt, /root, /home) to the guaranteed mount points.
+const FormatVersion = 2
 
 // MountPoint is a path every prepared rootfs contains so that the sandbox
 // runtime can mount over it without writing to the read-only lower.
@@ -92,6 +98,14 @@ var MountPoints = []MountPoint{
 	{Path: "/etc/hosts", Mode: 0o644},
 	{Path: "/etc/hostname", Mode: 0o644},
 	{Path: "/etc/resolv.conf", Mode: 0o644},
+	// The default State Anchor paths (config.DefaultPersistentPaths), so
+	// that every image can carry them: an overlay's lower must exist.
+	{Path: "/usr", Dir: true, Mode: 0o755},
+	{Path: "/var", Dir: true, Mode: 0o755},
+	{Path: "/var/lib", Dir: true, Mode: 0o755},
+	{Path: "/opt", Dir: true, Mode: 0o755},
+	{Path: "/root", Dir: true, Mode: 0o700},
+	{Path: "/home", Dir: true, Mode: 0o755},
 }
 
 // Options configures Ensure.
@@ -187,6 +201,9 @@ func Ensure(ctx context.Context, opts Options) (Artifact, error) {
 // hooks lets tests interpose at fixed points of a preparation.
 type hooks struct {
 	beforePublish func()
+	// noLock skips the preparation lock (a preparer that does not take it,
+	// e.g. an older Lazaret), so the publish race itself can be tested.
+	noLock bool
 }
 
 func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
@@ -226,6 +243,23 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 	}
 	if err := checkIdentityMap(); err != nil {
 		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	}
+	// Concurrent Domains preparing the same image do it once: the first
+	// takes the artifact's preparation lock, the others wait for it and then
+	// find the artifact published.
+	unlock := func() {}
+	if !h.noLock {
+		if unlock, err = st.lockPreparation(ctx, id); err != nil {
+			return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+		}
+	}
+	defer unlock()
+	if rec, found, err := st.lookup(id, img.source.ManifestDigest); err != nil {
+		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	} else if found {
+		log.Info("reusing prepared lower published by a concurrent preparation")
+		fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s (prepared concurrently)\n", id, opts.ImageRef)
+		return artifactFor(opts.StorageRoot, rec), nil
 	}
 	st.cleanStaleStaging(log)
 

@@ -173,7 +173,7 @@ func TestEnsureBusybox(t *testing.T) {
 		!strings.Contains(rec.Preparer, "lazaret-prepare/") || rec.RootfsBytes < 1<<20 {
 		t.Errorf("record %+v", rec)
 	}
-	wantCreated := []string{"/dev/pts", "/dev/shm", "/workspace", ControlDir, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
+	wantCreated := []string{"/dev/pts", "/dev/shm", "/workspace", ControlDir, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/var/lib", "/opt", "/home"}
 	if strings.Join(rec.CreatedMountPoints, ",") != strings.Join(wantCreated, ",") {
 		t.Errorf("created mount points %v, want %v", rec.CreatedMountPoints, wantCreated)
 	}
@@ -427,7 +427,7 @@ func TestConcurrentPublishRace(t *testing.T) {
 	// our rename.
 	root := t.TempDir()
 	var theirs Artifact
-	ours, err := ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref}, hooks{beforePublish: func() {
+	ours, err := ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref}, hooks{noLock: true, beforePublish: func() {
 		var err error
 		theirs, err = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref})
 		if err != nil {
@@ -444,7 +444,7 @@ func TestConcurrentPublishRace(t *testing.T) {
 		t.Errorf("staging left: %v", n)
 	}
 	entries, _ := os.ReadDir(filepath.Join(root, preparedDir))
-	if len(entries) != 2 { // .staging and the artifact
+	if len(entries) != 3 { // .staging, .locks and the artifact
 		t.Errorf("prepared/ holds %d entries", len(entries))
 	}
 
@@ -453,15 +453,25 @@ func TestConcurrentPublishRace(t *testing.T) {
 	const n = 4
 	results := make([]Artifact, n)
 	errs := make([]error, n)
+	progress := make([]bytes.Buffer, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref})
+			results[i], errs[i] = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, Progress: &progress[i]})
 		}()
 	}
 	wg.Wait()
+	// The preparation lock makes concurrent preparers of one image prepare
+	// it once; the others reuse it.
+	published := 0
+	for i := range n {
+		published += strings.Count(progress[i].String(), "prepare: published")
+	}
+	if published != 1 {
+		t.Errorf("%d preparations published for %d concurrent Ensure calls, want 1", published, n)
+	}
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatal(errs[i])
@@ -555,7 +565,7 @@ func TestFailedPrepareRemovesStaging(t *testing.T) {
 		t.Errorf("staging left: %v", n)
 	}
 	entries, _ := os.ReadDir(filepath.Join(root, preparedDir))
-	if len(entries) != 1 {
+	if len(entries) != 2 { // .staging and .locks: no artifact
 		t.Errorf("prepared/ holds %v", entries)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
@@ -119,6 +120,9 @@ type supervisor struct {
 	start    *lv1.StartSandbox
 	rt       runsc.Runtime
 	art      prepare.Artifact
+	anchors  []anchor.MountIdentity // mounted State Anchors, in mount order
+	lowerUse *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	purged   chan struct{}          // closed when reclaimed artifacts are deleted
 	acks     chan *lv1.ProcessOwnershipCommitAck
 	stop     chan struct{} // HC asked to stop
 	hcGone   chan struct{} // lifetime EOF or channel loss: lease-loss teardown
@@ -262,16 +266,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.installPolicy(); err != nil {
 		return nil, nil, err
 	}
-	art, found, err := prepare.Lookup(st.StorageRoot, st.ImageRef)
+	art, err := s.holdLower()
 	if err != nil {
 		return nil, nil, err
-	}
-	if !found {
-		s.progress("preparing image %s (first use; later starts reuse it)", st.ImageRef)
-		art, err = prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log, Progress: progressWriter{s}})
-		if err != nil {
-			return nil, nil, err
-		}
 	}
 	s.art = art
 	failpoint.Hit("lazaret-rs:prepared")
@@ -283,6 +280,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, fmt.Errorf("expose prepared lower %s: %w", art.ID, err)
 	}
 	failpoint.Hit("lazaret-rs:rootfs-mounted")
+	if err := s.mountAnchors(rootfs); err != nil {
+		return nil, nil, err
+	}
 	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
 		return nil, nil, err
 	}
@@ -455,6 +455,7 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the sandbox stopped unexpectedly (" + st.String() + ")"}}})
 	}
 	s.teardown(sandbox, stdin)
+	s.awaitPurge()
 	s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Stopped{Stopped: &lv1.SupervisorStopped{}}})
 	return 0
 }
@@ -485,6 +486,7 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	failpoint.Hit("lazaret-rs:sandbox-stopped")
 	s.runsc(s.rt.Delete(id))
 	failpoint.Hit("lazaret-rs:deleted")
+	s.unmountAnchors()
 	rootfs := filepath.Join(s.start.BundleDir, "rootfs")
 	if err := mountns.Unmount(rootfs); err != nil && !errors.Is(err, unix.EINVAL) {
 		s.log.Warn("unmount rootfs", "err", err)

@@ -1,0 +1,372 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/anchor"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/prepare"
+)
+
+var stateDomainFlags = []cli.Flag{
+	&cli.StringFlag{Name: "profile", Aliases: []string{"p"}, Value: "default", Usage: "Agent Profile of the Domain"},
+	&cli.StringFlag{Name: "config", Usage: "host configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml)"},
+	&cli.StringFlag{Name: "dir", Aliases: []string{"C"}, Usage: "a directory of the Agent Workspace (default: the current directory)"},
+	&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
+}
+
+var stateCommand = &cli.Command{
+	Name:  "state",
+	Usage: "list and reset a Domain's State Anchors (its persistent sandbox paths)",
+	Description: `A Domain (this workspace with one profile) keeps the changes its sandbox
+makes under the profile's persistent paths (by default /usr, /etc, /var/lib,
+/opt, /root and /home) in State Anchors, on top of the shared, read-only
+prepared image. The Domain is resolved from --profile and the workspace,
+never from a storage path.
+
+Examples:
+   lazaret state list
+   lazaret state reset /usr/local     (asks first; --yes does not ask)
+   lazaret state reset --all --yes`,
+	Subcommands: []*cli.Command{
+		{
+			Name:   "list",
+			Usage:  "list the State Anchors of this workspace's Domain",
+			Flags:  stateDomainFlags,
+			Action: stateList,
+		},
+		{
+			Name:      "inspect",
+			Usage:     "show what a State Anchor (or every one) changed: added, modified, deleted, opaque; no file contents",
+			ArgsUsage: "[PATH]",
+			Flags:     stateDomainFlags,
+			Action:    stateInspect,
+		},
+		{
+			Name:      "reset",
+			Usage:     "discard a State Anchor's changes (or all of them) so the next run follows the image",
+			ArgsUsage: "PATH | --all",
+			Flags: append(append([]cli.Flag{}, stateDomainFlags...),
+				&cli.BoolFlag{Name: "all", Usage: "reset every State Anchor of the Domain"},
+				&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (the safety checks still apply)"}),
+			Action: stateReset,
+		},
+	},
+}
+
+// stateDomain resolves the Domain of the command's profile and workspace
+// through trusted host metadata and checks its stored identity.
+type resolvedDomain struct {
+	paths     domain.Paths
+	prof      profile
+	workspace string
+}
+
+func resolveStateDomain(c *cli.Context) (resolvedDomain, error) {
+	if os.Geteuid() == 0 {
+		return resolvedDomain{}, errdefs.New(errdefs.ErrRefused, "run lazaret state as the user whose Domains you want to see, not as root")
+	}
+	prof, err := lookupProfileIn(c.String("config"), c.String("profile"))
+	if err != nil {
+		return resolvedDomain{}, err
+	}
+	dir := c.String("dir")
+	if dir == "" {
+		if dir, err = os.Getwd(); err != nil {
+			return resolvedDomain{}, err
+		}
+	}
+	ws, err := domain.ResolveWorkspace(dir, os.Getenv("HOME"))
+	if err != nil {
+		return resolvedDomain{}, err
+	}
+	roots, err := domain.DefaultRoots(os.Getenv, os.Getuid())
+	if err != nil {
+		return resolvedDomain{}, err
+	}
+	paths, err := domain.PathsFor(roots, domain.DeriveID(prof.Name, ws.Root))
+	if err != nil {
+		return resolvedDomain{}, err
+	}
+	rd := resolvedDomain{paths: paths, prof: prof, workspace: ws.Root}
+	if _, err := os.Lstat(paths.DomainRoot); errors.Is(err, os.ErrNotExist) {
+		return rd, nil // never run: nothing persisted
+	}
+	if err := domain.VerifyPrivateDir(paths.DomainRoot, os.Getuid()); err != nil {
+		return resolvedDomain{}, err
+	}
+	b, err := os.ReadFile(paths.DomainRoot + "/domain.json")
+	if err == nil {
+		var id domain.StoredIdentity
+		if json.Unmarshal(b, &id) != nil || id.DomainID != paths.ID || id.Profile != prof.Name || id.Workspace != ws.Root {
+			return resolvedDomain{}, errdefs.New(errdefs.ErrRefused, "the stored identity of Domain %s does not match profile %q and workspace %s (SR-11): not touching it", paths.ID, prof.Name, ws.Root)
+		}
+	}
+	return rd, nil
+}
+
+type anchorView struct {
+	anchor.Info
+	Configured   bool `json:"configured"`
+	ImageChanged bool `json:"image_changed"`
+}
+
+func stateList(c *cli.Context) error {
+	rd, err := resolveStateDomain(c)
+	if err != nil {
+		return err
+	}
+	infos, err := anchor.List(rd.paths.DomainRoot)
+	if err != nil {
+		return err
+	}
+	current := ""
+	if ref, err := rd.prof.imageRef(); err == nil {
+		if art, found, err := prepare.Lookup(rd.paths.StorageRoot, ref); err == nil && found {
+			current = art.ID
+		}
+	}
+	configured := map[string]bool{}
+	for _, p := range rd.prof.Config.PersistentPaths {
+		configured[p] = true
+	}
+	var views []anchorView
+	have := map[string]bool{}
+	for _, in := range infos {
+		have[in.GuestPath] = true
+		views = append(views, anchorView{Info: in, Configured: configured[in.GuestPath],
+			ImageChanged: !in.Empty && current != "" && in.WrittenOver != "" && in.WrittenOver != current})
+	}
+	for _, p := range rd.prof.Config.PersistentPaths {
+		if !have[p] {
+			views = append(views, anchorView{Info: anchor.Info{GuestPath: p, Empty: true}, Configured: true})
+		}
+	}
+	trash, _ := anchor.TrashEntries(rd.paths.DomainRoot)
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"domain_id": rd.paths.ID, "profile": rd.prof.Name, "workspace": rd.workspace,
+			"image_artifact": current, "anchors": views, "trash_entries": trash})
+	}
+	fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s)\n", rd.paths.ID, rd.prof.Name, rd.workspace)
+	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PATH\tSTATE\tCONFIGURED\tNOTE")
+	changed := false
+	for _, v := range views {
+		st := "changed"
+		if v.Empty {
+			st = "empty"
+		}
+		note := ""
+		switch {
+		case v.ResetPending:
+			note = "reset interrupted: the next run or reset finishes it"
+		case v.ImageChanged:
+			note = "written over another image version"
+			changed = true
+		}
+		fmt.Fprintf(w, "%s\t%s\t%v\t%s\n", v.GuestPath, st, v.Configured, note)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if changed {
+		fmt.Fprintln(c.App.Writer, "The profile's image changed since some anchors were written: unmodified files follow the new image, your changes stay. If installed packages misbehave, run `lazaret state reset PATH`.")
+	}
+	if trash > 0 {
+		fmt.Fprintf(c.App.Writer, "%d reset upper(s) wait to be deleted by the next `lazaret run` of this Domain.\n", trash)
+	}
+	return nil
+}
+
+func stateReset(c *cli.Context) error {
+	rd, err := resolveStateDomain(c)
+	if err != nil {
+		return err
+	}
+	// Flags after PATH (urfave/cli stops at the first argument) are
+	// accepted too: `lazaret state reset /usr --yes`.
+	all, yes, asJSON := c.Bool("all"), c.Bool("yes"), c.Bool("json")
+	var args []string
+	for _, a := range c.Args().Slice() {
+		switch a {
+		case "--all":
+			all = true
+		case "--yes", "-y":
+			yes = true
+		case "--json":
+			asJSON = true
+		default:
+			args = append(args, a)
+		}
+	}
+	switch {
+	case all && len(args) > 0:
+		return errdefs.New(errdefs.ErrInvalid, "give either a PATH or --all, not both")
+	case !all && len(args) != 1:
+		return errdefs.New(errdefs.ErrInvalid, "usage: lazaret state reset PATH | --all (see `lazaret state list` for the paths)")
+	}
+	infos, err := anchor.List(rd.paths.DomainRoot)
+	if err != nil {
+		return err
+	}
+	var scope []string
+	if all {
+		for _, in := range infos {
+			scope = append(scope, in.GuestPath)
+		}
+	} else {
+		p := args[0]
+		if err := anchor.ValidGuestPath(p); err != nil {
+			return err
+		}
+		for _, in := range infos {
+			if in.GuestPath == p {
+				scope = append(scope, p)
+			}
+		}
+		if len(scope) == 0 {
+			return errdefs.New(errdefs.ErrInvalid, "Domain %s has no State Anchor at %s: `lazaret state list` shows the anchored paths (a path inside one, e.g. /usr/local in /usr, is reset with its anchor)", rd.paths.ID, p)
+		}
+	}
+	if len(scope) == 0 {
+		fmt.Fprintf(c.App.ErrWriter, "Domain %s has no State Anchors: nothing to reset\n", rd.paths.ID)
+		return nil
+	}
+	// Exclusive lifecycle ownership: no Host Coordinator and no Runtime
+	// Supervisor (which holds the lock until it exits) of the Domain runs.
+	lock, err := os.OpenFile(rd.paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open Domain lock: %w", err)
+	}
+	defer lock.Close()
+	if err := lockInactive(lock, rd.paths); err != nil {
+		return err
+	}
+	// No mount of the Domain's anchors may exist anywhere.
+	if used, err := anchor.InUse(rd.paths.DomainRoot); err != nil {
+		return err
+	} else if len(used) > 0 {
+		return errdefs.New(errdefs.ErrRefused, "State Anchors of Domain %s are still mounted (%s): wait for the sandbox to stop, then reset", rd.paths.ID, strings.Join(used, "; "))
+	}
+	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nreset State Anchor(s): %s\nThe changes the sandbox made there are discarded; the image, the workspace and other anchors are not touched.\n",
+		rd.paths.ID, rd.prof.Name, rd.workspace, strings.Join(scope, ", "))
+	if !yes {
+		if !isTerminal(0) {
+			return errdefs.New(errdefs.ErrInvalid, "not asking for confirmation without a terminal: add --yes")
+		}
+		fmt.Fprint(c.App.ErrWriter, "Reset? [y/N] ")
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			return errdefs.New(errdefs.ErrRefused, "not confirmed: nothing was reset")
+		}
+	}
+	for _, p := range scope {
+		if _, err := anchor.Reset(rd.paths.DomainRoot, p, time.Now); err != nil {
+			return fmt.Errorf("reset %s: %w", p, err)
+		}
+	}
+	if asJSON {
+		return json.NewEncoder(c.App.Writer).Encode(map[string]any{"domain_id": rd.paths.ID, "reset": scope})
+	}
+	fmt.Fprintf(c.App.Writer, "reset: %s\n", strings.Join(scope, ", "))
+	return nil
+}
+
+// lockInactive takes the Domain lock for exclusive lifecycle ownership. A
+// Domain whose coordinator answers on its control socket is active and
+// refused at once; one that is stopping (lock held, no socket) is waited
+// for, bounded.
+func lockInactive(lock *os.File, paths domain.Paths) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("lock Domain: %w", err)
+		}
+		if conn, derr := net.DialUnix("unix", nil, &net.UnixAddr{Name: paths.ControlSocket(), Net: "unix"}); derr == nil {
+			conn.Close()
+			return errdefs.New(errdefs.ErrRefused, "Domain %s is active (its sessions are running): end them, then reset (--yes does not bypass this)", paths.ID)
+		}
+		if time.Now().After(deadline) {
+			return errdefs.New(errdefs.ErrRefused, "Domain %s is still stopping (its lock is held): retry when `lazaret status` shows it stopped", paths.ID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// maxListed bounds the human listing per anchor (--json lists everything).
+const maxListed = 200
+
+func stateInspect(c *cli.Context) error {
+	rd, err := resolveStateDomain(c)
+	if err != nil {
+		return err
+	}
+	infos, err := anchor.List(rd.paths.DomainRoot)
+	if err != nil {
+		return err
+	}
+	var scope []string
+	for _, in := range infos {
+		if c.NArg() == 0 || in.GuestPath == c.Args().First() {
+			scope = append(scope, in.GuestPath)
+		}
+	}
+	if c.NArg() > 0 && len(scope) == 0 {
+		return errdefs.New(errdefs.ErrInvalid, "Domain %s has no State Anchor at %s: `lazaret state list` shows the anchored paths", rd.paths.ID, c.Args().First())
+	}
+	lower := ""
+	if ref, err := rd.prof.imageRef(); err == nil {
+		if art, found, err := prepare.Lookup(rd.paths.StorageRoot, ref); err == nil && found {
+			lower = art.Rootfs
+		}
+	}
+	var out []anchor.Inspection
+	for _, p := range scope {
+		ins, err := anchor.Inspect(rd.paths.DomainRoot, p, lower)
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", p, err)
+		}
+		out = append(out, ins)
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"domain_id": rd.paths.ID, "profile": rd.prof.Name, "workspace": rd.workspace, "compared_with_lower": lower != "", "anchors": out})
+	}
+	fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s)\n", rd.paths.ID, rd.prof.Name, rd.workspace)
+	if lower == "" {
+		fmt.Fprintln(c.App.Writer, "(the profile's image is not prepared: entries are not compared with it)")
+	}
+	for _, ins := range out {
+		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %d bytes\n", ins.GuestPath, len(ins.Changes), ins.Bytes)
+		for i, ch := range ins.Changes {
+			if i == maxListed {
+				fmt.Fprintf(c.App.Writer, "  ... %d more (--json lists all)\n", len(ins.Changes)-maxListed)
+				break
+			}
+			fmt.Fprintf(c.App.Writer, "  %-8s %-8s %10d  %s\n", ch.Kind, ch.Type, ch.Size, ch.Path)
+		}
+		for _, u := range ins.Unreadable {
+			fmt.Fprintf(c.App.Writer, "  (not readable outside the user namespace: %s)\n", u)
+		}
+	}
+	return nil
+}

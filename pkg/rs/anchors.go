@@ -1,0 +1,135 @@
+package rs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/lazaret/lazaret/pkg/anchor"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/prepare"
+)
+
+// mountAnchors mounts one State Anchor overlay for every anchor bind of the
+// spec RS is about to run (spec §3.5): the spec HC built names, for each
+// persistent guest path, a source beneath <bundle>/anchors; RS mounts the
+// overlay of that guest path of the read-only lower under the Domain's upper
+// there, in its own mount namespace. First it finishes interrupted resets and
+// deletes the reset trash, which only namespace root can do.
+func (s *supervisor) mountAnchors(lowerRoot string) error {
+	st := s.start
+	if !domain.ID(st.DomainId).Valid() {
+		return errdefs.New(errdefs.ErrInvalid, "bad Domain ID %q", st.DomainId)
+	}
+	var sp specs.Spec
+	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
+		return errdefs.Mark(err, errdefs.ErrCorrupt)
+	}
+	root := anchor.Root(st.StorageRoot, st.DomainId)
+	if n, err := anchor.PurgeTrash(root, time.Now); err != nil {
+		return err
+	} else if n > 0 {
+		s.log.Info("deleted reset State Anchor uppers", "count", n)
+	}
+	dir := ocispec.AnchorSourceDir(st.BundleDir)
+	for _, m := range sp.Mounts {
+		if !strings.HasPrefix(m.Source, dir+"/") {
+			continue
+		}
+		name, err := anchor.Name(m.Destination)
+		if err != nil {
+			return err
+		}
+		if m.Source != filepath.Join(dir, name) {
+			return errdefs.New(errdefs.ErrRefused, "anchor bind %s → %s does not follow the anchor layout", m.Source, m.Destination)
+		}
+		id, notice, err := anchor.Mount(root, lowerRoot, m.Destination, m.Source, s.art.ID, time.Now)
+		if err != nil {
+			return err
+		}
+		s.anchors = append(s.anchors, id)
+		s.log.Info("State Anchor mounted", "guest_path", id.GuestPath, "mount_id", id.MountID, "mount_ns", id.MountNSIno)
+		if notice != nil && notice.ImageChanged {
+			s.progress("note: your changes under %s were made over another image version (%s); unmodified files now follow the current image (%s). If installed packages misbehave, run `lazaret state reset %s`", notice.GuestPath, notice.WrittenOver, s.art.ID, notice.GuestPath)
+		}
+	}
+	failpoint.Hit("lazaret-rs:anchors-mounted")
+	return nil
+}
+
+// unmountAnchors verifies and unmounts each recorded anchor mount (reverse
+// order); a mismatch is logged and the mount left alone (it dies with RS's
+// mount namespace).
+func (s *supervisor) unmountAnchors() {
+	for i := len(s.anchors) - 1; i >= 0; i-- {
+		id := s.anchors[i]
+		if err := anchor.Unmount(id); err != nil {
+			s.log.Error("State Anchor not unmounted", "guest_path", id.GuestPath, "mount_id", id.MountID, "err", err)
+			continue
+		}
+		s.log.Info("State Anchor unmounted", "guest_path", id.GuestPath, "mount_id", id.MountID)
+	}
+	s.anchors = nil
+	failpoint.Hit("lazaret-rs:anchors-unmounted")
+}
+
+// holdLower looks up (or prepares) the prepared lower and holds it for RS's
+// lifetime, so `lazaret gc` cannot reclaim it while the sandbox runs; an
+// artifact reclaimed between lookup and hold is prepared again. Reclaimed
+// trees are deleted here, in the user namespace, in the background.
+func (s *supervisor) holdLower() (prepare.Artifact, error) {
+	st := s.start
+	for attempt := 0; ; attempt++ {
+		art, found, err := prepare.Lookup(st.StorageRoot, st.ImageRef)
+		if err != nil {
+			return prepare.Artifact{}, err
+		}
+		if !found {
+			s.progress("preparing image %s (first use; later starts reuse it)", st.ImageRef)
+			art, err = prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log, Progress: progressWriter{s}})
+			if err != nil {
+				return prepare.Artifact{}, err
+			}
+		}
+		use, err := prepare.Hold(st.StorageRoot, art.ID)
+		if errors.Is(err, prepare.ErrGone) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return prepare.Artifact{}, err
+		}
+		s.lowerUse = use
+		s.purged = make(chan struct{})
+		go func() {
+			defer close(s.purged)
+			if n, err := prepare.PurgeTrash(st.StorageRoot); err != nil {
+				s.log.Warn("deleting reclaimed prepared artifacts", "err", err)
+			} else if n > 0 {
+				s.log.Info("deleted reclaimed prepared artifacts", "count", n)
+			}
+		}()
+		return art, nil
+	}
+}
+
+// awaitPurge gives the background deletion of reclaimed artifacts a
+// bounded time to finish before RS exits (an unfinished one continues next
+// time).
+func (s *supervisor) awaitPurge() {
+	if s.purged == nil {
+		return
+	}
+	select {
+	case <-s.purged:
+	case <-time.After(30 * time.Second):
+		s.log.Warn("reclaimed prepared artifacts still being deleted at exit; the next start continues")
+	}
+}
