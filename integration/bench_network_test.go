@@ -5,6 +5,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"time"
 )
 
+var flagNetMiB = flag.Int("bench-net-mib", 256, "MiB per TCP throughput run")
+
 // TestBenchNetwork measures, in one run against the same test host (a
 // network namespace this test creates): TCP throughput and connect latency
 // from the sandbox (through gVisor and the connectivity helper) vs from the
@@ -20,7 +23,7 @@ import (
 func TestBenchNetwork(t *testing.T) {
 	need(t)
 	n := newTestNet(t)
-	const mib = 256
+	mib := *flagNetMiB
 	const connects = 50
 	target := n.permitted
 	// Host side.
