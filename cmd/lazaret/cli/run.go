@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
@@ -359,13 +360,6 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 			case f.GetAccepted() != nil:
 				accepted = true
 				go relayStdin(fc)
-			case f.GetOutput() != nil:
-				o := f.GetOutput()
-				w := os.Stdout
-				if o.Stream == lv1.Stream_STREAM_STDERR {
-					w = os.Stderr
-				}
-				w.Write(o.Data)
 			case f.GetExit() != nil:
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
@@ -401,20 +395,47 @@ func isTerminal(fd int) bool {
 }
 
 // readFrames reads server frames on their own goroutine: the channel closes
-// after the first read error, which readErr then holds.
+// after the first read error, which readErr then holds. Output frames never
+// reach the channel: the reading goroutine writes their bytes itself, in
+// order, straight from the read buffer (ParseOutput: no copy, no decode, no
+// hand-off per frame), so every frame after them on the channel (Exit,
+// Error) comes after the last output byte was written.
 func readFrames(fc *control.Conn) (<-chan *lv1.ServerFrame, <-chan error) {
 	frames := make(chan *lv1.ServerFrame, 16)
 	readErr := make(chan error, 1)
 	go func() {
 		for {
-			var f lv1.ServerFrame
-			if err := fc.Read(&f); err != nil {
-				readErr <- err
-				close(frames)
-				return
+			b, err := fc.ReadRaw(control.MaxFrame)
+			if err == nil {
+				if stream, data, ok := control.ParseOutput(b); ok {
+					writeOutput(stream, data)
+					continue
+				}
+				var f lv1.ServerFrame
+				if err = proto.Unmarshal(b, &f); err != nil {
+					err = errdefs.Mark(fmt.Errorf("decode frame: %w", err), errdefs.ErrCorrupt)
+				} else if o := f.GetOutput(); o != nil {
+					writeOutput(o.Stream, o.Data)
+					continue
+				} else {
+					frames <- &f
+					continue
+				}
 			}
-			frames <- &f
+			readErr <- err
+			close(frames)
+			return
 		}
 	}()
 	return frames, readErr
+}
+
+// writeOutput writes session output: stderr bytes to stderr, stdout and
+// terminal bytes to stdout.
+func writeOutput(stream lv1.Stream, data []byte) {
+	w := os.Stdout
+	if stream == lv1.Stream_STREAM_STDERR {
+		w = os.Stderr
+	}
+	w.Write(data)
 }
