@@ -578,6 +578,8 @@ func (t *terminal) event(f *lv1.ClientFrame, sigQ chan<- unix.Signal, winch chan
 		queue(unix.SIGQUIT)
 	case f.GetSuspend() != nil:
 		queue(unix.SIGTSTP)
+	case f.GetContinue() != nil:
+		queue(unix.SIGCONT)
 	case f.GetStdinClose() != nil:
 		// A terminal has no end of input: EOF is the guest's VEOF byte.
 	default:

@@ -24,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
@@ -330,16 +331,48 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
 		return 0, true, nil // the coordinator closed between dial and request
 	}
+	// Job control of a non-interactive session: SIGTSTP sent to this CLI
+	// (Ctrl-Z in the outer shell, or another process) suspends the
+	// session's guest process group (Suspend) and then stops this CLI, so
+	// the outer shell gets its prompt back; when the CLI is continued (fg,
+	// bg, SIGCONT) it resumes the group (Continue).
+	jobSigs := make(chan os.Signal, 4)
+	signal.Notify(jobSigs, syscall.SIGTSTP, syscall.SIGCONT)
+	defer signal.Stop(jobSigs)
+	self, _ := pidfs.Open(os.Getpid())
+	if self != nil {
+		defer self.Close()
+	}
 	frames, readErr := readFrames(fc)
 	stderrTTY := isTerminal(2)
-	accepted, gotFrame := false, false
+	accepted, gotFrame, suspended := false, false, false
 	for {
 		select {
 		case sig := <-sigs:
 			if !accepted {
 				return 128 + int(sig.(syscall.Signal)), false, nil
 			}
-			fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Signal{Signal: &lv1.SignalRequest{Signal: int32(sig.(syscall.Signal))}}})
+			switch sig {
+			case syscall.SIGINT: // to the guest group, as a host terminal's ^C
+				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Interrupt{Interrupt: &lv1.Interrupt{}}})
+			case syscall.SIGQUIT:
+				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Quit{Quit: &lv1.Quit{}}})
+			default: // SIGTERM, SIGHUP: to the exact guest process
+				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Signal{Signal: &lv1.SignalRequest{Signal: int32(sig.(syscall.Signal))}}})
+			}
+		case sig := <-jobSigs:
+			switch {
+			case sig == syscall.SIGTSTP:
+				if accepted && fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Suspend{Suspend: &lv1.Suspend{}}}) == nil {
+					suspended = true
+				}
+				if self != nil {
+					self.Signal(unix.SIGSTOP) // through our own pidfd, never by number
+				}
+			case sig == syscall.SIGCONT && suspended:
+				suspended = false
+				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Continue{Continue: &lv1.Continue{}}})
+			}
 		case f, ok := <-frames:
 			if !ok {
 				err := <-readErr
