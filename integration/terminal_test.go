@@ -432,9 +432,11 @@ func noProcessesOrMountsExcept(t *testing.T, names ...string) {
 	t.Errorf("processes or mounts left:\n%s", last)
 }
 
-// jobScript is a non-interactive guest command whose process group (the
-// leader sh and its sleep) ticks a counter in the workspace.
-const jobScript = `echo $$ > /workspace/job.pgid; i=0; while :; do i=$((i+1)); echo $i > /workspace/job.tick; sleep 0.2; done`
+// jobScript is a non-interactive guest command whose process group ticks a
+// counter in the workspace: the leader sh waits for a subshell (same group)
+// that does the ticking, so stopping only the leader would not stop the
+// counter, and the group always has at least two members.
+const jobScript = `echo $$ > /workspace/job.pgid; (i=0; while :; do i=$((i+1)); echo $i > /workspace/job.tick; sleep 0.2; done); echo ended`
 
 // jobTick reads the guest's counter.
 func jobTick(t *testing.T, ws string) int {
@@ -460,7 +462,7 @@ func waitTicking(t *testing.T, ws string, timeout time.Duration) {
 
 // assertGroupStopped checks from inside the sandbox (a second session of
 // the same Domain reading the guest's /proc) that every process of the
-// job's group — at least the leader sh and its sleep — is stopped, and
+// job's group — at least the leader sh and its ticking subshell — is stopped, and
 // that the counter no longer advances.
 func assertGroupStopped(t *testing.T, ws string) {
 	t.Helper()
