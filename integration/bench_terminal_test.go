@@ -175,3 +175,26 @@ func benchTerminal(t *testing.T, e *env, ws string, runs int) []measurement {
 		{Name: "lazaret_pty_echo", RunsMS: lzEcho},
 	}
 }
+
+// TestBenchTerminal runs only the terminal part of TestBench (PTY
+// throughput and echo latency, each against a plain host PTY in the same
+// run), for work on the terminal path:
+//
+//	go test -tags '… lazaret_bench' -run '^TestBenchTerminal$' ./integration/ -args …
+func TestBenchTerminal(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	// Warm up: prepares the busybox lower once.
+	asUser(t, e, ws, filepath.Join(e.bin, "lazaret"), "run", "-p", "tiny", "--", "true")
+	noLeftovers(t)
+	term := benchTerminal(t, e, ws, *flagTermRuns)
+	noLeftovers(t)
+	for i := range term {
+		term[i].MedianMS = median(term[i].RunsMS)
+	}
+	fmt.Printf("%-24s %10.1f   runs %v\n", term[0].Name, term[0].MedianMS, term[0].RunsMS)
+	fmt.Printf("%-24s %10.1f   runs %v\n", term[1].Name, term[1].MedianMS, term[1].RunsMS)
+	fmt.Printf("%-24s %10.3f\n%-24s %10.3f\n", term[2].Name, term[2].MedianMS, term[3].Name, term[3].MedianMS)
+	fmt.Printf("PTY throughput, cat of 64 MiB: %.0f%% of host (target >= 50%%)\n", 100*term[0].MedianMS/term[1].MedianMS)
+	fmt.Printf("keystroke echo latency median: +%.2f ms over host (target <= 5 ms)\n", term[3].MedianMS-term[2].MedianMS)
+}

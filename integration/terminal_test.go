@@ -431,3 +431,127 @@ func noProcessesOrMountsExcept(t *testing.T, names ...string) {
 	}
 	t.Errorf("processes or mounts left:\n%s", last)
 }
+
+// jobScript is a non-interactive guest command whose process group ticks a
+// counter in the workspace: the leader sh waits for a subshell (same group)
+// that does the ticking, so stopping only the leader would not stop the
+// counter, and the group always has at least two members.
+const jobScript = `echo $$ > /workspace/job.pgid; (i=0; while :; do i=$((i+1)); echo $i > /workspace/job.tick; sleep 0.2; done); echo ended`
+
+// jobTick reads the guest's counter.
+func jobTick(t *testing.T, ws string) int {
+	t.Helper()
+	b, _ := os.ReadFile(filepath.Join(ws, "job.tick"))
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// waitTicking waits until the counter advances (the group runs).
+func waitTicking(t *testing.T, ws string, timeout time.Duration) {
+	t.Helper()
+	start := jobTick(t, ws)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if jobTick(t, ws) > start {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the guest group does not run: counter stuck at %d", start)
+}
+
+// assertGroupStopped checks from inside the sandbox (a second session of
+// the same Domain reading the guest's /proc) that every process of the
+// job's group — at least the leader sh and its ticking subshell — is stopped, and
+// that the counter no longer advances.
+func assertGroupStopped(t *testing.T, ws string) {
+	t.Helper()
+	pgid := ""
+	var states string
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(filepath.Join(ws, "job.pgid"))
+		pgid = strings.TrimSpace(string(b))
+		r := lz(t, ws, nil, "run", "-p", "tiny", "-T", "--", "sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null")
+		states = ""
+		members, stopped := 0, 0
+		for _, l := range strings.Split(r.stdout, "\n") {
+			i := strings.LastIndexByte(l, ')')
+			if i < 0 {
+				continue
+			}
+			f := strings.Fields(l[i+1:])
+			if len(f) > 2 && f[2] == pgid {
+				members++
+				states += l[:i+1] + " " + f[0] + "; "
+				if f[0] == "T" {
+					stopped++
+				}
+			}
+		}
+		if members >= 2 && stopped == members {
+			before := jobTick(t, ws)
+			time.Sleep(time.Second)
+			if after := jobTick(t, ws); after != before {
+				t.Fatalf("group %s reported stopped but the counter went %d → %d", pgid, before, after)
+			}
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Fatalf("guest group %s not stopped (Suspend not delivered to the group): %s", pgid, states)
+}
+
+// TestNonInteractiveJobControl (§3.3, issue #5 item 3): without a terminal
+// session the Interrupt, Quit and Suspend events are what the CLI sends
+// when it receives SIGINT, SIGQUIT or SIGTSTP. Ctrl-Z typed in the outer
+// shell (or SIGTSTP from another process) stops the guest process group
+// and the CLI; fg (SIGCONT) continues both; Ctrl-C interrupts the group.
+func TestNonInteractiveJobControl(t *testing.T) {
+	ws := workspace(t)
+	m := newTmux(t, ws, 100, 30)
+	const p = "main"
+	e := m.e
+
+	// In a real terminal: Ctrl-Z, fg, Ctrl-C.
+	// Typed alone: a list would go on past the stopped job.
+	m.line(p, "lazaret run -T -p tiny -- sh -c '"+jobScript+"'")
+	waitTicking(t, ws, 3*time.Minute)
+	m.keys(p, "C-z")
+	m.waitFor(p, "Stopped", 10*time.Second)
+	assertGroupStopped(t, ws)
+	m.line(p, "fg")
+	waitTicking(t, ws, 15*time.Second)
+	m.keys(p, "C-c")
+	m.waitFor(p, "^COUTER$", 30*time.Second)
+	m.line(p, "echo RC-j=$?")
+	m.waitLine(p, "RC-j=130", 10*time.Second)
+
+	// From another process: SIGTSTP, then SIGCONT, then SIGQUIT (which
+	// the guest's leader traps: busybox sh ignores a plain SIGQUIT).
+	os.Remove(filepath.Join(ws, "job.tick"))
+	c := e.cmd(ws, nil, "run", "-T", "-p", "tiny", "--", "sh", "-c", `trap 'echo quit > /workspace/job.quit; exit 3' QUIT; `+jobScript)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitTicking(t, ws, 3*time.Minute)
+	c.Process.Signal(syscall.SIGTSTP) // the CLI this test started
+	assertGroupStopped(t, ws)
+	c.Process.Signal(syscall.SIGCONT)
+	waitTicking(t, ws, 15*time.Second)
+	c.Process.Signal(syscall.SIGQUIT)
+	done := make(chan struct{})
+	go func() { c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		c.Process.Kill() // the CLI this test started
+		<-done
+		t.Fatalf("SIGQUIT to the CLI did not reach the guest group (no Quit event)")
+	}
+	if q, _ := os.ReadFile(filepath.Join(ws, "job.quit")); c.ProcessState.ExitCode() != 3 || string(q) != "quit\n" {
+		t.Errorf("after SIGQUIT: exit %d (want 3, the trap's), trap wrote %q", c.ProcessState.ExitCode(), q)
+	}
+	m.kill()
+	noLeftovers(t)
+}

@@ -61,3 +61,81 @@ func FuzzFrameDecoder(f *testing.F) {
 		}
 	})
 }
+
+// TestWriteOutputSameBytes: the copy-free output path puts exactly the bytes
+// of Write on the wire, for every stream and data sizes around the varint
+// boundaries, and reads back as the same frame.
+func TestWriteOutputSameBytes(t *testing.T) {
+	for _, stream := range []lv1.Stream{lv1.Stream_STREAM_UNSPECIFIED, lv1.Stream_STREAM_STDOUT, lv1.Stream_STREAM_TERMINAL} {
+		for _, n := range []int{1, 127, 128, 16383, 16384, 64 << 10, MaxFrame - 16} {
+			data := bytes.Repeat([]byte{'x'}, n)
+			var want, got bytes.Buffer
+			if err := NewConn(&want).Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: stream, Data: data}}}); err != nil {
+				t.Fatal(err)
+			}
+			buf := append(make([]byte, OutputHeadroom), data...)
+			c := NewConn(&got)
+			if err := c.WriteOutput(stream, buf); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(want.Bytes(), got.Bytes()) {
+				t.Fatalf("stream %v, %d bytes: fast path differs from Write", stream, n)
+			}
+			var f lv1.ServerFrame
+			if err := c.Read(&f); err != nil || f.GetOutput().GetStream() != stream || !bytes.Equal(f.GetOutput().GetData(), data) {
+				t.Fatalf("stream %v, %d bytes: read back %v", stream, n, err)
+			}
+		}
+	}
+	var sink bytes.Buffer
+	if err := NewConn(&sink).WriteOutput(lv1.Stream_STREAM_TERMINAL, make([]byte, OutputHeadroom+MaxFrame)); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("oversized output: %v", err)
+	}
+	if err := NewConn(&sink).WriteOutput(lv1.Stream_STREAM_TERMINAL, make([]byte, 3)); !errors.Is(err, errdefs.ErrInternal) {
+		t.Fatalf("no headroom: %v", err)
+	}
+}
+
+// TestParseOutput: the copy-free decoder agrees with proto on every Output
+// frame and declines everything else (which proto then decodes).
+func TestParseOutput(t *testing.T) {
+	enc := func(m *lv1.ServerFrame) []byte {
+		var b bytes.Buffer
+		if err := NewConn(&b).Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()[4:]
+	}
+	for _, o := range []*lv1.Output{
+		{Stream: lv1.Stream_STREAM_TERMINAL, Data: []byte("hello\r\n")},
+		{Stream: lv1.Stream_STREAM_STDERR, Data: bytes.Repeat([]byte{0}, 70000)},
+		{Stream: lv1.Stream_STREAM_STDOUT},
+		{Data: []byte("x")},
+		{},
+	} {
+		st, data, ok := ParseOutput(enc(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: o}}))
+		if !ok || st != o.Stream || !bytes.Equal(data, o.Data) {
+			t.Errorf("output %v: got %v %d bytes ok=%v", o.Stream, st, len(data), ok)
+		}
+	}
+	for _, m := range []*lv1.ServerFrame{
+		{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: 7}}},
+		{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: "s"}}},
+		{},
+	} {
+		if _, _, ok := ParseOutput(enc(m)); ok {
+			t.Errorf("%v taken for an Output", m)
+		}
+	}
+	// Two Output fields (proto merges them) and trailing garbage decline.
+	one := enc(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Data: []byte("a")}}})
+	if _, _, ok := ParseOutput(append(append([]byte(nil), one...), one...)); ok {
+		t.Error("repeated output field accepted")
+	}
+	if _, _, ok := ParseOutput(append(append([]byte(nil), one...), 0xff)); ok {
+		t.Error("trailing bytes accepted")
+	}
+	if _, _, ok := ParseOutput(one[:len(one)-1]); ok {
+		t.Error("truncated frame accepted")
+	}
+}

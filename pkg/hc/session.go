@@ -346,6 +346,15 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 			inW.Close()
 		}
 	}()
+	// Group events (Interrupt, Quit, Suspend, Continue) are delivered in
+	// order by one worker, through a bounded queue.
+	groupQ := make(chan unix.Signal, groupSignalQueue)
+	defer close(groupQ)
+	go func() {
+		for sig := range groupQ {
+			s.signalGuestGroup(pidFile, sig)
+		}
+	}()
 	clientGone := false
 loop:
 	for {
@@ -386,6 +395,14 @@ loop:
 				default:
 					log.Warn("refused signal from client", "signal", int(sig))
 				}
+			default:
+				if sig, ok := groupEvent(f); ok {
+					select {
+					case groupQ <- sig:
+					default:
+						log.Warn("group signal dropped: queue full", "signal", unix.SignalName(sig))
+					}
+				}
 			}
 		}
 	}
@@ -415,10 +432,38 @@ loop:
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}})
 }
 
+// groupSignalQueue bounds a non-interactive session's pending group events.
+const groupSignalQueue = 8
+
+// groupEvent maps the Interrupt, Quit, Suspend and Continue events to the
+// signal for the session's guest process group.
+func groupEvent(f *lv1.ClientFrame) (unix.Signal, bool) {
+	switch {
+	case f.GetInterrupt() != nil:
+		return unix.SIGINT, true
+	case f.GetQuit() != nil:
+		return unix.SIGQUIT, true
+	case f.GetSuspend() != nil:
+		return unix.SIGTSTP, true
+	case f.GetContinue() != nil:
+		return unix.SIGCONT, true
+	}
+	return 0, false
+}
+
 // signalGuest delivers sig to the session's guest process, named by the pid
 // runsc wrote with --internal-pid-file (a pid in the sandbox's own PID
 // namespace: runsc resolves it there, never on the host).
-func (s *session) signalGuest(pidFile string, sig unix.Signal) {
+func (s *session) signalGuest(pidFile string, sig unix.Signal) { s.signalGuestPID(pidFile, sig, false) }
+
+// signalGuestGroup delivers sig to the session's guest process group: a
+// `runsc exec` process leads its own process group (and session) in the
+// sandbox, so the group ID is the pid from --internal-pid-file.
+func (s *session) signalGuestGroup(pidFile string, sig unix.Signal) {
+	s.signalGuestPID(pidFile, sig, true)
+}
+
+func (s *session) signalGuestPID(pidFile string, sig unix.Signal, group bool) {
 	c := s.c
 	var pid int
 	for i := 0; i < 50; i++ {
@@ -434,7 +479,12 @@ func (s *session) signalGuest(pidFile string, sig unix.Signal) {
 		c.log.Warn("no guest pid to signal", "session_id", s.id, "signal", unix.SignalName(sig))
 		return
 	}
-	c.runscQuiet(c.rt.KillPID(c.container, strings.TrimPrefix(unix.SignalName(sig), "SIG"), pid))
+	name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
+	if group {
+		c.runscQuiet(c.rt.KillGroup(c.container, name, pid))
+		return
+	}
+	c.runscQuiet(c.rt.KillPID(c.container, name, pid))
 }
 
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {

@@ -15,13 +15,15 @@ package hc
 //	  (pgrp == pid, start time) → RecordRunning → Accepted → events admitted
 //
 // One event loop per session serializes client frames (input, resize,
-// interrupt/quit/suspend), PTY output and exec-client completion. Every
-// queue is bounded: PTY output is taken from the reader only while the
-// route is the sandbox route and the connection writer has room, so a slow
-// client or another route stops reading the master and the kernel PTY
-// buffer pushes back on the guest; input waits for the PTY writer by not
-// reading more client frames; group signals go through a bounded worker
-// (SIGWINCH coalesced). Sessions never share a queue or a goroutine.
+// interrupt/quit/suspend/continue), the end of PTY output and exec-client
+// completion. PTY output has no user-space queue: one pump per session
+// reads the master (aggregated up to termFrameMax per read) only while the
+// route is the sandbox route and writes each read as one Output frame
+// straight from its buffer (control.WriteOutput), so a slow client or
+// another route stops reading the master and the kernel PTY buffer pushes
+// back on the guest. Input waits for the PTY writer by not reading more
+// client frames; group signals go through a bounded worker (SIGWINCH
+// coalesced). Sessions never share a queue, a goroutine or a connection.
 //
 // Close: exec-client exit → drain the master in order until EOF or the
 // drain deadline → exactly one Exit after the last byte. Release (close,
@@ -42,11 +44,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -56,11 +60,9 @@ import (
 
 // Bounds of one interactive session.
 const (
-	termReadSize    = 256 << 10 // one PTY read (aggregated until EAGAIN)
-	termFrameMax    = 64 << 10  // output merged into one waiting frame
-	termSendQueue   = 16        // frames waiting for the connection writer
-	termInputQueue  = 64        // input chunks waiting for the PTY writer
-	termSignalQueue = 8         // group signals waiting for runsc kill
+	termFrameMax    = 64 << 10 // one PTY read (aggregated until EAGAIN), one Output frame
+	termInputQueue  = 64       // input chunks waiting for the PTY writer
+	termSignalQueue = 8        // group signals waiting for runsc kill
 	identifyTimeout = 10 * time.Second
 	writeOutTimeout = 5 * time.Second // final frames to a client that stopped reading
 )
@@ -117,6 +119,7 @@ type terminal struct {
 	// identified: the guest leader and group are known (Running reached).
 	identified bool
 	route      terminalRoute
+	gate       *outputGate // open while route is routeSandbox
 }
 
 // runTerminal runs an interactive session (req.Tty) until it closes.
@@ -202,7 +205,8 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 		}
 		admitted = true
 	}
-	t.route = routeSandbox
+	t.gate = newOutputGate()
+	t.setRoute(routeSandbox)
 	t.log.Info("session started", "argv0", req.Argv[0], "joined", joined, "pty", t.id.PTY, "size", sizeOf(req.WindowSize).String(),
 		"guest_pid", t.id.GuestLeaderPID, "guest_pgid", t.id.GuestPGID, "guest_start", t.id.GuestLeaderStart)
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
@@ -366,6 +370,79 @@ func (t *terminal) signalGroup(sig unix.Signal) {
 	c.runscQuiet(c.rt.KillGroup(c.container, strings.TrimPrefix(unix.SignalName(sig), "SIG"), t.id.GuestPGID))
 }
 
+// outputGate admits PTY output while the session's route is the sandbox
+// route. The pump waits on it before every read of the master (so another
+// route stops reading and the kernel PTY buffer pushes back on the guest)
+// and again before forwarding what it read (so at most one read is held).
+type outputGate struct {
+	mu   sync.Mutex
+	open bool
+	wake chan struct{} // closed and replaced on every change
+}
+
+func newOutputGate() *outputGate { return &outputGate{wake: make(chan struct{})} }
+
+func (g *outputGate) set(open bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open != open {
+		g.open = open
+		close(g.wake)
+		g.wake = make(chan struct{})
+	}
+}
+
+// wait blocks until the gate is open (true) or quit closes (false).
+func (g *outputGate) wait(quit <-chan struct{}) bool {
+	for {
+		g.mu.Lock()
+		open, wake := g.open, g.wake
+		g.mu.Unlock()
+		if open {
+			return true
+		}
+		select {
+		case <-wake:
+		case <-quit:
+			return false
+		}
+	}
+}
+
+// setRoute changes the modeled terminal route and the output gate with it.
+func (t *terminal) setRoute(r terminalRoute) {
+	t.route = r
+	if t.gate != nil {
+		t.gate.set(r == routeSandbox)
+	}
+}
+
+// pumpOutput forwards PTY output to the client until the master reports
+// EOF, the drain deadline passes, the connection fails or quit closes. It
+// is the only writer of Output frames; each read (aggregated up to
+// termFrameMax) goes out as one frame straight from the read buffer, so a
+// client that does not read blocks the pump, the pump stops reading the
+// master and the kernel PTY buffer pushes back on the guest. No user-space
+// queue holds terminal output.
+func (t *terminal) pumpOutput(quit <-chan struct{}) {
+	buf := make([]byte, control.OutputHeadroom+termFrameMax)
+	for t.gate.wait(quit) {
+		n, err := t.master.Read(buf[control.OutputHeadroom:])
+		if n > 0 {
+			if !t.gate.wait(quit) {
+				return
+			}
+			if werr := t.s.conn.WriteOutput(lv1.Stream_STREAM_TERMINAL, buf[:control.OutputHeadroom+n]); werr != nil {
+				t.log.Debug("terminal output not delivered", "err", werr)
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // loop is the session's serialized event loop. It returns when the session
 // closed normally (Exit sent) or the client went away (true).
 func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGone bool) {
@@ -373,37 +450,11 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 	quit := make(chan struct{})
 	defer close(quit)
 
-	// PTY reader: one read at a time, handed over only when the loop takes
-	// it, so an unforwarded chunk stops further reads (backpressure).
-	ptyOut := make(chan []byte)
+	// Output pump: PTY master → client, gated by the route.
+	pumped := make(chan struct{})
 	go func() {
-		defer close(ptyOut)
-		buf := make([]byte, termReadSize)
-		for {
-			n, err := t.master.Read(buf)
-			if n > 0 {
-				select {
-				case ptyOut <- append([]byte(nil), buf[:n]...):
-				case <-quit:
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	// Connection writer.
-	sendQ := make(chan *lv1.ServerFrame, termSendQueue)
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		broken := false
-		for f := range sendQ {
-			if !broken && s.conn.Write(f) != nil {
-				broken = true
-			}
-		}
+		defer close(pumped)
+		t.pumpOutput(quit)
 	}()
 	// PTY writer: blocks while the guest does not read its terminal.
 	inQ := make(chan []byte, termInputQueue)
@@ -438,21 +489,11 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 	defer close(inQ)
 	defer close(sigQ)
 
-	var pendingOut *lv1.ServerFrame
 	var pendingIn []byte
 	closing := false
 	childDone := t.child.Done()
+	pumpDone := (<-chan struct{})(pumped)
 	for {
-		var outC <-chan []byte
-		var sendC chan<- *lv1.ServerFrame
-		if pendingOut != nil {
-			sendC = sendQ
-		}
-		// While a frame waits for the writer, further output is merged
-		// into it up to termFrameMax (fewer, larger frames under load).
-		if t.route == routeSandbox && ptyOut != nil && (pendingOut == nil || len(pendingOut.GetOutput().GetData()) < termFrameMax) {
-			outC = ptyOut
-		}
 		var frameC <-chan *lv1.ClientFrame
 		var inC chan<- []byte
 		if pendingIn != nil {
@@ -460,31 +501,20 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		} else {
 			frameC = frames
 		}
-		if closing && pendingOut == nil && ptyOut == nil {
+		if closing && pumpDone == nil {
 			break
 		}
 		select {
-		case b, ok := <-outC:
-			if !ok {
-				ptyOut = nil
-				if !closing {
-					t.log.Debug("session terminal reached end of output before the exec client exited")
-				}
-				continue
+		case <-pumpDone:
+			pumpDone = nil
+			if !closing {
+				t.log.Debug("session terminal output ended before the exec client exited")
 			}
-			if pendingOut != nil {
-				o := pendingOut.GetOutput()
-				o.Data = append(o.Data, b...)
-				continue
-			}
-			pendingOut = &lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_TERMINAL, Data: b}}}
-		case sendC <- pendingOut:
-			pendingOut = nil
 		case inC <- pendingIn:
 			pendingIn = nil
 		case <-childDone:
-			// Close handshake: no further event is admitted; drain the
-			// terminal in order until EOF or the drain deadline.
+			// Close handshake: no further event is admitted; the pump
+			// drains the terminal in order until EOF or the drain deadline.
 			childDone = nil
 			closing = true
 			t.master.SetReadDeadline(t.clock.Now().Add(drainTimeout))
@@ -492,8 +522,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 			if !ok {
 				// Lost connection: nothing more is forwarded; the caller
 				// performs the same physical release.
-				t.route = routeNone
-				close(sendQ)
+				t.setRoute(routeNone)
 				return true
 			}
 			if closing || !admitted || t.route != routeSandbox {
@@ -512,12 +541,9 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		code = 125
 	}
 	t.log.Info("session ended", "status", st.String())
-	// Exactly one Exit, after the last forwarded byte (the writer sends in
-	// queue order).
-	sendQ <- &lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}}
-	close(sendQ)
+	// Exactly one Exit, after the last forwarded byte (the pump has ended).
 	s.raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))
-	<-sent
+	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}})
 	return false
 }
 
@@ -552,6 +578,8 @@ func (t *terminal) event(f *lv1.ClientFrame, sigQ chan<- unix.Signal, winch chan
 		queue(unix.SIGQUIT)
 	case f.GetSuspend() != nil:
 		queue(unix.SIGTSTP)
+	case f.GetContinue() != nil:
+		queue(unix.SIGCONT)
 	case f.GetStdinClose() != nil:
 		// A terminal has no end of input: EOF is the guest's VEOF byte.
 	default:
@@ -562,7 +590,7 @@ func (t *terminal) event(f *lv1.ClientFrame, sigQ chan<- unix.Signal, winch chan
 
 // release is the physical release of the session terminal (spec §3.3).
 func (t *terminal) release(ctx context.Context) {
-	t.route = routeNone
+	t.setRoute(routeNone)
 	if err := t.rec.RecordReleaseIntent(ctx, t.s.id); err != nil {
 		t.log.Error("record release intent", "err", err)
 	}

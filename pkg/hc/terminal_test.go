@@ -1,9 +1,16 @@
 package hc
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net"
 	"testing"
+	"time"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/pty"
 )
 
 func TestParseStat(t *testing.T) {
@@ -49,4 +56,80 @@ func TestValidateTerminal(t *testing.T) {
 	if err := validateTerminal(&lv1.RunRequest{Tty: true, WindowSize: &lv1.WindowSize{Rows: 24, Cols: 80}}); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestPumpOutputGateAndBackpressure (§3.3): the pump forwards PTY bytes in
+// order as Output frames; while the route is not the sandbox route it
+// stops reading the master (bytes stay in the kernel PTY); a client that
+// does not read blocks the pump (no user-space queue grows).
+func TestPumpOutputGateAndBackpressure(t *testing.T) {
+	master, slave, err := pty.Open(pty.Size{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	defer slave.Close()
+	if err := pty.MakeRaw(slave); err != nil {
+		t.Fatal(err)
+	}
+	srv, cli := net.Pipe() // synchronous: a write waits for the reader
+	defer srv.Close()
+	defer cli.Close()
+	tm := &terminal{s: &session{conn: control.NewConn(srv)}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), master: master, gate: newOutputGate()}
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); tm.pumpOutput(quit) }()
+	defer func() { close(quit); master.Close(); srv.Close(); <-done }()
+	client := control.NewConn(cli)
+	readAll := func(want string) {
+		t.Helper()
+		var got []byte
+		for len(got) < len(want) {
+			var f lv1.ServerFrame
+			cli.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if err := client.Read(&f); err != nil {
+				t.Fatalf("after %q: %v", got, err)
+			}
+			if f.GetOutput().GetStream() != lv1.Stream_STREAM_TERMINAL {
+				t.Fatalf("frame %v", &f)
+			}
+			got = append(got, f.GetOutput().GetData()...)
+		}
+		if string(got) != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+
+	// Closed gate (route not the sandbox route): nothing is read.
+	slave.Write([]byte("held"))
+	time.Sleep(100 * time.Millisecond)
+	if n := inQueue(t, master); n != 4 {
+		t.Fatalf("closed gate: %d bytes left in the PTY, want 4 (the pump read the master)", n)
+	}
+	tm.setRoute(routeSandbox)
+	readAll("held")
+	slave.Write([]byte("-next"))
+	readAll("-next")
+
+	// A client that stops reading: the pump blocks in its write, so output
+	// accumulates in the kernel PTY, never in the coordinator.
+	big := bytes.Repeat([]byte("x"), 3000)
+	slave.Write(big) // taken by the pump, which then blocks on the pipe
+	time.Sleep(100 * time.Millisecond)
+	slave.Write([]byte("tail"))
+	time.Sleep(100 * time.Millisecond)
+	if n := inQueue(t, master); n != 4 {
+		t.Fatalf("blocked client: %d bytes left in the PTY, want 4", n)
+	}
+	readAll(string(big) + "tail")
+}
+
+// inQueue is the number of bytes waiting to be read on the master.
+func inQueue(t *testing.T, m *pty.Master) int {
+	t.Helper()
+	n, err := m.Buffered()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -170,6 +170,21 @@ func (m *Master) Index() (int, error) {
 	return n, err
 }
 
+// Buffered is the number of output bytes waiting in the kernel to be read
+// from the master (TIOCINQ): where terminal output stays while the reader
+// applies backpressure.
+func (m *Master) Buffered() (int, error) {
+	n := 0
+	err := control(m.f, func(fd int) error {
+		var err error
+		if n, err = unix.IoctlGetInt(fd, unix.TIOCINQ); err != nil {
+			return os.NewSyscallError("ioctl TIOCINQ", err)
+		}
+		return nil
+	})
+	return n, err
+}
+
 // Close closes the master; a pending Read returns an error.
 func (m *Master) Close() error { return m.f.Close() }
 

@@ -143,6 +143,7 @@ type ClientFrame struct {
 	//	*ClientFrame_Suspend
 	//	*ClientFrame_Enroll
 	//	*ClientFrame_Status
+	//	*ClientFrame_Continue
 	Msg           isClientFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -275,6 +276,15 @@ func (x *ClientFrame) GetStatus() *StatusRequest {
 	return nil
 }
 
+func (x *ClientFrame) GetContinue() *Continue {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_Continue); ok {
+			return x.Continue
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Msg interface {
 	isClientFrame_Msg()
 }
@@ -322,6 +332,11 @@ type ClientFrame_Status struct {
 	Status *StatusRequest `protobuf:"bytes,10,opt,name=status,proto3,oneof"`
 }
 
+type ClientFrame_Continue struct {
+	// Resumes the group a Suspend stopped (any session).
+	Continue *Continue `protobuf:"bytes,11,opt,name=continue,proto3,oneof"`
+}
+
 func (*ClientFrame_Run) isClientFrame_Msg() {}
 
 func (*ClientFrame_Stdin) isClientFrame_Msg() {}
@@ -341,6 +356,8 @@ func (*ClientFrame_Suspend) isClientFrame_Msg() {}
 func (*ClientFrame_Enroll) isClientFrame_Msg() {}
 
 func (*ClientFrame_Status) isClientFrame_Msg() {}
+
+func (*ClientFrame_Continue) isClientFrame_Msg() {}
 
 // EnrollRequest asks for a one-hour clientAuth certificate: a signed x509
 // certificate request (DER, at most 8,192 bytes) for an Ed25519 key the CLI
@@ -802,6 +819,9 @@ func (x *Resize) GetSize() *WindowSize {
 // SIGQUIT or SIGTSTP from outside its terminal: the coordinator delivers
 // SIGINT, SIGQUIT or SIGTSTP to the session's exact guest process group.
 // Keystrokes (Ctrl-C, Ctrl-\, Ctrl-Z) are input bytes, never these events.
+// An interactive CLI never sends Suspend (SIGTSTP suspends it locally); a
+// non-interactive CLI sends Suspend and then stops itself, and sends
+// Continue (SIGCONT to the same group) when it is continued.
 type Interrupt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -910,6 +930,42 @@ func (*Suspend) Descriptor() ([]byte, []int) {
 	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
+type Continue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Continue) Reset() {
+	*x = Continue{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Continue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Continue) ProtoMessage() {}
+
+func (x *Continue) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Continue.ProtoReflect.Descriptor instead.
+func (*Continue) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{11}
+}
+
 // StdinData carries bytes for the session command's standard input.
 type StdinData struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -920,7 +976,7 @@ type StdinData struct {
 
 func (x *StdinData) Reset() {
 	*x = StdinData{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[11]
+	mi := &file_lazaret_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +988,7 @@ func (x *StdinData) String() string {
 func (*StdinData) ProtoMessage() {}
 
 func (x *StdinData) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[11]
+	mi := &file_lazaret_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1001,7 @@ func (x *StdinData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinData.ProtoReflect.Descriptor instead.
 func (*StdinData) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StdinData) GetData() []byte {
@@ -964,7 +1020,7 @@ type StdinClose struct {
 
 func (x *StdinClose) Reset() {
 	*x = StdinClose{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[12]
+	mi := &file_lazaret_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1032,7 @@ func (x *StdinClose) String() string {
 func (*StdinClose) ProtoMessage() {}
 
 func (x *StdinClose) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[12]
+	mi := &file_lazaret_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1045,7 @@ func (x *StdinClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinClose.ProtoReflect.Descriptor instead.
 func (*StdinClose) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 // SignalRequest asks HC to deliver a signal to the session command because
@@ -1003,7 +1059,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[13]
+	mi := &file_lazaret_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1071,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[13]
+	mi := &file_lazaret_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1084,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SignalRequest) GetSignal() int32 {
@@ -1057,7 +1113,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[14]
+	mi := &file_lazaret_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1125,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[14]
+	mi := &file_lazaret_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1138,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ServerFrame) GetMsg() isServerFrame_Msg {
@@ -1217,7 +1273,7 @@ type Accepted struct {
 
 func (x *Accepted) Reset() {
 	*x = Accepted{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[15]
+	mi := &file_lazaret_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1285,7 @@ func (x *Accepted) String() string {
 func (*Accepted) ProtoMessage() {}
 
 func (x *Accepted) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[15]
+	mi := &file_lazaret_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1298,7 @@ func (x *Accepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accepted.ProtoReflect.Descriptor instead.
 func (*Accepted) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Accepted) GetSessionId() string {
@@ -1284,7 +1340,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[16]
+	mi := &file_lazaret_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1352,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[16]
+	mi := &file_lazaret_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1365,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1339,7 +1395,7 @@ type Exit struct {
 
 func (x *Exit) Reset() {
 	*x = Exit{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[17]
+	mi := &file_lazaret_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1407,7 @@ func (x *Exit) String() string {
 func (*Exit) ProtoMessage() {}
 
 func (x *Exit) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[17]
+	mi := &file_lazaret_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1420,7 @@ func (x *Exit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exit.ProtoReflect.Descriptor instead.
 func (*Exit) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Exit) GetCode() int32 {
@@ -1396,7 +1452,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[18]
+	mi := &file_lazaret_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1464,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[18]
+	mi := &file_lazaret_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1477,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Error) GetCategory() string {
@@ -1456,7 +1512,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[19]
+	mi := &file_lazaret_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1524,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[19]
+	mi := &file_lazaret_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1537,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Progress) GetMessage() string {
@@ -1496,7 +1552,7 @@ var File_lazaret_v1_control_proto protoreflect.FileDescriptor
 const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazaret/v1/control.proto\x12\n" +
-	"lazaret.v1\"\x87\x04\n" +
+	"lazaret.v1\"\xbb\x04\n" +
 	"\vClientFrame\x12*\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.lazaret.v1.RunRequestH\x00R\x03run\x12-\n" +
 	"\x05stdin\x18\x02 \x01(\v2\x15.lazaret.v1.StdinDataH\x00R\x05stdin\x129\n" +
@@ -1509,7 +1565,8 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\asuspend\x18\b \x01(\v2\x13.lazaret.v1.SuspendH\x00R\asuspend\x123\n" +
 	"\x06enroll\x18\t \x01(\v2\x19.lazaret.v1.EnrollRequestH\x00R\x06enroll\x123\n" +
 	"\x06status\x18\n" +
-	" \x01(\v2\x19.lazaret.v1.StatusRequestH\x00R\x06statusB\x05\n" +
+	" \x01(\v2\x19.lazaret.v1.StatusRequestH\x00R\x06status\x122\n" +
+	"\bcontinue\x18\v \x01(\v2\x14.lazaret.v1.ContinueH\x00R\bcontinueB\x05\n" +
 	"\x03msg\"(\n" +
 	"\rEnrollRequest\x12\x17\n" +
 	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\"Y\n" +
@@ -1550,7 +1607,9 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x04size\x18\x01 \x01(\v2\x16.lazaret.v1.WindowSizeR\x04size\"\v\n" +
 	"\tInterrupt\"\x06\n" +
 	"\x04Quit\"\t\n" +
-	"\aSuspend\"\x1f\n" +
+	"\aSuspend\"\n" +
+	"\n" +
+	"\bContinue\"\x1f\n" +
 	"\tStdinData\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\f\n" +
 	"\n" +
@@ -1610,7 +1669,7 @@ func file_lazaret_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lazaret_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_lazaret_v1_control_proto_goTypes = []any{
 	(ProtocolVersion)(0),  // 0: lazaret.v1.ProtocolVersion
 	(Stream)(0),           // 1: lazaret.v1.Stream
@@ -1625,46 +1684,48 @@ var file_lazaret_v1_control_proto_goTypes = []any{
 	(*Interrupt)(nil),     // 10: lazaret.v1.Interrupt
 	(*Quit)(nil),          // 11: lazaret.v1.Quit
 	(*Suspend)(nil),       // 12: lazaret.v1.Suspend
-	(*StdinData)(nil),     // 13: lazaret.v1.StdinData
-	(*StdinClose)(nil),    // 14: lazaret.v1.StdinClose
-	(*SignalRequest)(nil), // 15: lazaret.v1.SignalRequest
-	(*ServerFrame)(nil),   // 16: lazaret.v1.ServerFrame
-	(*Accepted)(nil),      // 17: lazaret.v1.Accepted
-	(*Output)(nil),        // 18: lazaret.v1.Output
-	(*Exit)(nil),          // 19: lazaret.v1.Exit
-	(*Error)(nil),         // 20: lazaret.v1.Error
-	(*Progress)(nil),      // 21: lazaret.v1.Progress
-	nil,                   // 22: lazaret.v1.RunRequest.EnvEntry
+	(*Continue)(nil),      // 13: lazaret.v1.Continue
+	(*StdinData)(nil),     // 14: lazaret.v1.StdinData
+	(*StdinClose)(nil),    // 15: lazaret.v1.StdinClose
+	(*SignalRequest)(nil), // 16: lazaret.v1.SignalRequest
+	(*ServerFrame)(nil),   // 17: lazaret.v1.ServerFrame
+	(*Accepted)(nil),      // 18: lazaret.v1.Accepted
+	(*Output)(nil),        // 19: lazaret.v1.Output
+	(*Exit)(nil),          // 20: lazaret.v1.Exit
+	(*Error)(nil),         // 21: lazaret.v1.Error
+	(*Progress)(nil),      // 22: lazaret.v1.Progress
+	nil,                   // 23: lazaret.v1.RunRequest.EnvEntry
 }
 var file_lazaret_v1_control_proto_depIdxs = []int32{
 	7,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
-	13, // 1: lazaret.v1.ClientFrame.stdin:type_name -> lazaret.v1.StdinData
-	14, // 2: lazaret.v1.ClientFrame.stdin_close:type_name -> lazaret.v1.StdinClose
-	15, // 3: lazaret.v1.ClientFrame.signal:type_name -> lazaret.v1.SignalRequest
+	14, // 1: lazaret.v1.ClientFrame.stdin:type_name -> lazaret.v1.StdinData
+	15, // 2: lazaret.v1.ClientFrame.stdin_close:type_name -> lazaret.v1.StdinClose
+	16, // 3: lazaret.v1.ClientFrame.signal:type_name -> lazaret.v1.SignalRequest
 	9,  // 4: lazaret.v1.ClientFrame.resize:type_name -> lazaret.v1.Resize
 	10, // 5: lazaret.v1.ClientFrame.interrupt:type_name -> lazaret.v1.Interrupt
 	11, // 6: lazaret.v1.ClientFrame.quit:type_name -> lazaret.v1.Quit
 	12, // 7: lazaret.v1.ClientFrame.suspend:type_name -> lazaret.v1.Suspend
 	3,  // 8: lazaret.v1.ClientFrame.enroll:type_name -> lazaret.v1.EnrollRequest
 	5,  // 9: lazaret.v1.ClientFrame.status:type_name -> lazaret.v1.StatusRequest
-	0,  // 10: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	0,  // 11: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	22, // 12: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
-	8,  // 13: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
-	8,  // 14: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
-	17, // 15: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
-	18, // 16: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
-	19, // 17: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
-	20, // 18: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
-	21, // 19: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
-	4,  // 20: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
-	6,  // 21: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
-	1,  // 22: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	13, // 10: lazaret.v1.ClientFrame.continue:type_name -> lazaret.v1.Continue
+	0,  // 11: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	0,  // 12: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	23, // 13: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
+	8,  // 14: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
+	8,  // 15: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
+	18, // 16: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
+	19, // 17: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
+	20, // 18: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
+	21, // 19: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
+	22, // 20: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
+	4,  // 21: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
+	6,  // 22: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
+	1,  // 23: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_control_proto_init() }
@@ -1683,8 +1744,9 @@ func file_lazaret_v1_control_proto_init() {
 		(*ClientFrame_Suspend)(nil),
 		(*ClientFrame_Enroll)(nil),
 		(*ClientFrame_Status)(nil),
+		(*ClientFrame_Continue)(nil),
 	}
-	file_lazaret_v1_control_proto_msgTypes[14].OneofWrappers = []any{
+	file_lazaret_v1_control_proto_msgTypes[15].OneofWrappers = []any{
 		(*ServerFrame_Accepted)(nil),
 		(*ServerFrame_Output)(nil),
 		(*ServerFrame_Exit)(nil),
@@ -1699,7 +1761,7 @@ func file_lazaret_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_control_proto_rawDesc), len(file_lazaret_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
@@ -23,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
@@ -329,16 +331,48 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
 		return 0, true, nil // the coordinator closed between dial and request
 	}
+	// Job control of a non-interactive session: SIGTSTP sent to this CLI
+	// (Ctrl-Z in the outer shell, or another process) suspends the
+	// session's guest process group (Suspend) and then stops this CLI, so
+	// the outer shell gets its prompt back; when the CLI is continued (fg,
+	// bg, SIGCONT) it resumes the group (Continue).
+	jobSigs := make(chan os.Signal, 4)
+	signal.Notify(jobSigs, syscall.SIGTSTP, syscall.SIGCONT)
+	defer signal.Stop(jobSigs)
+	self, _ := pidfs.Open(os.Getpid())
+	if self != nil {
+		defer self.Close()
+	}
 	frames, readErr := readFrames(fc)
 	stderrTTY := isTerminal(2)
-	accepted, gotFrame := false, false
+	accepted, gotFrame, suspended := false, false, false
 	for {
 		select {
 		case sig := <-sigs:
 			if !accepted {
 				return 128 + int(sig.(syscall.Signal)), false, nil
 			}
-			fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Signal{Signal: &lv1.SignalRequest{Signal: int32(sig.(syscall.Signal))}}})
+			switch sig {
+			case syscall.SIGINT: // to the guest group, as a host terminal's ^C
+				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Interrupt{Interrupt: &lv1.Interrupt{}}})
+			case syscall.SIGQUIT:
+				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Quit{Quit: &lv1.Quit{}}})
+			default: // SIGTERM, SIGHUP: to the exact guest process
+				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Signal{Signal: &lv1.SignalRequest{Signal: int32(sig.(syscall.Signal))}}})
+			}
+		case sig := <-jobSigs:
+			switch {
+			case sig == syscall.SIGTSTP:
+				if accepted && fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Suspend{Suspend: &lv1.Suspend{}}}) == nil {
+					suspended = true
+				}
+				if self != nil {
+					self.Signal(unix.SIGSTOP) // through our own pidfd, never by number
+				}
+			case sig == syscall.SIGCONT && suspended:
+				suspended = false
+				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Continue{Continue: &lv1.Continue{}}})
+			}
 		case f, ok := <-frames:
 			if !ok {
 				err := <-readErr
@@ -359,13 +393,6 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 			case f.GetAccepted() != nil:
 				accepted = true
 				go relayStdin(fc)
-			case f.GetOutput() != nil:
-				o := f.GetOutput()
-				w := os.Stdout
-				if o.Stream == lv1.Stream_STREAM_STDERR {
-					w = os.Stderr
-				}
-				w.Write(o.Data)
 			case f.GetExit() != nil:
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
@@ -401,20 +428,47 @@ func isTerminal(fd int) bool {
 }
 
 // readFrames reads server frames on their own goroutine: the channel closes
-// after the first read error, which readErr then holds.
+// after the first read error, which readErr then holds. Output frames never
+// reach the channel: the reading goroutine writes their bytes itself, in
+// order, straight from the read buffer (ParseOutput: no copy, no decode, no
+// hand-off per frame), so every frame after them on the channel (Exit,
+// Error) comes after the last output byte was written.
 func readFrames(fc *control.Conn) (<-chan *lv1.ServerFrame, <-chan error) {
 	frames := make(chan *lv1.ServerFrame, 16)
 	readErr := make(chan error, 1)
 	go func() {
 		for {
-			var f lv1.ServerFrame
-			if err := fc.Read(&f); err != nil {
-				readErr <- err
-				close(frames)
-				return
+			b, err := fc.ReadRaw(control.MaxFrame)
+			if err == nil {
+				if stream, data, ok := control.ParseOutput(b); ok {
+					writeOutput(stream, data)
+					continue
+				}
+				var f lv1.ServerFrame
+				if err = proto.Unmarshal(b, &f); err != nil {
+					err = errdefs.Mark(fmt.Errorf("decode frame: %w", err), errdefs.ErrCorrupt)
+				} else if o := f.GetOutput(); o != nil {
+					writeOutput(o.Stream, o.Data)
+					continue
+				} else {
+					frames <- &f
+					continue
+				}
 			}
-			frames <- &f
+			readErr <- err
+			close(frames)
+			return
 		}
 	}()
 	return frames, readErr
+}
+
+// writeOutput writes session output: stderr bytes to stderr, stdout and
+// terminal bytes to stdout.
+func writeOutput(stream lv1.Stream, data []byte) {
+	w := os.Stdout
+	if stream == lv1.Stream_STREAM_STDERR {
+		w = os.Stderr
+	}
+	w.Write(data)
 }

@@ -274,8 +274,6 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) 
 				// The size may have changed while the Domain started.
 				c.sendSize()
 				go c.relayInput()
-			case f.GetOutput() != nil:
-				os.Stdout.Write(f.GetOutput().GetData())
 			case f.GetExit() != nil:
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
