@@ -1014,7 +1014,7 @@ func (c *coordinator) volumes() []ocispec.Volume {
 }
 
 // CredentialsDir is the fixed credential path inside the sandbox.
-const CredentialsDir = ocispec.ControlDir + "/credentials"
+const CredentialsDir = ocispec.CredentialsDir
 
 // credentialDir holds the host sources of the sandbox credential mounts.
 func (c *coordinator) credentialDir() string { return filepath.Join(c.paths.RuntimeDir, "credentials") }
