@@ -108,6 +108,7 @@ type coordinator struct {
 	self         pidfs.Identity // this coordinator's own pidfs identity
 	retained     []retained     // records recovery refused to act on
 	anchor       *trust.Anchor
+	esc          *escalations      // host escalation (escalation.go)
 	rsCred       *trust.Credential // the runtime supervisor's protocol credential
 	tlsConfig    *tls.Config
 	sandboxID    string
@@ -283,6 +284,9 @@ func (c *coordinator) init() error {
 		return err
 	}
 	if err := c.writeSandboxCredentials(); err != nil {
+		return err
+	}
+	if c.esc, err = newEscalations(c); err != nil {
 		return err
 	}
 	// Publish before listening: a CLI that reaches the socket finds the
@@ -845,6 +849,9 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		Volumes:       c.volumes(),
 		ControlFiles:  c.credentialMounts(),
 		EtcFiles:      c.net.etcFiles,
+
+		// Escalation Mailbox (escalation.go).
+		MailboxRequests: c.esc.hostReq, MailboxResults: c.esc.hostRes,
 	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}, Env: c.baseEnv, Cwd: "/"})
 	if err != nil {
 		return nil, err
@@ -961,6 +968,7 @@ func (c *coordinator) teardown() {
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
 	c.stopHelper()
+	c.esc.close() // every host process of the generation killed and reaped
 	if c.lifetimeW != nil {
 		c.lifetimeW.Close()
 	}

@@ -73,6 +73,9 @@ type terminalRoute int
 const (
 	routeNone terminalRoute = iota
 	routeSandbox
+	// routePrompt: the session's terminal shows an escalation prompt
+	// (escalation_terminal.go); its PTY is not read and no input reaches it.
+	routePrompt
 )
 
 // clock is the time source of deadlines and grace periods (injected so the
@@ -441,6 +444,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 	var pendingOut *lv1.ServerFrame
 	var pendingIn []byte
 	closing := false
+	prompts := t.prompts(admitted)
 	childDone := t.child.Done()
 	for {
 		var outC <-chan []byte
@@ -463,7 +467,12 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		if closing && pendingOut == nil && ptyOut == nil {
 			break
 		}
+		askC, askDone := prompts.channels(t.route, closing)
 		select {
+		case a := <-askC:
+			pendingOut = prompts.begin(t, a, pendingOut, sendQ)
+		case <-askDone:
+			prompts.end(t, sendQ)
 		case b, ok := <-outC:
 			if !ok {
 				ptyOut = nil
@@ -495,6 +504,9 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 				t.route = routeNone
 				close(sendQ)
 				return true
+			}
+			if prompts.answer(t, f) {
+				continue
 			}
 			if closing || !admitted || t.route != routeSandbox {
 				t.log.Debug("terminal event refused", "closing", closing, "admitted", admitted)
