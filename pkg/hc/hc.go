@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -398,7 +399,8 @@ func copyExecutable(src, dst string) error {
 // that `git commit` works inside without touching the host's ~/.gitconfig.
 func (c *coordinator) guestEnv() []string {
 	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		// lazaret-escalate is found last, at its fixed path.
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + path.Dir(ocispec.InitPath),
 		"HOME=/root",
 		"USER=root",
 		"HOSTNAME=" + c.hostname,
