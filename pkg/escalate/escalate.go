@@ -326,7 +326,11 @@ func (c *client) run(r *request) int {
 				w = c.o.Stderr
 			}
 			w.Write(ch.Data)
-			ack(next, false)
+			// Acknowledge every half window, or when caught up (below), so
+			// the coordinator never stalls at record.MaxUnacked.
+			if next-acked >= record.MaxUnacked/2 {
+				ack(next, false)
+			}
 			next++
 			progressed = true
 		} else if b, err := os.ReadFile(filepath.Join(resDir, ResultName)); err == nil {
@@ -344,7 +348,9 @@ func (c *client) run(r *request) int {
 			_, code := fail(c.o, ExitCancelled, "cancelled; the coordinator did not confirm")
 			return code
 		}
-		if time.Since(lastAck) >= KeepaliveInterval {
+		if !progressed && acked < next-1 {
+			ack(next-1, false) // caught up: acknowledge what was written
+		} else if time.Since(lastAck) >= KeepaliveInterval {
 			ack(acked, false)
 		}
 		if !progressed {
