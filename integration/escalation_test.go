@@ -211,6 +211,15 @@ func TestEscalationTerminal(t *testing.T) {
 	m.line("main", "exit 4")
 	m.waitLine("main", "RC-a=4", 30*time.Second)
 	m.sttySame("a.before", "a.after")
+	// The session's command itself escalates at once (before its terminal
+	// loop may run): still asked at its terminal, not denied.
+	m.keys("main", "C-l")
+	m.startLazaret("main", "c", "--config "+cfg+" -p esc -- lazaret-escalate -- id -u")
+	m.waitFor("main", "Run on the host?", 3*time.Minute)
+	m.line("main", "y")
+	m.waitLine("main", strconv.Itoa(e.uid), 30*time.Second)
+	m.waitLine("main", "RC-c=0", 30*time.Second)
+	m.sttySame("c.before", "c.after")
 	m.kill()
 	noLeftovers(t)
 }

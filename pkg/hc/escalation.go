@@ -595,10 +595,19 @@ func (e *escalations) decide(s *escSession, r *escRequest) (argv []string, by st
 		e.audit.Append(dec)
 		return req.Argv, "auto-rule", true
 	}
-	e.mu.Lock()
-	port := s.port
-	e.mu.Unlock()
+	port := e.awaitPort(s, r)
 	if port == nil {
+		select {
+		case <-r.cancel:
+			dec.Decision, dec.DecidedBy = "deny", "cancel"
+			e.audit.Append(dec)
+			return nil, "cancel", false
+		case <-s.gone:
+			dec.Decision, dec.DecidedBy = "deny", "session"
+			e.audit.Append(dec)
+			return nil, "session", false
+		default:
+		}
 		dec.Decision, dec.DecidedBy = "deny", "no-terminal"
 		e.audit.Append(dec)
 		return nil, "no-terminal", false
@@ -674,6 +683,36 @@ func (e *escalations) decide(s *escSession, r *escRequest) (argv []string, by st
 			}
 		}
 	}
+}
+
+// awaitPort returns the session's prompt port. An interactive session
+// registers it once its terminal runs (after the guest group is
+// identified), so a request of its command's first moments waits for it.
+func (e *escalations) awaitPort(s *escSession, r *escRequest) *promptPort {
+	deadline := time.Now().Add(identifyTimeout + 5*time.Second)
+	for {
+		e.mu.Lock()
+		port := s.port
+		e.mu.Unlock()
+		if port != nil || !e.interactive(s.id) || time.Now().After(deadline) {
+			return port
+		}
+		select {
+		case <-s.gone:
+			return nil
+		case <-r.cancel:
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// interactive reports whether the session has a terminal.
+func (e *escalations) interactive(id string) bool {
+	e.c.mu.Lock()
+	defer e.c.mu.Unlock()
+	s := e.c.sessions[id]
+	return s != nil && s.tty
 }
 
 // hostEnv is the documented minimal environment of a host command.
