@@ -150,6 +150,9 @@ func newEscalations(c *coordinator) (*escalations, error) {
 	}
 	e.home, _ = os.UserHomeDir()
 	e.user = os.Getenv("USER")
+	// A dead generation's mailbox (this coordinator holds the Domain lock,
+	// so no other generation lives) is removed first.
+	os.RemoveAll(filepath.Dir(base))
 	points := filepath.Join(c.paths.ControlMountSource(), "mailbox")
 	for _, d := range []string{filepath.Dir(base), base, e.hostReq, e.hostRes, points, filepath.Join(points, "requests"), filepath.Join(points, "results")} {
 		if err := os.Mkdir(d, escMailboxDirMode); err != nil && !errors.Is(err, os.ErrExist) {
