@@ -295,10 +295,14 @@ func (c *client) run(r *request) int {
 	lastAck := time.Now()
 	cancelled := false
 	var cancelAt time.Time
+	acks := 0
 	ack := func(seq uint64, final bool) {
 		b, err := c.sign(record.KindAck, &lv1.EscalationAck{RequestId: id, Generation: gen, Sequence: seq, Final: final})
 		if err == nil {
-			c.put(id+AckSuffix, b)
+			// A fresh name per ack: the coordinator unlinks the name it
+			// read, which must not be a newer ack renamed over it.
+			acks++
+			c.put(id+"."+strconv.Itoa(acks)+AckSuffix, b)
 		}
 		acked, lastAck = seq, time.Now()
 	}

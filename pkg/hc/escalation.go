@@ -125,7 +125,10 @@ type escRequest struct {
 	dir     *mailbox.Dir // its result directory
 	cancel  chan struct{}
 	cancelO sync.Once
-	acks    chan *lv1.EscalationAck
+	// ackSeq is the highest acknowledged sequence (acks are cumulative and
+	// may be read out of order); ackNote wakes the executing worker.
+	ackSeq  atomic.Uint64
+	ackNote chan struct{}
 	lastAck atomic.Int64 // unix nanos of the last ack or keepalive
 	final   chan struct{}
 	finalO  sync.Once
@@ -328,17 +331,15 @@ func (e *escalations) entry(name string) {
 			if m.Final {
 				r.finalO.Do(func() { close(r.final) })
 			}
+			for {
+				cur := r.ackSeq.Load()
+				if m.Sequence <= cur || r.ackSeq.CompareAndSwap(cur, m.Sequence) {
+					break
+				}
+			}
 			select {
-			case r.acks <- &m:
-			default: // acks are cumulative: the worker reads the newest
-				select {
-				case <-r.acks:
-				default:
-				}
-				select {
-				case r.acks <- &m:
-				default:
-				}
+			case r.ackNote <- struct{}{}:
+			default: // a wake-up is pending
 			}
 		}
 	default:
@@ -402,7 +403,7 @@ func (e *escalations) ingest(name string, b []byte) {
 		e.refuse(name, err)
 		return
 	}
-	r := &escRequest{req: &req, dir: dir, cancel: make(chan struct{}), acks: make(chan *lv1.EscalationAck, 1), final: make(chan struct{})}
+	r := &escRequest{req: &req, dir: dir, cancel: make(chan struct{}), ackNote: make(chan struct{}, 1), final: make(chan struct{})}
 	r.lastAck.Store(time.Now().UnixNano())
 	entry := audit.Entry{Event: audit.EventRequest, Generation: req.Generation, RequestID: req.RequestId, SessionID: claims.SessionID,
 		ClientID: claims.ClientID, Profile: e.gen.Profile, Argv: req.Argv, Cwd: req.Cwd, Why: req.Justification}
@@ -880,15 +881,16 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 				kill(lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, "publish result chunk: "+err.Error())
 				return
 			}
-		case a := <-r.acks:
-			if a.Sequence > seq {
+		case <-r.ackNote:
+			a := r.ackSeq.Load()
+			if a > seq {
 				kill(lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, "acknowledgement of an unsent chunk")
 				return
 			}
-			for i := acked + 1; i <= a.Sequence; i++ {
+			for i := acked + 1; i <= a; i++ {
 				r.dir.Remove(escalate.ChunkName(i))
 			}
-			acked = max(acked, a.Sequence)
+			acked = max(acked, a)
 		case <-childDone:
 			childDone, exited = nil, true
 			drainDeadline = time.After(drainTimeout)
