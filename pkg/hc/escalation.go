@@ -795,6 +795,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		failed(err.Error())
 		return
 	}
+	t0 := time.Now()
 	child, err := e.c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:   "escalation_exec",
 		Target: proc.Command{Path: prog, Args: argv, Env: e.hostEnv(r.id()), Dir: dir, Files: []*os.File{nil, outW, errW}, Setsid: true},
@@ -810,7 +811,9 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		failed(fmt.Sprintf("start %s: %v", record.EscapeText(argv[0]), err))
 		return
 	}
-	log.Info("host command started", "program", prog, "identity", child.Identity().String())
+	t1 := time.Now()
+	log.Info("host command started", "program", prog, "identity", child.Identity().String(), "acquire_ms", t1.Sub(t0).Milliseconds())
+	var t2 time.Time
 	outC := make(chan escOutput)
 	quit := make(chan struct{})
 	reader := func(f *os.File, st lv1.EscalationStream) {
@@ -892,7 +895,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 			}
 			acked = max(acked, a)
 		case <-childDone:
-			childDone, exited = nil, true
+			childDone, exited, t2 = nil, true, time.Now()
 			drainDeadline = time.After(drainTimeout)
 		case <-drainDeadline:
 			// A daemonized descendant keeps the pipes open: stop reading.
@@ -917,6 +920,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		}
 	}
 	st, werr := child.Status()
+	log.Info("host command ended", "status", st.String(), "run_ms", t2.Sub(t1).Milliseconds(), "drain_ms", time.Since(t2).Milliseconds(), "chunks", seq, "bytes", total)
 	res := &lv1.EscalationResult{Outcome: lv1.EscalationOutcome_ESCALATION_OUTCOME_COMPLETED, ExitCode: int32(st.Code), LastSequence: seq, ApprovedArgv: argv}
 	if !st.Exited {
 		res.ExitCode, res.Signal = -1, int32(st.Signal)
