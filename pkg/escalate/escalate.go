@@ -24,6 +24,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -291,21 +293,46 @@ func (c *client) run(r *request) int {
 	}
 	resDir := filepath.Join(c.o.ResultsDir, id)
 	var next uint64 = 1 // next chunk sequence
-	var acked uint64
-	lastAck := time.Now()
+	var acked uint64    // written by this goroutine only
 	cancelled := false
 	var cancelAt time.Time
+	var mu sync.Mutex // serializes ack files (this loop and the keep-alive)
 	acks := 0
-	ack := func(seq uint64, final bool) {
+	send := func(seq uint64, final bool) {
 		b, err := c.sign(record.KindAck, &lv1.EscalationAck{RequestId: id, Generation: gen, Sequence: seq, Final: final})
 		if err == nil {
 			// A fresh name per ack: the coordinator unlinks the name it
 			// read, which must not be a newer ack renamed over it.
+			mu.Lock()
 			acks++
-			c.put(id+"."+strconv.Itoa(acks)+AckSuffix, b)
+			n := acks
+			mu.Unlock()
+			c.put(id+"."+strconv.Itoa(n)+AckSuffix, b)
 		}
-		acked, lastAck = seq, time.Now()
 	}
+	var ackedShared atomic.Uint64
+	ack := func(seq uint64, final bool) {
+		send(seq, final)
+		acked = seq
+		ackedShared.Store(seq)
+	}
+	// Keep-alive from its own goroutine: a client blocked writing to a slow
+	// reader still proves it is alive; only a client that is gone stops it
+	// (the coordinator's acknowledgement timeout then cancels the request).
+	stopKeepalive := make(chan struct{})
+	defer close(stopKeepalive)
+	go func() {
+		t := time.NewTicker(KeepaliveInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopKeepalive:
+				return
+			case <-t.C:
+				send(ackedShared.Load(), false)
+			}
+		}
+	}()
 	for {
 		select {
 		case <-c.o.Signals:
@@ -354,8 +381,6 @@ func (c *client) run(r *request) int {
 		}
 		if !progressed && acked < next-1 {
 			ack(next-1, false) // caught up: acknowledge what was written
-		} else if time.Since(lastAck) >= KeepaliveInterval {
-			ack(acked, false)
 		}
 		if !progressed {
 			time.Sleep(c.o.Poll)
