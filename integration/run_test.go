@@ -170,7 +170,8 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 	}
 	// Host-backed (9p gofer) mounts are exactly the workspace, the
 	// read-only control directory, the generation's three name-service
-	// files (single files from the runtime directory) and the State Anchors
+	// files (single files from the runtime directory), the noexec escalation
+	// request directory and the State Anchors
 	// (§3.5); the root is the overlay over the prepared lower; everything
 	// else is a virtual filesystem.
 	anchored := map[string]bool{}
@@ -190,6 +191,8 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 		switch {
 		case fstype == "9p" && point == "/workspace":
 		case fstype == "9p" && (point == "/etc/resolv.conf" || point == "/etc/hosts" || point == "/etc/hostname"):
+		case fstype == "9p" && point == "/.lazaret/mailbox/requests" && strings.Contains(opts, "noexec"):
+			// The escalation request directory: the one writable control mount.
 		case fstype == "9p" && (point == "/.lazaret" || strings.HasPrefix(point, "/.lazaret/")) && strings.HasPrefix(opts, "ro"):
 		case fstype == "overlay" && point == "/":
 		case fstype == "9p" && anchored[point]: // State Anchors (§3.5), over the prepared lower only

@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -108,6 +109,7 @@ type coordinator struct {
 	self         pidfs.Identity // this coordinator's own pidfs identity
 	retained     []retained     // records recovery refused to act on
 	anchor       *trust.Anchor
+	esc          *escalations      // host escalation (escalation.go)
 	rsCred       *trust.Credential // the runtime supervisor's protocol credential
 	tlsConfig    *tls.Config
 	sandboxID    string
@@ -285,6 +287,9 @@ func (c *coordinator) init() error {
 	if err := c.writeSandboxCredentials(); err != nil {
 		return err
 	}
+	if c.esc, err = newEscalations(c); err != nil {
+		return err
+	}
 	// Publish before listening: a CLI that reaches the socket finds the
 	// publication that authenticates it.
 	if err := c.publish(); err != nil {
@@ -394,7 +399,8 @@ func copyExecutable(src, dst string) error {
 // that `git commit` works inside without touching the host's ~/.gitconfig.
 func (c *coordinator) guestEnv() []string {
 	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		// lazaret-escalate is found last, at its fixed path.
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + path.Dir(ocispec.InitPath),
 		"HOME=/root",
 		"USER=root",
 		"HOSTNAME=" + c.hostname,
@@ -845,6 +851,9 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		Volumes:       c.volumes(),
 		ControlFiles:  c.credentialMounts(),
 		EtcFiles:      c.net.etcFiles,
+
+		// Escalation Mailbox (escalation.go).
+		MailboxRequests: c.esc.hostReq, MailboxResults: c.esc.hostRes,
 	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}, Env: c.baseEnv, Cwd: "/"})
 	if err != nil {
 		return nil, err
@@ -961,6 +970,7 @@ func (c *coordinator) teardown() {
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
 	c.stopHelper()
+	c.esc.close() // every host process of the generation killed and reaped
 	if c.lifetimeW != nil {
 		c.lifetimeW.Close()
 	}
@@ -1014,7 +1024,7 @@ func (c *coordinator) volumes() []ocispec.Volume {
 }
 
 // CredentialsDir is the fixed credential path inside the sandbox.
-const CredentialsDir = ocispec.ControlDir + "/credentials"
+const CredentialsDir = ocispec.CredentialsDir
 
 // credentialDir holds the host sources of the sandbox credential mounts.
 func (c *coordinator) credentialDir() string { return filepath.Join(c.paths.RuntimeDir, "credentials") }

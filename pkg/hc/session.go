@@ -33,6 +33,7 @@ type session struct {
 	raw        net.Conn
 	mu         sync.Mutex
 	child      *proc.Child
+	tty        bool // interactive: escalation prompts go to its terminal
 }
 
 // kill stops the session's exec client (Domain teardown).
@@ -145,7 +146,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	joined := c.st == stateRunning
 	c.active++
 	c.everHad = true
-	s := &session{id: sessionID, capability: capability, c: c, conn: conn, raw: tconn}
+	s := &session{id: sessionID, capability: capability, c: c, conn: conn, raw: tconn, tty: req.Tty}
 	c.sessions[s.id] = s
 	c.sessionWG.Add(1)
 	c.mu.Unlock()
@@ -218,6 +219,7 @@ func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFra
 }
 
 func (c *coordinator) leave(s *session) {
+	defer c.esc.sessionGone(s.id) // after it left c.sessions
 	c.mu.Lock()
 	delete(c.sessions, s.id)
 	c.active--

@@ -75,6 +75,9 @@ type terminalRoute int
 const (
 	routeNone terminalRoute = iota
 	routeSandbox
+	// routePrompt: the session's terminal shows an escalation prompt
+	// (escalation_terminal.go); its PTY is not read and no input reaches it.
+	routePrompt
 )
 
 // clock is the time source of deadlines and grace periods (injected so the
@@ -491,6 +494,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 
 	var pendingIn []byte
 	closing := false
+	prompts := t.prompts(admitted)
 	childDone := t.child.Done()
 	pumpDone := (<-chan struct{})(pumped)
 	for {
@@ -504,7 +508,12 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		if closing && pumpDone == nil {
 			break
 		}
+		askC, askDone := prompts.channels(t.route, closing)
 		select {
+		case a := <-askC:
+			prompts.begin(t, a)
+		case <-askDone:
+			prompts.end(t)
 		case <-pumpDone:
 			pumpDone = nil
 			if !closing {
@@ -524,6 +533,9 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 				// performs the same physical release.
 				t.setRoute(routeNone)
 				return true
+			}
+			if prompts.answer(t, f) {
+				continue
 			}
 			if closing || !admitted || t.route != routeSandbox {
 				t.log.Debug("terminal event refused", "closing", closing, "admitted", admitted)

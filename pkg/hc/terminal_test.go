@@ -118,8 +118,10 @@ func TestPumpOutputGateAndBackpressure(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	slave.Write([]byte("tail"))
 	time.Sleep(100 * time.Millisecond)
-	if n := inQueue(t, master); n != 4 {
-		t.Fatalf("blocked client: %d bytes left in the PTY, want 4", n)
+	// The pump holds at most one read (the kernel may split the 3000 bytes
+	// across reads): at least the tail is still in the kernel PTY.
+	if n := inQueue(t, master); n < 4 {
+		t.Fatalf("blocked client: %d bytes left in the PTY, want at least the 4-byte tail (the pump kept reading)", n)
 	}
 	readAll(string(big) + "tail")
 }

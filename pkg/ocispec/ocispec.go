@@ -36,6 +36,18 @@ const WorkspaceDir = "/workspace"
 // InitPath is the guest init (the escalation client binary in its init role).
 const InitPath = ControlDir + "/bin/lazaret-escalate"
 
+// Escalation Mailbox mount points (spec §3.7): the request directory is
+// writable by the sandbox, the result directory read-only. Their host
+// sources are host-private, Domain- and generation-scoped directories of the
+// Host Coordinator.
+const (
+	MailboxDir         = ControlDir + "/mailbox"
+	MailboxRequestsDir = MailboxDir + "/requests"
+	MailboxResultsDir  = MailboxDir + "/results"
+	// CredentialsDir is the fixed credential path inside the sandbox.
+	CredentialsDir = ControlDir + "/credentials"
+)
+
 // InitArg selects the init role of the in-sandbox binary.
 const InitArg = "__lazaret-init"
 
@@ -89,6 +101,10 @@ type Sandbox struct {
 	// EtcFiles maps each of HostFiles to the generation's host file bound
 	// over it (read-write: edits last only for the generation).
 	EtcFiles map[string]string
+	// MailboxRequests and MailboxResults are the host sources of the
+	// Escalation Mailbox (MailboxRequestsDir read-write, MailboxResultsDir
+	// read-only); both empty when the sandbox has no mailbox.
+	MailboxRequests, MailboxResults string
 }
 
 // ControlFile is a read-only bind of one host file under ControlDir.
@@ -225,6 +241,14 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 			return nil, fmt.Errorf("ocispec: %q is not one of the generation's host files %v", t, HostFiles)
 		}
 	}
+	if s.MailboxRequests != "" || s.MailboxResults != "" {
+		if !path.IsAbs(s.MailboxRequests) || !path.IsAbs(s.MailboxResults) || s.MailboxRequests == s.MailboxResults {
+			return nil, fmt.Errorf("ocispec: mailbox sources %q and %q must be two distinct absolute paths", s.MailboxRequests, s.MailboxResults)
+		}
+		sp.Mounts = append(sp.Mounts,
+			specs.Mount{Destination: MailboxRequestsDir, Type: "bind", Source: s.MailboxRequests, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+			specs.Mount{Destination: MailboxResultsDir, Type: "bind", Source: s.MailboxResults, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	for _, v := range s.Volumes {
 		mode := "rw"
 		if v.ReadOnly {
@@ -275,6 +299,8 @@ func Check(sp *specs.Spec, s Sandbox) error {
 		}
 		switch {
 		case m.Destination == WorkspaceDir && m.Source == s.Workspace:
+		case m.Destination == MailboxRequestsDir && m.Source == s.MailboxRequests && s.MailboxRequests != "" && hasOpt(m.Options, "noexec"):
+			// The one writable Lazaret mount: request records only.
 		case (m.Destination == ControlDir || strings.HasPrefix(m.Destination, ControlDir+"/")) && hasOpt(m.Options, "ro"):
 		case isVolume(s.Volumes, m):
 		case isHostFile(m.Destination) && s.EtcFiles[m.Destination] == m.Source && !hasOpt(m.Options, "rbind"):

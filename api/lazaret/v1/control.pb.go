@@ -144,6 +144,7 @@ type ClientFrame struct {
 	//	*ClientFrame_Enroll
 	//	*ClientFrame_Status
 	//	*ClientFrame_Continue
+	//	*ClientFrame_EscalationDecision
 	Msg           isClientFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -285,6 +286,15 @@ func (x *ClientFrame) GetContinue() *Continue {
 	return nil
 }
 
+func (x *ClientFrame) GetEscalationDecision() *SignedDecision {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_EscalationDecision); ok {
+			return x.EscalationDecision
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Msg interface {
 	isClientFrame_Msg()
 }
@@ -337,6 +347,11 @@ type ClientFrame_Continue struct {
 	Continue *Continue `protobuf:"bytes,11,opt,name=continue,proto3,oneof"`
 }
 
+type ClientFrame_EscalationDecision struct {
+	// The developer's answer to an EscalationPrompt (escalation.proto).
+	EscalationDecision *SignedDecision `protobuf:"bytes,40,opt,name=escalation_decision,json=escalationDecision,proto3,oneof"`
+}
+
 func (*ClientFrame_Run) isClientFrame_Msg() {}
 
 func (*ClientFrame_Stdin) isClientFrame_Msg() {}
@@ -358,6 +373,8 @@ func (*ClientFrame_Enroll) isClientFrame_Msg() {}
 func (*ClientFrame_Status) isClientFrame_Msg() {}
 
 func (*ClientFrame_Continue) isClientFrame_Msg() {}
+
+func (*ClientFrame_EscalationDecision) isClientFrame_Msg() {}
 
 // EnrollRequest asks for a one-hour clientAuth certificate: a signed x509
 // certificate request (DER, at most 8,192 bytes) for an Ed25519 key the CLI
@@ -1106,6 +1123,8 @@ type ServerFrame struct {
 	//	*ServerFrame_Progress
 	//	*ServerFrame_Enrollment
 	//	*ServerFrame_Status
+	//	*ServerFrame_EscalationPrompt
+	//	*ServerFrame_EscalationPromptEnd
 	Msg           isServerFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1211,6 +1230,24 @@ func (x *ServerFrame) GetStatus() *Status {
 	return nil
 }
 
+func (x *ServerFrame) GetEscalationPrompt() *EscalationPrompt {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerFrame_EscalationPrompt); ok {
+			return x.EscalationPrompt
+		}
+	}
+	return nil
+}
+
+func (x *ServerFrame) GetEscalationPromptEnd() *EscalationPromptEnd {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerFrame_EscalationPromptEnd); ok {
+			return x.EscalationPromptEnd
+		}
+	}
+	return nil
+}
+
 type isServerFrame_Msg interface {
 	isServerFrame_Msg()
 }
@@ -1243,6 +1280,16 @@ type ServerFrame_Status struct {
 	Status *Status `protobuf:"bytes,7,opt,name=status,proto3,oneof"`
 }
 
+type ServerFrame_EscalationPrompt struct {
+	// Host escalation prompt at the requesting session's terminal
+	// (escalation.proto); the prompt's end without an answer.
+	EscalationPrompt *EscalationPrompt `protobuf:"bytes,40,opt,name=escalation_prompt,json=escalationPrompt,proto3,oneof"`
+}
+
+type ServerFrame_EscalationPromptEnd struct {
+	EscalationPromptEnd *EscalationPromptEnd `protobuf:"bytes,41,opt,name=escalation_prompt_end,json=escalationPromptEnd,proto3,oneof"`
+}
+
 func (*ServerFrame_Accepted) isServerFrame_Msg() {}
 
 func (*ServerFrame_Output) isServerFrame_Msg() {}
@@ -1256,6 +1303,10 @@ func (*ServerFrame_Progress) isServerFrame_Msg() {}
 func (*ServerFrame_Enrollment) isServerFrame_Msg() {}
 
 func (*ServerFrame_Status) isServerFrame_Msg() {}
+
+func (*ServerFrame_EscalationPrompt) isServerFrame_Msg() {}
+
+func (*ServerFrame_EscalationPromptEnd) isServerFrame_Msg() {}
 
 // Accepted confirms the session is registered in the published generation.
 type Accepted struct {
@@ -1552,7 +1603,7 @@ var File_lazaret_v1_control_proto protoreflect.FileDescriptor
 const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazaret/v1/control.proto\x12\n" +
-	"lazaret.v1\"\xbb\x04\n" +
+	"lazaret.v1\x1a\x1blazaret/v1/escalation.proto\"\x8a\x05\n" +
 	"\vClientFrame\x12*\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.lazaret.v1.RunRequestH\x00R\x03run\x12-\n" +
 	"\x05stdin\x18\x02 \x01(\v2\x15.lazaret.v1.StdinDataH\x00R\x05stdin\x129\n" +
@@ -1566,7 +1617,8 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x06enroll\x18\t \x01(\v2\x19.lazaret.v1.EnrollRequestH\x00R\x06enroll\x123\n" +
 	"\x06status\x18\n" +
 	" \x01(\v2\x19.lazaret.v1.StatusRequestH\x00R\x06status\x122\n" +
-	"\bcontinue\x18\v \x01(\v2\x14.lazaret.v1.ContinueH\x00R\bcontinueB\x05\n" +
+	"\bcontinue\x18\v \x01(\v2\x14.lazaret.v1.ContinueH\x00R\bcontinue\x12M\n" +
+	"\x13escalation_decision\x18( \x01(\v2\x1a.lazaret.v1.SignedDecisionH\x00R\x12escalationDecisionB\x05\n" +
 	"\x03msg\"(\n" +
 	"\rEnrollRequest\x12\x17\n" +
 	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\"Y\n" +
@@ -1615,7 +1667,7 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"StdinClose\"'\n" +
 	"\rSignalRequest\x12\x16\n" +
-	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\xe5\x02\n" +
+	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\x89\x04\n" +
 	"\vServerFrame\x122\n" +
 	"\baccepted\x18\x01 \x01(\v2\x14.lazaret.v1.AcceptedH\x00R\baccepted\x12,\n" +
 	"\x06output\x18\x02 \x01(\v2\x12.lazaret.v1.OutputH\x00R\x06output\x12&\n" +
@@ -1625,7 +1677,9 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"enrollment\x18\x06 \x01(\v2\x16.lazaret.v1.EnrollmentH\x00R\n" +
 	"enrollment\x12,\n" +
-	"\x06status\x18\a \x01(\v2\x12.lazaret.v1.StatusH\x00R\x06statusB\x05\n" +
+	"\x06status\x18\a \x01(\v2\x12.lazaret.v1.StatusH\x00R\x06status\x12K\n" +
+	"\x11escalation_prompt\x18( \x01(\v2\x1c.lazaret.v1.EscalationPromptH\x00R\x10escalationPrompt\x12U\n" +
+	"\x15escalation_prompt_end\x18) \x01(\v2\x1f.lazaret.v1.EscalationPromptEndH\x00R\x13escalationPromptEndB\x05\n" +
 	"\x03msg\"\x90\x01\n" +
 	"\bAccepted\x12\x1d\n" +
 	"\n" +
@@ -1671,30 +1725,33 @@ func file_lazaret_v1_control_proto_rawDescGZIP() []byte {
 var file_lazaret_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_lazaret_v1_control_proto_goTypes = []any{
-	(ProtocolVersion)(0),  // 0: lazaret.v1.ProtocolVersion
-	(Stream)(0),           // 1: lazaret.v1.Stream
-	(*ClientFrame)(nil),   // 2: lazaret.v1.ClientFrame
-	(*EnrollRequest)(nil), // 3: lazaret.v1.EnrollRequest
-	(*Enrollment)(nil),    // 4: lazaret.v1.Enrollment
-	(*StatusRequest)(nil), // 5: lazaret.v1.StatusRequest
-	(*Status)(nil),        // 6: lazaret.v1.Status
-	(*RunRequest)(nil),    // 7: lazaret.v1.RunRequest
-	(*WindowSize)(nil),    // 8: lazaret.v1.WindowSize
-	(*Resize)(nil),        // 9: lazaret.v1.Resize
-	(*Interrupt)(nil),     // 10: lazaret.v1.Interrupt
-	(*Quit)(nil),          // 11: lazaret.v1.Quit
-	(*Suspend)(nil),       // 12: lazaret.v1.Suspend
-	(*Continue)(nil),      // 13: lazaret.v1.Continue
-	(*StdinData)(nil),     // 14: lazaret.v1.StdinData
-	(*StdinClose)(nil),    // 15: lazaret.v1.StdinClose
-	(*SignalRequest)(nil), // 16: lazaret.v1.SignalRequest
-	(*ServerFrame)(nil),   // 17: lazaret.v1.ServerFrame
-	(*Accepted)(nil),      // 18: lazaret.v1.Accepted
-	(*Output)(nil),        // 19: lazaret.v1.Output
-	(*Exit)(nil),          // 20: lazaret.v1.Exit
-	(*Error)(nil),         // 21: lazaret.v1.Error
-	(*Progress)(nil),      // 22: lazaret.v1.Progress
-	nil,                   // 23: lazaret.v1.RunRequest.EnvEntry
+	(ProtocolVersion)(0),        // 0: lazaret.v1.ProtocolVersion
+	(Stream)(0),                 // 1: lazaret.v1.Stream
+	(*ClientFrame)(nil),         // 2: lazaret.v1.ClientFrame
+	(*EnrollRequest)(nil),       // 3: lazaret.v1.EnrollRequest
+	(*Enrollment)(nil),          // 4: lazaret.v1.Enrollment
+	(*StatusRequest)(nil),       // 5: lazaret.v1.StatusRequest
+	(*Status)(nil),              // 6: lazaret.v1.Status
+	(*RunRequest)(nil),          // 7: lazaret.v1.RunRequest
+	(*WindowSize)(nil),          // 8: lazaret.v1.WindowSize
+	(*Resize)(nil),              // 9: lazaret.v1.Resize
+	(*Interrupt)(nil),           // 10: lazaret.v1.Interrupt
+	(*Quit)(nil),                // 11: lazaret.v1.Quit
+	(*Suspend)(nil),             // 12: lazaret.v1.Suspend
+	(*Continue)(nil),            // 13: lazaret.v1.Continue
+	(*StdinData)(nil),           // 14: lazaret.v1.StdinData
+	(*StdinClose)(nil),          // 15: lazaret.v1.StdinClose
+	(*SignalRequest)(nil),       // 16: lazaret.v1.SignalRequest
+	(*ServerFrame)(nil),         // 17: lazaret.v1.ServerFrame
+	(*Accepted)(nil),            // 18: lazaret.v1.Accepted
+	(*Output)(nil),              // 19: lazaret.v1.Output
+	(*Exit)(nil),                // 20: lazaret.v1.Exit
+	(*Error)(nil),               // 21: lazaret.v1.Error
+	(*Progress)(nil),            // 22: lazaret.v1.Progress
+	nil,                         // 23: lazaret.v1.RunRequest.EnvEntry
+	(*SignedDecision)(nil),      // 24: lazaret.v1.SignedDecision
+	(*EscalationPrompt)(nil),    // 25: lazaret.v1.EscalationPrompt
+	(*EscalationPromptEnd)(nil), // 26: lazaret.v1.EscalationPromptEnd
 }
 var file_lazaret_v1_control_proto_depIdxs = []int32{
 	7,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
@@ -1708,24 +1765,27 @@ var file_lazaret_v1_control_proto_depIdxs = []int32{
 	3,  // 8: lazaret.v1.ClientFrame.enroll:type_name -> lazaret.v1.EnrollRequest
 	5,  // 9: lazaret.v1.ClientFrame.status:type_name -> lazaret.v1.StatusRequest
 	13, // 10: lazaret.v1.ClientFrame.continue:type_name -> lazaret.v1.Continue
-	0,  // 11: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	0,  // 12: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	23, // 13: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
-	8,  // 14: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
-	8,  // 15: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
-	18, // 16: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
-	19, // 17: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
-	20, // 18: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
-	21, // 19: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
-	22, // 20: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
-	4,  // 21: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
-	6,  // 22: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
-	1,  // 23: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	24, // 11: lazaret.v1.ClientFrame.escalation_decision:type_name -> lazaret.v1.SignedDecision
+	0,  // 12: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	0,  // 13: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	23, // 14: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
+	8,  // 15: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
+	8,  // 16: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
+	18, // 17: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
+	19, // 18: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
+	20, // 19: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
+	21, // 20: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
+	22, // 21: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
+	4,  // 22: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
+	6,  // 23: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
+	25, // 24: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
+	26, // 25: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
+	1,  // 26: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_control_proto_init() }
@@ -1733,6 +1793,7 @@ func file_lazaret_v1_control_proto_init() {
 	if File_lazaret_v1_control_proto != nil {
 		return
 	}
+	file_lazaret_v1_escalation_proto_init()
 	file_lazaret_v1_control_proto_msgTypes[0].OneofWrappers = []any{
 		(*ClientFrame_Run)(nil),
 		(*ClientFrame_Stdin)(nil),
@@ -1745,6 +1806,7 @@ func file_lazaret_v1_control_proto_init() {
 		(*ClientFrame_Enroll)(nil),
 		(*ClientFrame_Status)(nil),
 		(*ClientFrame_Continue)(nil),
+		(*ClientFrame_EscalationDecision)(nil),
 	}
 	file_lazaret_v1_control_proto_msgTypes[15].OneofWrappers = []any{
 		(*ServerFrame_Accepted)(nil),
@@ -1754,6 +1816,8 @@ func file_lazaret_v1_control_proto_init() {
 		(*ServerFrame_Progress)(nil),
 		(*ServerFrame_Enrollment)(nil),
 		(*ServerFrame_Status)(nil),
+		(*ServerFrame_EscalationPrompt)(nil),
+		(*ServerFrame_EscalationPromptEnd)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

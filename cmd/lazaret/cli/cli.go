@@ -31,7 +31,7 @@ func Main(args []string) int {
    lazaret run -- git status           run one command in this project's sandbox
    echo hi | lazaret run -- cat        stdin, stdout and stderr are relayed
    lazaret image build debian          build the default image (done by make run)`,
-		Commands:        []*cli.Command{runCommand, statusCommand, stateCommand, gcCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand},
+		Commands:        []*cli.Command{runCommand, statusCommand, auditCommand, stateCommand, gcCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {},
 	}

@@ -171,7 +171,9 @@ func runAction(c *cli.Context) error {
 		conn := auth.conn
 		run := session
 		if req.Tty {
-			run = terminalSession
+			run = func(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (int, bool, error) {
+				return terminalSession(conn, req, sigs, anchor)
+			}
 		}
 		code, retry, err := run(conn, req, sigs)
 		if retry && attempt < maxAttempts {

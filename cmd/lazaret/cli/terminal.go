@@ -32,6 +32,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // defaultShell is the command of `lazaret run` with no command on a
@@ -111,6 +112,7 @@ type ttyClient struct {
 	raw     bool
 	self    *pidfs.Handle
 	escapes chan escapeAction
+	prompts *escalationPrompts // host escalation prompts (prompt.go)
 }
 
 func (c *ttyClient) enterRaw() error {
@@ -164,6 +166,12 @@ func (c *ttyClient) relayInput() {
 	for {
 		n, err := os.Stdin.Read(buf)
 		in := buf[:n]
+		if pin := c.prompts.input(); pin != nil && n > 0 {
+			// An escalation prompt owns the terminal: nothing reaches the
+			// sandbox.
+			pin <- append([]byte(nil), in...)
+			in = nil
+		}
 		for len(in) > 0 {
 			out, act, rest := esc.feed(in)
 			if len(out) > 0 {
@@ -186,13 +194,14 @@ func (c *ttyClient) relayInput() {
 
 // terminalSession runs one interactive Client Session on conn; like
 // session, retry reports a Domain that was stopping.
-func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code int, retry bool, err error) {
+func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, anchor *trust.SessionAnchor) (code int, retry bool, err error) {
 	defer conn.Close()
 	cons, err := console.ConsoleFromFile(os.Stdin)
 	if err != nil {
 		return 0, false, errdefs.Mark(fmt.Errorf("stdin terminal: %w", err), errdefs.ErrInvalid)
 	}
 	c := &ttyClient{fc: control.NewConn(conn), cons: cons, escapes: make(chan escapeAction, 1)}
+	c.prompts = &escalationPrompts{c: c, anchor: anchor}
 	// Restored on every return (normal exit, error, signal, lost
 	// coordinator) and on a panic unwinding through here.
 	defer c.restore()
@@ -274,6 +283,10 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) 
 				// The size may have changed while the Domain started.
 				c.sendSize()
 				go c.relayInput()
+			case f.GetEscalationPrompt() != nil:
+				c.prompts.show(f.GetEscalationPrompt())
+			case f.GetEscalationPromptEnd() != nil:
+				c.prompts.ended(f.GetEscalationPromptEnd())
 			case f.GetExit() != nil:
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:

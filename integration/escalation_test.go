@@ -1,0 +1,282 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// escalationConfig writes a configuration whose profile "esc" (busybox)
+// auto-approves exactly `true`, `echo …`, `head -c …` and `sleep …`.
+func escalationConfig(t *testing.T) string {
+	e := need(t)
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	body := "[profiles.esc]\nimage = \"busybox\"\nauto_approve = [[\"true\"], [\"echo\"], [\"head\", \"-c\"], [\"sleep\"], [\"pwd\"]]\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(cfg, e.uid, e.gid)
+	return cfg
+}
+
+// TestEscalationNonInteractive (§3.7): from a session without a terminal an
+// auto-approved command runs on the host with its output and status inside;
+// a command no rule approves is denied at once (no terminal to ask);
+// `sh -c` never matches a rule; the audit log records each.
+func TestEscalationNonInteractive(t *testing.T) {
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	run := func(args ...string) result {
+		return lz(t, ws, nil, append([]string{"run", "--config", cfg, "-p", "esc", "--"}, args...)...)
+	}
+	// Auto-approved: output and exit status inside.
+	r := run("sh", "-c", "mkdir -p sub && cd sub && lazaret-escalate --why 'a test' -- echo hello 'two words'; echo rc=$?; lazaret-escalate -- pwd; lazaret-escalate -- true; echo rc2=$?")
+	if r.code != 0 || !strings.Contains(r.stdout, "hello two words\nrc=0\n") || !strings.Contains(r.stdout, filepath.Join(ws, "sub")+"\n") || !strings.Contains(r.stdout, "rc2=0") {
+		t.Errorf("auto-approved escalation: %+v", r)
+	}
+	// No rule, no terminal: denied (77) at once.
+	start := time.Now()
+	r = run("sh", "-c", "lazaret-escalate -- id; echo rc=$?")
+	if !strings.Contains(r.stdout, "rc=77") || !strings.Contains(r.stderr, "no terminal") {
+		t.Errorf("unapproved escalation without a terminal: %+v", r)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("denial took %s", d)
+	}
+	// A shell never matches a rule, even a rule that names its argument.
+	r = run("sh", "-c", "lazaret-escalate -- sh -c 'echo pwned > pwned'; echo rc=$?")
+	if !strings.Contains(r.stdout, "rc=77") {
+		t.Errorf("sh -c: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "pwned")); err == nil {
+		t.Errorf("sh -c ran on the host")
+	}
+	// Outside the workspace: usage error, nothing sent.
+	r = run("sh", "-c", "cd / && lazaret-escalate -- true; echo rc=$?")
+	if !strings.Contains(r.stdout, "rc=64") {
+		t.Errorf("outside the workspace: %+v", r)
+	}
+	// Audit.
+	a := lz(t, ws, nil, "audit", "--json")
+	for _, want := range []string{`"decided_by":"auto-rule"`, `"decided_by":"no-terminal"`, `"outcome":"completed"`, `"outcome":"denied"`, `"event":"execute"`} {
+		if !strings.Contains(a.stdout, want) {
+			t.Errorf("audit lacks %s:\n%s", want, a.stdout)
+		}
+	}
+	noLeftovers(t)
+}
+
+// TestEscalationStreams100MB (§3.7): 100 MB of host output streams
+// byte-exact into the sandbox through ≤ 8 unacknowledged 48 KiB chunks.
+func TestEscalationStreams100MB(t *testing.T) {
+	e := need(t)
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	const n = 100 << 20
+	big := make([]byte, n)
+	for i := range big {
+		big[i] = byte(i*7 + i>>13)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "big"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(filepath.Join(ws, "big"), e.uid, e.gid)
+	sum := sha256.Sum256(big)
+	start := time.Now()
+	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "esc", "--", "sh", "-c", "lazaret-escalate -- head -c 104857600 big | sha256sum; echo rc=$?")
+	t.Logf("100 MB through the mailbox in %s", time.Since(start).Round(time.Millisecond))
+	if r.code != 0 || !strings.Contains(r.stdout, "rc=0") || !strings.Contains(r.stdout, hex.EncodeToString(sum[:])) {
+		t.Errorf("stream: sha256 inside %q, want %x (stderr %q)", r.stdout, sum, r.stderr)
+	}
+	noLeftovers(t)
+}
+
+// userProcs lists (pid, cmdline) of the test user's processes whose
+// command line contains sub.
+func userProcs(uid int, sub string) map[int]string {
+	out := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.Stat("/proc/" + d.Name())
+		if err != nil {
+			continue
+		}
+		if int(st.Sys().(*syscall.Stat_t).Uid) != uid {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		cl := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
+		if strings.Contains(cl, sub) {
+			out[pid] = cl
+		}
+	}
+	return out
+}
+
+// rssKiB reads a process's VmRSS.
+func rssKiB(pid int) int {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			n, _ := strconv.Atoi(strings.Fields(l)[1])
+			return n
+		}
+	}
+	return 0
+}
+
+// TestEscalationTerminal (§3.7, DX-4) in real terminals: a request is shown
+// only at the requesting session's terminal (the other session's screen is
+// untouched) with profile, session, quoted argv, cwd and justification;
+// approve runs it and its output and status arrive inside; deny returns 77;
+// edit-and-approve runs the edited argv; Ctrl-C inside cancels and the host
+// process is killed and reaped.
+func TestEscalationTerminal(t *testing.T) {
+	e := need(t)
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	m := newTmux(t, ws, 120, 40)
+	m.newSession("other", ws, 120, 40)
+	m.startLazaret("main", "a", "--config "+cfg+" -p esc")
+	m.waitFor("main", "/workspace #", 3*time.Minute)
+	m.startLazaret("other", "b", "--config "+cfg+" -p esc")
+	m.waitFor("other", "/workspace #", 3*time.Minute)
+	m.line("other", "echo other-$((20+1))")
+	m.waitLine("other", "other-21", 10*time.Second)
+	otherBefore := m.capture("other")
+
+	// Approve.
+	m.line("main", "lazaret-escalate --why 'needs the host uid' -- id -u; echo rc=$?")
+	pane := m.waitFor("main", "Run on the host?", 30*time.Second)
+	for _, want := range []string{"profile: esc", "command: 'id' '-u'", "cwd:     /workspace", "why:     needs the host uid", "session: "} {
+		if !strings.Contains(pane, want) {
+			t.Errorf("prompt lacks %q:\n%s", want, pane)
+		}
+	}
+	if got := m.capture("other"); got != otherBefore || strings.Contains(got, "escalation") {
+		t.Errorf("the other session's screen changed during the prompt:\n%s", got)
+	}
+	m.line("main", "y")
+	m.waitLine("main", strconv.Itoa(e.uid), 30*time.Second)
+	m.waitLine("main", "rc=0", 10*time.Second)
+
+	// Deny.
+	m.keys("main", "C-l")
+	m.line("main", "lazaret-escalate -- id -u; echo rc=$?")
+	m.waitFor("main", "Run on the host?", 30*time.Second)
+	m.line("main", "n")
+	m.waitLine("main", "rc=77", 30*time.Second)
+
+	// Edit and approve: the edited argv runs.
+	m.keys("main", "C-l")
+	m.line("main", "lazaret-escalate -- id -u; echo rc=$?")
+	m.waitFor("main", "Run on the host?", 30*time.Second)
+	m.line("main", "e")
+	m.waitFor("main", "command> id -u", 10*time.Second)
+	m.keys("main", "C-u")
+	m.line("main", "echo 'edited ok'")
+	m.waitLine("main", "edited ok", 30*time.Second)
+	m.waitLine("main", "rc=0", 10*time.Second)
+
+	// Ctrl-C cancels an (auto-approved) running host command: killed.
+	m.keys("main", "C-l")
+	m.line("main", "lazaret-escalate -- sleep 7777; echo rc=$?")
+	deadline := time.Now().Add(30 * time.Second)
+	for len(userProcs(e.uid, "sleep 7777")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(userProcs(e.uid, "sleep 7777")) == 0 {
+		t.Fatalf("the host command never started:\n%s", m.capture("main"))
+	}
+	m.keys("main", "C-c")
+	m.waitLine("main", "rc=130", 30*time.Second)
+	if p := userProcs(e.uid, "sleep 7777"); len(p) != 0 {
+		t.Errorf("host process survived cancellation: %v", p)
+	}
+	if got := m.capture("other"); got != otherBefore {
+		t.Errorf("the other session's screen changed:\n%s", got)
+	}
+	m.line("other", "exit 3")
+	m.waitLine("other", "RC-b=3", 30*time.Second)
+	m.line("main", "exit 4")
+	m.waitLine("main", "RC-a=4", 30*time.Second)
+	m.sttySame("a.before", "a.after")
+	// The session's command itself escalates at once (before its terminal
+	// loop may run): still asked at its terminal, not denied.
+	m.keys("main", "C-l")
+	m.startLazaret("main", "c", "--config "+cfg+" -p esc -- lazaret-escalate -- id -u")
+	m.waitFor("main", "Run on the host?", 3*time.Minute)
+	m.line("main", "y")
+	m.waitLine("main", strconv.Itoa(e.uid), 30*time.Second)
+	m.waitLine("main", "RC-c=0", 30*time.Second)
+	m.sttySame("c.before", "c.after")
+	m.kill()
+	noLeftovers(t)
+}
+
+// TestEscalationHCMemoryBounded: streaming 100 MB grows the Host
+// Coordinator's RSS by less than 64 MiB (at most eight 48 KiB chunks wait
+// for acknowledgement; the host pipes are not read beyond that).
+func TestEscalationHCMemoryBounded(t *testing.T) {
+	e := need(t)
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	hold := e.cmd(ws, nil, "run", "--config", cfg, "-p", "esc", "--", "sh", "-c", "echo up; sleep 300")
+	stdout, _ := hold.StdoutPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer release(hold)
+	buf := make([]byte, 3)
+	if _, err := stdout.Read(buf); err != nil {
+		t.Fatalf("holding session did not start: %v", err)
+	}
+	var hc int
+	for pid, cl := range userProcs(e.uid, "lazaret-hc") {
+		if strings.HasPrefix(filepath.Base(strings.Fields(cl)[0]), "lazaret-hc") {
+			hc = pid
+		}
+	}
+	if hc == 0 {
+		t.Fatal("no lazaret-hc process of the test user")
+	}
+	base := rssKiB(hc)
+	peak := base
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				if r := rssKiB(hc); r > peak {
+					peak = r
+				}
+			}
+		}
+	}()
+	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "esc", "--", "sh", "-c", "lazaret-escalate -- head -c 104857600 /dev/zero | wc -c")
+	close(stop)
+	<-sampled
+	t.Logf("HC RSS %d KiB before, peak %d KiB while streaming 100 MB", base, peak)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "104857600" {
+		t.Errorf("stream: %+v", r)
+	}
+	if peak-base >= 64<<10 {
+		t.Errorf("HC RSS grew by %d KiB (≥ 64 MiB)", peak-base)
+	}
+	release(hold)
+	noLeftovers(t)
+}
