@@ -106,10 +106,14 @@ func TestDoctorEachFailureNamesItsFix(t *testing.T) {
 	}{
 		{"root", "not root", "normal user", func(f *doctorFixture) { f.host.Euid = 0 }},
 		{"old kernel", "kernel", "upgrade the kernel", func(f *doctorFixture) {
-			f.host.Uname = func() (hostcheck.Uname, error) { return hostcheck.Uname{Release: "6.8.0", Version: "#1", Machine: "x86_64"}, nil }
+			f.host.Uname = func() (hostcheck.Uname, error) {
+				return hostcheck.Uname{Release: "6.8.0", Version: "#1", Machine: "x86_64"}, nil
+			}
 		}},
 		{"arm", "kernel", "only x86-64", func(f *doctorFixture) {
-			f.host.Uname = func() (hostcheck.Uname, error) { return hostcheck.Uname{Release: "6.12.0", Version: "#1", Machine: "aarch64"}, nil }
+			f.host.Uname = func() (hostcheck.Uname, error) {
+				return hostcheck.Uname{Release: "6.12.0", Version: "#1", Machine: "aarch64"}, nil
+			}
 		}},
 		{"unqualified build", "kernel", "make qualify-kernel", func(f *doctorFixture) {
 			u, _ := f.host.Uname()
