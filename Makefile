@@ -5,7 +5,7 @@ GO ?= go
 SHELL := /bin/bash
 TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/lazaret/lazaret/cmd/lazaret/cli.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/lazaret/lazaret/pkg/release.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)'
 RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 DEPS_DIR ?= /var/cache/lazaret

@@ -152,12 +152,16 @@ func doctorChecks(h hostcheck.Host, p hostcheck.Probes, find func(string) (strin
 		add("domains", err, fmt.Sprintf("%d Domain(s), none needs recovery", n))
 	}
 	if data, err := imagesDir(); err == nil {
-		for _, img := range []string{"debian", "busybox"} {
-			if _, err := h.Stat(data + "/" + img + "/index.json"); err != nil {
-				add("image "+img, errdefs.New(errdefs.ErrUnsupportedHost, "image %q not built: run `lazaret image build %s`", img, img), "")
-			} else {
-				add("image "+img, nil, data+"/"+img)
-			}
+		if _, err := h.Stat(data + "/debian/index.json"); err != nil {
+			add("image debian", errdefs.New(errdefs.ErrUnsupportedHost, "image \"debian\" (the default profile's) not built: run `lazaret image build debian`"), "")
+		} else {
+			add("image debian", nil, data+"/debian")
+		}
+		// busybox serves only the built-in tiny profile: informational.
+		if _, err := h.Stat(data + "/busybox/index.json"); err != nil {
+			add("image busybox", nil, "not built; only the tiny profile uses it (`lazaret image build busybox`)")
+		} else {
+			add("image busybox", nil, data+"/busybox")
 		}
 	}
 	return out
