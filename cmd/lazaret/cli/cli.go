@@ -30,10 +30,13 @@ func Main(args []string) int {
 		Description: `Examples:
    lazaret run -- git status           run one command in this project's sandbox
    echo hi | lazaret run -- cat        stdin, stdout and stderr are relayed
-   lazaret image build debian          build the default image (done by make run)`,
-		Commands:        []*cli.Command{runCommand, statusCommand, stateCommand, gcCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand},
-		HideHelpCommand: true,
-		ExitErrHandler:  func(*cli.Context, error) {},
+   lazaret image build debian          build the default image (done by make run)
+   lazaret doctor                      check this machine, with the fix for each problem
+   eval "$(lazaret alias claude)"      make "claude" run in the claude profile's sandbox`,
+		Commands:             []*cli.Command{runCommand, statusCommand, stateCommand, gcCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand},
+		EnableBashCompletion: true,
+		HideHelpCommand:      true,
+		ExitErrHandler:       func(*cli.Context, error) {},
 	}
 	err := app.Run(args)
 	if err == nil {
