@@ -30,7 +30,7 @@ DATADIR = $(PREFIX)/share
 DIST_DIR ?= dist
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build build-failpoints install dist test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel
+.PHONY: all build build-failpoints install install-files dist test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel
 
 all: build
 
@@ -40,15 +40,20 @@ build:
 	@if [ -x $(RUNSC) ]; then ln -sfn $(RUNSC) bin/runsc; fi
 
 install: build
+	@$(MAKE) --no-print-directory install-files
+
+# install-files installs binaries already built in $(BIN) (packagers, tests).
+BIN ?= bin
+install-files:
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(DATADIR)/man/man1 \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
-	install -m 0755 bin/lazaret $(DESTDIR)$(BINDIR)/lazaret
-	for b in lazaret-hc lazaret-rs lazaret-escalate; do install -m 0755 bin/$$b $(DESTDIR)$(LIBEXECDIR)/$$b || exit 1; done
+	install -m 0755 $(BIN)/lazaret $(DESTDIR)$(BINDIR)/lazaret
+	for b in lazaret-hc lazaret-rs lazaret-escalate; do install -m 0755 $(BIN)/$$b $(DESTDIR)$(LIBEXECDIR)/$$b || exit 1; done
 	if [ "$(INSTALL_RUNSC)" = 1 ] && [ -x $(RUNSC) ]; then install -m 0755 $(RUNSC) $(DESTDIR)$(LIBEXECDIR)/runsc; fi
-	bin/lazaret man > $(DESTDIR)$(DATADIR)/man/man1/lazaret.1
-	bin/lazaret completion bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret
-	bin/lazaret completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret
-	bin/lazaret completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
+	$(BIN)/lazaret man > $(DESTDIR)$(DATADIR)/man/man1/lazaret.1
+	$(BIN)/lazaret completion bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret
+	$(BIN)/lazaret completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret
+	$(BIN)/lazaret completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
 	chmod 0644 $(DESTDIR)$(DATADIR)/man/man1/lazaret.1 $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
 
@@ -57,7 +62,7 @@ install: build
 # completions) and SHA256SUMS. runsc is not bundled: it is gVisor's.
 dist: build
 	rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)
-	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST_DIR))/stage PREFIX= INSTALL_RUNSC=0
+	$(MAKE) --no-print-directory install-files DESTDIR=$(abspath $(DIST_DIR))/stage PREFIX= INSTALL_RUNSC=0
 	@set -e; tarit() { name=$$1; shift; tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
 		-C $(DIST_DIR)/stage -cf - "$$@" | gzip -n -9 > $(DIST_DIR)/$$name-$(VERSION)-linux-amd64.tar.gz; }; \
 	tarit lazaret bin/lazaret share; \
