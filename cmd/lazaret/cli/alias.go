@@ -64,7 +64,15 @@ Examples:
 			}
 			aliases = append(aliases, a)
 		}
-		return writeAliases(c.App.Writer, shell, lazaretInvocation(), aliases)
+		run := lazaretInvocation() + " run"
+		if p := c.String("config"); p != "" {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				return err
+			}
+			run += " --config " + shellQuote(abs)
+		}
+		return writeAliases(c.App.Writer, shell, run, aliases)
 	},
 }
 
@@ -127,18 +135,19 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// writeAliases prints one function per alias for shell.
-func writeAliases(w io.Writer, shell, lazaret string, as []profileAlias) error {
+// writeAliases prints one function per alias for shell; run is the
+// lazaret run invocation ("command lazaret run [--config F]").
+func writeAliases(w io.Writer, shell, run string, as []profileAlias) error {
 	switch shell {
 	case "bash", "zsh":
 		fmt.Fprintf(w, "# Lazaret profile functions (%s): eval \"$(lazaret alias ...)\"\n", shell)
 		for _, a := range as {
-			fmt.Fprintf(w, "%s() { %s run --profile %s -- %s \"$@\"; }\n", a.Profile, lazaret, a.Profile, a.Command)
+			fmt.Fprintf(w, "%s() { %s --profile %s -- %s \"$@\"; }\n", a.Profile, run, a.Profile, a.Command)
 		}
 	case "fish":
 		fmt.Fprintln(w, "# Lazaret profile functions (fish): lazaret alias --shell fish ... | source")
 		for _, a := range as {
-			fmt.Fprintf(w, "function %s --description 'run %s in the Lazaret profile %s'\n    %s run --profile %s -- %s $argv\nend\n", a.Profile, a.Command, a.Profile, lazaret, a.Profile, a.Command)
+			fmt.Fprintf(w, "function %s --description 'run %s in the Lazaret profile %s'\n    %s --profile %s -- %s $argv\nend\n", a.Profile, a.Command, a.Profile, run, a.Profile, a.Command)
 		}
 	default:
 		return errdefs.New(errdefs.ErrInvalid, "unknown shell %q: use --shell bash, zsh or fish", shell)

@@ -22,6 +22,11 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
+// appCommands are lazaret's verbs.
+func appCommands() []*cli.Command {
+	return []*cli.Command{runCommand, statusCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand}
+}
+
 // Main runs the CLI and returns the process exit status.
 func Main(args []string) int {
 	app := &cli.App{
