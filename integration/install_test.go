@@ -51,6 +51,9 @@ func TestInstall(t *testing.T) {
 	os.Chown(filepath.Join(cfgDir, "config.toml"), e.uid, e.gid)
 	run := func(dir string, name string, args ...string) result {
 		t.Helper()
+		if name == "lazaret" {
+			name = filepath.Join(prefix, "bin/lazaret") // exec.Command looks up names in the harness's PATH
+		}
 		c := exec.Command(name, args...)
 		c.Dir = dir
 		c.Env = []string{
@@ -60,7 +63,9 @@ func TestInstall(t *testing.T) {
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setpgid: true}
 		var out, errb bytes.Buffer
 		c.Stdout, c.Stderr = &out, &errb
-		c.Run()
+		if err := c.Run(); c.ProcessState == nil {
+			t.Fatalf("%s %v: %v", name, args, err)
+		}
 		return result{out.String(), errb.String(), c.ProcessState.ExitCode()}
 	}
 
@@ -100,13 +105,17 @@ func TestInstall(t *testing.T) {
 		t.Errorf("bash completion of `lazaret do`: %q (stderr %s)", r.stdout, r.stderr)
 	}
 
-	// The alias runs in the current directory: start from a subdirectory.
+	// The alias runs in the current directory (outside a Git repository the
+	// directory itself is the workspace): its file appears there.
 	sub := filepath.Join(ws, "pkg")
 	os.Mkdir(sub, 0o755)
 	os.Chown(sub, e.uid, e.gid)
-	r = run(sub, "bash", "--norc", "--noprofile", "-c", `eval "$(lazaret alias --shell bash agent=sh)" && type agent >/dev/null && agent -c 'echo alias-run "$PWD" "$1"' x "two words"`)
-	if r.code != 0 || !strings.Contains(r.stdout, "alias-run /workspace/pkg two words") {
+	r = run(sub, "bash", "--norc", "--noprofile", "-c", `eval "$(lazaret alias --shell bash agent=sh)" && type agent >/dev/null && agent -c 'echo alias-run "$PWD" "$1" | tee from-alias' x "two words"`)
+	if r.code != 0 || !strings.Contains(r.stdout, "alias-run /workspace two words") {
 		t.Fatalf("alias in bash: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(sub, "from-alias")); err != nil || !strings.Contains(string(b), "alias-run") {
+		t.Errorf("the alias did not run in the current directory: %v %q", err, b)
 	}
 	noLeftovers(t)
 }
