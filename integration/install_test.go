@@ -88,6 +88,19 @@ func TestInstall(t *testing.T) {
 		}
 	}
 
+	// The configuration's [programs] comes before PREFIX/libexec/lazaret.
+	cfg2 := e.userDir(filepath.Join("install-config2-"+randHex(3), "lazaret"))
+	if err := os.WriteFile(filepath.Join(cfg2, "config.toml"), []byte("[programs]\nrunsc = \""+e.runsc+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := cfgDir
+	cfgDir = cfg2
+	r = run(ws, "lazaret", "version")
+	cfgDir = saved
+	if r.code != 0 || !strings.Contains(r.stdout, "; "+e.runsc+")") {
+		t.Errorf("version with [programs] runsc = %s: exit %d\n%s%s", e.runsc, r.code, r.stdout, r.stderr)
+	}
+
 	r = run(ws, "lazaret", "doctor")
 	if r.code != 0 || strings.Contains(r.stdout, "FAIL") {
 		t.Errorf("installed lazaret doctor: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -31,11 +31,18 @@ Examples:
    lazaret doctor --json`,
 	Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output"}},
 	Action: func(c *cli.Context) error {
-		find := func(n string) (string, error) { return locate.Find(n, os.Getenv) }
+		programs, cfgErr := configuredPrograms()
+		getenv := programGetenv(programs, os.Getenv)
+		find := func(n string) (string, error) { return locate.Find(n, getenv) }
 		host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
 		hcPath, _ := find(locate.HC)
 		roots, rootsErr := domain.DefaultRoots(os.Getenv, os.Getuid())
 		results := doctorChecks(host, realProbes(hcPath, roots, rootsErr), find, roots, rootsErr)
+		cfg := doctorResult{Check: "configuration", OK: true, Detail: "valid (or none: built-in profiles)"}
+		if cfgErr != nil {
+			cfg = doctorResult{Check: "configuration", Detail: cfgErr.Error() + " (run `lazaret config check` for every problem)"}
+		}
+		results = append([]doctorResult{cfg}, results...)
 		failed := 0
 		for _, r := range results {
 			if !r.OK {

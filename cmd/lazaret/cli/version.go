@@ -30,7 +30,9 @@ Examples:
    lazaret version --json`,
 	Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output"}},
 	Action: func(c *cli.Context) error {
-		rep := versionReport(func(n string) (string, error) { return locate.Find(n, os.Getenv) })
+		programs, _ := configuredPrograms() // an invalid configuration only loses its [programs]
+		getenv := programGetenv(programs, os.Getenv)
+		rep := versionReport(func(n string) (string, error) { return locate.Find(n, getenv) })
 		if c.Bool("json") {
 			enc := json.NewEncoder(c.App.Writer)
 			enc.SetIndent("", "  ")
