@@ -24,7 +24,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // appCommands are lazaret's verbs.
 func appCommands() []*cli.Command {
-	return []*cli.Command{runCommand, statusCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand}
+	return []*cli.Command{runCommand, statusCommand, stateCommand, gcCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand}
 }
 
 // Main runs the CLI and returns the process exit status.
@@ -38,7 +38,7 @@ func Main(args []string) int {
    lazaret image build debian          build the default image (done by make run)
    lazaret doctor                      check this machine, with the fix for each problem
    eval "$(lazaret alias claude)"      make "claude" run in the claude profile's sandbox`,
-		Commands:             []*cli.Command{runCommand, statusCommand, stateCommand, gcCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand},
+		Commands:             appCommands(),
 		EnableBashCompletion: true,
 		HideHelpCommand:      true,
 		ExitErrHandler:       func(*cli.Context, error) {},
