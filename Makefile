@@ -5,7 +5,7 @@ GO ?= go
 SHELL := /bin/bash
 TAGS := containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/lazaret/lazaret/cmd/lazaret/cli.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/lazaret/lazaret/pkg/release.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)'
 RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 DEPS_DIR ?= /var/cache/lazaret
@@ -17,7 +17,20 @@ DEMO_USER ?= lazaret-demo
 TEST_USER ?= lazaret-test
 BINS := lazaret lazaret-hc lazaret-rs lazaret-escalate
 
-.PHONY: all build build-failpoints test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel
+# make install: lazaret in $(PREFIX)/bin; lazaret-hc, lazaret-rs,
+# lazaret-escalate (and the pinned runsc, when built) in
+# $(PREFIX)/libexec/lazaret, where lazaret finds them (docs/ARCHITECTURE.md,
+# "Finding the binaries"); the man page and bash/zsh/fish completions.
+PREFIX ?= /usr/local
+DESTDIR ?=
+INSTALL_RUNSC ?= 1
+BINDIR = $(PREFIX)/bin
+LIBEXECDIR = $(PREFIX)/libexec/lazaret
+DATADIR = $(PREFIX)/share
+DIST_DIR ?= dist
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+.PHONY: all build build-failpoints install install-files dist test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel
 
 all: build
 
@@ -25,6 +38,37 @@ build:
 	@mkdir -p bin
 	@for b in $(BINS); do $(GOBUILD) -o bin/$$b ./cmd/$$b || exit 1; done
 	@if [ -x $(RUNSC) ]; then ln -sfn $(RUNSC) bin/runsc; fi
+
+install: build
+	@$(MAKE) --no-print-directory install-files
+
+# install-files installs binaries already built in $(BIN) (packagers, tests).
+BIN ?= bin
+install-files:
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(DATADIR)/man/man1 \
+		$(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+	install -m 0755 $(BIN)/lazaret $(DESTDIR)$(BINDIR)/lazaret
+	for b in lazaret-hc lazaret-rs lazaret-escalate; do install -m 0755 $(BIN)/$$b $(DESTDIR)$(LIBEXECDIR)/$$b || exit 1; done
+	if [ "$(INSTALL_RUNSC)" = 1 ] && [ -x $(RUNSC) ]; then install -m 0755 $(RUNSC) $(DESTDIR)$(LIBEXECDIR)/runsc; fi
+	$(BIN)/lazaret man > $(DESTDIR)$(DATADIR)/man/man1/lazaret.1
+	$(BIN)/lazaret completion bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret
+	$(BIN)/lazaret completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret
+	$(BIN)/lazaret completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
+	chmod 0644 $(DESTDIR)$(DATADIR)/man/man1/lazaret.1 $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret \
+		$(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
+
+# make dist: one reproducible tarball per binary (paths relative to PREFIX,
+# so `tar -C /usr/local -xzf` installs it; lazaret's carries the man page and
+# completions) and SHA256SUMS. runsc is not bundled: it is gVisor's.
+dist: build
+	rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)
+	$(MAKE) --no-print-directory install-files DESTDIR=$(abspath $(DIST_DIR))/stage PREFIX= INSTALL_RUNSC=0
+	@set -e; tarit() { name=$$1; shift; tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
+		-C $(DIST_DIR)/stage -cf - "$$@" | gzip -n -9 > $(DIST_DIR)/$$name-$(VERSION)-linux-amd64.tar.gz; }; \
+	tarit lazaret bin/lazaret share; \
+	for b in lazaret-hc lazaret-rs lazaret-escalate; do tarit $$b libexec/lazaret/$$b; done
+	rm -rf $(DIST_DIR)/stage
+	cd $(DIST_DIR) && sha256sum *.tar.gz > SHA256SUMS && cat SHA256SUMS
 
 # The same binaries with fault injection compiled in (integration tests only).
 build-failpoints:
@@ -93,7 +137,7 @@ proto-check: $(PROTOC_GEN_GO)
 	for f in $$tmp/api/lazaret/v1/*.pb.go; do cmp -s $$f api/lazaret/v1/$$(basename $$f) || { echo "api/lazaret/v1/$$(basename $$f) is stale: run make proto" >&2; rm -rf $$tmp; exit 1; }; done; rm -rf $$tmp
 
 clean:
-	rm -rf bin bin-fp
+	rm -rf bin bin-fp $(DIST_DIR)
 
 -include tla/model.mk
 

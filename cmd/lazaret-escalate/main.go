@@ -8,10 +8,12 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/escalate"
 	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/sandboxinit"
 )
 
 func main() {
+	release.MaybeAnswer("lazaret-escalate")
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case ocispec.InitArg:

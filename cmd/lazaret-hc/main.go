@@ -9,10 +9,12 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/hc"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/slirp"
 )
 
 func main() {
+	release.MaybeAnswer("lazaret-hc")
 	proc.MaybeRunWrapper()
 	slirp.MaybeRunRole()
 	os.Exit(hc.Main(os.Args[1:]))

@@ -9,10 +9,12 @@ import (
 	"go.podman.io/storage/pkg/reexec"
 
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/rs"
 )
 
 func main() {
+	release.MaybeAnswer("lazaret-rs")
 	// The prepared-lower preparer applies layers in a chrooted re-exec of
 	// this binary (go.podman.io/storage chrootarchive).
 	if reexec.Init() {

@@ -141,6 +141,9 @@ type Config struct {
 	// built-in profiles apply).
 	Path     string
 	profiles map[string]*Profile
+	// Programs maps a name of ProgramNames to its configured path
+	// ([programs]); package locate consults it after LAZARET_<NAME>.
+	Programs map[string]string
 }
 
 // Names returns the profile names, sorted.

@@ -36,7 +36,7 @@ var builtinProfiles = []struct{ name, image, description string }{
 }
 
 var (
-	topKeys      = []string{"defaults", "profiles"}
+	topKeys      = []string{"defaults", "profiles", "programs"}
 	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
 	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
@@ -89,6 +89,7 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 	var defaults *layer
 	fileProfiles := map[string]*layer{}
 	var order []string
+	var programs map[string]string
 	for _, k := range d.keys("", tree) {
 		switch k {
 		case "defaults":
@@ -113,6 +114,10 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 				fileProfiles[name] = d.decodeLayer(p, pt, false, opt)
 				order = append(order, name)
 			}
+		case "programs":
+			if t, ok := d.table(mkpath(k), tree[k]); ok {
+				programs = d.decodePrograms(mkpath(k), t)
+			}
 		default:
 			d.unknown("", k, topKeys)
 		}
@@ -120,7 +125,7 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 	if defaults == nil {
 		defaults = &layer{}
 	}
-	c := &Config{Path: file, profiles: map[string]*Profile{}}
+	c := &Config{Path: file, profiles: map[string]*Profile{}, Programs: programs}
 	seen := map[string]bool{}
 	for _, b := range builtinProfiles {
 		bl := &layer{

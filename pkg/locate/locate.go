@@ -1,8 +1,10 @@
 // Package locate finds Lazaret's own binaries and the pinned runsc.
 //
 // Search order for a program NAME (documented in README and docs/ARCHITECTURE.md):
-//  1. an explicit override (the environment variable LAZARET_<NAME>, e.g.
-//     LAZARET_RUNSC; the configuration key joins in the configuration issue);
+//  1. an explicit override: the environment variable LAZARET_<NAME> (e.g.
+//     LAZARET_RUNSC), else the host configuration's [programs] table — the
+//     CLI folds the table into the getenv it passes to Find, and hands
+//     configured paths to the Host Coordinator as LAZARET_<NAME>;
 //  2. beside the running executable;
 //  3. PREFIX/libexec/lazaret, where PREFIX is the executable's directory's parent;
 //  4. PATH.
@@ -58,7 +60,7 @@ func Find(name string, getenv func(string) string) (string, error) {
 	tried = append(tried, "$PATH")
 	hint := "reinstall Lazaret (make build, or make install)"
 	if name == Runsc {
-		hint = "run `make setup` in the Lazaret checkout to build the pinned runsc, or set LAZARET_RUNSC to it"
+		hint = "run `make setup` in the Lazaret checkout to build the pinned runsc, or set LAZARET_RUNSC (or runsc in the configuration's [programs]) to it"
 	}
 	return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s not found (looked in %s): %s", name, strings.Join(tried, ", "), hint)
 }

@@ -22,6 +22,11 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
+// appCommands are lazaret's verbs.
+func appCommands() []*cli.Command {
+	return []*cli.Command{runCommand, statusCommand, auditCommand, stateCommand, gcCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand}
+}
+
 // Main runs the CLI and returns the process exit status.
 func Main(args []string) int {
 	app := &cli.App{
@@ -30,10 +35,13 @@ func Main(args []string) int {
 		Description: `Examples:
    lazaret run -- git status           run one command in this project's sandbox
    echo hi | lazaret run -- cat        stdin, stdout and stderr are relayed
-   lazaret image build debian          build the default image (done by make run)`,
-		Commands:        []*cli.Command{runCommand, statusCommand, auditCommand, stateCommand, gcCommand, doctorCommand, imageCommand, versionCommand, configCommand, profileCommand},
-		HideHelpCommand: true,
-		ExitErrHandler:  func(*cli.Context, error) {},
+   lazaret image build debian          build the default image (done by make run)
+   lazaret doctor                      check this machine, with the fix for each problem
+   eval "$(lazaret alias claude)"      make "claude" run in the claude profile's sandbox`,
+		Commands:             appCommands(),
+		EnableBashCompletion: true,
+		HideHelpCommand:      true,
+		ExitErrHandler:       func(*cli.Context, error) {},
 	}
 	err := app.Run(args)
 	if err == nil {

@@ -32,6 +32,9 @@ Examples:
 		{
 			Name:  "show",
 			Usage: "print the effective profiles (defaults and built-ins applied) and their fingerprints",
+			Description: `Examples:
+   lazaret config show --profile claude
+   lazaret config show --json`,
 			Flags: []cli.Flag{
 				configFlag,
 				&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
@@ -42,6 +45,9 @@ Examples:
 		{
 			Name:  "check",
 			Usage: "validate the configuration: exit 0 when valid, 2 with every problem listed",
+			Description: `Examples:
+   lazaret config check
+   lazaret config check --config ./config.toml --json`,
 			Flags: []cli.Flag{
 				configFlag,
 				&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/runsc"
 )
 
 type info struct{ mode os.FileMode }
@@ -19,31 +23,255 @@ func (i info) ModTime() time.Time { return time.Time{} }
 func (i info) IsDir() bool        { return false }
 func (i info) Sys() any           { return nil }
 
-// TestDoctorReportsEveryFailureWithItsFix: with injected probes presenting
-// a broken host, doctor lists each failing check with its remedy (it does
-// not stop at the first), and none when the host is good.
-func TestDoctorReportsEveryFailureWithItsFix(t *testing.T) {
-	bad := hostcheck.Host{
-		Euid: 0, Uid: 0, Username: "dev",
-		Uname: func() (hostcheck.Uname, error) {
-			return hostcheck.Uname{Release: "6.1.0", Version: "#1", Machine: "x86_64"}, nil
+// qualifiedUname is the first build in pkg/hostcheck/qualified-kernels.txt.
+func qualifiedUname(t *testing.T) hostcheck.Uname {
+	b, err := os.ReadFile("../../../pkg/hostcheck/qualified-kernels.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Split(line, "\t"); len(f) >= 3 && !strings.HasPrefix(line, "#") {
+			return hostcheck.Uname{Release: f[0], Version: f[1], Machine: f[2]}
+		}
+	}
+	t.Fatal("no qualified kernel registered")
+	return hostcheck.Uname{}
+}
+
+// doctorFixture is a host on which every check passes; each test case
+// breaks one probe.
+type doctorFixture struct {
+	host   hostcheck.Host
+	probes hostcheck.Probes
+	find   func(string) (string, error)
+	files  map[string]string // ReadFile contents (sysctls, subuid)
+}
+
+func goodDoctor(t *testing.T) *doctorFixture {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	f := &doctorFixture{files: map[string]string{
+		"/etc/subuid": "dev:100000:65536\n", "/etc/subgid": "dev:100000:65536\n",
+		"/proc/sys/user/max_user_namespaces": "15000\n",
+	}}
+	u := qualifiedUname(t)
+	f.host = hostcheck.Host{
+		Euid: 1001, Uid: 1001, Username: "dev",
+		Uname: func() (hostcheck.Uname, error) { return u, nil },
+		ReadFile: func(p string) ([]byte, error) {
+			if s, ok := f.files[p]; ok {
+				return []byte(s), nil
+			}
+			return nil, os.ErrNotExist
 		},
-		ReadFile: func(string) ([]byte, error) { return []byte(""), nil },
-		OpenRW:   func(string) error { return errors.New("permission denied") },
-		LookPath: func(n string) (string, error) { return "", errors.New("missing") },
-		Stat:     func(string) (os.FileInfo, error) { return info{}, nil },
+		OpenRW:   func(string) error { return nil },
+		LookPath: func(n string) (string, error) { return "/usr/bin/" + n, nil },
+		Stat:     func(string) (os.FileInfo, error) { return info{mode: 0o4755 | os.ModeSetuid}, nil },
 	}
-	rs := doctorChecks(bad, func(string) string { return "" })
-	got := doctorFailures(rs)
-	for _, want := range []string{"not root", "kernel", "subordinate ids", "newuidmap/newgidmap", "/dev/net/tun", "/dev/fuse"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("failure %q not reported (got %s)", want, got)
-		}
+	f.probes = hostcheck.Probes{
+		Pidfs:         func() error { return nil },
+		UserNS:        func() error { return nil },
+		ModuleVersion: func(string) (string, error) { return runsc.PinnedVersion, nil },
+		SlirpVersion:  func(string) (string, error) { return "1.2.0", nil },
+		Statfs: func(string) (hostcheck.FS, error) {
+			return hostcheck.FS{Type: unix.EXT4_SUPER_MAGIC, FreeBytes: 50 << 30}, nil
+		},
+		Domains: func() ([]hostcheck.DomainState, error) {
+			return []hostcheck.DomainState{{ID: "a", LockHeld: true, RuntimeLeft: true}, {ID: "b"}}, nil
+		},
 	}
-	fixes := map[string]string{"not root": "normal user", "kernel": "upgrade the kernel", "subordinate ids": "usermod --add-subuids", "newuidmap/newgidmap": "apt-get install uidmap", "/dev/net/tun": "chmod 0666 /dev/net/tun", "/dev/fuse": "chmod 0666 /dev/fuse"}
-	for _, r := range rs {
-		if fix, ok := fixes[r.Check]; ok && !strings.Contains(r.Detail, fix) {
-			t.Errorf("%s: remedy %q does not name %q", r.Check, r.Detail, fix)
-		}
+	f.find = func(n string) (string, error) { return "/opt/lazaret/libexec/lazaret/" + n, nil }
+	return f
+}
+
+func (f *doctorFixture) run() []doctorResult {
+	return doctorChecks(f.host, f.probes, f.find, domain.Roots{Storage: "/home/dev/.local/state/lazaret", Runtime: "/run/user/1001/lazaret"}, nil)
+}
+
+func TestDoctorPassesOnAGoodHost(t *testing.T) {
+	rs := goodDoctor(t).run()
+	if got := doctorFailures(rs); got != "" {
+		t.Fatalf("failures on a good host: %s\n%+v", got, rs)
+	}
+	if len(rs) < 18 {
+		t.Fatalf("only %d checks ran: %+v", len(rs), rs)
+	}
+}
+
+// TestDoctorEachFailureNamesItsFix: each probe reporting its prerequisite
+// missing fails exactly that check, with the exact remedy.
+func TestDoctorEachFailureNamesItsFix(t *testing.T) {
+	cases := []struct {
+		name, check, fix string
+		breakIt          func(*doctorFixture)
+	}{
+		{"root", "not root", "normal user", func(f *doctorFixture) { f.host.Euid = 0 }},
+		{"old kernel", "kernel", "upgrade the kernel", func(f *doctorFixture) {
+			f.host.Uname = func() (hostcheck.Uname, error) {
+				return hostcheck.Uname{Release: "6.8.0", Version: "#1", Machine: "x86_64"}, nil
+			}
+		}},
+		{"arm", "kernel", "only x86-64", func(f *doctorFixture) {
+			f.host.Uname = func() (hostcheck.Uname, error) {
+				return hostcheck.Uname{Release: "6.12.0", Version: "#1", Machine: "aarch64"}, nil
+			}
+		}},
+		{"unqualified build", "kernel", "make qualify-kernel", func(f *doctorFixture) {
+			u, _ := f.host.Uname()
+			u.Version += " rebuilt"
+			f.host.Uname = func() (hostcheck.Uname, error) { return u, nil }
+		}},
+		{"pidfs probe", "pidfs probe", "make qualify-kernel", func(f *doctorFixture) {
+			f.probes.Pidfs = func() error { return errors.New("pidfd_open: ENOSYS") }
+		}},
+		{"no subuid", "subordinate ids", "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 dev", func(f *doctorFixture) {
+			f.files["/etc/subuid"] = "other:1:65536\n"
+		}},
+		{"no newuidmap", "newuidmap/newgidmap", "apt-get install uidmap", func(f *doctorFixture) {
+			f.host.LookPath = func(string) (string, error) { return "", errors.New("missing") }
+		}},
+		{"newuidmap not setuid", "newuidmap/newgidmap", "apt-get install --reinstall uidmap", func(f *doctorFixture) {
+			f.host.Stat = func(string) (os.FileInfo, error) { return info{mode: 0o755}, nil }
+		}},
+		{"tun", "/dev/net/tun", "chmod 0666 /dev/net/tun", func(f *doctorFixture) {
+			f.host.OpenRW = func(p string) error {
+				if p == "/dev/net/tun" {
+					return os.ErrPermission
+				}
+				return nil
+			}
+		}},
+		{"fuse", "/dev/fuse", "chmod 0666 /dev/fuse", func(f *doctorFixture) {
+			f.host.OpenRW = func(p string) error {
+				if p == "/dev/fuse" {
+					return os.ErrNotExist
+				}
+				return nil
+			}
+		}},
+		{"runsc missing", "runsc", "make setup", func(f *doctorFixture) {
+			find := f.find
+			f.find = func(n string) (string, error) {
+				if n == "runsc" {
+					return "", errors.New("runsc not found (looked in …): run `make setup` in the Lazaret checkout")
+				}
+				return find(n)
+			}
+		}},
+		{"runsc wrong version", "runsc", "not the pinned " + runsc.PinnedVersion, func(f *doctorFixture) {
+			f.probes.ModuleVersion = func(string) (string, error) { return "v0.0.0-20250101000000-000000000000", nil }
+		}},
+		{"hc missing", "lazaret-hc", "reinstall", func(f *doctorFixture) {
+			find := f.find
+			f.find = func(n string) (string, error) {
+				if n == "lazaret-hc" {
+					return "", errors.New("lazaret-hc not found: reinstall Lazaret (make build, or make install)")
+				}
+				return find(n)
+			}
+		}},
+		{"userns disabled", "user namespaces", "sysctl -w user.max_user_namespaces=28633", func(f *doctorFixture) {
+			f.files["/proc/sys/user/max_user_namespaces"] = "0\n"
+		}},
+		{"debian userns clone", "user namespaces", "sysctl -w kernel.unprivileged_userns_clone=1", func(f *doctorFixture) {
+			f.files["/proc/sys/kernel/unprivileged_userns_clone"] = "0\n"
+		}},
+		{"ubuntu apparmor", "user namespaces", "profile lazaret_opt_lazaret_libexec_lazaret_lazaret-hc /opt/lazaret/libexec/lazaret/lazaret-hc flags=(unconfined) {\n  userns,\n}", func(f *doctorFixture) {
+			f.files["/proc/sys/kernel/apparmor_restrict_unprivileged_userns"] = "1\n"
+			f.probes.UserNS = func() error { return errors.New("operation not permitted") }
+		}},
+		{"userns probe", "user namespaces", "cannot create an unprivileged user namespace", func(f *doctorFixture) {
+			f.probes.UserNS = func() error { return errors.New("operation not permitted") }
+		}},
+		{"slirp missing", "slirp4netns", "apt-get install slirp4netns", func(f *doctorFixture) {
+			find := f.find
+			f.find = func(n string) (string, error) {
+				if n == "slirp4netns" {
+					return "", errors.New("missing")
+				}
+				return find(n)
+			}
+		}},
+		{"slirp old", "slirp4netns", "install slirp4netns 1.0.0 or later", func(f *doctorFixture) {
+			f.probes.SlirpVersion = func(string) (string, error) { return "0.4.3", nil }
+		}},
+		{"mmdebstrap", "mmdebstrap", "apt-get install mmdebstrap", func(f *doctorFixture) {
+			find := f.find
+			f.find = func(n string) (string, error) {
+				if n == "mmdebstrap" {
+					return "", errors.New("missing")
+				}
+				return find(n)
+			}
+		}},
+		{"storage on nfs", "storage root", "set XDG_STATE_HOME to a directory on a local ext4", func(f *doctorFixture) {
+			f.probes.Statfs = func(p string) (hostcheck.FS, error) {
+				if strings.Contains(p, "state") {
+					return hostcheck.FS{Type: 0x6969, FreeBytes: 50 << 30}, nil
+				}
+				return hostcheck.FS{Type: unix.TMPFS_MAGIC, FreeBytes: 1 << 30}, nil
+			}
+		}},
+		{"storage full", "storage root", "free space there or set XDG_STATE_HOME", func(f *doctorFixture) {
+			f.probes.Statfs = func(p string) (hostcheck.FS, error) {
+				if strings.Contains(p, "state") {
+					return hostcheck.FS{Type: unix.EXT4_SUPER_MAGIC, FreeBytes: 100 << 20}, nil
+				}
+				return hostcheck.FS{Type: unix.TMPFS_MAGIC, FreeBytes: 1 << 30}, nil
+			}
+		}},
+		{"runtime on overlay", "runtime root", "set XDG_RUNTIME_DIR", func(f *doctorFixture) {
+			f.probes.Statfs = func(p string) (hostcheck.FS, error) {
+				if strings.Contains(p, "/run/") {
+					return hostcheck.FS{Type: 0x794c7630, FreeBytes: 1 << 30}, nil
+				}
+				return hostcheck.FS{Type: unix.EXT4_SUPER_MAGIC, FreeBytes: 50 << 30}, nil
+			}
+		}},
+		{"stale domain", "domains", "lazaret run -C /home/dev/p --profile claude -- true", func(f *doctorFixture) {
+			f.probes.Domains = func() ([]hostcheck.DomainState, error) {
+				return []hostcheck.DomainState{{ID: "abc", Profile: "claude", Workspace: "/home/dev/p", RuntimeLeft: true}}, nil
+			}
+		}},
+		{"image missing", "image debian", "lazaret image build debian", func(f *doctorFixture) {
+			stat := f.host.Stat
+			f.host.Stat = func(p string) (os.FileInfo, error) {
+				if strings.HasSuffix(p, "/debian/index.json") {
+					return nil, os.ErrNotExist
+				}
+				return stat(p)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := goodDoctor(t)
+			c.breakIt(f)
+			rs := f.run()
+			if got := doctorFailures(rs); got != c.check {
+				t.Fatalf("failed checks %q, want exactly %q", got, c.check)
+			}
+			for _, r := range rs {
+				if r.Check == c.check && !strings.Contains(r.Detail, c.fix) {
+					t.Errorf("%s: remedy %q does not contain %q", r.Check, r.Detail, c.fix)
+				}
+			}
+		})
+	}
+}
+
+func TestLockedInodes(t *testing.T) {
+	got := lockedInodes("1: FLOCK  ADVISORY  WRITE 1234 00:2b:5678 0 EOF\n1: -> FLOCK  ADVISORY  WRITE 99 00:2b:42 0 EOF\n2: POSIX  ADVISORY  READ 5 fd:01:77 0 EOF\n")
+	if !got[lockKey{0, 0x2b, 5678}] || !got[lockKey{0xfd, 1, 77}] || got[lockKey{0, 0x2b, 42}] {
+		t.Fatalf("%v", got)
+	}
+}
+
+func TestParseSlirpVersion(t *testing.T) {
+	v, err := parseSlirpVersion("slirp4netns version 1.2.0\ncommit: 656041d\nlibslirp: 4.7.0\n")
+	if err != nil || v != "1.2.0" {
+		t.Fatalf("%q %v", v, err)
+	}
+	if _, err := parseSlirpVersion("garbage"); err == nil {
+		t.Fatal("garbage accepted")
 	}
 }

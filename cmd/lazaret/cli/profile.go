@@ -20,6 +20,8 @@ type profile struct {
 	Config *config.Profile
 	// ConfigPath is the configuration file read ("" when none: built-ins).
 	ConfigPath string
+	// Programs is the configuration's [programs] table.
+	Programs map[string]string
 }
 
 // lookupProfile loads the host configuration from its default location
@@ -39,7 +41,7 @@ func lookupProfileIn(configPath, name string) (profile, error) {
 	if err != nil {
 		return profile{}, err
 	}
-	return profile{Name: p.Name, ImageName: p.Image, Config: p, ConfigPath: c.Path}, nil
+	return profile{Name: p.Name, ImageName: p.Image, Config: p, ConfigPath: c.Path, Programs: c.Programs}, nil
 }
 
 // imagesDir is where `lazaret image build` puts OCI layouts.

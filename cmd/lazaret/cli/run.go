@@ -259,7 +259,7 @@ func (s *starter) connect() (*net.UnixConn, error) {
 // startCoordinator spawns lazaret-hc holding our locked descriptor and waits
 // for it to report its socket or its start-up error.
 func (s *starter) startCoordinator(lock *os.File) error {
-	hcPath, err := locate.Find(locate.HC, os.Getenv)
+	hcPath, err := locate.Find(locate.HC, programGetenv(s.prof.Programs, os.Getenv))
 	if err != nil {
 		return err
 	}
@@ -293,6 +293,7 @@ func (s *starter) startCoordinator(lock *os.File) error {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, programEnv(s.prof.Programs, os.Getenv)...)
 	// The validated profile goes to the coordinator as canonical bytes in a
 	// sealed memfd (never a path it would re-read, never mounted).
 	profileFile, err := fdpass.SealedMemfd("lazaret-profile", s.prof.Config.Canonical())

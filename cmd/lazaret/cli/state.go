@@ -42,21 +42,32 @@ Examples:
    lazaret state reset --all --yes`,
 	Subcommands: []*cli.Command{
 		{
-			Name:   "list",
-			Usage:  "list the State Anchors of this workspace's Domain",
+			Name:  "list",
+			Usage: "list the State Anchors of this workspace's Domain",
+			Description: `Examples:
+   lazaret state list
+   lazaret state list -p claude --json`,
 			Flags:  stateDomainFlags,
 			Action: stateList,
 		},
 		{
-			Name:      "inspect",
-			Usage:     "show what a State Anchor (or every one) changed: added, modified, deleted, opaque; no file contents",
+			Name:  "inspect",
+			Usage: "show what a State Anchor (or every one) changed: added, modified, deleted, opaque; no file contents",
+			Description: `Examples:
+   lazaret state inspect /usr
+   lazaret state inspect --json`,
 			ArgsUsage: "[PATH]",
 			Flags:     stateDomainFlags,
 			Action:    stateInspect,
 		},
 		{
-			Name:      "reset",
-			Usage:     "discard a State Anchor's changes (or all of them) so the next run follows the image",
+			Name:  "reset",
+			Usage: "discard a State Anchor's changes (or all of them) so the next run follows the image",
+			Description: `Only while the Domain is stopped; shows the resolved Domain and scope and asks first.
+
+Examples:
+   lazaret state reset /usr
+   lazaret state reset --all --yes`,
 			ArgsUsage: "PATH | --all",
 			Flags: append(append([]cli.Flag{}, stateDomainFlags...),
 				&cli.BoolFlag{Name: "all", Usage: "reset every State Anchor of the Domain"},

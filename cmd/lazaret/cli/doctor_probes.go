@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"debug/buildinfo"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/proc"
+)
+
+// realProbes observes the running machine for `lazaret doctor`. Spawning
+// goes through the broker; hcPath (a binary with the wrapper role) is the
+// broker's self for the pidfs probe.
+func realProbes(hcPath string, roots domain.Roots, rootsErr error) hostcheck.Probes {
+	p := hostcheck.Probes{
+		ModuleVersion: moduleVersion,
+		Statfs:        statfsNearest,
+		Domains: func() ([]hostcheck.DomainState, error) {
+			if rootsErr != nil {
+				return nil, rootsErr
+			}
+			return scanDomains(roots, os.ReadFile)
+		},
+	}
+	spawner := func() (*proc.Broker, error) {
+		if hcPath == "" {
+			return nil, errors.New("lazaret-hc not found (see its check)")
+		}
+		return proc.NewBroker(slog.New(slog.DiscardHandler), hcPath)
+	}
+	p.Pidfs = func() error {
+		b, err := spawner()
+		if err != nil {
+			return err
+		}
+		_, err = b.PidfsHostSupportProbe(context.Background())
+		return err
+	}
+	p.UserNS = func() error {
+		b, err := spawner()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// lazaret-hc's --help in a new user namespace: only clone matters.
+		// Any exit status will do: the clone itself is the observation.
+		_, _, _, err = b.Output(ctx, "userns-probe", proc.Command{Path: hcPath, Args: []string{"lazaret-hc", "--help"}, Cloneflags: unix.CLONE_NEWUSER}, 4096)
+		return err
+	}
+	p.SlirpVersion = func(path string) (string, error) {
+		b, err := spawner()
+		if err != nil {
+			return "", err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, stderr, st, err := b.Output(ctx, "slirp4netns-version", proc.Command{Path: path, Args: []string{"slirp4netns", "--version"}}, 4096)
+		if err != nil {
+			return "", err
+		}
+		if st.Code != 0 {
+			return "", fmt.Errorf("exit %d: %s", st.Code, strings.TrimSpace(string(stderr)))
+		}
+		return parseSlirpVersion(string(out))
+	}
+	return p
+}
+
+// parseSlirpVersion reads "slirp4netns version X.Y.Z" from --version output.
+func parseSlirpVersion(out string) (string, error) {
+	first, _, _ := strings.Cut(out, "\n")
+	if v, ok := strings.CutPrefix(strings.TrimSpace(first), "slirp4netns version "); ok {
+		return v, nil
+	}
+	return "", fmt.Errorf("unexpected --version output %q", first)
+}
+
+// moduleVersion is the main-module version a Go binary records.
+func moduleVersion(path string) (string, error) {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return bi.Main.Version, nil
+}
+
+// statfsNearest statfs's path or, if it does not exist yet, its nearest
+// existing ancestor (where it will be created).
+func statfsNearest(path string) (hostcheck.FS, error) {
+	for p := path; ; p = filepath.Dir(p) {
+		var st unix.Statfs_t
+		err := unix.Statfs(p, &st)
+		if err == nil {
+			return hostcheck.FS{Type: int64(st.Type), FreeBytes: st.Bavail * uint64(st.Bsize)}, nil
+		}
+		if !errors.Is(err, unix.ENOENT) || p == "/" {
+			return hostcheck.FS{}, &os.PathError{Op: "statfs", Path: p, Err: err}
+		}
+	}
+}
+
+// scanDomains lists the Domains under roots without touching them: whether
+// a Host Coordinator holds the lifecycle flock comes from /proc/locks
+// (taking the lock, even briefly, could race a starting lazaret run).
+func scanDomains(roots domain.Roots, readFile func(string) ([]byte, error)) ([]hostcheck.DomainState, error) {
+	dirs, err := os.ReadDir(filepath.Join(roots.Storage, "domains"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	locks, err := readFile("/proc/locks")
+	if err != nil {
+		return nil, err
+	}
+	held := lockedInodes(string(locks))
+	var out []hostcheck.DomainState
+	for _, d := range dirs {
+		id := domain.ID(d.Name())
+		if !id.Valid() {
+			continue
+		}
+		paths, err := domain.PathsFor(roots, id)
+		if err != nil {
+			continue
+		}
+		s := hostcheck.DomainState{ID: string(id)}
+		var ident domain.StoredIdentity
+		if b, err := readFile(filepath.Join(paths.DomainRoot, "domain.json")); err == nil && json.Unmarshal(b, &ident) == nil {
+			s.Profile, s.Workspace = ident.Profile, ident.Workspace
+		}
+		var st unix.Stat_t
+		if unix.Stat(paths.LockFile(), &st) == nil {
+			s.LockHeld = held[lockKey{unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino}]
+		}
+		if _, err := os.Stat(paths.RuntimeDir); err == nil {
+			s.RuntimeLeft = true
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+type lockKey struct {
+	major, minor uint32
+	ino          uint64
+}
+
+// lockedInodes parses /proc/locks ("1: FLOCK ADVISORY WRITE 1234 00:2b:5678 0 EOF";
+// blocked waiters, "->" lines, hold nothing).
+func lockedInodes(s string) map[lockKey]bool {
+	out := map[lockKey]bool{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || f[1] == "->" {
+			continue
+		}
+		var k lockKey
+		if _, err := fmt.Sscanf(f[5], "%x:%x:%d", &k.major, &k.minor, &k.ino); err == nil {
+			out[k] = true
+		}
+	}
+	return out
+}
