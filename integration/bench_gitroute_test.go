@@ -144,7 +144,8 @@ func TestBenchGitRouting(t *testing.T) {
 mount --bind %[1]s %[2]s/rootfs; mount -o remount,bind,ro %[2]s/rootfs
 ip link set lo up
 %[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc)
-	run("bare_runsc_plain_bind", ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users=100000,1,65536", "--map-groups=100000,1,65536", "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
+	sub := strconv.Itoa(e.subStart) + ",1,65536"
+	run("bare_runsc_plain_bind", ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
 	// safe.directory: inside bare runsc the workspace belongs to root of the
 	// sandbox, as in Lazaret; nothing else differs.
 	noLeftovers(t)
