@@ -22,12 +22,13 @@ import (
 
 // faultStages is the fault-injection matrix (spec §3.2 acquisition, §3.5
 // publication and release, FR-7): every broker step for every acquired
-// child (RS, attached runsc, session exec client), the wrapper's own steps,
+// child (RS, attached runsc, session exec client, Git-routing daemon), the
+// wrapper's own steps,
 // and the coordinator's and supervisor's start-up, publication and
 // teardown stages.
 func faultStages() []string {
 	var s []string
-	for _, slot := range []struct{ proc, slot string }{{"lazaret-hc", "rs"}, {"lazaret-hc", "helper"}, {"lazaret-rs", "attached_runsc"}, {"lazaret-hc", "session_exec"}} {
+	for _, slot := range []struct{ proc, slot string }{{"lazaret-hc", "rs"}, {"lazaret-hc", "helper"}, {"lazaret-rs", "attached_runsc"}, {"lazaret-hc", "session_exec"}, {"lazaret-rs", "git_routing"}} {
 		for _, step := range failpoint.AcquireSteps {
 			s = append(s, slot.proc+":acquire:"+slot.slot+":"+step)
 		}
@@ -38,7 +39,7 @@ func faultStages() []string {
 	for _, st := range []string{"started", "hello-verified", "helper-started", "staged-recorded", "helper-committed", "published", "teardown-begin", "rs-stopped", "helper-stopped"} {
 		s = append(s, "lazaret-hc:"+st)
 	}
-	for _, st := range []string{"hello-sent", "prepared", "rootfs-mounted", "anchors-mounted", "runsc-ready", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {
+	for _, st := range []string{"hello-sent", "prepared", "rootfs-mounted", "anchors-mounted", "git-routing-acquired", "git-routing-mounted", "runsc-ready", "kill-git-routing-after-ready", "git-routing-stopped", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {
 		s = append(s, "lazaret-rs:"+st)
 	}
 	return s

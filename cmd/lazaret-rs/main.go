@@ -1,6 +1,7 @@
 // Command lazaret-rs is the Runtime Supervisor (package rs), started by
 // lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
-// role gives the attached runsc its parent-death edge (package proc).
+// role gives the attached runsc its parent-death edge (package proc); its
+// hidden Git-routing role is the git_routing daemon (package gitroute).
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 
 	"go.podman.io/storage/pkg/reexec"
 
+	"github.com/lazaret/lazaret/pkg/gitroute"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/rs"
@@ -21,5 +23,8 @@ func main() {
 		os.Exit(0)
 	}
 	proc.MaybeRunWrapper()
+	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
+		os.Exit(gitroute.Main(os.Args[2:]))
+	}
 	os.Exit(rs.Main(os.Args[1:]))
 }

@@ -156,6 +156,10 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "session_terminal", strings.Join(refusals, "; "))
 			continue
 		}
+		if err := c.cleanRouting(g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace"); err != nil {
+			c.retain(g, "git_routing", err.Error())
+			continue
+		}
 		if err := c.cleanSandbox(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", absent); err != nil {
 			c.retain(g, "sandbox", err.Error())
 			continue
@@ -232,6 +236,10 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 			return
 		}
 		absent = append(absent, id.Authority)
+	}
+	if err := c.cleanRouting(c.generation, "normal teardown: the Git-routing daemon stopped and its mount removed by the reaped runtime supervisor"); err != nil {
+		c.log.Error("git_routing absence not proven: it stays in release intent", "err", err)
+		return
 	}
 	if err := c.cleanSandbox(c.generation, "normal teardown: runtime supervisor reaped, attached runsc absent", absent); err != nil {
 		c.log.Error("record sandbox clean", "err", err)

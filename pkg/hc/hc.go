@@ -116,6 +116,8 @@ type coordinator struct {
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
 	net          networkState
+	routing      gitRouting
+	wantRouting  bool // the generation asked RS for a Git-routing daemon
 
 	mu        sync.Mutex
 	st        state
@@ -722,6 +724,10 @@ func (c *coordinator) superviseMessages(helper <-chan error) {
 				c.setState(stateFailed, err)
 				return
 			}
+			if err := c.readyRouting(r, c.wantRouting); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
 			if err := c.recordSandbox(participant.Committed, store.CommittedSlot(c.rsChild.Identity()), store.CommittedSlot(runscID), &c.container); err != nil {
 				c.setState(stateFailed, err)
 				return
@@ -768,6 +774,16 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	}
 	if err := trust.Verify(c.rsCred.Claims.PublicKey, trust.RecordStagedProcessOwnership, payload, sig); err != nil {
 		return errdefs.New(errdefs.ErrRefused, "StagedProcessOwnership is not signed by this generation's runtime supervisor credential")
+	}
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "git_routing" && c.wantRouting {
+		boot, err := pidfs.CurrentBootID()
+		if err != nil {
+			return err
+		}
+		if s.Identity == nil || string(s.Identity.BootId) != string(boot[:]) {
+			return errdefs.New(errdefs.ErrRefused, "staged git_routing identity is not of this boot")
+		}
+		return c.commitStagedRouting(s)
 	}
 	if s.DomainId != string(c.paths.ID) || s.Generation != c.generation || s.CoordinatorId != c.coordinator || s.Slot != "attached_runsc" {
 		return errdefs.New(errdefs.ErrRefused, "staged ownership for %s/%d/%s/%s does not match this generation", s.DomainId, s.Generation, s.CoordinatorId, s.Slot)
@@ -841,7 +857,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	if err != nil {
 		return nil, err
 	}
-	spec, err := ocispec.Spec(ocispec.Sandbox{
+	sb := ocispec.Sandbox{
 		Anchors:       anchors,
 		Hostname:      c.hostname,
 		Workspace:     c.ws,
@@ -854,7 +870,13 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 
 		// Escalation Mailbox (escalation.go).
 		MailboxRequests: c.esc.hostReq, MailboxResults: c.esc.hostRes,
-	}, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}, Env: c.baseEnv, Cwd: "/"})
+	}
+	routing, err := c.gitSentryStart(&sb)
+	if err != nil {
+		return nil, err
+	}
+	c.wantRouting = routing != nil
+	spec, err := ocispec.Spec(sb, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}, Env: c.baseEnv, Cwd: "/"})
 	if err != nil {
 		return nil, err
 	}
@@ -866,7 +888,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.container,
 		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
 		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
-		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.addr.Gateway.String(),
+		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.addr.Gateway.String(), GitRouting: routing,
 	}, nil
 }
 
@@ -955,6 +977,9 @@ func (c *coordinator) teardown() {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
 		c.releaseNetworkRecords()
+		if err := c.releaseRouting(); err != nil {
+			c.log.Error("record git_routing release intent", "err", err)
+		}
 	}
 	if rsChild != nil {
 		if c.rsChan != nil {

@@ -94,6 +94,15 @@ type Sandbox struct {
 	// come before every other bind so that binds beneath them (EtcFiles in
 	// /etc, volumes) are mounted on top.
 	Anchors []Anchor
+	// WorkspaceSource is the host path mounted at WorkspaceDir when it is
+	// not Workspace itself: the Git-routing daemon's mount (SR-13).
+	WorkspaceSource string
+	// RouterSource is the Git-routing daemon's mount of the workspace; Git
+	// Sentry binds may take their source from it.
+	RouterSource string
+	// Protected are the Git Sentry mounts below WorkspaceDir (SR-4),
+	// parents first.
+	Protected []Protected
 	// ControlFiles are read-only single-file binds beneath ControlDir
 	// (e.g. the credential mount); their mount points must exist in the
 	// control source.
@@ -124,6 +133,30 @@ type Anchor struct {
 // AnchorSourceDir is where RS mounts the State Anchor overlays of a bundle.
 func AnchorSourceDir(bundleDir string) string { return path.Join(bundleDir, "anchors") }
 
+// Protected is one Git Sentry mount: a bind of the same host path of the
+// workspace (read-write or read-only), or transient tmpfs.
+type Protected struct {
+	// Rel is the workspace-relative, slash-separated path.
+	Rel string
+	// Source is the host path Workspace/Rel (empty for Transient).
+	Source    string
+	ReadOnly  bool
+	Transient bool
+}
+
+// sameWorkspacePath reports whether src is the workspace path rel, on the
+// host or through the Git-routing daemon.
+func (s Sandbox) sameWorkspacePath(rel, src string) bool {
+	return src == path.Join(s.Workspace, rel) || s.RouterSource != "" && src == path.Join(s.RouterSource, rel)
+}
+
+func (s Sandbox) workspaceSource() string {
+	if s.WorkspaceSource != "" {
+		return s.WorkspaceSource
+	}
+	return s.Workspace
+}
+
 // Volume is one developer-configured bind mount.
 type Volume struct {
 	Source, Target string
@@ -140,7 +173,15 @@ type Process struct {
 }
 
 func (s Sandbox) validate() error {
-	paths := map[string]string{"workspace": s.Workspace, "control source": s.ControlSource, "netns path": s.NetNSPath}
+	paths := map[string]string{"workspace": s.Workspace, "workspace source": s.workspaceSource(), "control source": s.ControlSource, "netns path": s.NetNSPath}
+	for i, p := range s.Protected {
+		if p.Rel == "" || path.IsAbs(p.Rel) || path.Clean(p.Rel) != p.Rel || strings.HasPrefix(p.Rel, "../") || p.Rel == ".." {
+			return fmt.Errorf("ocispec: protected path %d %q must be clean and relative to the workspace", i, p.Rel)
+		}
+		if !p.Transient && !s.sameWorkspacePath(p.Rel, p.Source) {
+			return fmt.Errorf("ocispec: protected path %q must bind the same workspace path, not %q", p.Rel, p.Source)
+		}
+	}
 	for i, v := range s.Volumes {
 		paths[fmt.Sprintf("volume %d source", i)] = v.Source
 		paths[fmt.Sprintf("volume %d target", i)] = v.Target
@@ -194,8 +235,7 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: WorkspaceDir, Type: "bind", Source: s.Workspace, Options: []string{"rbind", "rw"}},
-			{Destination: ControlDir, Type: "bind", Source: s.ControlSource, Options: []string{"rbind", "ro"}},
+			{Destination: WorkspaceDir, Type: "bind", Source: s.workspaceSource(), Options: []string{"rbind", "rw"}},
 		},
 		Linux: &specs.Linux{
 			UIDMappings: idmap,
@@ -220,6 +260,18 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 		}
 		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: a.Target, Type: "bind", Source: a.Source, Options: []string{"rbind", "rw"}})
 	}
+	for _, p := range s.Protected {
+		dst := path.Join(WorkspaceDir, p.Rel)
+		switch {
+		case p.Transient:
+			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536k"}})
+		case p.ReadOnly:
+			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: dst, Type: "bind", Source: p.Source, Options: []string{"bind", "ro"}})
+		default:
+			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: dst, Type: "bind", Source: p.Source, Options: []string{"bind", "rw"}})
+		}
+	}
+	sp.Mounts = append(sp.Mounts, specs.Mount{Destination: ControlDir, Type: "bind", Source: s.ControlSource, Options: []string{"rbind", "ro"}})
 	for _, f := range s.ControlFiles {
 		if !strings.HasPrefix(f.Target, ControlDir+"/") || path.Clean(f.Target) != f.Target || !path.IsAbs(f.Source) {
 			return nil, fmt.Errorf("ocispec: control file %q → %q must be an absolute source and a clean target under %s", f.Source, f.Target, ControlDir)
@@ -298,9 +350,10 @@ func Check(sp *specs.Spec, s Sandbox) error {
 			continue
 		}
 		switch {
-		case m.Destination == WorkspaceDir && m.Source == s.Workspace:
+		case m.Destination == WorkspaceDir && m.Source == s.workspaceSource():
 		case m.Destination == MailboxRequestsDir && m.Source == s.MailboxRequests && s.MailboxRequests != "" && hasOpt(m.Options, "noexec"):
 			// The one writable Lazaret mount: request records only.
+		case isProtected(s, m):
 		case (m.Destination == ControlDir || strings.HasPrefix(m.Destination, ControlDir+"/")) && hasOpt(m.Options, "ro"):
 		case isVolume(s.Volumes, m):
 		case isHostFile(m.Destination) && s.EtcFiles[m.Destination] == m.Source && !hasOpt(m.Options, "rbind"):
@@ -328,6 +381,17 @@ func isAnchor(as []Anchor, m specs.Mount) bool {
 func isHostFile(t string) bool {
 	for _, h := range HostFiles {
 		if h == t {
+			return true
+		}
+	}
+	return false
+}
+
+// isProtected reports whether m is exactly one of the Git Sentry binds: the
+// same host path of the workspace, read-only when planned so.
+func isProtected(s Sandbox, m specs.Mount) bool {
+	for _, p := range s.Protected {
+		if !p.Transient && m.Destination == path.Join(WorkspaceDir, p.Rel) && m.Source == p.Source && s.sameWorkspacePath(p.Rel, m.Source) && hasOpt(m.Options, "ro") == p.ReadOnly {
 			return true
 		}
 	}

@@ -232,3 +232,63 @@ func TestStateAnchorBinds(t *testing.T) {
 		}
 	}
 }
+
+// TestGitSentryMounts (SR-4, SR-13): the Git Sentry mounts follow the
+// workspace parents first; Check refuses a protected bind of another path,
+// a read-write bind planned read-only, and a workspace source that is not
+// the planned one.
+func TestGitSentryMounts(t *testing.T) {
+	s := sandbox()
+	s.WorkspaceSource = "/run/user/1001/lazaret/abc/workspace"
+	s.RouterSource = s.WorkspaceSource
+	s.Protected = []Protected{
+		{Rel: ".git", Source: s.RouterSource + "/.git"},
+		{Rel: ".git/config", Source: s.Workspace + "/.git/config", ReadOnly: true},
+		{Rel: ".git/hooks", Transient: true},
+	}
+	sp, err := Spec(s, Process{Args: []string{"/bin/true"}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, m := range sp.Mounts {
+		order = append(order, m.Destination+"="+m.Type)
+	}
+	if got := strings.Join(order, " "); !strings.Contains(got, "/workspace=bind /workspace/.git=bind /workspace/.git/config=bind /workspace/.git/hooks=tmpfs /.lazaret=bind") {
+		t.Errorf("mount order: %s", got)
+	}
+	for i, m := range sp.Mounts {
+		switch m.Destination {
+		case "/workspace":
+			if m.Source != s.WorkspaceSource {
+				t.Errorf("workspace source %s", m.Source)
+			}
+			bad := *sp
+			bad.Mounts = append([]specs.Mount(nil), sp.Mounts...)
+			bad.Mounts[i].Source = s.Workspace + "/../etc"
+			if Check(&bad, s) == nil {
+				t.Errorf("Check accepted a foreign workspace source")
+			}
+		case "/workspace/.git/config":
+			bad := *sp
+			bad.Mounts = append([]specs.Mount(nil), sp.Mounts...)
+			bad.Mounts[i].Options = []string{"bind", "rw"}
+			if Check(&bad, s) == nil {
+				t.Errorf("Check accepted a writable .git/config")
+			}
+			bad.Mounts[i].Options = []string{"bind", "ro"}
+			bad.Mounts[i].Source = "/home/dev/.ssh/config"
+			if Check(&bad, s) == nil {
+				t.Errorf("Check accepted a protected bind of another path")
+			}
+		}
+	}
+	s.Protected = []Protected{{Rel: ".git/config", Source: "/etc/passwd", ReadOnly: true}}
+	if _, err := Spec(s, Process{Args: []string{"/bin/true"}, Cwd: "/"}); err == nil {
+		t.Errorf("Spec accepted a protected path bound from elsewhere")
+	}
+	s.Protected = []Protected{{Rel: "../x", Transient: true}}
+	if _, err := Spec(s, Process{Args: []string{"/bin/true"}, Cwd: "/"}); err == nil {
+		t.Errorf("Spec accepted a protected path outside the workspace")
+	}
+}

@@ -85,6 +85,11 @@ var DependencyAllowed = map[string]map[string]string{
 	"github.com/getsentry/sentry-go": {
 		"(*os/exec.Cmd).Output": "release detection (git describe) inside sentry.NewClient, linked through pebble's cockroachdb/errors; Lazaret never creates a Sentry client (ProjectForbidden lists Init and NewClient)",
 	},
+	"github.com/hanwen/go-fuse/v2/fuse": {
+		"os.StartProcess":    "fusermount fallback of mount, never taken: the Git-routing daemon mounts with DirectMountStrict (mount(2) as ns-root, no fallback)",
+		"(*os.Process).Wait": "waits for exactly that fusermount child (pid-specific); never reached under DirectMountStrict",
+		"(*os/exec.Cmd).Run": "fusermount -u fallback of unmount, never taken under DirectMountStrict (umount(2) only)",
+	},
 	"github.com/docker/docker-credential-helpers/client": {
 		"(*os/exec.Cmd).Output": "registry credential helpers, run only while lazaret-rs prepares a docker:// image, before it acquires any child; pid-specific wait",
 	},

@@ -123,6 +123,8 @@ type supervisor struct {
 	anchors  []anchor.MountIdentity // mounted State Anchors, in mount order
 	lowerUse *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
 	purged   chan struct{}          // closed when reclaimed artifacts are deleted
+	routing  *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
+	routed   *lv1.GitRoutingReady
 	acks     chan *lv1.ProcessOwnershipCommitAck
 	stop     chan struct{} // HC asked to stop
 	hcGone   chan struct{} // lifetime EOF or channel loss: lease-loss teardown
@@ -196,6 +198,7 @@ func (s *supervisor) run() int {
 
 	sandbox, stdin, err := s.launch()
 	if err != nil {
+		s.stopGitRouting()
 		return s.fail(err)
 	}
 	code := s.serve(sandbox, stdin)
@@ -283,6 +286,11 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.mountAnchors(rootfs); err != nil {
 		return nil, nil, err
 	}
+	if st.GitRouting != nil {
+		if s.routing, s.routed, err = s.startGitRouting(); err != nil {
+			return nil, nil, err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
 		return nil, nil, err
 	}
@@ -347,11 +355,14 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if failpoint.Armed("lazaret-rs:kill-runsc-after-ready") {
 		child.Signal(unix.SIGKILL) // simulates an attached runsc crash
 	}
+	if failpoint.Armed("lazaret-rs:kill-git-routing-after-ready") && s.routing != nil {
+		s.routing.Signal(unix.SIGKILL) // simulates a Git-routing daemon crash
+	}
 	id := child.Identity()
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Ready{Ready: &lv1.SandboxReady{
 		PreparedArtifactId: art.ID, ImageRef: st.ImageRef, ManifestDigest: art.Source.ManifestDigest, AttachedRunsc: identityProto(id),
 		PolicyDigest: st.PolicyDigest, ObservedRoutes: routeStrings(s.routes),
-		NetworkProbeReport: s.probe, ObservedTapAddress: s.tapAddr.String(),
+		NetworkProbeReport: s.probe, ObservedTapAddress: s.tapAddr.String(), GitRouting: s.routed,
 	}}}); err != nil {
 		s.teardown(child, inW)
 		return nil, nil, err
@@ -404,7 +415,12 @@ func (s *supervisor) installPolicy() error {
 // stageWithCoordinator is acquisition step 6 for an RS-launched child: send
 // the exact staged tuple and wait for HC's exact echo.
 func (s *supervisor) stageWithCoordinator(ctx context.Context, id pidfs.Identity) error {
-	staged := &lv1.StagedProcessOwnership{DomainId: s.start.DomainId, Generation: s.start.Generation, CoordinatorId: s.start.CoordinatorId, Slot: "attached_runsc", Identity: identityProto(id)}
+	return s.stageSlot(ctx, "attached_runsc", id)
+}
+
+// stageSlot is stageWithCoordinator for any RS-acquired slot.
+func (s *supervisor) stageSlot(ctx context.Context, slot string, id pidfs.Identity) error {
+	staged := &lv1.StagedProcessOwnership{DomainId: s.start.DomainId, Generation: s.start.Generation, CoordinatorId: s.start.CoordinatorId, Slot: slot, Identity: identityProto(id)}
 	payload, err := fdpass.SigningPayload(staged)
 	if err != nil {
 		return err
@@ -449,6 +465,9 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 		s.log.Info("stop requested")
 		failpoint.Hit("lazaret-rs:stop-requested")
 	case <-s.hcGone:
+	case <-s.routingDone():
+		s.log.Error("git-routing daemon exited unexpectedly: tearing down")
+		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the Git-routing daemon stopped unexpectedly"}}})
 	case <-sandbox.Done():
 		st, _ := sandbox.Status()
 		s.log.Error("attached runsc exited unexpectedly", "status", st.String())
@@ -491,6 +510,7 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	if err := mountns.Unmount(rootfs); err != nil && !errors.Is(err, unix.EINVAL) {
 		s.log.Warn("unmount rootfs", "err", err)
 	}
+	s.stopGitRouting()
 }
 
 func (s *supervisor) runsc(argv []string) {

@@ -519,8 +519,11 @@ type StartSandbox struct {
 	// The connectivity helper's tap device (created by slirp4netns in RS's
 	// netns before this message) and its gateway: allow prefixes are routed
 	// via the gateway on the tap. RS refuses to start without the tap.
-	TapDevice     string `protobuf:"bytes,13,opt,name=tap_device,json=tapDevice,proto3" json:"tap_device,omitempty"`
-	TapGateway    string `protobuf:"bytes,14,opt,name=tap_gateway,json=tapGateway,proto3" json:"tap_gateway,omitempty"`
+	TapDevice  string `protobuf:"bytes,13,opt,name=tap_device,json=tapDevice,proto3" json:"tap_device,omitempty"`
+	TapGateway string `protobuf:"bytes,14,opt,name=tap_gateway,json=tapGateway,proto3" json:"tap_gateway,omitempty"`
+	// The Git-routing daemon (SR-4's Git directory name policy, SR-13's
+	// Ignored Workspace State); absent when neither is needed.
+	GitRouting    *GitRoutingStart `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -653,6 +656,108 @@ func (x *StartSandbox) GetTapGateway() string {
 	return ""
 }
 
+func (x *StartSandbox) GetGitRouting() *GitRoutingStart {
+	if x != nil {
+		return x.GitRouting
+	}
+	return nil
+}
+
+// GitRoutingStart tells RS to acquire the Git-routing daemon (participant
+// git_routing) and mount its view of the workspace before runsc starts.
+type GitRoutingStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Canonical host path of the Agent Workspace.
+	Workspace string `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// Domain-scoped Ignored Workspace State directory.
+	StateDir string `protobuf:"bytes,2,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	// Mount point in RS's mount namespace; the spec binds it at /workspace.
+	Mountpoint string `protobuf:"bytes,3,opt,name=mountpoint,proto3" json:"mountpoint,omitempty"`
+	// Resolved core.excludesFile of the developer ("" for none).
+	ExcludesFile string `protobuf:"bytes,4,opt,name=excludes_file,json=excludesFile,proto3" json:"excludes_file,omitempty"`
+	// Top-level names always routed to state (absent editor configuration;
+	// a .git the host did not have).
+	HiddenNames []string `protobuf:"bytes,5,rep,name=hidden_names,json=hiddenNames,proto3" json:"hidden_names,omitempty"`
+	// False when the profile disables ignored-path isolation (FR-9): the
+	// daemon then only serves the Git directory (the Git Sentry's name
+	// policy) and /workspace is a plain bind.
+	IgnoredPathIsolation bool `protobuf:"varint,6,opt,name=ignored_path_isolation,json=ignoredPathIsolation,proto3" json:"ignored_path_isolation,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *GitRoutingStart) Reset() {
+	*x = GitRoutingStart{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitRoutingStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitRoutingStart) ProtoMessage() {}
+
+func (x *GitRoutingStart) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitRoutingStart.ProtoReflect.Descriptor instead.
+func (*GitRoutingStart) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GitRoutingStart) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *GitRoutingStart) GetStateDir() string {
+	if x != nil {
+		return x.StateDir
+	}
+	return ""
+}
+
+func (x *GitRoutingStart) GetMountpoint() string {
+	if x != nil {
+		return x.Mountpoint
+	}
+	return ""
+}
+
+func (x *GitRoutingStart) GetExcludesFile() string {
+	if x != nil {
+		return x.ExcludesFile
+	}
+	return ""
+}
+
+func (x *GitRoutingStart) GetHiddenNames() []string {
+	if x != nil {
+		return x.HiddenNames
+	}
+	return nil
+}
+
+func (x *GitRoutingStart) GetIgnoredPathIsolation() bool {
+	if x != nil {
+		return x.IgnoredPathIsolation
+	}
+	return false
+}
+
 // StagedProcessOwnership is CausalChildAcquisitionV1 step 6 for an
 // RS-launched child: RS has staged this exact identity and waits for HC.
 type StagedProcessOwnership struct {
@@ -672,7 +777,7 @@ type StagedProcessOwnership struct {
 
 func (x *StagedProcessOwnership) Reset() {
 	*x = StagedProcessOwnership{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[6]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +789,7 @@ func (x *StagedProcessOwnership) String() string {
 func (*StagedProcessOwnership) ProtoMessage() {}
 
 func (x *StagedProcessOwnership) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[6]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +802,7 @@ func (x *StagedProcessOwnership) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedProcessOwnership.ProtoReflect.Descriptor instead.
 func (*StagedProcessOwnership) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{6}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StagedProcessOwnership) GetDomainId() string {
@@ -759,7 +864,7 @@ type ProcessOwnershipCommitAck struct {
 
 func (x *ProcessOwnershipCommitAck) Reset() {
 	*x = ProcessOwnershipCommitAck{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[7]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +876,7 @@ func (x *ProcessOwnershipCommitAck) String() string {
 func (*ProcessOwnershipCommitAck) ProtoMessage() {}
 
 func (x *ProcessOwnershipCommitAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[7]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +889,7 @@ func (x *ProcessOwnershipCommitAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessOwnershipCommitAck.ProtoReflect.Descriptor instead.
 func (*ProcessOwnershipCommitAck) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{7}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProcessOwnershipCommitAck) GetDomainId() string {
@@ -846,13 +951,16 @@ type SandboxReady struct {
 	NetworkProbeReport string `protobuf:"bytes,7,opt,name=network_probe_report,json=networkProbeReport,proto3" json:"network_probe_report,omitempty"`
 	// The tap device's IPv4 address as RS observed it (helper evidence).
 	ObservedTapAddress string `protobuf:"bytes,8,opt,name=observed_tap_address,json=observedTapAddress,proto3" json:"observed_tap_address,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The Git-routing daemon, when StartSandbox asked for it: its staged
+	// (and acknowledged) identity and the mount it serves.
+	GitRouting    *GitRoutingReady `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SandboxReady) Reset() {
 	*x = SandboxReady{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[8]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +972,7 @@ func (x *SandboxReady) String() string {
 func (*SandboxReady) ProtoMessage() {}
 
 func (x *SandboxReady) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[8]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +985,7 @@ func (x *SandboxReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReady.ProtoReflect.Descriptor instead.
 func (*SandboxReady) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{8}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SandboxReady) GetPreparedArtifactId() string {
@@ -936,6 +1044,100 @@ func (x *SandboxReady) GetObservedTapAddress() string {
 	return ""
 }
 
+func (x *SandboxReady) GetGitRouting() *GitRoutingReady {
+	if x != nil {
+		return x.GitRouting
+	}
+	return nil
+}
+
+// GitRoutingReady is the git_routing participant's readiness evidence.
+type GitRoutingReady struct {
+	state  protoimpl.MessageState  `protogen:"open.v1"`
+	Daemon *PidfsProcessIdentityV1 `protobuf:"bytes,1,opt,name=daemon,proto3" json:"daemon,omitempty"`
+	// statx mount ID and st_dev of the FUSE mount, and the identity of the
+	// directory it covers (observed before mounting).
+	MountId       uint64 `protobuf:"varint,2,opt,name=mount_id,json=mountId,proto3" json:"mount_id,omitempty"`
+	FsDev         uint64 `protobuf:"varint,3,opt,name=fs_dev,json=fsDev,proto3" json:"fs_dev,omitempty"`
+	MountpointDev uint64 `protobuf:"varint,4,opt,name=mountpoint_dev,json=mountpointDev,proto3" json:"mountpoint_dev,omitempty"`
+	MountpointIno uint64 `protobuf:"varint,5,opt,name=mountpoint_ino,json=mountpointIno,proto3" json:"mountpoint_ino,omitempty"`
+	Mountpoint    string `protobuf:"bytes,6,opt,name=mountpoint,proto3" json:"mountpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitRoutingReady) Reset() {
+	*x = GitRoutingReady{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitRoutingReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitRoutingReady) ProtoMessage() {}
+
+func (x *GitRoutingReady) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitRoutingReady.ProtoReflect.Descriptor instead.
+func (*GitRoutingReady) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GitRoutingReady) GetDaemon() *PidfsProcessIdentityV1 {
+	if x != nil {
+		return x.Daemon
+	}
+	return nil
+}
+
+func (x *GitRoutingReady) GetMountId() uint64 {
+	if x != nil {
+		return x.MountId
+	}
+	return 0
+}
+
+func (x *GitRoutingReady) GetFsDev() uint64 {
+	if x != nil {
+		return x.FsDev
+	}
+	return 0
+}
+
+func (x *GitRoutingReady) GetMountpointDev() uint64 {
+	if x != nil {
+		return x.MountpointDev
+	}
+	return 0
+}
+
+func (x *GitRoutingReady) GetMountpointIno() uint64 {
+	if x != nil {
+		return x.MountpointIno
+	}
+	return 0
+}
+
+func (x *GitRoutingReady) GetMountpoint() string {
+	if x != nil {
+		return x.Mountpoint
+	}
+	return ""
+}
+
 // SupervisorFailure reports why RS could not (or can no longer) serve.
 type SupervisorFailure struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -947,7 +1149,7 @@ type SupervisorFailure struct {
 
 func (x *SupervisorFailure) Reset() {
 	*x = SupervisorFailure{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[9]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1161,7 @@ func (x *SupervisorFailure) String() string {
 func (*SupervisorFailure) ProtoMessage() {}
 
 func (x *SupervisorFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[9]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1174,7 @@ func (x *SupervisorFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorFailure.ProtoReflect.Descriptor instead.
 func (*SupervisorFailure) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{9}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SupervisorFailure) GetCategory() string {
@@ -998,7 +1200,7 @@ type StopSandbox struct {
 
 func (x *StopSandbox) Reset() {
 	*x = StopSandbox{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1212,7 @@ func (x *StopSandbox) String() string {
 func (*StopSandbox) ProtoMessage() {}
 
 func (x *StopSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1225,7 @@ func (x *StopSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopSandbox.ProtoReflect.Descriptor instead.
 func (*StopSandbox) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{10}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{12}
 }
 
 // SupervisorStopped reports that the sandbox is gone and runsc state deleted.
@@ -1035,7 +1237,7 @@ type SupervisorStopped struct {
 
 func (x *SupervisorStopped) Reset() {
 	*x = SupervisorStopped{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1249,7 @@ func (x *SupervisorStopped) String() string {
 func (*SupervisorStopped) ProtoMessage() {}
 
 func (x *SupervisorStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1262,7 @@ func (x *SupervisorStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorStopped.ProtoReflect.Descriptor instead.
 func (*SupervisorStopped) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{11}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{13}
 }
 
 var File_lazaret_v1_supervisor_proto protoreflect.FileDescriptor
@@ -1100,7 +1302,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12B\n" +
 	"\rnet_namespace\x18\x03 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12D\n" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
-	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\x81\x04\n" +
+	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xbf\x04\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1123,7 +1325,18 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\n" +
 	"tap_device\x18\r \x01(\tR\ttapDevice\x12\x1f\n" +
 	"\vtap_gateway\x18\x0e \x01(\tR\n" +
-	"tapGateway\"\xee\x01\n" +
+	"tapGateway\x12<\n" +
+	"\vgit_routing\x18\x14 \x01(\v2\x1b.lazaret.v1.GitRoutingStartR\n" +
+	"gitRouting\"\xea\x01\n" +
+	"\x0fGitRoutingStart\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
+	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +
+	"\n" +
+	"mountpoint\x18\x03 \x01(\tR\n" +
+	"mountpoint\x12#\n" +
+	"\rexcludes_file\x18\x04 \x01(\tR\fexcludesFile\x12!\n" +
+	"\fhidden_names\x18\x05 \x03(\tR\vhiddenNames\x124\n" +
+	"\x16ignored_path_isolation\x18\x06 \x01(\bR\x14ignoredPathIsolation\"\xee\x01\n" +
 	"\x16StagedProcessOwnership\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1141,7 +1354,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x0ecoordinator_id\x18\x03 \x01(\tR\rcoordinatorId\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\tR\x04slot\x12>\n" +
 	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\x12\x1c\n" +
-	"\tsignature\x18\x06 \x01(\fR\tsignature\"\x83\x03\n" +
+	"\tsignature\x18\x06 \x01(\fR\tsignature\"\xc1\x03\n" +
 	"\fSandboxReady\x120\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12\x1b\n" +
 	"\timage_ref\x18\x02 \x01(\tR\bimageRef\x12'\n" +
@@ -1150,7 +1363,18 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\rpolicy_digest\x18\x05 \x01(\fR\fpolicyDigest\x12'\n" +
 	"\x0fobserved_routes\x18\x06 \x03(\tR\x0eobservedRoutes\x120\n" +
 	"\x14network_probe_report\x18\a \x01(\tR\x12networkProbeReport\x120\n" +
-	"\x14observed_tap_address\x18\b \x01(\tR\x12observedTapAddress\"I\n" +
+	"\x14observed_tap_address\x18\b \x01(\tR\x12observedTapAddress\x12<\n" +
+	"\vgit_routing\x18\x14 \x01(\v2\x1b.lazaret.v1.GitRoutingReadyR\n" +
+	"gitRouting\"\xed\x01\n" +
+	"\x0fGitRoutingReady\x12:\n" +
+	"\x06daemon\x18\x01 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\x06daemon\x12\x19\n" +
+	"\bmount_id\x18\x02 \x01(\x04R\amountId\x12\x15\n" +
+	"\x06fs_dev\x18\x03 \x01(\x04R\x05fsDev\x12%\n" +
+	"\x0emountpoint_dev\x18\x04 \x01(\x04R\rmountpointDev\x12%\n" +
+	"\x0emountpoint_ino\x18\x05 \x01(\x04R\rmountpointIno\x12\x1e\n" +
+	"\n" +
+	"mountpoint\x18\x06 \x01(\tR\n" +
+	"mountpoint\"I\n" +
 	"\x11SupervisorFailure\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\r\n" +
@@ -1169,7 +1393,7 @@ func file_lazaret_v1_supervisor_proto_rawDescGZIP() []byte {
 	return file_lazaret_v1_supervisor_proto_rawDescData
 }
 
-var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*PidfsProcessIdentityV1)(nil),    // 0: lazaret.v1.PidfsProcessIdentityV1
 	(*NamespaceIdentity)(nil),         // 1: lazaret.v1.NamespaceIdentity
@@ -1177,36 +1401,41 @@ var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*CoordinatorMessage)(nil),        // 3: lazaret.v1.CoordinatorMessage
 	(*SupervisorHello)(nil),           // 4: lazaret.v1.SupervisorHello
 	(*StartSandbox)(nil),              // 5: lazaret.v1.StartSandbox
-	(*StagedProcessOwnership)(nil),    // 6: lazaret.v1.StagedProcessOwnership
-	(*ProcessOwnershipCommitAck)(nil), // 7: lazaret.v1.ProcessOwnershipCommitAck
-	(*SandboxReady)(nil),              // 8: lazaret.v1.SandboxReady
-	(*SupervisorFailure)(nil),         // 9: lazaret.v1.SupervisorFailure
-	(*StopSandbox)(nil),               // 10: lazaret.v1.StopSandbox
-	(*SupervisorStopped)(nil),         // 11: lazaret.v1.SupervisorStopped
-	(*Progress)(nil),                  // 12: lazaret.v1.Progress
+	(*GitRoutingStart)(nil),           // 6: lazaret.v1.GitRoutingStart
+	(*StagedProcessOwnership)(nil),    // 7: lazaret.v1.StagedProcessOwnership
+	(*ProcessOwnershipCommitAck)(nil), // 8: lazaret.v1.ProcessOwnershipCommitAck
+	(*SandboxReady)(nil),              // 9: lazaret.v1.SandboxReady
+	(*GitRoutingReady)(nil),           // 10: lazaret.v1.GitRoutingReady
+	(*SupervisorFailure)(nil),         // 11: lazaret.v1.SupervisorFailure
+	(*StopSandbox)(nil),               // 12: lazaret.v1.StopSandbox
+	(*SupervisorStopped)(nil),         // 13: lazaret.v1.SupervisorStopped
+	(*Progress)(nil),                  // 14: lazaret.v1.Progress
 }
 var file_lazaret_v1_supervisor_proto_depIdxs = []int32{
 	4,  // 0: lazaret.v1.SupervisorMessage.hello:type_name -> lazaret.v1.SupervisorHello
-	6,  // 1: lazaret.v1.SupervisorMessage.staged:type_name -> lazaret.v1.StagedProcessOwnership
-	8,  // 2: lazaret.v1.SupervisorMessage.ready:type_name -> lazaret.v1.SandboxReady
-	9,  // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
-	11, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
-	12, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
+	7,  // 1: lazaret.v1.SupervisorMessage.staged:type_name -> lazaret.v1.StagedProcessOwnership
+	9,  // 2: lazaret.v1.SupervisorMessage.ready:type_name -> lazaret.v1.SandboxReady
+	11, // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
+	13, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
+	14, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
 	5,  // 6: lazaret.v1.CoordinatorMessage.start:type_name -> lazaret.v1.StartSandbox
-	7,  // 7: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
-	10, // 8: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
+	8,  // 7: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
+	12, // 8: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
 	1,  // 9: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
 	1,  // 10: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
 	1,  // 11: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
 	1,  // 12: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	0,  // 13: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 14: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 15: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	6,  // 13: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
+	0,  // 14: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 15: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 16: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	10, // 17: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
+	0,  // 18: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_supervisor_proto_init() }
@@ -1234,7 +1463,7 @@ func file_lazaret_v1_supervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_supervisor_proto_rawDesc), len(file_lazaret_v1_supervisor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,168 @@
+//go:build lazaret_bench
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// gitRouteScript times, inside (or on the host), N warm `git status` runs
+// and N untars of the 5,000-file tarball into a non-ignored and an ignored
+// directory; it prints "status|plain|ignored MS" lines.
+func gitRouteScript(dir string, n int) string {
+	return fmt.Sprintf(`set -e
+cd %[1]s
+git status --porcelain >/dev/null
+t() { s=$(date +%%s%%N); "$@" >/dev/null; e=$(date +%%s%%N); echo $(( (e - s) / 1000 )); }
+for i in $(seq %[2]d); do mkdir -p untar-$i ignored/untar-$i; done
+for i in $(seq %[2]d); do
+  echo "status $(t git status --porcelain)"
+  echo "plain $(t tar --no-same-owner -xf bench.tar -C untar-$i)"
+  echo "ignored $(t tar --no-same-owner -xf bench.tar -C ignored/untar-$i)"
+done`, dir, n)
+}
+
+func parseTimes(t *testing.T, out string) map[string][]float64 {
+	m := map[string][]float64{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 {
+			if us, err := strconv.Atoi(f[1]); err == nil {
+				m[f[0]] = append(m[f[0]], float64(us)/1000)
+			}
+		}
+	}
+	return m
+}
+
+// benchRepo generates the 5,000-file repository, a 5,000-small-file
+// tarball and the untar target directories for n runs of each setup.
+func benchRepo(t *testing.T, e *env, ws string, n int, setups []string) {
+	git := gitRepo(t, e, ws)
+	writeAs(t, e, filepath.Join(ws, ".gitignore"), "ignored/\n")
+	for d := 0; d < 50; d++ {
+		for f := 0; f < 100; f++ {
+			writeAs(t, e, filepath.Join(ws, "src", fmt.Sprintf("d%02d", d), fmt.Sprintf("f%03d.txt", f)), fmt.Sprintf("file %d/%d\n", d, f))
+		}
+	}
+	git("add", "-A")
+	git("commit", "-qm", "5000 files")
+	gen := e.userDir("bench-tar-src")
+	for d := 0; d < 50; d++ {
+		for f := 0; f < 100; f++ {
+			writeAs(t, e, filepath.Join(gen, fmt.Sprintf("p%02d", d), fmt.Sprintf("m%03d.js", f)), "module.exports = 1;\n")
+		}
+	}
+	if out, err := exec.Command("tar", "-cf", filepath.Join(ws, "bench.tar"), "-C", gen, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v %s", err, out)
+	}
+	os.Chown(filepath.Join(ws, "bench.tar"), e.uid, e.gid)
+	git("add", "bench.tar")
+	git("commit", "-qm", "tarball")
+	_ = setups
+}
+
+// TestBenchGitRouting (spec §3.4, filesystem.md §5): warm `git status` of a
+// 5,000-file repository and a 5,000-small-file untar into a non-ignored and
+// an ignored directory — on the host, inside bare runsc with a plain bind
+// of the workspace, and inside Lazaret with the Git-routing daemon — plus
+// Lazaret's cold start in that repository. Targets (reported): router ≤
+// 1.3× plain bind for git status, ≤ 1.5× for the untars.
+func TestBenchGitRouting(t *testing.T) {
+	e := need(t)
+	n := *flagRuns
+	if n > 5 {
+		n = 5
+	}
+	lazaret := filepath.Join(e.bin, "lazaret")
+	results := map[string]map[string][]float64{}
+	run := func(name, ws string, argv ...string) {
+		for i := 1; i <= n; i++ {
+			os.RemoveAll(filepath.Join(ws, "untar-"+strconv.Itoa(i)))
+		}
+		os.RemoveAll(filepath.Join(ws, "ignored"))
+		c := exec.Command(argv[0], argv[1:]...)
+		c.Dir = ws
+		c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "GIT_CONFIG_NOSYSTEM=1"}
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		results[name] = parseTimes(t, string(out))
+		if len(results[name]["status"]) != n || len(results[name]["plain"]) != n || len(results[name]["ignored"]) != n {
+			t.Fatalf("%s output: %s", name, out)
+		}
+	}
+	ws := workspace(t)
+	benchRepo(t, e, ws, n, nil)
+	run("host", ws, "sh", "-c", gitRouteScript(ws, n))
+	// Lazaret with the router (default profile: Debian, isolation on). The
+	// first run prepares and warms; the cold start is measured after.
+	lzScript := gitRouteScript("/workspace", n)
+	run("lazaret_router", ws, lazaret, "run", "--", "sh", "-c", lzScript)
+	noLeftovers(t)
+	var cold []float64
+	for i := 0; i < n; i++ {
+		cold = append(cold, ms(asUser(t, e, ws, lazaret, "run", "--", "true")))
+		noLeftovers(t)
+	}
+	// Bare runsc with a plain bind of the workspace over the same Debian
+	// prepared lower.
+	var rootfs string
+	arts, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "prepared", "pl-*", "rootfs"))
+	for _, a := range arts {
+		if _, err := os.Stat(filepath.Join(a, "usr", "bin", "git")); err == nil {
+			rootfs = a
+		}
+	}
+	if rootfs == "" {
+		t.Fatalf("no prepared Debian lower with git among %v", arts)
+	}
+	bundle := e.userDir("bench-git-bundle")
+	spec := map[string]any{
+		"ociVersion": "1.0.0",
+		"process":    map[string]any{"args": []string{"/bin/sh", "-c", lzScript}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "GIT_CONFIG_NOSYSTEM=1"}},
+		"root":       map[string]any{"path": "rootfs"},
+		"linux":      map[string]any{"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}}},
+		"mounts": []map[string]any{{"destination": "/proc", "type": "proc", "source": "proc"},
+			{"destination": "/workspace", "type": "bind", "source": ws, "options": []string{"rbind", "rw"}}},
+	}
+	js, _ := json.Marshal(spec)
+	os.WriteFile(filepath.Join(bundle, "config.json"), js, 0o644)
+	os.MkdirAll(filepath.Join(bundle, "rootfs"), 0o755)
+	os.Chown(filepath.Join(bundle, "rootfs"), e.uid, e.gid)
+	bare := fmt.Sprintf(`set -e
+mount --bind %[1]s %[2]s/rootfs; mount -o remount,bind,ro %[2]s/rootfs
+ip link set lo up
+%[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc)
+	sub := strconv.Itoa(e.subStart) + ",1,65536"
+	run("bare_runsc_plain_bind", ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
+	// safe.directory: inside bare runsc the workspace belongs to root of the
+	// sandbox, as in Lazaret; nothing else differs.
+	noLeftovers(t)
+
+	fmt.Printf("\n%-34s %10s %10s %10s   (median ms of %d)\n", "setup", "git status", "untar", "untar ign.", n)
+	for _, name := range []string{"host", "bare_runsc_plain_bind", "lazaret_router"} {
+		r := results[name]
+		fmt.Printf("%-34s %10.1f %10.1f %10.1f\n", name, median(r["status"]), median(r["plain"]), median(r["ignored"]))
+	}
+	b, l := results["bare_runsc_plain_bind"], results["lazaret_router"]
+	fmt.Printf("router / plain bind: git status %.2fx (target <= 1.3x), untar %.2fx, untar into ignored %.2fx (targets <= 1.5x)\n",
+		median(l["status"])/median(b["status"]), median(l["plain"])/median(b["plain"]), median(l["ignored"])/median(b["ignored"]))
+	fmt.Printf("cold start in the 5,000-file repository (lazaret run -- true): %.1f ms\n", median(cold))
+	if *flagBenchOut != "" {
+		rep := map[string]any{"results": results, "cold_ms": cold}
+		js, _ := json.MarshalIndent(rep, "", "  ")
+		os.MkdirAll(*flagBenchOut, 0o755)
+		os.WriteFile(filepath.Join(*flagBenchOut, "gitroute-latest.json"), js, 0o644)
+	}
+}

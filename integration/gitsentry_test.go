@@ -1,0 +1,363 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gitRepo makes a host repository in ws owned by the test user with one
+// commit on main.
+func gitRepo(t *testing.T, e *env, ws string) func(args ...string) string {
+	git := func(args ...string) string { t.Helper(); return hostGit(t, ws, args...) }
+	git("init", "-q", "-b", "main")
+	git("config", "user.name", "Dev Eloper")
+	git("config", "user.email", "dev@example.invalid")
+	writeAs(t, e, filepath.Join(ws, "a.txt"), "one\n")
+	git("add", "a.txt")
+	git("commit", "-qm", "first")
+	return git
+}
+
+func writeAs(t *testing.T, e *env, p, content string) {
+	t.Helper()
+	dir := filepath.Dir(p)
+	os.MkdirAll(dir, 0o755)
+	for d := dir; strings.HasPrefix(d, e.base) && d != e.base; d = filepath.Dir(d) {
+		os.Chown(d, e.uid, e.gid)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(p, e.uid, e.gid)
+}
+
+// treeDigest hashes names, modes and contents below root (symlinks by
+// target), skipping the paths skip accepts.
+func treeDigest(t *testing.T, root string, skip func(rel string) bool) map[string]string {
+	out := map[string]string{}
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			out[p] = "error " + err.Error()
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		if skip(rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		info, _ := d.Info()
+		h := sha256.New()
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			tgt, _ := os.Readlink(p)
+			h.Write([]byte("link " + tgt))
+		case d.Type().IsRegular():
+			b, _ := os.ReadFile(p)
+			h.Write(b)
+		}
+		out[rel] = fmt.Sprintf("%v %s", info.Mode(), hex.EncodeToString(h.Sum(nil))[:16])
+		return nil
+	})
+	return out
+}
+
+func diffDigest(a, b map[string]string) []string {
+	var d []string
+	for k, v := range a {
+		if b[k] != v {
+			d = append(d, fmt.Sprintf("%s: %q → %q", k, v, b[k]))
+		}
+	}
+	for k, v := range b {
+		if _, ok := a[k]; !ok {
+			d = append(d, fmt.Sprintf("%s: added %q", k, v))
+		}
+	}
+	sort.Strings(d)
+	return d
+}
+
+// gitIntegrationFiles are the parts of .git host Git obeys or runs.
+func gitIntegrationFiles(rel string) bool {
+	switch {
+	case rel == ".", rel == "config", rel == "commondir", rel == "config.worktree":
+		return false
+	case rel == "hooks" || strings.HasPrefix(rel, "hooks/"), rel == "info" || strings.HasPrefix(rel, "info/"):
+		return false
+	case rel == "worktrees" || strings.HasPrefix(rel, "worktrees/") && !strings.HasSuffix(rel, "/index") && !strings.HasSuffix(rel, "/HEAD") && !strings.Contains(rel, "/logs"):
+		return false
+	case rel == "modules" || strings.HasPrefix(rel, "modules/"):
+		return false
+	}
+	return true // index, objects, refs, logs, HEAD…: shared with the sandbox by design
+}
+
+// TestSR4GitSentry (spec §3.4, SR-4, DX-3): from inside, every route to a
+// configuration or hook host Git would obey fails — the `mv .git` attack,
+// writing or replacing .git/config, `git config`, a new .git/commondir or
+// config.worktree, info/, a linked worktree's files, a new submodule
+// gitdir, a nested repository or gitfile — and hooks land in transient
+// storage; the host's .git integration files stay byte-identical and host
+// Git never runs anything planted. Ordinary Git work inside (status, add,
+// commit, checkout -b, stash, rebase) is seen by the host at once.
+func TestSR4GitSentry(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	wt := ws + "-linked"
+	git("worktree", "add", "-q", wt, "-b", "side")
+	t.Cleanup(func() { os.RemoveAll(wt) })
+	gitdir := filepath.Join(ws, ".git")
+	before := treeDigest(t, gitdir, gitIntegrationFiles)
+	script := `cd /workspace
+t() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name SUCCEEDED"; else echo "$name refused"; fi; }
+t mv-git mv .git .git-moved
+t rmdir-git rmdir .git
+t write-config sh -c 'printf "[core]\n\tfsmonitor = [ -d /.lazaret ] || touch PWNED-config\n" >> .git/config'
+t git-config git config core.fsmonitor "[ -d /.lazaret ] || touch PWNED-gitconfig"
+t replace-config sh -c 'printf "[core]\n\thooksPath = /workspace/evilhooks\n" > /tmp/c && mv /tmp/c .git/config'
+t rm-config rm -f .git/config
+t commondir sh -c 'echo ../evilrepo > .git/commondir'
+t config-worktree sh -c 'echo "[core] fsmonitor = x" > .git/config.worktree'
+t mv-hooks mv .git/hooks .git/hooks-old
+t info-exclude sh -c 'echo "*" >> .git/info/exclude'
+t info-attributes sh -c 'echo "* filter=evil" > .git/info/attributes'
+W=.git/worktrees/` + filepath.Base(wt) + `
+t wt-exists test -f $W/commondir
+t wt-config sh -c "echo '[core] fsmonitor = x' > $W/config.worktree"
+t wt-commondir sh -c "echo /workspace/evilrepo > $W/commondir"
+t wt-gitdir sh -c "echo /workspace/x/.git > $W/gitdir"
+t mv-wt mv $W .git/worktrees/renamed
+t module-gitdir sh -c 'mkdir -p .git/modules/evil && printf "[core]\n\tfsmonitor = [ -d /.lazaret ] || touch PWNED-module\n" > .git/modules/evil/config'
+t hook-planted sh -c 'printf "#!/bin/sh\n[ -d /.lazaret ] || touch PWNED-hook\n" > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit'
+mkdir -p evilrepo && cp -r .git/objects .git/refs .git/HEAD evilrepo/ 2>/dev/null; printf "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = [ -d /.lazaret ] || touch PWNED-evilrepo\n" > evilrepo/config
+t nested-repo sh -c 'git init -q nested && git -C nested config core.fsmonitor "[ -d /.lazaret ] || touch PWNED-nested" && printf "#!/bin/sh\n[ -d /.lazaret ] || touch PWNED-nested-hook\n" > nested/.git/hooks/pre-commit && chmod +x nested/.git/hooks/pre-commit'
+t gitfile sh -c 'mkdir -p gf && echo "gitdir: /workspace/evilrepo" > gf/.git'
+echo "--- work"
+git status --short >/dev/null && git checkout -q -b feature && echo b > b.txt && git add b.txt && git commit -qm "b inside" &&
+  echo more >> a.txt && git stash -q && git stash pop -q && git commit -qam "a inside" &&
+  git checkout -q main && git commit -q --allow-empty -m "main moves" && git checkout -q feature && git rebase -q main && echo "WORK OK"
+git log --format=%s -3 | tr '\n' '|'; echo`
+	r := lz(t, ws, nil, "run", "--", "sh", "-c", script)
+	t.Logf("inside:\n%s%s", r.stdout, r.stderr)
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		name, verdict, _ := strings.Cut(line, " ")
+		switch {
+		case name == "hook-planted" || name == "nested-repo" || name == "gitfile" || name == "wt-exists":
+			if verdict != "SUCCEEDED" {
+				t.Errorf("%s inside should succeed (into transient or Domain storage): %s", name, verdict)
+			}
+		case verdict == "SUCCEEDED":
+			t.Errorf("attack %s succeeded inside the sandbox", name)
+		}
+	}
+	if !strings.Contains(r.stdout, "WORK OK") {
+		t.Errorf("Git work inside failed: %s", r.stdout)
+	}
+	// The host sees the work at once.
+	if got := git("log", "--format=%s", "-3", "feature"); got != "a inside\nb inside\nmain moves" {
+		t.Errorf("host log of feature: %q", got)
+	}
+	if got := git("rev-parse", "--abbrev-ref", "HEAD"); got != "feature" {
+		t.Errorf("host HEAD: %q", got)
+	}
+	if d := diffDigest(before, treeDigest(t, gitdir, gitIntegrationFiles)); len(d) > 0 {
+		t.Errorf("host .git integration files changed:\n%s", strings.Join(d, "\n"))
+	}
+	// Host Git in every directory the sandbox touched runs nothing planted.
+	git("status")
+	git("commit", "-q", "--allow-empty", "-m", "host commit")
+	hostGit(t, wt, "status")
+	if _, err := os.Stat(filepath.Join(ws, "nested")); err == nil {
+		hostGit(t, filepath.Join(ws, "nested"), "status")
+		if _, err := os.Lstat(filepath.Join(ws, "nested", ".git")); err == nil {
+			t.Errorf("the nested repository's .git reached the host")
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "gf", ".git")); err == nil {
+		t.Errorf("the planted gitfile reached the host")
+	}
+	if _, err := os.Stat(filepath.Join(ws, "gf")); err == nil {
+		hostGit(t, filepath.Join(ws, "gf"), "status")
+	}
+	pwned, _ := filepath.Glob(filepath.Join(ws, "PWNED*"))
+	pwnedWt, _ := filepath.Glob(filepath.Join(wt, "PWNED*"))
+	if len(pwned)+len(pwnedWt) > 0 {
+		t.Errorf("host Git ran code planted by the sandbox: %v %v", pwned, pwnedWt)
+	}
+	noLeftovers(t)
+}
+
+// TestSR3LinkedWorktreeRefused (SR-3): a workspace whose .git is a file
+// pointing outside it is refused with a message naming the opt-in.
+func TestSR3LinkedWorktreeRefused(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	wt := ws + "-wt"
+	git("worktree", "add", "-q", wt, "-b", "other")
+	t.Cleanup(func() { os.RemoveAll(wt) })
+	r := lz(t, wt, nil, "run", "-p", "tiny", "--", "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "linked Git worktree") || !strings.Contains(r.stderr, "git_common_dir") {
+		t.Errorf("linked worktree: %+v", r)
+	}
+	t.Logf("refusal: %s", strings.TrimSpace(r.stderr))
+	noLeftovers(t)
+}
+
+// ignoredRepo makes a repository with ignored host content: node_modules/
+// and .env hold a marker; keep.log is tracked although *.log is ignored.
+func ignoredRepo(t *testing.T, e *env, ws, marker string) func(args ...string) string {
+	git := gitRepo(t, e, ws)
+	writeAs(t, e, filepath.Join(ws, ".gitignore"), "node_modules/\n.env\n*.log\n")
+	writeAs(t, e, filepath.Join(ws, "keep.log"), "tracked log\n")
+	git("add", ".gitignore")
+	git("add", "-f", "keep.log")
+	git("commit", "-qm", "ignore rules")
+	writeAs(t, e, filepath.Join(ws, ".env"), marker+"\n")
+	writeAs(t, e, filepath.Join(ws, "node_modules", "host-pkg", "index.js"), marker+"\n")
+	return git
+}
+
+// TestSR13IgnoredWorkspaceState (spec §3.4, SR-13, FR-3, FR-4, DX-2):
+// host content at ignored paths is invisible inside, also after the
+// sandbox edits .gitignore; ignored trees created inside land in Domain
+// state only and survive a restart; a tracked file matching an ignore
+// pattern and non-ignored paths stay live both ways; symlinks swapped in a
+// tight loop never expose a host file outside the workspace.
+func TestSR13IgnoredWorkspaceState(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	marker := "lazaret-marker-" + randHex(6)
+	git := ignoredRepo(t, e, ws, marker)
+	home := filepath.Join(e.home, marker)
+	writeAs(t, e, home, marker+"\n")
+	t.Cleanup(func() { os.Remove(home) })
+	script := `cd /workspace
+echo "LIST $(ls -a | tr '\n' ' ')"; cat .env node_modules/host-pkg/index.js 2>/dev/null
+mkdir -p node_modules/new-pkg && echo sandbox-module > node_modules/new-pkg/index.js && echo SANDBOX_ENV > .env && echo debug > build.log
+echo edited-inside >> keep.log
+echo '!node_modules/' >> .gitignore; echo '!.env' >> .gitignore
+cat node_modules/host-pkg/index.js 2>/dev/null; git checkout -q .gitignore
+echo from-inside > src.txt
+mkdir -p d && echo inside > d/f
+python3 - <<'PY'
+import os, threading, time
+home, marker = "` + e.home + `", "` + marker + `"
+stop = time.time() + 5
+def swap():
+    n = 0
+    while time.time() < stop:
+        os.rename("d", "d.tmp")
+        os.symlink(home, "d"); os.remove("d")
+        os.symlink("../../../../../../../.." + home, "d"); os.remove("d")
+        os.symlink("/", "d"); os.remove("d")
+        os.rename("d.tmp", "d")
+        n += 1
+    print("SWAPS", n)
+threading.Thread(target=swap).start()
+reads = 0
+while time.time() < stop:
+    for p in ("d/" + marker, "d/../" + marker, "d" + home + "/" + marker):
+        try:
+            print(open(p).read())
+        except OSError:
+            pass
+        reads += 1
+print("READS", reads)
+PY
+ln -s / root-link; ln -s ../../../../../../.. up-link
+cat root-link` + home + ` up-link` + home + ` 2>/dev/null
+echo DONE`
+	r := lz(t, ws, nil, "run", "--", "sh", "-c", script)
+	if r.code != 0 || !strings.Contains(r.stdout, "DONE") {
+		t.Fatalf("run: %+v", r)
+	}
+	if strings.Contains(r.stdout, marker) {
+		t.Errorf("host content reached the sandbox:\n%s", r.stdout)
+	}
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "SWAPS") || strings.HasPrefix(l, "READS") {
+			t.Logf("symlink race: %s", l)
+		}
+	}
+	if !strings.Contains(r.stdout, "SWAPS") || !strings.Contains(r.stdout, "READS") {
+		t.Errorf("the symlink race did not run: %s", r.stdout)
+	}
+	list, _, _ := strings.Cut(r.stdout, "\n")
+	if !strings.HasPrefix(list, "LIST ") || strings.Contains(list, " .env ") || strings.Contains(list, "node_modules") || !strings.Contains(list, " keep.log ") {
+		t.Errorf("listing inside: %q", list)
+	}
+	// Host side.
+	if b, _ := os.ReadFile(filepath.Join(ws, ".env")); string(b) != marker+"\n" {
+		t.Errorf("host .env changed: %q", b)
+	}
+	for _, p := range []string{"node_modules/new-pkg", "build.log"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+			t.Errorf("ignored %s created inside reached the host", p)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "keep.log")); string(b) != "tracked log\nedited-inside\n" {
+		t.Errorf("tracked keep.log not live: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "src.txt")); string(b) != "from-inside\n" {
+		t.Errorf("non-ignored src.txt not on host: %q", b)
+	}
+	if got := git("status", "--porcelain"); strings.Contains(got, ".gitignore") {
+		t.Errorf(".gitignore not restored: %q", got)
+	}
+	// A restart (new generation) keeps Ignored Workspace State, and a host
+	// edit is seen inside while the sandbox runs.
+	c := e.cmd(ws, nil, "run", "--", "sh", "-c", `cd /workspace; cat node_modules/new-pkg/index.js .env build.log; i=0; while [ ! -f host-late.txt ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; cat host-late.txt; echo inside-late > inside-late.txt; sleep 1`)
+	var out strings.Builder
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(8 * time.Second)
+	writeAs(t, e, filepath.Join(ws, "host-late.txt"), "host-late\n")
+	c.Wait()
+	if got := out.String(); got != "sandbox-module\nSANDBOX_ENV\ndebug\nhost-late\n" {
+		t.Errorf("second generation: %q", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "inside-late.txt")); string(b) != "inside-late\n" {
+		t.Errorf("inside write not on host: %q", b)
+	}
+	noLeftovers(t)
+}
+
+// TestFR9IgnoredIsolationOff (FR-9): with ignored_path_isolation = false
+// the workspace is a plain bind — ignored host content is visible and
+// writable — while the Git Sentry still holds.
+func TestFR9IgnoredIsolationOff(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	marker := "lazaret-marker-" + randHex(6)
+	ignoredRepo(t, e, ws, marker)
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	writeAs(t, e, cfg, "[profiles.plain]\nimage = \"debian\"\nignored_path_isolation = false\n")
+	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "plain", "--", "sh", "-c", `cd /workspace; cat .env; echo inside > node_modules/new.js; if echo x > .git/commondir 2>/dev/null; then echo COMMONDIR-SUCCEEDED; fi; grep -c workspace /proc/self/mountinfo`)
+	if r.code != 0 || !strings.Contains(r.stdout, marker) {
+		t.Errorf("isolation off: %+v", r)
+	}
+	if strings.Contains(r.stdout, "COMMONDIR-SUCCEEDED") {
+		t.Errorf("Git Sentry off with isolation off")
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "node_modules", "new.js")); string(b) != "inside\n" {
+		t.Errorf("plain bind write: %q", b)
+	}
+	noLeftovers(t)
+}

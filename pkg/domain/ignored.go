@@ -1,0 +1,12 @@
+package domain
+
+import "path/filepath"
+
+// IgnoredStateDir holds the Domain's Ignored Workspace State (SR-13): the
+// sandbox's copies of Git-ignored workspace paths, persisting across
+// generations (FR-4, DX-2).
+func (p Paths) IgnoredStateDir() string { return filepath.Join(p.DomainRoot, "ignored-state") }
+
+// RoutedWorkspace is where the Runtime Supervisor mounts the Git-routing
+// daemon's view of the workspace (in its private mount namespace).
+func (p Paths) RoutedWorkspace() string { return filepath.Join(p.RuntimeDir, "workspace") }

@@ -1,0 +1,660 @@
+// Package gitroute is the Git-routing daemon (spec §3.4, SR-13): a FUSE
+// filesystem that presents the Agent Workspace to the sandbox and serves
+// every Git-ignored path from Domain-scoped Ignored Workspace State
+// instead of the host.
+//
+// Routing. Each path is classified once per generation by the immutable
+// ignorerules snapshot taken at daemon start (plus: any ".git" below the
+// top level is treated as ignored, so a nested repository or gitfile the
+// sandbox plants is never seen by host Git). An ignored path lives below
+// the state directory, everything else below the host workspace. A
+// directory listing merges the host's non-ignored entries with the state's
+// ignored ones; existing host content at ignored paths is never opened.
+//
+// Confinement. The daemon holds one O_PATH descriptor for each backend root
+// and resolves every path with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
+// RESOLVE_NO_MAGICLINKS), then acts with *at calls on a single name in the
+// resolved parent (AT_SYMLINK_NOFOLLOW where the call follows). Symlinks
+// are served as symlinks for the sandbox's kernel to resolve inside the
+// sandbox; the daemon never follows one, so no symlink or rename race makes
+// it touch a path outside the workspace or the state directory.
+//
+// Directory handles re-list on rewind (seekdir 0): gVisor's gofer rewinds
+// open directory descriptors, and a snapshot per handle would hide new files.
+package gitroute
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/ignorerules"
+)
+
+// backend identifies where a path lives.
+type backend int
+
+const (
+	hostBackend backend = iota
+	stateBackend
+)
+
+func (b backend) String() string {
+	if b == stateBackend {
+		return "state"
+	}
+	return "host"
+}
+
+// stateInoBit keeps state inode numbers apart from host ones.
+const stateInoBit = 1 << 63
+
+// Router routes workspace paths between the host and the state directory.
+type Router struct {
+	roots [2]int // O_PATH directory descriptors: host workspace, state
+	rules *ignorerules.Rules
+	// hidden are top-level names always routed to state (with everything
+	// below them): absent editor configuration, a .git the host lacked.
+	hidden map[string]bool
+	// passthrough serves every path from the host (isolation disabled).
+	passthrough bool
+	// mkdirMu serialises creation of state parent directories.
+	mkdirMu sync.Mutex
+}
+
+// NewRouter adopts two O_PATH directory descriptors (host workspace and
+// state directory) and the generation's rules.
+func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string) *Router {
+	r := &Router{roots: [2]int{hostFD, stateFD}, rules: rules, hidden: map[string]bool{}}
+	for _, h := range hidden {
+		r.hidden[h] = true
+	}
+	return r
+}
+
+// Close releases the backend descriptors.
+func (r *Router) Close() {
+	unix.Close(r.roots[0])
+	unix.Close(r.roots[1])
+}
+
+// Ignored reports whether rel is routed to state.
+func (r *Router) Ignored(rel string, isDir bool) bool {
+	if rel == "" || r.passthrough {
+		return false
+	}
+	top, _, _ := strings.Cut(rel, "/")
+	if r.hidden[top] {
+		return true
+	}
+	if top == ".git" {
+		return false
+	}
+	if strings.HasSuffix(rel, "/.git") || strings.Contains(rel, "/.git/") {
+		return true // nested repository or gitfile: never the host's
+	}
+	return r.rules.Ignored(rel, isDir)
+}
+
+// gitDenied are names the sandbox may never create (or rename or link
+// into place) anywhere below the top-level .git: host Git follows
+// `commondir` to another repository, obeys `config`/`config.worktree`
+// and runs `hooks` of submodule and worktree Git directories. Existing
+// ones are covered by Git Sentry mounts; new ones are refused here
+// (EPERM), so `git worktree add` and `git submodule init` work on the
+// host only.
+var gitDenied = map[string]bool{"commondir": true, "config": true, "config.worktree": true, "hooks": true, "gitdir": true}
+
+// denied reports whether creating rel is refused by the Git Sentry.
+// Only Git-directory levels count (.git, .git/worktrees/W, .git/modules/…
+// outside refs/logs/objects/info), so a branch named "config" still works.
+func denied(rel string) bool {
+	parent := parentOf(rel)
+	switch parent {
+	case ".git/modules", ".git/worktrees":
+		return true // a new submodule or worktree Git directory
+	case ".git":
+		if n := rel[len(".git/"):]; n == "modules" || n == "worktrees" {
+			return true
+		}
+	}
+	if !strings.HasPrefix(rel, ".git/") || !gitDenied[rel[strings.LastIndexByte(rel, '/')+1:]] {
+		return false
+	}
+	switch {
+	case parent == ".git":
+		return true
+	case strings.HasPrefix(parent, ".git/worktrees/"):
+		return !strings.Contains(strings.TrimPrefix(parent, ".git/worktrees/"), "/")
+	case strings.HasPrefix(parent, ".git/modules/"):
+		for _, c := range strings.Split(strings.TrimPrefix(parent, ".git/modules/"), "/") {
+			switch c {
+			case "refs", "logs", "objects", "info":
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func parentOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// Root returns the root node of the filesystem.
+func (r *Router) Root() fs.InodeEmbedder { return &node{r: r} }
+
+// node is one workspace path; its location is recomputed from its path.
+type node struct {
+	fs.Inode
+	r *Router
+}
+
+var (
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+)
+
+func (n *node) rel() string { return n.Path(n.Root()) }
+
+// stat lstat()s rel in one backend.
+func (r *Router) stat(b backend, rel string, st *unix.Stat_t) error {
+	if rel == "" {
+		return ignoreEINTR(func() error { return unix.Fstat(r.roots[b], st) })
+	}
+	dfd, err := openBeneath(r.roots[b], parentOf(rel), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	name := rel[strings.LastIndexByte(rel, '/')+1:]
+	return ignoreEINTR(func() error { return unix.Fstatat(dfd, name, st, unix.AT_SYMLINK_NOFOLLOW) })
+}
+
+// locate finds where an existing rel lives: in state if it exists there as
+// an ignored path, else on the host if it exists there as a non-ignored
+// one. The directory bit decides dir-only patterns.
+func (r *Router) locate(rel string, st *unix.Stat_t) (backend, error) {
+	if rel == "" {
+		return hostBackend, r.stat(hostBackend, "", st)
+	}
+	if err := r.stat(stateBackend, rel, st); err == nil && r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		return stateBackend, nil
+	}
+	if err := r.stat(hostBackend, rel, st); err != nil {
+		return hostBackend, err
+	}
+	if r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		return hostBackend, unix.ENOENT // hidden host content
+	}
+	return hostBackend, nil
+}
+
+// parentFD opens the directory that will hold rel in backend b, creating
+// missing state directories (a state path's ancestors mirror the
+// workspace's, created on demand).
+func (r *Router) parentFD(b backend, rel string) (int, string, error) {
+	dir, name := parentOf(rel), rel[strings.LastIndexByte(rel, '/')+1:]
+	fd, err := openBeneath(r.roots[b], dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err == nil || b != stateBackend || errno(err) != unix.ENOENT {
+		return fd, name, err
+	}
+	r.mkdirMu.Lock()
+	defer r.mkdirMu.Unlock()
+	cur := ""
+	for _, c := range strings.Split(dir, "/") {
+		pfd, err := openBeneath(r.roots[b], cur, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return -1, "", err
+		}
+		err = unix.Mkdirat(pfd, c, 0o755)
+		unix.Close(pfd)
+		if err != nil && err != unix.EEXIST {
+			return -1, "", err
+		}
+		cur = join(cur, c)
+	}
+	fd, err = openBeneath(r.roots[b], dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	return fd, name, err
+}
+
+func stable(b backend, st *unix.Stat_t) fs.StableAttr {
+	ino := st.Ino
+	if b == stateBackend {
+		ino |= stateInoBit
+	} else {
+		ino &^= stateInoBit
+	}
+	return fs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: ino}
+}
+
+func fillAttr(b backend, st *unix.Stat_t, a *fuse.Attr) {
+	var s syscall.Stat_t
+	s.Dev, s.Ino, s.Nlink, s.Mode, s.Uid, s.Gid, s.Rdev = st.Dev, st.Ino, st.Nlink, st.Mode, st.Uid, st.Gid, st.Rdev
+	s.Size, s.Blksize, s.Blocks = st.Size, st.Blksize, st.Blocks
+	s.Atim = syscall.Timespec{Sec: st.Atim.Sec, Nsec: st.Atim.Nsec}
+	s.Mtim = syscall.Timespec{Sec: st.Mtim.Sec, Nsec: st.Mtim.Nsec}
+	s.Ctim = syscall.Timespec{Sec: st.Ctim.Sec, Nsec: st.Ctim.Nsec}
+	a.FromStat(&s)
+	a.Ino = stable(b, st).Ino
+}
+
+func (n *node) child(ctx context.Context, b backend, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
+	fillAttr(b, st, &out.Attr)
+	return n.NewInode(ctx, &node{r: n.r}, stable(b, st))
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var st unix.Stat_t
+	b, err := n.r.locate(join(n.rel(), name), &st)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, b, &st, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if fg, ok := f.(fs.FileGetattrer); ok && f != nil {
+		return fg.Getattr(ctx, out)
+	}
+	var st unix.Stat_t
+	b, err := n.r.locate(n.rel(), &st)
+	if err != nil {
+		return errno(err)
+	}
+	fillAttr(b, &st, &out.Attr)
+	return 0
+}
+
+// withPath opens the node itself (O_PATH, never following) and calls f
+// with a /proc/self/fd path naming exactly that inode.
+func (n *node) withPath(f func(b backend, fd int, procPath string) error) syscall.Errno {
+	var st unix.Stat_t
+	rel := n.rel()
+	b, err := n.r.locate(rel, &st)
+	if err != nil {
+		return errno(err)
+	}
+	fd, err := openBeneath(n.r.roots[b], rel, unix.O_PATH, 0)
+	if err != nil {
+		return errno(err)
+	}
+	defer unix.Close(fd)
+	return errno(f(b, fd, "/proc/self/fd/"+itoa(fd)))
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var buf [20]byte
+	p := len(buf)
+	for i > 0 {
+		p--
+		buf[p] = byte('0' + i%10)
+		i /= 10
+	}
+	return string(buf[p:])
+}
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if fs_, ok := f.(fs.FileSetattrer); ok && f != nil {
+		if e := fs_.Setattr(ctx, in, out); e != 0 {
+			return e
+		}
+		return n.Getattr(ctx, f, out)
+	}
+	e := n.withPath(func(b backend, fd int, p string) error {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
+		if m, ok := in.GetMode(); ok {
+			if isLink {
+				return unix.EOPNOTSUPP
+			}
+			if err := unix.Chmod(p, m); err != nil {
+				return err
+			}
+		}
+		uid, uok := in.GetUID()
+		gid, gok := in.GetGID()
+		if uok || gok {
+			su, sg := -1, -1
+			if uok {
+				su = int(uid)
+			}
+			if gok {
+				sg = int(gid)
+			}
+			if err := unix.Fchownat(fd, "", su, sg, unix.AT_EMPTY_PATH); err != nil {
+				return err
+			}
+		}
+		if sz, ok := in.GetSize(); ok {
+			if st.Mode&unix.S_IFMT != unix.S_IFREG {
+				return unix.EINVAL
+			}
+			if err := unix.Truncate(p, int64(sz)); err != nil {
+				return err
+			}
+		}
+		mtime, mok := in.GetMTime()
+		atime, aok := in.GetATime()
+		if mok || aok {
+			ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+			if aok {
+				ts[0] = unix.NsecToTimespec(atime.UnixNano())
+			}
+			if mok {
+				ts[1] = unix.NsecToTimespec(mtime.UnixNano())
+			}
+			if isLink {
+				return nil // times of a symlink itself: not needed by any tool we serve
+			}
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, 0); err != nil {
+				return err
+			}
+		}
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		fillAttr(b, &st, &out.Attr)
+		return nil
+	})
+	return e
+}
+
+// openFlags keeps the flags a FUSE open may pass on.
+func openFlags(flags uint32) int {
+	const keep = unix.O_ACCMODE | unix.O_APPEND | unix.O_TRUNC | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_NOATIME | unix.O_DIRECTORY | unix.O_LARGEFILE
+	return int(flags) & keep
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	var st unix.Stat_t
+	rel := n.rel()
+	b, err := n.r.locate(rel, &st)
+	if err != nil {
+		return nil, 0, errno(err)
+	}
+	fd, err := openBeneath(n.r.roots[b], rel, openFlags(flags), 0)
+	if err != nil {
+		return nil, 0, errno(err)
+	}
+	return fs.NewLoopbackFile(fd), 0, 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	rel := join(n.rel(), name)
+	if denied(rel) {
+		return nil, nil, 0, unix.EPERM
+	}
+	b := hostBackend
+	if n.r.Ignored(rel, false) {
+		b = stateBackend
+	}
+	dfd, base, err := n.r.parentFD(b, rel)
+	if err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	defer unix.Close(dfd)
+	how := unix.OpenHow{Flags: uint64(openFlags(flags) | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC | int(flags&unix.O_EXCL)), Mode: uint64(mode & 0o7777), Resolve: resolveFlags}
+	fd, err := unix.Openat2(dfd, base, &how)
+	if err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, nil, 0, errno(err)
+	}
+	return n.child(ctx, b, &st, out), fs.NewLoopbackFile(fd), 0, 0
+}
+
+// mkchild creates name with mk in the backend its routing chooses.
+func (n *node) mkchild(ctx context.Context, name string, isDir bool, out *fuse.EntryOut, mk func(dfd int, base string) error) (*fs.Inode, syscall.Errno) {
+	rel := join(n.rel(), name)
+	if denied(rel) {
+		return nil, unix.EPERM
+	}
+	b := hostBackend
+	if n.r.Ignored(rel, isDir) {
+		b = stateBackend
+	}
+	// A name visible from the other backend already exists.
+	var st unix.Stat_t
+	if _, err := n.r.locate(rel, &st); err == nil {
+		return nil, unix.EEXIST
+	}
+	dfd, base, err := n.r.parentFD(b, rel)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer unix.Close(dfd)
+	if err := mk(dfd, base); err != nil {
+		return nil, errno(err)
+	}
+	if err := unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, b, &st, out), 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.mkchild(ctx, name, true, out, func(dfd int, base string) error { return unix.Mkdirat(dfd, base, mode&0o7777) })
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFREG:
+	default:
+		return nil, unix.EPERM // no device nodes in the workspace
+	}
+	return n.mkchild(ctx, name, false, out, func(dfd int, base string) error { return unix.Mknodat(dfd, base, mode, 0) })
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.mkchild(ctx, name, false, out, func(dfd int, base string) error { return unix.Symlinkat(target, dfd, base) })
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, unix.EXDEV
+	}
+	var st unix.Stat_t
+	trel := t.rel()
+	tb, err := n.r.locate(trel, &st)
+	if err != nil {
+		return nil, errno(err)
+	}
+	rel := join(n.rel(), name)
+	b := hostBackend
+	if n.r.Ignored(rel, false) {
+		b = stateBackend
+	}
+	if b != tb {
+		return nil, unix.EXDEV
+	}
+	tfd, tbase, err := n.r.parentFD(tb, trel)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer unix.Close(tfd)
+	return n.mkchild(ctx, name, false, out, func(dfd int, base string) error { return unix.Linkat(tfd, tbase, dfd, base, 0) })
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	var st unix.Stat_t
+	rel := n.rel()
+	b, err := n.r.locate(rel, &st)
+	if err != nil {
+		return nil, errno(err)
+	}
+	dfd, base, err := n.r.parentFD(b, rel)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer unix.Close(dfd)
+	buf := make([]byte, 4096)
+	k, err := unix.Readlinkat(dfd, base, buf)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return buf[:k], 0
+}
+
+// remove unlinks name (a file, or a directory with unix.AT_REMOVEDIR).
+func (n *node) remove(name string, flags int) syscall.Errno {
+	rel := join(n.rel(), name)
+	var st unix.Stat_t
+	b, err := n.r.locate(rel, &st)
+	if err != nil {
+		return errno(err)
+	}
+	dfd, base, err := n.r.parentFD(b, rel)
+	if err != nil {
+		return errno(err)
+	}
+	defer unix.Close(dfd)
+	if flags&unix.AT_REMOVEDIR != 0 && b == hostBackend {
+		// The merged view of a host directory also holds its state mirror.
+		if sfd, err := openBeneath(n.r.roots[stateBackend], rel, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+			names, _ := readNames(sfd)
+			unix.Close(sfd)
+			if len(names) > 0 {
+				return unix.ENOTEMPTY
+			}
+		}
+	}
+	if err := unix.Unlinkat(dfd, base, flags); err != nil {
+		return errno(err)
+	}
+	if flags&unix.AT_REMOVEDIR != 0 && b == hostBackend {
+		if sfd, sbase, err := n.r.parentFD(stateBackend, rel); err == nil {
+			unix.Unlinkat(sfd, sbase, unix.AT_REMOVEDIR)
+			unix.Close(sfd)
+		}
+	}
+	return 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno { return n.remove(name, 0) }
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.remove(name, unix.AT_REMOVEDIR)
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return unix.EXDEV
+	}
+	src, dst := join(n.rel(), name), join(np.rel(), newName)
+	if denied(dst) || flags&unix.RENAME_EXCHANGE != 0 && denied(src) {
+		return unix.EPERM
+	}
+	var st unix.Stat_t
+	sb, err := n.r.locate(src, &st)
+	if err != nil {
+		return errno(err)
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	db := hostBackend
+	if n.r.Ignored(dst, isDir) {
+		db = stateBackend
+	}
+	if sb != db {
+		return unix.EXDEV // the caller copies (mv does), so each side stays in its backend
+	}
+	if isDir && sb == hostBackend && n.r.hidesBelow(src) {
+		// Moving a host directory that holds hidden ignored content could
+		// re-route that content to a visible path: let the caller copy.
+		return unix.EXDEV
+	}
+	sfd, sbase, err := n.r.parentFD(sb, src)
+	if err != nil {
+		return errno(err)
+	}
+	defer unix.Close(sfd)
+	dfd, dbase, err := n.r.parentFD(db, dst)
+	if err != nil {
+		return errno(err)
+	}
+	defer unix.Close(dfd)
+	return errno(unix.Renameat2(sfd, sbase, dfd, dbase, uint(flags)))
+}
+
+// hidesBelow reports whether the host subtree at rel holds any entry the
+// router hides (bounded walk; an error counts as "yes").
+func (r *Router) hidesBelow(rel string) bool {
+	budget := 100000
+	var walk func(dir string) bool
+	walk = func(dir string) bool {
+		fd, err := openBeneath(r.roots[hostBackend], dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return true
+		}
+		ents, err := readEntries(fd)
+		unix.Close(fd)
+		if err != nil {
+			return true
+		}
+		for _, e := range ents {
+			budget--
+			if budget < 0 {
+				return true
+			}
+			p := join(dir, e.name)
+			isDir := e.typ == unix.DT_DIR
+			if r.Ignored(p, isDir) {
+				return true
+			}
+			if isDir && walk(p) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(rel)
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var s unix.Statfs_t
+	if err := unix.Fstatfs(n.r.roots[hostBackend], &s); err != nil {
+		return errno(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail, out.Files, out.Ffree = s.Blocks, s.Bfree, s.Bavail, s.Files, s.Ffree
+	out.Bsize, out.NameLen, out.Frsize = uint32(s.Bsize), uint32(s.Namelen), uint32(s.Frsize)
+	return 0
+}

@@ -1,0 +1,82 @@
+package gitsentry
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+func run(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	c := exec.Command("git", args...)
+	c.Dir = dir
+	c.Env = []string{"HOME=" + dir, "PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@b", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@b"}
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+func TestComputePlan(t *testing.T) {
+	root := t.TempDir()
+	ws := filepath.Join(root, "ws")
+	os.MkdirAll(ws, 0o755)
+	run(t, ws, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(ws, "a"), []byte("a"), 0o644)
+	run(t, ws, "add", "a")
+	run(t, ws, "commit", "-qm", "a")
+	run(t, ws, "worktree", "add", "-q", filepath.Join(root, "linked"), "-b", "side")
+	os.MkdirAll(filepath.Join(ws, ".git", "modules", "sub"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".git", "modules", "sub", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, ".git", "modules", "sub", "config"), []byte("[core]\n"), 0o644)
+	os.RemoveAll(filepath.Join(ws, ".git", "info"))
+	os.MkdirAll(filepath.Join(ws, ".vscode"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".exrc"), []byte("set x"), 0o644)
+	p, err := Compute(ws, Options{EditorConfig: []string{".vscode", ".exrc", ".idea"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range p.Mounts {
+		got = append(got, m.Rel+":"+m.Kind.String())
+		if m.Kind != Transient && m.Source != filepath.Join(ws, m.Rel) {
+			t.Errorf("%s: source %s", m.Rel, m.Source)
+		}
+	}
+	want := ".git:bind .git/config:read-only .git/hooks:transient .git/info:read-only " +
+		".git/worktrees/linked:bind .git/worktrees/linked/commondir:read-only .git/worktrees/linked/gitdir:read-only " +
+		".git/modules/sub:bind .git/modules/sub/config:read-only .git/modules/sub/hooks:transient .git/modules/sub/info:read-only " +
+		".vscode:transient .exrc:read-only"
+	if strings.Join(got, " ") != want {
+		t.Errorf("plan:\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	if !p.HasGitDir || strings.Join(p.HiddenNames, ",") != ".idea" {
+		t.Errorf("HasGitDir %v hidden %v", p.HasGitDir, p.HiddenNames)
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".git", "info")); err != nil {
+		t.Errorf("info/ not created for its mount: %v", err)
+	}
+	// Shared editor configuration: no editor mounts.
+	p, _ = Compute(ws, Options{EditorConfig: []string{".vscode"}, ShareEditorConfig: true})
+	for _, m := range p.Mounts {
+		if m.Rel == ".vscode" {
+			t.Errorf("shared editor config still mounted")
+		}
+	}
+	// The linked worktree is refused with the opt-in's name.
+	_, err = Compute(filepath.Join(root, "linked"), Options{})
+	if !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), OptInSetting) {
+		t.Errorf("linked worktree: %v", err)
+	}
+	// Not a repository: nothing but editor handling.
+	plain := filepath.Join(root, "plain")
+	os.MkdirAll(plain, 0o755)
+	p, err = Compute(plain, Options{})
+	if err != nil || len(p.Mounts) != 0 || p.HasGitDir {
+		t.Errorf("plain dir: %+v %v", p, err)
+	}
+}

@@ -1,0 +1,210 @@
+package hc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/gitsentry"
+	"github.com/lazaret/lazaret/pkg/ignorerules"
+	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/participant"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/store"
+	"github.com/lazaret/lazaret/pkg/trust"
+)
+
+// gitRouting is the coordinator's view of the generation's git_routing
+// participant (nil fields until each step happens).
+type gitRouting struct {
+	staged *lv1.StagedProcessOwnership
+}
+
+// gitSentryStart computes the workspace's Git Sentry (SR-4) into the
+// sandbox description and, unless the profile disables ignored-path
+// isolation (FR-9), records the git_routing participant's bare Intent and
+// returns what RS needs to acquire the Git-routing daemon (SR-13).
+func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
+	plan, err := gitsentry.Compute(c.ws, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: c.profile.ShareEditorConfig})
+	if err != nil {
+		return nil, err
+	}
+	isolate := c.profile.IgnoredPathIsolation
+	if !isolate && !plan.HasGitDir {
+		c.log.Info("ignored-path isolation disabled by the profile and no Git directory: the workspace is a plain bind")
+		for _, m := range plan.Mounts {
+			sb.Protected = append(sb.Protected, ocispec.Protected{Rel: m.Rel, Source: m.Source, ReadOnly: m.Kind == gitsentry.ReadOnly, Transient: m.Kind == gitsentry.Transient})
+		}
+		return nil, nil
+	}
+	mnt := c.paths.RoutedWorkspace()
+	for _, m := range plan.Mounts {
+		src := m.Source
+		if m.Kind == gitsentry.Bind {
+			// Git directories come through the daemon, whose name policy
+			// refuses a new commondir, config or hooks (package gitroute).
+			src = filepath.Join(mnt, filepath.FromSlash(m.Rel))
+		}
+		sb.Protected = append(sb.Protected, ocispec.Protected{Rel: m.Rel, Source: src, ReadOnly: m.Kind == gitsentry.ReadOnly, Transient: m.Kind == gitsentry.Transient})
+	}
+	sb.RouterSource = mnt
+	var hidden []string
+	if isolate {
+		hidden = plan.HiddenNames
+		if !plan.HasGitDir {
+			hidden = append(hidden, ".git")
+		}
+	} else {
+		c.log.Info("ignored-path isolation disabled by the profile: the workspace is a plain bind; only the Git directory is served by the Git-routing daemon")
+	}
+	home, _ := os.UserHomeDir()
+	start := &lv1.GitRoutingStart{
+		Workspace: c.ws, StateDir: c.paths.IgnoredStateDir(), Mountpoint: c.paths.RoutedWorkspace(),
+		ExcludesFile: ignorerules.ExcludesFile(filepath.Join(c.ws, ".git"), home, os.Getenv("XDG_CONFIG_HOME")),
+		HiddenNames:  hidden, IgnoredPathIsolation: isolate,
+	}
+	if err := os.MkdirAll(start.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	if isolate {
+		sb.WorkspaceSource = start.Mountpoint
+	}
+	if c.store != nil {
+		if err := c.store.Update(func(tx *store.Tx) error {
+			return tx.PutParticipant(c.generation, participant.GitRouting, participant.Intent, nil)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return start, nil
+}
+
+func gitRoutingSnapshot(s *lv1.GitRoutingSnapshotV1) *lv1.RoleSnapshotV1 {
+	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_GitRouting{GitRouting: s}}
+}
+
+// commitStagedRouting records the daemon's staged ownership and
+// acknowledges it with an exact echo (CausalChildAcquisitionV1 step 6);
+// commitStaged has verified the signature and the generation.
+func (c *coordinator) commitStagedRouting(s *lv1.StagedProcessOwnership) error {
+	c.mu.Lock()
+	dup := c.routing.staged != nil
+	if !dup {
+		c.routing.staged = s
+	}
+	c.mu.Unlock()
+	if dup {
+		return errdefs.New(errdefs.ErrRefused, "duplicate staged git_routing ownership")
+	}
+	id, err := store.IdentityFromProto(s.Identity)
+	if err != nil {
+		return err
+	}
+	if c.store != nil {
+		if err := c.store.Update(func(tx *store.Tx) error {
+			return tx.PutParticipant(c.generation, participant.GitRouting, participant.Intent, gitRoutingSnapshot(&lv1.GitRoutingSnapshotV1{Daemon: store.StagedSlot(id)}))
+		}); err != nil {
+			return err
+		}
+	}
+	return c.ackStaged(s)
+}
+
+// ackStaged sends the signed exact echo of a staged ownership.
+func (c *coordinator) ackStaged(s *lv1.StagedProcessOwnership) error {
+	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
+	payload, err := fdpass.SigningPayload(ack)
+	if err != nil {
+		return err
+	}
+	if ack.Signature, err = c.anchor.SignAsCoordinator(trust.RecordProcessOwnershipCommitAck, payload); err != nil {
+		return err
+	}
+	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
+}
+
+// readyRouting checks the daemon's readiness evidence against its staged
+// identity and records the participant Prepared with committed ownership
+// and the mount (step 9).
+func (c *coordinator) readyRouting(r *lv1.SandboxReady, wanted bool) error {
+	c.mu.Lock()
+	staged := c.routing.staged
+	c.mu.Unlock()
+	ev := r.GitRouting
+	switch {
+	case !wanted && ev == nil && staged == nil:
+		return nil
+	case !wanted:
+		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor reports a Git-routing daemon the profile did not ask for")
+	case ev == nil || staged == nil || !proto.Equal(ev.Daemon, staged.Identity):
+		return errdefs.New(errdefs.ErrRefused, "SandboxReady names a Git-routing daemon that was not staged")
+	}
+	id, err := store.IdentityFromProto(ev.Daemon)
+	if err != nil {
+		return err
+	}
+	snap := &lv1.GitRoutingSnapshotV1{
+		Daemon: store.CommittedSlot(id),
+		Mount:  &lv1.MountIdentityV1{MountId: ev.MountId, FsDev: ev.FsDev, MountPoint: &lv1.FileIdentityV1{Dev: ev.MountpointDev, Ino: ev.MountpointIno, PathHint: ev.Mountpoint}},
+	}
+	if c.store == nil {
+		return nil
+	}
+	return c.store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(c.generation, participant.GitRouting, participant.Prepared, gitRoutingSnapshot(snap))
+	})
+}
+
+// releaseRouting records ReleaseIntent before teardown stops the daemon.
+func (c *coordinator) releaseRouting() error {
+	return c.store.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(c.generation, participant.GitRouting)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
+			return err
+		}
+		return tx.ReleaseParticipant(c.generation, participant.GitRouting)
+	})
+}
+
+// cleanRouting proves the generation g's recorded daemon absent (through
+// PidfsRecoveryMatch, stopping a survivor through the matched pidfd) and
+// records the participant Clean; its mount lived only in the dead RS's
+// mount namespace, so the daemon's absence ends it.
+func (c *coordinator) cleanRouting(g uint64, detail string) error {
+	var p *store.Participant
+	err := c.store.View(func(tx *store.Tx) error {
+		var err error
+		p, err = tx.Participant(g, participant.GitRouting)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.Phase == participant.Clean {
+		return nil
+	}
+	var absent []pidfs.Authority
+	if s, ok := p.View.Slots["daemon"]; ok && s.State != participant.Unassigned {
+		if s.Legacy != nil {
+			return errdefs.New(errdefs.ErrRefused, "git_routing daemon: legacy-unverified identity")
+		}
+		if err := c.awaitAbsence(s.Identity); err != nil {
+			return err
+		}
+		absent = append(absent, s.Identity.Authority)
+	}
+	return c.releaseAndClean(g, participant.GitRouting, detail, absent)
+}

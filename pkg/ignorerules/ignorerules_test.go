@@ -1,0 +1,154 @@
+package ignorerules
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+func TestIgnoredPrecedenceAndTracked(t *testing.T) {
+	r := NewRules()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(r.AddGitignore("", []byte("node_modules/\n*.log\n!keep.log\n/dist\nbuild/\n.env\n# comment\ndocs/**/gen\n")))
+	must(r.AddGitignore("sub", []byte("!*.log\nlocal\n")))
+	must(r.AddGlobal([]byte(".DS_Store\n")))
+	r.AddTracked("vendor.log")
+	r.AddTracked("tracked/build/a.go")
+	cases := []struct {
+		p    string
+		dir  bool
+		want bool
+	}{
+		{"node_modules", true, true},
+		{"node_modules", false, false}, // dir-only pattern
+		{"a/node_modules/x/y.js", false, true},
+		{"x.log", false, true},
+		{"keep.log", false, false},
+		{"sub/x.log", false, false},
+		{"sub/local", false, true},
+		{"local", false, false},
+		{"dist", true, true},
+		{"a/dist", true, false},
+		{"dist/x", false, true},
+		{"build/out.o", false, true},
+		{"vendor.log", false, false},   // tracked stays live
+		{"tracked/build", true, false}, // ancestor of a tracked path
+		{"tracked/build/a.go", false, false},
+		{"tracked/build/b.o", false, true}, // untracked below an excluded dir
+		{".env", false, true},
+		{"x/.DS_Store", false, true},
+		{"docs/gen", true, true},
+		{"docs/a/b/gen", true, true},
+		{"src/main.go", false, false},
+	}
+	for _, c := range cases {
+		if got := r.Ignored(c.p, c.dir); got != c.want {
+			t.Errorf("Ignored(%q, dir=%v) = %v, want %v", c.p, c.dir, got, c.want)
+		}
+	}
+}
+
+// TestAgreesWithGit loads a real repository and compares every decision
+// with `git check-ignore`.
+func TestAgreesWithGit(t *testing.T) {
+	ws := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		c := exec.Command("git", args...)
+		c.Dir = ws
+		c.Env = []string{"HOME=" + ws, "PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1"}
+		out, _ := c.CombinedOutput()
+		return string(out)
+	}
+	git("init", "-q")
+	write := func(p, s string) {
+		os.MkdirAll(filepath.Dir(filepath.Join(ws, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(ws, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(".gitignore", "*.o\n/out/\n!keep.o\nlogs/*\n!logs/important\n[Tt]emp*\n")
+	write("a/.gitignore", "secret\n!x.o\n")
+	write(".git/info/exclude", "scratch\n")
+	write("forced.o", "tracked\n")
+	git("add", "-f", "forced.o")
+	paths := []string{"x.o", "keep.o", "forced.o", "out/f", "a/out/f", "a/secret", "a/x.o", "a/y.o", "logs/a", "logs/important", "Temp1", "temp2", "scratch", "b/scratch", "src/ok.go"}
+	for _, p := range paths {
+		write(p, "x")
+	}
+	r, err := Load(ws, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		c := exec.Command("git", "check-ignore", "-q", p)
+		c.Dir = ws
+		c.Env = []string{"HOME=" + ws, "PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1"}
+		gitSays := c.Run() == nil
+		if got := r.Ignored(p, false); got != gitSays {
+			t.Errorf("%s: ignorerules %v, git check-ignore %v", p, got, gitSays)
+		}
+	}
+}
+
+func TestParseIndexVersions(t *testing.T) {
+	for _, v := range []string{"2", "3", "4"} {
+		ws := t.TempDir()
+		run := func(args ...string) {
+			c := exec.Command("git", args...)
+			c.Dir = ws
+			c.Env = []string{"HOME=" + ws, "PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1"}
+			if out, err := c.CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v %s", args, err, out)
+			}
+		}
+		run("init", "-q")
+		for _, p := range []string{"a.txt", "dir/b.txt", "dir/sub/c.txt", "dir/sub/d.txt"} {
+			os.MkdirAll(filepath.Dir(filepath.Join(ws, p)), 0o755)
+			os.WriteFile(filepath.Join(ws, p), []byte(p), 0o644)
+		}
+		run("add", ".")
+		run("update-index", "--index-version", v)
+		b, err := os.ReadFile(filepath.Join(ws, ".git", "index"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseIndex(b)
+		if err != nil {
+			t.Fatalf("v%s: %v", v, err)
+		}
+		if want := "a.txt dir/b.txt dir/sub/c.txt dir/sub/d.txt"; joinS(got) != want {
+			t.Errorf("v%s: %q, want %q", v, joinS(got), want)
+		}
+	}
+}
+
+func joinS(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += x
+	}
+	return out
+}
+
+func TestExcludesFile(t *testing.T) {
+	home := t.TempDir()
+	gitdir := filepath.Join(home, "repo", ".git")
+	os.MkdirAll(gitdir, 0o755)
+	if got := ExcludesFile(gitdir, home, ""); got != filepath.Join(home, ".config", "git", "ignore") {
+		t.Errorf("default: %q", got)
+	}
+	os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[user]\n\tname = x\n[core]\n\texcludesFile = ~/.gitignore_global\n"), 0o644)
+	if got := ExcludesFile(gitdir, home, ""); got != filepath.Join(home, ".gitignore_global") {
+		t.Errorf("global: %q", got)
+	}
+}

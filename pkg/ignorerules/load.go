@@ -1,0 +1,258 @@
+package ignorerules
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxRuleFile bounds one .gitignore/exclude file; maxIndex bounds the index.
+const (
+	maxRuleFile = 4 << 20
+	maxIndex    = 1 << 30
+)
+
+// Load reads the host's rules for the workspace ws (whose Git directory is
+// ws/.git, a directory) at generation start. excludesFile is the resolved
+// core.excludesFile ("" for none; a missing file is no rules). A missing
+// index means nothing is tracked.
+func Load(ws, excludesFile string) (*Rules, error) {
+	r := NewRules()
+	gitdir := filepath.Join(ws, ".git")
+	if b, err := readRuleFile(filepath.Join(gitdir, "index"), maxIndex); err == nil {
+		paths, err := ParseIndex(b)
+		if err != nil {
+			return nil, fmt.Errorf("read Git index of %s: %w", ws, err)
+		}
+		for _, p := range paths {
+			r.AddTracked(p)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, f := range []string{filepath.Join(gitdir, "info", "exclude"), excludesFile} {
+		if f == "" {
+			continue
+		}
+		b, err := readRuleFile(f, maxRuleFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := r.AddGlobal(b); err != nil {
+			return nil, err
+		}
+	}
+	// Walk for .gitignore files, parents before children so a directory's
+	// exclusion is known before descending (Git reads no .gitignore inside
+	// an excluded directory).
+	err := filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == ws {
+				return err
+			}
+			return nil // unreadable subtree: no rules from it
+		}
+		rel, _ := filepath.Rel(ws, p)
+		rel = filepath.ToSlash(rel)
+		if rel == "." {
+			rel = ""
+		}
+		if d.IsDir() {
+			if rel == ".git" || (rel != "" && r.Ignored(rel, true)) {
+				return filepath.SkipDir
+			}
+			b, err := readRuleFile(filepath.Join(p, ".gitignore"), maxRuleFile)
+			if err == nil {
+				return r.AddGitignore(rel, b)
+			}
+			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ELOOP) {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ignore rules of %s: %w", ws, err)
+	}
+	return r, nil
+}
+
+// readRuleFile reads a regular file without following a final symlink.
+func readRuleFile(p string, limit int64) ([]byte, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &os.PathError{Op: "read", Path: p, Err: fs.ErrNotExist}
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", p, limit)
+	}
+	var b bytes.Buffer
+	_, err = b.ReadFrom(f)
+	return b.Bytes(), err
+}
+
+// ParseIndex returns the paths recorded in a Git index (versions 2–4).
+func ParseIndex(b []byte) ([]string, error) {
+	if len(b) < 12 || string(b[:4]) != "DIRC" {
+		return nil, errors.New("not a Git index (no DIRC signature)")
+	}
+	ver := binary.BigEndian.Uint32(b[4:8])
+	if ver < 2 || ver > 4 {
+		return nil, fmt.Errorf("unsupported Git index version %d", ver)
+	}
+	n := binary.BigEndian.Uint32(b[8:12])
+	off := 12
+	out := make([]string, 0, n)
+	prev := ""
+	for i := uint32(0); i < n; i++ {
+		start := off
+		if off+62 > len(b) {
+			return nil, errors.New("truncated index entry")
+		}
+		mode := binary.BigEndian.Uint32(b[off+24 : off+28])
+		flags := binary.BigEndian.Uint16(b[off+60 : off+62])
+		off += 62
+		if ver >= 3 && flags&0x4000 != 0 {
+			off += 2
+		}
+		var name string
+		if ver == 4 {
+			strip, k := indexVarint(b[off:])
+			if k == 0 || int(strip) > len(prev) {
+				return nil, errors.New("bad prefix compression in index")
+			}
+			off += k
+			end := bytes.IndexByte(b[off:], 0)
+			if end < 0 {
+				return nil, errors.New("truncated index path")
+			}
+			name = prev[:len(prev)-int(strip)] + string(b[off:off+end])
+			off += end + 1
+		} else {
+			end := bytes.IndexByte(b[off:], 0)
+			if end < 0 {
+				return nil, errors.New("truncated index path")
+			}
+			name = string(b[off : off+end])
+			off += end + 1
+			// Entries are NUL-padded to a multiple of 8 bytes.
+			off = start + (off-start+7)&^7
+		}
+		prev = name
+		if mode&0o170000 == 0o040000 { // sparse-index directory entry
+			name = strings.TrimSuffix(name, "/")
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// indexVarint decodes Git's offset varint; k is 0 on malformed input.
+func indexVarint(b []byte) (uint64, int) {
+	if len(b) == 0 {
+		return 0, 0
+	}
+	c := b[0]
+	v := uint64(c & 127)
+	k := 1
+	for c&128 != 0 {
+		if k >= len(b) || k > 9 {
+			return 0, 0
+		}
+		v++
+		c = b[k]
+		v = (v << 7) + uint64(c&127)
+		k++
+	}
+	return v, k
+}
+
+// ExcludesFile resolves core.excludesFile the way Git does for the
+// developer: the repository's config, then the global config files
+// ($XDG_CONFIG_HOME/git/config, ~/.gitconfig; the later wins), defaulting
+// to $XDG_CONFIG_HOME/git/ignore. home and xdg may be empty.
+func ExcludesFile(gitdir, home, xdg string) string {
+	if xdg == "" && home != "" {
+		xdg = filepath.Join(home, ".config")
+	}
+	val := ""
+	var files []string
+	if xdg != "" {
+		files = append(files, filepath.Join(xdg, "git", "config"))
+	}
+	if home != "" {
+		files = append(files, filepath.Join(home, ".gitconfig"))
+	}
+	for _, f := range append(files, filepath.Join(gitdir, "config")) {
+		b, err := readRuleFile(f, maxRuleFile)
+		if err != nil {
+			continue
+		}
+		if v, ok := coreExcludesFile(b); ok {
+			val = v
+		}
+	}
+	if val == "" {
+		if xdg == "" {
+			return ""
+		}
+		return filepath.Join(xdg, "git", "ignore")
+	}
+	if strings.HasPrefix(val, "~/") && home != "" {
+		val = filepath.Join(home, val[2:])
+	}
+	if !filepath.IsAbs(val) {
+		return "" // relative to an unknown cwd: Git would not find it reliably either
+	}
+	return val
+}
+
+// coreExcludesFile extracts core.excludesFile from a git config file
+// (simple syntax: [core] section, key = value, optional quotes).
+func coreExcludesFile(b []byte) (string, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	inCore := false
+	val, found := "", false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == ';' {
+			continue
+		}
+		if line[0] == '[' {
+			sec := strings.ToLower(strings.TrimSpace(strings.Trim(line, "[]")))
+			inCore = sec == "core"
+			continue
+		}
+		if !inCore {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "excludesfile") {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		v = strings.Trim(v, "\"")
+		val, found = v, true
+	}
+	return val, found
+}

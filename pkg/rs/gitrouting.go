@@ -1,0 +1,139 @@
+package rs
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/gitroute"
+	"github.com/lazaret/lazaret/pkg/mountns"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/proc"
+)
+
+// routingReadyTimeout bounds the daemon's rule loading and mount.
+var routingReadyTimeout = 60 * time.Second
+
+// startGitRouting acquires the Git-routing daemon through the broker as the
+// git_routing participant (staged with HC before it runs) and waits until
+// its FUSE mount serves the workspace at the requested mount point.
+func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error) {
+	g := s.start.GitRouting
+	if err := os.MkdirAll(g.Mountpoint, 0o700); err != nil {
+		return nil, nil, err
+	}
+	var before unix.Stat_t
+	if err := unix.Lstat(g.Mountpoint, &before); err != nil {
+		return nil, nil, &os.PathError{Op: "lstat", Path: g.Mountpoint, Err: err}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer outR.Close()
+	args := gitroute.Args(g.Workspace, g.StateDir, g.Mountpoint, g.ExcludesFile)
+	if !g.IgnoredPathIsolation {
+		args = append(args, "--isolate=false")
+	}
+	for _, n := range g.HiddenNames {
+		args = append(args, "--hide="+n)
+	}
+	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
+		Slot:   "git_routing",
+		Target: proc.Command{Path: exe, Args: append([]string{exe}, args...), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{nil, outW, os.Stderr}},
+		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			return s.stageSlot(ctx, "git_routing", id)
+		},
+	})
+	outW.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	failpoint.Hit("lazaret-rs:git-routing-acquired")
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == gitroute.ReadyLine {
+				ready <- nil
+				return
+			}
+		}
+		ready <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before mounting the workspace (see hc.log in the Domain Root)")
+	}()
+	select {
+	case err = <-ready:
+	case <-time.After(routingReadyTimeout):
+		err = errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon did not mount the workspace within %s", routingReadyTimeout)
+	case <-s.hcGone:
+		err = errdefs.New(errdefs.ErrUnavailable, "host coordinator gone during start")
+	}
+	if err != nil {
+		s.stopChild(child)
+		return nil, nil, err
+	}
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, g.Mountpoint, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID|unix.STATX_INO, &stx); err != nil {
+		s.stopChild(child)
+		return nil, nil, &os.PathError{Op: "statx", Path: g.Mountpoint, Err: err}
+	}
+	if stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 && stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		s.stopChild(child)
+		return nil, nil, errdefs.New(errdefs.ErrRefused, "the Git-routing daemon reported ready but %s is not a mount", g.Mountpoint)
+	}
+	failpoint.Hit("lazaret-rs:git-routing-mounted")
+	ev := &lv1.GitRoutingReady{
+		Daemon: identityProto(child.Identity()), MountId: stx.Mnt_id, FsDev: unix.Mkdev(stx.Dev_major, stx.Dev_minor),
+		MountpointDev: uint64(before.Dev), MountpointIno: before.Ino, Mountpoint: g.Mountpoint,
+	}
+	return child, ev, nil
+}
+
+// stopGitRouting stops the generation's daemon, if any (idempotent).
+func (s *supervisor) stopGitRouting() {
+	child := s.routing
+	s.routing = nil
+	s.stopChild(child)
+}
+
+// stopChild unmounts the routed workspace (lazily: the sandbox is gone or
+// never started) and stops the exact daemon through its pidfd.
+func (s *supervisor) stopChild(child *proc.Child) {
+	if child == nil {
+		return
+	}
+	if g := s.start.GitRouting; g != nil {
+		if err := mountns.Unmount(g.Mountpoint); err != nil && !errors.Is(err, unix.EINVAL) {
+			s.log.Warn("unmount routed workspace", "err", err)
+		}
+	}
+	child.Signal(unix.SIGTERM)
+	select {
+	case <-child.Done():
+	case <-time.After(stopGrace):
+		s.log.Warn("git-routing daemon did not exit on SIGTERM: SIGKILL through its pidfd")
+		child.Signal(unix.SIGKILL)
+		<-child.Done()
+	}
+	failpoint.Hit("lazaret-rs:git-routing-stopped")
+}
+
+// routingDone is closed when the daemon exits (never, without a daemon).
+func (s *supervisor) routingDone() <-chan struct{} {
+	if s.routing == nil {
+		return nil
+	}
+	return s.routing.Done()
+}
