@@ -125,7 +125,7 @@ var Specs = map[Role]RoleSpec{
 	// exact mounts are the required "mounts" field (mount namespace plus each
 	// overlay's unique mount ID); the single "mount" is not used by it.
 	StateAnchor: {Active: Prepared,
-		Fields: map[string]bool{"prepared_artifact_id": true, "mount": false, "upper_dir": false, "mounts": true},
+		Fields: map[string]bool{"prepared_artifact_id": true, "mount": false, "upper_dir": false, "mounts": true, "mount_namespace": false},
 		Slots:  map[string]SlotSpec{"daemon": {Acquired, false}}},
 	GitRouting: {Active: Prepared,
 		Fields: map[string]bool{"mount": true},

@@ -1200,8 +1200,13 @@ type StateAnchorSnapshotV1 struct {
 	UpperDir           *FileIdentityV1        `protobuf:"bytes,3,opt,name=upper_dir,json=upperDir,proto3,oneof" json:"upper_dir,omitempty"`
 	Daemon             *ProcessSlotV1         `protobuf:"bytes,4,opt,name=daemon,proto3" json:"daemon,omitempty"` // acquired child (none for kernel overlays)
 	Mounts             *StateAnchorMountsV1   `protobuf:"bytes,5,opt,name=mounts,proto3,oneof" json:"mounts,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The Runtime Supervisor's mount namespace, recorded with the Intent
+	// before anything is mounted: every anchor (and the read-only lower bind)
+	// exists only in it, so its absence (no process, no nsfs bind) proves them
+	// gone even if the generation died before `mounts` was recorded.
+	MountNamespace *NamespaceIdentity `protobuf:"bytes,6,opt,name=mount_namespace,json=mountNamespace,proto3,oneof" json:"mount_namespace,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StateAnchorSnapshotV1) Reset() {
@@ -1265,6 +1270,13 @@ func (x *StateAnchorSnapshotV1) GetDaemon() *ProcessSlotV1 {
 func (x *StateAnchorSnapshotV1) GetMounts() *StateAnchorMountsV1 {
 	if x != nil {
 		return x.Mounts
+	}
+	return nil
+}
+
+func (x *StateAnchorSnapshotV1) GetMountNamespace() *NamespaceIdentity {
+	if x != nil {
+		return x.MountNamespace
 	}
 	return nil
 }
@@ -2775,18 +2787,20 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"leaseState\x88\x01\x01B\x17\n" +
 	"\x15_prepared_artifact_idB\x12\n" +
 	"\x10_source_identityB\x0e\n" +
-	"\f_lease_state\"\xf1\x02\n" +
+	"\f_lease_state\"\xd2\x03\n" +
 	"\x15StateAnchorSnapshotV1\x125\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tH\x00R\x12preparedArtifactId\x88\x01\x01\x126\n" +
 	"\x05mount\x18\x02 \x01(\v2\x1b.lazaret.v1.MountIdentityV1H\x01R\x05mount\x88\x01\x01\x12<\n" +
 	"\tupper_dir\x18\x03 \x01(\v2\x1a.lazaret.v1.FileIdentityV1H\x02R\bupperDir\x88\x01\x01\x121\n" +
 	"\x06daemon\x18\x04 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\x06daemon\x12<\n" +
-	"\x06mounts\x18\x05 \x01(\v2\x1f.lazaret.v1.StateAnchorMountsV1H\x03R\x06mounts\x88\x01\x01B\x17\n" +
+	"\x06mounts\x18\x05 \x01(\v2\x1f.lazaret.v1.StateAnchorMountsV1H\x03R\x06mounts\x88\x01\x01\x12K\n" +
+	"\x0fmount_namespace\x18\x06 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityH\x04R\x0emountNamespace\x88\x01\x01B\x17\n" +
 	"\x15_prepared_artifact_idB\b\n" +
 	"\x06_mountB\f\n" +
 	"\n" +
 	"_upper_dirB\t\n" +
-	"\a_mounts\"\x92\x01\n" +
+	"\a_mountsB\x12\n" +
+	"\x10_mount_namespace\"\x92\x01\n" +
 	"\x13StateAnchorMountsV1\x12F\n" +
 	"\x0fmount_namespace\x18\x01 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\x123\n" +
 	"\aanchors\x18\x02 \x03(\v2\x19.lazaret.v1.AnchorMountV1R\aanchors\"w\n" +
@@ -3048,48 +3062,49 @@ var file_lazaret_v1_store_proto_depIdxs = []int32{
 	12, // 11: lazaret.v1.StateAnchorSnapshotV1.upper_dir:type_name -> lazaret.v1.FileIdentityV1
 	11, // 12: lazaret.v1.StateAnchorSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
 	19, // 13: lazaret.v1.StateAnchorSnapshotV1.mounts:type_name -> lazaret.v1.StateAnchorMountsV1
-	38, // 14: lazaret.v1.StateAnchorMountsV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	20, // 15: lazaret.v1.StateAnchorMountsV1.anchors:type_name -> lazaret.v1.AnchorMountV1
-	13, // 16: lazaret.v1.GitRoutingSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
-	11, // 17: lazaret.v1.GitRoutingSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
-	38, // 18: lazaret.v1.NetworkReadinessEvidenceV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	37, // 19: lazaret.v1.NetworkReadinessEvidenceV1.supervisor:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	38, // 20: lazaret.v1.NetworkSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	22, // 21: lazaret.v1.NetworkSnapshotV1.readiness:type_name -> lazaret.v1.NetworkReadinessEvidenceV1
-	11, // 22: lazaret.v1.NetworkSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	38, // 23: lazaret.v1.HelperSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	11, // 24: lazaret.v1.HelperSnapshotV1.helper:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 25: lazaret.v1.HelperSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 26: lazaret.v1.SandboxSnapshotV1.bundle_dir:type_name -> lazaret.v1.FileIdentityV1
-	11, // 27: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 28: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 29: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 30: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
-	17, // 31: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
-	18, // 32: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
-	21, // 33: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
-	23, // 34: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
-	24, // 35: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
-	25, // 36: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
-	26, // 37: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
-	0,  // 38: lazaret.v1.ParticipantRecordV1.role:type_name -> lazaret.v1.ParticipantRole
-	1,  // 39: lazaret.v1.ParticipantRecordV1.phase:type_name -> lazaret.v1.ParticipantPhase
-	27, // 40: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
-	12, // 41: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
-	11, // 42: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 43: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
-	29, // 44: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
-	30, // 45: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
-	3,  // 46: lazaret.v1.SessionTerminalRecordV1.phase:type_name -> lazaret.v1.SessionTerminalPhase
-	31, // 47: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
-	12, // 48: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
-	4,  // 49: lazaret.v1.PreparedArtifactRecordV1.state:type_name -> lazaret.v1.PreparedArtifactState
-	5,  // 50: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	38, // 14: lazaret.v1.StateAnchorSnapshotV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	38, // 15: lazaret.v1.StateAnchorMountsV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	20, // 16: lazaret.v1.StateAnchorMountsV1.anchors:type_name -> lazaret.v1.AnchorMountV1
+	13, // 17: lazaret.v1.GitRoutingSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
+	11, // 18: lazaret.v1.GitRoutingSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
+	38, // 19: lazaret.v1.NetworkReadinessEvidenceV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	37, // 20: lazaret.v1.NetworkReadinessEvidenceV1.supervisor:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	38, // 21: lazaret.v1.NetworkSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	22, // 22: lazaret.v1.NetworkSnapshotV1.readiness:type_name -> lazaret.v1.NetworkReadinessEvidenceV1
+	11, // 23: lazaret.v1.NetworkSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	38, // 24: lazaret.v1.HelperSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	11, // 25: lazaret.v1.HelperSnapshotV1.helper:type_name -> lazaret.v1.ProcessSlotV1
+	11, // 26: lazaret.v1.HelperSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 27: lazaret.v1.SandboxSnapshotV1.bundle_dir:type_name -> lazaret.v1.FileIdentityV1
+	11, // 28: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	11, // 29: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	11, // 30: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 31: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
+	17, // 32: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
+	18, // 33: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
+	21, // 34: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
+	23, // 35: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
+	24, // 36: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
+	25, // 37: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
+	26, // 38: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
+	0,  // 39: lazaret.v1.ParticipantRecordV1.role:type_name -> lazaret.v1.ParticipantRole
+	1,  // 40: lazaret.v1.ParticipantRecordV1.phase:type_name -> lazaret.v1.ParticipantPhase
+	27, // 41: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
+	12, // 42: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
+	11, // 43: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	11, // 44: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
+	29, // 45: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
+	30, // 46: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
+	3,  // 47: lazaret.v1.SessionTerminalRecordV1.phase:type_name -> lazaret.v1.SessionTerminalPhase
+	31, // 48: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
+	12, // 49: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
+	4,  // 50: lazaret.v1.PreparedArtifactRecordV1.state:type_name -> lazaret.v1.PreparedArtifactState
+	5,  // 51: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_store_proto_init() }
