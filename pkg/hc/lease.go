@@ -68,6 +68,14 @@ func saSnapshot(artifact string, ns *lv1.NamespaceIdentity, mounts *lv1.StateAnc
 // acquireLower is acquisition steps 1-4 for the artifact RS holds; it
 // answers LeaseRecorded only once every step is durable.
 func (c *coordinator) acquireLower(ctx context.Context, a *lv1.ArtifactReady, hello *lv1.SupervisorHello) error {
+	if err := c.recordLease(ctx, a, hello); err != nil {
+		return err
+	}
+	return c.rsChan.Send(ctx, &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_LeaseRecorded{LeaseRecorded: &lv1.LeaseRecorded{PreparedArtifactId: a.GetPreparedArtifactId()}}})
+}
+
+// recordLease makes acquisition steps 1-4 (up to state_anchor Intent) durable.
+func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *lv1.SupervisorHello) error {
 	id := a.GetPreparedArtifactId()
 	if !prepare.ValidID(id) {
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor names prepared artifact %q, not a prepared-artifact ID", id)
@@ -123,7 +131,7 @@ func (c *coordinator) acquireLower(ctx context.Context, a *lv1.ArtifactReady, he
 	c.mu.Lock()
 	c.leasedArtifact = id
 	c.mu.Unlock()
-	return c.rsChan.Send(ctx, &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_LeaseRecorded{LeaseRecorded: &lv1.LeaseRecorded{PreparedArtifactId: id}}})
+	return nil
 }
 
 // registerArtifact records an artifact pkg/prepare published (its tree is
