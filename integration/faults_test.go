@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"context"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/store"
@@ -36,10 +38,11 @@ func faultStages() []string {
 			s = append(s, "wrapper:"+slot.slot+":"+step)
 		}
 	}
-	for _, st := range []string{"started", "hello-verified", "helper-started", "staged-recorded", "helper-committed", "published", "teardown-begin", "rs-stopped", "helper-stopped"} {
+	for _, st := range []string{"started", "hello-verified", "helper-started", "lower-intent", "lease-acquired", "lease-held", "anchor-intent", "anchor-prepared",
+		"staged-recorded", "helper-committed", "published", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
 		s = append(s, "lazaret-hc:"+st)
 	}
-	for _, st := range []string{"hello-sent", "prepared", "rootfs-mounted", "anchors-mounted", "git-routing-acquired", "git-routing-mounted", "runsc-ready", "kill-git-routing-after-ready", "git-routing-stopped", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {
+	for _, st := range []string{"hello-sent", "prepared", "lease-recorded", "rootfs-mounted", "anchors-mounted", "git-routing-acquired", "git-routing-mounted", "runsc-ready", "kill-git-routing-after-ready", "git-routing-stopped", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {
 		s = append(s, "lazaret-rs:"+st)
 	}
 	return s
@@ -147,6 +150,26 @@ func allClean(t *testing.T, ws, profile string) {
 		}
 		return nil
 	})
+	// §3.5: every released prepared_lower's catalog lease is gone too.
+	if cat, err := catalog.New(filepath.Join(e.stateHome, "lazaret"), catalog.Options{Logger: slog.New(slog.DiscardHandler)}); err == nil {
+		var leases []catalog.Lease
+		if err := cat.View(context.Background(), func(tx *catalog.Tx) error {
+			var err error
+			leases, err = tx.AllLeases()
+			return err
+		}); err != nil {
+			t.Errorf("storage catalog: %v", err)
+		}
+		for _, l := range leases {
+			if l.DomainID == id {
+				t.Errorf("catalog lease %s/%d of artifact %s left behind", l.DomainID, l.Generation, l.ArtifactID)
+			}
+		}
+		filepath.Walk(filepath.Join(e.stateHome, "lazaret", catalog.Dir), func(p string, _ os.FileInfo, _ error) error {
+			os.Lchown(p, e.uid, e.gid)
+			return nil
+		})
+	}
 	// The store files belong to the developer: restore ownership after this
 	// root-run check so the next coordinator can open them.
 	filepath.Walk(filepath.Join(root, "store"), func(p string, _ os.FileInfo, _ error) error {

@@ -118,6 +118,15 @@ func (c *coordinator) recoverGenerations() {
 			return err
 		})
 		if p == nil || p.Phase == participant.Clean {
+			// The sandbox's processes were proven absent when it became
+			// Clean; a lease still held (a crash inside release) follows.
+			var live bool
+			c.store.View(func(tx *store.Tx) error { live = leaseLive(tx, g); return nil })
+			if live {
+				if refusals := c.recoverLower(g); len(refusals) > 0 {
+					c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
+				}
+			}
 			continue
 		}
 		var absent []pidfs.Authority
@@ -158,6 +167,10 @@ func (c *coordinator) recoverGenerations() {
 		}
 		if err := c.cleanRouting(g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace"); err != nil {
 			c.retain(g, "git_routing", err.Error())
+			continue
+		}
+		if refusals := c.recoverLower(g); len(refusals) > 0 {
+			c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
 			continue
 		}
 		if err := c.cleanSandbox(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", absent); err != nil {

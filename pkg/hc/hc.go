@@ -118,6 +118,10 @@ type coordinator struct {
 	net          networkState
 	routing      gitRouting
 	wantRouting  bool // the generation asked RS for a Git-routing daemon
+	// leasedArtifact is the prepared artifact whose lease is recorded;
+	// anchorsUnmounted the anchor mount IDs RS reported unmounted (lease.go).
+	leasedArtifact   string
+	anchorsUnmounted []uint64
 
 	mu        sync.Mutex
 	st        state
@@ -695,6 +699,16 @@ func (c *coordinator) superviseMessages(helper <-chan error) {
 		switch {
 		case m.GetProgress() != nil:
 			c.addProgress(m.GetProgress().GetMessage())
+		case m.GetArtifact() != nil:
+			if err := c.acquireLower(context.Background(), m.GetArtifact(), hello); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
+		case m.GetAnchorsMounted() != nil:
+			if err := c.recordAnchorsMounted(m.GetAnchorsMounted(), hello); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
 		case m.GetStaged() != nil:
 			if err := c.commitStaged(m.GetStaged()); err != nil {
 				c.setState(stateFailed, err)
@@ -750,6 +764,9 @@ func (c *coordinator) superviseMessages(helper <-chan error) {
 			f := m.GetFailure()
 			c.setState(stateFailed, errdefs.Mark(errors.New(f.Message), errdefs.FromCategory(f.Category)))
 		case m.GetStopped() != nil:
+			c.mu.Lock()
+			c.anchorsUnmounted = m.GetStopped().GetAnchorsUnmounted()
+			c.mu.Unlock()
 			close(c.stopped)
 			return
 		default:
@@ -976,6 +993,10 @@ func (c *coordinator) teardown() {
 		if err := c.releaseSandbox(); err != nil {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
+		if err := c.releaseAnchorIntent(); err != nil {
+			c.log.Error("record state anchor release intent", "err", err)
+		}
+		failpoint.Hit("lazaret-hc:anchor-release-intent")
 		c.releaseNetworkRecords()
 		if err := c.releaseRouting(); err != nil {
 			c.log.Error("record git_routing release intent", "err", err)
@@ -1005,6 +1026,7 @@ func (c *coordinator) teardown() {
 	c.cleanupRuntime()
 	if c.store != nil {
 		c.finishNetwork(rsChild)
+		c.finishLower(rsChild)
 		c.finishSandbox(rsChild)
 		c.store.Close()
 	}

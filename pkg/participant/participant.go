@@ -28,7 +28,9 @@
 //   - R6 a bare Intent never becomes active; an active phase needs a
 //     non-empty Intent before it and a complete snapshot: every required field
 //     present and every required slot Committed with a current pidfs identity
-//     (Staged, Unassigned and legacy never satisfy it) (checkComplete).
+//     (Staged, Unassigned and legacy never satisfy it); an optional slot
+//     (state_anchor's daemon: kernel overlays have none) may stay Unassigned,
+//     but once recorded it must be Committed(current) too (checkComplete).
 //   - R7 each role has exactly one active phase (prepared_lower=LeaseHeld,
 //     state_anchor|git_routing=Prepared, network|helper|sandbox|publication=
 //     Committed, session terminal=Running); an active record is immutable.
@@ -115,9 +117,16 @@ var Specs = map[Role]RoleSpec{
 	PreparedLower: {Active: LeaseHeld,
 		Fields: map[string]bool{"prepared_artifact_id": true, "source_identity": false},
 		Slots:  map[string]SlotSpec{}},
+	// A State Anchor is one kernel overlay per persistent path (spec §3.5:
+	// "one kernel overlay (with userxattr) per configured persistent sandbox
+	// path"), mounted by the Runtime Supervisor in its mount namespace: the
+	// kernel serves it, no daemon process exists, so the daemon slot is
+	// optional (a FUSE-backed anchor would record its daemon there). The
+	// exact mounts are the required "mounts" field (mount namespace plus each
+	// overlay's unique mount ID); the single "mount" is not used by it.
 	StateAnchor: {Active: Prepared,
-		Fields: map[string]bool{"prepared_artifact_id": true, "mount": true, "upper_dir": false},
-		Slots:  map[string]SlotSpec{"daemon": {Acquired, true}}},
+		Fields: map[string]bool{"prepared_artifact_id": true, "mount": false, "upper_dir": false, "mounts": true, "mount_namespace": false},
+		Slots:  map[string]SlotSpec{"daemon": {Acquired, false}}},
 	GitRouting: {Active: Prepared,
 		Fields: map[string]bool{"mount": true},
 		Slots:  map[string]SlotSpec{"daemon": {Acquired, true}}},
@@ -532,10 +541,10 @@ func checkComplete(role Role, spec RoleSpec, v View) error {
 		}
 	}
 	for n, s := range spec.Slots {
-		if !s.Required {
-			continue
-		}
 		sl := v.slot(n)
+		if !s.Required && sl.State == Unassigned {
+			continue // an optional slot may stay empty, but a recorded one is authority
+		}
 		if sl.State != CommittedSlot || sl.Legacy != nil {
 			missing = append(missing, fmt.Sprintf("slot %s is %s, not Committed(current pidfs)", n, sl))
 		}

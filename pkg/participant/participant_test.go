@@ -434,3 +434,24 @@ func FuzzTransitions(f *testing.F) {
 		runSequence(t, rand.New(rand.NewPCG(a, b)), role, 60)
 	})
 }
+
+// TestStateAnchorWithoutDaemon: a kernel-overlay State Anchor has no daemon
+// process, so state_anchor reaches Prepared with its artifact and exact
+// mounts and no daemon slot; it still refuses Prepared without the mounts
+// or the artifact, and a recorded daemon stays authority (Staged is not
+// enough). Roles whose slot is a real process keep it required.
+func TestStateAnchorWithoutDaemon(t *testing.T) {
+	intent := view(Intent, map[string]string{"prepared_artifact_id": "a"}, nil)
+	full := view(Prepared, map[string]string{"prepared_artifact_id": "a", "mounts": "m"}, nil)
+	mustAccept(t, "Prepared without daemon", CheckTransition(StateAnchor, &intent, full))
+	mustRefuse(t, "Prepared without mounts", CheckTransition(StateAnchor, &intent, view(Prepared, map[string]string{"prepared_artifact_id": "a"}, nil)))
+	mustRefuse(t, "Prepared without artifact", CheckTransition(StateAnchor, ptr(view(Intent, map[string]string{"mounts": "m"}, nil)), view(Prepared, map[string]string{"mounts": "m"}, nil)))
+	withStaged := view(Intent, map[string]string{"prepared_artifact_id": "a"}, map[string]Slot{"daemon": staged(5)})
+	mustRefuse(t, "Prepared with a daemon only staged", CheckTransition(StateAnchor, &withStaged, view(Prepared, map[string]string{"prepared_artifact_id": "a", "mounts": "m"}, map[string]Slot{"daemon": staged(5)})))
+	mustAccept(t, "Prepared with a committed daemon", CheckTransition(StateAnchor, &withStaged, view(Prepared, map[string]string{"prepared_artifact_id": "a", "mounts": "m"}, map[string]Slot{"daemon": committed(5)})))
+	if !Specs[GitRouting].Slots["daemon"].Required {
+		t.Fatal("git_routing's daemon (a FUSE router process) must stay required")
+	}
+	gr := view(Intent, map[string]string{"mount": "m"}, nil)
+	mustRefuse(t, "git_routing Prepared without daemon", CheckTransition(GitRouting, &gr, view(Prepared, map[string]string{"mount": "m"}, nil)))
+}

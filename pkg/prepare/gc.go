@@ -110,6 +110,21 @@ type GCPolicy struct {
 	// unused artifacts are reclaimed least recently used first regardless
 	// of Keep and MinAge.
 	MaxBytes int64
+	// Catalog, when set, is the Storage Catalog's say (OR-7): an artifact
+	// with any catalog lease is kept, and reclamation moves its record to
+	// Reclaiming under storage-catalog.lock before the tree moves.
+	Catalog Reclaimer
+}
+
+// Reclaimer is the Storage Catalog as GC sees it (catalog.GCReclaimer).
+type Reclaimer interface {
+	// Leases counts the artifact's catalog leases.
+	Leases(id string) (int, error)
+	// BeginReclaim refuses while any lease exists; otherwise the record
+	// (if any) becomes Reclaiming.
+	BeginReclaim(id string) error
+	// Reclaimed removes the record after the tree left prepared/.
+	Reclaimed(id string) error
 }
 
 // GCEntry reports one entry of prepared/ and what GC did or would do.
@@ -199,6 +214,18 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 			res.Entries = append(res.Entries, e)
 			continue
 		}
+		if p.Catalog != nil {
+			n, err := p.Catalog.Leases(e.Name)
+			if err != nil || n > 0 {
+				unix.Close(fd)
+				e.Reason = fmt.Sprintf("leased by %d generation(s) in the Storage Catalog", n)
+				if err != nil {
+					e.Reason = fmt.Sprintf("Storage Catalog leases unknown (%v); kept", err)
+				}
+				res.Entries = append(res.Entries, e)
+				continue
+			}
+		}
 		free = append(free, &cand{e: e, fd: fd})
 	}
 	sort.Slice(free, func(i, j int) bool { return free[i].e.LastUsed.After(free[j].e.LastUsed) })
@@ -235,12 +262,26 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 				}
 				defer unix.Close(tfd)
 			}
+			if p.Catalog != nil {
+				if err := p.Catalog.BeginReclaim(c.e.Name); err != nil {
+					c.e.Action, c.e.Reason = "keep", fmt.Sprintf("the Storage Catalog refused reclamation: %v", err)
+					unix.Close(c.fd)
+					c.fd = -1
+					res.Entries = append(res.Entries, c.e)
+					continue
+				}
+			}
 			dst := c.e.Name + "." + strconv.FormatInt(now.UnixNano(), 10)
 			if err := unix.Renameat2(st.preparedFD, c.e.Name, tfd, dst, unix.RENAME_NOREPLACE); err != nil {
 				return res, fmt.Errorf("reclaim %s: %w", c.e.Name, &os.PathError{Op: "renameat2", Path: dst, Err: err})
 			}
 			unix.Unlinkat(st.preparedFD, usedDir+"/"+c.e.Name, 0)
 			c.e.Action = "reclaimed"
+			if p.Catalog != nil {
+				if err := p.Catalog.Reclaimed(c.e.Name); err != nil {
+					c.e.Reason += fmt.Sprintf(" (Storage Catalog record kept: %v)", err)
+				}
+			}
 		}
 		unix.Close(c.fd)
 		c.fd = -1

@@ -10,6 +10,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -62,7 +63,38 @@ func (s *supervisor) mountAnchors(lowerRoot string) error {
 		}
 	}
 	failpoint.Hit("lazaret-rs:anchors-mounted")
-	return nil
+	// state_anchor = Prepared needs the exact identity of every mount.
+	msg := &lv1.AnchorsMounted{PreparedArtifactId: s.art.ID, MountNamespace: s.mountNS}
+	for _, id := range s.anchors {
+		msg.Anchors = append(msg.Anchors, &lv1.AnchorMount{GuestPath: id.GuestPath, MountId: id.MountID, Target: id.Target, Upper: id.Upper})
+	}
+	return s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_AnchorsMounted{AnchorsMounted: msg}})
+}
+
+// awaitLease is the RS side of §3.5 acquisition steps 1-4: it names the
+// held prepared lower to HC and mounts nothing until HC answers that the
+// catalog lease and prepared_lower LeaseHeld (and state_anchor Intent) are
+// durable. Without a coordinator it mounts nothing and fails.
+func (s *supervisor) awaitLease() error {
+	st := s.start
+	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Artifact{Artifact: &lv1.ArtifactReady{
+		PreparedArtifactId: s.art.ID, ImageRef: st.ImageRef, ManifestDigest: s.art.Source.ManifestDigest}}}); err != nil {
+		return err
+	}
+	select {
+	case l := <-s.leases:
+		if l.PreparedArtifactId != s.art.ID {
+			return errdefs.New(errdefs.ErrRefused, "the coordinator recorded a lease of %q, not of the held artifact %q", l.PreparedArtifactId, s.art.ID)
+		}
+		failpoint.Hit("lazaret-rs:lease-recorded")
+		return nil
+	case <-s.hcGone:
+		return errdefs.New(errdefs.ErrUnavailable, "host coordinator gone before recording the prepared-lower lease")
+	case <-s.stop:
+		return errdefs.New(errdefs.ErrUnavailable, "stop requested before the prepared-lower lease was recorded")
+	case <-time.After(60 * time.Second):
+		return errdefs.New(errdefs.ErrUnavailable, "no LeaseRecorded from the coordinator within 60s")
+	}
 }
 
 // unmountAnchors verifies and unmounts each recorded anchor mount (reverse
@@ -76,6 +108,7 @@ func (s *supervisor) unmountAnchors() {
 			continue
 		}
 		s.log.Info("State Anchor unmounted", "guest_path", id.GuestPath, "mount_id", id.MountID)
+		s.unmounted = append(s.unmounted, id.MountID)
 	}
 	s.anchors = nil
 	failpoint.Hit("lazaret-rs:anchors-unmounted")

@@ -103,31 +103,34 @@ func Main(args []string) int {
 		log.Error("protocol credential", "err", err)
 		return 2
 	}
-	s := &supervisor{policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s := &supervisor{policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	return s.run()
 }
 
 type supervisor struct {
-	policyFD int
-	cred     credential
-	routes   []netsetup.Route
-	tapAddr  netip.Prefix
-	probe    string // the init's network probe report line
-	log      *slog.Logger
-	ch       *fdpass.Channel
-	broker   *proc.Broker
-	start    *lv1.StartSandbox
-	rt       runsc.Runtime
-	art      prepare.Artifact
-	anchors  []anchor.MountIdentity // mounted State Anchors, in mount order
-	lowerUse *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
-	purged   chan struct{}          // closed when reclaimed artifacts are deleted
-	routing  *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
-	routed   *lv1.GitRoutingReady
-	acks     chan *lv1.ProcessOwnershipCommitAck
-	stop     chan struct{} // HC asked to stop
-	hcGone   chan struct{} // lifetime EOF or channel loss: lease-loss teardown
+	policyFD  int
+	cred      credential
+	routes    []netsetup.Route
+	tapAddr   netip.Prefix
+	probe     string // the init's network probe report line
+	log       *slog.Logger
+	ch        *fdpass.Channel
+	broker    *proc.Broker
+	start     *lv1.StartSandbox
+	rt        runsc.Runtime
+	art       prepare.Artifact
+	anchors   []anchor.MountIdentity // mounted State Anchors, in mount order
+	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	purged    chan struct{}          // closed when reclaimed artifacts are deleted
+	routing   *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
+	routed    *lv1.GitRoutingReady
+	acks      chan *lv1.ProcessOwnershipCommitAck
+	leases    chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
+	unmounted []uint64                // anchors verified and unmounted at teardown
+	mountNS   *lv1.NamespaceIdentity  // RS's mount namespace (hello)
+	stop      chan struct{}           // HC asked to stop
+	hcGone    chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
 }
 
 func (s *supervisor) watchLifetime(f *os.File) {
@@ -176,6 +179,7 @@ func (s *supervisor) run() int {
 		s.log.Error("send hello", "err", err)
 		return 1
 	}
+	s.mountNS = hello.MountNamespace
 	failpoint.Hit("lazaret-rs:hello-sent")
 	var first lv1.CoordinatorMessage
 	if err := s.ch.Recv(context.Background(), &first); err != nil {
@@ -232,6 +236,12 @@ func (s *supervisor) receive() {
 			default:
 				s.log.Error("unexpected ProcessOwnershipCommitAck: refusing it")
 			}
+		case m.GetLeaseRecorded() != nil:
+			select {
+			case s.leases <- m.GetLeaseRecorded():
+			default:
+				s.log.Error("unexpected LeaseRecorded: refusing it")
+			}
 		case m.GetStop() != nil:
 			closeOnce(s.stop)
 		default:
@@ -275,6 +285,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	}
 	s.art = art
 	failpoint.Hit("lazaret-rs:prepared")
+	if err := s.awaitLease(); err != nil {
+		return nil, nil, err
+	}
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
 		return nil, nil, err
@@ -475,7 +488,7 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 	}
 	s.teardown(sandbox, stdin)
 	s.awaitPurge()
-	s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Stopped{Stopped: &lv1.SupervisorStopped{}}})
+	s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Stopped{Stopped: &lv1.SupervisorStopped{AnchorsUnmounted: s.unmounted}}})
 	return 0
 }
 

@@ -184,7 +184,11 @@ func plSnap(artifact string, lease v1.LeaseState) *v1.RoleSnapshotV1 {
 var anchorMount = &v1.MountIdentityV1{MountId: 99, FsDev: 0x2a, MountPoint: &v1.FileIdentityV1{Dev: 1, Ino: 2, PathHint: "/x/anchor"}}
 
 func saSnap(artifact string, mount *v1.MountIdentityV1, daemon *v1.ProcessSlotV1) *v1.RoleSnapshotV1 {
-	s := &v1.StateAnchorSnapshotV1{Daemon: daemon, Mount: mount}
+	s := &v1.StateAnchorSnapshotV1{Daemon: daemon}
+	if mount != nil {
+		s.Mounts = &v1.StateAnchorMountsV1{MountNamespace: &v1.NamespaceIdentity{Dev: 4, Ino: 4026531841},
+			Anchors: []*v1.AnchorMountV1{{GuestPath: "/usr", MountId: mount.MountId, Target: mount.GetMountPoint().GetPathHint()}}}
+	}
 	if artifact != "" {
 		s.PreparedArtifactId = str(artifact)
 	}

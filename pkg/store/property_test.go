@@ -255,7 +255,10 @@ func TestRandomStoreTransitions(t *testing.T) {
 			cur, exists := prev[key]
 			before := dump(t, s.db)
 			op := r.IntN(10)
-			scripted := len(script) > 0 && r.IntN(3) == 0
+			// One in two: with one in three, publication (which needs every
+			// other participant active at once) was reached about once in
+			// 120 generations and vanished with any change of the stream.
+			scripted := len(script) > 0 && r.IntN(2) == 0
 			err := s.Update(func(tx *Tx) error {
 				if scripted {
 					return script[0].fn(tx)

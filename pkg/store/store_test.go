@@ -122,7 +122,7 @@ func teardownSteps(n uint64, step func(what string, fn func(tx *Tx) error)) {
 	// §3.5 unmount and lease release 1, 3, (4 is the catalog), 5.
 	step("anchor release intent", func(tx *Tx) error { return tx.ReleaseParticipant(n, participant.StateAnchor) })
 	step("anchor clean + lower release intent", func(tx *Tx) error {
-		if err := tx.CleanParticipant(n, participant.StateAnchor, proofFor([]string{"prepared_artifact_id", "mount"}, anchorD)); err != nil {
+		if err := tx.CleanParticipant(n, participant.StateAnchor, proofFor([]string{"prepared_artifact_id", "mounts"}, anchorD)); err != nil {
 			return err
 		}
 		return tx.ReleaseParticipant(n, participant.PreparedLower)

@@ -1188,14 +1188,25 @@ func (x *PreparedLowerSnapshotV1) GetLeaseState() LeaseState {
 	return LeaseState_LEASE_STATE_UNSPECIFIED
 }
 
+// StateAnchorSnapshotV1 is the generation's State Anchors. A kernel overlay
+// per persistent path is mounted by the Runtime Supervisor in its own mount
+// namespace; there is no daemon, so the daemon slot stays Unassigned (it is
+// optional: a FUSE-backed anchor would record its daemon there). `mounts`
+// names every anchor mount exactly; `mount` is unused by kernel overlays.
 type StateAnchorSnapshotV1 struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	PreparedArtifactId *string                `protobuf:"bytes,1,opt,name=prepared_artifact_id,json=preparedArtifactId,proto3,oneof" json:"prepared_artifact_id,omitempty"`
 	Mount              *MountIdentityV1       `protobuf:"bytes,2,opt,name=mount,proto3,oneof" json:"mount,omitempty"`
 	UpperDir           *FileIdentityV1        `protobuf:"bytes,3,opt,name=upper_dir,json=upperDir,proto3,oneof" json:"upper_dir,omitempty"`
-	Daemon             *ProcessSlotV1         `protobuf:"bytes,4,opt,name=daemon,proto3" json:"daemon,omitempty"` // acquired child
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	Daemon             *ProcessSlotV1         `protobuf:"bytes,4,opt,name=daemon,proto3" json:"daemon,omitempty"` // acquired child (none for kernel overlays)
+	Mounts             *StateAnchorMountsV1   `protobuf:"bytes,5,opt,name=mounts,proto3,oneof" json:"mounts,omitempty"`
+	// The Runtime Supervisor's mount namespace, recorded with the Intent
+	// before anything is mounted: every anchor (and the read-only lower bind)
+	// exists only in it, so its absence (no process, no nsfs bind) proves them
+	// gone even if the generation died before `mounts` was recorded.
+	MountNamespace *NamespaceIdentity `protobuf:"bytes,6,opt,name=mount_namespace,json=mountNamespace,proto3,oneof" json:"mount_namespace,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StateAnchorSnapshotV1) Reset() {
@@ -1256,6 +1267,144 @@ func (x *StateAnchorSnapshotV1) GetDaemon() *ProcessSlotV1 {
 	return nil
 }
 
+func (x *StateAnchorSnapshotV1) GetMounts() *StateAnchorMountsV1 {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
+func (x *StateAnchorSnapshotV1) GetMountNamespace() *NamespaceIdentity {
+	if x != nil {
+		return x.MountNamespace
+	}
+	return nil
+}
+
+// StateAnchorMountsV1 is the exact identity of a generation's anchor mounts:
+// the Runtime Supervisor's mount namespace (nsfs dev/ino) and, per persistent
+// guest path, the overlay's unique mount ID (STATX_MNT_ID_UNIQUE) in it, its
+// mount point (bundle anchor source) and upper directory.
+type StateAnchorMountsV1 struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MountNamespace *NamespaceIdentity     `protobuf:"bytes,1,opt,name=mount_namespace,json=mountNamespace,proto3" json:"mount_namespace,omitempty"`
+	Anchors        []*AnchorMountV1       `protobuf:"bytes,2,rep,name=anchors,proto3" json:"anchors,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *StateAnchorMountsV1) Reset() {
+	*x = StateAnchorMountsV1{}
+	mi := &file_lazaret_v1_store_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateAnchorMountsV1) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateAnchorMountsV1) ProtoMessage() {}
+
+func (x *StateAnchorMountsV1) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_store_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateAnchorMountsV1.ProtoReflect.Descriptor instead.
+func (*StateAnchorMountsV1) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StateAnchorMountsV1) GetMountNamespace() *NamespaceIdentity {
+	if x != nil {
+		return x.MountNamespace
+	}
+	return nil
+}
+
+func (x *StateAnchorMountsV1) GetAnchors() []*AnchorMountV1 {
+	if x != nil {
+		return x.Anchors
+	}
+	return nil
+}
+
+type AnchorMountV1 struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GuestPath     string                 `protobuf:"bytes,1,opt,name=guest_path,json=guestPath,proto3" json:"guest_path,omitempty"`
+	MountId       uint64                 `protobuf:"varint,2,opt,name=mount_id,json=mountId,proto3" json:"mount_id,omitempty"`
+	Target        string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	Upper         string                 `protobuf:"bytes,4,opt,name=upper,proto3" json:"upper,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnchorMountV1) Reset() {
+	*x = AnchorMountV1{}
+	mi := &file_lazaret_v1_store_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnchorMountV1) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnchorMountV1) ProtoMessage() {}
+
+func (x *AnchorMountV1) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_store_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnchorMountV1.ProtoReflect.Descriptor instead.
+func (*AnchorMountV1) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AnchorMountV1) GetGuestPath() string {
+	if x != nil {
+		return x.GuestPath
+	}
+	return ""
+}
+
+func (x *AnchorMountV1) GetMountId() uint64 {
+	if x != nil {
+		return x.MountId
+	}
+	return 0
+}
+
+func (x *AnchorMountV1) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AnchorMountV1) GetUpper() string {
+	if x != nil {
+		return x.Upper
+	}
+	return ""
+}
+
 type GitRoutingSnapshotV1 struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Mount         *MountIdentityV1       `protobuf:"bytes,1,opt,name=mount,proto3,oneof" json:"mount,omitempty"`
@@ -1266,7 +1415,7 @@ type GitRoutingSnapshotV1 struct {
 
 func (x *GitRoutingSnapshotV1) Reset() {
 	*x = GitRoutingSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[13]
+	mi := &file_lazaret_v1_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1427,7 @@ func (x *GitRoutingSnapshotV1) String() string {
 func (*GitRoutingSnapshotV1) ProtoMessage() {}
 
 func (x *GitRoutingSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[13]
+	mi := &file_lazaret_v1_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1440,7 @@ func (x *GitRoutingSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitRoutingSnapshotV1.ProtoReflect.Descriptor instead.
 func (*GitRoutingSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{13}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GitRoutingSnapshotV1) GetMount() *MountIdentityV1 {
@@ -1327,7 +1476,7 @@ type NetworkReadinessEvidenceV1 struct {
 
 func (x *NetworkReadinessEvidenceV1) Reset() {
 	*x = NetworkReadinessEvidenceV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[14]
+	mi := &file_lazaret_v1_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1488,7 @@ func (x *NetworkReadinessEvidenceV1) String() string {
 func (*NetworkReadinessEvidenceV1) ProtoMessage() {}
 
 func (x *NetworkReadinessEvidenceV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[14]
+	mi := &file_lazaret_v1_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1501,7 @@ func (x *NetworkReadinessEvidenceV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkReadinessEvidenceV1.ProtoReflect.Descriptor instead.
 func (*NetworkReadinessEvidenceV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{14}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NetworkReadinessEvidenceV1) GetGeneration() uint64 {
@@ -1424,7 +1573,7 @@ type NetworkSnapshotV1 struct {
 
 func (x *NetworkSnapshotV1) Reset() {
 	*x = NetworkSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[15]
+	mi := &file_lazaret_v1_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1585,7 @@ func (x *NetworkSnapshotV1) String() string {
 func (*NetworkSnapshotV1) ProtoMessage() {}
 
 func (x *NetworkSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[15]
+	mi := &file_lazaret_v1_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1598,7 @@ func (x *NetworkSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkSnapshotV1.ProtoReflect.Descriptor instead.
 func (*NetworkSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{15}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NetworkSnapshotV1) GetNetns() *NamespaceIdentity {
@@ -1498,7 +1647,7 @@ type HelperSnapshotV1 struct {
 
 func (x *HelperSnapshotV1) Reset() {
 	*x = HelperSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[16]
+	mi := &file_lazaret_v1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1659,7 @@ func (x *HelperSnapshotV1) String() string {
 func (*HelperSnapshotV1) ProtoMessage() {}
 
 func (x *HelperSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[16]
+	mi := &file_lazaret_v1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1672,7 @@ func (x *HelperSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelperSnapshotV1.ProtoReflect.Descriptor instead.
 func (*HelperSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{16}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HelperSnapshotV1) GetNetns() *NamespaceIdentity {
@@ -1560,7 +1709,7 @@ type SandboxSnapshotV1 struct {
 
 func (x *SandboxSnapshotV1) Reset() {
 	*x = SandboxSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[17]
+	mi := &file_lazaret_v1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1721,7 @@ func (x *SandboxSnapshotV1) String() string {
 func (*SandboxSnapshotV1) ProtoMessage() {}
 
 func (x *SandboxSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[17]
+	mi := &file_lazaret_v1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1734,7 @@ func (x *SandboxSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxSnapshotV1.ProtoReflect.Descriptor instead.
 func (*SandboxSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{17}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SandboxSnapshotV1) GetContainerId() string {
@@ -1634,7 +1783,7 @@ type PublicationSnapshotV1 struct {
 
 func (x *PublicationSnapshotV1) Reset() {
 	*x = PublicationSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[18]
+	mi := &file_lazaret_v1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1795,7 @@ func (x *PublicationSnapshotV1) String() string {
 func (*PublicationSnapshotV1) ProtoMessage() {}
 
 func (x *PublicationSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[18]
+	mi := &file_lazaret_v1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1808,7 @@ func (x *PublicationSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicationSnapshotV1.ProtoReflect.Descriptor instead.
 func (*PublicationSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{18}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PublicationSnapshotV1) GetControlSocket() *FileIdentityV1 {
@@ -1702,7 +1851,7 @@ type RoleSnapshotV1 struct {
 
 func (x *RoleSnapshotV1) Reset() {
 	*x = RoleSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[19]
+	mi := &file_lazaret_v1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1863,7 @@ func (x *RoleSnapshotV1) String() string {
 func (*RoleSnapshotV1) ProtoMessage() {}
 
 func (x *RoleSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[19]
+	mi := &file_lazaret_v1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1876,7 @@ func (x *RoleSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleSnapshotV1.ProtoReflect.Descriptor instead.
 func (*RoleSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{19}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RoleSnapshotV1) GetRole() isRoleSnapshotV1_Role {
@@ -1862,7 +2011,7 @@ type ParticipantRecordV1 struct {
 
 func (x *ParticipantRecordV1) Reset() {
 	*x = ParticipantRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[20]
+	mi := &file_lazaret_v1_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2023,7 @@ func (x *ParticipantRecordV1) String() string {
 func (*ParticipantRecordV1) ProtoMessage() {}
 
 func (x *ParticipantRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[20]
+	mi := &file_lazaret_v1_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2036,7 @@ func (x *ParticipantRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParticipantRecordV1.ProtoReflect.Descriptor instead.
 func (*ParticipantRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{20}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ParticipantRecordV1) GetRecordVersion() uint32 {
@@ -1943,7 +2092,7 @@ type PtyIdentityV1 struct {
 
 func (x *PtyIdentityV1) Reset() {
 	*x = PtyIdentityV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[21]
+	mi := &file_lazaret_v1_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2104,7 @@ func (x *PtyIdentityV1) String() string {
 func (*PtyIdentityV1) ProtoMessage() {}
 
 func (x *PtyIdentityV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[21]
+	mi := &file_lazaret_v1_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2117,7 @@ func (x *PtyIdentityV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyIdentityV1.ProtoReflect.Descriptor instead.
 func (*PtyIdentityV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{21}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PtyIdentityV1) GetPtsIndex() uint32 {
@@ -1998,7 +2147,7 @@ type GuestProcessGroupV1 struct {
 
 func (x *GuestProcessGroupV1) Reset() {
 	*x = GuestProcessGroupV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[22]
+	mi := &file_lazaret_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2159,7 @@ func (x *GuestProcessGroupV1) String() string {
 func (*GuestProcessGroupV1) ProtoMessage() {}
 
 func (x *GuestProcessGroupV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[22]
+	mi := &file_lazaret_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2172,7 @@ func (x *GuestProcessGroupV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestProcessGroupV1.ProtoReflect.Descriptor instead.
 func (*GuestProcessGroupV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{22}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GuestProcessGroupV1) GetLeaderPid() uint32 {
@@ -2060,7 +2209,7 @@ type SessionTerminalSnapshotV1 struct {
 
 func (x *SessionTerminalSnapshotV1) Reset() {
 	*x = SessionTerminalSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[23]
+	mi := &file_lazaret_v1_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2221,7 @@ func (x *SessionTerminalSnapshotV1) String() string {
 func (*SessionTerminalSnapshotV1) ProtoMessage() {}
 
 func (x *SessionTerminalSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[23]
+	mi := &file_lazaret_v1_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2234,7 @@ func (x *SessionTerminalSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTerminalSnapshotV1.ProtoReflect.Descriptor instead.
 func (*SessionTerminalSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionTerminalSnapshotV1) GetCoordinator() *ProcessSlotV1 {
@@ -2138,7 +2287,7 @@ type SessionTerminalRecordV1 struct {
 
 func (x *SessionTerminalRecordV1) Reset() {
 	*x = SessionTerminalRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[24]
+	mi := &file_lazaret_v1_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2299,7 @@ func (x *SessionTerminalRecordV1) String() string {
 func (*SessionTerminalRecordV1) ProtoMessage() {}
 
 func (x *SessionTerminalRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[24]
+	mi := &file_lazaret_v1_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2312,7 @@ func (x *SessionTerminalRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTerminalRecordV1.ProtoReflect.Descriptor instead.
 func (*SessionTerminalRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{24}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionTerminalRecordV1) GetRecordVersion() uint32 {
@@ -2225,7 +2374,7 @@ type GenerationMailboxRecordV1 struct {
 
 func (x *GenerationMailboxRecordV1) Reset() {
 	*x = GenerationMailboxRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[25]
+	mi := &file_lazaret_v1_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2386,7 @@ func (x *GenerationMailboxRecordV1) String() string {
 func (*GenerationMailboxRecordV1) ProtoMessage() {}
 
 func (x *GenerationMailboxRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[25]
+	mi := &file_lazaret_v1_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2399,7 @@ func (x *GenerationMailboxRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationMailboxRecordV1.ProtoReflect.Descriptor instead.
 func (*GenerationMailboxRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{25}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GenerationMailboxRecordV1) GetRecordVersion() uint32 {
@@ -2310,7 +2459,7 @@ type PreparedArtifactRecordV1 struct {
 
 func (x *PreparedArtifactRecordV1) Reset() {
 	*x = PreparedArtifactRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[26]
+	mi := &file_lazaret_v1_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2471,7 @@ func (x *PreparedArtifactRecordV1) String() string {
 func (*PreparedArtifactRecordV1) ProtoMessage() {}
 
 func (x *PreparedArtifactRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[26]
+	mi := &file_lazaret_v1_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2484,7 @@ func (x *PreparedArtifactRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparedArtifactRecordV1.ProtoReflect.Descriptor instead.
 func (*PreparedArtifactRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{26}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PreparedArtifactRecordV1) GetRecordVersion() uint32 {
@@ -2404,7 +2553,7 @@ type PreparationOperationRecordV1 struct {
 
 func (x *PreparationOperationRecordV1) Reset() {
 	*x = PreparationOperationRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[27]
+	mi := &file_lazaret_v1_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2565,7 @@ func (x *PreparationOperationRecordV1) String() string {
 func (*PreparationOperationRecordV1) ProtoMessage() {}
 
 func (x *PreparationOperationRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[27]
+	mi := &file_lazaret_v1_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2578,7 @@ func (x *PreparationOperationRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparationOperationRecordV1.ProtoReflect.Descriptor instead.
 func (*PreparationOperationRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{27}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PreparationOperationRecordV1) GetRecordVersion() uint32 {
@@ -2511,7 +2660,7 @@ type PreparedLowerLeaseRecordV1 struct {
 
 func (x *PreparedLowerLeaseRecordV1) Reset() {
 	*x = PreparedLowerLeaseRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[28]
+	mi := &file_lazaret_v1_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2672,7 @@ func (x *PreparedLowerLeaseRecordV1) String() string {
 func (*PreparedLowerLeaseRecordV1) ProtoMessage() {}
 
 func (x *PreparedLowerLeaseRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[28]
+	mi := &file_lazaret_v1_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2685,7 @@ func (x *PreparedLowerLeaseRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparedLowerLeaseRecordV1.ProtoReflect.Descriptor instead.
 func (*PreparedLowerLeaseRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{28}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PreparedLowerLeaseRecordV1) GetRecordVersion() uint32 {
@@ -2638,16 +2787,29 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"leaseState\x88\x01\x01B\x17\n" +
 	"\x15_prepared_artifact_idB\x12\n" +
 	"\x10_source_identityB\x0e\n" +
-	"\f_lease_state\"\xa8\x02\n" +
+	"\f_lease_state\"\xd2\x03\n" +
 	"\x15StateAnchorSnapshotV1\x125\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tH\x00R\x12preparedArtifactId\x88\x01\x01\x126\n" +
 	"\x05mount\x18\x02 \x01(\v2\x1b.lazaret.v1.MountIdentityV1H\x01R\x05mount\x88\x01\x01\x12<\n" +
 	"\tupper_dir\x18\x03 \x01(\v2\x1a.lazaret.v1.FileIdentityV1H\x02R\bupperDir\x88\x01\x01\x121\n" +
-	"\x06daemon\x18\x04 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\x06daemonB\x17\n" +
+	"\x06daemon\x18\x04 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\x06daemon\x12<\n" +
+	"\x06mounts\x18\x05 \x01(\v2\x1f.lazaret.v1.StateAnchorMountsV1H\x03R\x06mounts\x88\x01\x01\x12K\n" +
+	"\x0fmount_namespace\x18\x06 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityH\x04R\x0emountNamespace\x88\x01\x01B\x17\n" +
 	"\x15_prepared_artifact_idB\b\n" +
 	"\x06_mountB\f\n" +
 	"\n" +
-	"_upper_dir\"\x8b\x01\n" +
+	"_upper_dirB\t\n" +
+	"\a_mountsB\x12\n" +
+	"\x10_mount_namespace\"\x92\x01\n" +
+	"\x13StateAnchorMountsV1\x12F\n" +
+	"\x0fmount_namespace\x18\x01 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\x123\n" +
+	"\aanchors\x18\x02 \x03(\v2\x19.lazaret.v1.AnchorMountV1R\aanchors\"w\n" +
+	"\rAnchorMountV1\x12\x1d\n" +
+	"\n" +
+	"guest_path\x18\x01 \x01(\tR\tguestPath\x12\x19\n" +
+	"\bmount_id\x18\x02 \x01(\x04R\amountId\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x14\n" +
+	"\x05upper\x18\x04 \x01(\tR\x05upper\"\x8b\x01\n" +
 	"\x14GitRoutingSnapshotV1\x126\n" +
 	"\x05mount\x18\x01 \x01(\v2\x1b.lazaret.v1.MountIdentityV1H\x00R\x05mount\x88\x01\x01\x121\n" +
 	"\x06daemon\x18\x02 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\x06daemonB\b\n" +
@@ -2843,7 +3005,7 @@ func file_lazaret_v1_store_proto_rawDescGZIP() []byte {
 }
 
 var file_lazaret_v1_store_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_lazaret_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_lazaret_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_lazaret_v1_store_proto_goTypes = []any{
 	(ParticipantRole)(0),                      // 0: lazaret.v1.ParticipantRole
 	(ParticipantPhase)(0),                     // 1: lazaret.v1.ParticipantPhase
@@ -2864,30 +3026,32 @@ var file_lazaret_v1_store_proto_goTypes = []any{
 	(*GenerationRecordV1)(nil),                // 16: lazaret.v1.GenerationRecordV1
 	(*PreparedLowerSnapshotV1)(nil),           // 17: lazaret.v1.PreparedLowerSnapshotV1
 	(*StateAnchorSnapshotV1)(nil),             // 18: lazaret.v1.StateAnchorSnapshotV1
-	(*GitRoutingSnapshotV1)(nil),              // 19: lazaret.v1.GitRoutingSnapshotV1
-	(*NetworkReadinessEvidenceV1)(nil),        // 20: lazaret.v1.NetworkReadinessEvidenceV1
-	(*NetworkSnapshotV1)(nil),                 // 21: lazaret.v1.NetworkSnapshotV1
-	(*HelperSnapshotV1)(nil),                  // 22: lazaret.v1.HelperSnapshotV1
-	(*SandboxSnapshotV1)(nil),                 // 23: lazaret.v1.SandboxSnapshotV1
-	(*PublicationSnapshotV1)(nil),             // 24: lazaret.v1.PublicationSnapshotV1
-	(*RoleSnapshotV1)(nil),                    // 25: lazaret.v1.RoleSnapshotV1
-	(*ParticipantRecordV1)(nil),               // 26: lazaret.v1.ParticipantRecordV1
-	(*PtyIdentityV1)(nil),                     // 27: lazaret.v1.PtyIdentityV1
-	(*GuestProcessGroupV1)(nil),               // 28: lazaret.v1.GuestProcessGroupV1
-	(*SessionTerminalSnapshotV1)(nil),         // 29: lazaret.v1.SessionTerminalSnapshotV1
-	(*SessionTerminalRecordV1)(nil),           // 30: lazaret.v1.SessionTerminalRecordV1
-	(*GenerationMailboxRecordV1)(nil),         // 31: lazaret.v1.GenerationMailboxRecordV1
-	(*PreparedArtifactRecordV1)(nil),          // 32: lazaret.v1.PreparedArtifactRecordV1
-	(*PreparationOperationRecordV1)(nil),      // 33: lazaret.v1.PreparationOperationRecordV1
-	(*PreparedLowerLeaseRecordV1)(nil),        // 34: lazaret.v1.PreparedLowerLeaseRecordV1
-	(*PidfsProcessIdentityV1)(nil),            // 35: lazaret.v1.PidfsProcessIdentityV1
-	(*NamespaceIdentity)(nil),                 // 36: lazaret.v1.NamespaceIdentity
+	(*StateAnchorMountsV1)(nil),               // 19: lazaret.v1.StateAnchorMountsV1
+	(*AnchorMountV1)(nil),                     // 20: lazaret.v1.AnchorMountV1
+	(*GitRoutingSnapshotV1)(nil),              // 21: lazaret.v1.GitRoutingSnapshotV1
+	(*NetworkReadinessEvidenceV1)(nil),        // 22: lazaret.v1.NetworkReadinessEvidenceV1
+	(*NetworkSnapshotV1)(nil),                 // 23: lazaret.v1.NetworkSnapshotV1
+	(*HelperSnapshotV1)(nil),                  // 24: lazaret.v1.HelperSnapshotV1
+	(*SandboxSnapshotV1)(nil),                 // 25: lazaret.v1.SandboxSnapshotV1
+	(*PublicationSnapshotV1)(nil),             // 26: lazaret.v1.PublicationSnapshotV1
+	(*RoleSnapshotV1)(nil),                    // 27: lazaret.v1.RoleSnapshotV1
+	(*ParticipantRecordV1)(nil),               // 28: lazaret.v1.ParticipantRecordV1
+	(*PtyIdentityV1)(nil),                     // 29: lazaret.v1.PtyIdentityV1
+	(*GuestProcessGroupV1)(nil),               // 30: lazaret.v1.GuestProcessGroupV1
+	(*SessionTerminalSnapshotV1)(nil),         // 31: lazaret.v1.SessionTerminalSnapshotV1
+	(*SessionTerminalRecordV1)(nil),           // 32: lazaret.v1.SessionTerminalRecordV1
+	(*GenerationMailboxRecordV1)(nil),         // 33: lazaret.v1.GenerationMailboxRecordV1
+	(*PreparedArtifactRecordV1)(nil),          // 34: lazaret.v1.PreparedArtifactRecordV1
+	(*PreparationOperationRecordV1)(nil),      // 35: lazaret.v1.PreparationOperationRecordV1
+	(*PreparedLowerLeaseRecordV1)(nil),        // 36: lazaret.v1.PreparedLowerLeaseRecordV1
+	(*PidfsProcessIdentityV1)(nil),            // 37: lazaret.v1.PidfsProcessIdentityV1
+	(*NamespaceIdentity)(nil),                 // 38: lazaret.v1.NamespaceIdentity
 }
 var file_lazaret_v1_store_proto_depIdxs = []int32{
-	35, // 0: lazaret.v1.HostProcessIdentityV1.pidfs:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	37, // 0: lazaret.v1.HostProcessIdentityV1.pidfs:type_name -> lazaret.v1.PidfsProcessIdentityV1
 	7,  // 1: lazaret.v1.HostProcessIdentityV1.legacy_unverified:type_name -> lazaret.v1.LegacyUnverifiedProcessIdentityV1
 	9,  // 2: lazaret.v1.ProcessSlotV1.unassigned:type_name -> lazaret.v1.UnassignedV1
-	35, // 3: lazaret.v1.ProcessSlotV1.staged:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	37, // 3: lazaret.v1.ProcessSlotV1.staged:type_name -> lazaret.v1.PidfsProcessIdentityV1
 	8,  // 4: lazaret.v1.ProcessSlotV1.committed:type_name -> lazaret.v1.HostProcessIdentityV1
 	10, // 5: lazaret.v1.ProcessSlotV1.schema_v1_pid_start:type_name -> lazaret.v1.SchemaV1PidStart
 	12, // 6: lazaret.v1.MountIdentityV1.mount_point:type_name -> lazaret.v1.FileIdentityV1
@@ -2897,46 +3061,50 @@ var file_lazaret_v1_store_proto_depIdxs = []int32{
 	13, // 10: lazaret.v1.StateAnchorSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
 	12, // 11: lazaret.v1.StateAnchorSnapshotV1.upper_dir:type_name -> lazaret.v1.FileIdentityV1
 	11, // 12: lazaret.v1.StateAnchorSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
-	13, // 13: lazaret.v1.GitRoutingSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
-	11, // 14: lazaret.v1.GitRoutingSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
-	36, // 15: lazaret.v1.NetworkReadinessEvidenceV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	35, // 16: lazaret.v1.NetworkReadinessEvidenceV1.supervisor:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	36, // 17: lazaret.v1.NetworkSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	20, // 18: lazaret.v1.NetworkSnapshotV1.readiness:type_name -> lazaret.v1.NetworkReadinessEvidenceV1
-	11, // 19: lazaret.v1.NetworkSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	36, // 20: lazaret.v1.HelperSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	11, // 21: lazaret.v1.HelperSnapshotV1.helper:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 22: lazaret.v1.HelperSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 23: lazaret.v1.SandboxSnapshotV1.bundle_dir:type_name -> lazaret.v1.FileIdentityV1
-	11, // 24: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 25: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 26: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 27: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
-	17, // 28: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
-	18, // 29: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
-	19, // 30: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
-	21, // 31: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
-	22, // 32: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
-	23, // 33: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
-	24, // 34: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
-	0,  // 35: lazaret.v1.ParticipantRecordV1.role:type_name -> lazaret.v1.ParticipantRole
-	1,  // 36: lazaret.v1.ParticipantRecordV1.phase:type_name -> lazaret.v1.ParticipantPhase
-	25, // 37: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
-	12, // 38: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
-	11, // 39: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 40: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
-	27, // 41: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
-	28, // 42: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
-	3,  // 43: lazaret.v1.SessionTerminalRecordV1.phase:type_name -> lazaret.v1.SessionTerminalPhase
-	29, // 44: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
-	12, // 45: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
-	4,  // 46: lazaret.v1.PreparedArtifactRecordV1.state:type_name -> lazaret.v1.PreparedArtifactState
-	5,  // 47: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	19, // 13: lazaret.v1.StateAnchorSnapshotV1.mounts:type_name -> lazaret.v1.StateAnchorMountsV1
+	38, // 14: lazaret.v1.StateAnchorSnapshotV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	38, // 15: lazaret.v1.StateAnchorMountsV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	20, // 16: lazaret.v1.StateAnchorMountsV1.anchors:type_name -> lazaret.v1.AnchorMountV1
+	13, // 17: lazaret.v1.GitRoutingSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
+	11, // 18: lazaret.v1.GitRoutingSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
+	38, // 19: lazaret.v1.NetworkReadinessEvidenceV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	37, // 20: lazaret.v1.NetworkReadinessEvidenceV1.supervisor:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	38, // 21: lazaret.v1.NetworkSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	22, // 22: lazaret.v1.NetworkSnapshotV1.readiness:type_name -> lazaret.v1.NetworkReadinessEvidenceV1
+	11, // 23: lazaret.v1.NetworkSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	38, // 24: lazaret.v1.HelperSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	11, // 25: lazaret.v1.HelperSnapshotV1.helper:type_name -> lazaret.v1.ProcessSlotV1
+	11, // 26: lazaret.v1.HelperSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 27: lazaret.v1.SandboxSnapshotV1.bundle_dir:type_name -> lazaret.v1.FileIdentityV1
+	11, // 28: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	11, // 29: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	11, // 30: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 31: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
+	17, // 32: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
+	18, // 33: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
+	21, // 34: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
+	23, // 35: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
+	24, // 36: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
+	25, // 37: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
+	26, // 38: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
+	0,  // 39: lazaret.v1.ParticipantRecordV1.role:type_name -> lazaret.v1.ParticipantRole
+	1,  // 40: lazaret.v1.ParticipantRecordV1.phase:type_name -> lazaret.v1.ParticipantPhase
+	27, // 41: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
+	12, // 42: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
+	11, // 43: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	11, // 44: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
+	29, // 45: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
+	30, // 46: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
+	3,  // 47: lazaret.v1.SessionTerminalRecordV1.phase:type_name -> lazaret.v1.SessionTerminalPhase
+	31, // 48: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
+	12, // 49: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
+	4,  // 50: lazaret.v1.PreparedArtifactRecordV1.state:type_name -> lazaret.v1.PreparedArtifactState
+	5,  // 51: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_store_proto_init() }
@@ -2957,12 +3125,12 @@ func file_lazaret_v1_store_proto_init() {
 	}
 	file_lazaret_v1_store_proto_msgTypes[11].OneofWrappers = []any{}
 	file_lazaret_v1_store_proto_msgTypes[12].OneofWrappers = []any{}
-	file_lazaret_v1_store_proto_msgTypes[13].OneofWrappers = []any{}
 	file_lazaret_v1_store_proto_msgTypes[15].OneofWrappers = []any{}
-	file_lazaret_v1_store_proto_msgTypes[16].OneofWrappers = []any{}
 	file_lazaret_v1_store_proto_msgTypes[17].OneofWrappers = []any{}
 	file_lazaret_v1_store_proto_msgTypes[18].OneofWrappers = []any{}
-	file_lazaret_v1_store_proto_msgTypes[19].OneofWrappers = []any{
+	file_lazaret_v1_store_proto_msgTypes[19].OneofWrappers = []any{}
+	file_lazaret_v1_store_proto_msgTypes[20].OneofWrappers = []any{}
+	file_lazaret_v1_store_proto_msgTypes[21].OneofWrappers = []any{
 		(*RoleSnapshotV1_PreparedLower)(nil),
 		(*RoleSnapshotV1_StateAnchor)(nil),
 		(*RoleSnapshotV1_GitRouting)(nil),
@@ -2971,14 +3139,14 @@ func file_lazaret_v1_store_proto_init() {
 		(*RoleSnapshotV1_Sandbox)(nil),
 		(*RoleSnapshotV1_Publication)(nil),
 	}
-	file_lazaret_v1_store_proto_msgTypes[23].OneofWrappers = []any{}
+	file_lazaret_v1_store_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_store_proto_rawDesc), len(file_lazaret_v1_store_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

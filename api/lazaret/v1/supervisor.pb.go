@@ -183,6 +183,8 @@ type SupervisorMessage struct {
 	//	*SupervisorMessage_Failure
 	//	*SupervisorMessage_Stopped
 	//	*SupervisorMessage_Progress
+	//	*SupervisorMessage_Artifact
+	//	*SupervisorMessage_AnchorsMounted
 	Msg           isSupervisorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -279,6 +281,24 @@ func (x *SupervisorMessage) GetProgress() *Progress {
 	return nil
 }
 
+func (x *SupervisorMessage) GetArtifact() *ArtifactReady {
+	if x != nil {
+		if x, ok := x.Msg.(*SupervisorMessage_Artifact); ok {
+			return x.Artifact
+		}
+	}
+	return nil
+}
+
+func (x *SupervisorMessage) GetAnchorsMounted() *AnchorsMounted {
+	if x != nil {
+		if x, ok := x.Msg.(*SupervisorMessage_AnchorsMounted); ok {
+			return x.AnchorsMounted
+		}
+	}
+	return nil
+}
+
 type isSupervisorMessage_Msg interface {
 	isSupervisorMessage_Msg()
 }
@@ -307,6 +327,14 @@ type SupervisorMessage_Progress struct {
 	Progress *Progress `protobuf:"bytes,6,opt,name=progress,proto3,oneof"`
 }
 
+type SupervisorMessage_Artifact struct {
+	Artifact *ArtifactReady `protobuf:"bytes,7,opt,name=artifact,proto3,oneof"`
+}
+
+type SupervisorMessage_AnchorsMounted struct {
+	AnchorsMounted *AnchorsMounted `protobuf:"bytes,8,opt,name=anchors_mounted,json=anchorsMounted,proto3,oneof"`
+}
+
 func (*SupervisorMessage_Hello) isSupervisorMessage_Msg() {}
 
 func (*SupervisorMessage_Staged) isSupervisorMessage_Msg() {}
@@ -319,6 +347,10 @@ func (*SupervisorMessage_Stopped) isSupervisorMessage_Msg() {}
 
 func (*SupervisorMessage_Progress) isSupervisorMessage_Msg() {}
 
+func (*SupervisorMessage_Artifact) isSupervisorMessage_Msg() {}
+
+func (*SupervisorMessage_AnchorsMounted) isSupervisorMessage_Msg() {}
+
 // CoordinatorMessage is one HC -> RS packet.
 type CoordinatorMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -327,6 +359,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Start
 	//	*CoordinatorMessage_Ack
 	//	*CoordinatorMessage_Stop
+	//	*CoordinatorMessage_LeaseRecorded
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -396,6 +429,15 @@ func (x *CoordinatorMessage) GetStop() *StopSandbox {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetLeaseRecorded() *LeaseRecorded {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_LeaseRecorded); ok {
+			return x.LeaseRecorded
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -412,11 +454,17 @@ type CoordinatorMessage_Stop struct {
 	Stop *StopSandbox `protobuf:"bytes,3,opt,name=stop,proto3,oneof"`
 }
 
+type CoordinatorMessage_LeaseRecorded struct {
+	LeaseRecorded *LeaseRecorded `protobuf:"bytes,4,opt,name=lease_recorded,json=leaseRecorded,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Start) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Stop) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_LeaseRecorded) isCoordinatorMessage_Msg() {}
 
 // SupervisorHello is RS's first packet: what it observes of itself.
 type SupervisorHello struct {
@@ -1229,10 +1277,13 @@ func (*StopSandbox) Descriptor() ([]byte, []int) {
 }
 
 // SupervisorStopped reports that the sandbox is gone and runsc state deleted.
+// SupervisorStopped ends the generation. anchors_unmounted lists the unique
+// mount IDs of the State Anchors RS verified (exact identity) and unmounted.
 type SupervisorStopped struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	AnchorsUnmounted []uint64               `protobuf:"varint,1,rep,packed,name=anchors_unmounted,json=anchorsUnmounted,proto3" json:"anchors_unmounted,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SupervisorStopped) Reset() {
@@ -1265,6 +1316,254 @@ func (*SupervisorStopped) Descriptor() ([]byte, []int) {
 	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{13}
 }
 
+func (x *SupervisorStopped) GetAnchorsUnmounted() []uint64 {
+	if x != nil {
+		return x.AnchorsUnmounted
+	}
+	return nil
+}
+
+// ArtifactReady (RS -> HC) names the prepared lower RS holds, before any
+// mount of it exists (spec §3.5 acquisition: HC records prepared_lower
+// Intent, acquires the catalog lease, records LeaseHeld and state_anchor
+// Intent, then answers LeaseRecorded).
+type ArtifactReady struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	PreparedArtifactId string                 `protobuf:"bytes,1,opt,name=prepared_artifact_id,json=preparedArtifactId,proto3" json:"prepared_artifact_id,omitempty"`
+	ImageRef           string                 `protobuf:"bytes,2,opt,name=image_ref,json=imageRef,proto3" json:"image_ref,omitempty"`
+	ManifestDigest     string                 `protobuf:"bytes,3,opt,name=manifest_digest,json=manifestDigest,proto3" json:"manifest_digest,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ArtifactReady) Reset() {
+	*x = ArtifactReady{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactReady) ProtoMessage() {}
+
+func (x *ArtifactReady) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactReady.ProtoReflect.Descriptor instead.
+func (*ArtifactReady) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ArtifactReady) GetPreparedArtifactId() string {
+	if x != nil {
+		return x.PreparedArtifactId
+	}
+	return ""
+}
+
+func (x *ArtifactReady) GetImageRef() string {
+	if x != nil {
+		return x.ImageRef
+	}
+	return ""
+}
+
+func (x *ArtifactReady) GetManifestDigest() string {
+	if x != nil {
+		return x.ManifestDigest
+	}
+	return ""
+}
+
+// LeaseRecorded (HC -> RS): the lease of prepared_artifact_id is durable
+// (prepared_lower LeaseHeld) and state_anchor Intent is recorded; RS may
+// mount the lower and the anchors.
+type LeaseRecorded struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	PreparedArtifactId string                 `protobuf:"bytes,1,opt,name=prepared_artifact_id,json=preparedArtifactId,proto3" json:"prepared_artifact_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *LeaseRecorded) Reset() {
+	*x = LeaseRecorded{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecorded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecorded) ProtoMessage() {}
+
+func (x *LeaseRecorded) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecorded.ProtoReflect.Descriptor instead.
+func (*LeaseRecorded) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LeaseRecorded) GetPreparedArtifactId() string {
+	if x != nil {
+		return x.PreparedArtifactId
+	}
+	return ""
+}
+
+// AnchorsMounted (RS -> HC): the exact identity of every State Anchor mount
+// RS created, for state_anchor = Prepared.
+type AnchorsMounted struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	PreparedArtifactId string                 `protobuf:"bytes,1,opt,name=prepared_artifact_id,json=preparedArtifactId,proto3" json:"prepared_artifact_id,omitempty"`
+	MountNamespace     *NamespaceIdentity     `protobuf:"bytes,2,opt,name=mount_namespace,json=mountNamespace,proto3" json:"mount_namespace,omitempty"`
+	Anchors            []*AnchorMount         `protobuf:"bytes,3,rep,name=anchors,proto3" json:"anchors,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *AnchorsMounted) Reset() {
+	*x = AnchorsMounted{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnchorsMounted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnchorsMounted) ProtoMessage() {}
+
+func (x *AnchorsMounted) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnchorsMounted.ProtoReflect.Descriptor instead.
+func (*AnchorsMounted) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AnchorsMounted) GetPreparedArtifactId() string {
+	if x != nil {
+		return x.PreparedArtifactId
+	}
+	return ""
+}
+
+func (x *AnchorsMounted) GetMountNamespace() *NamespaceIdentity {
+	if x != nil {
+		return x.MountNamespace
+	}
+	return nil
+}
+
+func (x *AnchorsMounted) GetAnchors() []*AnchorMount {
+	if x != nil {
+		return x.Anchors
+	}
+	return nil
+}
+
+type AnchorMount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GuestPath     string                 `protobuf:"bytes,1,opt,name=guest_path,json=guestPath,proto3" json:"guest_path,omitempty"`
+	MountId       uint64                 `protobuf:"varint,2,opt,name=mount_id,json=mountId,proto3" json:"mount_id,omitempty"`
+	Target        string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	Upper         string                 `protobuf:"bytes,4,opt,name=upper,proto3" json:"upper,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnchorMount) Reset() {
+	*x = AnchorMount{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnchorMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnchorMount) ProtoMessage() {}
+
+func (x *AnchorMount) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnchorMount.ProtoReflect.Descriptor instead.
+func (*AnchorMount) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AnchorMount) GetGuestPath() string {
+	if x != nil {
+		return x.GuestPath
+	}
+	return ""
+}
+
+func (x *AnchorMount) GetMountId() uint64 {
+	if x != nil {
+		return x.MountId
+	}
+	return 0
+}
+
+func (x *AnchorMount) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AnchorMount) GetUpper() string {
+	if x != nil {
+		return x.Upper
+	}
+	return ""
+}
+
 var File_lazaret_v1_supervisor_proto protoreflect.FileDescriptor
 
 const file_lazaret_v1_supervisor_proto_rawDesc = "" +
@@ -1281,19 +1580,22 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x10start_time_ticks\x18\x05 \x01(\x04R\x0estartTimeTicks\"7\n" +
 	"\x11NamespaceIdentity\x12\x10\n" +
 	"\x03dev\x18\x01 \x01(\x04R\x03dev\x12\x10\n" +
-	"\x03ino\x18\x02 \x01(\x04R\x03ino\"\xe9\x02\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\"\xe9\x03\n" +
 	"\x11SupervisorMessage\x123\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1b.lazaret.v1.SupervisorHelloH\x00R\x05hello\x12<\n" +
 	"\x06staged\x18\x02 \x01(\v2\".lazaret.v1.StagedProcessOwnershipH\x00R\x06staged\x120\n" +
 	"\x05ready\x18\x03 \x01(\v2\x18.lazaret.v1.SandboxReadyH\x00R\x05ready\x129\n" +
 	"\afailure\x18\x04 \x01(\v2\x1d.lazaret.v1.SupervisorFailureH\x00R\afailure\x129\n" +
 	"\astopped\x18\x05 \x01(\v2\x1d.lazaret.v1.SupervisorStoppedH\x00R\astopped\x122\n" +
-	"\bprogress\x18\x06 \x01(\v2\x14.lazaret.v1.ProgressH\x00R\bprogressB\x05\n" +
-	"\x03msg\"\xb7\x01\n" +
+	"\bprogress\x18\x06 \x01(\v2\x14.lazaret.v1.ProgressH\x00R\bprogress\x127\n" +
+	"\bartifact\x18\a \x01(\v2\x19.lazaret.v1.ArtifactReadyH\x00R\bartifact\x12E\n" +
+	"\x0fanchors_mounted\x18\b \x01(\v2\x1a.lazaret.v1.AnchorsMountedH\x00R\x0eanchorsMountedB\x05\n" +
+	"\x03msg\"\xfb\x01\n" +
 	"\x12CoordinatorMessage\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x18.lazaret.v1.StartSandboxH\x00R\x05start\x129\n" +
 	"\x03ack\x18\x02 \x01(\v2%.lazaret.v1.ProcessOwnershipCommitAckH\x00R\x03ack\x12-\n" +
-	"\x04stop\x18\x03 \x01(\v2\x17.lazaret.v1.StopSandboxH\x00R\x04stopB\x05\n" +
+	"\x04stop\x18\x03 \x01(\v2\x17.lazaret.v1.StopSandboxH\x00R\x04stop\x12B\n" +
+	"\x0elease_recorded\x18\x04 \x01(\v2\x19.lazaret.v1.LeaseRecordedH\x00R\rleaseRecordedB\x05\n" +
 	"\x03msg\"\xa0\x02\n" +
 	"\x0fSupervisorHello\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
@@ -1378,8 +1680,25 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x11SupervisorFailure\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\r\n" +
-	"\vStopSandbox\"\x13\n" +
-	"\x11SupervisorStoppedB5Z3github.com/lazaret/lazaret/api/lazaret/v1;lazaretv1b\x06proto3"
+	"\vStopSandbox\"@\n" +
+	"\x11SupervisorStopped\x12+\n" +
+	"\x11anchors_unmounted\x18\x01 \x03(\x04R\x10anchorsUnmounted\"\x87\x01\n" +
+	"\rArtifactReady\x120\n" +
+	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12\x1b\n" +
+	"\timage_ref\x18\x02 \x01(\tR\bimageRef\x12'\n" +
+	"\x0fmanifest_digest\x18\x03 \x01(\tR\x0emanifestDigest\"A\n" +
+	"\rLeaseRecorded\x120\n" +
+	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\"\xbd\x01\n" +
+	"\x0eAnchorsMounted\x120\n" +
+	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12F\n" +
+	"\x0fmount_namespace\x18\x02 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\x121\n" +
+	"\aanchors\x18\x03 \x03(\v2\x17.lazaret.v1.AnchorMountR\aanchors\"u\n" +
+	"\vAnchorMount\x12\x1d\n" +
+	"\n" +
+	"guest_path\x18\x01 \x01(\tR\tguestPath\x12\x19\n" +
+	"\bmount_id\x18\x02 \x01(\x04R\amountId\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x14\n" +
+	"\x05upper\x18\x04 \x01(\tR\x05upperB5Z3github.com/lazaret/lazaret/api/lazaret/v1;lazaretv1b\x06proto3"
 
 var (
 	file_lazaret_v1_supervisor_proto_rawDescOnce sync.Once
@@ -1393,7 +1712,7 @@ func file_lazaret_v1_supervisor_proto_rawDescGZIP() []byte {
 	return file_lazaret_v1_supervisor_proto_rawDescData
 }
 
-var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*PidfsProcessIdentityV1)(nil),    // 0: lazaret.v1.PidfsProcessIdentityV1
 	(*NamespaceIdentity)(nil),         // 1: lazaret.v1.NamespaceIdentity
@@ -1409,7 +1728,11 @@ var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*SupervisorFailure)(nil),         // 11: lazaret.v1.SupervisorFailure
 	(*StopSandbox)(nil),               // 12: lazaret.v1.StopSandbox
 	(*SupervisorStopped)(nil),         // 13: lazaret.v1.SupervisorStopped
-	(*Progress)(nil),                  // 14: lazaret.v1.Progress
+	(*ArtifactReady)(nil),             // 14: lazaret.v1.ArtifactReady
+	(*LeaseRecorded)(nil),             // 15: lazaret.v1.LeaseRecorded
+	(*AnchorsMounted)(nil),            // 16: lazaret.v1.AnchorsMounted
+	(*AnchorMount)(nil),               // 17: lazaret.v1.AnchorMount
+	(*Progress)(nil),                  // 18: lazaret.v1.Progress
 }
 var file_lazaret_v1_supervisor_proto_depIdxs = []int32{
 	4,  // 0: lazaret.v1.SupervisorMessage.hello:type_name -> lazaret.v1.SupervisorHello
@@ -1417,25 +1740,30 @@ var file_lazaret_v1_supervisor_proto_depIdxs = []int32{
 	9,  // 2: lazaret.v1.SupervisorMessage.ready:type_name -> lazaret.v1.SandboxReady
 	11, // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
 	13, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
-	14, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
-	5,  // 6: lazaret.v1.CoordinatorMessage.start:type_name -> lazaret.v1.StartSandbox
-	8,  // 7: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
-	12, // 8: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
-	1,  // 9: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 10: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 11: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 12: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	6,  // 13: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
-	0,  // 14: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 15: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 16: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	10, // 17: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
-	0,  // 18: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	18, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
+	14, // 6: lazaret.v1.SupervisorMessage.artifact:type_name -> lazaret.v1.ArtifactReady
+	16, // 7: lazaret.v1.SupervisorMessage.anchors_mounted:type_name -> lazaret.v1.AnchorsMounted
+	5,  // 8: lazaret.v1.CoordinatorMessage.start:type_name -> lazaret.v1.StartSandbox
+	8,  // 9: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
+	12, // 10: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
+	15, // 11: lazaret.v1.CoordinatorMessage.lease_recorded:type_name -> lazaret.v1.LeaseRecorded
+	1,  // 12: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 13: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 14: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 15: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	6,  // 16: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
+	0,  // 17: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 18: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 19: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	10, // 20: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
+	0,  // 21: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	1,  // 22: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	17, // 23: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_supervisor_proto_init() }
@@ -1451,11 +1779,14 @@ func file_lazaret_v1_supervisor_proto_init() {
 		(*SupervisorMessage_Failure)(nil),
 		(*SupervisorMessage_Stopped)(nil),
 		(*SupervisorMessage_Progress)(nil),
+		(*SupervisorMessage_Artifact)(nil),
+		(*SupervisorMessage_AnchorsMounted)(nil),
 	}
 	file_lazaret_v1_supervisor_proto_msgTypes[3].OneofWrappers = []any{
 		(*CoordinatorMessage_Start)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_Stop)(nil),
+		(*CoordinatorMessage_LeaseRecorded)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1463,7 +1794,7 @@ func file_lazaret_v1_supervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_supervisor_proto_rawDesc), len(file_lazaret_v1_supervisor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/prepare"
@@ -47,7 +48,15 @@ Examples:
 		if err != nil {
 			return err
 		}
-		res, err := prepare.GC(roots.Storage, prepare.GCPolicy{Keep: c.Int("keep"), MinAge: c.Duration("min-age"), MaxBytes: c.Int64("max-size")}, c.Bool("dry-run"), time.Now())
+		policy := prepare.GCPolicy{Keep: c.Int("keep"), MinAge: c.Duration("min-age"), MaxBytes: c.Int64("max-size")}
+		if _, err := os.Stat(roots.Storage); err == nil {
+			cat, err := catalog.New(roots.Storage, catalog.Options{})
+			if err != nil {
+				return err
+			}
+			policy.Catalog = catalog.GCReclaimer{Catalog: cat, Ctx: c.Context}
+		}
+		res, err := prepare.GC(roots.Storage, policy, c.Bool("dry-run"), time.Now())
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,372 @@
+package hc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/catalog"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/participant"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/store"
+)
+
+// The prepared-lower lease and the State Anchors (spec §3.5, FR-17,
+// tla/PreparedLower.tla). Acquisition, driven by RS's ArtifactReady:
+//
+//  1. prepared_lower = Intent{artifact, lease_state=Intent}     (Domain Store)
+//  2. the exact (artifact, Domain, generation) lease            (Storage Catalog, under its lock)
+//  3. prepared_lower = LeaseHeld{lease_state=Held}
+//  4. state_anchor = Intent{artifact}; LeaseRecorded → RS mounts; AnchorsMounted →
+//     state_anchor = Prepared{artifact, mounts}
+//
+// Release (teardown, and bootstrap recovery of a dead generation):
+//
+//  1. state_anchor = ReleaseIntent, keeping the mount and artifact identity (before RS is stopped)
+//  2. RS verifies each recorded mount and unmounts it (SupervisorStopped names them)
+//  3. state_anchor = Clean and prepared_lower = ReleaseIntent, in one transaction, only once
+//     every mount is proven absent: RS reported it unmounted, or RS's mount namespace has
+//     no process and no nsfs bind left (pidfs.NamespaceHolders) — never "RS died"
+//  4. the catalog removes exactly that lease under storage-catalog.lock, after rechecking
+//     the Domain's ReleaseIntent and the mount absence
+//  5. prepared_lower = Clean
+//
+// The loss-of-coordinator split: an RS whose coordinator is gone unmounts
+// and exits without opening either store (pkg/rs); only a lock-holding HC
+// (this one, or the next one's bootstrap recovery) releases the lease. Any
+// mismatch or missing evidence retains the records and the lease.
+
+// storageCatalog returns the Storage Catalog of this Domain's Storage Root.
+func (c *coordinator) storageCatalog() (*catalog.Catalog, error) {
+	return catalog.New(c.paths.StorageRoot, catalog.Options{Logger: c.log})
+}
+
+func (c *coordinator) leaseKey(gen uint64, artifact string) catalog.LeaseKey {
+	return catalog.LeaseKey{ArtifactID: artifact, DomainID: c.paths.ID, Generation: gen}
+}
+
+func plSnapshot(artifact, source string, lease lv1.LeaseState) *lv1.RoleSnapshotV1 {
+	s := &lv1.PreparedLowerSnapshotV1{PreparedArtifactId: &artifact, LeaseState: &lease}
+	if source != "" {
+		s.SourceIdentity = &source
+	}
+	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_PreparedLower{PreparedLower: s}}
+}
+
+func saSnapshot(artifact string, ns *lv1.NamespaceIdentity, mounts *lv1.StateAnchorMountsV1) *lv1.RoleSnapshotV1 {
+	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_StateAnchor{StateAnchor: &lv1.StateAnchorSnapshotV1{
+		PreparedArtifactId: &artifact, Daemon: unassignedSlot(), MountNamespace: ns, Mounts: mounts}}}
+}
+
+// acquireLower is acquisition steps 1-4 for the artifact RS holds; it
+// answers LeaseRecorded only once every step is durable.
+func (c *coordinator) acquireLower(ctx context.Context, a *lv1.ArtifactReady, hello *lv1.SupervisorHello) error {
+	if err := c.recordLease(ctx, a, hello); err != nil {
+		return err
+	}
+	return c.rsChan.Send(ctx, &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_LeaseRecorded{LeaseRecorded: &lv1.LeaseRecorded{PreparedArtifactId: a.GetPreparedArtifactId()}}})
+}
+
+// recordLease makes acquisition steps 1-4 (up to state_anchor Intent) durable.
+func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *lv1.SupervisorHello) error {
+	id := a.GetPreparedArtifactId()
+	if !prepare.ValidID(id) {
+		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor names prepared artifact %q, not a prepared-artifact ID", id)
+	}
+	if a.GetImageRef() != c.image {
+		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor prepared image %q, not the configured %q", a.GetImageRef(), c.image)
+	}
+	source := a.GetManifestDigest()
+	if err := c.store.Update(func(tx *store.Tx) error {
+		if err := tx.PutParticipant(c.generation, participant.PreparedLower, participant.Intent, nil); err != nil {
+			return err
+		}
+		return tx.PutParticipant(c.generation, participant.PreparedLower, participant.Intent, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_INTENT))
+	}); err != nil {
+		return err
+	}
+	failpoint.Hit("lazaret-hc:lower-intent")
+	cat, err := c.storageCatalog()
+	if err != nil {
+		return err
+	}
+	key := c.leaseKey(c.generation, id)
+	if err := cat.Update(ctx, func(tx *catalog.Tx) error {
+		if err := registerArtifact(tx, id, c.image, source, key); err != nil {
+			return err
+		}
+		return tx.AcquireLease(key)
+	}); err != nil {
+		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
+	}
+	failpoint.Hit("lazaret-hc:lease-acquired")
+	if err := c.store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(c.generation, participant.PreparedLower, participant.LeaseHeld, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_HELD))
+	}); err != nil {
+		return err
+	}
+	failpoint.Hit("lazaret-hc:lease-held")
+	// state_anchor is recorded even without persistent paths: its mount
+	// namespace is where the read-only lower is bound too.
+	ns := hello.GetMountNamespace()
+	if ns.GetDev() == 0 || ns.GetIno() == 0 {
+		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor's hello names no mount namespace")
+	}
+	if err := c.store.Update(func(tx *store.Tx) error {
+		if err := tx.PutParticipant(c.generation, participant.StateAnchor, participant.Intent, nil); err != nil {
+			return err
+		}
+		return tx.PutParticipant(c.generation, participant.StateAnchor, participant.Intent, saSnapshot(id, ns, nil))
+	}); err != nil {
+		return err
+	}
+	failpoint.Hit("lazaret-hc:anchor-intent")
+	c.mu.Lock()
+	c.leasedArtifact = id
+	c.mu.Unlock()
+	return nil
+}
+
+// registerArtifact records an artifact pkg/prepare published (its tree is
+// complete and renamed into prepared/) as a Published catalog artifact, so
+// that it can be leased; an existing record is left as it is (AcquireLease
+// refuses one that is not Published, e.g. being reclaimed).
+func registerArtifact(tx *catalog.Tx, id, image, source string, key catalog.LeaseKey) error {
+	if _, err := tx.Artifact(id); err == nil || !errors.Is(err, catalog.ErrNotFound) {
+		return err
+	}
+	if source == "" {
+		source = image
+	}
+	op := fmt.Sprintf("register-%s-%d", key.DomainID, key.Generation)
+	if err := tx.BeginPreparation(catalog.Preparation{OperationID: op, ArtifactID: id, StagingName: id,
+		SourceIdentity: source, PreparerVersion: fmt.Sprintf("lazaret-prepare format %d", prepare.FormatVersion),
+		DomainID: key.DomainID, Generation: key.Generation}); err != nil {
+		return err
+	}
+	return tx.PublishArtifact(op)
+}
+
+// recordAnchorsMounted is acquisition step 4's end: state_anchor =
+// Prepared with the exact identity of every anchor mount RS created.
+func (c *coordinator) recordAnchorsMounted(m *lv1.AnchorsMounted, hello *lv1.SupervisorHello) error {
+	c.mu.Lock()
+	leased := c.leasedArtifact
+	c.mu.Unlock()
+	if m.GetPreparedArtifactId() != leased || leased == "" {
+		return errdefs.New(errdefs.ErrRefused, "anchors mounted over artifact %q, but the lease recorded is %q", m.GetPreparedArtifactId(), leased)
+	}
+	ns := m.GetMountNamespace()
+	if ns == nil || hello.GetMountNamespace() == nil || ns.Dev != hello.MountNamespace.Dev || ns.Ino != hello.MountNamespace.Ino {
+		return errdefs.New(errdefs.ErrRefused, "anchors mounted in mount namespace %v, not the runtime supervisor's %v", ns, hello.GetMountNamespace())
+	}
+	var got []string
+	mounts := &lv1.StateAnchorMountsV1{MountNamespace: ns}
+	for _, a := range m.GetAnchors() {
+		if a.GetMountId() == 0 {
+			return errdefs.New(errdefs.ErrRefused, "anchor %s without a mount ID", a.GetGuestPath())
+		}
+		got = append(got, a.GetGuestPath())
+		mounts.Anchors = append(mounts.Anchors, &lv1.AnchorMountV1{GuestPath: a.GetGuestPath(), MountId: a.GetMountId(), Target: a.GetTarget(), Upper: a.GetUpper()})
+	}
+	want := slices.Clone(c.profile.PersistentPaths)
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(want, got) {
+		return errdefs.New(errdefs.ErrRefused, "anchors mounted for %v, the profile's persistent paths are %v", got, want)
+	}
+	if err := c.store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(c.generation, participant.StateAnchor, participant.Prepared, saSnapshot(leased, ns, mounts))
+	}); err != nil {
+		return err
+	}
+	failpoint.Hit("lazaret-hc:anchor-prepared")
+	return nil
+}
+
+// releaseAnchorIntent is release step 1: state_anchor = ReleaseIntent with
+// every identity kept, before RS is asked to stop.
+func (c *coordinator) releaseAnchorIntent() error {
+	return c.store.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(c.generation, participant.StateAnchor)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
+			return err
+		}
+		return tx.ReleaseParticipant(c.generation, participant.StateAnchor)
+	})
+}
+
+// mountsAbsent proves every mount of a state_anchor record absent without
+// relying on process liveness: the recorded mount namespace, the only place
+// the anchors and the read-only lower bind ever existed, has no process and
+// no nsfs bind left (pidfs.NamespaceHolders). Mounts RS reported verified
+// and unmounted are logged as the exact evidence; a namespace still held
+// refuses, whatever RS reported.
+func mountsAbsent(sa *store.Participant, unmounted []uint64) error {
+	if sa == nil || sa.Snapshot == nil || sa.Phase == participant.Clean {
+		return nil // bare Intent: nothing was mounted (RS mounts only after LeaseRecorded); Clean: proven before
+	}
+	snap := sa.Snapshot.GetStateAnchor()
+	ns := snap.GetMountNamespace()
+	if ns == nil {
+		return errdefs.New(errdefs.ErrRefused, "state_anchor records no mount namespace: its mounts cannot be proven absent")
+	}
+	var left []string
+	for _, a := range snap.GetMounts().GetAnchors() {
+		if !slices.Contains(unmounted, a.GetMountId()) {
+			left = append(left, fmt.Sprintf("%s (mount %d)", a.GetGuestPath(), a.GetMountId()))
+		}
+	}
+	pids, binds, _, err := pidfs.NamespaceHolders("mnt", ns.GetDev(), ns.GetIno())
+	if err != nil {
+		return fmt.Errorf("observe State Anchor mount namespace %d: %w", ns.GetIno(), err)
+	}
+	if len(pids) > 0 || len(binds) > 0 {
+		return errdefs.New(errdefs.ErrRefused, "State Anchor mounts not proven absent (not unmounted by RS: %s): mount namespace %d still held by pids %v, nsfs binds %v", strings.Join(left, ", "), ns.GetIno(), pids, binds)
+	}
+	return nil
+}
+
+// releaseLower is release steps 3-5 for generation gen: state_anchor Clean
+// and prepared_lower ReleaseIntent once the mounts are proven absent, the
+// exact catalog lease removed, prepared_lower Clean. It returns why it
+// stopped, leaving every unproven record (and the lease) in place.
+func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []uint64, detail string) error {
+	var sa, pl *store.Participant
+	if err := c.store.View(func(tx *store.Tx) error {
+		var err error
+		if sa, err = tx.Participant(gen, participant.StateAnchor); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if pl, err = tx.Participant(gen, participant.PreparedLower); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if pl == nil || pl.Phase == participant.Clean {
+		return nil
+	}
+	if sa != nil && sa.Phase != participant.Clean {
+		if err := mountsAbsent(sa, unmounted); err != nil {
+			return err
+		}
+	}
+	if err := c.store.Update(func(tx *store.Tx) error {
+		if sa != nil && sa.Phase != participant.Clean {
+			if err := cleanRecorded(tx, gen, participant.StateAnchor, sa, detail); err != nil {
+				return err
+			}
+		}
+		if pl.Snapshot != nil && pl.Phase != participant.ReleaseIntent {
+			return tx.ReleaseParticipant(gen, participant.PreparedLower)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	failpoint.Hit("lazaret-hc:anchor-clean")
+	if pl.Snapshot != nil {
+		artifact := pl.Snapshot.GetPreparedLower().GetPreparedArtifactId()
+		cat, err := c.storageCatalog()
+		if err != nil {
+			return err
+		}
+		key := c.leaseKey(gen, artifact)
+		res, err := cat.ReleaseLease(ctx, key, catalog.ReleaseProof{
+			ReleaseIntent: func(k catalog.LeaseKey) error {
+				return c.store.View(func(tx *store.Tx) error { return tx.CheckLeaseReleaseIntent(k.Generation, k.ArtifactID) })
+			},
+			MountAbsent: func(catalog.LeaseKey) error { return mountsAbsent(sa, unmounted) },
+		})
+		if err != nil {
+			return err
+		}
+		c.log.Info("prepared-lower lease released", "lease", key.String(), "found", res == catalog.Removed)
+		failpoint.Hit("lazaret-hc:lease-released")
+	}
+	return c.store.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(gen, participant.PreparedLower)
+		if err != nil {
+			return err
+		}
+		return cleanRecorded(tx, gen, participant.PreparedLower, p, detail+"; catalog lease removed")
+	})
+}
+
+// cleanRecorded records role Clean with a proof covering every recorded
+// field (neither role has a recorded process).
+func cleanRecorded(tx *store.Tx, gen uint64, role participant.Role, p *store.Participant, detail string) error {
+	if p.Snapshot == nil {
+		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
+	}
+	if p.Phase != participant.ReleaseIntent {
+		if err := tx.ReleaseParticipant(gen, role); err != nil {
+			return err
+		}
+	}
+	var fields []string
+	for f := range p.View.Fields {
+		fields = append(fields, f)
+	}
+	var procs []pidfs.Authority
+	for _, s := range p.View.Slots {
+		if s.State != participant.Unassigned {
+			return errdefs.New(errdefs.ErrRefused, "participant %s of generation %d records a process (%s): not proven absent", role, gen, s)
+		}
+	}
+	return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: procs, Fields: fields, Detail: detail})
+}
+
+// finishLower is normal teardown's release steps 3-5 after RS was reaped.
+func (c *coordinator) finishLower(rs *proc.Child) {
+	if rs != nil {
+		select {
+		case <-rs.Done():
+		default:
+			c.log.Error("runtime supervisor not reaped: state anchor and prepared lower stay in release intent")
+			return
+		}
+	}
+	c.mu.Lock()
+	unmounted := c.anchorsUnmounted
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), catalog.DefaultLockTimeout)
+	defer cancel()
+	if err := c.releaseLower(ctx, c.generation, unmounted, "normal teardown: runtime supervisor unmounted the anchors and was reaped"); err != nil {
+		c.log.Error("prepared-lower lease retained", "err", err)
+	}
+}
+
+// recoverLower is bootstrap recovery's release of a dead generation's
+// anchors and lease; the caller proved its RS and runsc absent first.
+func (c *coordinator) recoverLower(g uint64) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), catalog.DefaultLockTimeout)
+	defer cancel()
+	if err := c.releaseLower(ctx, g, nil, "bootstrap recovery: the dead generation's mount namespace has no process or bind left"); err != nil {
+		return []string{err.Error()}
+	}
+	return nil
+}
+
+// leaseLive reports whether gen's prepared_lower or state_anchor is not
+// Clean (bootstrap recovery must reconcile it).
+func leaseLive(tx *store.Tx, gen uint64) bool {
+	for _, role := range []participant.Role{participant.PreparedLower, participant.StateAnchor} {
+		if p, err := tx.Participant(gen, role); err == nil && p.Phase != participant.Clean {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,89 @@
+package prepare
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/catalog"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+)
+
+// TestGCRespectsCatalogLeases (OR-7): with the Storage Catalog consulted,
+// an artifact no process holds but a generation's catalog lease names is
+// kept (dry run and real run); once the exact lease is released it is
+// reclaimed, its catalog record moved to Reclaiming and removed; an
+// artifact the catalog never recorded is reclaimed as before.
+func TestGCRespectsCatalogLeases(t *testing.T) {
+	requireRoot(t)
+	root := t.TempDir()
+	ctx := context.Background()
+	a, err := Ensure(ctx, Options{StorageRoot: root, ImageRef: busyboxRef(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.New(root, catalog.Options{LockTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := domain.DeriveID("default", "/home/dev/gc")
+	key := catalog.LeaseKey{ArtifactID: a.ID, DomainID: dom, Generation: 3}
+	if err := cat.Update(ctx, func(tx *catalog.Tx) error {
+		if err := tx.BeginPreparation(catalog.Preparation{OperationID: "op-gc", ArtifactID: a.ID, StagingName: a.ID, SourceIdentity: "src",
+			PreparerVersion: "v", DomainID: dom, Generation: 3}); err != nil {
+			return err
+		}
+		if err := tx.PublishArtifact("op-gc"); err != nil {
+			return err
+		}
+		return tx.AcquireLease(key)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	policy := GCPolicy{Catalog: catalog.GCReclaimer{Catalog: cat, Ctx: ctx}}
+	for _, dry := range []bool{true, false} {
+		res, err := GC(root, policy, dry, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Entries) != 1 || res.Entries[0].Action != "keep" {
+			t.Fatalf("dry=%v: leased artifact not kept: %+v", dry, res.Entries)
+		}
+	}
+	if _, err := os.Stat(a.Dir); err != nil {
+		t.Fatalf("leased artifact moved: %v", err)
+	}
+	// Without the Domain's ReleaseIntent proof the lease stays.
+	_, err = cat.ReleaseLease(ctx, key, catalog.ReleaseProof{
+		ReleaseIntent: func(catalog.LeaseKey) error { return errdefs.New(errdefs.ErrRefused, "prepared_lower is LeaseHeld") },
+		MountAbsent:   func(catalog.LeaseKey) error { return nil }})
+	if !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("release without proof: %v", err)
+	}
+	if res, _ := GC(root, policy, false, time.Now()); res.Entries[0].Action != "keep" {
+		t.Fatalf("artifact reclaimed with its lease retained: %+v", res.Entries)
+	}
+	if _, err := cat.ReleaseLease(ctx, key, catalog.ReleaseProof{
+		ReleaseIntent: func(catalog.LeaseKey) error { return nil }, MountAbsent: func(catalog.LeaseKey) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := GC(root, policy, false, time.Now())
+	if err != nil || len(res.Entries) != 1 || res.Entries[0].Action != "reclaimed" {
+		t.Fatalf("unleased artifact not reclaimed: %+v %v", res, err)
+	}
+	if err := cat.View(ctx, func(tx *catalog.Tx) error { _, err := tx.Artifact(a.ID); return err }); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("catalog record after reclamation: %v", err)
+	}
+	// An artifact the catalog never recorded has no lease.
+	b, err := Ensure(ctx, Options{StorageRoot: root, ImageRef: busyboxRef(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := GC(root, policy, false, time.Now()); err != nil || len(res.Entries) != 1 || res.Entries[0].Action != "reclaimed" {
+		t.Fatalf("unrecorded artifact %s: %+v %v", b.ID, res, err)
+	}
+	PurgeTrash(root)
+}
