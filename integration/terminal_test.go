@@ -115,7 +115,16 @@ func (m *tmuxTerm) kill() {
 func (m *tmuxTerm) sttySame(before, after string) {
 	m.t.Helper()
 	b, err1 := os.ReadFile(filepath.Join(m.dir, before))
-	a, err2 := os.ReadFile(filepath.Join(m.dir, after))
+	// The outer shell writes the after snapshot just after printing the
+	// exit status the caller waited for: wait for it to be complete.
+	var a []byte
+	var err2 error
+	for i := 0; i < 100; i++ {
+		if a, err2 = os.ReadFile(filepath.Join(m.dir, after)); err2 == nil && len(a) > 0 && a[len(a)-1] == '\n' {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err1 != nil || err2 != nil || len(b) == 0 {
 		m.t.Fatalf("stty snapshots: %v %v", err1, err2)
 	}
