@@ -671,10 +671,13 @@ func (c *coordinator) superviseMessages(helper <-chan error) {
 		c.setState(stateFailed, errdefs.New(errdefs.ErrCorrupt, "runtime supervisor's first message is not a hello"))
 		return
 	}
+	waitStart := time.Now()
 	if err := <-helper; err != nil {
 		c.setState(stateFailed, err)
 		return
 	}
+	// What the connectivity helper adds to the start-up's critical path.
+	c.log.Info("runtime supervisor hello verified", "helper_wait", time.Since(waitStart))
 	start, err := c.sandboxStart(hello)
 	if err != nil {
 		c.setState(stateFailed, err)
