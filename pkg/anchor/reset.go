@@ -159,24 +159,37 @@ func RecoverAll(domainRoot string, now func() time.Time) error {
 
 // TrashEntries counts what waits in the trash (for `lazaret state list`).
 func TrashEntries(domainRoot string) (int, error) {
+	tfd, names, err := openTrash(domainRoot)
+	if tfd < 0 || err != nil {
+		return 0, err
+	}
+	unix.Close(tfd)
+	return len(names), nil
+}
+
+// openTrash opens the Domain's anchor trash and lists it; tfd is -1 (and
+// err nil) when there is no trash.
+func openTrash(domainRoot string) (tfd int, names []string, err error) {
 	afd, err := openAnchors(domainRoot, false)
 	if errors.Is(err, unix.ENOENT) {
-		return 0, nil
+		return -1, nil, nil
 	}
 	if err != nil {
-		return 0, err
+		return -1, nil, err
 	}
 	defer unix.Close(afd)
-	tfd, err := openDir(afd, trashDir)
+	tfd, err = openDir(afd, trashDir)
 	if errors.Is(err, unix.ENOENT) {
-		return 0, nil
+		return -1, nil, nil
 	}
 	if err != nil {
-		return 0, err
+		return -1, nil, err
 	}
-	defer unix.Close(tfd)
-	names, err := readNames(tfd)
-	return len(names), err
+	if names, err = readNames(tfd); err != nil {
+		unix.Close(tfd)
+		return -1, nil, err
+	}
+	return tfd, names, nil
 }
 
 // PurgeTrash deletes everything in the trash. It runs as namespace root in
@@ -187,26 +200,11 @@ func PurgeTrash(domainRoot string, now func() time.Time) (int, error) {
 	if err := RecoverAll(domainRoot, now); err != nil {
 		return 0, err
 	}
-	afd, err := openAnchors(domainRoot, false)
-	if errors.Is(err, unix.ENOENT) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(afd)
-	tfd, err := openDir(afd, trashDir)
-	if errors.Is(err, unix.ENOENT) {
-		return 0, nil
-	}
-	if err != nil {
+	tfd, names, err := openTrash(domainRoot)
+	if tfd < 0 || err != nil {
 		return 0, err
 	}
 	defer unix.Close(tfd)
-	names, err := readNames(tfd)
-	if err != nil {
-		return 0, err
-	}
 	for _, n := range names {
 		if err := removeAllAt(tfd, n, 0); err != nil {
 			return 0, fmt.Errorf("delete trash entry %s: %w", n, err)

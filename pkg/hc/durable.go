@@ -425,20 +425,25 @@ func (c *coordinator) releaseAndClean(gen uint64, role participant.Role, detail 
 		if err != nil || p.Phase == participant.Clean {
 			return err
 		}
-		if p.Snapshot == nil {
-			return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
-		}
-		if p.Phase != participant.ReleaseIntent {
-			if err := tx.ReleaseParticipant(gen, role); err != nil {
-				return err
-			}
-		}
-		var fields []string
-		for f := range p.View.Fields {
-			fields = append(fields, f)
-		}
-		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
+		return releaseAndCleanTx(tx, gen, role, p, detail, absent)
 	})
+}
+
+// releaseAndCleanTx is releaseAndClean inside tx for the recorded p.
+func releaseAndCleanTx(tx *store.Tx, gen uint64, role participant.Role, p *store.Participant, detail string, absent []pidfs.Authority) error {
+	if p.Snapshot == nil {
+		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
+	}
+	if p.Phase != participant.ReleaseIntent {
+		if err := tx.ReleaseParticipant(gen, role); err != nil {
+			return err
+		}
+	}
+	var fields []string
+	for f := range p.View.Fields {
+		fields = append(fields, f)
+	}
+	return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
 }
 
 // cleanSandbox records the sandbox Clean once RS and the attached runsc were

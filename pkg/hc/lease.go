@@ -308,25 +308,12 @@ func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []
 // cleanRecorded records role Clean with a proof covering every recorded
 // field (neither role has a recorded process).
 func cleanRecorded(tx *store.Tx, gen uint64, role participant.Role, p *store.Participant, detail string) error {
-	if p.Snapshot == nil {
-		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
-	}
-	if p.Phase != participant.ReleaseIntent {
-		if err := tx.ReleaseParticipant(gen, role); err != nil {
-			return err
+	for _, sl := range p.View.Slots {
+		if sl.State != participant.Unassigned {
+			return errdefs.New(errdefs.ErrRefused, "participant %s of generation %d records a process (%s): not proven absent", role, gen, sl)
 		}
 	}
-	var fields []string
-	for f := range p.View.Fields {
-		fields = append(fields, f)
-	}
-	var procs []pidfs.Authority
-	for _, s := range p.View.Slots {
-		if s.State != participant.Unassigned {
-			return errdefs.New(errdefs.ErrRefused, "participant %s of generation %d records a process (%s): not proven absent", role, gen, s)
-		}
-	}
-	return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: procs, Fields: fields, Detail: detail})
+	return releaseAndCleanTx(tx, gen, role, p, detail, nil)
 }
 
 // finishLower is normal teardown's release steps 3-5 after RS was reaped.
