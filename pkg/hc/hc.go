@@ -526,11 +526,16 @@ func (c *coordinator) startGeneration() {
 	}
 	// The connectivity helper starts while RS starts up: it needs only RS's
 	// network namespace, which exists from the clone on (read through RS's
-	// pidfd); StartSandbox waits for it.
+	// pidfd). StartSandbox waits only for the network's identity
+	// (prepareNetwork); the helper's readiness gates the attached runsc
+	// (commitStaged), so the prepared lower, State Anchors and Git routing
+	// are set up while the helper starts.
+	prepared := make(chan error, 1)
 	helper := make(chan error, 1)
 	started := make(chan struct{})
 	c.mu.Lock()
 	c.net.started = started
+	c.net.helperReady = helper
 	c.mu.Unlock()
 	go func() {
 		defer close(started)
@@ -538,12 +543,13 @@ func (c *coordinator) startGeneration() {
 		if err == nil {
 			err = c.prepareNetwork(&lv1.NamespaceIdentity{Dev: dev, Ino: ino})
 		}
+		prepared <- err
 		if err == nil {
 			err = c.startHelper()
 		}
 		helper <- err
 	}()
-	c.superviseMessages(helper)
+	c.superviseMessages(prepared)
 }
 
 func (c *coordinator) launchSupervisor() error {
@@ -653,7 +659,7 @@ func (c *coordinator) failOnUnexpectedExit(child *proc.Child, what string) {
 	}()
 }
 
-func (c *coordinator) superviseMessages(helper <-chan error) {
+func (c *coordinator) superviseMessages(prepared <-chan error) {
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	var first lv1.SupervisorMessage
 	err := c.rsChan.Recv(ctx, &first)
@@ -671,13 +677,11 @@ func (c *coordinator) superviseMessages(helper <-chan error) {
 		c.setState(stateFailed, errdefs.New(errdefs.ErrCorrupt, "runtime supervisor's first message is not a hello"))
 		return
 	}
-	waitStart := time.Now()
-	if err := <-helper; err != nil {
+	if err := <-prepared; err != nil {
 		c.setState(stateFailed, err)
 		return
 	}
-	// What the connectivity helper adds to the start-up's critical path.
-	c.log.Info("runtime supervisor hello verified", "helper_wait", time.Since(waitStart))
+	c.log.Info("runtime supervisor hello verified")
 	start, err := c.sandboxStart(hello)
 	if err != nil {
 		c.setState(stateFailed, err)
@@ -832,6 +836,14 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 		return err
 	}
 	failpoint.Hit("lazaret-hc:staged-recorded")
+	// The sandbox joins RS's network namespace at boot: runsc runs only once
+	// the connectivity helper has configured it.
+	waitStart := time.Now()
+	if err := <-c.net.helperReady; err != nil {
+		return err
+	}
+	// What the connectivity helper adds to the start-up's critical path.
+	c.log.Info("connectivity helper awaited", "helper_wait", time.Since(waitStart))
 	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
 	ackPayload, err := fdpass.SigningPayload(ack)
 	if err != nil {

@@ -54,6 +54,11 @@ type networkState struct {
 	pinnedHosts map[string][]string // allow_hosts → the addresses pinned
 	etcFiles    map[string]string   // guest /etc file → the generation's host file
 	started     chan struct{}       // closed when the helper's start attempt ended
+	// helperReady delivers the helper start's outcome once: the attached
+	// runsc's staged ownership is acknowledged (and runsc runs) only after
+	// it, while the lower, State Anchors and Git routing are prepared in
+	// parallel with the helper's start.
+	helperReady <-chan error
 }
 
 // readinessFingerprint is the network readiness fingerprint (FR-18): a

@@ -111,6 +111,7 @@ func Main(args []string) int {
 type supervisor struct {
 	policyFD  int
 	cred      credential
+	policy    netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
 	routes    []netsetup.Route
 	tapAddr   netip.Prefix
 	probe     string // the init's network probe report line
@@ -276,7 +277,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := netsetup.LoopbackUp(); err != nil {
 		return nil, nil, err
 	}
-	if err := s.installPolicy(); err != nil {
+	if err := s.checkPolicy(); err != nil {
 		return nil, nil, err
 	}
 	art, err := s.holdLower()
@@ -319,7 +320,16 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:   "attached_runsc",
 		Target: proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: st.BundleDir, Files: []*os.File{inR, outW, os.Stderr}},
-		Stage:  s.stageWithCoordinator,
+		// HC acknowledges runsc's staged ownership only once the
+		// connectivity helper has configured the tap; the policy's routes
+		// go onto it before the barrier releases runsc (gVisor imports
+		// routes only at boot).
+		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			if err := s.stageWithCoordinator(ctx, id); err != nil {
+				return err
+			}
+			return s.installPolicy()
+		},
 	})
 	inR.Close()
 	outW.Close()
@@ -383,11 +393,10 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	return child, inW, nil
 }
 
-// installPolicy reads the derived policy from the sealed memfd, checks it
-// against the digest HC sent, installs it before runsc boots (gVisor imports
-// routes only at boot), disables IPv6, and keeps the observed routes as
-// evidence.
-func (s *supervisor) installPolicy() error {
+// checkPolicy reads the derived policy from the sealed memfd, checks it
+// against the digest HC sent and the StartSandbox tap fields, and disables
+// IPv6 in RS's network namespace.
+func (s *supervisor) checkPolicy() error {
 	raw, err := fdpass.ReadSealedMemfd(s.policyFD, 1<<20)
 	if err != nil {
 		return err
@@ -405,15 +414,25 @@ func (s *supervisor) installPolicy() error {
 	if s.start.TapDevice == "" {
 		return errdefs.New(errdefs.ErrRefused, "StartSandbox names no connectivity helper tap device")
 	}
-	gw, err := netip.ParseAddr(s.start.TapGateway)
-	if err != nil || !gw.Is4() {
+	if gw, err := netip.ParseAddr(s.start.TapGateway); err != nil || !gw.Is4() {
 		return errdefs.New(errdefs.ErrInvalid, "StartSandbox tap gateway %q is not an IPv4 address", s.start.TapGateway)
 	}
+	s.policy = p
+	return nil
+}
+
+// installPolicy installs the checked policy on the connectivity helper's
+// tap (configured by then: HC acknowledged runsc's staging only after the
+// helper's ready signal) before runsc boots, and keeps the observed routes
+// as evidence.
+func (s *supervisor) installPolicy() error {
+	gw := netip.MustParseAddr(s.start.TapGateway) // checked in checkPolicy
 	tapAddr, err := netsetup.InterfaceAddress(s.start.TapDevice)
 	if err != nil {
 		return errdefs.Mark(fmt.Errorf("connectivity helper device: %w", err), errdefs.ErrUnavailable)
 	}
 	s.tapAddr = tapAddr
+	p := s.policy
 	routes, err := netsetup.InstallPolicy(p, s.start.TapDevice, gw, p.FailFast(tapAddr.Masked()))
 	if err != nil {
 		return err
@@ -460,6 +479,10 @@ func (s *supervisor) stageSlot(ctx context.Context, slot string, id pidfs.Identi
 		return nil
 	case <-s.hcGone:
 		return errdefs.New(errdefs.ErrUnavailable, "host coordinator gone before acknowledging staged ownership")
+	case <-s.stop:
+		// HC failed the generation (e.g. the connectivity helper did not
+		// start) while the child waited at its barrier: it never runs.
+		return errdefs.New(errdefs.ErrUnavailable, "stop requested before the staged ownership was acknowledged")
 	case <-time.After(30 * time.Second):
 		return errdefs.New(errdefs.ErrUnavailable, "no ProcessOwnershipCommitAck within 30s")
 	case <-ctx.Done():
