@@ -1,7 +1,9 @@
 // Command lazaret-rs is the Runtime Supervisor (package rs), started by
 // lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
 // role gives the attached runsc its parent-death edge (package proc); its
-// hidden Git-routing role is the git_routing daemon (package gitroute).
+// hidden Git-routing role is the git_routing daemon (package gitroute); its
+// hidden state-verify role walks a Domain's state in the user namespace
+// `lazaret state verify` creates (package stateverify).
 package main
 
 import (
@@ -13,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/rs"
+	"github.com/lazaret/lazaret/pkg/stateverify"
 )
 
 func main() {
@@ -25,6 +28,9 @@ func main() {
 	proc.MaybeRunWrapper()
 	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
 		os.Exit(gitroute.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == stateverify.Arg {
+		os.Exit(stateverify.Main(os.Args[2:]))
 	}
 	os.Exit(rs.Main(os.Args[1:]))
 }
