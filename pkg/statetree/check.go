@@ -29,8 +29,6 @@ const (
 	// FindHardLink: a file with more links than the verified trees hold:
 	// it is also linked from somewhere else.
 	FindHardLink = "hardlink"
-	// FindType: a file type a state tree never holds.
-	FindType = "type"
 	// FindWork: an overlay work directory that is not empty.
 	FindWork = "work-not-empty"
 	// FindUnreadable: an entry the verifier could not read.
@@ -184,7 +182,7 @@ func (c *Checker) walk(dirfd int, dev uint64, rel string, whiteouts bool, n *Cou
 		case unix.S_IFIFO, unix.S_IFSOCK:
 			n.Files++
 		default:
-			c.Add(FindType, p, "unexpected file type %#o", st.Mode&unix.S_IFMT)
+			c.Add(FindStructure, p, "unexpected file type %#o", st.Mode&unix.S_IFMT)
 		}
 	}
 }

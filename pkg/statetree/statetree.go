@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -183,12 +184,22 @@ func FinishSwap(s Swap) error {
 }
 
 // Discard moves name (a file or a whole subtree) of dirfd into trash
-// directory trashfd as dst with one rename (RENAME_NOREPLACE), then syncs
-// both directories: the entry is either still in place or wholly in the
-// trash.
+// directory trashfd as dst (or dst.N when taken) with one rename
+// (RENAME_NOREPLACE), then syncs both directories: the entry is either
+// still in place or wholly in the trash.
 func Discard(dirfd int, name string, trashfd int, dst string) error {
-	if err := unix.Renameat2(dirfd, name, trashfd, dst, unix.RENAME_NOREPLACE); err != nil {
-		return &os.PathError{Op: "renameat2 to trash", Path: dst, Err: err}
+	for i := 0; ; i++ {
+		d := dst
+		if i > 0 {
+			d = dst + "." + strconv.Itoa(i)
+		}
+		err := unix.Renameat2(dirfd, name, trashfd, d, unix.RENAME_NOREPLACE)
+		if err == nil {
+			break
+		}
+		if err != unix.EEXIST || i >= 1000 {
+			return &os.PathError{Op: "renameat2 to trash", Path: d, Err: err}
+		}
 	}
 	if err := unix.Fsync(trashfd); err != nil {
 		return err
