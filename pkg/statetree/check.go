@@ -204,7 +204,9 @@ func (c *Checker) Finish() {
 }
 
 // EmptyWork checks an overlay work directory: only the kernel's own "work"
-// and "index" subdirectories, empty, belong in it once unmounted.
+// and "index" subdirectories belong in it once unmounted, empty but for the
+// kernel's shared whiteout (a char 0/0 "#<hex>" in work/work that the
+// overlay hard-links whiteouts from; the next mount cleans it).
 func (c *Checker) EmptyWork(dirfd int, rel string) {
 	var st unix.Stat_t
 	if err := unix.Fstat(dirfd, &st); err == nil {
@@ -228,11 +230,23 @@ func (c *Checker) EmptyWork(dirfd int, rel string) {
 			continue
 		}
 		inner, err := ReadNames(fd)
-		unix.Close(fd)
 		if err != nil {
+			unix.Close(fd)
 			c.Add(FindUnreadable, p, "cannot list: %v", err)
-		} else if len(inner) > 0 {
-			c.Add(FindWork, p, "holds %d leftover entr(ies) of an interrupted overlay operation", len(inner))
+			continue
+		}
+		left := 0
+		for _, n := range inner {
+			var ist unix.Stat_t
+			if name == "work" && len(n) > 1 && n[0] == '#' && unix.Fstatat(fd, n, &ist, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+				ist.Mode&unix.S_IFMT == unix.S_IFCHR && ist.Rdev == 0 {
+				continue // the shared whiteout
+			}
+			left++
+		}
+		unix.Close(fd)
+		if left > 0 {
+			c.Add(FindWork, p, "holds %d leftover entr(ies) of an interrupted overlay operation", left)
 		}
 	}
 }

@@ -197,6 +197,11 @@ func TestEmptyWork(t *testing.T) {
 	w := t.TempDir()
 	os.Mkdir(filepath.Join(w, "work"), 0)
 	os.Mkdir(filepath.Join(w, "index"), 0o700)
+	if os.Geteuid() == 0 {
+		if err := unix.Mknod(filepath.Join(w, "work", "#67fa"), unix.S_IFCHR, 0); err != nil { // the kernel's shared whiteout
+			t.Fatal(err)
+		}
+	}
 	c := checker()
 	c.EmptyWork(openDirT(t, w), "anchors/usr/work")
 	if len(c.Findings) != 0 {

@@ -28,7 +28,7 @@ they are reported by count, never followed. The walk runs in your user
 namespace (files of your subordinate ids are read there).
 
 It needs exclusive use of the Domain: it refuses while a session, the
-sandbox or its mounts are up (--yes or any other flag never bypasses this).
+sandbox or its mounts are up (no flag bypasses this).
 It exits 1 when it finds a problem, listing each with what to do.
 
 Examples:
