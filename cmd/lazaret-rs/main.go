@@ -2,8 +2,9 @@
 // lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
 // role gives the attached runsc its parent-death edge (package proc); its
 // hidden Git-routing role is the git_routing daemon (package gitroute); its
-// hidden state-verify role walks a Domain's state in the user namespace
-// `lazaret state verify` creates (package stateverify).
+// hidden state-maintenance role verifies a Domain's state and resets its
+// Ignored Workspace State in the user namespace `lazaret state` creates
+// (package statemaint).
 package main
 
 import (
@@ -15,7 +16,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/rs"
-	"github.com/lazaret/lazaret/pkg/stateverify"
+	"github.com/lazaret/lazaret/pkg/statemaint"
 )
 
 func main() {
@@ -29,8 +30,8 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
 		os.Exit(gitroute.Main(os.Args[2:]))
 	}
-	if len(os.Args) > 1 && os.Args[1] == stateverify.Arg {
-		os.Exit(stateverify.Main(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == statemaint.Arg {
+		os.Exit(statemaint.Main(os.Args[2:]))
 	}
 	os.Exit(rs.Main(os.Args[1:]))
 }

@@ -45,8 +45,9 @@ const (
 )
 
 // ResetFailpoint prefixes the failpoints of ResetAll's steps
-// (statetree.SwapSteps) and of Reset's one step ("path-trashed").
-const ResetFailpoint = "lazaret:ignored-reset:"
+// (statetree.SwapSteps) and of Reset's one step ("path-trashed"); both run
+// in lazaret-rs's state-maintenance role (package statemaint).
+const ResetFailpoint = "lazaret-rs:ignored-reset:"
 
 // Classifier reports whether a workspace-relative path is routed to the
 // state (the Git-routing daemon's decision for this workspace).

@@ -230,7 +230,10 @@ func TestSwapEmptyCrashConsistency(t *testing.T) {
 			TrashName: func() string { n++; return "gen" + string(rune('0'+n)) }}
 	}
 	prior := func(d string) bool { _, err := os.Stat(filepath.Join(d, "active", "sub", "f")); return err == nil }
-	empty := func(d string) bool { e, err := os.ReadDir(filepath.Join(d, "active")); return err == nil && len(e) == 0 }
+	empty := func(d string) bool {
+		e, err := os.ReadDir(filepath.Join(d, "active"))
+		return err == nil && len(e) == 0
+	}
 	// Crash after step 2: swap made, not exchanged.
 	d, s := setup()
 	os.Mkdir(filepath.Join(d, "active.swap"), 0o755)

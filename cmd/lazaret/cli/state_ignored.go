@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -17,7 +16,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/gitsentry"
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
 	"github.com/lazaret/lazaret/pkg/ignorerules"
-	"github.com/lazaret/lazaret/pkg/stateverify"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/statemaint"
 )
 
 var stateIgnoredCommand = &cli.Command{
@@ -73,7 +73,7 @@ Examples:
    lazaret state ignored verify
    lazaret state ignored verify --json`,
 			Flags:  stateDomainFlags,
-			Action: func(c *cli.Context) error { return stateVerify(c, stateverify.ScopeIgnored) },
+			Action: func(c *cli.Context) error { return stateVerify(c, statemaint.ScopeIgnored) },
 		},
 		{
 			Name:  "reset",
@@ -295,12 +295,21 @@ func stateIgnoredReset(c *cli.Context) error {
 	if err := confirm(c, yes, "Reset?"); err != nil {
 		return err
 	}
-	if all {
-		if err := ignoredstate.ResetAll(rd.paths.DomainRoot, time.Now); err != nil {
+	// In the Domain's user namespace: directories of subordinate ids can
+	// only be moved to the trash there.
+	rsPath, err := locate.Find(locate.RS, os.Getenv)
+	if err != nil {
+		return err
+	}
+	rel := ""
+	if !all {
+		rel = scope[0]
+	}
+	if _, err := statemaint.ResetIgnored(c.Context, rsPath, rd.paths.DomainRoot, rel, all); err != nil {
+		if all {
 			return fmt.Errorf("reset the Ignored Workspace State: %w", err)
 		}
-	} else if _, err := ignoredstate.Reset(rd.paths.DomainRoot, scope[0], time.Now); err != nil {
-		return fmt.Errorf("reset %s: %w", scope[0], err)
+		return fmt.Errorf("reset %s: %w", rel, err)
 	}
 	if asJSON {
 		return writeJSON(c.App.Writer, map[string]any{"domain_id": rd.paths.ID, "all": all, "reset": scope})

@@ -9,8 +9,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/statemaint"
 	"github.com/lazaret/lazaret/pkg/statetree"
-	"github.com/lazaret/lazaret/pkg/stateverify"
 )
 
 // ExitFindings is the exit status of a verification that found problems.
@@ -35,7 +35,7 @@ Examples:
    lazaret state verify
    lazaret state verify -p claude --json`,
 	Flags:  stateDomainFlags,
-	Action: func(c *cli.Context) error { return stateVerify(c, stateverify.ScopeAnchors) },
+	Action: func(c *cli.Context) error { return stateVerify(c, statemaint.ScopeAnchors) },
 }
 
 // stateVerify verifies scope of the command's Domain.
@@ -45,7 +45,7 @@ func stateVerify(c *cli.Context, scope string) error {
 		return err
 	}
 	what := "State Anchors"
-	if scope == stateverify.ScopeIgnored {
+	if scope == statemaint.ScopeIgnored {
 		what = "Ignored Workspace State"
 	}
 	if _, err := os.Lstat(rd.paths.DomainRoot); errors.Is(err, os.ErrNotExist) {
@@ -64,7 +64,7 @@ func stateVerify(c *cli.Context, scope string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := stateverify.Run(c.Context, rsPath, rd.paths.DomainRoot, scope)
+	rep, err := statemaint.Verify(c.Context, rsPath, rd.paths.DomainRoot, scope)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func stateVerify(c *cli.Context, scope string) error {
 	return nil
 }
 
-func printVerification(w io.Writer, rd resolvedDomain, rep *stateverify.Report, what string) {
+func printVerification(w io.Writer, rd resolvedDomain, rep *statemaint.Report, what string) {
 	fmt.Fprintf(w, "Domain %s (profile %s, workspace %s): verifying %s\n", rd.paths.ID, rd.prof.Name, rd.workspace, what)
 	var advice []string
 	show := func(fs []statetree.Finding) {
@@ -107,7 +107,7 @@ func printVerification(w io.Writer, rd resolvedDomain, rep *stateverify.Report, 
 			advice = append(advice, fmt.Sprintf("`lazaret state reset %s` discards that anchor's changes (and the problems with them)", a.GuestPath))
 		}
 	}
-	if rep.Scope == stateverify.ScopeAnchors && len(rep.Anchors) == 0 {
+	if rep.Scope == statemaint.ScopeAnchors && len(rep.Anchors) == 0 {
 		fmt.Fprintln(w, "no State Anchors yet")
 	}
 	if v := rep.Ignored; v != nil {

@@ -1,13 +1,16 @@
-// Package stateverify runs the structural verification of a Domain's
-// persistent state (`lazaret state verify` and `lazaret state ignored
-// verify`, spec §3.8, SR-14) inside the Domain's user namespace.
+// Package statemaint runs the `lazaret state` operations that need the
+// Domain's user namespace (spec §3.8, SR-14): the structural verification
+// of State Anchors and Ignored Workspace State (`state verify`, `state
+// ignored verify`) and the Ignored Workspace State reset (`state ignored
+// reset`).
 //
 // State trees hold files of the developer's subordinate ids, often in
-// private directories the host user cannot read. The CLI (Run) therefore
-// spawns the hidden role Arg of lazaret-rs through its broker in a new user
-// namespace whose map it writes with newuidmap/newgidmap before releasing
-// the launch barrier; the role (Main) walks the trees with package
-// statetree as namespace root and prints a versioned JSON Report on stdout.
+// private directories the host user can neither read nor move to another
+// directory. The CLI (Verify, ResetIgnored) therefore spawns the hidden
+// role Arg of lazaret-rs through its broker in a new user namespace whose
+// map it writes with newuidmap/newgidmap before releasing the launch
+// barrier; the role (Main) acts as namespace root with packages statetree,
+// anchor and ignoredstate and prints a versioned JSON result on stdout.
 //
 // The map leaves namespace id 65534 unmapped:
 //
@@ -18,7 +21,7 @@
 // so that the kernel's overflow id (65534, what every id outside the map
 // shows as) is unambiguous: an entry owned by it belongs to someone other
 // than the developer and its subordinate ids.
-package stateverify
+package statemaint
 
 import (
 	"bytes"
@@ -32,6 +35,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -45,8 +49,14 @@ import (
 	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
-// Arg selects the verification role of lazaret-rs.
-const Arg = "__lazaret-state-verify"
+// Arg selects the state-maintenance role of lazaret-rs.
+const Arg = "__lazaret-state-maint"
+
+// Operations of the role (--op).
+const (
+	OpVerify       = "verify"
+	OpIgnoredReset = "ignored-reset"
+)
 
 // ReportVersion is the version of Report; a newer one is refused.
 const ReportVersion = 1
@@ -129,14 +139,18 @@ func nsChecker(hostUID, hostGID int, uidStart, gidStart, count uint32) *statetre
 	}
 }
 
-// Main is the role: verify scope of --domain-root and print the Report.
+// Main is the role: run --op on --domain-root and print its JSON result.
 //
-// Preconditions: namespace root of a user namespace mapped as Run maps it;
-// the caller holds the Domain's lifecycle lock.
+// Preconditions: namespace root of a user namespace mapped as run maps it;
+// the caller holds the Domain's lifecycle lock and has established that
+// nothing uses the state.
 func Main(args []string) int {
-	fl := flag.NewFlagSet("state-verify", flag.ContinueOnError)
-	root := fl.String("domain-root", "", "Domain Root to verify")
-	scope := fl.String("scope", ScopeAnchors, "anchors or ignored")
+	fl := flag.NewFlagSet("state-maint", flag.ContinueOnError)
+	op := fl.String("op", OpVerify, "verify or ignored-reset")
+	root := fl.String("domain-root", "", "Domain Root")
+	scope := fl.String("scope", ScopeAnchors, "verify: anchors or ignored")
+	rel := fl.String("path", "", "ignored-reset: the workspace-relative ignored path")
+	all := fl.Bool("all", false, "ignored-reset: the whole Ignored Workspace State")
 	hostUID := fl.Int("host-uid", -1, "the developer's host uid (for reports)")
 	hostGID := fl.Int("host-gid", -1, "the developer's host gid (for reports)")
 	uidStart := fl.Uint("uid-start", 0, "first subordinate uid")
@@ -146,18 +160,41 @@ func Main(args []string) int {
 		return 2
 	}
 	if *root == "" || !filepath.IsAbs(*root) || *count == 0 {
-		fmt.Fprintln(os.Stderr, "state-verify: --domain-root (absolute) and --count are required")
+		fmt.Fprintln(os.Stderr, "state-maint: --domain-root (absolute) and --count are required")
 		return 2
 	}
-	rep, err := verify(*root, *scope, nsChecker(*hostUID, *hostGID, uint32(*uidStart), uint32(*gidStart), uint32(*count)))
+	var out any
+	var err error
+	switch *op {
+	case OpVerify:
+		out, err = verify(*root, *scope, nsChecker(*hostUID, *hostGID, uint32(*uidStart), uint32(*gidStart), uint32(*count)))
+	case OpIgnoredReset:
+		res := ResetResult{Version: ReportVersion, All: *all, Found: true}
+		if *all {
+			err = ignoredstate.ResetAll(*root, time.Now)
+		} else {
+			res.Found, err = ignoredstate.Reset(*root, *rel, time.Now)
+		}
+		out = res
+	default:
+		err = errdefs.New(errdefs.ErrInvalid, "unknown operation %q", *op)
+	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "state-verify: %v\n", err)
+		fmt.Fprintf(os.Stderr, "state-maint: %v\n", err)
 		return 1
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		return 1
 	}
 	return 0
+}
+
+// ResetResult is what the ignored-reset operation prints.
+type ResetResult struct {
+	Version int  `json:"version"`
+	All     bool `json:"all"`
+	// Found: there was state at the path.
+	Found bool `json:"found"`
 }
 
 // verify runs one scope with checker c.
@@ -186,19 +223,48 @@ func verify(domainRoot, scope string, c *statetree.Checker) (*Report, error) {
 	return rep, nil
 }
 
-// VerifyHere runs the verification in the calling process with checker c
-// (tests, and hosts whose state holds only the developer's files).
-func VerifyHere(domainRoot, scope string, c *statetree.Checker) (*Report, error) {
-	return verify(domainRoot, scope, c)
-}
-
-// Run verifies scope of domainRoot in a new user namespace (see the
-// package doc) by running rsPath's role Arg through a broker, and returns
-// its report.
+// Verify verifies scope of domainRoot in the Domain's user namespace (see
+// the package doc) and returns the report.
 //
 // Preconditions: the caller holds the Domain's lifecycle lock and has
 // established that the Domain is inactive.
-func Run(ctx context.Context, rsPath, domainRoot, scope string) (*Report, error) {
+func Verify(ctx context.Context, rsPath, domainRoot, scope string) (*Report, error) {
+	out, err := run(ctx, rsPath, domainRoot, "--op="+OpVerify, "--scope="+scope)
+	if err != nil {
+		return nil, err
+	}
+	return decode(out)
+}
+
+// ResetIgnored discards the Ignored Workspace State of the
+// workspace-relative path rel (or all of it) in the Domain's user
+// namespace, where directories of subordinate ids can be moved to the
+// trash (ignoredstate.Reset, ignoredstate.ResetAll). It reports whether
+// there was state at rel.
+//
+// Preconditions: as Verify, and nothing uses the state.
+func ResetIgnored(ctx context.Context, rsPath, domainRoot, rel string, all bool) (bool, error) {
+	args := []string{"--op=" + OpIgnoredReset, "--path=" + rel}
+	if all {
+		args = append(args, "--all")
+	}
+	out, err := run(ctx, rsPath, domainRoot, args...)
+	if err != nil {
+		return false, err
+	}
+	var r ResetResult
+	if err := json.Unmarshal(out, &r); err != nil || r.Version == 0 {
+		return false, errdefs.New(errdefs.ErrCorrupt, "the state maintenance role printed no result")
+	}
+	if r.Version > ReportVersion {
+		return false, errdefs.New(errdefs.ErrRefused, "the state maintenance role's result has version %d, this lazaret reads up to %d: install matching lazaret and lazaret-rs", r.Version, ReportVersion)
+	}
+	return r.Found, nil
+}
+
+// run runs the role with args in a new user namespace mapped as the
+// package doc says and returns its stdout.
+func run(ctx context.Context, rsPath, domainRoot string, extra ...string) ([]byte, error) {
 	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
 	uids, gids, err := host.SubIDs()
 	if err != nil {
@@ -229,12 +295,13 @@ func Run(ctx context.Context, rsPath, domainRoot, scope string) (*Report, error)
 	}
 	defer errR.Close()
 	uid, gid := os.Getuid(), os.Getgid()
-	args := []string{filepath.Base(rsPath), Arg, "--domain-root=" + domainRoot, "--scope=" + scope,
+	args := []string{filepath.Base(rsPath), Arg, "--domain-root=" + domainRoot,
 		"--host-uid=" + strconv.Itoa(uid), "--host-gid=" + strconv.Itoa(gid),
 		"--uid-start=" + strconv.FormatUint(uint64(uids.Start), 10), "--gid-start=" + strconv.FormatUint(uint64(gids.Start), 10),
 		"--count=" + strconv.FormatUint(uint64(count), 10)}
+	args = append(args, extra...)
 	child, err := b.Acquire(ctx, proc.AcquireSpec{
-		Slot:   "state_verify",
+		Slot:   "state_maint",
 		Target: proc.Command{Path: rsPath, Args: args, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Files: []*os.File{nil, outW, errW}, Cloneflags: unix.CLONE_NEWUSER},
 		Setup: func(ctx context.Context, h *pidfs.Handle) error {
 			pid := strconv.Itoa(h.PID())
@@ -258,7 +325,7 @@ func Run(ctx context.Context, rsPath, domainRoot, scope string) (*Report, error)
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		return nil, fmt.Errorf("start the state verifier in your user namespace: %w", err)
+		return nil, fmt.Errorf("start lazaret-rs state maintenance in your user namespace: %w", err)
 	}
 	var stderr bytes.Buffer
 	done := make(chan struct{})
@@ -276,9 +343,9 @@ func Run(ctx context.Context, rsPath, domainRoot, scope string) (*Report, error)
 		return nil, werr
 	}
 	if st.ShellCode() != 0 {
-		return nil, errdefs.New(errdefs.ErrUnavailable, "the state verifier failed (%s): %s", st, strings.TrimSpace(stderr.String()))
+		return nil, errdefs.New(errdefs.ErrUnavailable, "lazaret-rs state maintenance failed (%s): %s", st, strings.TrimSpace(stderr.String()))
 	}
-	return decode(out)
+	return out, nil
 }
 
 func decode(out []byte) (*Report, error) {

@@ -1,4 +1,4 @@
-package stateverify
+package statemaint
 
 import (
 	"errors"
