@@ -1,7 +1,10 @@
 // Command lazaret-rs is the Runtime Supervisor (package rs), started by
 // lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
 // role gives the attached runsc its parent-death edge (package proc); its
-// hidden Git-routing role is the git_routing daemon (package gitroute).
+// hidden Git-routing role is the git_routing daemon (package gitroute); its
+// hidden state-maintenance role verifies a Domain's state and resets its
+// Ignored Workspace State in the user namespace `lazaret state` creates
+// (package statemaint).
 package main
 
 import (
@@ -13,6 +16,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/rs"
+	"github.com/lazaret/lazaret/pkg/statemaint"
 )
 
 func main() {
@@ -25,6 +29,9 @@ func main() {
 	proc.MaybeRunWrapper()
 	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
 		os.Exit(gitroute.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == statemaint.Arg {
+		os.Exit(statemaint.Main(os.Args[2:]))
 	}
 	os.Exit(rs.Main(os.Args[1:]))
 }

@@ -59,6 +59,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
 // RecordVersion is the version of anchor.json; newer records are refused.
@@ -86,9 +87,6 @@ type Record struct {
 	WrittenOver string    `json:"written_over,omitempty"`
 	Created     time.Time `json:"created"`
 }
-
-// resolveBeneath keeps every lookup inside the directory descriptor.
-const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
 // Name returns the anchor directory name of guest path p: the path without
 // its leading slash, '%' escaped as %25 and '/' as %2F ("/var/lib" ->
@@ -131,37 +129,6 @@ func Root(storageRoot, domainID string) string {
 	return filepath.Join(storageRoot, "domains", domainID)
 }
 
-func openBeneath(dirfd int, p string, flags int, mode uint32) (int, error) {
-	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveBeneath}
-	for {
-		fd, err := unix.Openat2(dirfd, p, how)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue
-		}
-		if err != nil {
-			return -1, &os.PathError{Op: "openat2", Path: p, Err: err}
-		}
-		return fd, nil
-	}
-}
-
-func openDir(dirfd int, p string) (int, error) {
-	fd, err := openBeneath(dirfd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil && (errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTDIR)) {
-		return -1, errdefs.Mark(fmt.Errorf("%s is not a plain directory beneath the Domain Root (a symlink or another filesystem is there): %w", p, err), errdefs.ErrRefused)
-	}
-	return fd, err
-}
-
-// mkdirBeneath creates dir name in dirfd (mode, existing is fine) and
-// opens it.
-func mkdirBeneath(dirfd int, name string, mode uint32) (int, error) {
-	if err := unix.Mkdirat(dirfd, name, mode); err != nil && err != unix.EEXIST {
-		return -1, &os.PathError{Op: "mkdirat", Path: name, Err: err}
-	}
-	return openDir(dirfd, name)
-}
-
 // domainRootFD opens the Domain Root itself (the caller validated it).
 func domainRootFD(domainRoot string) (int, error) {
 	fd, err := unix.Open(domainRoot, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -179,13 +146,13 @@ func openAnchors(domainRoot string, create bool) (int, error) {
 	}
 	defer unix.Close(root)
 	if create {
-		return mkdirBeneath(root, Dir, 0o700)
+		return statetree.MkdirBeneath(root, Dir, 0o700)
 	}
-	return openDir(root, Dir)
+	return statetree.OpenDir(root, Dir)
 }
 
 func readRecord(dirfd int) (*Record, error) {
-	fd, err := openBeneath(dirfd, record, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	fd, err := statetree.OpenBeneath(dirfd, record, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +190,7 @@ func writeRecord(dirfd int, r *Record) error {
 	}
 	tmp := record + ".tmp"
 	unix.Unlinkat(dirfd, tmp, 0)
-	fd, err := openBeneath(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	fd, err := statetree.OpenBeneath(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
@@ -266,7 +233,7 @@ func List(domainRoot string) ([]Info, error) {
 		return nil, err
 	}
 	defer unix.Close(afd)
-	names, err := readNames(afd)
+	names, err := statetree.ReadNames(afd)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +246,7 @@ func List(domainRoot string) ([]Info, error) {
 		if err != nil {
 			return nil, err
 		}
-		fd, err := openDir(afd, n)
+		fd, err := statetree.OpenDir(afd, n)
 		if err != nil {
 			return nil, err
 		}
@@ -294,8 +261,8 @@ func List(domainRoot string) ([]Info, error) {
 			unix.Close(fd)
 			return nil, fmt.Errorf("anchor %s: %w", n, err)
 		}
-		if ufd, err := openDir(fd, upperName); err == nil {
-			entries, _ := readNames(ufd)
+		if ufd, err := statetree.OpenDir(fd, upperName); err == nil {
+			entries, _ := statetree.ReadNames(ufd)
 			info.Empty = len(entries) == 0
 			unix.Close(ufd)
 		}
@@ -310,24 +277,9 @@ func List(domainRoot string) ([]Info, error) {
 }
 
 func openDirCheck(dirfd int, name string) (struct{}, error) {
-	fd, err := openDir(dirfd, name)
+	fd, err := statetree.OpenDir(dirfd, name)
 	if err == nil {
 		unix.Close(fd)
 	}
 	return struct{}{}, err
-}
-
-// readNames lists a directory descriptor's entries without following
-// anything.
-func readNames(dirfd int) ([]string, error) {
-	dup, err := unix.Dup(dirfd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return f.Readdirnames(-1)
 }

@@ -5,6 +5,8 @@ import (
 	"path"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
 // Change is one entry of an upper layer, classified against the lower.
@@ -50,7 +52,7 @@ func Inspect(domainRoot, guestPath, lowerRoot string) (Inspection, error) {
 		return ins, err
 	}
 	defer unix.Close(afd)
-	fd, err := openDir(afd, name)
+	fd, err := statetree.OpenDir(afd, name)
 	if errors.Is(err, unix.ENOENT) {
 		return ins, nil
 	}
@@ -58,7 +60,7 @@ func Inspect(domainRoot, guestPath, lowerRoot string) (Inspection, error) {
 		return ins, err
 	}
 	defer unix.Close(fd)
-	ufd, err := openDir(fd, upperName)
+	ufd, err := statetree.OpenDir(fd, upperName)
 	if errors.Is(err, unix.ENOENT) {
 		return ins, nil
 	}
@@ -69,7 +71,7 @@ func Inspect(domainRoot, guestPath, lowerRoot string) (Inspection, error) {
 	lfd := -1
 	if lowerRoot != "" {
 		if r, err := unix.Open(lowerRoot, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
-			if l, err := openBeneath(r, guestPath[1:], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err == nil {
+			if l, err := statetree.OpenBeneath(r, guestPath[1:], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err == nil {
 				lfd = l
 			}
 			unix.Close(r)
@@ -101,10 +103,10 @@ func fileType(m uint32) string {
 // walk classifies the entries of upper directory ufd (lfd: the lower
 // directory at the same path, or -1 when there is none).
 func walk(ufd, lfd int, guest string, ins *Inspection, depth int) {
-	if depth > maxDepth {
+	if depth > statetree.MaxDepth {
 		return
 	}
-	names, err := readNames(ufd)
+	names, err := statetree.ReadNames(ufd)
 	if err != nil {
 		ins.Unreadable = append(ins.Unreadable, guest)
 		return
@@ -135,7 +137,7 @@ func walk(ufd, lfd int, guest string, ins *Inspection, depth int) {
 			ins.Bytes += st.Size
 			continue
 		}
-		dfd, err := openBeneath(ufd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		dfd, err := statetree.OpenBeneath(ufd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			ins.Unreadable = append(ins.Unreadable, p)
 			continue
@@ -148,7 +150,7 @@ func walk(ufd, lfd int, guest string, ins *Inspection, depth int) {
 		case !inLower:
 			ins.Changes = append(ins.Changes, Change{Path: p, Kind: "added", Type: "dir"})
 		case lst.Mode&unix.S_IFMT == unix.S_IFDIR:
-			childLower, _ = openBeneath(lfd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+			childLower, _ = statetree.OpenBeneath(lfd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		default:
 			ins.Changes = append(ins.Changes, Change{Path: p, Kind: "modified", Type: "dir"})
 		}

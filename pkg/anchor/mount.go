@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
 // MountIdentity names one State Anchor mount exactly: the mount namespace it
@@ -54,7 +55,7 @@ func Mount(domainRoot, lowerRoot, guestPath, target, artifactID string, now func
 		return MountIdentity{}, nil, &os.PathError{Op: "open lower", Path: lowerRoot, Err: err}
 	}
 	defer unix.Close(lfd)
-	lower, err := openBeneath(lfd, guestPath[1:], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	lower, err := statetree.OpenBeneath(lfd, guestPath[1:], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return MountIdentity{}, nil, errdefs.Mark(fmt.Errorf("%w: %s in the prepared lower (%v): make it a directory in the image (a symlink does not count) or remove it from persistent_paths", ErrMissingInImage, guestPath, err), errdefs.ErrInvalid)
 	}
@@ -69,22 +70,22 @@ func Mount(domainRoot, lowerRoot, guestPath, target, artifactID string, now func
 		return MountIdentity{}, nil, err
 	}
 	defer unix.Close(afd)
-	fd, err := mkdirBeneath(afd, name, 0o700)
+	fd, err := statetree.MkdirBeneath(afd, name, 0o700)
 	if err != nil {
 		return MountIdentity{}, nil, err
 	}
 	defer unix.Close(fd)
-	ufd, err := mkdirBeneath(fd, upperName, 0o755)
+	ufd, err := statetree.MkdirBeneath(fd, upperName, 0o755)
 	if err != nil {
 		return MountIdentity{}, nil, err
 	}
 	defer unix.Close(ufd)
-	wfd, err := mkdirBeneath(fd, workName, 0o700)
+	wfd, err := statetree.MkdirBeneath(fd, workName, 0o700)
 	if err != nil {
 		return MountIdentity{}, nil, err
 	}
 	unix.Close(wfd)
-	entries, err := readNames(ufd)
+	entries, err := statetree.ReadNames(ufd)
 	if err != nil {
 		return MountIdentity{}, nil, err
 	}

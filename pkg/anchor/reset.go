@@ -2,15 +2,12 @@ package anchor
 
 import (
 	"errors"
-	"fmt"
-	"os"
 	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
 // Reset discards the upper of the State Anchor for guestPath so that the
@@ -18,7 +15,8 @@ import (
 // The caller must hold the Domain's exclusive lifecycle lock and have
 // established that nothing uses the state (NotInUse).
 //
-// The steps, each a single rename or mkdir beneath the Domain Root:
+// The steps (statetree.SwapEmpty, the mechanism Ignored Workspace State
+// resets share), each a single rename or mkdir beneath the Domain Root:
 //
 //  1. finish an interrupted reset: move a leftover upper.swap to the trash;
 //  2. mkdir upper.swap (empty);
@@ -44,7 +42,7 @@ func Reset(domainRoot, guestPath string, now func() time.Time) (bool, error) {
 		return false, err
 	}
 	defer unix.Close(afd)
-	fd, err := openDir(afd, name)
+	fd, err := statetree.OpenDir(afd, name)
 	if errors.Is(err, unix.ENOENT) {
 		return false, nil
 	}
@@ -52,60 +50,22 @@ func Reset(domainRoot, guestPath string, now func() time.Time) (bool, error) {
 		return false, err
 	}
 	defer unix.Close(fd)
-	tfd, err := mkdirBeneath(afd, trashDir, 0o700)
+	tfd, err := statetree.MkdirBeneath(afd, trashDir, 0o700)
 	if err != nil {
 		return true, err
 	}
 	defer unix.Close(tfd)
-	if err := finishSwap(fd, tfd, name, now); err != nil {
-		return true, err
-	}
-	failpoint.Hit("lazaret:state-reset:swap-recovered")
-	if err := unix.Mkdirat(fd, swapName, 0o755); err != nil {
-		return true, &os.PathError{Op: "mkdirat", Path: swapName, Err: err}
-	}
-	if err := unix.Fsync(fd); err != nil {
-		return true, err
-	}
-	failpoint.Hit("lazaret:state-reset:empty-created")
-	if _, err := openDirCheck(fd, upperName); errors.Is(err, unix.ENOENT) {
-		// Never mounted yet: the empty directory simply becomes the upper.
-		if err := unix.Renameat2(fd, swapName, fd, upperName, unix.RENAME_NOREPLACE); err != nil {
-			return true, &os.PathError{Op: "renameat2", Path: upperName, Err: err}
-		}
-		return true, unix.Fsync(fd)
-	}
-	if err := unix.Renameat2(fd, swapName, fd, upperName, unix.RENAME_EXCHANGE); err != nil {
-		return true, &os.PathError{Op: "renameat2 exchange", Path: upperName, Err: err}
-	}
-	if err := unix.Fsync(fd); err != nil {
-		return true, err
-	}
-	failpoint.Hit("lazaret:state-reset:exchanged")
-	if err := finishSwap(fd, tfd, name, now); err != nil {
-		return true, err
-	}
-	failpoint.Hit("lazaret:state-reset:trashed")
-	return true, nil
+	return true, statetree.SwapEmpty(upperSwap(fd, tfd, name, now))
 }
 
-// finishSwap moves a present upper.swap of anchor directory fd into the
-// trash. Whatever it holds (an empty directory not yet exchanged, or the
-// previous upper), the active upper is complete.
-func finishSwap(fd, tfd int, name string, now func() time.Time) error {
-	if _, err := openDirCheck(fd, swapName); errors.Is(err, unix.ENOENT) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	dst := name + "." + strconv.FormatInt(now().UnixNano(), 10) + ".upper"
-	if err := unix.Renameat2(fd, swapName, tfd, dst, unix.RENAME_NOREPLACE); err != nil {
-		return &os.PathError{Op: "renameat2 to trash", Path: dst, Err: err}
-	}
-	if err := unix.Fsync(tfd); err != nil {
-		return err
-	}
-	return unix.Fsync(fd)
+// ResetFailpoint prefixes the failpoints of Reset's steps
+// (statetree.SwapSteps).
+const ResetFailpoint = "lazaret:state-reset:"
+
+// upperSwap describes the reset of the upper of anchor directory fd.
+func upperSwap(fd, tfd int, name string, now func() time.Time) statetree.Swap {
+	return statetree.Swap{Dir: fd, Active: upperName, SwapName: swapName, TrashDir: tfd, Mode: 0o755, Fail: ResetFailpoint,
+		TrashName: func() string { return name + "." + strconv.FormatInt(now().UnixNano(), 10) + ".upper" }}
 }
 
 // RecoverAll finishes every interrupted reset of the Domain Root (moves
@@ -119,7 +79,7 @@ func RecoverAll(domainRoot string, now func() time.Time) error {
 		return err
 	}
 	defer unix.Close(afd)
-	names, err := readNames(afd)
+	names, err := statetree.ReadNames(afd)
 	if err != nil {
 		return err
 	}
@@ -136,18 +96,18 @@ func RecoverAll(domainRoot string, now func() time.Time) error {
 		if _, err := GuestPath(n); err != nil {
 			return err
 		}
-		fd, err := openDir(afd, n)
+		fd, err := statetree.OpenDir(afd, n)
 		if err != nil {
 			return err
 		}
 		if _, err := openDirCheck(fd, swapName); err == nil {
 			if tfd < 0 {
-				if tfd, err = mkdirBeneath(afd, trashDir, 0o700); err != nil {
+				if tfd, err = statetree.MkdirBeneath(afd, trashDir, 0o700); err != nil {
 					unix.Close(fd)
 					return err
 				}
 			}
-			err = finishSwap(fd, tfd, n, now)
+			err = statetree.FinishSwap(upperSwap(fd, tfd, n, now))
 		}
 		unix.Close(fd)
 		if err != nil {
@@ -178,14 +138,14 @@ func openTrash(domainRoot string) (tfd int, names []string, err error) {
 		return -1, nil, err
 	}
 	defer unix.Close(afd)
-	tfd, err = openDir(afd, trashDir)
+	tfd, err = statetree.OpenDir(afd, trashDir)
 	if errors.Is(err, unix.ENOENT) {
 		return -1, nil, nil
 	}
 	if err != nil {
 		return -1, nil, err
 	}
-	if names, err = readNames(tfd); err != nil {
+	if names, err = statetree.ReadNames(tfd); err != nil {
 		unix.Close(tfd)
 		return -1, nil, err
 	}
@@ -200,54 +160,10 @@ func PurgeTrash(domainRoot string, now func() time.Time) (int, error) {
 	if err := RecoverAll(domainRoot, now); err != nil {
 		return 0, err
 	}
-	tfd, names, err := openTrash(domainRoot)
+	tfd, _, err := openTrash(domainRoot)
 	if tfd < 0 || err != nil {
 		return 0, err
 	}
 	defer unix.Close(tfd)
-	for _, n := range names {
-		if err := removeAllAt(tfd, n, 0); err != nil {
-			return 0, fmt.Errorf("delete trash entry %s: %w", n, err)
-		}
-	}
-	return len(names), unix.Fsync(tfd)
-}
-
-const maxDepth = 4096
-
-// removeAllAt removes name (a file or a directory tree) beneath dirfd.
-func removeAllAt(dirfd int, name string, depth int) error {
-	if depth > maxDepth {
-		return errdefs.New(errdefs.ErrRefused, "directory nesting deeper than %d", maxDepth)
-	}
-	err := unix.Unlinkat(dirfd, name, 0)
-	if err == nil || err == unix.ENOENT {
-		return nil
-	}
-	if err != unix.EISDIR && err != unix.EPERM {
-		return &os.PathError{Op: "unlinkat", Path: name, Err: err}
-	}
-	fd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	// An upper's directories may be mode 0 or owned by another mapped id:
-	// namespace root may change them.
-	unix.Fchmod(fd, 0o700)
-	children, err := readNames(fd)
-	if err != nil {
-		unix.Close(fd)
-		return err
-	}
-	for _, c := range children {
-		if err := removeAllAt(fd, c, depth+1); err != nil {
-			unix.Close(fd)
-			return err
-		}
-	}
-	unix.Close(fd)
-	if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
-		return &os.PathError{Op: "rmdir", Path: name, Err: err}
-	}
-	return nil
+	return statetree.Purge(tfd)
 }

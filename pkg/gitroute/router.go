@@ -54,15 +54,33 @@ func (b backend) String() string {
 // stateInoBit keeps state inode numbers apart from host ones.
 const stateInoBit = 1 << 63
 
-// Router routes workspace paths between the host and the state directory.
-type Router struct {
-	roots [2]int // O_PATH directory descriptors: host workspace, state
+// Routing is the per-generation routing decision (the generation's
+// ignore-rules snapshot, the hidden top-level names and whether isolation
+// is off). The daemon routes with it, and `lazaret state ignored` uses the
+// same decision to find which state entries are ignored paths.
+type Routing struct {
 	rules *ignorerules.Rules
 	// hidden are top-level names always routed to state (with everything
 	// below them): absent editor configuration, a .git the host lacked.
 	hidden map[string]bool
 	// passthrough serves every path from the host (isolation disabled).
 	passthrough bool
+}
+
+// NewRouting builds the routing decision from the generation's rules and
+// hidden names; passthrough routes nothing to state.
+func NewRouting(rules *ignorerules.Rules, hidden []string, passthrough bool) Routing {
+	r := Routing{rules: rules, hidden: map[string]bool{}, passthrough: passthrough}
+	for _, h := range hidden {
+		r.hidden[h] = true
+	}
+	return r
+}
+
+// Router routes workspace paths between the host and the state directory.
+type Router struct {
+	Routing
+	roots [2]int // O_PATH directory descriptors: host workspace, state
 	// mkdirMu serialises creation of state parent directories.
 	mkdirMu sync.Mutex
 }
@@ -70,11 +88,7 @@ type Router struct {
 // NewRouter adopts two O_PATH directory descriptors (host workspace and
 // state directory) and the generation's rules.
 func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string) *Router {
-	r := &Router{roots: [2]int{hostFD, stateFD}, rules: rules, hidden: map[string]bool{}}
-	for _, h := range hidden {
-		r.hidden[h] = true
-	}
-	return r
+	return &Router{Routing: NewRouting(rules, hidden, false), roots: [2]int{hostFD, stateFD}}
 }
 
 // Close releases the backend descriptors.
@@ -84,7 +98,7 @@ func (r *Router) Close() {
 }
 
 // Ignored reports whether rel is routed to state.
-func (r *Router) Ignored(rel string, isDir bool) bool {
+func (r *Routing) Ignored(rel string, isDir bool) bool {
 	if rel == "" || r.passthrough {
 		return false
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/ignoredstate"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/prepare"
 )
@@ -24,7 +25,8 @@ import (
 // persistent guest path, a source beneath <bundle>/anchors; RS mounts the
 // overlay of that guest path of the read-only lower under the Domain's upper
 // there, in its own mount namespace. First it finishes interrupted resets and
-// deletes the reset trash, which only namespace root can do.
+// deletes the reset trash of the anchors and of the Ignored Workspace State,
+// which only namespace root can do.
 func (s *supervisor) mountAnchors(lowerRoot string) error {
 	st := s.start
 	if !domain.ID(st.DomainId).Valid() {
@@ -39,6 +41,11 @@ func (s *supervisor) mountAnchors(lowerRoot string) error {
 		return err
 	} else if n > 0 {
 		s.log.Info("deleted reset State Anchor uppers", "count", n)
+	}
+	if n, err := ignoredstate.PurgeTrash(root, time.Now); err != nil {
+		return err
+	} else if n > 0 {
+		s.log.Info("deleted reset Ignored Workspace State", "count", n)
 	}
 	dir := ocispec.AnchorSourceDir(st.BundleDir)
 	for _, m := range sp.Mounts {

@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/ignoredstate"
 	"github.com/lazaret/lazaret/pkg/prepare"
 )
 
@@ -29,17 +30,24 @@ var stateDomainFlags = []cli.Flag{
 
 var stateCommand = &cli.Command{
 	Name:  "state",
-	Usage: "list and reset a Domain's State Anchors (its persistent sandbox paths)",
+	Usage: "list, inspect, verify and reset a Domain's State Anchors (persistent sandbox paths) and Ignored Workspace State",
 	Description: `A Domain (this workspace with one profile) keeps the changes its sandbox
 makes under the profile's persistent paths (by default /usr, /etc, /var/lib,
 /opt, /root and /home) in State Anchors, on top of the shared, read-only
-prepared image. The Domain is resolved from --profile and the workspace,
-never from a storage path.
+prepared image. What the sandbox writes at Git-ignored workspace paths
+(node_modules, .venv, build output) is kept apart from your host copy, in the
+Domain's Ignored Workspace State: ` + "`lazaret state ignored ...`" + ` works on it.
+The Domain is resolved from --profile and the workspace, never from a
+storage path.
 
 Examples:
    lazaret state list
-   lazaret state reset /usr/local     (asks first; --yes does not ask)
-   lazaret state reset --all --yes`,
+   lazaret state inspect /usr
+   lazaret state verify               (the Domain must be stopped)
+   lazaret state reset /usr           (asks first; --yes does not ask)
+   lazaret state reset --all --yes
+   lazaret state ignored list
+   lazaret state ignored reset node_modules`,
 	Subcommands: []*cli.Command{
 		{
 			Name:  "list",
@@ -74,6 +82,8 @@ Examples:
 				&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (the safety checks still apply)"}),
 			Action: stateReset,
 		},
+		stateVerifyCommand,
+		stateIgnoredCommand,
 	},
 }
 
@@ -208,22 +218,7 @@ func stateReset(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// Flags after PATH (urfave/cli stops at the first argument) are
-	// accepted too: `lazaret state reset /usr --yes`.
-	all, yes, asJSON := c.Bool("all"), c.Bool("yes"), c.Bool("json")
-	var args []string
-	for _, a := range c.Args().Slice() {
-		switch a {
-		case "--all":
-			all = true
-		case "--yes", "-y":
-			yes = true
-		case "--json":
-			asJSON = true
-		default:
-			args = append(args, a)
-		}
-	}
+	all, yes, asJSON, args := resetArgs(c)
 	switch {
 	case all && len(args) > 0:
 		return errdefs.New(errdefs.ErrInvalid, "give either a PATH or --all, not both")
@@ -257,33 +252,15 @@ func stateReset(c *cli.Context) error {
 		fmt.Fprintf(c.App.ErrWriter, "Domain %s has no State Anchors: nothing to reset\n", rd.paths.ID)
 		return nil
 	}
-	// Exclusive lifecycle ownership: no Host Coordinator and no Runtime
-	// Supervisor (which holds the lock until it exits) of the Domain runs.
-	lock, err := os.OpenFile(rd.paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := lockForMaintenance(rd, "reset")
 	if err != nil {
-		return fmt.Errorf("open Domain lock: %w", err)
+		return err
 	}
 	defer lock.Close()
-	if err := lockInactive(lock, rd.paths); err != nil {
-		return err
-	}
-	// No mount of the Domain's anchors may exist anywhere.
-	if used, err := anchor.InUse(rd.paths.DomainRoot); err != nil {
-		return err
-	} else if len(used) > 0 {
-		return errdefs.New(errdefs.ErrRefused, "State Anchors of Domain %s are still mounted (%s): wait for the sandbox to stop, then reset", rd.paths.ID, strings.Join(used, "; "))
-	}
-	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nreset State Anchor(s): %s\nThe changes the sandbox made there are discarded; the image, the workspace and other anchors are not touched.\n",
+	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nreset State Anchor(s): %s\nThe changes the sandbox made there are discarded; the image, the workspace, the Ignored Workspace State and other anchors are not touched.\n",
 		rd.paths.ID, rd.prof.Name, rd.workspace, strings.Join(scope, ", "))
-	if !yes {
-		if !isTerminal(0) {
-			return errdefs.New(errdefs.ErrInvalid, "not asking for confirmation without a terminal: add --yes")
-		}
-		fmt.Fprint(c.App.ErrWriter, "Reset? [y/N] ")
-		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-			return errdefs.New(errdefs.ErrRefused, "not confirmed: nothing was reset")
-		}
+	if err := confirm(c, yes, "Reset?"); err != nil {
+		return err
 	}
 	for _, p := range scope {
 		if _, err := anchor.Reset(rd.paths.DomainRoot, p, time.Now); err != nil {
@@ -297,11 +274,31 @@ func stateReset(c *cli.Context) error {
 	return nil
 }
 
+// resetArgs reads a reset's flags, accepting them after PATH too
+// (urfave/cli stops at the first argument): `lazaret state reset /usr --yes`.
+func resetArgs(c *cli.Context) (all, yes, asJSON bool, args []string) {
+	all, yes, asJSON = c.Bool("all"), c.Bool("yes"), c.Bool("json")
+	for _, a := range c.Args().Slice() {
+		switch a {
+		case "--all":
+			all = true
+		case "--yes", "-y":
+			yes = true
+		case "--json":
+			asJSON = true
+		default:
+			args = append(args, a)
+		}
+	}
+	return all, yes, asJSON, args
+}
+
 // lockInactive takes the Domain lock for exclusive lifecycle ownership. A
 // Domain whose coordinator answers on its control socket is active and
-// refused at once; one that is stopping (lock held, no socket) is waited
-// for, bounded.
-func lockInactive(lock *os.File, paths domain.Paths) error {
+// refused at once, naming its sessions; one that is stopping (lock held, no
+// socket) is waited for, bounded. what names the refused operation.
+func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
+	paths := rd.paths
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -313,13 +310,82 @@ func lockInactive(lock *os.File, paths domain.Paths) error {
 		}
 		if conn, derr := net.DialUnix("unix", nil, &net.UnixAddr{Name: paths.ControlSocket(), Net: "unix"}); derr == nil {
 			conn.Close()
-			return errdefs.New(errdefs.ErrRefused, "Domain %s is active (its sessions are running): end them, then reset (--yes does not bypass this)", paths.ID)
+			return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs), then %s; --yes does not bypass this", paths.ID, activeSessions(paths, rd.prof.Name), what)
 		}
 		if time.Now().After(deadline) {
-			return errdefs.New(errdefs.ErrRefused, "Domain %s is still stopping (its lock is held): retry when `lazaret status` shows it stopped", paths.ID)
+			return errdefs.New(errdefs.ErrRefused, "Domain %s is still stopping (its lock is held by its coordinator or runtime supervisor): retry %s when `lazaret status` shows it stopped", paths.ID, what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// activeSessions describes a running Domain's sessions from its
+// coordinator's status (best effort).
+func activeSessions(paths domain.Paths, profile string) string {
+	doc, err := liveStatus(paths, profile)
+	if err != nil {
+		return "its coordinator answers on " + paths.ControlSocket()
+	}
+	var ids []string
+	if ss, ok := doc["sessions"].([]any); ok {
+		for _, x := range ss {
+			if m, ok := x.(map[string]any); ok {
+				ids = append(ids, fmt.Sprint(m["session_id"]))
+			}
+		}
+	}
+	desc := fmt.Sprintf("state %v, generation %v", doc["state"], doc["generation"])
+	if len(ids) > 0 {
+		desc += ", running session(s) " + strings.Join(ids, ", ")
+	}
+	return desc
+}
+
+// lockForMaintenance takes exclusive lifecycle ownership of the Domain and
+// establishes that no mount uses its state: no Host Coordinator or Runtime
+// Supervisor (which hold the lock until they exit), no State Anchor overlay
+// and no Git-routing mount anywhere. The caller closes the returned lock.
+func lockForMaintenance(rd resolvedDomain, what string) (*os.File, error) {
+	lock, err := os.OpenFile(rd.paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open Domain lock: %w", err)
+	}
+	if err := lockInactive(lock, rd, what); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	used, err := anchor.InUse(rd.paths.DomainRoot)
+	if err == nil {
+		var more []string
+		more, err = ignoredstate.InUse(rd.paths.RoutedWorkspace())
+		used = append(used, more...)
+	}
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if len(used) > 0 {
+		lock.Close()
+		return nil, errdefs.New(errdefs.ErrRefused, "the state of Domain %s is still mounted (%s): wait for the sandbox to stop, then %s", rd.paths.ID, strings.Join(used, "; "), what)
+	}
+	return lock, nil
+}
+
+// confirm shows nothing itself; it asks question on the terminal unless
+// yes, and refuses without a terminal.
+func confirm(c *cli.Context, yes bool, question string) error {
+	if yes {
+		return nil
+	}
+	if !isTerminal(0) {
+		return errdefs.New(errdefs.ErrInvalid, "not asking for confirmation without a terminal: add --yes")
+	}
+	fmt.Fprint(c.App.ErrWriter, question+" [y/N] ")
+	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+		return errdefs.New(errdefs.ErrRefused, "not confirmed: nothing was reset")
+	}
+	return nil
 }
 
 // maxListed bounds the human listing per anchor (--json lists everything).

@@ -1,0 +1,366 @@
+// Package statemaint runs the `lazaret state` operations that need the
+// Domain's user namespace (spec §3.8, SR-14): the structural verification
+// of State Anchors and Ignored Workspace State (`state verify`, `state
+// ignored verify`) and the Ignored Workspace State reset (`state ignored
+// reset`).
+//
+// State trees hold files of the developer's subordinate ids, often in
+// private directories the host user can neither read nor move to another
+// directory. The CLI (Verify, ResetIgnored) therefore spawns the hidden
+// role Arg of lazaret-rs through its broker in a new user namespace whose
+// map it writes with newuidmap/newgidmap before releasing the launch
+// barrier; the role (Main) acts as namespace root with packages statetree,
+// anchor and ignoredstate and prints a versioned JSON result on stdout.
+//
+// The map leaves namespace id 65534 unmapped:
+//
+//	0            -> the developer
+//	1..65533     -> subordinate ids start .. start+65532
+//	65535..65537 -> subordinate ids start+65533 .. start+65535
+//
+// so that the kernel's overflow id (65534, what every id outside the map
+// shows as) is unambiguous: an entry owned by it belongs to someone other
+// than the developer and its subordinate ids.
+package statemaint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/anchor"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/ignoredstate"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/statetree"
+)
+
+// Arg selects the state-maintenance role of lazaret-rs.
+const Arg = "__lazaret-state-maint"
+
+// Operations of the role (--op).
+const (
+	OpVerify       = "verify"
+	OpIgnoredReset = "ignored-reset"
+)
+
+// ReportVersion is the version of Report; a newer one is refused.
+const ReportVersion = 1
+
+// Scopes of a verification.
+const (
+	ScopeAnchors = "anchors"
+	ScopeIgnored = "ignored"
+)
+
+// Report is what the role prints.
+type Report struct {
+	Version int    `json:"version"`
+	Scope   string `json:"scope"`
+	// Anchors (scope anchors): one report per State Anchor.
+	Anchors []anchor.Verification `json:"anchors,omitempty"`
+	// Ignored (scope ignored).
+	Ignored *ignoredstate.Verification `json:"ignored,omitempty"`
+	// General findings concern no single anchor.
+	General []statetree.Finding `json:"general"`
+}
+
+// Findings counts every finding of the report.
+func (r *Report) Findings() int {
+	n := len(r.General)
+	for _, a := range r.Anchors {
+		n += len(a.Findings)
+	}
+	if r.Ignored != nil {
+		n += len(r.Ignored.Findings)
+	}
+	return n
+}
+
+// gap is the namespace id left unmapped (the kernel's overflow id).
+const gap = 65534
+
+// idMap is the newuidmap/newgidmap argument triples after the pid.
+func idMap(host int, sub hostcheck.SubIDRange) []string {
+	first := uint32(gap - 1)
+	if sub.Count < first {
+		first = sub.Count
+	}
+	m := []string{"0", strconv.Itoa(host), "1", "1", strconv.FormatUint(uint64(sub.Start), 10), strconv.FormatUint(uint64(first), 10)}
+	if rest := sub.Count - first; rest > 0 {
+		m = append(m, strconv.Itoa(gap+1), strconv.FormatUint(uint64(sub.Start+first), 10), strconv.FormatUint(uint64(rest), 10))
+	}
+	return m
+}
+
+// nsChecker returns the Checker of the role: ids as seen in the namespace
+// Run creates (count subordinate ids each), described as host ids.
+func nsChecker(hostUID, hostGID int, uidStart, gidStart, count uint32) *statetree.Checker {
+	maxID := count
+	if count >= gap {
+		maxID = count + 1
+	}
+	ok := func(id uint32) bool { return id != gap && id <= maxID }
+	host := func(id uint32, start uint32, hostID int) string {
+		switch {
+		case id == 0:
+			return strconv.Itoa(hostID) + " (you)"
+		case id == gap || id > maxID:
+			return "an id outside your user and subordinate ids"
+		case id < gap:
+			return strconv.FormatUint(uint64(start+id-1), 10)
+		default:
+			return strconv.FormatUint(uint64(start+id-2), 10)
+		}
+	}
+	return &statetree.Checker{
+		OwnerOK: func(uid, gid uint32) bool { return ok(uid) && ok(gid) },
+		HostUID: 0, HostGID: 0,
+		Describe: func(id uint32, group bool) string {
+			if group {
+				return "gid " + host(id, gidStart, hostGID)
+			}
+			return "uid " + host(id, uidStart, hostUID)
+		},
+	}
+}
+
+// Main is the role: run --op on --domain-root and print its JSON result.
+//
+// Preconditions: namespace root of a user namespace mapped as run maps it;
+// the caller holds the Domain's lifecycle lock and has established that
+// nothing uses the state.
+func Main(args []string) int {
+	fl := flag.NewFlagSet("state-maint", flag.ContinueOnError)
+	op := fl.String("op", OpVerify, "verify or ignored-reset")
+	root := fl.String("domain-root", "", "Domain Root")
+	scope := fl.String("scope", ScopeAnchors, "verify: anchors or ignored")
+	rel := fl.String("path", "", "ignored-reset: the workspace-relative ignored path")
+	all := fl.Bool("all", false, "ignored-reset: the whole Ignored Workspace State")
+	hostUID := fl.Int("host-uid", -1, "the developer's host uid (for reports)")
+	hostGID := fl.Int("host-gid", -1, "the developer's host gid (for reports)")
+	uidStart := fl.Uint("uid-start", 0, "first subordinate uid")
+	gidStart := fl.Uint("gid-start", 0, "first subordinate gid")
+	count := fl.Uint("count", 0, "subordinate ids mapped")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if *root == "" || !filepath.IsAbs(*root) || *count == 0 {
+		fmt.Fprintln(os.Stderr, "state-maint: --domain-root (absolute) and --count are required")
+		return 2
+	}
+	var out any
+	var err error
+	switch *op {
+	case OpVerify:
+		out, err = verify(*root, *scope, nsChecker(*hostUID, *hostGID, uint32(*uidStart), uint32(*gidStart), uint32(*count)))
+	case OpIgnoredReset:
+		res := ResetResult{Version: ReportVersion, All: *all, Found: true}
+		if *all {
+			err = ignoredstate.ResetAll(*root, time.Now)
+		} else {
+			res.Found, err = ignoredstate.Reset(*root, *rel, time.Now)
+		}
+		out = res
+	default:
+		err = errdefs.New(errdefs.ErrInvalid, "unknown operation %q", *op)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "state-maint: %v\n", err)
+		return 1
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// ResetResult is what the ignored-reset operation prints.
+type ResetResult struct {
+	Version int  `json:"version"`
+	All     bool `json:"all"`
+	// Found: there was state at the path.
+	Found bool `json:"found"`
+}
+
+// verify runs one scope with checker c.
+func verify(domainRoot, scope string, c *statetree.Checker) (*Report, error) {
+	rep := &Report{Version: ReportVersion, Scope: scope, General: []statetree.Finding{}}
+	switch scope {
+	case ScopeAnchors:
+		anchors, general, err := anchor.Verify(domainRoot, c)
+		if err != nil {
+			return nil, err
+		}
+		c.Finish()
+		rest := anchor.AttachLinks(anchors, c.Findings)
+		rep.Anchors, rep.General = anchors, append(append(rep.General, general...), rest...)
+	case ScopeIgnored:
+		v, err := ignoredstate.Verify(domainRoot, c)
+		if err != nil {
+			return nil, err
+		}
+		c.Finish()
+		v.Findings = append(v.Findings, c.Findings...)
+		rep.Ignored = &v
+	default:
+		return nil, errdefs.New(errdefs.ErrInvalid, "unknown verification scope %q", scope)
+	}
+	return rep, nil
+}
+
+// Verify verifies scope of domainRoot in the Domain's user namespace (see
+// the package doc) and returns the report.
+//
+// Preconditions: the caller holds the Domain's lifecycle lock and has
+// established that the Domain is inactive.
+func Verify(ctx context.Context, rsPath, domainRoot, scope string) (*Report, error) {
+	out, err := run(ctx, rsPath, domainRoot, "--op="+OpVerify, "--scope="+scope)
+	if err != nil {
+		return nil, err
+	}
+	return decode(out)
+}
+
+// ResetIgnored discards the Ignored Workspace State of the
+// workspace-relative path rel (or all of it) in the Domain's user
+// namespace, where directories of subordinate ids can be moved to the
+// trash (ignoredstate.Reset, ignoredstate.ResetAll). It reports whether
+// there was state at rel.
+//
+// Preconditions: as Verify, and nothing uses the state.
+func ResetIgnored(ctx context.Context, rsPath, domainRoot, rel string, all bool) (bool, error) {
+	args := []string{"--op=" + OpIgnoredReset, "--path=" + rel}
+	if all {
+		args = append(args, "--all")
+	}
+	out, err := run(ctx, rsPath, domainRoot, args...)
+	if err != nil {
+		return false, err
+	}
+	var r ResetResult
+	if err := json.Unmarshal(out, &r); err != nil || r.Version == 0 {
+		return false, errdefs.New(errdefs.ErrCorrupt, "the state maintenance role printed no result")
+	}
+	if r.Version > ReportVersion {
+		return false, errdefs.New(errdefs.ErrRefused, "the state maintenance role's result has version %d, this lazaret reads up to %d: install matching lazaret and lazaret-rs", r.Version, ReportVersion)
+	}
+	return r.Found, nil
+}
+
+// run runs the role with args in a new user namespace mapped as the
+// package doc says and returns its stdout.
+func run(ctx context.Context, rsPath, domainRoot string, extra ...string) ([]byte, error) {
+	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
+	uids, gids, err := host.SubIDs()
+	if err != nil {
+		return nil, err
+	}
+	newuidmap, newgidmap, err := host.IDMapTools()
+	if err != nil {
+		return nil, err
+	}
+	count := uids.Count
+	if gids.Count < count {
+		count = gids.Count
+	}
+	uids.Count, gids.Count = count, count
+	b, err := proc.NewBroker(slog.New(slog.DiscardHandler), rsPath)
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer outR.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outW.Close()
+		return nil, err
+	}
+	defer errR.Close()
+	uid, gid := os.Getuid(), os.Getgid()
+	args := []string{filepath.Base(rsPath), Arg, "--domain-root=" + domainRoot,
+		"--host-uid=" + strconv.Itoa(uid), "--host-gid=" + strconv.Itoa(gid),
+		"--uid-start=" + strconv.FormatUint(uint64(uids.Start), 10), "--gid-start=" + strconv.FormatUint(uint64(gids.Start), 10),
+		"--count=" + strconv.FormatUint(uint64(count), 10)}
+	args = append(args, extra...)
+	child, err := b.Acquire(ctx, proc.AcquireSpec{
+		Slot:   "state_maint",
+		Target: proc.Command{Path: rsPath, Args: args, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Files: []*os.File{nil, outW, errW}, Cloneflags: unix.CLONE_NEWUSER},
+		Setup: func(ctx context.Context, h *pidfs.Handle) error {
+			pid := strconv.Itoa(h.PID())
+			for _, m := range []struct {
+				tool string
+				id   int
+				r    hostcheck.SubIDRange
+			}{{newuidmap, uid, uids}, {newgidmap, gid, gids}} {
+				argv := append([]string{filepath.Base(m.tool), pid}, idMap(m.id, m.r)...)
+				_, stderr, st, err := b.Output(ctx, argv[0], proc.Command{Path: m.tool, Args: argv, Env: []string{"PATH=/usr/bin:/bin"}}, 4096)
+				if err != nil {
+					return err
+				}
+				if st.ShellCode() != 0 {
+					return errdefs.New(errdefs.ErrUnsupportedHost, "%s failed (%s): %s; check /etc/subuid and /etc/subgid for your user (`lazaret doctor`)", argv[0], st, strings.TrimSpace(string(stderr)))
+				}
+			}
+			return nil
+		},
+	})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start lazaret-rs state maintenance in your user namespace: %w", err)
+	}
+	var stderr bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		io.Copy(&stderr, io.LimitReader(errR, 64<<10))
+		close(done)
+	}()
+	out, rerr := io.ReadAll(io.LimitReader(outR, 256<<20))
+	<-done
+	st, werr := child.Wait(ctx)
+	if rerr != nil {
+		return nil, rerr
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	if st.ShellCode() != 0 {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "lazaret-rs state maintenance failed (%s): %s", st, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+func decode(out []byte) (*Report, error) {
+	var v struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || v.Version == nil {
+		return nil, errdefs.New(errdefs.ErrCorrupt, "the state verifier printed no report")
+	}
+	if *v.Version > ReportVersion {
+		return nil, errdefs.New(errdefs.ErrRefused, "the state verifier's report has version %d, this lazaret reads up to %d: install matching lazaret and lazaret-rs", *v.Version, ReportVersion)
+	}
+	var r Report
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nil, errdefs.Mark(fmt.Errorf("state verifier report: %w", err), errdefs.ErrCorrupt)
+	}
+	return &r, nil
+}
