@@ -69,7 +69,11 @@ import (
 )
 
 // SchemaVersion is the catalog schema this code reads and writes.
-const SchemaVersion = 1
+//
+// History: 1 initial (the coordinator registered artifacts on first
+// lease); 2 the preparer records artifacts, their source image identity and
+// a durable prepare intent itself (migration v1→v2 in migrate.go).
+const SchemaVersion = 2
 
 // FormatMajorVersion is the pinned pebble on-disk format.
 const FormatMajorVersion = pebble.FormatValueSeparation
@@ -79,7 +83,8 @@ const (
 	LockName = "storage-catalog.lock"
 )
 
-const recordVersion = 1
+// recordVersion is the record_version of every record of SchemaVersion.
+const recordVersion = 2
 
 // DefaultLockTimeout bounds the wait for storage-catalog.lock when neither
 // ctx nor Options set a shorter bound.
