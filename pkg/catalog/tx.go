@@ -349,4 +349,3 @@ func (c *Catalog) Leases(ctx context.Context, artifactID string) ([]Lease, error
 	})
 	return out, err
 }
-

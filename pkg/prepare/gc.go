@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
@@ -112,11 +113,10 @@ type GCPolicy struct {
 	// unused artifacts are reclaimed least recently used first regardless
 	// of Keep and MinAge.
 	MaxBytes int64
-	// Catalog, when set, is the Storage Catalog's say (OR-7): an artifact
-	// with any catalog lease is kept; reclamation moves its record to
-	// Reclaiming under storage-catalog.lock before the tree moves; prepare
-	// intents decide which staging trees are abandoned. Without it no
-	// staging tree is touched.
+	// Catalog is the Storage Catalog's say (OR-7; nil: the Storage Root's
+	// own): an artifact with any catalog lease is kept; reclamation moves its
+	// record to Reclaiming under storage-catalog.lock before the tree moves;
+	// prepare intents decide which staging trees are abandoned.
 	Catalog *catalog.Catalog
 	// Ctx bounds the catalog operations (nil: context.Background()).
 	Ctx context.Context
@@ -177,6 +177,11 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 	defer st.close()
 	if p.Ctx == nil {
 		p.Ctx = context.Background()
+	}
+	if p.Catalog == nil {
+		if p.Catalog, err = catalog.New(storageRoot, catalog.Options{Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			return res, err
+		}
 	}
 	// First settle what dead preparers and an interrupted gc left.
 	intentEntries := map[string]GCEntry{}

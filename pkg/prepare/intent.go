@@ -128,15 +128,20 @@ func ProbeTree(storageRoot string) func(id string) (catalog.TreeState, error) {
 		if !ValidID(id) {
 			return 0, fmt.Errorf("prepare: %q is not a prepared-artifact ID", id)
 		}
-		st, err := openStore(storageRoot, false)
-		if errors.Is(err, os.ErrNotExist) {
-			return catalog.TreeGone, nil
+		rootFD, err := unix.Open(storageRoot, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, &os.PathError{Op: "open", Path: storageRoot, Err: err}
+		}
+		defer unix.Close(rootFD)
+		pfd, err := openBeneath(rootFD, preparedDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if errors.Is(err, unix.ENOENT) {
+			return catalog.TreeGone, nil // no prepared/ at all: no tree
 		}
 		if err != nil {
 			return 0, err
 		}
-		defer st.close()
-		return st.probeTree(id)
+		defer unix.Close(pfd)
+		return (&store{preparedFD: pfd}).probeTree(id)
 	}
 }
 
@@ -231,7 +236,7 @@ func (st *store) settleIntent(tx *catalog.Tx, op *v1.PreparationOperationRecordV
 		return "", err
 	}
 	if q == "" {
-		return "abandoned (no staging tree was created)", nil
+		return "abandoned (its staging tree was never created or was already quarantined)", nil
 	}
 	return "quarantined into prepared/.trash/" + q + " and abandoned", nil
 }

@@ -343,6 +343,17 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 			case err == nil && art.GetState() == catalog.Published && found:
 				reuse = rec
 				return nil
+			case err == nil && art.GetState() == catalog.Published:
+				// The tree went missing (removed by hand, or by a gc that
+				// did not consult the catalog): with no lease the record
+				// goes and the artifact is prepared again.
+				if err := tx.BeginReclaim(id, id+".missing"); err != nil {
+					return fmt.Errorf("the Storage Catalog records %s Published but prepared/%s is missing: %w", id, id, err)
+				}
+				if err := tx.RemoveArtifact(id); err != nil {
+					return err
+				}
+				log.Warn("removed the record of an artifact whose tree is missing; preparing it again")
 			case err == nil:
 				return fmt.Errorf("the Storage Catalog records %s as %v but prepared/%s %s: run `lazaret gc` and retry", id, art.GetState(), id,
 					map[bool]string{true: "exists", false: "is missing"}[found])
