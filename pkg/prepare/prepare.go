@@ -449,6 +449,9 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 		return fail(err)
 	}
 	h.hit("staged")
+	if failpoint.Armed("prepare:pause-staged") { // integration tests: a live preparation gc must keep
+		time.Sleep(15 * time.Second)
+	}
 	if h.beforePublish != nil {
 		h.beforePublish()
 	}
