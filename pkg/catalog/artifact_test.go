@@ -30,6 +30,7 @@ func TestPrepareIntentRecordsIdentity(t *testing.T) {
 		"no pidfs":         func(p *Preparation) { p.Preparer.PidfsIno = 0 },
 		"no boot id":       func(p *Preparation) { p.Preparer.BootID = [16]byte{} },
 		"staging with '/'": func(p *Preparation) { p.StagingName = "../x" },
+		"staging ..":       func(p *Preparation) { p.StagingName = ".." },
 	} {
 		p := prep("op-bad", "pl-bad", "s", domA, 1)
 		mut(&p)

@@ -305,6 +305,9 @@ func validID(kind, s string) error {
 	if s == "" || len(s) > 128 {
 		return errdefs.New(errdefs.ErrInvalid, "storage catalog: %s %q: must be 1..128 bytes", kind, s)
 	}
+	if s == "." || s == ".." {
+		return errdefs.New(errdefs.ErrInvalid, "storage catalog: %s %q: not a name", kind, s)
+	}
 	if strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == '/' }) {
 		return errdefs.New(errdefs.ErrInvalid, "storage catalog: %s %q: printable ASCII without '/' only", kind, s)
 	}
