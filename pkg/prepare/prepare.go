@@ -25,9 +25,11 @@
 //
 //	prepared/
 //	  .locks/<id>                 preparation lock: concurrent preparers of one
-//	                              image wait for the first and reuse its result
-//	  .staging/<random>/          one preparation in progress (flock held)
-//	  .used/<id>, .trash/         usage times and reclaimed trees (gc.go)
+//	                              image wait for the first and reuse its result;
+//	                              its inode is recorded in the prepare intent
+//	  .staging/<random>/          one preparation in progress, named by its
+//	                              durable prepare intent in the Storage Catalog
+//	  .used/<id>, .trash/         usage times; reclaimed and quarantined trees (gc.go)
 //	    rootfs/
 //	    artifact.json
 //	  pl-<32 hex>/                a published artifact, never modified again
@@ -40,11 +42,12 @@
 // A tree is staged under prepared/.staging and published with
 // renameat2(RENAME_NOREPLACE) relative to descriptors of the Storage Root;
 // all lookups use openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) so no symlink
-// can lead out of the Storage Root. If another process publishes the same ID
-// first, the losing staging tree is discarded and the published one is used.
+// can lead out of the Storage Root. Every step is recorded in the Storage
+// Catalog by the preparer itself (intent.go): the prepare intent before
+// staging, publication after the rename, abandonment after quarantine.
 // Deleting prepared trees (subordinate-uid files) must happen inside the
-// same user namespace; this package removes only its own failed staging
-// trees and stale staging trees whose lock is free.
+// same user namespace; a staging tree is only ever touched through its
+// prepare intent once its preparer is proven gone.
 package prepare
 
 import (
