@@ -14,7 +14,8 @@ type gcReport struct {
 	Entries []struct {
 		Name, Image, Action, Reason string
 	} `json:"entries"`
-	TrashEntries int `json:"trash_entries"`
+	Recovered    []string `json:"recovered"`
+	TrashEntries int      `json:"trash_entries"`
 }
 
 func gcRun(t *testing.T, ws string, args ...string) gcReport {

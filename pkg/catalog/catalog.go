@@ -69,7 +69,11 @@ import (
 )
 
 // SchemaVersion is the catalog schema this code reads and writes.
-const SchemaVersion = 1
+//
+// History: 1 initial (the coordinator registered artifacts on first
+// lease); 2 the preparer records artifacts, their source image identity and
+// a durable prepare intent itself (migration v1→v2 in migrate.go).
+const SchemaVersion = 2
 
 // FormatMajorVersion is the pinned pebble on-disk format.
 const FormatMajorVersion = pebble.FormatValueSeparation
@@ -79,7 +83,8 @@ const (
 	LockName = "storage-catalog.lock"
 )
 
-const recordVersion = 1
+// recordVersion is the record_version of every record of SchemaVersion.
+const recordVersion = 2
 
 // DefaultLockTimeout bounds the wait for storage-catalog.lock when neither
 // ctx nor Options set a shorter bound.
@@ -299,6 +304,9 @@ func mustMarshal(m proto.Message) []byte {
 func validID(kind, s string) error {
 	if s == "" || len(s) > 128 {
 		return errdefs.New(errdefs.ErrInvalid, "storage catalog: %s %q: must be 1..128 bytes", kind, s)
+	}
+	if s == "." || s == ".." {
+		return errdefs.New(errdefs.ErrInvalid, "storage catalog: %s %q: not a name", kind, s)
 	}
 	if strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == '/' }) {
 		return errdefs.New(errdefs.ErrInvalid, "storage catalog: %s %q: printable ASCII without '/' only", kind, s)

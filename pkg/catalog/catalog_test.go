@@ -67,15 +67,25 @@ func refused(t testing.TB, what string, err error) {
 	}
 }
 
+// testSource is a complete source image identity.
+var testSource = SourceImage{ImageName: "oci:/images/busybox:latest",
+	ManifestDigest: "sha256:" + strings.Repeat("1", 64), ConfigDigest: "sha256:" + strings.Repeat("2", 64),
+	LayerDigests: []string{"sha256:" + strings.Repeat("3", 64)}, DiffIDs: []string{"sha256:" + strings.Repeat("4", 64)}}
+
+// prep is a complete prepare intent.
+func prep(op, artifact, staging string, dom domain.ID, gen uint64) Preparation {
+	return Preparation{OperationID: op, ArtifactID: artifact, StagingName: staging, PreparerVersion: "prepare/2", DomainID: dom, Generation: gen,
+		Source: testSource, Lock: FileIdentity{Dev: 1, Ino: 42}, Preparer: ProcessIdentity{BootID: [16]byte{1}, PidfsDev: 2, PidfsIno: 77, PID: 9}}
+}
+
 // publish prepares and publishes artifact id.
 func publish(t testing.TB, c *Catalog, id string) {
 	t.Helper()
 	ctx := context.Background()
 	must(t, "begin "+id, c.Update(ctx, func(tx *Tx) error {
-		return tx.BeginPreparation(Preparation{OperationID: "op-" + id, ArtifactID: id, SourceIdentity: "oci:busybox@sha256:00",
-			PreparerVersion: "prepare/1", DomainID: domA, Generation: 1, StagingName: "stage-" + id})
+		return tx.BeginPreparation(prep("op-"+id, id, "stage-"+id, domA, 1))
 	}))
-	must(t, "publish "+id, c.Update(ctx, func(tx *Tx) error { return tx.PublishArtifact("op-" + id) }))
+	must(t, "publish "+id, c.Update(ctx, func(tx *Tx) error { return tx.PublishArtifact("op-"+id, 10) }))
 }
 
 func TestPreparationAndReclaim(t *testing.T) {
@@ -84,17 +94,15 @@ func TestPreparationAndReclaim(t *testing.T) {
 	k := LeaseKey{ArtifactID: "pl-1", DomainID: domA, Generation: 1}
 	refused(t, "lease of unknown artifact", c.AcquireLease(ctx, k))
 	must(t, "begin", c.Update(ctx, func(tx *Tx) error {
-		return tx.BeginPreparation(Preparation{OperationID: "op-1", ArtifactID: "pl-1", SourceIdentity: "src", PreparerVersion: "v",
-			DomainID: domA, Generation: 1, StagingName: "s1"})
+		return tx.BeginPreparation(prep("op-1", "pl-1", "s1", domA, 1))
 	}))
 	refused(t, "lease of preparing artifact", c.AcquireLease(ctx, k))
 	refused(t, "duplicate artifact", c.Update(ctx, func(tx *Tx) error {
-		return tx.BeginPreparation(Preparation{OperationID: "op-2", ArtifactID: "pl-1", SourceIdentity: "src", PreparerVersion: "v",
-			DomainID: domA, Generation: 1, StagingName: "s2"})
+		return tx.BeginPreparation(prep("op-2", "pl-1", "s2", domA, 1))
 	}))
-	refused(t, "reclaim preparing", c.BeginReclaim(ctx, "pl-1"))
-	must(t, "publish", c.Update(ctx, func(tx *Tx) error { return tx.PublishArtifact("op-1") }))
-	refused(t, "publish twice", c.Update(ctx, func(tx *Tx) error { return tx.PublishArtifact("op-1") }))
+	refused(t, "reclaim preparing", c.BeginReclaim(ctx, "pl-1", "pl-1.trash"))
+	must(t, "publish", c.Update(ctx, func(tx *Tx) error { return tx.PublishArtifact("op-1", 10) }))
+	refused(t, "publish twice", c.Update(ctx, func(tx *Tx) error { return tx.PublishArtifact("op-1", 10) }))
 	must(t, "lease", c.AcquireLease(ctx, k))
 	must(t, "lease again (idempotent)", c.AcquireLease(ctx, k))
 	k2 := LeaseKey{ArtifactID: "pl-1", DomainID: domB, Generation: 4}
@@ -104,7 +112,7 @@ func TestPreparationAndReclaim(t *testing.T) {
 	if len(ls) != 2 || ls[0].LeaseKey != k || ls[1].LeaseKey != k2 || ls[0].Acquired.IsZero() {
 		t.Fatalf("leases %+v", ls)
 	}
-	refused(t, "reclaim with leases", c.BeginReclaim(ctx, "pl-1"))
+	refused(t, "reclaim with leases", c.BeginReclaim(ctx, "pl-1", "pl-1.trash"))
 	always := func(LeaseKey) error { return nil }
 	for _, l := range []LeaseKey{k, k2} {
 		res, err := c.ReleaseLease(ctx, l, ReleaseProof{ReleaseIntent: always, MountAbsent: always})
@@ -117,7 +125,7 @@ func TestPreparationAndReclaim(t *testing.T) {
 	if err != nil || res != AlreadyAbsent {
 		t.Fatalf("release absent: %v %v", res, err)
 	}
-	must(t, "reclaim", c.BeginReclaim(ctx, "pl-1"))
+	must(t, "reclaim", c.BeginReclaim(ctx, "pl-1", "pl-1.trash"))
 	refused(t, "lease of reclaiming artifact", c.AcquireLease(ctx, k))
 	must(t, "remove", c.Update(ctx, func(tx *Tx) error { return tx.RemoveArtifact("pl-1") }))
 	must(t, "gone", c.View(ctx, func(tx *Tx) error {
@@ -131,12 +139,19 @@ func TestPreparationAndReclaim(t *testing.T) {
 	}))
 	// Abandoned preparation.
 	must(t, "begin 2", c.Update(ctx, func(tx *Tx) error {
-		return tx.BeginPreparation(Preparation{OperationID: "op-3", ArtifactID: "pl-3", SourceIdentity: "src", PreparerVersion: "v",
-			DomainID: domA, Generation: 2, StagingName: "s3"})
+		return tx.BeginPreparation(prep("op-3", "pl-3", "s3", domA, 2))
 	}))
 	refused(t, "remove preparing", c.Update(ctx, func(tx *Tx) error { return tx.RemoveArtifact("pl-3") }))
-	must(t, "abandon", c.Update(ctx, func(tx *Tx) error { return tx.AbandonPreparation("op-3") }))
-	must(t, "remove abandoned", c.Update(ctx, func(tx *Tx) error { return tx.RemoveArtifact("pl-3") }))
+	must(t, "abandon", c.Update(ctx, func(tx *Tx) error { _, err := tx.AbandonPreparation("op-3", "stg-s3"); return err }))
+	must(t, "abandoned leaves nothing", c.View(ctx, func(tx *Tx) error {
+		if _, err := tx.Artifact("pl-3"); !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("artifact of an abandoned preparation: %v", err)
+		}
+		if _, err := tx.Operation("op-3"); !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("abandoned operation: %v", err)
+		}
+		return nil
+	}))
 	if err := c.View(ctx, func(tx *Tx) error { return tx.AcquireLease(k) }); err == nil {
 		t.Fatal("write in View accepted")
 	}
@@ -254,7 +269,7 @@ func TestLeaseOrderingWithDomainStore(t *testing.T) {
 		return tx.CleanParticipant(5, participant.PreparedLower, participant.AbsenceProof{Kind: participant.AbsenceIndependent,
 			Fields: []string{"prepared_artifact_id"}, Detail: "catalog lease removed; mount absent"})
 	}))
-	must(t, "reclaim now possible", c.BeginReclaim(ctx, "pl-1"))
+	must(t, "reclaim now possible", c.BeginReclaim(ctx, "pl-1", "pl-1.trash"))
 }
 
 func TestNewerSchemaRefusedBeforeAnyOtherRead(t *testing.T) {
@@ -290,8 +305,10 @@ func TestRecordsWithoutVersionRefused(t *testing.T) {
 	}
 }
 
-// migrationTests has one case per entry of migrations (none yet).
-var migrationTests = map[string]func(t *testing.T){}
+// migrationTests has one case per entry of migrations.
+var migrationTests = map[string]func(t *testing.T){
+	"v1-to-v2-preparer-records": testMigrateV1toV2,
+}
 
 func TestEveryMigrationTested(t *testing.T) {
 	want := uint32(1)

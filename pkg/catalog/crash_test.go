@@ -89,10 +89,12 @@ func TestCrashDuringOperations(t *testing.T) {
 	ops := []func(c *Catalog) error{
 		func(c *Catalog) error {
 			return c.Update(ctx, func(tx *Tx) error {
-				return tx.BeginPreparation(Preparation{OperationID: "op-1", ArtifactID: "pl-1", SourceIdentity: "s", PreparerVersion: "v", DomainID: domA, Generation: 1, StagingName: "x"})
+				return tx.BeginPreparation(prep("op-1", "pl-1", "x", domA, 1))
 			})
 		},
-		func(c *Catalog) error { return c.Update(ctx, func(tx *Tx) error { return tx.PublishArtifact("op-1") }) },
+		func(c *Catalog) error {
+			return c.Update(ctx, func(tx *Tx) error { return tx.PublishArtifact("op-1", 10) })
+		},
 		func(c *Catalog) error { return c.AcquireLease(ctx, k1) },
 		func(c *Catalog) error { return c.AcquireLease(ctx, k2) },
 		func(c *Catalog) error {
@@ -103,8 +105,21 @@ func TestCrashDuringOperations(t *testing.T) {
 			_, err := c.ReleaseLease(ctx, k2, ReleaseProof{ReleaseIntent: always, MountAbsent: always})
 			return err
 		},
-		func(c *Catalog) error { return c.BeginReclaim(ctx, "pl-1") },
-		func(c *Catalog) error { return c.Update(ctx, func(tx *Tx) error { return tx.RemoveArtifact("pl-1") }) },
+		func(c *Catalog) error { return c.BeginReclaim(ctx, "pl-1", "pl-1.1") },
+		func(c *Catalog) error { return c.Update(ctx, func(tx *Tx) error { return tx.RollbackReclaim("pl-1") }) },
+		func(c *Catalog) error { return c.BeginReclaim(ctx, "pl-1", "pl-1.2") },
+		func(c *Catalog) error {
+			return c.Update(ctx, func(tx *Tx) error {
+				_, err := tx.RecoverReclaim("pl-1", func(string) (TreeState, error) { return TreeGone, nil })
+				return err
+			})
+		},
+		func(c *Catalog) error {
+			return c.Update(ctx, func(tx *Tx) error { return tx.BeginPreparation(prep("op-2", "pl-2", "y", domB, 5)) })
+		},
+		func(c *Catalog) error {
+			return c.Update(ctx, func(tx *Tx) error { _, err := tx.AbandonPreparation("op-2", "stg-y"); return err })
+		},
 	}
 	root := t.TempDir()
 

@@ -99,7 +99,15 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 	}
 	key := c.leaseKey(c.generation, id)
 	if err := cat.Update(ctx, func(tx *catalog.Tx) error {
-		if err := registerArtifact(tx, id, c.image, source, key); err != nil {
+		// A gc that died between Reclaiming and its rename would block the
+		// lease: settle it first (RS holds the tree shared, so no gc is
+		// mid-rename and the record rolls back to Published).
+		if out, err := tx.RecoverReclaim(id, prepare.ProbeTree(c.paths.StorageRoot)); err != nil {
+			return err
+		} else if out != catalog.NotReclaiming {
+			c.log.Warn("recovered an interrupted reclamation before leasing", "artifact_id", id, "outcome", out.String())
+		}
+		if err := verifyArtifact(tx, c.paths.StorageRoot, id, source); err != nil {
 			return err
 		}
 		return tx.AcquireLease(key)
@@ -134,24 +142,41 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 	return nil
 }
 
-// registerArtifact records an artifact pkg/prepare published (its tree is
-// complete and renamed into prepared/) as a Published catalog artifact, so
-// that it can be leased; an existing record is left as it is (AcquireLease
-// refuses one that is not Published, e.g. being reclaimed).
-func registerArtifact(tx *catalog.Tx, id, image, source string, key catalog.LeaseKey) error {
-	if _, err := tx.Artifact(id); err == nil || !errors.Is(err, catalog.ErrNotFound) {
+// verifyArtifact checks the artifact RS names against what its preparer
+// recorded in the Storage Catalog, never trusting RS: the record exists and
+// is Published, its recorded manifest digest maps to the ID and equals the
+// one RS reports, and the published tree's artifact.json names the same
+// manifest and configuration.
+func verifyArtifact(tx *catalog.Tx, storageRoot, id, manifest string) error {
+	rec, err := tx.Artifact(id)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return errdefs.New(errdefs.ErrRefused, "prepared artifact %s is not recorded in the Storage Catalog by a preparer: not leasing it", id)
+	}
+	if err != nil {
 		return err
 	}
-	if source == "" {
-		source = image
+	if rec.GetState() != catalog.Published {
+		return errdefs.New(errdefs.ErrRefused, "prepared artifact %s is %v in the Storage Catalog, not Published: not leasing it", id, rec.GetState())
 	}
-	op := fmt.Sprintf("register-%s-%d", key.DomainID, key.Generation)
-	if err := tx.BeginPreparation(catalog.Preparation{OperationID: op, ArtifactID: id, StagingName: id,
-		SourceIdentity: source, PreparerVersion: fmt.Sprintf("lazaret-prepare format %d", prepare.FormatVersion),
-		DomainID: key.DomainID, Generation: key.Generation}); err != nil {
+	md := rec.GetManifestDigest()
+	if md == "" || prepare.ArtifactID(md) != id {
+		return errdefs.New(errdefs.ErrRefused, "the Storage Catalog record of %s names manifest %q, which does not map to that ID", id, md)
+	}
+	if manifest != md {
+		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor reports manifest %q for %s, its preparer recorded %q", manifest, id, md)
+	}
+	art, found, err := prepare.LookupID(storageRoot, id)
+	if err != nil {
 		return err
 	}
-	return tx.PublishArtifact(op)
+	if !found {
+		return errdefs.New(errdefs.ErrRefused, "prepared artifact %s is recorded Published but prepared/%s is missing", id, id)
+	}
+	if art.Source.ManifestDigest != md || (rec.GetConfigDigest() != "" && art.Source.ConfigDigest != rec.GetConfigDigest()) {
+		return errdefs.New(errdefs.ErrRefused, "prepared/%s/artifact.json names manifest %s config %s, the Storage Catalog %s %s",
+			id, art.Source.ManifestDigest, art.Source.ConfigDigest, md, rec.GetConfigDigest())
+	}
+	return nil
 }
 
 // recordAnchorsMounted is acquisition step 4's end: state_anchor =

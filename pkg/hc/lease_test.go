@@ -3,10 +3,12 @@ package hc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -16,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -64,9 +67,11 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	}
 	cat, _ := c.storageCatalog()
 	ctx := context.Background()
-	const art = "pl-0123456789abcdef0123456789abcdef"
-
-	run := func(gen uint64, ns *lv1.NamespaceIdentity) {
+	md := "sha256:" + strings.Repeat("ab", 32)
+	art := prepare.ArtifactID(md)
+	ready := &lv1.ArtifactReady{PreparedArtifactId: art, ImageRef: c.image, ManifestDigest: md}
+	hello0 := &lv1.SupervisorHello{MountNamespace: &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno}}
+	newGen := func(gen uint64) {
 		t.Helper()
 		c.generation = gen
 		if err := c.store.Update(func(tx *store.Tx) error {
@@ -74,8 +79,41 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	newGen(7)
+	// HC never trusts RS: a tree no preparer recorded is not leased.
+	plantArtifact(t, storage, art, md)
+	if err := c.recordLease(ctx, ready, hello0); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "not recorded") {
+		t.Fatalf("lease of an unrecorded artifact: %v", err)
+	}
+	recordPrepared(t, cat, art, md)
+	newGen(8)
+	wrong := &lv1.ArtifactReady{PreparedArtifactId: art, ImageRef: c.image, ManifestDigest: "sha256:" + strings.Repeat("cd", 32)}
+	if err := c.recordLease(ctx, wrong, hello0); !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("lease with a manifest digest the preparer did not record: %v", err)
+	}
+	// A gc that died after Reclaiming and before its rename is settled by
+	// the next lease acquisition: the tree is still in place and no gc
+	// holds it, so the record rolls back and the lease is taken.
+	if err := cat.BeginReclaim(ctx, art, art+".1"); err != nil {
+		t.Fatal(err)
+	}
+	newGen(9)
+	if err := c.recordLease(ctx, ready, hello0); err != nil {
+		t.Fatalf("lease after an interrupted reclamation: %v", err)
+	}
+	if err := c.releaseAnchorIntent(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.releaseLower(ctx, 9, nil, "test"); !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("release of generation 9 with its namespace held: %v", err)
+	}
+
+	run := func(gen uint64, ns *lv1.NamespaceIdentity) {
+		t.Helper()
+		newGen(gen)
 		hello := &lv1.SupervisorHello{MountNamespace: ns}
-		if err := c.recordLease(ctx, &lv1.ArtifactReady{PreparedArtifactId: art, ImageRef: c.image, ManifestDigest: "sha256:00"}, hello); err != nil {
+		if err := c.recordLease(ctx, ready, hello); err != nil {
 			t.Fatal(err)
 		}
 		c.store.View(func(tx *store.Tx) error {
@@ -120,28 +158,71 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	}
 
 	// Generation 1: its mount namespace is still held (by this process).
-	run(1, &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno})
+	run(10, &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno})
 	all := []uint64{100, 101, 102, 103, 104, 105, 106, 107}
-	if err := c.releaseLower(ctx, 1, all, "test"); !errors.Is(err, errdefs.ErrRefused) {
+	if err := c.releaseLower(ctx, 10, all, "test"); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("release with the mount namespace held: %v", err)
 	}
-	if pl, sa := phases(1); pl != participant.LeaseHeld || sa != participant.ReleaseIntent {
+	if pl, sa := phases(10); pl != participant.LeaseHeld || sa != participant.ReleaseIntent {
 		t.Fatalf("retained records: prepared_lower %s state_anchor %s", pl, sa)
 	}
-	if err := (catalog.GCReclaimer{Catalog: cat, Ctx: ctx}).BeginReclaim(art); !errors.Is(err, errdefs.ErrRefused) {
+	if err := cat.BeginReclaim(ctx, art, art+".2"); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("gc reclaim of a leased artifact: %v", err)
 	}
 
 	// Generation 2: its namespace (an inode no namespace has) is gone.
-	run(2, &lv1.NamespaceIdentity{Dev: ownDev, Ino: 1})
-	if err := c.releaseLower(ctx, 2, nil, "test"); err != nil {
+	run(11, &lv1.NamespaceIdentity{Dev: ownDev, Ino: 1})
+	if err := c.releaseLower(ctx, 11, nil, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if pl, sa := phases(2); pl != participant.Clean || sa != participant.Clean {
+	if pl, sa := phases(11); pl != participant.Clean || sa != participant.Clean {
 		t.Fatalf("released: prepared_lower %s state_anchor %s", pl, sa)
 	}
 	ls, _ := cat.Leases(ctx, art)
-	if len(ls) != 1 || ls[0].Generation != 1 {
-		t.Fatalf("leases after releasing generation 2: %+v (want only generation 1's)", ls)
+	if len(ls) != 2 || ls[0].Generation != 9 || ls[1].Generation != 10 {
+		t.Fatalf("leases after releasing generation 11: %+v (want only generation 9's and 10's)", ls)
+	}
+}
+
+// plantArtifact writes a published tree prepared/<id> as pkg/prepare
+// validates it (artifact.json and every mount point).
+func plantArtifact(t *testing.T, storage, id, md string) {
+	t.Helper()
+	dir := filepath.Join(storage, "prepared", id)
+	if err := os.MkdirAll(filepath.Join(storage, "prepared", ".staging"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, mp := range prepare.MountPoints {
+		p := filepath.Join(dir, "rootfs", mp.Path)
+		if mp.Dir {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := fmt.Sprintf(`{"format_version": %d, "id": %q, "source": {"ref": "oci:/img:latest", "manifest_digest": %q, "config_digest": %q},
+		"preparer": "test", "created": "2026-11-30T07:00:00Z", "layers": [], "rootfs_bytes": 1, "skipped_device_nodes": 0, "converted_whiteout_devices": 0}`,
+		prepare.FormatVersion, id, md, "sha256:"+strings.Repeat("ef", 32))
+	if err := os.WriteFile(filepath.Join(dir, "artifact.json"), []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordPrepared records id as its preparer would.
+func recordPrepared(t *testing.T, cat *catalog.Catalog, id, md string) {
+	t.Helper()
+	dom := domain.DeriveID("default", "/elsewhere")
+	if err := cat.Update(context.Background(), func(tx *catalog.Tx) error {
+		if err := tx.BeginPreparation(catalog.Preparation{OperationID: "prep-1", ArtifactID: id, PreparerVersion: "test", DomainID: dom, Generation: 1, StagingName: "s",
+			Source:   catalog.SourceImage{ImageName: "oci:/img:latest", ManifestDigest: md, ConfigDigest: "sha256:" + strings.Repeat("ef", 32)},
+			Lock:     catalog.FileIdentity{Dev: 1, Ino: 2},
+			Preparer: catalog.ProcessIdentity{BootID: [16]byte{1}, PidfsDev: 1, PidfsIno: 3, PID: 4}}); err != nil {
+			return err
+		}
+		return tx.PublishArtifact("prep-1", 1)
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

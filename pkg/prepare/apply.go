@@ -32,12 +32,15 @@ type applyCounts struct {
 // the device filter into chrootarchive.ApplyUncompressedLayer.
 func applyLayers(ctx context.Context, img *resolvedImage, stg *staging, log *slog.Logger, progress io.Writer) (*applyCounts, error) {
 	counts := &applyCounts{}
+	total, done := img.totalBytes(), int64(0)
 	for i, layer := range img.layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		llog := log.With("layer", i, "layer_digest", layer.Digest.String())
-		fmt.Fprintf(progress, "prepare: layer %d/%d %s (%d bytes)\n", i+1, len(img.layers), layer.Digest, layer.Size)
+		fmt.Fprintf(progress, "prepare: layer %d/%d %s (%s; %s of %s)\n", i+1, len(img.layers), layer.Digest.Encoded()[:12],
+			humanBytes(layer.Size), humanBytes(done+max(layer.Size, 0)), humanBytes(total))
+		done += max(layer.Size, 0)
 		llog.Debug("applying layer", "size", layer.Size)
 		if err := applyLayer(ctx, img, i, stg, counts, llog); err != nil {
 			return nil, fmt.Errorf("layer %d (%s): %w", i, layer.Digest, err)

@@ -33,7 +33,7 @@ func TestPrepareDebian(t *testing.T) {
 	}
 	root := t.TempDir()
 	start := time.Now()
-	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref})
+	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestPrepareDebian(t *testing.T) {
 		t.Error(err)
 	}
 	start = time.Now()
-	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref}); err != nil {
+	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("reuse took %s", time.Since(start))

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/lazaret/lazaret/pkg/catalog"
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"golang.org/x/sys/unix"
 )
 
@@ -110,22 +113,17 @@ type GCPolicy struct {
 	// unused artifacts are reclaimed least recently used first regardless
 	// of Keep and MinAge.
 	MaxBytes int64
-	// Catalog, when set, is the Storage Catalog's say (OR-7): an artifact
-	// with any catalog lease is kept, and reclamation moves its record to
-	// Reclaiming under storage-catalog.lock before the tree moves.
-	Catalog Reclaimer
+	// Catalog is the Storage Catalog's say (OR-7; nil: the Storage Root's
+	// own): an artifact with any catalog lease is kept; reclamation moves its
+	// record to Reclaiming under storage-catalog.lock before the tree moves;
+	// prepare intents decide which staging trees are abandoned.
+	Catalog *catalog.Catalog
+	// Ctx bounds the catalog operations (nil: context.Background()).
+	Ctx context.Context
 }
 
-// Reclaimer is the Storage Catalog as GC sees it (catalog.GCReclaimer).
-type Reclaimer interface {
-	// Leases counts the artifact's catalog leases.
-	Leases(id string) (int, error)
-	// BeginReclaim refuses while any lease exists; otherwise the record
-	// (if any) becomes Reclaiming.
-	BeginReclaim(id string) error
-	// Reclaimed removes the record after the tree left prepared/.
-	Reclaimed(id string) error
-}
+// GCSteps are gc's crash points, in order (failpoint "gc:<step>").
+var GCSteps = []string{"recovered", "quarantined", "reclaiming", "renamed", "removed"}
 
 // GCEntry reports one entry of prepared/ and what GC did or would do.
 type GCEntry struct {
@@ -141,16 +139,33 @@ type GCEntry struct {
 // GCResult is GC's report.
 type GCResult struct {
 	Entries []GCEntry `json:"entries"`
+	// Recovered lists interrupted reclamations and abandoned prepare
+	// intents settled before deciding.
+	Recovered []string `json:"recovered,omitempty"`
 	// TrashEntries wait for deletion in the next Runtime Supervisor.
 	TrashEntries int `json:"trash_entries"`
 }
 
 // GC reclaims unused prepared artifacts under policy (OR-7). It never
-// touches an artifact any Runtime Supervisor holds, the staging directory
-// (in-progress preparations are flock-held and stale ones are cleaned by
-// the preparer itself), or anything in prepared/ that is not a valid
-// artifact (foreign trees are reported and kept).
+// touches an artifact any Runtime Supervisor holds or any catalog lease
+// names, a staging tree without a prepare intent or whose preparer is live
+// (its preparation lock held), or anything in prepared/ that is not a valid
+// artifact (foreign trees are reported and kept). A staging tree whose
+// intent's preparer is gone is quarantined through that intent. Deletion
+// (subordinate-uid files) happens in the next Runtime Supervisor, inside
+// the user namespace (PurgeTrash).
 func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, error) {
+	return gc(storageRoot, p, dryRun, now, hooks{})
+}
+
+func (h hooks) gcHit(step string) {
+	failpoint.Hit("gc:" + step)
+	if h.at != nil {
+		h.at(step)
+	}
+}
+
+func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GCResult, error) {
 	var res GCResult
 	st, err := openStore(storageRoot, false)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
@@ -160,6 +175,92 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 		return res, err
 	}
 	defer st.close()
+	if p.Ctx == nil {
+		p.Ctx = context.Background()
+	}
+	if p.Catalog == nil {
+		if p.Catalog, err = catalog.New(storageRoot, catalog.Options{Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			return res, err
+		}
+	}
+	// First settle what dead preparers and an interrupted gc left.
+	intentEntries := map[string]GCEntry{}
+	if p.Catalog != nil {
+		run := p.Catalog.Update
+		if dryRun {
+			run = p.Catalog.View
+		}
+		if err := run(p.Ctx, func(tx *catalog.Tx) error {
+			arts, err := tx.Artifacts()
+			if err != nil {
+				return err
+			}
+			for _, a := range arts {
+				if a.GetState() != catalog.Reclaiming {
+					continue
+				}
+				if dryRun {
+					res.Recovered = append(res.Recovered, fmt.Sprintf("%s: interrupted reclamation (would be completed or rolled back)", a.GetArtifactId()))
+					continue
+				}
+				out, err := tx.RecoverReclaim(a.GetArtifactId(), st.probeTree)
+				if err != nil {
+					return err
+				}
+				res.Recovered = append(res.Recovered, fmt.Sprintf("%s: interrupted reclamation %s", a.GetArtifactId(), out))
+			}
+			ops, err := tx.RunningOperations()
+			if err != nil {
+				return err
+			}
+			for _, op := range ops {
+				e := GCEntry{Name: stagingDir + "/" + op.GetStagingName(), Image: op.GetImageName(), Action: "keep",
+					LastUsed: time.Unix(0, op.GetUpdatedUnixNano())}
+				l, held, why, err := st.tryIntentLock(op)
+				switch {
+				case err != nil:
+					e.Reason = fmt.Sprintf("prepare intent %s: %v; kept", op.GetOperationId(), err)
+				case held:
+					e.Reason = fmt.Sprintf("preparation in progress (intent %s, its preparation lock is held)", op.GetOperationId())
+				case why != "":
+					e.Reason = fmt.Sprintf("prepare intent %s: %s; kept", op.GetOperationId(), why)
+				case dryRun:
+					l.release()
+					e.Action, e.Reason = "reclaim", fmt.Sprintf("abandoned: prepare intent %s's preparer is gone (its lock is free)", op.GetOperationId())
+				default:
+					what, err := st.settleIntent(tx, op, h.gcHit)
+					l.release()
+					if err != nil {
+						return err
+					}
+					e.Action, e.Reason = "reclaimed", fmt.Sprintf("abandoned prepare intent %s (its preparer is gone): %s", op.GetOperationId(), what)
+					res.Recovered = append(res.Recovered, op.GetOperationId()+": "+what)
+				}
+				intentEntries[op.GetStagingName()] = e
+			}
+			return nil
+		}); err != nil {
+			return res, fmt.Errorf("gc: settle interrupted work: %w", err)
+		}
+		if !dryRun {
+			h.gcHit("recovered")
+		}
+	}
+	stagingNames, err := dirNames(st.stagingFD)
+	if err != nil {
+		return res, err
+	}
+	for _, n := range stagingNames {
+		if e, ok := intentEntries[n]; ok {
+			res.Entries = append(res.Entries, e)
+			delete(intentEntries, n)
+			continue
+		}
+		res.Entries = append(res.Entries, GCEntry{Name: stagingDir + "/" + n, Action: "keep", Reason: "no prepare intent names it; never touched"})
+	}
+	for _, e := range intentEntries { // intents whose staging tree is gone
+		res.Entries = append(res.Entries, e)
+	}
 	names, err := dirNames(st.preparedFD)
 	if err != nil {
 		return res, err
@@ -215,12 +316,25 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 			continue
 		}
 		if p.Catalog != nil {
-			n, err := p.Catalog.Leases(e.Name)
-			if err != nil || n > 0 {
+			var leases int
+			var state catalog.ArtifactState
+			err := p.Catalog.View(p.Ctx, func(tx *catalog.Tx) error {
+				ls, err := tx.Leases(n)
+				leases = len(ls)
+				if a, aerr := tx.Artifact(n); aerr == nil {
+					state = a.GetState()
+				}
+				return err
+			})
+			if err != nil || leases > 0 || (state != 0 && state != catalog.Published) {
 				unix.Close(fd)
-				e.Reason = fmt.Sprintf("leased by %d generation(s) in the Storage Catalog", n)
-				if err != nil {
+				switch {
+				case err != nil:
 					e.Reason = fmt.Sprintf("Storage Catalog leases unknown (%v); kept", err)
+				case leases > 0:
+					e.Reason = fmt.Sprintf("leased by %d generation(s) in the Storage Catalog", leases)
+				default:
+					e.Reason = fmt.Sprintf("the Storage Catalog records it %v", state)
 				}
 				res.Entries = append(res.Entries, e)
 				continue
@@ -262,38 +376,68 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 				}
 				defer unix.Close(tfd)
 			}
-			if p.Catalog != nil {
-				if err := p.Catalog.BeginReclaim(c.e.Name); err != nil {
-					c.e.Action, c.e.Reason = "keep", fmt.Sprintf("the Storage Catalog refused reclamation: %v", err)
-					unix.Close(c.fd)
-					c.fd = -1
-					res.Entries = append(res.Entries, c.e)
-					continue
-				}
-			}
-			dst := c.e.Name + "." + strconv.FormatInt(now.UnixNano(), 10)
-			if err := unix.Renameat2(st.preparedFD, c.e.Name, tfd, dst, unix.RENAME_NOREPLACE); err != nil {
-				return res, fmt.Errorf("reclaim %s: %w", c.e.Name, &os.PathError{Op: "renameat2", Path: dst, Err: err})
-			}
-			unix.Unlinkat(st.preparedFD, usedDir+"/"+c.e.Name, 0)
-			c.e.Action = "reclaimed"
-			if p.Catalog != nil {
-				if err := p.Catalog.Reclaimed(c.e.Name); err != nil {
-					c.e.Reason += fmt.Sprintf(" (Storage Catalog record kept: %v)", err)
-				}
+			if err := st.reclaim(p, c.e.Name, tfd, now, h); err != nil {
+				c.e.Action, c.e.Reason = "keep", err.Error()
+			} else {
+				c.e.Action = "reclaimed"
 			}
 		}
 		unix.Close(c.fd)
 		c.fd = -1
 		res.Entries = append(res.Entries, c.e)
 	}
-	if tfd >= 0 {
-		unix.Fsync(tfd)
-		unix.Fsync(st.preparedFD)
-	}
 	sort.Slice(res.Entries, func(i, j int) bool { return res.Entries[i].Name < res.Entries[j].Name })
 	res.TrashEntries, _ = countTrash(st)
 	return res, nil
+}
+
+// reclaim moves one unheld, unleased artifact (whose directory the caller
+// holds flock(LOCK_EX) on) into prepared/.trash: the catalog record becomes
+// Reclaiming naming the trash entry, the tree is renamed, the record is
+// removed. An interruption anywhere is settled by RecoverReclaim (next gc,
+// preparer or lease acquisition).
+func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks) error {
+	dst := id + "." + strconv.FormatInt(now.UnixNano(), 10)
+	recorded := false
+	if p.Catalog != nil {
+		if err := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error {
+			_, err := tx.Artifact(id)
+			if errors.Is(err, catalog.ErrNotFound) {
+				return nil // a tree the catalog never recorded has no lease
+			}
+			if err != nil {
+				return err
+			}
+			recorded = true
+			return tx.BeginReclaim(id, dst)
+		}); err != nil {
+			return fmt.Errorf("the Storage Catalog refused reclamation: %w", err)
+		}
+	}
+	h.gcHit("reclaiming")
+	if err := unix.Renameat2(st.preparedFD, id, tfd, dst, unix.RENAME_NOREPLACE); err != nil {
+		err = fmt.Errorf("reclaim %s: %w", id, &os.PathError{Op: "renameat2", Path: dst, Err: err})
+		if recorded { // the tree never moved: back to Published
+			if rerr := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error { return tx.RollbackReclaim(id) }); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+		return err
+	}
+	for _, fd := range []int{tfd, st.preparedFD} {
+		if err := unix.Fsync(fd); err != nil {
+			return fmt.Errorf("reclaim %s: fsync: %w", id, err)
+		}
+	}
+	unix.Unlinkat(st.preparedFD, usedDir+"/"+id, 0)
+	h.gcHit("renamed")
+	if recorded {
+		if err := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error { return tx.RemoveArtifact(id) }); err != nil {
+			return fmt.Errorf("reclaimed, but the Storage Catalog record stays Reclaiming until the next gc or preparation: %w", err)
+		}
+	}
+	h.gcHit("removed")
+	return nil
 }
 
 func countTrash(st *store) (int, error) {
@@ -331,8 +475,8 @@ func PurgeTrash(storageRoot string) (int, error) {
 		return 0, err
 	}
 	for _, n := range names {
-		if !strings.HasPrefix(n, idPrefix) {
-			continue // only what GC put there
+		if !strings.HasPrefix(n, idPrefix) && !isQuarantine(n) {
+			continue // only what gc or a prepare intent put there
 		}
 		if err := removeAllAt(tfd, n); err != nil {
 			return 0, fmt.Errorf("delete reclaimed %s: %w", n, err)
@@ -360,7 +504,7 @@ const locksDir = ".locks"
 
 // lockPreparation takes the exclusive preparation lock of artifact id,
 // waiting (bounded by ctx) while another process prepares it.
-func (st *store) lockPreparation(ctx context.Context, id string) (func(), error) {
+func (st *store) lockPreparation(ctx context.Context, id string) (*prepLock, error) {
 	lfd, err := openOrCreateDir(st.preparedFD, locksDir, 0o700, true)
 	if err != nil {
 		return nil, err
@@ -370,11 +514,16 @@ func (st *store) lockPreparation(ctx context.Context, id string) (func(), error)
 	if err != nil {
 		return nil, err
 	}
+	var sb unix.Stat_t
+	if err := unix.Fstat(fd, &sb); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	wait := 5 * time.Millisecond
 	for {
 		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return func() { unix.Close(fd) }, nil
+			return &prepLock{fd: fd, id: catalog.FileIdentity{Dev: uint64(sb.Dev), Ino: sb.Ino}}, nil
 		}
 		if err != unix.EWOULDBLOCK && err != unix.EINTR {
 			unix.Close(fd)

@@ -3,6 +3,7 @@ package prepare
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -21,29 +22,21 @@ func TestGCRespectsCatalogLeases(t *testing.T) {
 	requireRoot(t)
 	root := t.TempDir()
 	ctx := context.Background()
-	a, err := Ensure(ctx, Options{StorageRoot: root, ImageRef: busyboxRef(t)})
+	a, err := Ensure(ctx, Options{StorageRoot: root, ImageRef: busyboxRef(t), DomainID: testDomain, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := catalog.New(root, catalog.Options{LockTimeout: time.Minute})
+	cat, err := catalog.New(root, catalog.Options{LockTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dom := domain.DeriveID("default", "/home/dev/gc")
 	key := catalog.LeaseKey{ArtifactID: a.ID, DomainID: dom, Generation: 3}
-	if err := cat.Update(ctx, func(tx *catalog.Tx) error {
-		if err := tx.BeginPreparation(catalog.Preparation{OperationID: "op-gc", ArtifactID: a.ID, StagingName: a.ID, SourceIdentity: "src",
-			PreparerVersion: "v", DomainID: dom, Generation: 3}); err != nil {
-			return err
-		}
-		if err := tx.PublishArtifact("op-gc"); err != nil {
-			return err
-		}
-		return tx.AcquireLease(key)
-	}); err != nil {
+	// The preparer recorded the artifact itself.
+	if err := cat.AcquireLease(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	policy := GCPolicy{Catalog: catalog.GCReclaimer{Catalog: cat, Ctx: ctx}}
+	policy := GCPolicy{Catalog: cat, Ctx: ctx}
 	for _, dry := range []bool{true, false} {
 		res, err := GC(root, policy, dry, time.Now())
 		if err != nil {
@@ -77,11 +70,13 @@ func TestGCRespectsCatalogLeases(t *testing.T) {
 	if err := cat.View(ctx, func(tx *catalog.Tx) error { _, err := tx.Artifact(a.ID); return err }); !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatalf("catalog record after reclamation: %v", err)
 	}
-	// An artifact the catalog never recorded has no lease.
-	b, err := Ensure(ctx, Options{StorageRoot: root, ImageRef: busyboxRef(t)})
+	// A tree the catalog never recorded (prepared before schema 2) has no
+	// lease: gc reclaims it; a preparer adopts it instead.
+	b, err := Ensure(ctx, Options{StorageRoot: root, ImageRef: busyboxRef(t), DomainID: testDomain, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dropRecord(t, cat, b.ID)
 	if res, err := GC(root, policy, false, time.Now()); err != nil || len(res.Entries) != 1 || res.Entries[0].Action != "reclaimed" {
 		t.Fatalf("unrecorded artifact %s: %+v %v", b.ID, res, err)
 	}

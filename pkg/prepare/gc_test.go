@@ -16,7 +16,7 @@ import (
 func TestGCRespectsHolds(t *testing.T) {
 	requireRoot(t)
 	root := t.TempDir()
-	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: busyboxRef(t)})
+	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: busyboxRef(t), DomainID: testDomain, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestGCRespectsHolds(t *testing.T) {
 		t.Fatalf("trash left: %v", ents)
 	}
 	// Size budget: over it, even a recent artifact is reclaimed.
-	a, err = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: busyboxRef(t)})
+	a, err = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: busyboxRef(t), DomainID: testDomain, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,11 @@
 //
 //	prepared/
 //	  .locks/<id>                 preparation lock: concurrent preparers of one
-//	                              image wait for the first and reuse its result
-//	  .staging/<random>/          one preparation in progress (flock held)
-//	  .used/<id>, .trash/         usage times and reclaimed trees (gc.go)
+//	                              image wait for the first and reuse its result;
+//	                              its inode is recorded in the prepare intent
+//	  .staging/<random>/          one preparation in progress, named by its
+//	                              durable prepare intent in the Storage Catalog
+//	  .used/<id>, .trash/         usage times; reclaimed and quarantined trees (gc.go)
 //	    rootfs/
 //	    artifact.json
 //	  pl-<32 hex>/                a published artifact, never modified again
@@ -40,11 +42,12 @@
 // A tree is staged under prepared/.staging and published with
 // renameat2(RENAME_NOREPLACE) relative to descriptors of the Storage Root;
 // all lookups use openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) so no symlink
-// can lead out of the Storage Root. If another process publishes the same ID
-// first, the losing staging tree is discarded and the published one is used.
+// can lead out of the Storage Root. Every step is recorded in the Storage
+// Catalog by the preparer itself (intent.go): the prepare intent before
+// staging, publication after the rename, abandonment after quarantine.
 // Deleting prepared trees (subordinate-uid files) must happen inside the
-// same user namespace; this package removes only its own failed staging
-// trees and stale staging trees whose lock is free.
+// same user namespace; a staging tree is only ever touched through its
+// prepare intent once its preparer is proven gone.
 package prepare
 
 import (
@@ -60,6 +63,11 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/catalog"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/failpoint"
+	"golang.org/x/sys/unix"
 )
 
 // ControlDir is the fixed Lazaret control directory inside the sandbox.
@@ -118,8 +126,12 @@ type Options struct {
 	ImageRef string
 	// Logger receives structured logs. May be nil.
 	Logger *slog.Logger
-	// Progress receives human-readable progress. May be nil.
+	// Progress receives human-readable progress (layers, bytes). May be nil.
 	Progress io.Writer
+	// DomainID and Generation name the Domain generation preparing, for the
+	// prepare intent in the Storage Catalog.
+	DomainID   domain.ID
+	Generation uint64
 }
 
 // SourceIdentity identifies the image an artifact was prepared from.
@@ -201,9 +213,19 @@ func Ensure(ctx context.Context, opts Options) (Artifact, error) {
 // hooks lets tests interpose at fixed points of a preparation.
 type hooks struct {
 	beforePublish func()
-	// noLock skips the preparation lock (a preparer that does not take it,
-	// e.g. an older Lazaret), so the publish race itself can be tested.
-	noLock bool
+	// at is called at every recorded step (see Steps), e.g. to crash there.
+	at func(step string)
+}
+
+// PrepareSteps are the preparer's crash points, in order (failpoint
+// "prepare:<step>" in failpoint builds).
+var PrepareSteps = []string{"locked", "intent", "staged", "renamed", "published"}
+
+func (h hooks) hit(step string) {
+	failpoint.Hit("prepare:" + step)
+	if h.at != nil {
+		h.at(step)
+	}
 }
 
 func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
@@ -216,13 +238,21 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 	if err := checkOptions(opts.StorageRoot, opts.ImageRef); err != nil {
 		return Artifact{}, err
 	}
+	if !opts.DomainID.Valid() || opts.Generation == 0 {
+		return Artifact{}, fmt.Errorf("prepare %s: the Domain ID and generation preparing it are required (got %q, %d)", opts.ImageRef, opts.DomainID, opts.Generation)
+	}
 	log := opts.Logger.With("storage_root", opts.StorageRoot, "image_ref", opts.ImageRef)
+	fail := func(err error) (Artifact, error) { return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err) }
 
 	st, err := openStore(opts.StorageRoot, true)
 	if err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+		return fail(err)
 	}
 	defer st.close()
+	cat, err := catalog.New(opts.StorageRoot, catalog.Options{Logger: opts.Logger})
+	if err != nil {
+		return fail(err)
+	}
 
 	img, err := resolve(ctx, opts.ImageRef, true)
 	if err != nil {
@@ -232,65 +262,179 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 	id := ArtifactID(img.source.ManifestDigest)
 	log = log.With("artifact_id", id, "manifest_digest", img.source.ManifestDigest)
 
-	rec, found, err := st.lookup(id, img.source.ManifestDigest)
-	if err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
-	}
-	if found {
-		log.Info("reusing prepared lower")
-		fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s\n", id, opts.ImageRef)
-		return artifactFor(opts.StorageRoot, rec), nil
-	}
-	if err := checkIdentityMap(); err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	// Fast path: a Published record and its valid tree.
+	if rec, found, err := st.lookup(id, img.source.ManifestDigest); err != nil {
+		return fail(err)
+	} else if found {
+		var published bool
+		if err := cat.View(ctx, func(tx *catalog.Tx) error {
+			a, err := tx.Artifact(id)
+			published = err == nil && a.GetState() == catalog.Published
+			if errors.Is(err, catalog.ErrNotFound) {
+				err = nil
+			}
+			return err
+		}); err != nil {
+			return fail(err)
+		}
+		if published {
+			log.Info("reusing prepared lower")
+			fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s\n", id, opts.ImageRef)
+			return artifactFor(opts.StorageRoot, rec), nil
+		}
 	}
 	// Concurrent Domains preparing the same image do it once: the first
 	// takes the artifact's preparation lock, the others wait for it and then
-	// find the artifact published.
-	unlock := func() {}
-	if !h.noLock {
-		if unlock, err = st.lockPreparation(ctx, id); err != nil {
-			return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+	// find the artifact Published.
+	lock, err := st.lockPreparation(ctx, id)
+	if err != nil {
+		return fail(err)
+	}
+	defer lock.release()
+	h.hit("locked")
+
+	// Under the lock: settle what a dead preparer or gc left, then reuse,
+	// adopt, or write the prepare intent.
+	opID, err := randomName("prep-")
+	if err != nil {
+		return fail(err)
+	}
+	stagingName, err := randomName("")
+	if err != nil {
+		return fail(err)
+	}
+	var reuse *artifactRecord
+	var prepareNow bool
+	for attempt := 0; ; attempt++ {
+		var busy bool
+		err := cat.Update(ctx, func(tx *catalog.Tx) error {
+			ops, err := tx.RunningOperations()
+			if err != nil {
+				return err
+			}
+			for _, op := range ops {
+				if op.GetArtifactId() != id {
+					continue
+				}
+				if op.GetLockIno() != lock.id.Ino || op.GetLockDev() != lock.id.Dev {
+					return fmt.Errorf("prepare intent %s names lock inode %d:%d, the preparation lock is %d:%d: cannot prove its preparer gone; move prepared/.locks/%s aside only if no Lazaret runs",
+						op.GetOperationId(), op.GetLockDev(), op.GetLockIno(), lock.id.Dev, lock.id.Ino, id)
+				}
+				what, err := st.settleIntent(tx, op, h.hit)
+				if err != nil {
+					return err
+				}
+				log.Warn("settled the prepare intent of a preparer that died", "operation_id", op.GetOperationId(), "outcome", what)
+			}
+			out, err := tx.RecoverReclaim(id, st.probeTree)
+			if err != nil {
+				return err
+			}
+			if out == catalog.InFlight {
+				busy = true
+				return nil
+			}
+			if out != catalog.NotReclaiming {
+				log.Warn("recovered an interrupted reclamation", "outcome", out.String())
+			}
+			rec, found, err := st.lookup(id, img.source.ManifestDigest)
+			if err != nil {
+				return err
+			}
+			art, err := tx.Artifact(id)
+			switch {
+			case err == nil && art.GetState() == catalog.Published && found:
+				reuse = rec
+				return nil
+			case err == nil && art.GetState() == catalog.Published:
+				// The tree went missing (removed by hand, or by a gc that
+				// did not consult the catalog): with no lease the record
+				// goes and the artifact is prepared again.
+				if err := tx.BeginReclaim(id, id+".missing"); err != nil {
+					return fmt.Errorf("the Storage Catalog records %s Published but prepared/%s is missing: %w", id, id, err)
+				}
+				if err := tx.RemoveArtifact(id); err != nil {
+					return err
+				}
+				log.Warn("removed the record of an artifact whose tree is missing; preparing it again")
+			case err == nil:
+				return fmt.Errorf("the Storage Catalog records %s as %v but prepared/%s %s: run `lazaret gc` and retry", id, art.GetState(), id,
+					map[bool]string{true: "exists", false: "is missing"}[found])
+			case !errors.Is(err, catalog.ErrNotFound):
+				return err
+			case found:
+				// A tree published before the catalog recorded preparations.
+				reuse = rec
+				return tx.AdoptArtifact(catalog.Adoption{ArtifactID: id, OperationID: opID, PreparerVersion: rec.Preparer,
+					Source: sourceOfRecord(rec), RootfsBytes: rec.RootfsBytes})
+			}
+			if err := checkIdentityMap(); err != nil {
+				return err
+			}
+			self, err := selfIdentity()
+			if err != nil {
+				return err
+			}
+			prepareNow = true
+			return tx.BeginPreparation(catalog.Preparation{OperationID: opID, ArtifactID: id, PreparerVersion: preparerVersion(),
+				DomainID: opts.DomainID, Generation: opts.Generation, StagingName: stagingName, Source: img.sourceImage(),
+				Lock: lock.id, Preparer: self})
+		})
+		if err != nil {
+			return fail(err)
+		}
+		if !busy {
+			break
+		}
+		if attempt > 100 {
+			return fail(fmt.Errorf("a running lazaret gc keeps reclaiming %s", id))
+		}
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	defer unlock()
-	if rec, found, err := st.lookup(id, img.source.ManifestDigest); err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
-	} else if found {
-		log.Info("reusing prepared lower published by a concurrent preparation")
+	if reuse != nil {
+		log.Info("reusing prepared lower published by a concurrent or earlier preparation")
 		fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s (prepared concurrently)\n", id, opts.ImageRef)
-		return artifactFor(opts.StorageRoot, rec), nil
+		return artifactFor(opts.StorageRoot, reuse), nil
 	}
-	st.cleanStaleStaging(log)
+	if !prepareNow {
+		return fail(fmt.Errorf("internal: no decision for %s", id))
+	}
+	h.hit("intent")
+	log = log.With("operation_id", opID)
 
 	start := time.Now()
 	log.Info("preparing lower", "layers", len(img.layers))
-	fmt.Fprintf(opts.Progress, "prepare: %s -> %s (%d layers)\n", opts.ImageRef, id, len(img.layers))
-	stg, err := st.newStaging()
+	fmt.Fprintf(opts.Progress, "preparing image %s (first use; later starts reuse it): %d layers, %s -> %s\n", opts.ImageRef, len(img.layers), humanBytes(img.totalBytes()), id)
+	stg, err := st.newStaging(stagingName)
 	if err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+		return fail(errors.Join(err, st.abandon(ctx, cat, opID, lock, h, log)))
 	}
 	published := false
 	defer func() {
 		if !published {
-			if err := stg.discard(); err != nil {
-				log.Warn("removing staging directory failed", "staging", stg.name, "err", err)
+			stg.closeFDs()
+			if err := st.abandon(ctx, cat, opID, lock, h, log); err != nil {
+				log.Warn("abandoning the preparation failed; gc settles its intent", "staging", stg.name, "err", err)
 			}
 		}
 	}()
 
 	counts, err := applyLayers(ctx, img, stg, log, opts.Progress)
 	if err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+		return fail(err)
 	}
 	created, replaced, err := ensureMountPoints(stg.rootfsFD)
 	if err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: mount points: %w", opts.ImageRef, err)
+		return fail(fmt.Errorf("mount points: %w", err))
 	}
 	for _, p := range replaced {
 		log.Warn("replaced image entry with a mount point", "path", p)
 	}
-	rec = &artifactRecord{
+	rec := &artifactRecord{
 		FormatVersion:            FormatVersion,
 		ID:                       id,
 		Source:                   img.source,
@@ -305,37 +449,79 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 		ReplacedMountPoints:      replaced,
 	}
 	if err := stg.writeRecord(rec); err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
+		return fail(err)
+	}
+	h.hit("staged")
+	if failpoint.Armed("prepare:pause-staged") { // integration tests: a live preparation gc must keep
+		time.Sleep(15 * time.Second)
 	}
 	if h.beforePublish != nil {
 		h.beforePublish()
 	}
 	won, err := st.publish(stg, id)
 	if err != nil {
-		return Artifact{}, fmt.Errorf("prepare %s: publish %s: %w", opts.ImageRef, id, err)
+		return fail(fmt.Errorf("publish %s: %w", id, err))
 	}
 	if !won {
-		// Someone else published the same artifact first: use theirs.
-		log.Info("another preparer published the artifact first; discarding own staging")
-		if err := stg.discard(); err != nil {
-			log.Warn("removing staging directory failed", "staging", stg.name, "err", err)
-		}
-		published = true // nothing left to clean
-		theirs, found, err := st.lookup(id, img.source.ManifestDigest)
-		if err != nil {
-			return Artifact{}, fmt.Errorf("prepare %s: %w", opts.ImageRef, err)
-		}
-		if !found {
-			return Artifact{}, fmt.Errorf("prepare %s: artifact %s vanished after a concurrent publication", opts.ImageRef, id)
-		}
-		return artifactFor(opts.StorageRoot, theirs), nil
+		// Only a preparer that ignores the lock could have published it.
+		return fail(fmt.Errorf("prepared/%s appeared while this preparation held its lock (a foreign writer?): not touching it", id))
 	}
 	published = true
+	h.hit("renamed")
+	if err := cat.Update(ctx, func(tx *catalog.Tx) error { return tx.PublishArtifact(opID, counts.bytes) }); err != nil {
+		// The tree is in place; the next preparer (or gc) rolls the intent
+		// forward once this process's lock is released.
+		return fail(fmt.Errorf("record publication of %s: %w", id, err))
+	}
+	h.hit("published")
 	log.Info("published prepared lower", "duration", time.Since(start), "rootfs_bytes", counts.bytes,
 		"skipped_device_nodes", counts.skippedDevices, "created_mount_points", len(created))
-	fmt.Fprintf(opts.Progress, "prepare: published %s in %s (%d bytes, %d device nodes skipped)\n",
-		id, time.Since(start).Round(time.Millisecond), counts.bytes, counts.skippedDevices)
+	fmt.Fprintf(opts.Progress, "prepare: published %s in %s (%s, %d device nodes skipped)\n",
+		id, time.Since(start).Round(time.Millisecond), humanBytes(counts.bytes), counts.skippedDevices)
 	return artifactFor(opts.StorageRoot, rec), nil
+}
+
+// abandon ends this process's own failed preparation: quarantine its
+// staging tree, abandon the intent, delete the quarantined tree (we are
+// namespace root of the user namespace here).
+func (st *store) abandon(ctx context.Context, cat *catalog.Catalog, opID string, lock *prepLock, h hooks, log *slog.Logger) error {
+	var q string
+	err := cat.Update(ctx, func(tx *catalog.Tx) error {
+		op, err := tx.Operation(opID)
+		if err != nil {
+			return err
+		}
+		if op.GetLockIno() != lock.id.Ino {
+			return fmt.Errorf("intent %s names another lock inode", opID)
+		}
+		_, err = st.settleIntent(tx, op, h.hit)
+		if err == nil {
+			q = quarantinePrefix + op.GetStagingName()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if tfd, err := openBeneath(st.preparedFD, trashDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err == nil {
+		defer unix.Close(tfd)
+		if err := removeAllAt(tfd, q); err != nil {
+			log.Warn("deleting the quarantined staging tree failed; the next start deletes it", "quarantine", q, "err", err)
+		}
+	}
+	return nil
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 // Lookup finds the published artifact for imageRef without preparing it.

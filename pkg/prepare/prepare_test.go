@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/imagebuild"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"go.podman.io/storage/pkg/reexec"
@@ -30,6 +31,9 @@ import (
 func TestMain(m *testing.M) {
 	if reexec.Init() {
 		return
+	}
+	if crashHook != nil {
+		os.Exit(crashHook())
 	}
 	code := m.Run()
 	if busyboxDir != "" {
@@ -134,7 +138,7 @@ func TestEnsureBusybox(t *testing.T) {
 	root := t.TempDir()
 	var progress bytes.Buffer
 	start := time.Now()
-	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, Progress: &progress})
+	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +187,7 @@ func TestEnsureBusybox(t *testing.T) {
 
 	// Reuse: same artifact, not re-prepared.
 	progress.Reset()
-	b, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, Progress: &progress})
+	b, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +301,7 @@ func TestEnsureExactMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: "oci:" + layout + ":t"})
+	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: "oci:" + layout + ":t", DomainID: testDomain, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +353,7 @@ func TestNewerRecordRefused(t *testing.T) {
 	requireRoot(t)
 	ref := busyboxRef(t)
 	root := t.TempDir()
-	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref})
+	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +366,7 @@ func TestNewerRecordRefused(t *testing.T) {
 	if err := os.WriteFile(path, []byte(newer), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref})
+	_, err = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1})
 	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade Lazaret") {
 		t.Fatalf("Ensure err = %v, want ErrNewerFormat", err)
 	}
@@ -379,7 +383,7 @@ func TestNewerRecordRefused(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref}); !errors.Is(err, ErrCorrupt) {
+		if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: err = %v, want ErrCorrupt", name, err)
 		}
 	}
@@ -387,17 +391,17 @@ func TestNewerRecordRefused(t *testing.T) {
 	os.Remove(path)
 	os.WriteFile(filepath.Join(root, "elsewhere.json"), b, 0o644)
 	os.Symlink(filepath.Join(root, "elsewhere.json"), path)
-	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref}); !errors.Is(err, ErrCorrupt) {
+	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("symlinked record: err = %v, want ErrCorrupt", err)
 	}
 	// A missing mount point makes the artifact invalid.
 	os.Remove(path)
 	os.WriteFile(path, b, 0o644)
-	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref}); err != nil {
+	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); err != nil {
 		t.Fatalf("restored record: %v", err)
 	}
 	os.Remove(filepath.Join(a.Rootfs, "workspace"))
-	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref}); !errors.Is(err, ErrCorrupt) {
+	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("missing mount point: err = %v, want ErrCorrupt", err)
 	}
 }
@@ -410,7 +414,7 @@ func TestSymlinkedStorageRootDirsRefused(t *testing.T) {
 	if err := os.Symlink(other, filepath.Join(root, "prepared")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref})
+	_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1})
 	if err == nil || !strings.Contains(err.Error(), "not a plain directory") {
 		t.Fatalf("err = %v", err)
 	}
@@ -423,29 +427,33 @@ func TestConcurrentPublishRace(t *testing.T) {
 	requireRoot(t)
 	ref := busyboxRef(t)
 
-	// Deterministic: another preparer publishes between our staging and
-	// our rename.
+	// Deterministic: a foreign prepared/<id> appears while we hold the
+	// preparation lock (no Lazaret preparer can publish without it): ours
+	// is refused, the foreign tree is not touched, and our intent is
+	// abandoned with its staging tree quarantined and deleted.
 	root := t.TempDir()
-	var theirs Artifact
-	ours, err := ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref}, hooks{noLock: true, beforePublish: func() {
-		var err error
-		theirs, err = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref})
-		if err != nil {
+	var foreign string
+	_, err := ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}, hooks{beforePublish: func() {
+		id := ArtifactID(resolvedDigest(t, ref))
+		foreign = filepath.Join(root, preparedDir, id)
+		if err := os.Mkdir(foreign, 0o755); err != nil {
 			t.Error(err)
 		}
 	}})
-	if err != nil {
-		t.Fatal(err)
+	if err == nil || !strings.Contains(err.Error(), "appeared while this preparation held its lock") {
+		t.Fatalf("publication over a foreign tree: %v", err)
 	}
-	if ours != theirs {
-		t.Fatalf("loser returned %+v, want the winner's %+v", ours, theirs)
+	if _, err := os.Stat(foreign); err != nil {
+		t.Fatalf("foreign tree touched: %v", err)
 	}
 	if n := stagingEntries(t, root); len(n) != 0 {
 		t.Errorf("staging left: %v", n)
 	}
-	entries, _ := os.ReadDir(filepath.Join(root, preparedDir))
-	if len(entries) != 3 { // .staging, .locks and the artifact
-		t.Errorf("prepared/ holds %d entries", len(entries))
+	if ents, _ := os.ReadDir(filepath.Join(root, preparedDir, trashDir)); len(ents) != 0 {
+		t.Errorf("quarantine not deleted: %v", ents)
+	}
+	if ops, arts := catalogState(t, root); len(ops) != 0 || len(arts) != 0 {
+		t.Errorf("catalog after an abandoned preparation: ops %v artifacts %v", ops, arts)
 	}
 
 	// Free-running: several goroutines race on a fresh root.
@@ -459,7 +467,7 @@ func TestConcurrentPublishRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, Progress: &progress[i]})
+			results[i], errs[i] = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1, Progress: &progress[i]})
 		}()
 	}
 	wg.Wait()
@@ -483,15 +491,22 @@ func TestConcurrentPublishRace(t *testing.T) {
 	if n := stagingEntries(t, root); len(n) != 0 {
 		t.Errorf("staging left: %v", n)
 	}
+	// The Storage Catalog shows one preparation, recorded by the preparer.
+	ops, arts := catalogState(t, root)
+	if len(ops) != 1 || len(arts) != 1 || arts[0].GetState() != catalog.Published || arts[0].GetOrigin() != catalog.OriginPrepared ||
+		arts[0].GetOperationId() != ops[0].GetOperationId() || ops[0].GetState().String() != "PREPARATION_OPERATION_STATE_PUBLISHED" {
+		t.Errorf("catalog after concurrent preparation: ops %v artifacts %v", ops, arts)
+	}
 }
 
 func TestInterruptedStagingIgnored(t *testing.T) {
 	requireRoot(t)
 	ref := busyboxRef(t)
-	// A complete-looking tree in a staging directory (as if the process
-	// died just before publication) is not an artifact.
+	// A complete-looking tree in a staging directory that no prepare intent
+	// names is not an artifact, and is never touched (not by the preparer,
+	// not by gc), locked or not.
 	src := t.TempDir()
-	a, err := Ensure(context.Background(), Options{StorageRoot: src, ImageRef: ref})
+	a, err := Ensure(context.Background(), Options{StorageRoot: src, ImageRef: ref, DomainID: testDomain, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,15 +540,18 @@ func TestInterruptedStagingIgnored(t *testing.T) {
 		t.Fatalf("LookupID found=%v err=%v", found, err)
 	}
 	var progress bytes.Buffer
-	b, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, Progress: &progress})
+	b, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.ID != a.ID || strings.Contains(progress.String(), "reusing") {
 		t.Fatalf("Ensure %+v %q", b, progress.String())
 	}
-	if names := stagingEntries(t, root); strings.Join(names, ",") != "locked" {
-		t.Errorf("staging after cleanup: %v, want only the locked one", names)
+	if _, err := GC(root, GCPolicy{Keep: 5}, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if names := stagingEntries(t, root); strings.Join(names, ",") != "deadbeef,locked,"+a.ID {
+		t.Errorf("staging after preparation and gc: %v, want every intent-less tree kept", names)
 	}
 }
 
@@ -556,7 +574,7 @@ func TestFailedPrepareRemovesStaging(t *testing.T) {
 	data[len(data)-9] ^= 0xff // corrupt the gzip trailer (CRC)
 	os.WriteFile(layer, data, 0o644)
 	root := t.TempDir()
-	_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: "oci:" + layout + ":t"})
+	_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: "oci:" + layout + ":t", DomainID: testDomain, Generation: 1})
 	if err == nil {
 		t.Fatal("corrupt layer prepared")
 	}
@@ -565,8 +583,14 @@ func TestFailedPrepareRemovesStaging(t *testing.T) {
 		t.Errorf("staging left: %v", n)
 	}
 	entries, _ := os.ReadDir(filepath.Join(root, preparedDir))
-	if len(entries) != 2 { // .staging and .locks: no artifact
+	if len(entries) != 3 { // .staging, .locks and the emptied .trash: no artifact
 		t.Errorf("prepared/ holds %v", entries)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, preparedDir, trashDir)); len(ents) != 0 {
+		t.Errorf("quarantined staging tree not deleted: %v", ents)
+	}
+	if ops, arts := catalogState(t, root); len(ops) != 0 || len(arts) != 0 {
+		t.Errorf("catalog after a failed preparation: ops %v artifacts %v", ops, arts)
 	}
 }
 
@@ -590,12 +614,12 @@ func TestBadReferences(t *testing.T) {
 		{"oci:" + filepath.Join(root, "missing") + ":latest", "check that PATH is an OCI image layout"},
 		{"oci:" + layout + ":nosuchtag", "nosuchtag"},
 	} {
-		_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: tc.ref})
+		_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: tc.ref, DomainID: testDomain, Generation: 1})
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrBadReference) {
 			t.Errorf("%q: err = %v, want %q and ErrBadReference", tc.ref, err, tc.want)
 		}
 	}
-	if _, err := Ensure(context.Background(), Options{StorageRoot: "relative", ImageRef: ref}); err == nil {
+	if _, err := Ensure(context.Background(), Options{StorageRoot: "relative", ImageRef: ref, DomainID: testDomain, Generation: 1}); err == nil {
 		t.Error("relative storage root accepted")
 	}
 	if _, _, err := LookupID(root, "pl-nothex"); err == nil {
@@ -659,7 +683,7 @@ func TestBlobDigestMismatchRefused(t *testing.T) {
 		t.Fatal("no layer blob found")
 	}
 	root := t.TempDir()
-	_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: "oci:" + layout + ":t"})
+	_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: "oci:" + layout + ":t", DomainID: testDomain, Generation: 1})
 	if err == nil || !strings.Contains(err.Error(), "does not match its digest") {
 		t.Fatalf("err = %v, want a digest mismatch", err)
 	}

@@ -9,6 +9,7 @@ import (
 	digest "github.com/opencontainers/go-digest"
 	"go.podman.io/image/v5/image"
 	"go.podman.io/image/v5/manifest"
+
 	// Only the transports Lazaret supports are linked (alltransports would
 	// also link containers-storage and every graph driver).
 	_ "go.podman.io/image/v5/docker"
@@ -31,6 +32,15 @@ func (r *resolvedImage) close() {
 	if r.src != nil {
 		_ = r.src.Close()
 	}
+}
+
+// totalBytes is the sum of the compressed layer sizes (unknown sizes count 0).
+func (r *resolvedImage) totalBytes() int64 {
+	var n int64
+	for _, l := range r.layers {
+		n += max(l.Size, 0)
+	}
+	return n
 }
 
 func (r *resolvedImage) layerRecords() []layerRecord {

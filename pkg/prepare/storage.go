@@ -1,15 +1,11 @@
 package prepare
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -113,12 +109,9 @@ type staging struct {
 	removed  bool
 }
 
-func (st *store) newStaging() (*staging, error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
-	}
-	name := hex.EncodeToString(b[:])
+// newStaging creates prepared/.staging/<name>, the name the prepare intent
+// recorded.
+func (st *store) newStaging(name string) (*staging, error) {
 	if err := unix.Mkdirat(st.stagingFD, name, 0o700); err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", &os.PathError{Op: "mkdirat", Path: name, Err: err})
 	}
@@ -181,6 +174,20 @@ func (s *staging) rootfsPath() (string, error) {
 	return "", fmt.Errorf("staging rootfs %s is not reachable by path (was the storage root moved?)", candidates[1])
 }
 
+// closeFDs closes the staging descriptors (releasing its flock) without
+// removing anything: a failed preparation's tree is quarantined through its
+// intent.
+func (s *staging) closeFDs() {
+	if s.rootfsFD >= 0 {
+		unix.Close(s.rootfsFD)
+		s.rootfsFD = -1
+	}
+	if s.dirFD >= 0 {
+		unix.Close(s.dirFD)
+		s.dirFD = -1
+	}
+}
+
 // discard removes the staging tree. Safe to call more than once.
 func (s *staging) discard() error {
 	if s.removed {
@@ -227,50 +234,6 @@ func (st *store) publish(s *staging, id string) (won bool, err error) {
 		}
 	}
 	return true, nil
-}
-
-// cleanStaleStaging removes staging trees left by interrupted preparations:
-// those older than staleStaging whose lock nobody holds.
-func (st *store) cleanStaleStaging(log *slog.Logger) {
-	dup, err := unix.Dup(st.stagingFD)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(dup), stagingDir)
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		log.Warn("listing staging directory failed", "err", err)
-		return
-	}
-	for _, name := range names {
-		var sb unix.Stat_t
-		if err := unix.Fstatat(st.stagingFD, name, &sb, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			continue
-		}
-		if time.Since(time.Unix(sb.Mtim.Unix())) < staleStaging {
-			continue
-		}
-		if sb.Mode&unix.S_IFMT != unix.S_IFDIR {
-			_ = unix.Unlinkat(st.stagingFD, name, 0)
-			continue
-		}
-		fd, err := openBeneath(st.stagingFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-		if err != nil {
-			continue
-		}
-		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			unix.Close(fd) // a live preparation holds it
-			continue
-		}
-		err = removeAllAt(st.stagingFD, name)
-		unix.Close(fd)
-		if err != nil {
-			log.Warn("removing stale staging directory failed", "staging", name, "err", err)
-		} else {
-			log.Info("removed stale staging directory", "staging", name)
-		}
-	}
 }
 
 // removeAllAt removes name (a file or a whole tree) beneath dirfd without

@@ -128,16 +128,13 @@ func (s *supervisor) unmountAnchors() {
 func (s *supervisor) holdLower() (prepare.Artifact, error) {
 	st := s.start
 	for attempt := 0; ; attempt++ {
-		art, found, err := prepare.Lookup(st.StorageRoot, st.ImageRef)
+		// Ensure reuses a Published artifact at once; otherwise it prepares
+		// it (once across concurrent Domains), recording every step in the
+		// Storage Catalog.
+		art, err := prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log,
+			Progress: progressWriter{s}, DomainID: domain.ID(st.DomainId), Generation: st.Generation})
 		if err != nil {
 			return prepare.Artifact{}, err
-		}
-		if !found {
-			s.progress("preparing image %s (first use; later starts reuse it)", st.ImageRef)
-			art, err = prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log, Progress: progressWriter{s}})
-			if err != nil {
-				return prepare.Artifact{}, err
-			}
 		}
 		use, err := prepare.Hold(st.StorageRoot, art.ID)
 		if errors.Is(err, prepare.ErrGone) && attempt < 3 {

@@ -313,6 +313,62 @@ func (PreparedArtifactState) EnumDescriptor() ([]byte, []int) {
 	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{4}
 }
 
+type PreparedArtifactOrigin int32
+
+const (
+	PreparedArtifactOrigin_PREPARED_ARTIFACT_ORIGIN_UNSPECIFIED PreparedArtifactOrigin = 0
+	// Recorded by the preparer that built and published the tree.
+	PreparedArtifactOrigin_PREPARED_ARTIFACT_ORIGIN_PREPARED PreparedArtifactOrigin = 1
+	// A published tree without a record (prepared before schema 2), recorded
+	// by a preparer from its validated artifact.json.
+	PreparedArtifactOrigin_PREPARED_ARTIFACT_ORIGIN_ADOPTED PreparedArtifactOrigin = 2
+	// Migrated from schema 1, where the coordinator registered it on first lease.
+	PreparedArtifactOrigin_PREPARED_ARTIFACT_ORIGIN_REGISTERED_V1 PreparedArtifactOrigin = 3
+)
+
+// Enum value maps for PreparedArtifactOrigin.
+var (
+	PreparedArtifactOrigin_name = map[int32]string{
+		0: "PREPARED_ARTIFACT_ORIGIN_UNSPECIFIED",
+		1: "PREPARED_ARTIFACT_ORIGIN_PREPARED",
+		2: "PREPARED_ARTIFACT_ORIGIN_ADOPTED",
+		3: "PREPARED_ARTIFACT_ORIGIN_REGISTERED_V1",
+	}
+	PreparedArtifactOrigin_value = map[string]int32{
+		"PREPARED_ARTIFACT_ORIGIN_UNSPECIFIED":   0,
+		"PREPARED_ARTIFACT_ORIGIN_PREPARED":      1,
+		"PREPARED_ARTIFACT_ORIGIN_ADOPTED":       2,
+		"PREPARED_ARTIFACT_ORIGIN_REGISTERED_V1": 3,
+	}
+)
+
+func (x PreparedArtifactOrigin) Enum() *PreparedArtifactOrigin {
+	p := new(PreparedArtifactOrigin)
+	*p = x
+	return p
+}
+
+func (x PreparedArtifactOrigin) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PreparedArtifactOrigin) Descriptor() protoreflect.EnumDescriptor {
+	return file_lazaret_v1_store_proto_enumTypes[5].Descriptor()
+}
+
+func (PreparedArtifactOrigin) Type() protoreflect.EnumType {
+	return &file_lazaret_v1_store_proto_enumTypes[5]
+}
+
+func (x PreparedArtifactOrigin) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PreparedArtifactOrigin.Descriptor instead.
+func (PreparedArtifactOrigin) EnumDescriptor() ([]byte, []int) {
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{5}
+}
+
 type PreparationOperationState int32
 
 const (
@@ -349,11 +405,11 @@ func (x PreparationOperationState) String() string {
 }
 
 func (PreparationOperationState) Descriptor() protoreflect.EnumDescriptor {
-	return file_lazaret_v1_store_proto_enumTypes[5].Descriptor()
+	return file_lazaret_v1_store_proto_enumTypes[6].Descriptor()
 }
 
 func (PreparationOperationState) Type() protoreflect.EnumType {
-	return &file_lazaret_v1_store_proto_enumTypes[5]
+	return &file_lazaret_v1_store_proto_enumTypes[6]
 }
 
 func (x PreparationOperationState) Number() protoreflect.EnumNumber {
@@ -362,7 +418,7 @@ func (x PreparationOperationState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PreparationOperationState.Descriptor instead.
 func (PreparationOperationState) EnumDescriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{6}
 }
 
 // SchemaVersionV1 is the value of a store's schema version key. It is written
@@ -2453,8 +2509,19 @@ type PreparedArtifactRecordV1 struct {
 	State           PreparedArtifactState  `protobuf:"varint,5,opt,name=state,proto3,enum=lazaret.v1.PreparedArtifactState" json:"state,omitempty"`
 	CreatedUnixNano int64                  `protobuf:"varint,6,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	UpdatedUnixNano int64                  `protobuf:"varint,7,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Schema 2: the source image identity as the preparer resolved it.
+	ImageName      string                 `protobuf:"bytes,8,opt,name=image_name,json=imageName,proto3" json:"image_name,omitempty"`                // reference the preparer was given
+	ManifestDigest string                 `protobuf:"bytes,9,opt,name=manifest_digest,json=manifestDigest,proto3" json:"manifest_digest,omitempty"` // single-platform manifest; the ID derives from it
+	ConfigDigest   string                 `protobuf:"bytes,10,opt,name=config_digest,json=configDigest,proto3" json:"config_digest,omitempty"`
+	LayerDigests   []string               `protobuf:"bytes,11,rep,name=layer_digests,json=layerDigests,proto3" json:"layer_digests,omitempty"` // compressed blob digests, bottom layer first
+	DiffIds        []string               `protobuf:"bytes,12,rep,name=diff_ids,json=diffIds,proto3" json:"diff_ids,omitempty"`                // uncompressed digests, same order
+	RootfsBytes    int64                  `protobuf:"varint,13,opt,name=rootfs_bytes,json=rootfsBytes,proto3" json:"rootfs_bytes,omitempty"`
+	Origin         PreparedArtifactOrigin `protobuf:"varint,14,opt,name=origin,proto3,enum=lazaret.v1.PreparedArtifactOrigin" json:"origin,omitempty"`
+	OperationId    string                 `protobuf:"bytes,15,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"` // the preparation (or adoption) that recorded it
+	// Set with Reclaiming by gc before the tree moves: its entry in prepared/.trash.
+	ReclaimTrashName string `protobuf:"bytes,16,opt,name=reclaim_trash_name,json=reclaimTrashName,proto3" json:"reclaim_trash_name,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PreparedArtifactRecordV1) Reset() {
@@ -2536,6 +2603,69 @@ func (x *PreparedArtifactRecordV1) GetUpdatedUnixNano() int64 {
 	return 0
 }
 
+func (x *PreparedArtifactRecordV1) GetImageName() string {
+	if x != nil {
+		return x.ImageName
+	}
+	return ""
+}
+
+func (x *PreparedArtifactRecordV1) GetManifestDigest() string {
+	if x != nil {
+		return x.ManifestDigest
+	}
+	return ""
+}
+
+func (x *PreparedArtifactRecordV1) GetConfigDigest() string {
+	if x != nil {
+		return x.ConfigDigest
+	}
+	return ""
+}
+
+func (x *PreparedArtifactRecordV1) GetLayerDigests() []string {
+	if x != nil {
+		return x.LayerDigests
+	}
+	return nil
+}
+
+func (x *PreparedArtifactRecordV1) GetDiffIds() []string {
+	if x != nil {
+		return x.DiffIds
+	}
+	return nil
+}
+
+func (x *PreparedArtifactRecordV1) GetRootfsBytes() int64 {
+	if x != nil {
+		return x.RootfsBytes
+	}
+	return 0
+}
+
+func (x *PreparedArtifactRecordV1) GetOrigin() PreparedArtifactOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return PreparedArtifactOrigin_PREPARED_ARTIFACT_ORIGIN_UNSPECIFIED
+}
+
+func (x *PreparedArtifactRecordV1) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *PreparedArtifactRecordV1) GetReclaimTrashName() string {
+	if x != nil {
+		return x.ReclaimTrashName
+	}
+	return ""
+}
+
 type PreparationOperationRecordV1 struct {
 	state           protoimpl.MessageState    `protogen:"open.v1"`
 	RecordVersion   uint32                    `protobuf:"varint,1,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
@@ -2547,8 +2677,22 @@ type PreparationOperationRecordV1 struct {
 	State           PreparationOperationState `protobuf:"varint,7,opt,name=state,proto3,enum=lazaret.v1.PreparationOperationState" json:"state,omitempty"`
 	StartedUnixNano int64                     `protobuf:"varint,8,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	UpdatedUnixNano int64                     `protobuf:"varint,9,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Schema 2: the durable prepare intent, written before the staging tree
+	// exists. The preparer holds flock(LOCK_EX) on prepared/.locks/<artifact>
+	// (inode lock_dev:lock_ino) from before this record until it ends; the
+	// lock being free on that exact inode proves no preparer is live.
+	LockDev          uint64 `protobuf:"varint,10,opt,name=lock_dev,json=lockDev,proto3" json:"lock_dev,omitempty"`
+	LockIno          uint64 `protobuf:"varint,11,opt,name=lock_ino,json=lockIno,proto3" json:"lock_ino,omitempty"`
+	PreparerBootId   []byte `protobuf:"bytes,12,opt,name=preparer_boot_id,json=preparerBootId,proto3" json:"preparer_boot_id,omitempty"`        // 16 bytes
+	PreparerPidfsDev uint64 `protobuf:"varint,13,opt,name=preparer_pidfs_dev,json=preparerPidfsDev,proto3" json:"preparer_pidfs_dev,omitempty"` // pidfs identity of the preparing process
+	PreparerPidfsIno uint64 `protobuf:"varint,14,opt,name=preparer_pidfs_ino,json=preparerPidfsIno,proto3" json:"preparer_pidfs_ino,omitempty"`
+	PreparerPid      uint32 `protobuf:"varint,15,opt,name=preparer_pid,json=preparerPid,proto3" json:"preparer_pid,omitempty"` // locator in the preparer's PID namespace only
+	ImageName        string `protobuf:"bytes,16,opt,name=image_name,json=imageName,proto3" json:"image_name,omitempty"`
+	ManifestDigest   string `protobuf:"bytes,17,opt,name=manifest_digest,json=manifestDigest,proto3" json:"manifest_digest,omitempty"`
+	// Abandoned: the staging tree's entry in prepared/.trash ("" if none existed).
+	QuarantineName string `protobuf:"bytes,18,opt,name=quarantine_name,json=quarantineName,proto3" json:"quarantine_name,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PreparationOperationRecordV1) Reset() {
@@ -2642,6 +2786,69 @@ func (x *PreparationOperationRecordV1) GetUpdatedUnixNano() int64 {
 		return x.UpdatedUnixNano
 	}
 	return 0
+}
+
+func (x *PreparationOperationRecordV1) GetLockDev() uint64 {
+	if x != nil {
+		return x.LockDev
+	}
+	return 0
+}
+
+func (x *PreparationOperationRecordV1) GetLockIno() uint64 {
+	if x != nil {
+		return x.LockIno
+	}
+	return 0
+}
+
+func (x *PreparationOperationRecordV1) GetPreparerBootId() []byte {
+	if x != nil {
+		return x.PreparerBootId
+	}
+	return nil
+}
+
+func (x *PreparationOperationRecordV1) GetPreparerPidfsDev() uint64 {
+	if x != nil {
+		return x.PreparerPidfsDev
+	}
+	return 0
+}
+
+func (x *PreparationOperationRecordV1) GetPreparerPidfsIno() uint64 {
+	if x != nil {
+		return x.PreparerPidfsIno
+	}
+	return 0
+}
+
+func (x *PreparationOperationRecordV1) GetPreparerPid() uint32 {
+	if x != nil {
+		return x.PreparerPid
+	}
+	return 0
+}
+
+func (x *PreparationOperationRecordV1) GetImageName() string {
+	if x != nil {
+		return x.ImageName
+	}
+	return ""
+}
+
+func (x *PreparationOperationRecordV1) GetManifestDigest() string {
+	if x != nil {
+		return x.ManifestDigest
+	}
+	return ""
+}
+
+func (x *PreparationOperationRecordV1) GetQuarantineName() string {
+	if x != nil {
+		return x.QuarantineName
+	}
+	return ""
 }
 
 // PreparedLowerLeaseRecordV1 is one (prepared-artifact ID, Domain ID,
@@ -2921,7 +3128,7 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"mailbox_id\x18\x03 \x01(\tR\tmailboxId\x128\n" +
 	"\tdirectory\x18\x04 \x01(\v2\x1a.lazaret.v1.FileIdentityV1R\tdirectory\x122\n" +
 	"\x15next_request_sequence\x18\x05 \x01(\x04R\x13nextRequestSequence\x12*\n" +
-	"\x11created_unix_nano\x18\x06 \x01(\x03R\x0fcreatedUnixNano\"\xc7\x02\n" +
+	"\x11created_unix_nano\x18\x06 \x01(\x03R\x0fcreatedUnixNano\"\xa4\x05\n" +
 	"\x18PreparedArtifactRecordV1\x12%\n" +
 	"\x0erecord_version\x18\x01 \x01(\rR\rrecordVersion\x12\x1f\n" +
 	"\vartifact_id\x18\x02 \x01(\tR\n" +
@@ -2930,7 +3137,18 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"\x10preparer_version\x18\x04 \x01(\tR\x0fpreparerVersion\x127\n" +
 	"\x05state\x18\x05 \x01(\x0e2!.lazaret.v1.PreparedArtifactStateR\x05state\x12*\n" +
 	"\x11created_unix_nano\x18\x06 \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
-	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\"\xfe\x02\n" +
+	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\x12\x1d\n" +
+	"\n" +
+	"image_name\x18\b \x01(\tR\timageName\x12'\n" +
+	"\x0fmanifest_digest\x18\t \x01(\tR\x0emanifestDigest\x12#\n" +
+	"\rconfig_digest\x18\n" +
+	" \x01(\tR\fconfigDigest\x12#\n" +
+	"\rlayer_digests\x18\v \x03(\tR\flayerDigests\x12\x19\n" +
+	"\bdiff_ids\x18\f \x03(\tR\adiffIds\x12!\n" +
+	"\frootfs_bytes\x18\r \x01(\x03R\vrootfsBytes\x12:\n" +
+	"\x06origin\x18\x0e \x01(\x0e2\".lazaret.v1.PreparedArtifactOriginR\x06origin\x12!\n" +
+	"\foperation_id\x18\x0f \x01(\tR\voperationId\x12,\n" +
+	"\x12reclaim_trash_name\x18\x10 \x01(\tR\x10reclaimTrashName\"\xce\x05\n" +
 	"\x1cPreparationOperationRecordV1\x12%\n" +
 	"\x0erecord_version\x18\x01 \x01(\rR\rrecordVersion\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x1f\n" +
@@ -2943,7 +3161,18 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"\fstaging_name\x18\x06 \x01(\tR\vstagingName\x12;\n" +
 	"\x05state\x18\a \x01(\x0e2%.lazaret.v1.PreparationOperationStateR\x05state\x12*\n" +
 	"\x11started_unix_nano\x18\b \x01(\x03R\x0fstartedUnixNano\x12*\n" +
-	"\x11updated_unix_nano\x18\t \x01(\x03R\x0fupdatedUnixNano\"\xcf\x01\n" +
+	"\x11updated_unix_nano\x18\t \x01(\x03R\x0fupdatedUnixNano\x12\x19\n" +
+	"\block_dev\x18\n" +
+	" \x01(\x04R\alockDev\x12\x19\n" +
+	"\block_ino\x18\v \x01(\x04R\alockIno\x12(\n" +
+	"\x10preparer_boot_id\x18\f \x01(\fR\x0epreparerBootId\x12,\n" +
+	"\x12preparer_pidfs_dev\x18\r \x01(\x04R\x10preparerPidfsDev\x12,\n" +
+	"\x12preparer_pidfs_ino\x18\x0e \x01(\x04R\x10preparerPidfsIno\x12!\n" +
+	"\fpreparer_pid\x18\x0f \x01(\rR\vpreparerPid\x12\x1d\n" +
+	"\n" +
+	"image_name\x18\x10 \x01(\tR\timageName\x12'\n" +
+	"\x0fmanifest_digest\x18\x11 \x01(\tR\x0emanifestDigest\x12'\n" +
+	"\x0fquarantine_name\x18\x12 \x01(\tR\x0equarantineName\"\xcf\x01\n" +
 	"\x1aPreparedLowerLeaseRecordV1\x12%\n" +
 	"\x0erecord_version\x18\x01 \x01(\rR\rrecordVersion\x12\x1f\n" +
 	"\vartifact_id\x18\x02 \x01(\tR\n" +
@@ -2985,7 +3214,12 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"#PREPARED_ARTIFACT_STATE_UNSPECIFIED\x10\x00\x12%\n" +
 	"!PREPARED_ARTIFACT_STATE_PREPARING\x10\x01\x12%\n" +
 	"!PREPARED_ARTIFACT_STATE_PUBLISHED\x10\x02\x12&\n" +
-	"\"PREPARED_ARTIFACT_STATE_RECLAIMING\x10\x03*\xc7\x01\n" +
+	"\"PREPARED_ARTIFACT_STATE_RECLAIMING\x10\x03*\xbb\x01\n" +
+	"\x16PreparedArtifactOrigin\x12(\n" +
+	"$PREPARED_ARTIFACT_ORIGIN_UNSPECIFIED\x10\x00\x12%\n" +
+	"!PREPARED_ARTIFACT_ORIGIN_PREPARED\x10\x01\x12$\n" +
+	" PREPARED_ARTIFACT_ORIGIN_ADOPTED\x10\x02\x12*\n" +
+	"&PREPARED_ARTIFACT_ORIGIN_REGISTERED_V1\x10\x03*\xc7\x01\n" +
 	"\x19PreparationOperationState\x12+\n" +
 	"'PREPARATION_OPERATION_STATE_UNSPECIFIED\x10\x00\x12'\n" +
 	"#PREPARATION_OPERATION_STATE_RUNNING\x10\x01\x12)\n" +
@@ -3004,7 +3238,7 @@ func file_lazaret_v1_store_proto_rawDescGZIP() []byte {
 	return file_lazaret_v1_store_proto_rawDescData
 }
 
-var file_lazaret_v1_store_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_lazaret_v1_store_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_lazaret_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_lazaret_v1_store_proto_goTypes = []any{
 	(ParticipantRole)(0),                      // 0: lazaret.v1.ParticipantRole
@@ -3012,99 +3246,101 @@ var file_lazaret_v1_store_proto_goTypes = []any{
 	(LeaseState)(0),                           // 2: lazaret.v1.LeaseState
 	(SessionTerminalPhase)(0),                 // 3: lazaret.v1.SessionTerminalPhase
 	(PreparedArtifactState)(0),                // 4: lazaret.v1.PreparedArtifactState
-	(PreparationOperationState)(0),            // 5: lazaret.v1.PreparationOperationState
-	(*SchemaVersionV1)(nil),                   // 6: lazaret.v1.SchemaVersionV1
-	(*LegacyUnverifiedProcessIdentityV1)(nil), // 7: lazaret.v1.LegacyUnverifiedProcessIdentityV1
-	(*HostProcessIdentityV1)(nil),             // 8: lazaret.v1.HostProcessIdentityV1
-	(*UnassignedV1)(nil),                      // 9: lazaret.v1.UnassignedV1
-	(*SchemaV1PidStart)(nil),                  // 10: lazaret.v1.SchemaV1PidStart
-	(*ProcessSlotV1)(nil),                     // 11: lazaret.v1.ProcessSlotV1
-	(*FileIdentityV1)(nil),                    // 12: lazaret.v1.FileIdentityV1
-	(*MountIdentityV1)(nil),                   // 13: lazaret.v1.MountIdentityV1
-	(*DomainIdentityRecordV1)(nil),            // 14: lazaret.v1.DomainIdentityRecordV1
-	(*MintedComponentIdV1)(nil),               // 15: lazaret.v1.MintedComponentIdV1
-	(*GenerationRecordV1)(nil),                // 16: lazaret.v1.GenerationRecordV1
-	(*PreparedLowerSnapshotV1)(nil),           // 17: lazaret.v1.PreparedLowerSnapshotV1
-	(*StateAnchorSnapshotV1)(nil),             // 18: lazaret.v1.StateAnchorSnapshotV1
-	(*StateAnchorMountsV1)(nil),               // 19: lazaret.v1.StateAnchorMountsV1
-	(*AnchorMountV1)(nil),                     // 20: lazaret.v1.AnchorMountV1
-	(*GitRoutingSnapshotV1)(nil),              // 21: lazaret.v1.GitRoutingSnapshotV1
-	(*NetworkReadinessEvidenceV1)(nil),        // 22: lazaret.v1.NetworkReadinessEvidenceV1
-	(*NetworkSnapshotV1)(nil),                 // 23: lazaret.v1.NetworkSnapshotV1
-	(*HelperSnapshotV1)(nil),                  // 24: lazaret.v1.HelperSnapshotV1
-	(*SandboxSnapshotV1)(nil),                 // 25: lazaret.v1.SandboxSnapshotV1
-	(*PublicationSnapshotV1)(nil),             // 26: lazaret.v1.PublicationSnapshotV1
-	(*RoleSnapshotV1)(nil),                    // 27: lazaret.v1.RoleSnapshotV1
-	(*ParticipantRecordV1)(nil),               // 28: lazaret.v1.ParticipantRecordV1
-	(*PtyIdentityV1)(nil),                     // 29: lazaret.v1.PtyIdentityV1
-	(*GuestProcessGroupV1)(nil),               // 30: lazaret.v1.GuestProcessGroupV1
-	(*SessionTerminalSnapshotV1)(nil),         // 31: lazaret.v1.SessionTerminalSnapshotV1
-	(*SessionTerminalRecordV1)(nil),           // 32: lazaret.v1.SessionTerminalRecordV1
-	(*GenerationMailboxRecordV1)(nil),         // 33: lazaret.v1.GenerationMailboxRecordV1
-	(*PreparedArtifactRecordV1)(nil),          // 34: lazaret.v1.PreparedArtifactRecordV1
-	(*PreparationOperationRecordV1)(nil),      // 35: lazaret.v1.PreparationOperationRecordV1
-	(*PreparedLowerLeaseRecordV1)(nil),        // 36: lazaret.v1.PreparedLowerLeaseRecordV1
-	(*PidfsProcessIdentityV1)(nil),            // 37: lazaret.v1.PidfsProcessIdentityV1
-	(*NamespaceIdentity)(nil),                 // 38: lazaret.v1.NamespaceIdentity
+	(PreparedArtifactOrigin)(0),               // 5: lazaret.v1.PreparedArtifactOrigin
+	(PreparationOperationState)(0),            // 6: lazaret.v1.PreparationOperationState
+	(*SchemaVersionV1)(nil),                   // 7: lazaret.v1.SchemaVersionV1
+	(*LegacyUnverifiedProcessIdentityV1)(nil), // 8: lazaret.v1.LegacyUnverifiedProcessIdentityV1
+	(*HostProcessIdentityV1)(nil),             // 9: lazaret.v1.HostProcessIdentityV1
+	(*UnassignedV1)(nil),                      // 10: lazaret.v1.UnassignedV1
+	(*SchemaV1PidStart)(nil),                  // 11: lazaret.v1.SchemaV1PidStart
+	(*ProcessSlotV1)(nil),                     // 12: lazaret.v1.ProcessSlotV1
+	(*FileIdentityV1)(nil),                    // 13: lazaret.v1.FileIdentityV1
+	(*MountIdentityV1)(nil),                   // 14: lazaret.v1.MountIdentityV1
+	(*DomainIdentityRecordV1)(nil),            // 15: lazaret.v1.DomainIdentityRecordV1
+	(*MintedComponentIdV1)(nil),               // 16: lazaret.v1.MintedComponentIdV1
+	(*GenerationRecordV1)(nil),                // 17: lazaret.v1.GenerationRecordV1
+	(*PreparedLowerSnapshotV1)(nil),           // 18: lazaret.v1.PreparedLowerSnapshotV1
+	(*StateAnchorSnapshotV1)(nil),             // 19: lazaret.v1.StateAnchorSnapshotV1
+	(*StateAnchorMountsV1)(nil),               // 20: lazaret.v1.StateAnchorMountsV1
+	(*AnchorMountV1)(nil),                     // 21: lazaret.v1.AnchorMountV1
+	(*GitRoutingSnapshotV1)(nil),              // 22: lazaret.v1.GitRoutingSnapshotV1
+	(*NetworkReadinessEvidenceV1)(nil),        // 23: lazaret.v1.NetworkReadinessEvidenceV1
+	(*NetworkSnapshotV1)(nil),                 // 24: lazaret.v1.NetworkSnapshotV1
+	(*HelperSnapshotV1)(nil),                  // 25: lazaret.v1.HelperSnapshotV1
+	(*SandboxSnapshotV1)(nil),                 // 26: lazaret.v1.SandboxSnapshotV1
+	(*PublicationSnapshotV1)(nil),             // 27: lazaret.v1.PublicationSnapshotV1
+	(*RoleSnapshotV1)(nil),                    // 28: lazaret.v1.RoleSnapshotV1
+	(*ParticipantRecordV1)(nil),               // 29: lazaret.v1.ParticipantRecordV1
+	(*PtyIdentityV1)(nil),                     // 30: lazaret.v1.PtyIdentityV1
+	(*GuestProcessGroupV1)(nil),               // 31: lazaret.v1.GuestProcessGroupV1
+	(*SessionTerminalSnapshotV1)(nil),         // 32: lazaret.v1.SessionTerminalSnapshotV1
+	(*SessionTerminalRecordV1)(nil),           // 33: lazaret.v1.SessionTerminalRecordV1
+	(*GenerationMailboxRecordV1)(nil),         // 34: lazaret.v1.GenerationMailboxRecordV1
+	(*PreparedArtifactRecordV1)(nil),          // 35: lazaret.v1.PreparedArtifactRecordV1
+	(*PreparationOperationRecordV1)(nil),      // 36: lazaret.v1.PreparationOperationRecordV1
+	(*PreparedLowerLeaseRecordV1)(nil),        // 37: lazaret.v1.PreparedLowerLeaseRecordV1
+	(*PidfsProcessIdentityV1)(nil),            // 38: lazaret.v1.PidfsProcessIdentityV1
+	(*NamespaceIdentity)(nil),                 // 39: lazaret.v1.NamespaceIdentity
 }
 var file_lazaret_v1_store_proto_depIdxs = []int32{
-	37, // 0: lazaret.v1.HostProcessIdentityV1.pidfs:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	7,  // 1: lazaret.v1.HostProcessIdentityV1.legacy_unverified:type_name -> lazaret.v1.LegacyUnverifiedProcessIdentityV1
-	9,  // 2: lazaret.v1.ProcessSlotV1.unassigned:type_name -> lazaret.v1.UnassignedV1
-	37, // 3: lazaret.v1.ProcessSlotV1.staged:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	8,  // 4: lazaret.v1.ProcessSlotV1.committed:type_name -> lazaret.v1.HostProcessIdentityV1
-	10, // 5: lazaret.v1.ProcessSlotV1.schema_v1_pid_start:type_name -> lazaret.v1.SchemaV1PidStart
-	12, // 6: lazaret.v1.MountIdentityV1.mount_point:type_name -> lazaret.v1.FileIdentityV1
-	15, // 7: lazaret.v1.GenerationRecordV1.component_ids:type_name -> lazaret.v1.MintedComponentIdV1
-	11, // 8: lazaret.v1.GenerationRecordV1.coordinator_process:type_name -> lazaret.v1.ProcessSlotV1
+	38, // 0: lazaret.v1.HostProcessIdentityV1.pidfs:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	8,  // 1: lazaret.v1.HostProcessIdentityV1.legacy_unverified:type_name -> lazaret.v1.LegacyUnverifiedProcessIdentityV1
+	10, // 2: lazaret.v1.ProcessSlotV1.unassigned:type_name -> lazaret.v1.UnassignedV1
+	38, // 3: lazaret.v1.ProcessSlotV1.staged:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	9,  // 4: lazaret.v1.ProcessSlotV1.committed:type_name -> lazaret.v1.HostProcessIdentityV1
+	11, // 5: lazaret.v1.ProcessSlotV1.schema_v1_pid_start:type_name -> lazaret.v1.SchemaV1PidStart
+	13, // 6: lazaret.v1.MountIdentityV1.mount_point:type_name -> lazaret.v1.FileIdentityV1
+	16, // 7: lazaret.v1.GenerationRecordV1.component_ids:type_name -> lazaret.v1.MintedComponentIdV1
+	12, // 8: lazaret.v1.GenerationRecordV1.coordinator_process:type_name -> lazaret.v1.ProcessSlotV1
 	2,  // 9: lazaret.v1.PreparedLowerSnapshotV1.lease_state:type_name -> lazaret.v1.LeaseState
-	13, // 10: lazaret.v1.StateAnchorSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
-	12, // 11: lazaret.v1.StateAnchorSnapshotV1.upper_dir:type_name -> lazaret.v1.FileIdentityV1
-	11, // 12: lazaret.v1.StateAnchorSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
-	19, // 13: lazaret.v1.StateAnchorSnapshotV1.mounts:type_name -> lazaret.v1.StateAnchorMountsV1
-	38, // 14: lazaret.v1.StateAnchorSnapshotV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	38, // 15: lazaret.v1.StateAnchorMountsV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	20, // 16: lazaret.v1.StateAnchorMountsV1.anchors:type_name -> lazaret.v1.AnchorMountV1
-	13, // 17: lazaret.v1.GitRoutingSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
-	11, // 18: lazaret.v1.GitRoutingSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
-	38, // 19: lazaret.v1.NetworkReadinessEvidenceV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	37, // 20: lazaret.v1.NetworkReadinessEvidenceV1.supervisor:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	38, // 21: lazaret.v1.NetworkSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	22, // 22: lazaret.v1.NetworkSnapshotV1.readiness:type_name -> lazaret.v1.NetworkReadinessEvidenceV1
-	11, // 23: lazaret.v1.NetworkSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	38, // 24: lazaret.v1.HelperSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	11, // 25: lazaret.v1.HelperSnapshotV1.helper:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 26: lazaret.v1.HelperSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 27: lazaret.v1.SandboxSnapshotV1.bundle_dir:type_name -> lazaret.v1.FileIdentityV1
-	11, // 28: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 29: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 30: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 31: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
-	17, // 32: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
-	18, // 33: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
-	21, // 34: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
-	23, // 35: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
-	24, // 36: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
-	25, // 37: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
-	26, // 38: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
+	14, // 10: lazaret.v1.StateAnchorSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
+	13, // 11: lazaret.v1.StateAnchorSnapshotV1.upper_dir:type_name -> lazaret.v1.FileIdentityV1
+	12, // 12: lazaret.v1.StateAnchorSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
+	20, // 13: lazaret.v1.StateAnchorSnapshotV1.mounts:type_name -> lazaret.v1.StateAnchorMountsV1
+	39, // 14: lazaret.v1.StateAnchorSnapshotV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	39, // 15: lazaret.v1.StateAnchorMountsV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	21, // 16: lazaret.v1.StateAnchorMountsV1.anchors:type_name -> lazaret.v1.AnchorMountV1
+	14, // 17: lazaret.v1.GitRoutingSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
+	12, // 18: lazaret.v1.GitRoutingSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
+	39, // 19: lazaret.v1.NetworkReadinessEvidenceV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	38, // 20: lazaret.v1.NetworkReadinessEvidenceV1.supervisor:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	39, // 21: lazaret.v1.NetworkSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	23, // 22: lazaret.v1.NetworkSnapshotV1.readiness:type_name -> lazaret.v1.NetworkReadinessEvidenceV1
+	12, // 23: lazaret.v1.NetworkSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	39, // 24: lazaret.v1.HelperSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	12, // 25: lazaret.v1.HelperSnapshotV1.helper:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 26: lazaret.v1.HelperSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 27: lazaret.v1.SandboxSnapshotV1.bundle_dir:type_name -> lazaret.v1.FileIdentityV1
+	12, // 28: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 29: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 30: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 31: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
+	18, // 32: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
+	19, // 33: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
+	22, // 34: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
+	24, // 35: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
+	25, // 36: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
+	26, // 37: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
+	27, // 38: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
 	0,  // 39: lazaret.v1.ParticipantRecordV1.role:type_name -> lazaret.v1.ParticipantRole
 	1,  // 40: lazaret.v1.ParticipantRecordV1.phase:type_name -> lazaret.v1.ParticipantPhase
-	27, // 41: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
-	12, // 42: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
-	11, // 43: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	11, // 44: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
-	29, // 45: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
-	30, // 46: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
+	28, // 41: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
+	13, // 42: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
+	12, // 43: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 44: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
+	30, // 45: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
+	31, // 46: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
 	3,  // 47: lazaret.v1.SessionTerminalRecordV1.phase:type_name -> lazaret.v1.SessionTerminalPhase
-	31, // 48: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
-	12, // 49: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
+	32, // 48: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
+	13, // 49: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
 	4,  // 50: lazaret.v1.PreparedArtifactRecordV1.state:type_name -> lazaret.v1.PreparedArtifactState
-	5,  // 51: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	5,  // 51: lazaret.v1.PreparedArtifactRecordV1.origin:type_name -> lazaret.v1.PreparedArtifactOrigin
+	6,  // 52: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_store_proto_init() }
@@ -3145,7 +3381,7 @@ func file_lazaret_v1_store_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_store_proto_rawDesc), len(file_lazaret_v1_store_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,

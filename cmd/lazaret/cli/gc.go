@@ -22,8 +22,11 @@ var gcCommand = &cli.Command{
 shared by all your Domains. gc reclaims those no running Domain holds, under
 a policy: it keeps the --keep most recently used ones and anything used
 within --min-age, unless --max-size is exceeded. It never touches an image a
-running Domain uses, a preparation in progress, or anything it did not
-create. Reclaimed trees are moved aside at once and deleted by the next
+running Domain uses or a Storage Catalog lease names, a preparation in
+progress, a staging tree no prepare intent names, or anything it did not
+create. A preparation that died is reclaimed through its durable prepare
+intent once its preparation lock proves the preparer gone; a reclamation
+interrupted by a crash is completed or rolled back first. Reclaimed trees are moved aside at once and deleted by the next
 ` + "`lazaret run`" + ` (their files belong to your subordinate ids, which only your
 user namespace can delete).
 
@@ -54,7 +57,7 @@ Examples:
 			if err != nil {
 				return err
 			}
-			policy.Catalog = catalog.GCReclaimer{Catalog: cat, Ctx: c.Context}
+			policy.Catalog, policy.Ctx = cat, c.Context
 		}
 		res, err := prepare.GC(roots.Storage, policy, c.Bool("dry-run"), time.Now())
 		if err != nil {
@@ -76,6 +79,9 @@ Examples:
 		}
 		if err := w.Flush(); err != nil {
 			return err
+		}
+		for _, r := range res.Recovered {
+			fmt.Fprintf(c.App.Writer, "recovered: %s\n", r)
 		}
 		if res.TrashEntries > 0 {
 			fmt.Fprintf(c.App.Writer, "%d reclaimed tree(s) will be deleted by your next `lazaret run`.\n", res.TrashEntries)
