@@ -32,6 +32,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/pty"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -108,6 +109,7 @@ func (e *escapeFilter) feed(in []byte) (out []byte, act escapeAction, rest []byt
 // ttyClient is the client end of one interactive session.
 type ttyClient struct {
 	fc      *control.Conn
+	term    *os.File // the terminal cons wraps (stdin)
 	cons    console.Console
 	raw     bool
 	self    *pidfs.Handle
@@ -123,6 +125,16 @@ func (c *ttyClient) enterRaw() error {
 		return fmt.Errorf("set the terminal to raw mode: %w", err)
 	}
 	c.raw = true
+	// containerd/console's raw mode keeps output processing (OPOST, so
+	// ONLCR) on. The guest's own terminal already applied the guest's
+	// output modes; processing the bytes again here would turn a raw-mode
+	// guest's bare LF into CR LF and its CR LF into CR CR LF, and costs the
+	// host terminal a line-by-line write path. Full raw mode (cfmakeraw, as
+	// ssh does) hands the bytes to the terminal as the guest produced them;
+	// restore puts back the saved modes, OPOST included.
+	if err := pty.MakeRaw(c.term); err != nil {
+		return fmt.Errorf("set the terminal to raw mode: %w", err)
+	}
 	return nil
 }
 
@@ -200,7 +212,7 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 	if err != nil {
 		return 0, false, errdefs.Mark(fmt.Errorf("stdin terminal: %w", err), errdefs.ErrInvalid)
 	}
-	c := &ttyClient{fc: control.NewConn(conn), cons: cons, escapes: make(chan escapeAction, 1)}
+	c := &ttyClient{fc: control.NewConn(conn), term: os.Stdin, cons: cons, escapes: make(chan escapeAction, 1)}
 	c.prompts = &escalationPrompts{c: c, anchor: anchor}
 	// Restored on every return (normal exit, error, signal, lost
 	// coordinator) and on a panic unwinding through here.
