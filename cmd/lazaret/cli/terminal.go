@@ -285,7 +285,11 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 			switch {
 			case f.GetProgress() != nil:
 				if stderrTTY {
-					fmt.Fprintf(os.Stderr, "lazaret: %s\n", f.GetProgress().GetMessage())
+					eol := "\n"
+					if c.raw { // no output processing: the line ends itself
+						eol = "\r\n"
+					}
+					fmt.Fprintf(os.Stderr, "lazaret: %s%s", f.GetProgress().GetMessage(), eol)
 				}
 			case f.GetAccepted() != nil:
 				accepted = true
