@@ -228,7 +228,17 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 	if err := c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
 		return 0, true, nil
 	}
-	frames, readErr := readFrames(c.fc)
+	// Output is written only once the terminal is in raw mode (or raw
+	// mode failed and the session ends).
+	rawReady := make(chan struct{})
+	defer func() {
+		select {
+		case <-rawReady:
+		default:
+			close(rawReady)
+		}
+	}()
+	frames, readErr := readFrames(c.fc, rawReady)
 	stderrTTY := isTerminal(2)
 	accepted, gotFrame := false, false
 	for {
@@ -292,8 +302,13 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 					fmt.Fprintf(os.Stderr, "lazaret: %s%s", f.GetProgress().GetMessage(), eol)
 				}
 			case f.GetAccepted() != nil:
+				first := !accepted
 				accepted = true
-				if err := c.enterRaw(); err != nil {
+				err := c.enterRaw()
+				if first {
+					close(rawReady)
+				}
+				if err != nil {
 					return 0, false, err
 				}
 				// The size may have changed while the Domain started.
