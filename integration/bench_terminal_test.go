@@ -6,85 +6,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/lazaret/lazaret/pkg/pty"
 )
-
-// benchTTYSize is the terminal of every PTY measurement.
-var benchTTYSize = pty.Size{Rows: 40, Cols: 120}
-
-// ptyProc is a process of the test user whose stdio and controlling
-// terminal is the slave of a PTY the harness reads and writes.
-type ptyProc struct {
-	m   *pty.Master
-	cmd *exec.Cmd
-}
-
-func startOnPTY(t *testing.T, e *env, dir string, extraEnv []string, argv ...string) *ptyProc {
-	t.Helper()
-	m, slave, err := pty.Open(benchTTYSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slave.Chown(e.uid, e.gid)
-	c := exec.Command(argv[0], argv[1:]...)
-	c.Dir = dir
-	c.Env = append([]string{"HOME=" + e.home, "USER=" + *flagUser, "PATH=/usr/local/bin:/usr/bin:/bin", "TERM=xterm",
-		"XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "LANG=C.UTF-8"}, extraEnv...)
-	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
-	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setsid: true, Setctty: true, Ctty: 0}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	slave.Close()
-	return &ptyProc{m: m, cmd: c}
-}
-
-// until reads the master until marker has been seen; it returns the time
-// the marker arrived and the number of bytes read before it.
-func (p *ptyProc) until(t *testing.T, marker string, timeout time.Duration) (time.Time, int64) {
-	t.Helper()
-	buf := make([]byte, 64<<10)
-	var tail []byte
-	var n int64
-	p.m.SetReadDeadline(time.Now().Add(timeout))
-	for {
-		k, err := p.m.Read(buf)
-		if k > 0 {
-			n += int64(k)
-			tail = append(tail, buf[:k]...)
-			if i := bytes.Index(tail, []byte(marker)); i >= 0 {
-				return time.Now(), n
-			}
-			if len(tail) > len(marker) {
-				tail = append([]byte(nil), tail[len(tail)-len(marker):]...)
-			}
-		}
-		if err != nil {
-			t.Fatalf("waiting for %q: %v (last bytes %q)", marker, err, tail)
-		}
-	}
-}
-
-// end hangs up the terminal (closing the master sends SIGHUP to the
-// slave's session) and waits for the process.
-func (p *ptyProc) end(t *testing.T) {
-	p.m.Close()
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill() // the process this harness started
-		<-done
-		t.Errorf("%v did not end after hang-up", p.cmd.Args)
-	}
-}
 
 // echoLatencies writes one byte at a time and measures until it comes back.
 func (p *ptyProc) echoLatencies(t *testing.T, n int) []float64 {

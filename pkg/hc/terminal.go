@@ -60,9 +60,16 @@ import (
 
 // Bounds of one interactive session.
 const (
-	termFrameMax    = 64 << 10 // one PTY read (aggregated until EAGAIN), one Output frame
-	termInputQueue  = 64       // input chunks waiting for the PTY writer
-	termSignalQueue = 8        // group signals waiting for runsc kill
+	// termFrameMax bounds one PTY read (aggregated until EAGAIN), sent as
+	// one Output frame. With the frame's length header and protobuf prefix
+	// (at most control.OutputHeadroom bytes) a full frame is at most 64 KiB,
+	// so it goes out as four TLS records, never with a fifth record of a
+	// few bytes (one more socket write here, one more record in the CLI).
+	termFrameMax = 4*tlsRecordMax - control.OutputHeadroom
+	// tlsRecordMax is the largest TLS plaintext record (RFC 8446 §5.1).
+	tlsRecordMax    = 16 << 10
+	termInputQueue  = 64 // input chunks waiting for the PTY writer
+	termSignalQueue = 8  // group signals waiting for runsc kill
 	identifyTimeout = 10 * time.Second
 	writeOutTimeout = 5 * time.Second // final frames to a client that stopped reading
 )

@@ -346,7 +346,7 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 	if self != nil {
 		defer self.Close()
 	}
-	frames, readErr := readFrames(fc)
+	frames, readErr := readFrames(fc, nil)
 	stderrTTY := isTerminal(2)
 	accepted, gotFrame, suspended := false, false, false
 	for {
@@ -435,8 +435,10 @@ func isTerminal(fd int) bool {
 // reach the channel: the reading goroutine writes their bytes itself, in
 // order, straight from the read buffer (ParseOutput: no copy, no decode, no
 // hand-off per frame), so every frame after them on the channel (Exit,
-// Error) comes after the last output byte was written.
-func readFrames(fc *control.Conn) (<-chan *lv1.ServerFrame, <-chan error) {
+// Error) comes after the last output byte was written. With a non-nil
+// accepted, the reader waits on it after handing over the Accepted frame,
+// so no output is written before the caller has set up its terminal.
+func readFrames(fc *control.Conn, accepted <-chan struct{}) (<-chan *lv1.ServerFrame, <-chan error) {
 	frames := make(chan *lv1.ServerFrame, 16)
 	readErr := make(chan error, 1)
 	go func() {
@@ -455,6 +457,9 @@ func readFrames(fc *control.Conn) (<-chan *lv1.ServerFrame, <-chan error) {
 					continue
 				} else {
 					frames <- &f
+					if accepted != nil && f.GetAccepted() != nil {
+						<-accepted
+					}
 					continue
 				}
 			}

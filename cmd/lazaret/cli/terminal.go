@@ -32,6 +32,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/pty"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -108,6 +109,7 @@ func (e *escapeFilter) feed(in []byte) (out []byte, act escapeAction, rest []byt
 // ttyClient is the client end of one interactive session.
 type ttyClient struct {
 	fc      *control.Conn
+	term    *os.File // the terminal cons wraps (stdin)
 	cons    console.Console
 	raw     bool
 	self    *pidfs.Handle
@@ -123,6 +125,16 @@ func (c *ttyClient) enterRaw() error {
 		return fmt.Errorf("set the terminal to raw mode: %w", err)
 	}
 	c.raw = true
+	// containerd/console's raw mode keeps output processing (OPOST, so
+	// ONLCR) on. The guest's own terminal already applied the guest's
+	// output modes; processing the bytes again here would turn a raw-mode
+	// guest's bare LF into CR LF and its CR LF into CR CR LF, and costs the
+	// host terminal a line-by-line write path. Full raw mode (cfmakeraw, as
+	// ssh does) hands the bytes to the terminal as the guest produced them;
+	// restore puts back the saved modes, OPOST included.
+	if err := pty.MakeRaw(c.term); err != nil {
+		return fmt.Errorf("set the terminal to raw mode: %w", err)
+	}
 	return nil
 }
 
@@ -200,7 +212,7 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 	if err != nil {
 		return 0, false, errdefs.Mark(fmt.Errorf("stdin terminal: %w", err), errdefs.ErrInvalid)
 	}
-	c := &ttyClient{fc: control.NewConn(conn), cons: cons, escapes: make(chan escapeAction, 1)}
+	c := &ttyClient{fc: control.NewConn(conn), term: os.Stdin, cons: cons, escapes: make(chan escapeAction, 1)}
 	c.prompts = &escalationPrompts{c: c, anchor: anchor}
 	// Restored on every return (normal exit, error, signal, lost
 	// coordinator) and on a panic unwinding through here.
@@ -216,7 +228,17 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 	if err := c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
 		return 0, true, nil
 	}
-	frames, readErr := readFrames(c.fc)
+	// Output is written only once the terminal is in raw mode (or raw
+	// mode failed and the session ends).
+	rawReady := make(chan struct{})
+	defer func() {
+		select {
+		case <-rawReady:
+		default:
+			close(rawReady)
+		}
+	}()
+	frames, readErr := readFrames(c.fc, rawReady)
 	stderrTTY := isTerminal(2)
 	accepted, gotFrame := false, false
 	for {
@@ -273,11 +295,20 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 			switch {
 			case f.GetProgress() != nil:
 				if stderrTTY {
-					fmt.Fprintf(os.Stderr, "lazaret: %s\n", f.GetProgress().GetMessage())
+					eol := "\n"
+					if c.raw { // no output processing: the line ends itself
+						eol = "\r\n"
+					}
+					fmt.Fprintf(os.Stderr, "lazaret: %s%s", f.GetProgress().GetMessage(), eol)
 				}
 			case f.GetAccepted() != nil:
+				first := !accepted
 				accepted = true
-				if err := c.enterRaw(); err != nil {
+				err := c.enterRaw()
+				if first {
+					close(rawReady)
+				}
+				if err != nil {
 					return 0, false, err
 				}
 				// The size may have changed while the Domain started.
