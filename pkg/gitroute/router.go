@@ -83,6 +83,10 @@ type Router struct {
 	roots [2]int // O_PATH directory descriptors: host workspace, state
 	// mkdirMu serialises creation of state parent directories.
 	mkdirMu sync.Mutex
+	// watch invalidates the kernel's caches on host changes (nil: none,
+	// short cache lifetimes).
+	watch *hostWatch
+	root  *node
 }
 
 // NewRouter adopts two O_PATH directory descriptors (host workspace and
@@ -93,6 +97,7 @@ func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string) *
 
 // Close releases the backend descriptors.
 func (r *Router) Close() {
+	r.watch.close()
 	unix.Close(r.roots[0])
 	unix.Close(r.roots[1])
 }
@@ -172,7 +177,12 @@ func parentOf(p string) string {
 }
 
 // Root returns the root node of the filesystem.
-func (r *Router) Root() fs.InodeEmbedder { return &node{r: r} }
+func (r *Router) Root() fs.InodeEmbedder {
+	if r.root == nil {
+		r.root = &node{r: r}
+	}
+	return r.root
+}
 
 // node is one workspace path; its location is recomputed from its path.
 type node struct {
@@ -221,8 +231,12 @@ func (r *Router) locate(rel string, st *unix.Stat_t) (backend, error) {
 	if rel == "" {
 		return hostBackend, r.stat(hostBackend, "", st)
 	}
-	if err := r.stat(stateBackend, rel, st); err == nil && r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
-		return stateBackend, nil
+	// A path no rule can ignore (as a file or a directory) is never in
+	// state: skip that lookup (most workspace paths).
+	if r.Ignored(rel, false) || r.Ignored(rel, true) {
+		if err := r.stat(stateBackend, rel, st); err == nil && r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+			return stateBackend, nil
+		}
 	}
 	if err := r.stat(hostBackend, rel, st); err != nil {
 		return hostBackend, err
@@ -282,9 +296,20 @@ func fillAttr(b backend, st *unix.Stat_t, a *fuse.Attr) {
 	a.Ino = stable(b, st).Ino
 }
 
-func (n *node) child(ctx context.Context, b backend, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
+func (n *node) child(ctx context.Context, b backend, rel string, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(b, st, &out.Attr)
-	return n.NewInode(ctx, &node{r: n.r}, stable(b, st))
+	in := n.NewInode(ctx, &node{r: n.r}, stable(b, st))
+	if b == hostBackend && st.Mode&unix.S_IFMT == unix.S_IFDIR && n.r.watch != nil {
+		if dfd, err := openBeneath(n.r.roots[b], rel, unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
+			n.r.watch.add(in, dfd, st.Ino)
+			unix.Close(dfd)
+		}
+	}
+	if n.r.watch.short() {
+		out.SetEntryTimeout(shortTimeout)
+		out.SetAttrTimeout(shortTimeout)
+	}
+	return in
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -293,7 +318,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		return nil, errno(err)
 	}
-	return n.child(ctx, b, &st, out), 0
+	return n.child(ctx, b, join(n.rel(), name), &st, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -306,6 +331,9 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return errno(err)
 	}
 	fillAttr(b, &st, &out.Attr)
+	if n.r.watch.short() {
+		out.SetTimeout(shortTimeout)
+	}
 	return 0
 }
 
@@ -453,7 +481,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		unix.Close(fd)
 		return nil, nil, 0, errno(err)
 	}
-	return n.child(ctx, b, &st, out), fs.NewLoopbackFile(fd), 0, 0
+	return n.child(ctx, b, rel, &st, out), fs.NewLoopbackFile(fd), 0, 0
 }
 
 // mkchild creates name with mk in the backend its routing chooses.
@@ -482,7 +510,7 @@ func (n *node) mkchild(ctx context.Context, name string, isDir bool, out *fuse.E
 	if err := unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, errno(err)
 	}
-	return n.child(ctx, b, &st, out), 0
+	return n.child(ctx, b, rel, &st, out), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
