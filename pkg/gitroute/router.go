@@ -337,21 +337,53 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	return 0
 }
 
-// withPath opens the node itself (O_PATH, never following) and calls f
-// with a /proc/self/fd path naming exactly that inode.
-func (n *node) withPath(f func(b backend, fd int, procPath string) error) syscall.Errno {
+// withPath opens the node itself (O_PATH, never following) in the backend
+// it lives in and calls f with its stat and a /proc/self/fd path naming
+// exactly that inode.
+func (n *node) withPath(f func(b backend, fd int, procPath string, st *unix.Stat_t) error) syscall.Errno {
 	var st unix.Stat_t
-	rel := n.rel()
-	b, err := n.r.locate(rel, &st)
-	if err != nil {
-		return errno(err)
-	}
-	fd, err := openBeneath(n.r.roots[b], rel, unix.O_PATH, 0)
+	b, fd, err := n.r.openLocated(n.rel(), &st)
 	if err != nil {
 		return errno(err)
 	}
 	defer unix.Close(fd)
-	return errno(f(b, fd, "/proc/self/fd/"+itoa(fd)))
+	return errno(f(b, fd, "/proc/self/fd/"+itoa(fd), &st))
+}
+
+// openLocated is locate by descriptor: it opens rel (O_PATH, never
+// following) where it lives — in state if it exists there as an ignored
+// path, else on the host if it exists there as a non-ignored one — and
+// fstat()s the descriptor (one resolution instead of a parent lookup, a
+// stat and a second open).
+func (r *Router) openLocated(rel string, st *unix.Stat_t) (backend, int, error) {
+	try := func(b backend) (int, error) {
+		fd, err := openBeneath(r.roots[b], rel, unix.O_PATH, 0)
+		if err != nil {
+			return -1, err
+		}
+		if err := ignoreEINTR(func() error { return unix.Fstat(fd, st) }); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		return fd, nil
+	}
+	if rel != "" && (r.Ignored(rel, false) || r.Ignored(rel, true)) {
+		if fd, err := try(stateBackend); err == nil {
+			if r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+				return stateBackend, fd, nil
+			}
+			unix.Close(fd)
+		}
+	}
+	fd, err := try(hostBackend)
+	if err != nil {
+		return hostBackend, -1, err
+	}
+	if r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		unix.Close(fd)
+		return hostBackend, -1, unix.ENOENT // hidden host content
+	}
+	return hostBackend, fd, nil
 }
 
 func itoa(i int) string {
@@ -368,6 +400,14 @@ func itoa(i int) string {
 	return string(buf[p:])
 }
 
+// selfChange tells the host watch that the daemon is about to change name
+// in this directory (its inotify events need no invalidation).
+func (n *node) selfChange(b backend, name string) {
+	if b == hostBackend && n.r.watch != nil {
+		n.r.watch.self(n.EmbeddedInode(), name)
+	}
+}
+
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if fs_, ok := f.(fs.FileSetattrer); ok && f != nil {
 		if e := fs_.Setattr(ctx, in, out); e != 0 {
@@ -375,11 +415,8 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		}
 		return n.Getattr(ctx, f, out)
 	}
-	e := n.withPath(func(b backend, fd int, p string) error {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return err
-		}
+	e := n.withPath(func(b backend, fd int, p string, stp *unix.Stat_t) error {
+		st := *stp
 		isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
 		if m, ok := in.GetMode(); ok {
 			if isLink {
@@ -471,6 +508,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno(err)
 	}
 	defer unix.Close(dfd)
+	n.selfChange(b, name)
 	how := unix.OpenHow{Flags: uint64(openFlags(flags) | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC | int(flags&unix.O_EXCL)), Mode: uint64(mode & 0o7777), Resolve: resolveFlags}
 	fd, err := unix.Openat2(dfd, base, &how)
 	if err != nil {
@@ -504,6 +542,7 @@ func (n *node) mkchild(ctx context.Context, name string, isDir bool, out *fuse.E
 		return nil, errno(err)
 	}
 	defer unix.Close(dfd)
+	n.selfChange(b, name)
 	if err := mk(dfd, base); err != nil {
 		return nil, errno(err)
 	}
@@ -600,6 +639,7 @@ func (n *node) remove(name string, flags int) syscall.Errno {
 			}
 		}
 	}
+	n.selfChange(b, name)
 	if err := unix.Unlinkat(dfd, base, flags); err != nil {
 		return errno(err)
 	}
@@ -654,6 +694,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return errno(err)
 	}
 	defer unix.Close(dfd)
+	n.selfChange(sb, name)
+	np.selfChange(db, newName)
 	return errno(unix.Renameat2(sfd, sbase, dfd, dbase, uint(flags)))
 }
 

@@ -24,6 +24,15 @@ import (
 // daemon falls back to short lifetimes (shortTimeout) for everything; an
 // event queue overflow invalidates every known entry.
 //
+// Name events the daemon causes itself (the sandbox creating, removing or
+// renaming host entries through it) need no invalidation — the kernel
+// already knows — and invalidating a just-created entry would cost a new
+// lookup: a name event of a (directory, name) the daemon changed within
+// selfWindow is skipped. A host create, delete or rename of that very name
+// within that window is seen after cacheTimeout at the latest (an access
+// to a stale entry reaches the daemon, which answers from the host).
+// Content and attribute events are always honoured.
+//
 // The sandbox is not a FUSE client of gVisor here: the daemon mounts in
 // the host kernel (in RS's namespaces) and runsc's gofer reaches the mount
 // with ordinary host syscalls (--file-access-mounts=shared revalidates each
@@ -35,6 +44,15 @@ var cacheTimeout = time.Minute
 // shortTimeout is the lifetime once a host directory could not be watched
 // (host changes then become visible inside within this bound).
 var shortTimeout = time.Second
+
+// selfWindow is how long the daemon's own change of a name suppresses the
+// inotify events of that name.
+var selfWindow = 2 * time.Second
+
+type selfKey struct {
+	dir  *fs.Inode
+	name string
+}
 
 // watchMask are the inotify events that invalidate the kernel's caches.
 const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
@@ -49,6 +67,36 @@ type hostWatch struct {
 	byWD   map[int32]*fs.Inode
 	byIno  map[uint64]bool // host directory inode numbers already watched
 	failed atomic.Bool     // a watch could not be added: short lifetimes
+	now    func() time.Time
+	selfMu sync.Mutex
+	selfAt map[selfKey]time.Time // the daemon's own recent changes
+}
+
+// self records that the daemon is about to change name in the host
+// directory dir.
+func (w *hostWatch) self(dir *fs.Inode, name string) {
+	if w == nil || dir == nil {
+		return
+	}
+	now := w.now()
+	w.selfMu.Lock()
+	defer w.selfMu.Unlock()
+	if len(w.selfAt) > 1<<16 {
+		for k, t := range w.selfAt {
+			if now.Sub(t) > selfWindow {
+				delete(w.selfAt, k)
+			}
+		}
+	}
+	w.selfAt[selfKey{dir, name}] = now
+}
+
+// bySelf reports whether the daemon changed name in dir within selfWindow.
+func (w *hostWatch) bySelf(dir *fs.Inode, name string) bool {
+	w.selfMu.Lock()
+	defer w.selfMu.Unlock()
+	t, ok := w.selfAt[selfKey{dir, name}]
+	return ok && w.now().Sub(t) <= selfWindow
 }
 
 func newHostWatch(log *slog.Logger) (*hostWatch, error) {
@@ -56,7 +104,7 @@ func newHostWatch(log *slog.Logger) (*hostWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hostWatch{fd: fd, log: log, byWD: map[int32]*fs.Inode{}, byIno: map[uint64]bool{}}, nil
+	return &hostWatch{fd: fd, log: log, byWD: map[int32]*fs.Inode{}, byIno: map[uint64]bool{}, now: time.Now, selfAt: map[selfKey]time.Time{}}, nil
 }
 
 // add watches the host directory dfd (an O_PATH descriptor of the resolved
@@ -131,7 +179,7 @@ func (w *hostWatch) run() {
 			continue
 		}
 		for k := range entries {
-			if dir := w.inode(k.wd); dir != nil {
+			if dir := w.inode(k.wd); dir != nil && !w.bySelf(dir, k.name) {
 				dir.NotifyEntry(k.name)
 			}
 		}
