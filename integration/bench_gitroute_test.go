@@ -145,7 +145,7 @@ func TestBenchGitRouting(t *testing.T) {
 	bare := fmt.Sprintf(`set -e
 mount --bind %[1]s %[2]s/rootfs; mount -o remount,bind,ro %[2]s/rootfs
 ip link set lo up
-%[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=%[4]d run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc, runsc.DentryCache)
+%[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=%[4]d run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc, runsc.DentryCache())
 	sub := strconv.Itoa(e.subStart) + ",1,65536"
 	run("bare_runsc_plain_bind", ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
 	// The same sentry dentry cache as Lazaret's (runsc.GlobalFlags), so the

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // PinnedVersion is the gVisor module version Lazaret is built and tested
@@ -32,7 +34,7 @@ type Runtime struct {
 //     ephemeral root overlay; never all:* (workspace writes would not reach
 //     the host);
 //   - --file-access-mounts=shared: host edits to /workspace are seen at once;
-//   - --dcache=DentryCache: one sentry-wide dentry cache instead of the
+//   - --dcache=DentryCache(): one sentry-wide dentry cache instead of the
 //     per-mount default of 1,000 dentries. Each dentry the sentry evicts
 //     closes its host descriptor, and walking the path again opens it again:
 //     through the Git-routing daemon that is a FUSE OPEN/FLUSH/RELEASE
@@ -46,14 +48,33 @@ func (r Runtime) GlobalFlags() []string {
 		"--network=sandbox",
 		"--overlay2=root:memory",
 		"--file-access-mounts=shared",
-		"--dcache=" + strconv.Itoa(DentryCache),
+		"--dcache=" + strconv.Itoa(DentryCache()),
 	}
 }
 
-// DentryCache is the sentry's dentry cache size, which bounds the host
-// descriptors it holds: kept well below common per-user RLIMIT_NOFILE hard
-// limits (20,000 on the CI machine).
-const DentryCache = 10000
+// DentryCache is the sentry's dentry cache size. Each cached dentry holds
+// up to three host descriptors (control, read, write; measured: 10,000
+// dentries exhausted a 20,000 RLIMIT_NOFILE during an untar), so it is a
+// quarter of the hard RLIMIT_NOFILE the sandbox inherits (HC and RS compute
+// the same value: RS inherits HC's limits), clamped to [1000, 65536].
+func DentryCache() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 1000
+	}
+	return dentryCacheFor(rl.Max)
+}
+
+func dentryCacheFor(hardNOFILE uint64) int {
+	n := hardNOFILE / 4
+	switch {
+	case n < 1000:
+		return 1000
+	case n > 65536:
+		return 65536
+	}
+	return int(n)
+}
 
 var containerID = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
 
