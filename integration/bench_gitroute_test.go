@@ -143,9 +143,13 @@ func TestBenchGitRouting(t *testing.T) {
 	bare := fmt.Sprintf(`set -e
 mount --bind %[1]s %[2]s/rootfs; mount -o remount,bind,ro %[2]s/rootfs
 ip link set lo up
-%[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc)
+d=$(( $(ulimit -Hn) / 4 )); [ $d -lt 1000 ] && d=1000; [ $d -gt 65536 ] && d=65536
+%[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=$d run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc)
 	sub := strconv.Itoa(e.subStart) + ",1,65536"
 	run("bare_runsc_plain_bind", ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
+	// The same sentry dentry cache as Lazaret's (runsc.DentryCache: a
+	// quarter of the user's hard RLIMIT_NOFILE), so the ratio isolates the
+	// router.
 	// safe.directory: inside bare runsc the workspace belongs to root of the
 	// sandbox, as in Lazaret; nothing else differs.
 	noLeftovers(t)

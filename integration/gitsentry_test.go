@@ -211,10 +211,145 @@ func TestSR3LinkedWorktreeRefused(t *testing.T) {
 	git("worktree", "add", "-q", wt, "-b", "other")
 	t.Cleanup(func() { os.RemoveAll(wt) })
 	r := lz(t, wt, nil, "run", "-p", "tiny", "--", "true")
-	if r.code != 125 || !strings.Contains(r.stderr, "linked Git worktree") || !strings.Contains(r.stderr, "git_common_dir") {
+	if r.code != 125 || !strings.Contains(r.stderr, "linked Git worktree") || !strings.Contains(r.stderr, "git_common_dir") || !strings.Contains(r.stderr, "--git-common-dir") {
 		t.Errorf("linked worktree: %+v", r)
 	}
 	t.Logf("refusal: %s", strings.TrimSpace(r.stderr))
+	noLeftovers(t)
+}
+
+// TestSR3LinkedWorktreeOptIn (SR-3, SR-4): with the opt-in (the
+// --git-common-dir flag, or git_common_dir in the profile) a linked
+// worktree runs: its common Git directory is mounted at the same absolute
+// path, Git work inside commits and the host sees it at once, while every
+// route to configuration or hooks host Git would obey fails there too and
+// the host's integration files stay byte-identical. The repository lives
+// once below /var/tmp (mount point provided beneath the read-only image
+// root) and once below the developer's home (beneath the /home State
+// Anchor, whose persistent upper must not gain the mount point).
+func TestSR3LinkedWorktreeOptIn(t *testing.T) {
+	e := need(t)
+	for _, c := range []struct{ name, base string }{{"var-tmp", ""}, {"home", e.home}} {
+		t.Run(c.name, func(t *testing.T) {
+			ws := workspace(t)
+			if c.base != "" {
+				ws = filepath.Join(c.base, "lazaret-it-"+randHex(4), "repo")
+				os.MkdirAll(ws, 0o755)
+				os.Chown(filepath.Dir(ws), e.uid, e.gid)
+				os.Chown(ws, e.uid, e.gid)
+				t.Cleanup(func() { os.RemoveAll(filepath.Dir(ws)) })
+			}
+			linkedWorktreeOptIn(t, e, ws, c.base == "")
+		})
+	}
+}
+
+func linkedWorktreeOptIn(t *testing.T, e *env, ws string, viaFlag bool) {
+	git := gitRepo(t, e, ws)
+	wt := ws + "-wt"
+	git("worktree", "add", "-q", wt, "-b", "other")
+	t.Cleanup(func() { os.RemoveAll(wt) })
+	common := filepath.Join(ws, ".git")
+	W := filepath.Join(common, "worktrees", filepath.Base(wt))
+	wr := filepath.Join("worktrees", filepath.Base(wt))
+	integration := func(rel string) bool {
+		if strings.HasPrefix(rel, wr+"/") { // this worktree's own state, but what host Git obeys
+			f := strings.TrimPrefix(rel, wr+"/")
+			return f != "commondir" && f != "gitdir" && f != "config.worktree"
+		}
+		return gitIntegrationFiles(rel)
+	}
+	before := treeDigest(t, common, integration)
+	args := []string{"run", "--git-common-dir", "--"}
+	if !viaFlag {
+		cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+		writeAs(t, e, cfg, "[profiles.linked]\nimage = \"debian\"\ngit_common_dir = true\n")
+		args = []string{"run", "--config", cfg, "-p", "linked", "--"}
+	}
+	script := `export C=` + common + ` W=` + W + `
+cd /workspace
+t() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name SUCCEEDED"; else echo "$name refused"; fi; }
+t write-config sh -c 'printf "[core]\n\tfsmonitor = [ -d /.lazaret ] || touch PWNED-config\n" >> $C/config'
+t git-config git config core.fsmonitor "[ -d /.lazaret ] || touch PWNED-gitconfig"
+t replace-config sh -c 'cp $C/config /tmp/c && mv /tmp/c $C/config'
+t new-commondir sh -c 'echo /tmp > $C/commondir'
+t new-config-worktree sh -c 'echo "[core] fsmonitor = x" > $C/config.worktree'
+t info-exclude sh -c 'echo "*" >> $C/info/exclude'
+t mv-hooks mv $C/hooks $C/hooks-old
+t wt-config sh -c 'echo "[core] fsmonitor = x" > $W/config.worktree'
+t wt-commondir sh -c 'echo /tmp > $W/commondir'
+t wt-gitdir sh -c 'echo /tmp/.git > $W/gitdir'
+t mv-common mv $C $C.moved
+t main-index sh -c 'echo x >> $C/index'
+t new-module sh -c 'mkdir -p $C/modules/evil'
+t new-worktree sh -c 'mkdir -p $C/worktrees/evil'
+t gitfile sh -c 'echo "gitdir: /tmp" > .git'
+t hook-planted sh -c 'printf "#!/bin/sh\n[ -d /.lazaret ] || touch PWNED-hook\n" > $C/hooks/pre-commit && chmod +x $C/hooks/pre-commit'
+echo "--- work"
+git status --short >/dev/null && echo b > b.txt && git add b.txt && git commit -qm "b inside" &&
+  git checkout -q -b wt-feature && git commit -q --allow-empty -m "feature inside" && git stash list >/dev/null && echo "WORK OK"
+git log --format=%s -2 | tr '\n' '|'; echo`
+	r := lz(t, wt, nil, append(args, "sh", "-c", script)...)
+	t.Logf("inside:\n%s%s", r.stdout, r.stderr)
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		name, verdict, _ := strings.Cut(line, " ")
+		switch {
+		case name == "hook-planted":
+			if verdict != "SUCCEEDED" {
+				t.Errorf("%s inside should succeed (into transient storage): %s", name, verdict)
+			}
+		case verdict == "SUCCEEDED":
+			t.Errorf("attack %s succeeded inside the sandbox", name)
+		}
+	}
+	if !strings.Contains(r.stdout, "WORK OK") {
+		t.Errorf("Git work inside failed: %s", r.stdout)
+	}
+	// The host sees the commits at once, from the main worktree too.
+	if got := git("log", "--format=%s", "-2", "wt-feature"); got != "feature inside\nb inside" {
+		t.Errorf("host log of wt-feature: %q", got)
+	}
+	if got := hostGit(t, wt, "rev-parse", "--abbrev-ref", "HEAD"); got != "wt-feature" {
+		t.Errorf("host HEAD of the worktree: %q", got)
+	}
+	after := treeDigest(t, common, integration)
+	cw := filepath.Join(wr, "config.worktree")
+	if b, err := os.ReadFile(filepath.Join(common, cw)); err != nil || len(b) != 0 {
+		t.Errorf("%s should exist empty (created for its read-only mount): %q %v", cw, b, err)
+	}
+	delete(after, cw)
+	if d := diffDigest(before, after); len(d) > 0 {
+		t.Errorf("host common Git directory integration files changed:\n%s", strings.Join(d, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(common, "hooks", "pre-commit")); err == nil {
+		t.Errorf("the planted hook reached the host")
+	}
+	git("status")
+	git("commit", "-q", "--allow-empty", "-m", "host commit")
+	hostGit(t, wt, "status")
+	hostGit(t, wt, "commit", "-q", "--allow-empty", "-m", "host commit in worktree")
+	pwned, _ := filepath.Glob(filepath.Join(ws, "PWNED*"))
+	pwnedWt, _ := filepath.Glob(filepath.Join(wt, "PWNED*"))
+	if len(pwned)+len(pwnedWt) > 0 {
+		t.Errorf("host Git ran code planted by the sandbox: %v %v", pwned, pwnedWt)
+	}
+	// The mount point was ephemeral: no State Anchor upper holds any part
+	// of the common directory's path.
+	sargs := []string{"state", "inspect", "--json"}
+	if !viaFlag {
+		sargs = append(sargs, args[1:5]...)
+	}
+	r = lz(t, wt, nil, sargs...)
+	leaked := false
+	for _, line := range strings.Split(r.stdout, "\n") {
+		leaked = leaked || strings.Contains(line, `"path"`) && strings.Contains(line, filepath.Base(filepath.Dir(ws)))
+	}
+	if r.code != 0 || leaked {
+		t.Errorf("state inspect shows the mount point in a State Anchor: %+v", r)
+	}
 	noLeftovers(t)
 }
 

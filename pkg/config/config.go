@@ -88,8 +88,14 @@ type Profile struct {
 	IgnoredPathIsolation bool `json:"ignored_path_isolation"`
 	// ShareEditorConfig exposes EditorConfigDirs of the workspace to the
 	// sandbox instead of hiding them. Default false.
-	ShareEditorConfig bool     `json:"share_editor_config"`
-	Volumes           []Volume `json:"volumes"`
+	ShareEditorConfig bool `json:"share_editor_config"`
+	// GitCommonDir opts in to mounting the repository's common Git
+	// directory when the workspace is a linked worktree (SR-3: a
+	// developer-configured volume at the same absolute path, with the Git
+	// Sentry applied there). Default false: a linked worktree is refused.
+	// `lazaret run --git-common-dir` sets it for one start.
+	GitCommonDir bool     `json:"git_common_dir"`
+	Volumes      []Volume `json:"volumes"`
 }
 
 // Network is a profile's effective network policy input: Deny includes

@@ -36,6 +36,7 @@ type canonicalProfile struct {
 	AutoApprove          [][]string        `json:"auto_approve"`
 	IgnoredPathIsolation bool              `json:"ignored_path_isolation"`
 	ShareEditorConfig    bool              `json:"share_editor_config"`
+	GitCommonDir         bool              `json:"git_common_dir,omitempty"`
 	Volumes              []Volume          `json:"volumes"`
 }
 
@@ -49,6 +50,7 @@ func (p *Profile) canonical() canonicalProfile {
 		AutoApprove:          [][]string{},
 		IgnoredPathIsolation: p.IgnoredPathIsolation,
 		ShareEditorConfig:    p.ShareEditorConfig,
+		GitCommonDir:         p.GitCommonDir,
 		Volumes:              append([]Volume{}, p.Volumes...),
 		Allow:                []string{},
 		Deny:                 []string{},
@@ -143,6 +145,7 @@ func FromCanonical(b []byte) (*Profile, error) {
 		Env:                  c.Env,
 		IgnoredPathIsolation: c.IgnoredPathIsolation,
 		ShareEditorConfig:    c.ShareEditorConfig,
+		GitCommonDir:         c.GitCommonDir,
 		Volumes:              c.Volumes,
 	}
 	for _, r := range c.AutoApprove {
@@ -234,6 +237,7 @@ func Diff(a, b *Profile) []string {
 	set("auto_approve", rulesA, rulesB)
 	scalar("ignored_path_isolation", fmt.Sprint(ca.IgnoredPathIsolation), fmt.Sprint(cb.IgnoredPathIsolation))
 	scalar("share_editor_config", fmt.Sprint(ca.ShareEditorConfig), fmt.Sprint(cb.ShareEditorConfig))
+	scalar("git_common_dir", fmt.Sprint(ca.GitCommonDir), fmt.Sprint(cb.GitCommonDir))
 	var volA, volB []string
 	for _, v := range ca.Volumes {
 		volA = append(volA, v.String())

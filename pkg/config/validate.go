@@ -37,8 +37,8 @@ var builtinProfiles = []struct{ name, image, description string }{
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "env", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "env", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "env", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 )
@@ -63,6 +63,7 @@ type entry[T any] struct {
 type layer struct {
 	description, image   *entry[string]
 	isolation, shareEdit *entry[bool]
+	gitCommonDir         *entry[bool]
 	defaultPersistent    *entry[bool]
 	persistent           []entry[string]
 	env                  map[string]entry[string]
@@ -222,6 +223,10 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 		case "share_editor_config":
 			if b, ok := d.boolean(p, v); ok {
 				l.shareEdit = &entry[bool]{b, p, d.entryWhere(p, defaults)}
+			}
+		case "git_common_dir":
+			if b, ok := d.boolean(p, v); ok {
+				l.gitCommonDir = &entry[bool]{b, p, d.entryWhere(p, defaults)}
 			}
 		case "default_persistent_paths":
 			if b, ok := d.boolean(p, v); ok {
@@ -458,6 +463,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		if l.shareEdit != nil {
 			p.ShareEditorConfig = l.shareEdit.v
+		}
+		if l.gitCommonDir != nil {
+			p.GitCommonDir = l.gitCommonDir.v
 		}
 		if l.defaultPersistent != nil {
 			withDefaults = l.defaultPersistent.v

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -21,12 +20,6 @@ const DaemonArg = "__lazaret-git-routing"
 
 // ReadyLine is printed on stdout once the filesystem is mounted.
 const ReadyLine = "lazaret-git-routing-ready"
-
-// cacheTimeout is the kernel's entry/attribute cache lifetime. Sandbox
-// changes go through the daemon and invalidate the cache; host-side changes
-// become visible inside within this bound (0 s is measured much slower,
-// filesystem.md §5).
-var cacheTimeout = time.Second
 
 // Args are the daemon's command-line arguments after DaemonArg.
 func Args(workspace, state, mountpoint, excludesFile string) []string {
@@ -102,6 +95,10 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 	r := NewRouter(hostFD, stateFD, rules, hidden)
 	r.passthrough = !isolate
 	to := cacheTimeout
+	if r.watch, err = newHostWatch(log); err != nil {
+		log.Warn("no inotify: host changes reach the sandbox within the short cache lifetime", "err", err, "short_timeout", shortTimeout)
+		r.watch, to = nil, shortTimeout
+	}
 	srv, err := fs.Mount(mnt, r.Root(), &fs.Options{
 		EntryTimeout: &to, AttrTimeout: &to, NegativeTimeout: &to,
 		MountOptions: fuse.MountOptions{
@@ -113,6 +110,14 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 	if err != nil {
 		r.Close()
 		return nil, nil, fmt.Errorf("mount the Git-routing filesystem at %s: %w (is /dev/fuse usable by this user? `lazaret doctor` checks it)", mnt, err)
+	}
+	if r.watch != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(hostFD, &st); err == nil {
+			r.watch.root = r.root.EmbeddedInode()
+			r.watch.add(r.watch.root, hostFD, st.Ino)
+		}
+		go r.watch.run()
 	}
 	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty())
 	return srv, r, nil

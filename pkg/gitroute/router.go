@@ -83,6 +83,10 @@ type Router struct {
 	roots [2]int // O_PATH directory descriptors: host workspace, state
 	// mkdirMu serialises creation of state parent directories.
 	mkdirMu sync.Mutex
+	// watch invalidates the kernel's caches on host changes (nil: none,
+	// short cache lifetimes).
+	watch *hostWatch
+	root  *node
 }
 
 // NewRouter adopts two O_PATH directory descriptors (host workspace and
@@ -93,6 +97,7 @@ func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string) *
 
 // Close releases the backend descriptors.
 func (r *Router) Close() {
+	r.watch.close()
 	unix.Close(r.roots[0])
 	unix.Close(r.roots[1])
 }
@@ -172,7 +177,12 @@ func parentOf(p string) string {
 }
 
 // Root returns the root node of the filesystem.
-func (r *Router) Root() fs.InodeEmbedder { return &node{r: r} }
+func (r *Router) Root() fs.InodeEmbedder {
+	if r.root == nil {
+		r.root = &node{r: r}
+	}
+	return r.root
+}
 
 // node is one workspace path; its location is recomputed from its path.
 type node struct {
@@ -221,8 +231,12 @@ func (r *Router) locate(rel string, st *unix.Stat_t) (backend, error) {
 	if rel == "" {
 		return hostBackend, r.stat(hostBackend, "", st)
 	}
-	if err := r.stat(stateBackend, rel, st); err == nil && r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
-		return stateBackend, nil
+	// A path no rule can ignore (as a file or a directory) is never in
+	// state: skip that lookup (most workspace paths).
+	if r.Ignored(rel, false) || r.Ignored(rel, true) {
+		if err := r.stat(stateBackend, rel, st); err == nil && r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+			return stateBackend, nil
+		}
 	}
 	if err := r.stat(hostBackend, rel, st); err != nil {
 		return hostBackend, err
@@ -282,9 +296,20 @@ func fillAttr(b backend, st *unix.Stat_t, a *fuse.Attr) {
 	a.Ino = stable(b, st).Ino
 }
 
-func (n *node) child(ctx context.Context, b backend, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
+func (n *node) child(ctx context.Context, b backend, rel string, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(b, st, &out.Attr)
-	return n.NewInode(ctx, &node{r: n.r}, stable(b, st))
+	in := n.NewInode(ctx, &node{r: n.r}, stable(b, st))
+	if b == hostBackend && st.Mode&unix.S_IFMT == unix.S_IFDIR && n.r.watch != nil {
+		if dfd, err := openBeneath(n.r.roots[b], rel, unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
+			n.r.watch.add(in, dfd, st.Ino)
+			unix.Close(dfd)
+		}
+	}
+	if n.r.watch.short() {
+		out.SetEntryTimeout(shortTimeout)
+		out.SetAttrTimeout(shortTimeout)
+	}
+	return in
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -293,7 +318,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		return nil, errno(err)
 	}
-	return n.child(ctx, b, &st, out), 0
+	return n.child(ctx, b, join(n.rel(), name), &st, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -306,24 +331,59 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return errno(err)
 	}
 	fillAttr(b, &st, &out.Attr)
+	if n.r.watch.short() {
+		out.SetTimeout(shortTimeout)
+	}
 	return 0
 }
 
-// withPath opens the node itself (O_PATH, never following) and calls f
-// with a /proc/self/fd path naming exactly that inode.
-func (n *node) withPath(f func(b backend, fd int, procPath string) error) syscall.Errno {
+// withPath opens the node itself (O_PATH, never following) in the backend
+// it lives in and calls f with its stat and a /proc/self/fd path naming
+// exactly that inode.
+func (n *node) withPath(f func(b backend, fd int, procPath string, st *unix.Stat_t) error) syscall.Errno {
 	var st unix.Stat_t
-	rel := n.rel()
-	b, err := n.r.locate(rel, &st)
-	if err != nil {
-		return errno(err)
-	}
-	fd, err := openBeneath(n.r.roots[b], rel, unix.O_PATH, 0)
+	b, fd, err := n.r.openLocated(n.rel(), &st)
 	if err != nil {
 		return errno(err)
 	}
 	defer unix.Close(fd)
-	return errno(f(b, fd, "/proc/self/fd/"+itoa(fd)))
+	return errno(f(b, fd, "/proc/self/fd/"+itoa(fd), &st))
+}
+
+// openLocated is locate by descriptor: it opens rel (O_PATH, never
+// following) where it lives — in state if it exists there as an ignored
+// path, else on the host if it exists there as a non-ignored one — and
+// fstat()s the descriptor (one resolution instead of a parent lookup, a
+// stat and a second open).
+func (r *Router) openLocated(rel string, st *unix.Stat_t) (backend, int, error) {
+	try := func(b backend) (int, error) {
+		fd, err := openBeneath(r.roots[b], rel, unix.O_PATH, 0)
+		if err != nil {
+			return -1, err
+		}
+		if err := ignoreEINTR(func() error { return unix.Fstat(fd, st) }); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		return fd, nil
+	}
+	if rel != "" && (r.Ignored(rel, false) || r.Ignored(rel, true)) {
+		if fd, err := try(stateBackend); err == nil {
+			if r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+				return stateBackend, fd, nil
+			}
+			unix.Close(fd)
+		}
+	}
+	fd, err := try(hostBackend)
+	if err != nil {
+		return hostBackend, -1, err
+	}
+	if r.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		unix.Close(fd)
+		return hostBackend, -1, unix.ENOENT // hidden host content
+	}
+	return hostBackend, fd, nil
 }
 
 func itoa(i int) string {
@@ -340,6 +400,14 @@ func itoa(i int) string {
 	return string(buf[p:])
 }
 
+// selfChange tells the host watch that the daemon is about to change name
+// in this directory (its inotify events need no invalidation).
+func (n *node) selfChange(b backend, name string) {
+	if b == hostBackend && n.r.watch != nil {
+		n.r.watch.self(n.EmbeddedInode(), name)
+	}
+}
+
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if fs_, ok := f.(fs.FileSetattrer); ok && f != nil {
 		if e := fs_.Setattr(ctx, in, out); e != 0 {
@@ -347,11 +415,8 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		}
 		return n.Getattr(ctx, f, out)
 	}
-	e := n.withPath(func(b backend, fd int, p string) error {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return err
-		}
+	e := n.withPath(func(b backend, fd int, p string, stp *unix.Stat_t) error {
+		st := *stp
 		isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
 		if m, ok := in.GetMode(); ok {
 			if isLink {
@@ -409,6 +474,25 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return e
 }
 
+// hostFile is an open file of either backend. FLUSH answers ENOSYS, so
+// the kernel stops sending it (fc->no_flush): the files are plain local
+// files written through synchronously, there is nothing to flush on close,
+// and every close of a sandbox file then costs one round trip (RELEASE)
+// instead of two. The sandbox's gofer opens and closes host files as its
+// dentry cache churns, so this halves the close cost of every such open.
+type hostFile struct {
+	*fs.LoopbackFile
+}
+
+var _ fs.FileFlusher = (*hostFile)(nil)
+
+func newHostFile(fd int) fs.FileHandle {
+	return &hostFile{fs.NewLoopbackFile(fd).(*fs.LoopbackFile)}
+}
+
+// Flush is not implemented (see hostFile).
+func (f *hostFile) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
+
 // openFlags keeps the flags a FUSE open may pass on.
 func openFlags(flags uint32) int {
 	const keep = unix.O_ACCMODE | unix.O_APPEND | unix.O_TRUNC | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_NOATIME | unix.O_DIRECTORY | unix.O_LARGEFILE
@@ -426,7 +510,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, errno(err)
 	}
-	return fs.NewLoopbackFile(fd), 0, 0
+	return newHostFile(fd), 0, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -443,6 +527,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno(err)
 	}
 	defer unix.Close(dfd)
+	n.selfChange(b, name)
 	how := unix.OpenHow{Flags: uint64(openFlags(flags) | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC | int(flags&unix.O_EXCL)), Mode: uint64(mode & 0o7777), Resolve: resolveFlags}
 	fd, err := unix.Openat2(dfd, base, &how)
 	if err != nil {
@@ -453,7 +538,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		unix.Close(fd)
 		return nil, nil, 0, errno(err)
 	}
-	return n.child(ctx, b, &st, out), fs.NewLoopbackFile(fd), 0, 0
+	return n.child(ctx, b, rel, &st, out), newHostFile(fd), 0, 0
 }
 
 // mkchild creates name with mk in the backend its routing chooses.
@@ -476,13 +561,14 @@ func (n *node) mkchild(ctx context.Context, name string, isDir bool, out *fuse.E
 		return nil, errno(err)
 	}
 	defer unix.Close(dfd)
+	n.selfChange(b, name)
 	if err := mk(dfd, base); err != nil {
 		return nil, errno(err)
 	}
 	if err := unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, errno(err)
 	}
-	return n.child(ctx, b, &st, out), 0
+	return n.child(ctx, b, rel, &st, out), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -572,6 +658,7 @@ func (n *node) remove(name string, flags int) syscall.Errno {
 			}
 		}
 	}
+	n.selfChange(b, name)
 	if err := unix.Unlinkat(dfd, base, flags); err != nil {
 		return errno(err)
 	}
@@ -626,6 +713,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return errno(err)
 	}
 	defer unix.Close(dfd)
+	n.selfChange(sb, name)
+	np.selfChange(db, newName)
 	return errno(unix.Renameat2(sfd, sbase, dfd, dbase, uint(flags)))
 }
 

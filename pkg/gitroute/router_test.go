@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The router test mounts FUSE, which needs its own user+mount namespace:
@@ -110,6 +111,38 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	if err := os.Rename(filepath.Join(mnt, "src/new.go"), filepath.Join(mnt, "node_modules/moved.go")); err == nil {
 		t.Errorf("rename from host to state succeeded; want EXDEV")
 	}
+	// Host edits are seen promptly although the kernel caches entries and
+	// attributes for cacheTimeout: the daemon invalidates what inotify
+	// reports (content and size, a new name after a negative lookup, a
+	// deletion, a mode change).
+	prompt := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(500 * time.Millisecond); !ok(); {
+			if time.Now().After(deadline) {
+				t.Errorf("host change not visible through the router within 500 ms: %s", what)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	in := filepath.Join(mnt, "src/main.go")
+	os.Stat(in)
+	os.ReadFile(in)
+	write(t, filepath.Join(ws, "src/main.go"), "package main // edited on the host\n")
+	prompt("content", func() bool { b, _ := os.ReadFile(in); return string(b) == "package main // edited on the host\n" })
+	if _, err := os.Stat(filepath.Join(mnt, "src/host.go")); !os.IsNotExist(err) {
+		t.Errorf("src/host.go: %v", err)
+	}
+	write(t, filepath.Join(ws, "src/host.go"), "x")
+	prompt("new file after a negative lookup", func() bool { _, err := os.Stat(filepath.Join(mnt, "src/host.go")); return err == nil })
+	os.Chmod(filepath.Join(ws, "src/host.go"), 0o600)
+	prompt("mode", func() bool { st, err := os.Stat(filepath.Join(mnt, "src/host.go")); return err == nil && st.Mode().Perm() == 0o600 })
+	os.Remove(filepath.Join(ws, "src/host.go"))
+	prompt("deletion", func() bool { _, err := os.Stat(filepath.Join(mnt, "src/host.go")); return os.IsNotExist(err) })
+	os.MkdirAll(filepath.Join(ws, "src/deep/er"), 0o755)
+	prompt("new directory", func() bool { _, err := os.Stat(filepath.Join(mnt, "src/deep/er")); return err == nil })
+	write(t, filepath.Join(ws, "src/deep/er/f"), "1")
+	prompt("file in a new directory", func() bool { b, _ := os.ReadFile(filepath.Join(mnt, "src/deep/er/f")); return string(b) == "1" })
 }
 
 func TestDeniedGitNames(t *testing.T) {

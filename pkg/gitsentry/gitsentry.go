@@ -21,6 +21,13 @@
 //	/workspace/<editor config>       tmpfs (directories) or read-only bind
 //	                                 (files) unless share_editor_config
 //
+// A linked worktree (the workspace's .git is a gitfile naming
+// <common>/worktrees/W outside the workspace) is refused unless the profile
+// opts in (git_common_dir): then the gitfile is a read-only bind and the
+// common Git directory is mounted at its own absolute path like a
+// developer-configured volume, with the same plan applied there
+// (Plan.CommonDir, Plan.Common).
+//
 // What these mounts cannot cover (names that do not exist yet: a new
 // `.git/commondir`, nested repositories and gitfiles elsewhere in the
 // workspace, editor configuration the host does not have) is closed by the
@@ -72,6 +79,9 @@ type Options struct {
 	// EditorConfig are workspace-top-level names hidden unless Share.
 	EditorConfig      []string
 	ShareEditorConfig bool
+	// MountCommonDir is the linked-worktree opt-in (profile setting
+	// OptInSetting, `lazaret run --git-common-dir`).
+	MountCommonDir bool
 }
 
 // Plan is the Git Sentry of one workspace.
@@ -84,11 +94,28 @@ type Plan struct {
 	// HiddenNames are top-level names the router must route to Domain
 	// state because no mount could cover them (absent editor config).
 	HiddenNames []string
+	// GitFile reports a top-level .git gitfile (kept read-only; the router
+	// must serve it, not hide it).
+	GitFile bool
+	// GitDir is the Git directory the workspace's .git names (the worktree's
+	// administrative directory for a linked worktree; Workspace/.git for a
+	// plain repository); the router reads the index there.
+	GitDir string
+	// CommonDir is the common Git directory of an opted-in linked worktree
+	// (canonical absolute host path, outside the workspace), mounted at the
+	// same absolute path; empty otherwise.
+	CommonDir string
+	// Common are the Git Sentry mounts of CommonDir, Rel relative to it
+	// ("." is CommonDir itself), parents first.
+	Common []Mount
 }
 
-// OptInSetting names the profile setting that would mount a linked
-// worktree's repository; it is not implemented yet, so it is only named.
-const OptInSetting = "git_common_dir"
+// OptInSetting names the profile setting that mounts a linked worktree's
+// common Git directory; OptInFlag is the `lazaret run` flag doing the same.
+const (
+	OptInSetting = "git_common_dir"
+	OptInFlag    = "--git-common-dir"
+)
 
 // Compute inspects the workspace (a canonical absolute host path) and
 // returns its Git Sentry. A workspace whose .git is a file pointing
@@ -110,15 +137,22 @@ func Compute(ws string, opts Options) (Plan, error) {
 		if !filepath.IsAbs(target) {
 			target = filepath.Join(ws, target)
 		}
-		if rel, err := filepath.Rel(ws, target); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-			return p, errdefs.New(errdefs.ErrRefused, "%s is a linked Git worktree whose repository (%s) lies outside the workspace; Lazaret never mounts it silently (SR-3). Run Lazaret in the main worktree of the repository instead; mounting the common Git directory of a linked worktree (profile setting %q) is not available yet", ws, target, OptInSetting)
+		target = filepath.Clean(target)
+		p.GitFile, p.GitDir = true, target
+		if outside(ws, target) {
+			if !opts.MountCommonDir {
+				return p, errdefs.New(errdefs.ErrRefused, "%s is a linked Git worktree whose repository (%s) lies outside the workspace; Lazaret never mounts it silently (SR-3). Run Lazaret in the main worktree of the repository, or opt in to mounting its common Git directory at the same path (with the Git Sentry applied there): `lazaret run %s`, or set %s = true in the profile", ws, target, OptInFlag, OptInSetting)
+			}
+			if err := addCommonDir(&p, ws, target); err != nil {
+				return p, err
+			}
 		}
-		// A gitfile pointing inside the workspace: keep the gitfile itself
-		// read-only so it cannot be redirected.
+		// The gitfile itself is read-only so it cannot be redirected.
 		p.Mounts = append(p.Mounts, Mount{Rel: ".git", Source: gitPath, Kind: ReadOnly})
 	case st.IsDir():
 		p.HasGitDir = true
-		if err := addGitDir(&p, ws, ".git", true); err != nil {
+		p.GitDir = gitPath
+		if err := addGitDir(&p.Mounts, ws, ".git", true); err != nil {
 			return p, err
 		}
 	default:
@@ -146,28 +180,114 @@ func Compute(ws string, opts Options) (Plan, error) {
 	return p, nil
 }
 
-// addGitDir protects one Git directory rel (the top-level .git or a
-// submodule's gitdir below .git/modules).
-func addGitDir(p *Plan, ws, rel string, top bool) error {
-	abs := filepath.Join(ws, rel)
-	p.Mounts = append(p.Mounts, Mount{Rel: rel, Source: abs, Kind: Bind})
+// outside reports whether p (clean, absolute) is not ws or beneath it.
+func outside(ws, p string) bool {
+	rel, err := filepath.Rel(ws, p)
+	return err != nil || rel == ".." || strings.HasPrefix(rel, "../")
+}
+
+// addCommonDir plans the opted-in linked worktree whose gitfile names
+// gitdir: gitdir must be <common>/worktrees/<name> (what `git worktree add`
+// creates) with a commondir file naming <common>; the common directory
+// (symlinks resolved) must lie outside the workspace and must not contain
+// it.
+//
+// Its Git Sentry is stricter than a workspace's .git, because no
+// Git-routing daemon serves it (the daemon's name policy is what refuses a
+// new commondir, config or config.worktree in a workspace's .git): the
+// common directory is a read-only bind, config read-only, hooks behind
+// tmpfs, info read-only, submodule gitdirs (modules/*) read-only with it;
+// only what Git work in this worktree writes is read-write: objects, refs,
+// logs and this worktree's administrative directory, whose commondir,
+// gitdir and config.worktree are read-only (an absent config.worktree is
+// created empty on the host first, so the sandbox cannot create one).
+func addCommonDir(p *Plan, ws, gitdir string) error {
+	fix := fmt.Sprintf("repair it with `git worktree repair` in %s, or run Lazaret in the repository's main worktree", ws)
+	real, err := filepath.EvalSymlinks(gitdir)
+	if err != nil {
+		return errdefs.New(errdefs.ErrRefused, "the gitfile %s names %s, which cannot be resolved (%v); %s", filepath.Join(ws, ".git"), gitdir, err, fix)
+	}
+	b, err := os.ReadFile(filepath.Join(real, "commondir"))
+	if err != nil {
+		return errdefs.New(errdefs.ErrRefused, "%s has no commondir file, so it is not a linked worktree's Git directory (a submodule gitfile pointing outside the workspace?); Lazaret mounts only the common Git directory of a linked worktree: %s", real, fix)
+	}
+	common := strings.TrimSpace(string(b))
+	if !filepath.IsAbs(common) {
+		common = filepath.Join(real, common)
+	}
+	if common, err = filepath.EvalSymlinks(common); err != nil {
+		return errdefs.New(errdefs.ErrRefused, "the common Git directory named by %s cannot be resolved (%v); %s", filepath.Join(real, "commondir"), err, fix)
+	}
+	if filepath.Dir(filepath.Dir(real)) != common || filepath.Base(filepath.Dir(real)) != "worktrees" {
+		return errdefs.New(errdefs.ErrRefused, "the worktree Git directory %s is not <common>/worktrees/<name> of its common Git directory %s; %s", real, common, fix)
+	}
+	if !outside(ws, common) || !outside(common, ws) || common == "/" {
+		return errdefs.New(errdefs.ErrRefused, "the common Git directory %s and the workspace %s contain one another; Lazaret cannot mount it separately: %s", common, ws, fix)
+	}
+	p.GitDir, p.CommonDir = real, common
+	cfg := filepath.Join(common, "config")
+	if st, err := os.Lstat(cfg); err != nil || !st.Mode().IsRegular() {
+		return errdefs.New(errdefs.ErrRefused, "%s is not a regular file; the Git Sentry needs the repository's config to exist to protect it", cfg)
+	}
+	p.Common = append(p.Common,
+		Mount{Rel: ".", Source: common, Kind: ReadOnly},
+		Mount{Rel: "config", Source: cfg, Kind: ReadOnly},
+		Mount{Rel: "hooks", Kind: Transient})
+	for _, d := range []string{"hooks", "info", "objects", "refs", "logs"} {
+		if err := ensureDir(filepath.Join(common, d)); err != nil {
+			return err
+		}
+	}
+	p.Common = append(p.Common, Mount{Rel: "info", Source: filepath.Join(common, "info"), Kind: ReadOnly})
+	for _, d := range []string{"objects", "refs", "logs"} {
+		p.Common = append(p.Common, Mount{Rel: d, Source: filepath.Join(common, d), Kind: Bind})
+	}
+	wr := path.Join("worktrees", filepath.Base(real))
+	p.Common = append(p.Common, Mount{Rel: wr, Source: filepath.Join(common, filepath.FromSlash(wr)), Kind: Bind})
+	cw := filepath.Join(real, "config.worktree")
+	if _, err := os.Lstat(cw); errors.Is(err, fs.ErrNotExist) {
+		if err := os.WriteFile(cw, nil, 0o644); err != nil {
+			return fmt.Errorf("create an empty %s for the Git Sentry: %w", cw, err)
+		}
+	}
+	for _, f := range []string{"commondir", "config.worktree", "gitdir"} {
+		fp := filepath.Join(real, f)
+		st, err := os.Lstat(fp)
+		if err != nil || !st.Mode().IsRegular() {
+			if f == "gitdir" && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return errdefs.New(errdefs.ErrRefused, "%s is not a regular file; the Git Sentry cannot protect it: %s", fp, fix)
+		}
+		p.Common = append(p.Common, Mount{Rel: path.Join(wr, f), Source: fp, Kind: ReadOnly})
+	}
+	return nil
+}
+
+// addGitDir protects one Git directory rel of base (the top-level .git or
+// a submodule's gitdir below .git/modules of the workspace, or "." of a
+// linked worktree's common Git directory).
+func addGitDir(ms *[]Mount, base, rel string, top bool) error {
+	abs := filepath.Join(base, rel)
+	ws := base
+	*ms = append(*ms, Mount{Rel: rel, Source: abs, Kind: Bind})
 	cfg := filepath.Join(abs, "config")
 	if st, err := os.Lstat(cfg); err != nil || !st.Mode().IsRegular() {
 		return errdefs.New(errdefs.ErrRefused, "%s is not a regular file; the Git Sentry needs the repository's config to exist to protect it (run `git -C %s config --list` to repair the repository)", cfg, ws)
 	}
-	p.Mounts = append(p.Mounts, Mount{Rel: path.Join(rel, "config"), Source: cfg, Kind: ReadOnly})
+	*ms = append(*ms, Mount{Rel: path.Join(rel, "config"), Source: cfg, Kind: ReadOnly})
 	hooks := filepath.Join(abs, "hooks")
 	if err := ensureDir(hooks); err != nil {
 		return err
 	}
-	p.Mounts = append(p.Mounts, Mount{Rel: path.Join(rel, "hooks"), Kind: Transient})
+	*ms = append(*ms, Mount{Rel: path.Join(rel, "hooks"), Kind: Transient})
 	info := filepath.Join(abs, "info")
 	if err := ensureDir(info); err != nil {
 		return err
 	}
-	p.Mounts = append(p.Mounts, Mount{Rel: path.Join(rel, "info"), Source: info, Kind: ReadOnly})
+	*ms = append(*ms, Mount{Rel: path.Join(rel, "info"), Source: info, Kind: ReadOnly})
 	if top {
-		if err := addLinked(p, ws, rel); err != nil {
+		if err := addLinked(ms, ws, rel); err != nil {
 			return err
 		}
 	}
@@ -175,7 +295,7 @@ func addGitDir(p *Plan, ws, rel string, top bool) error {
 	mods := filepath.Join(abs, "modules")
 	return walkModules(mods, func(gitdir string) error {
 		r, _ := filepath.Rel(ws, gitdir)
-		return addGitDir(p, ws, filepath.ToSlash(r), false)
+		return addGitDir(ms, ws, filepath.ToSlash(r), false)
 	})
 }
 
@@ -209,7 +329,7 @@ func walkModules(dir string, f func(string) error) error {
 
 // addLinked protects the administrative directories of linked worktrees
 // (.git/worktrees/W): each its own mount, config.worktree read-only.
-func addLinked(p *Plan, ws, rel string) error {
+func addLinked(ms *[]Mount, ws, rel string) error {
 	dir := filepath.Join(ws, rel, "worktrees")
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -223,12 +343,12 @@ func addLinked(p *Plan, ws, rel string) error {
 			continue
 		}
 		wr := path.Join(rel, "worktrees", e.Name())
-		p.Mounts = append(p.Mounts, Mount{Rel: wr, Source: filepath.Join(ws, wr), Kind: Bind})
+		*ms = append(*ms, Mount{Rel: wr, Source: filepath.Join(ws, wr), Kind: Bind})
 		// config.worktree is obeyed; commondir and gitdir redirect host Git.
 		for _, f := range []string{"commondir", "config.worktree", "gitdir"} {
 			fp := filepath.Join(ws, wr, f)
 			if st, err := os.Lstat(fp); err == nil && st.Mode().IsRegular() {
-				p.Mounts = append(p.Mounts, Mount{Rel: path.Join(wr, f), Source: fp, Kind: ReadOnly})
+				*ms = append(*ms, Mount{Rel: path.Join(wr, f), Source: fp, Kind: ReadOnly})
 			}
 		}
 	}

@@ -72,6 +72,42 @@ func TestComputePlan(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), OptInSetting) {
 		t.Errorf("linked worktree: %v", err)
 	}
+	// With the opt-in: the gitfile read-only, the common directory at its
+	// own path, read-only but for what Git work in this worktree writes.
+	linked := filepath.Join(root, "linked")
+	p, err = Compute(linked, Options{MountCommonDir: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	common, _ := filepath.EvalSymlinks(filepath.Join(ws, ".git"))
+	if p.CommonDir != common || p.GitDir != filepath.Join(common, "worktrees", "linked") || !p.GitFile || p.HasGitDir {
+		t.Errorf("opt-in plan: %+v", p)
+	}
+	if len(p.Mounts) != 1 || p.Mounts[0].Rel != ".git" || p.Mounts[0].Kind != ReadOnly {
+		t.Errorf("gitfile mounts: %+v", p.Mounts)
+	}
+	got = nil
+	for _, m := range p.Common {
+		got = append(got, m.Rel+":"+m.Kind.String())
+		if m.Kind != Transient && m.Source != filepath.Join(common, m.Rel) {
+			t.Errorf("%s: source %s", m.Rel, m.Source)
+		}
+	}
+	want = ".:read-only config:read-only hooks:transient info:read-only objects:bind refs:bind logs:bind " +
+		"worktrees/linked:bind worktrees/linked/commondir:read-only worktrees/linked/config.worktree:read-only worktrees/linked/gitdir:read-only"
+	if strings.Join(got, " ") != want {
+		t.Errorf("common plan:\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	if b, err := os.ReadFile(filepath.Join(common, "worktrees", "linked", "config.worktree")); err != nil || len(b) != 0 {
+		t.Errorf("config.worktree not created empty for its mount: %q %v", b, err)
+	}
+	// A gitfile naming a directory that is not <common>/worktrees/<name>.
+	odd := filepath.Join(root, "odd")
+	os.MkdirAll(odd, 0o755)
+	os.WriteFile(filepath.Join(odd, ".git"), []byte("gitdir: "+filepath.Join(ws, ".git", "modules", "sub")+"\n"), 0o644)
+	if _, err := Compute(odd, Options{MountCommonDir: true}); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "commondir") {
+		t.Errorf("gitfile to a submodule gitdir: %v", err)
+	}
 	// Not a repository: nothing but editor handling.
 	plain := filepath.Join(root, "plain")
 	os.MkdirAll(plain, 0o755)

@@ -32,9 +32,19 @@ type gitRouting struct {
 // isolation (FR-9), records the git_routing participant's bare Intent and
 // returns what RS needs to acquire the Git-routing daemon (SR-13).
 func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
-	plan, err := gitsentry.Compute(c.ws, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: c.profile.ShareEditorConfig})
+	plan, err := gitsentry.Compute(c.ws, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: c.profile.ShareEditorConfig, MountCommonDir: c.profile.GitCommonDir})
 	if err != nil {
 		return nil, err
+	}
+	if plan.CommonDir != "" {
+		// The developer opted in (SR-3): the linked worktree's common Git
+		// directory is mounted at its own path, straight from the host,
+		// with its Git Sentry.
+		c.log.Info("linked worktree: mounting its common Git directory (git_common_dir opt-in)", "common_dir", plan.CommonDir, "gitdir", plan.GitDir)
+		sb.GitCommonDir = plan.CommonDir
+		for _, m := range plan.Common {
+			sb.CommonProtected = append(sb.CommonProtected, ocispec.Protected{Rel: m.Rel, Source: m.Source, ReadOnly: m.Kind == gitsentry.ReadOnly, Transient: m.Kind == gitsentry.Transient})
+		}
 	}
 	isolate := c.profile.IgnoredPathIsolation
 	if !isolate && !plan.HasGitDir {
@@ -58,16 +68,17 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 	var hidden []string
 	if isolate {
 		hidden = plan.HiddenNames
-		if !plan.HasGitDir {
+		if !plan.HasGitDir && !plan.GitFile {
 			hidden = append(hidden, ".git")
 		}
 	} else {
 		c.log.Info("ignored-path isolation disabled by the profile: the workspace is a plain bind; only the Git directory is served by the Git-routing daemon")
 	}
 	home, _ := os.UserHomeDir()
+	_, common := ignorerules.GitDirs(c.ws)
 	start := &lv1.GitRoutingStart{
 		Workspace: c.ws, StateDir: c.paths.IgnoredStateDir(), Mountpoint: c.paths.RoutedWorkspace(),
-		ExcludesFile: ignorerules.ExcludesFile(filepath.Join(c.ws, ".git"), home, os.Getenv("XDG_CONFIG_HOME")),
+		ExcludesFile: ignorerules.ExcludesFile(common, home, os.Getenv("XDG_CONFIG_HOME")),
 		HiddenNames:  hidden, IgnoredPathIsolation: isolate,
 	}
 	if err := os.MkdirAll(start.StateDir, 0o700); err != nil {

@@ -20,13 +20,42 @@ const (
 	maxIndex    = 1 << 30
 )
 
-// Load reads the host's rules for the workspace ws (whose Git directory is
-// ws/.git, a directory) at generation start. excludesFile is the resolved
-// core.excludesFile ("" for none; a missing file is no rules). A missing
-// index means nothing is tracked.
+// GitDirs returns the Git directory of the workspace ws (ws/.git, or the
+// directory a top-level gitfile names, e.g. a linked worktree's
+// <common>/worktrees/W) and its common directory (where info/exclude and
+// config live: the Git directory itself unless it has a commondir file).
+func GitDirs(ws string) (gitdir, common string) {
+	gitdir = filepath.Join(ws, ".git")
+	if st, err := os.Lstat(gitdir); err == nil && st.Mode().IsRegular() {
+		if b, err := readRuleFile(gitdir, maxRuleFile); err == nil {
+			if t, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:"); ok {
+				t = strings.TrimSpace(t)
+				if !filepath.IsAbs(t) {
+					t = filepath.Join(ws, t)
+				}
+				gitdir = filepath.Clean(t)
+			}
+		}
+	}
+	common = gitdir
+	if b, err := readRuleFile(filepath.Join(gitdir, "commondir"), maxRuleFile); err == nil {
+		c := strings.TrimSpace(string(b))
+		if !filepath.IsAbs(c) {
+			c = filepath.Join(gitdir, c)
+		}
+		common = filepath.Clean(c)
+	}
+	return gitdir, common
+}
+
+// Load reads the host's rules for the workspace ws at generation start:
+// the index of its Git directory and info/exclude of the common directory
+// (GitDirs; a linked worktree has its own index). excludesFile is the
+// resolved core.excludesFile ("" for none; a missing file is no rules). A
+// missing index means nothing is tracked.
 func Load(ws, excludesFile string) (*Rules, error) {
 	r := NewRules()
-	gitdir := filepath.Join(ws, ".git")
+	gitdir, common := GitDirs(ws)
 	if b, err := readRuleFile(filepath.Join(gitdir, "index"), maxIndex); err == nil {
 		paths, err := ParseIndex(b)
 		if err != nil {
@@ -38,7 +67,7 @@ func Load(ws, excludesFile string) (*Rules, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	for _, f := range []string{filepath.Join(gitdir, "info", "exclude"), excludesFile} {
+	for _, f := range []string{filepath.Join(common, "info", "exclude"), excludesFile} {
 		if f == "" {
 			continue
 		}

@@ -103,6 +103,12 @@ type Sandbox struct {
 	// Protected are the Git Sentry mounts below WorkspaceDir (SR-4),
 	// parents first.
 	Protected []Protected
+	// GitCommonDir is the common Git directory of a linked worktree the
+	// developer opted in to mount (SR-3: like a configured volume, at the
+	// same absolute path); CommonProtected are its Git Sentry mounts (Rel
+	// relative to GitCommonDir, "." the directory itself, parents first).
+	GitCommonDir    string
+	CommonProtected []Protected
 	// ControlFiles are read-only single-file binds beneath ControlDir
 	// (e.g. the credential mount); their mount points must exist in the
 	// control source.
@@ -189,6 +195,32 @@ func (s Sandbox) validate() error {
 			return fmt.Errorf("ocispec: volume target %q overlaps a Lazaret mount", v.Target)
 		}
 	}
+	if d := s.GitCommonDir; d != "" {
+		paths["common Git directory"] = d
+		for _, fixed := range append([]string{WorkspaceDir, ControlDir}, HostFiles...) {
+			if overlaps(d, fixed) {
+				return fmt.Errorf("ocispec: common Git directory %q overlaps the Lazaret mount %s", d, fixed)
+			}
+		}
+		for _, a := range s.Anchors {
+			if d == a.Target || under(a.Target, d) {
+				return fmt.Errorf("ocispec: common Git directory %q would cover the State Anchor %s", d, a.Target)
+			}
+		}
+		if len(s.CommonProtected) == 0 || s.CommonProtected[0].Rel != "." || s.CommonProtected[0].Transient {
+			return fmt.Errorf("ocispec: the common Git directory %q itself must be mounted first", d)
+		}
+	} else if len(s.CommonProtected) != 0 {
+		return fmt.Errorf("ocispec: common Git directory mounts without a common Git directory")
+	}
+	for i, p := range s.CommonProtected {
+		if p.Rel == "" || path.IsAbs(p.Rel) || path.Clean(p.Rel) != p.Rel || strings.HasPrefix(p.Rel, "../") || p.Rel == ".." {
+			return fmt.Errorf("ocispec: common Git directory path %d %q must be clean and relative", i, p.Rel)
+		}
+		if !p.Transient && p.Source != path.Join(s.GitCommonDir, p.Rel) {
+			return fmt.Errorf("ocispec: common Git directory path %q must bind the same host path, not %q", p.Rel, p.Source)
+		}
+	}
 	for name, p := range paths {
 		if !path.IsAbs(p) || path.Clean(p) != p {
 			return fmt.Errorf("ocispec: %s %q must be a clean absolute path", name, p)
@@ -261,15 +293,7 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: a.Target, Type: "bind", Source: a.Source, Options: []string{"rbind", "rw"}})
 	}
 	for _, p := range s.Protected {
-		dst := path.Join(WorkspaceDir, p.Rel)
-		switch {
-		case p.Transient:
-			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536k"}})
-		case p.ReadOnly:
-			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: dst, Type: "bind", Source: p.Source, Options: []string{"bind", "ro"}})
-		default:
-			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: dst, Type: "bind", Source: p.Source, Options: []string{"bind", "rw"}})
-		}
+		sp.Mounts = append(sp.Mounts, protectedMount(path.Join(WorkspaceDir, p.Rel), p))
 	}
 	sp.Mounts = append(sp.Mounts, specs.Mount{Destination: ControlDir, Type: "bind", Source: s.ControlSource, Options: []string{"rbind", "ro"}})
 	for _, f := range s.ControlFiles {
@@ -307,6 +331,12 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 			mode = "ro"
 		}
 		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: []string{"rbind", mode}})
+	}
+	// The opted-in common Git directory comes last, like a volume at its
+	// own path, with its Git Sentry on top (parents first). RS provides
+	// its mount point (package mountskel).
+	for _, p := range s.CommonProtected {
+		sp.Mounts = append(sp.Mounts, protectedMount(path.Join(s.GitCommonDir, p.Rel), p))
 	}
 	if err := Check(sp, s); err != nil {
 		return nil, err
@@ -354,6 +384,7 @@ func Check(sp *specs.Spec, s Sandbox) error {
 		case m.Destination == MailboxRequestsDir && m.Source == s.MailboxRequests && s.MailboxRequests != "" && hasOpt(m.Options, "noexec"):
 			// The one writable Lazaret mount: request records only.
 		case isProtected(s, m):
+		case isCommonProtected(s, m):
 		case (m.Destination == ControlDir || strings.HasPrefix(m.Destination, ControlDir+"/")) && hasOpt(m.Options, "ro"):
 		case isVolume(s.Volumes, m):
 		case isHostFile(m.Destination) && s.EtcFiles[m.Destination] == m.Source && !hasOpt(m.Options, "rbind"):
@@ -363,6 +394,36 @@ func Check(sp *specs.Spec, s Sandbox) error {
 		}
 	}
 	return nil
+}
+
+// protectedMount is the mount of one Git Sentry path at dst.
+func protectedMount(dst string, p Protected) specs.Mount {
+	switch {
+	case p.Transient:
+		return specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536k"}}
+	case p.ReadOnly:
+		return specs.Mount{Destination: dst, Type: "bind", Source: p.Source, Options: []string{"bind", "ro"}}
+	default:
+		return specs.Mount{Destination: dst, Type: "bind", Source: p.Source, Options: []string{"bind", "rw"}}
+	}
+}
+
+// under reports whether p lies strictly beneath dir.
+func under(p, dir string) bool { return strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") }
+
+// overlaps reports whether a and b are equal or one contains the other.
+func overlaps(a, b string) bool { return a == b || under(a, b) || under(b, a) }
+
+// isCommonProtected reports whether m is exactly one of the opted-in
+// common Git directory's binds: the same host path at the same absolute
+// guest path, read-only when planned so.
+func isCommonProtected(s Sandbox, m specs.Mount) bool {
+	for _, p := range s.CommonProtected {
+		if !p.Transient && s.GitCommonDir != "" && m.Destination == path.Join(s.GitCommonDir, p.Rel) && m.Source == m.Destination && hasOpt(m.Options, "ro") == p.ReadOnly {
+			return true
+		}
+	}
+	return false
 }
 
 // isAnchor reports whether m is exactly one of the declared State Anchors,

@@ -2,6 +2,7 @@ package ocispec
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -290,5 +291,62 @@ func TestGitSentryMounts(t *testing.T) {
 	s.Protected = []Protected{{Rel: "../x", Transient: true}}
 	if _, err := Spec(s, Process{Args: []string{"/bin/true"}, Cwd: "/"}); err == nil {
 		t.Errorf("Spec accepted a protected path outside the workspace")
+	}
+}
+
+// TestCommonGitDir (SR-3, SR-4): an opted-in common Git directory is bound
+// at its own path after the volumes, its Git Sentry on top; Check refuses a
+// bind planned read-only made writable or bound from elsewhere, and Spec
+// refuses a common directory overlapping Lazaret's mounts or covering a
+// State Anchor.
+func TestCommonGitDir(t *testing.T) {
+	s := sandbox()
+	c := "/home/dev/repo/.git"
+	s.GitCommonDir = c
+	s.CommonProtected = []Protected{
+		{Rel: ".", Source: c, ReadOnly: true},
+		{Rel: "config", Source: c + "/config", ReadOnly: true},
+		{Rel: "hooks", Transient: true},
+		{Rel: "objects", Source: c + "/objects"},
+	}
+	sp, err := Spec(s, Process{Args: []string{"/bin/true"}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, m := range sp.Mounts {
+		order = append(order, m.Destination+"="+m.Type+fmt.Sprint(m.Options))
+	}
+	if got := strings.Join(order, " "); !strings.HasSuffix(got, c+"=bind[bind ro] "+c+"/config=bind[bind ro] "+c+"/hooks=tmpfs[nosuid nodev mode=755 size=65536k] "+c+"/objects=bind[bind rw]") {
+		t.Errorf("mounts: %s", got)
+	}
+	n := len(sp.Mounts)
+	bad := *sp
+	bad.Mounts = append([]specs.Mount(nil), sp.Mounts...)
+	bad.Mounts[n-4].Options = []string{"bind", "rw"}
+	if Check(&bad, s) == nil {
+		t.Errorf("Check accepted the common directory made writable")
+	}
+	bad.Mounts = append([]specs.Mount(nil), sp.Mounts...)
+	bad.Mounts[n-1].Source = "/home/dev/.ssh"
+	if Check(&bad, s) == nil {
+		t.Errorf("Check accepted a common directory bind of another path")
+	}
+	for _, d := range []string{"/workspace/x", "/", "/.lazaret", "/etc/hosts"} {
+		s2 := s
+		s2.GitCommonDir = d
+		if _, err := Spec(s2, Process{Args: []string{"/bin/true"}, Cwd: "/"}); err == nil {
+			t.Errorf("common Git directory %s accepted", d)
+		}
+	}
+	s2 := s
+	s2.GitCommonDir, s2.Anchors = "/home", []Anchor{{Source: "/b/anchors/home", Target: "/home/dev"}}
+	if _, err := Spec(s2, Process{Args: []string{"/bin/true"}, Cwd: "/"}); err == nil {
+		t.Errorf("common Git directory covering a State Anchor accepted")
+	}
+	s2 = s
+	s2.CommonProtected = []Protected{{Rel: ".", Source: "/etc"}}
+	if _, err := Spec(s2, Process{Args: []string{"/bin/true"}, Cwd: "/"}); err == nil {
+		t.Errorf("common Git directory bound from elsewhere accepted")
 	}
 }

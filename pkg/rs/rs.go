@@ -293,8 +293,8 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
 		return nil, nil, err
 	}
-	if err := mountns.BindReadOnly(art.Rootfs, rootfs); err != nil {
-		return nil, nil, fmt.Errorf("expose prepared lower %s: %w", art.ID, err)
+	if err := s.mountRoot(art, rootfs); err != nil {
+		return nil, nil, err
 	}
 	failpoint.Hit("lazaret-rs:rootfs-mounted")
 	if err := s.mountAnchors(rootfs); err != nil {
@@ -546,6 +546,7 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	if err := mountns.Unmount(rootfs); err != nil && !errors.Is(err, unix.EINVAL) {
 		s.log.Warn("unmount rootfs", "err", err)
 	}
+	s.removeSkeleton()
 	s.stopGitRouting()
 }
 

@@ -3,14 +3,23 @@ package runsc
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
 
+func TestDentryCache(t *testing.T) {
+	for hard, want := range map[uint64]int{1024: 1000, 20000: 5000, 524288: 65536, 1 << 62: 65536} {
+		if got := dentryCacheFor(hard); got != want {
+			t.Errorf("dentryCacheFor(%d) = %d, want %d", hard, got, want)
+		}
+	}
+}
+
 func TestFlags(t *testing.T) {
 	r := Runtime{Path: "/x/runsc", Root: "/run/r"}
 	got := strings.Join(r.Run("/b", "lazaret-abc-1"), " ")
-	if got != "/x/runsc --root=/run/r --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared run --bundle /b lazaret-abc-1" {
+	if got != "/x/runsc --root=/run/r --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=" + strconv.Itoa(DentryCache()) + " run --bundle /b lazaret-abc-1" {
 		t.Fatal(got)
 	}
 	for _, bad := range []string{"--rootless", "all:", "--detach"} {

@@ -60,6 +60,7 @@ Examples:
 		&cli.StringFlag{Name: "profile", Aliases: []string{"p"}, Value: "default", Usage: "Agent Profile"},
 		&cli.StringFlag{Name: "config", Usage: "host configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml)"},
 		&cli.StringFlag{Name: "dir", Aliases: []string{"C"}, Usage: "start directory (default: the current directory)"},
+		&cli.BoolFlag{Name: "git-common-dir", Usage: "in a linked Git worktree, mount the repository's common Git directory at its own path (with the Git Sentry applied there); the profile setting git_common_dir does the same"},
 		&cli.BoolFlag{Name: "no-tty", Aliases: []string{"T"}, Usage: "never allocate a terminal, even when stdin and stdout are terminals"},
 	},
 	Action: runAction,
@@ -87,6 +88,9 @@ func runAction(c *cli.Context) error {
 	prof, err := lookupProfileIn(c.String("config"), c.String("profile"))
 	if err != nil {
 		return err
+	}
+	if c.Bool("git-common-dir") {
+		prof.Config.GitCommonDir = true
 	}
 	image, err := prof.imageRef()
 	if err != nil {
