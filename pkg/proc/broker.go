@@ -319,7 +319,9 @@ type AcquireSpec struct {
 	// ExecStop makes the barrier the target's own exec stop instead of the
 	// wrapper re-exec (see acquireExecStop): for short host commands on a
 	// hot path (escalation), where starting a second copy of this binary
-	// per command dominates. Setup is not supported with it.
+	// per command dominates. Setup is not supported with it; a target that
+	// raises privileges at exec (set-user-ID, file capabilities), which
+	// the kernel refuses to a traced process, uses the wrapper.
 	ExecStop bool
 }
 
@@ -330,7 +332,7 @@ var ErrWrapperAborted = errors.New("wrapper exited before release")
 // child running the target. On any failure before release the wrapper is
 // killed through its pidfd and reaped; it never runs the target.
 func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) {
-	if spec.ExecStop && spec.Setup == nil {
+	if spec.ExecStop && spec.Setup == nil && !privilegedExec(spec.Target.Path) {
 		c, err := b.acquireExecStop(ctx, spec)
 		if !errors.Is(err, errNoTrace) {
 			return c, err
@@ -416,6 +418,23 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 	hit("released")
 	b.log.Debug("child acquired", "slot", spec.Slot, "identity", id.String())
 	return c, nil
+}
+
+// privilegedExec reports whether executing path would raise privileges
+// (set-user-ID or set-group-ID bit, or file capabilities). The kernel does
+// not raise them for a traced process, so such a program (sudo, ping) is
+// acquired through the wrapper instead of the exec stop. A file changed
+// after this check only runs without its privileges: it fails safe.
+func privilegedExec(path string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return false // the exec reports it
+	}
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		return true
+	}
+	sz, err := unix.Getxattr(path, "security.capability", nil)
+	return err == nil && sz > 0
 }
 
 // errNoTrace reports that the exec-stop barrier is unavailable.
