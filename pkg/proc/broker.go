@@ -27,7 +27,8 @@
 //	9. caller promotes to Committed after target readiness
 //
 // Barrier EOF or a malformed release makes the wrapper exit 125 without
-// running the target.
+// running the target. AcquireSpec.ExecStop replaces the wrapper by the
+// target's own ptrace exec stop for hot paths (acquireExecStop).
 package proc
 
 import (
