@@ -72,6 +72,74 @@ func TestEscalationNonInteractive(t *testing.T) {
 	noLeftovers(t)
 }
 
+// TestEscalationRules (§3.7 auto-approve rules): an exact rule approves
+// exactly its argv — the same argv with one more argument is not approved
+// and, without a terminal, is denied with the reason; a cwd constraint is
+// honoured from its directory and (cwd_subtree) beneath it, and refused at
+// the workspace root, in a sibling with the same name prefix and beneath a
+// directory that is constrained exactly; the version-1 shorthand (a bare
+// argv, a prefix rule) still works.
+func TestEscalationRules(t *testing.T) {
+	e := need(t)
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	body := `[profiles.rules]
+image = "busybox"
+auto_approve = [
+  {exact = ["echo", "exact-ok"]},
+  {prefix = ["pwd"], cwd = "sub", cwd_subtree = true},
+  {exact = ["echo", "here"], cwd = "sub"},
+  ["true"],
+]
+`
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(cfg, e.uid, e.gid)
+	ws := workspace(t)
+	script := `mkdir -p sub/deeper sub2
+lazaret-escalate -- echo exact-ok; echo rc1=$?
+lazaret-escalate -- echo exact-ok extra; echo rc2=$?
+(cd sub/deeper && lazaret-escalate -- pwd; echo rc3=$?)
+(cd sub && lazaret-escalate -- pwd -P; echo rc4=$?)
+lazaret-escalate -- pwd; echo rc5=$?
+(cd sub2 && lazaret-escalate -- pwd; echo rc6=$?)
+(cd sub && lazaret-escalate -- echo here; echo rc7=$?)
+(cd sub/deeper && lazaret-escalate -- echo here; echo rc8=$?)
+lazaret-escalate -- true; echo rc9=$?
+`
+	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "rules", "--", "sh", "-c", script)
+	want := []string{
+		"exact-ok\nrc1=0\n",
+		"rc2=77\n",
+		filepath.Join(ws, "sub", "deeper") + "\nrc3=0\n",
+		filepath.Join(ws, "sub") + "\nrc4=0\n",
+		"rc5=77\n",
+		"rc6=77\n",
+		"here\nrc7=0\n",
+		"rc8=77\n",
+		"rc9=0\n",
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", w, r.stdout, r.stderr)
+		}
+	}
+	if strings.Contains(r.stdout, "exact-ok extra") {
+		t.Errorf("the exact rule approved an extra argument:\n%s", r.stdout)
+	}
+	// Every refusal says why: no terminal to ask and no rule matches.
+	if n := strings.Count(r.stderr, "denied: the session has no terminal to ask the developer and no auto_approve rule matches"); n != 4 {
+		t.Errorf("%d denials with the reason, want 4:\n%s", n, r.stderr)
+	}
+	a := lz(t, ws, nil, "audit", "--json")
+	for _, w := range []string{`"rule_spec":"exact [\"echo\" \"exact-ok\"]"`, `"rule_spec":"prefix [\"pwd\"] in /workspace/sub and beneath"`} {
+		if !strings.Contains(a.stdout, w) {
+			t.Errorf("audit lacks %s:\n%s", w, a.stdout)
+		}
+	}
+	noLeftovers(t)
+}
+
 // TestEscalationStreams100MB (§3.7): 100 MB of host output streams
 // byte-exact into the sandbox through ≤ 8 unacknowledged 48 KiB chunks.
 func TestEscalationStreams100MB(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package audit is the per-Domain host escalation audit log (beyond the
 // spec, issue #9): one JSON object per line in <Domain Root>/audit.jsonl,
-// appended and fsynced per event by the Host Coordinator, read by
+// appended by the Host Coordinator and fsynced before each event's
+// consequence (an execution, a delivered result, a prompt), read by
 // `lazaret audit`. Every request, decision (who decided: session, Client
 // CLI, rule), execution and result is recorded. Format version 1; a line
 // with a newer version is refused by the reader.
@@ -53,6 +54,8 @@ type Entry struct {
 	Decision  string   `json:"decision,omitempty"`
 	DecidedBy string   `json:"decided_by,omitempty"`
 	Rule      []string `json:"rule,omitempty"`
+	// RuleSpec is the whole auto-approve rule (kind, argv, cwd constraint).
+	RuleSpec string `json:"rule_spec,omitempty"`
 	// Execution: the host process's pidfs identity.
 	Process string `json:"process,omitempty"`
 	// Result.
@@ -82,8 +85,29 @@ func Open(domainRoot string, now func() time.Time) (*Log, error) {
 	return &Log{f: f, now: now}, nil
 }
 
-// Append writes e as one line and fsyncs it.
-func (l *Log) Append(e Entry) error {
+// Append writes e as one line and fsyncs it (and so every line written
+// before it).
+func (l *Log) Append(e Entry) error { return l.append(e, true) }
+
+// AppendBuffered writes e as one line without fsyncing: the next Append or
+// Sync makes it durable. The coordinator uses it only for an entry whose
+// consequence is itself preceded by a synced entry (a request and an
+// auto-rule decision are synced by the execution's entry before the host
+// process is released, or by the result's entry before the result is
+// delivered).
+func (l *Log) AppendBuffered(e Entry) error { return l.append(e, false) }
+
+// Sync makes every line written so far durable.
+func (l *Log) Sync() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Sync()
+}
+
+func (l *Log) append(e Entry, sync bool) error {
 	if l == nil {
 		return nil
 	}
@@ -99,6 +123,9 @@ func (l *Log) Append(e Entry) error {
 	defer l.mu.Unlock()
 	if _, err := l.f.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("append to audit log: %w", err)
+	}
+	if !sync {
+		return nil
 	}
 	return l.f.Sync()
 }

@@ -109,18 +109,75 @@ type Network struct {
 	AllowHosts []string `json:"allow_hosts"`
 }
 
-// Rule is an escalation auto-approve rule: a request is approved without a
-// prompt when its argv starts with exactly these elements. The program is
-// never a shell or command runner and no element contains shell syntax.
+// RuleMatch is how an auto-approve rule's argv is compared with a request's.
+type RuleMatch string
+
+const (
+	// MatchExact approves exactly Argv: no element more or less.
+	MatchExact RuleMatch = "exact"
+	// MatchPrefix approves Argv followed by any further arguments.
+	MatchPrefix RuleMatch = "prefix"
+)
+
+// WorkspaceRoot is Rule.Cwd for /workspace itself.
+const WorkspaceRoot = "."
+
+// Rule is an escalation auto-approve rule (spec §3.7, AutoApprove): a
+// request is approved without a prompt when its argv equals Argv (exact) or
+// begins with exactly these elements (prefix), and its working directory
+// satisfies the optional Cwd constraint. The program is never a shell or
+// command runner and no element contains shell syntax (validated when the
+// configuration is parsed); a request that requires a shell never matches
+// (RequiresShell, checked at match time whatever the rule says).
 type Rule struct {
-	Argv []string `json:"argv"`
+	Match RuleMatch `json:"match"`
+	Argv  []string  `json:"argv"`
+	// Cwd, when not empty, constrains the request's working directory: a
+	// clean path relative to /workspace without "..", or WorkspaceRoot.
+	// Requests run in the host directory reached from the workspace without
+	// symlinks, so the lexical comparison is the directory's identity.
+	Cwd string `json:"cwd,omitempty"`
+	// CwdSubtree extends Cwd to every directory beneath it.
+	CwdSubtree bool `json:"cwd_subtree,omitempty"`
 }
 
-// Matches reports whether argv is approved by r: argv begins with r.Argv
-// element for element, and argv's program is not a shell (checked again at
-// match time, whatever the rule says).
-func (r Rule) Matches(argv []string) bool {
-	if len(argv) < len(r.Argv) || len(r.Argv) == 0 || isShellLike(argv[0]) {
+// String is the rule as a developer reads it in messages and the audit log.
+func (r Rule) String() string {
+	s := fmt.Sprintf("%s %q", r.Match, r.Argv)
+	if r.Cwd != "" {
+		s += " in " + ruleCwdText(r.Cwd)
+		if r.CwdSubtree {
+			s += " and beneath"
+		}
+	}
+	return s
+}
+
+func ruleCwdText(cwd string) string {
+	if cwd == WorkspaceRoot {
+		return "/workspace"
+	}
+	return "/workspace/" + cwd
+}
+
+// Matches reports whether r approves argv run in cwd (relative to
+// /workspace, "" or "." for the workspace itself). It never matches a
+// command that requires a shell, an empty rule, or a working directory that
+// is not a clean path inside the workspace.
+func (r Rule) Matches(argv []string, cwd string) bool {
+	if len(r.Argv) == 0 || RequiresShell(argv) {
+		return false
+	}
+	switch r.Match {
+	case MatchExact:
+		if len(argv) != len(r.Argv) {
+			return false
+		}
+	case MatchPrefix:
+		if len(argv) < len(r.Argv) {
+			return false
+		}
+	default:
 		return false
 	}
 	for i, a := range r.Argv {
@@ -128,7 +185,28 @@ func (r Rule) Matches(argv []string) bool {
 			return false
 		}
 	}
-	return true
+	return r.cwdMatches(cwd)
+}
+
+func (r Rule) cwdMatches(cwd string) bool {
+	if cwd == "" {
+		cwd = WorkspaceRoot
+	}
+	if checkRuleCwd(cwd) != "" { // not clean, absolute, or outside
+		return false
+	}
+	switch {
+	case r.Cwd == "":
+		return true
+	case cwd == r.Cwd:
+		return true
+	case !r.CwdSubtree:
+		return false
+	case r.Cwd == WorkspaceRoot:
+		return true
+	default:
+		return strings.HasPrefix(cwd, r.Cwd+"/")
+	}
 }
 
 // Volume is an extra host directory or file bind-mounted into the sandbox.

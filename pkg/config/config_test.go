@@ -130,7 +130,7 @@ func TestSampleLayering(t *testing.T) {
 	if want := []Volume{{Source: "/home/dev/.cache/go-build", Target: "/root/.cache/go-build"}}; !reflect.DeepEqual(p.Volumes, want) {
 		t.Errorf("volumes %+v", p.Volumes)
 	}
-	if len(p.AutoApprove) != 2 || !p.AutoApprove[0].Matches([]string{"git", "fetch", "origin"}) {
+	if len(p.AutoApprove) != 2 || !p.AutoApprove[0].Matches([]string{"git", "fetch", "origin"}, "") {
 		t.Errorf("rules %+v", p.AutoApprove)
 	}
 	tiny, _ := c.Profile("tiny")
@@ -424,29 +424,203 @@ auto_approve = [
 }
 
 func TestRuleMatches(t *testing.T) {
-	r := Rule{Argv: []string{"git", "fetch"}}
+	prefix := Rule{Match: MatchPrefix, Argv: []string{"git", "fetch"}}
+	exact := Rule{Match: MatchExact, Argv: []string{"git", "fetch"}}
+	inAPI := Rule{Match: MatchExact, Argv: []string{"make", "lint"}, Cwd: "services/api"}
+	underSvc := Rule{Match: MatchPrefix, Argv: []string{"go", "test"}, Cwd: "services", CwdSubtree: true}
+	rootOnly := Rule{Match: MatchExact, Argv: []string{"true"}, Cwd: "."}
+	rootTree := Rule{Match: MatchExact, Argv: []string{"true"}, Cwd: ".", CwdSubtree: true}
 	cases := []struct {
+		name string
+		r    Rule
 		argv []string
+		cwd  string
 		want bool
 	}{
-		{[]string{"git", "fetch"}, true},
-		{[]string{"git", "fetch", "--all"}, true},
-		{[]string{"git"}, false},
-		{[]string{"git", "fetch2"}, false},
-		{[]string{"git", "push"}, false},
-		{[]string{"/usr/bin/git", "fetch"}, false},
+		{"prefix: same argv", prefix, []string{"git", "fetch"}, "", true},
+		{"prefix: extra argument", prefix, []string{"git", "fetch", "--all"}, "", true},
+		{"prefix: shorter", prefix, []string{"git"}, "", false},
+		{"prefix: element is not a prefix of a string", prefix, []string{"git", "fetch2"}, "", false},
+		{"prefix: other subcommand", prefix, []string{"git", "push"}, "", false},
+		{"prefix: program path differs", prefix, []string{"/usr/bin/git", "fetch"}, "", false},
+		{"prefix: any cwd", prefix, []string{"git", "fetch"}, "a/b", true},
+		{"exact: same argv", exact, []string{"git", "fetch"}, "", true},
+		{"exact: extra argument", exact, []string{"git", "fetch", "--all"}, "", false},
+		{"exact: extra empty argument", exact, []string{"git", "fetch", ""}, "", false},
+		{"exact: shorter", exact, []string{"git"}, "", false},
+		{"cwd exact: that dir", inAPI, []string{"make", "lint"}, "services/api", true},
+		{"cwd exact: subdir refused", inAPI, []string{"make", "lint"}, "services/api/v2", false},
+		{"cwd exact: parent refused", inAPI, []string{"make", "lint"}, "services", false},
+		{"cwd exact: root refused", inAPI, []string{"make", "lint"}, "", false},
+		{"cwd exact: sibling with the same prefix refused", inAPI, []string{"make", "lint"}, "services/api2", false},
+		{"cwd exact: dot-dot back in refused", inAPI, []string{"make", "lint"}, "services/x/../api", false},
+		{"cwd exact: trailing slash refused", inAPI, []string{"make", "lint"}, "services/api/", false},
+		{"cwd exact: ./ refused", inAPI, []string{"make", "lint"}, "./services/api", false},
+		{"cwd exact: absolute refused", inAPI, []string{"make", "lint"}, "/workspace/services/api", false},
+		{"cwd exact: double slash refused", inAPI, []string{"make", "lint"}, "services//api", false},
+		{"cwd subtree: the dir", underSvc, []string{"go", "test", "./..."}, "services", true},
+		{"cwd subtree: beneath", underSvc, []string{"go", "test"}, "services/api/v2", true},
+		{"cwd subtree: sibling with the same prefix refused", underSvc, []string{"go", "test"}, "services2", false},
+		{"cwd subtree: sibling with the same prefix and a subdir refused", underSvc, []string{"go", "test"}, "services-old/api", false},
+		{"cwd subtree: parent refused", underSvc, []string{"go", "test"}, "", false},
+		{"cwd subtree: escape refused", underSvc, []string{"go", "test"}, "services/../etc", false},
+		{"cwd subtree: out of the workspace refused", underSvc, []string{"go", "test"}, "../services", false},
+		{"cwd root exact: root", rootOnly, []string{"true"}, "", true},
+		{"cwd root exact: dot", rootOnly, []string{"true"}, ".", true},
+		{"cwd root exact: subdir refused", rootOnly, []string{"true"}, "a", false},
+		{"cwd root subtree: subdir", rootTree, []string{"true"}, "a/b", true},
+		{"cwd root subtree: parent refused", rootTree, []string{"true"}, "..", false},
 	}
 	for _, c := range cases {
-		if got := r.Matches(c.argv); got != c.want {
-			t.Errorf("%v: %v", c.argv, got)
+		if got := c.r.Matches(c.argv, c.cwd); got != c.want {
+			t.Errorf("%s: %s matches %q in %q = %v, want %v", c.name, c.r, c.argv, c.cwd, got, c.want)
 		}
 	}
-	// A shell program never matches, even via a hand-built rule.
-	if (Rule{Argv: []string{"bash"}}).Matches([]string{"bash", "-c", "x"}) {
-		t.Error("shell matched")
+	// A command that requires a shell never matches, whatever the rule
+	// (hand-built rules here: the parser refuses them).
+	for _, argv := range [][]string{
+		{"sh", "-c", "x"},
+		{"bash", "-c", "x"},
+		{"/bin/sh", "-c", "x"},
+		{"/usr/bin/bash", "script.sh"},
+		{"bash5.2", "-c", "x"},
+		{"env", "sh", "-c", "x"},
+		{"/usr/bin/env", "-i", "bash", "-c", "x"},
+		{"busybox", "sh", "-c", "x"},
+		{"sudo", "sh"},
+		{"nice", "-n", "5", "sh", "-c", "x"},
+		{"xargs", "sh", "-c", "x"},
+		{"taskset", "1", "sh", "-c", "x"},
+		{"chrt", "0", "/bin/dash", "-ec", "x"},
+		{"git", "fetch", "--upload-pack=sh -c id"},
+		{"git", "fetch", "--upload-pack", "bash -lc id"},
+		{"python3", "-c", "x"},
+		{"perl", "-e", "x"},
+		{"node"},
+		{"awk", "-f", "x.awk"},
+	} {
+		for _, r := range []Rule{{Match: MatchPrefix, Argv: argv[:1]}, {Match: MatchExact, Argv: argv}, {Match: MatchPrefix, Argv: argv}} {
+			if r.Matches(argv, "") {
+				t.Errorf("%s matched %q, which requires a shell", r, argv)
+			}
+		}
+		if !RequiresShell(argv) {
+			t.Errorf("RequiresShell(%q) = false", argv)
+		}
 	}
-	if (Rule{}).Matches([]string{"git"}) {
+	for _, argv := range [][]string{{"git", "fetch"}, {"go", "test", "-count=1", "./..."}, {"python3", "scripts/check.py", "-c"}, {"make", "SHELL=/bin/bash"}, {"grep", "-c", "sh"}} {
+		if RequiresShell(argv) {
+			t.Errorf("RequiresShell(%q) = true", argv)
+		}
+	}
+	if (Rule{Match: MatchPrefix}).Matches([]string{"git"}, "") {
 		t.Error("empty rule matched")
+	}
+	if (Rule{Argv: []string{"git"}}).Matches([]string{"git"}, "") {
+		t.Error("rule without a kind matched")
+	}
+}
+
+func TestRuleSyntax(t *testing.T) {
+	c := mustParse(t, `[profiles.a]
+auto_approve = [
+  ["git", "fetch"],
+  {exact = ["make", "lint"], cwd = "services/api"},
+  {prefix = ["go", "test"], cwd = "services", cwd_subtree = true},
+  {exact = ["true"]},
+  {exact = ["true"], cwd = "."},
+  {exact = ["git", "fetch"]},
+]
+[[profiles.b.auto_approve]]
+exact = ["true"]
+[[profiles.b.auto_approve]]
+prefix = ["git", "status"]
+cwd = "a/b"
+`)
+	a, _ := c.Profile("a")
+	want := []Rule{
+		{Match: MatchExact, Argv: []string{"git", "fetch"}},
+		{Match: MatchPrefix, Argv: []string{"git", "fetch"}},
+		{Match: MatchPrefix, Argv: []string{"go", "test"}, Cwd: "services", CwdSubtree: true},
+		{Match: MatchExact, Argv: []string{"make", "lint"}, Cwd: "services/api"},
+		{Match: MatchExact, Argv: []string{"true"}},
+		{Match: MatchExact, Argv: []string{"true"}, Cwd: "."},
+	}
+	if !reflect.DeepEqual(a.AutoApprove, want) {
+		t.Fatalf("rules\n got %v\nwant %v", a.AutoApprove, want)
+	}
+	b, _ := c.Profile("b")
+	if len(b.AutoApprove) != 2 || b.AutoApprove[0].Cwd != "a/b" || b.AutoApprove[1].Match != MatchExact {
+		t.Fatalf("array-of-tables rules: %v", b.AutoApprove)
+	}
+	// The canonical form carries every field and round-trips.
+	p, err := FromCanonical(a.Canonical())
+	if err != nil || !reflect.DeepEqual(p.AutoApprove, want) || p.Fingerprint() != a.Fingerprint() {
+		t.Fatalf("canonical round trip: %v %v", err, p)
+	}
+	if !strings.Contains(string(a.Canonical()), `{"match":"exact","argv":["make","lint"],"cwd":"services/api"}`) {
+		t.Errorf("canonical rules: %s", a.Canonical())
+	}
+	// The kind, the cwd and the subtree flag are all part of the fingerprint.
+	fp := func(rule string) string {
+		c := mustParse(t, "[profiles.x]\nauto_approve = ["+rule+"]\n")
+		p, _ := c.Profile("x")
+		return p.Fingerprint()
+	}
+	seen := map[string]string{}
+	for _, r := range []string{`{exact = ["true"]}`, `{prefix = ["true"]}`, `{exact = ["true"], cwd = "a"}`, `{exact = ["true"], cwd = "a", cwd_subtree = true}`} {
+		f := fp(r)
+		if prev, dup := seen[f]; dup {
+			t.Errorf("%s and %s have the same fingerprint", r, prev)
+		}
+		seen[f] = r
+	}
+	if fp(`["true"]`) != fp(`{prefix = ["true"]}`) {
+		t.Error("the bare-array shorthand is not the prefix rule")
+	}
+}
+
+func TestRuleErrors(t *testing.T) {
+	es := expectErrors(t, `[profiles.a]
+auto_approve = [
+  {exact = ["git", "status"], prefix = ["git"]},
+  {cwd = "src"},
+  {exact = ["true"], cwd = "../x"},
+  {exact = ["true"], cwd = "/workspace/src"},
+  {exact = ["true"], cwd = "/etc"},
+  {exact = ["true"], cwd = "src/"},
+  {exact = ["true"], cwd = ""},
+  {exact = ["true"], cwd_subtree = true},
+  {exact = ["sh", "-c", "make"]},
+  {exact = ["env", "bash"]},
+  {exact = []},
+  {exact = ["true"], where = "x"},
+  "git",
+  {exact = ["true"], cwd = "a"},
+  {exact = ["true"], cwd = "a"},
+  {exact = ["true"], cwd_subtree = "yes", cwd = "b"},
+]
+`,
+		at{3, "auto_approve[0].prefix: a rule has either exact or prefix"},
+		at{4, "auto_approve[1]: a rule needs exact = "},
+		at{5, `auto_approve[2].cwd: cwd "../x" leaves the workspace`},
+		at{6, `it is relative to /workspace; write "src"`},
+		at{7, `cwd "/etc" is absolute`},
+		at{8, `cwd "src/" is not a clean path: write "src"`},
+		at{9, `cwd is empty: write "."`},
+		at{10, "auto_approve[7].cwd_subtree: cwd_subtree needs cwd"},
+		at{11, "auto_approve[8].exact[0]: sh is a shell or command runner"},
+		at{12, "env is a shell or command runner"},
+		at{13, "auto_approve[10].exact: an empty rule would approve every command"},
+		at{14, `auto_approve[11].where: unknown key "where"`},
+		at{15, "auto_approve[12]: a rule must be a table"},
+		at{17, "is listed twice"},
+		at{18, "auto_approve[15].cwd_subtree: must be true or false"},
+	)
+	for _, e := range es {
+		if !strings.Contains(e.Key, "profiles.a.auto_approve[") {
+			t.Errorf("error does not name the profile and rule index: %q", e.Error())
+		}
 	}
 }
 
@@ -554,7 +728,7 @@ func TestFingerprintChangesAndDiff(t *testing.T) {
 		{"env value", `EDITOR = "nano"`, `EDITOR = "ed"`, "env: value changed for EDITOR"},
 		{"env name", `EDITOR = "nano" }`, `EDITOR = "nano", SECRET = "s3cr3t" }`, "env: added SECRET"},
 		{"isolation", "ignored_path_isolation = false", "ignored_path_isolation = true", "ignored_path_isolation: false → true"},
-		{"rule", `["git", "fetch"], `, "", `auto_approve: removed ["git" "fetch"]`},
+		{"rule", `["git", "fetch"], `, "", `auto_approve: removed prefix ["git" "fetch"]`},
 		{"volume mode", `mode = "rw"`, `mode = "ro"`, "volumes: added /home/dev/.cache/go-build:/root/.cache/go-build:ro; removed /home/dev/.cache/go-build:/root/.cache/go-build:rw"},
 		{"persistent", `"/root/.npm"]`, `"/root/.npm", "/srv/x"]`, "persistent_paths: added /srv/x"},
 		{"dns", `dns = ["1.1.1.1"]`, `dns = ["9.9.9.9"]`, "network.dns: added 9.9.9.9; removed 1.1.1.1"},
@@ -608,10 +782,10 @@ func TestCanonicalRoundTrip(t *testing.T) {
 	if _, err := FromCanonical([]byte(bad)); !errors.Is(err, errdefs.ErrCorrupt) {
 		t.Fatalf("non-canonical accepted: %v", err)
 	}
-	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":2,`, `{"version":2,"x":1,`, 1))); !errors.Is(err, errdefs.ErrCorrupt) {
+	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":3,`, `{"version":3,"x":1,`, 1))); !errors.Is(err, errdefs.ErrCorrupt) {
 		t.Fatalf("unknown field accepted: %v", err)
 	}
-	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":2,`, `{"version":3,`, 1))); !errors.Is(err, errdefs.ErrRefused) {
+	if _, err := FromCanonical([]byte(strings.Replace(string(b), `{"version":3,`, `{"version":4,`, 1))); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("version 3 accepted: %v", err)
 	}
 }

@@ -15,8 +15,10 @@ import (
 )
 
 // canonicalVersion is the version of the canonical profile encoding; a
-// change of encoding changes every fingerprint, which is intended.
-const canonicalVersion = 2
+// change of encoding changes every fingerprint, which is intended. Version
+// 3: auto_approve rules are objects (match exact/prefix, argv, optional cwd
+// and cwd_subtree) instead of argv prefixes.
+const canonicalVersion = 3
 
 // canonicalProfile is the fingerprinted projection of a Profile: every
 // setting that changes what the sandbox is or may do, and nothing cosmetic
@@ -33,7 +35,7 @@ type canonicalProfile struct {
 	DNS                  []string          `json:"network_dns"`
 	AllowHosts           []string          `json:"network_allow_hosts"`
 	Env                  map[string]string `json:"env"`
-	AutoApprove          [][]string        `json:"auto_approve"`
+	AutoApprove          []Rule            `json:"auto_approve"`
 	IgnoredPathIsolation bool              `json:"ignored_path_isolation"`
 	ShareEditorConfig    bool              `json:"share_editor_config"`
 	GitCommonDir         bool              `json:"git_common_dir,omitempty"`
@@ -47,7 +49,7 @@ func (p *Profile) canonical() canonicalProfile {
 		Image:                p.Image,
 		PersistentPaths:      append([]string{}, p.PersistentPaths...),
 		Env:                  map[string]string{},
-		AutoApprove:          [][]string{},
+		AutoApprove:          []Rule{},
 		IgnoredPathIsolation: p.IgnoredPathIsolation,
 		ShareEditorConfig:    p.ShareEditorConfig,
 		GitCommonDir:         p.GitCommonDir,
@@ -63,11 +65,10 @@ func (p *Profile) canonical() canonicalProfile {
 		c.Env[k] = v
 	}
 	for _, r := range p.AutoApprove {
-		c.AutoApprove = append(c.AutoApprove, append([]string{}, r.Argv...))
+		r.Argv = append([]string{}, r.Argv...)
+		c.AutoApprove = append(c.AutoApprove, r)
 	}
-	sort.Slice(c.AutoApprove, func(i, j int) bool {
-		return strings.Join(c.AutoApprove[i], "\x00") < strings.Join(c.AutoApprove[j], "\x00")
-	})
+	sortRules(c.AutoApprove)
 	sort.Slice(c.Volumes, func(i, j int) bool { return c.Volumes[i].Target < c.Volumes[j].Target })
 	allow := append([]netip.Prefix{}, p.Network.Allow...)
 	deny := append([]netip.Prefix{}, p.Network.Deny...)
@@ -148,9 +149,7 @@ func FromCanonical(b []byte) (*Profile, error) {
 		GitCommonDir:         c.GitCommonDir,
 		Volumes:              c.Volumes,
 	}
-	for _, r := range c.AutoApprove {
-		p.AutoApprove = append(p.AutoApprove, Rule{Argv: r})
-	}
+	p.AutoApprove = c.AutoApprove
 	for _, s := range c.Allow {
 		pf, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -229,10 +228,10 @@ func Diff(a, b *Profile) []string {
 	}
 	var rulesA, rulesB []string
 	for _, r := range ca.AutoApprove {
-		rulesA = append(rulesA, fmt.Sprintf("%q", r))
+		rulesA = append(rulesA, r.String())
 	}
 	for _, r := range cb.AutoApprove {
-		rulesB = append(rulesB, fmt.Sprintf("%q", r))
+		rulesB = append(rulesB, r.String())
 	}
 	set("auto_approve", rulesA, rulesB)
 	scalar("ignored_path_isolation", fmt.Sprint(ca.IgnoredPathIsolation), fmt.Sprint(cb.IgnoredPathIsolation))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/lazaret/lazaret/pkg/domain"
@@ -70,7 +71,7 @@ type layer struct {
 	allow, deny          []entry[netip.Prefix]
 	dns                  []entry[netip.Addr]
 	hosts                []entry[string]
-	rules                []entry[[]string]
+	rules                []entry[Rule]
 	volumes              []entry[Volume]
 }
 
@@ -341,33 +342,23 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 		case "auto_approve":
 			a, ok := v.([]any)
 			if !ok {
-				d.valueErrorf(p, "must be an array of argv prefixes, e.g. [[\"git\", \"fetch\"], [\"npm\", \"test\"]], not %s", typeName(v))
+				d.valueErrorf(p, "must be an array of rules, e.g. [{exact = [\"git\", \"status\"]}, {prefix = [\"go\", \"test\"], cwd = \"services/api\"}], or [[%s]] tables, not %s", p, typeName(v))
 				continue
 			}
 			seen := map[string]pathKey{}
 			for i, rv := range a {
 				rp := p.index(i)
-				argv, eps := d.strs(rp, rv)
-				if argv == nil {
-					if _, isArr := rv.([]any); isArr {
-						d.valueErrorf(rp, "an empty rule would approve every command: give the program and its fixed arguments, e.g. [\"git\", \"fetch\"]")
-					}
+				r, ok := d.decodeRule(rp, rv)
+				if !ok {
 					continue
 				}
-				if len(eps) != len(rv.([]any)) {
-					continue // element type errors already reported
-				}
-				if at, msg := checkRule(argv); msg != "" {
-					d.valueErrorf(eps[at], "%s", msg)
-					continue
-				}
-				key := strings.Join(argv, "\x00")
+				key := ruleKey(r)
 				if prev, dup := seen[key]; dup {
-					d.valueErrorf(rp, "rule %q is listed twice (also at %s): remove one", argv, d.where(prev))
+					d.valueErrorf(rp, "rule %s is listed twice (also at %s): remove one", r, d.where(prev))
 					continue
 				}
 				seen[key] = rp
-				l.rules = append(l.rules, entry[[]string]{argv, rp, d.entryWhere(rp, defaults)})
+				l.rules = append(l.rules, entry[Rule]{r, rp, d.entryWhere(rp, defaults)})
 			}
 		case "volumes":
 			a, ok := v.([]any)
@@ -483,7 +474,7 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	dns := map[netip.Addr]bool{}
 	hosts := map[string]bool{}
 	persistent := map[string]entry[string]{}
-	rules := map[string][]string{}
+	rules := map[string]Rule{}
 	targets := map[string]entry[Volume]{}
 	for _, l := range layers {
 		if l == nil {
@@ -509,7 +500,7 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 			}
 		}
 		for _, e := range l.rules {
-			rules[strings.Join(e.v, "\x00")] = e.v
+			rules[ruleKey(e.v)] = e.v
 		}
 		for _, e := range l.volumes {
 			if prev, dup := targets[e.v.Target]; dup {
@@ -586,11 +577,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 	}
 	for _, r := range rules {
-		p.AutoApprove = append(p.AutoApprove, Rule{Argv: r})
+		p.AutoApprove = append(p.AutoApprove, r)
 	}
-	sort.Slice(p.AutoApprove, func(i, j int) bool {
-		return strings.Join(p.AutoApprove[i].Argv, "\x00") < strings.Join(p.AutoApprove[j].Argv, "\x00")
-	})
+	sortRules(p.AutoApprove)
 	for _, e := range targets {
 		p.Volumes = append(p.Volumes, e.v)
 	}
@@ -786,6 +775,182 @@ func progBase(prog string) string {
 }
 
 func isShellLike(prog string) bool { return shells[progBase(prog)] }
+
+// RequiresShell reports whether argv needs a command language to mean
+// anything, so that no auto-approve rule may ever match it (the model's
+// AutoApprovalNoShell):
+//
+//   - its program (by base name, a version suffix ignored) is a shell or a
+//     command runner: sh -c, bash -c, /bin/sh script, env sh -c,
+//     /usr/bin/env -i bash -c, busybox sh, sudo …, nice sh -c, xargs sh -c;
+//   - its program is an interpreter given code by an option or no script
+//     (python3 -c, perl -e, node -e, awk 'prog');
+//   - any later argument is a shell followed by a -c style option (a
+//     runner not in the list, such as taskset 1 sh -c …), or an argument
+//     that spells such a command line itself ("sh -c …", --x=bash -c …).
+func RequiresShell(argv []string) bool {
+	if len(argv) == 0 {
+		return false
+	}
+	if isShellLike(argv[0]) {
+		return true
+	}
+	if interpreters[progBase(argv[0])] && (len(argv) < 2 || strings.HasPrefix(argv[1], "-")) {
+		return true
+	}
+	for i, a := range argv[1:] {
+		if isShell(a) && i+2 < len(argv) && isCommandOption(argv[i+2]) {
+			return true
+		}
+		fs := strings.FieldsFunc(a, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '=' })
+		for j := 0; j+1 < len(fs); j++ {
+			if isShell(fs[j]) && isCommandOption(fs[j+1]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// commandShells interpret a command line given with -c.
+var commandShells = map[string]bool{
+	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true, "fish": true,
+	"csh": true, "tcsh": true, "rc": true, "es": true, "yash": true, "nu": true, "elvish": true, "xonsh": true, "pwsh": true,
+	"busybox": true, "toybox": true,
+}
+
+func isShell(a string) bool { return commandShells[progBase(a)] }
+
+// isCommandOption reports a -c style option: -c, -lc, -ec, -xc, --command.
+func isCommandOption(a string) bool {
+	if a == "--command" || strings.HasPrefix(a, "--command=") {
+		return true
+	}
+	return len(a) >= 2 && a[0] == '-' && a[1] != '-' && strings.ContainsRune(a[1:], 'c')
+}
+
+// ruleKey identifies a rule for duplicate detection and merging.
+func ruleKey(r Rule) string {
+	return string(r.Match) + "\x00" + r.Cwd + "\x00" + strconv.FormatBool(r.CwdSubtree) + "\x00" + strings.Join(r.Argv, "\x00")
+}
+
+// sortRules orders rules canonically (by argv, then kind and cwd).
+func sortRules(rs []Rule) {
+	sort.Slice(rs, func(i, j int) bool {
+		a, b := strings.Join(rs[i].Argv, "\x00"), strings.Join(rs[j].Argv, "\x00")
+		if a != b {
+			return a < b
+		}
+		return ruleKey(rs[i]) < ruleKey(rs[j])
+	})
+}
+
+// ruleKeys are the keys of an auto-approve rule table.
+var ruleKeys = []string{"exact", "prefix", "cwd", "cwd_subtree"}
+
+// decodeRule decodes one auto_approve element: a table with exactly one of
+// exact and prefix (an argv) and optionally cwd and cwd_subtree, or the
+// version-1 shorthand, a bare argv array, which is a prefix rule.
+func (d *doc) decodeRule(rp pathKey, rv any) (Rule, bool) {
+	var r Rule
+	argvAt := rp
+	var argvV any
+	switch t := rv.(type) {
+	case []any:
+		r.Match, argvV = MatchPrefix, t
+	case map[string]any:
+		good := true
+		for _, k := range d.keys(rp, t) {
+			kp := rp.child(k)
+			switch k {
+			case "exact", "prefix":
+				if argvV != nil {
+					d.errorf(kp, "a rule has either exact or prefix, not both: exact approves exactly this argv, prefix also approves further arguments; keep one")
+					good = false
+					continue
+				}
+				r.Match, argvV, argvAt = RuleMatch(k), t[k], kp
+			case "cwd":
+				c, ok := d.str(kp, t[k])
+				if !ok {
+					good = false
+					continue
+				}
+				if msg := checkRuleCwd(c); msg != "" {
+					d.valueErrorf(kp, "%s", msg)
+					good = false
+					continue
+				}
+				r.Cwd = c
+			case "cwd_subtree":
+				b, ok := d.boolean(kp, t[k])
+				if !ok {
+					good = false
+					continue
+				}
+				r.CwdSubtree = b
+			default:
+				d.unknown(rp, k, ruleKeys)
+				good = false
+			}
+		}
+		if argvV == nil {
+			d.errorf(rp, "a rule needs exact = [\"program\", \"arg\", …] (approves exactly that command) or prefix = [\"program\", …] (also with further arguments)")
+			return r, false
+		}
+		_, hasCwd := t["cwd"]
+		if _, set := t["cwd_subtree"]; set && !hasCwd {
+			d.errorf(rp.child("cwd_subtree"), "cwd_subtree needs cwd: add cwd = \"dir\" (relative to /workspace, \".\" for the workspace itself) or remove cwd_subtree")
+			good = false
+		}
+		if !good {
+			return r, false
+		}
+	default:
+		d.valueErrorf(rp, "a rule must be a table such as {exact = [\"git\", \"status\"]} or {prefix = [\"go\", \"test\"], cwd = \"services/api\"}, not %s", typeName(rv))
+		return r, false
+	}
+	argv, eps := d.strs(argvAt, argvV)
+	if argv == nil {
+		if a, isArr := argvV.([]any); isArr && len(a) == 0 {
+			d.valueErrorf(argvAt, "an empty rule would approve every command: give the program and its fixed arguments, e.g. [\"git\", \"fetch\"]")
+		}
+		return r, false
+	}
+	if len(eps) != len(argvV.([]any)) {
+		return r, false // element type errors already reported
+	}
+	if at, msg := checkRule(argv); msg != "" {
+		d.valueErrorf(eps[at], "%s", msg)
+		return r, false
+	}
+	r.Argv = argv
+	return r, true
+}
+
+// checkRuleCwd checks a rule's (or request's) working directory: a clean
+// path relative to /workspace that stays inside it; "" when good.
+func checkRuleCwd(c string) string {
+	switch {
+	case c == "":
+		return "cwd is empty: write \".\" for /workspace itself, or a directory relative to it such as \"services/api\""
+	case strings.ContainsRune(c, 0):
+		return "cwd contains a NUL byte"
+	case c == "/workspace" || strings.HasPrefix(c, "/workspace/"):
+		rel := strings.TrimPrefix(strings.TrimPrefix(c, "/workspace"), "/")
+		if rel == "" {
+			rel = "."
+		}
+		return fmt.Sprintf("cwd %q is absolute: it is relative to /workspace; write %q", c, path.Clean(rel))
+	case strings.HasPrefix(c, "/"):
+		return fmt.Sprintf("cwd %q is absolute: give a directory relative to /workspace, such as \"services/api\"", c)
+	case c == ".." || strings.HasPrefix(c, "../") || strings.Contains(c, "/../") || strings.HasSuffix(c, "/.."):
+		return fmt.Sprintf("cwd %q leaves the workspace: requests run inside /workspace only; remove the \"..\"", c)
+	case path.Clean(c) != c:
+		return fmt.Sprintf("cwd %q is not a clean path: write %q", c, path.Clean(c))
+	}
+	return ""
+}
 
 // shellMeta are characters with meaning to a shell; a rule containing one
 // (or white space) was probably written for a shell, which never runs it.

@@ -30,7 +30,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 
@@ -40,10 +39,23 @@ import (
 // ID is a Domain ID: 32 lower-case hex digits.
 type ID string
 
-var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
 // Valid reports whether id has the Domain ID form.
-func (id ID) Valid() bool { return idPattern.MatchString(string(id)) }
+func (id ID) Valid() bool { return IsLowerHex(string(id), 32) }
+
+// IsLowerHex reports whether s is exactly n lower-case hex digits. (No
+// regexp is compiled at init in this package: it is linked into the
+// in-sandbox Escalation Client, whose start is on the escalation path.)
+func IsLowerHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // DeriveID returns the Domain ID of (profile, canonical workspace) (FR-1).
 func DeriveID(profile, workspace string) ID {
@@ -55,10 +67,21 @@ func DeriveID(profile, workspace string) ID {
 	return ID(hex.EncodeToString(h.Sum(nil))[:32])
 }
 
-var profilePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
-// ValidProfileName reports whether name can name an Agent Profile.
-func ValidProfileName(name string) bool { return profilePattern.MatchString(name) }
+// ValidProfileName reports whether name can name an Agent Profile:
+// ^[a-z0-9][a-z0-9._-]{0,62}$.
+func ValidProfileName(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // Workspace is a resolved Agent Workspace.
 type Workspace struct {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -147,5 +148,19 @@ func TestSanitizeHostname(t *testing.T) {
 	}
 	if got := SanitizeHostname(strings.Repeat("a", 100)); len(got) > 63 {
 		t.Errorf("too long: %q", got)
+	}
+}
+
+func TestFormsWithoutRegexp(t *testing.T) {
+	profile := regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	for _, in := range []string{"", "a", "-a", ".a", "_a", "a-", "a.b_c-d", "A", "a b", "0", strings.Repeat("a", 63), strings.Repeat("a", 64), "é"} {
+		if got, want := ValidProfileName(in), profile.MatchString(in); got != want {
+			t.Errorf("profile %q: %v, regexp says %v", in, got, want)
+		}
+	}
+	for _, in := range []string{"", "0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdeF", "0123456789abcdef0123456789abcde"} {
+		if got, want := ID(in).Valid(), regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(in); got != want {
+			t.Errorf("id %q: %v, regexp says %v", in, got, want)
+		}
 	}
 }

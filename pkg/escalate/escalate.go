@@ -94,13 +94,32 @@ type Options struct {
 	Poll           time.Duration
 	// Signals delivers SIGINT/SIGTERM (nil: the process's own).
 	Signals <-chan os.Signal
+	// Timing, when set, receives one line of the client's own
+	// measurements (TimingEnv; the benchmark's protocol round trip).
+	Timing io.Writer
 }
+
+// TimingEnv, when set to 1 in the client's environment, makes it print one
+// line to stderr after the result: "lazaret-escalate: timing
+// setup_us=… sign_us=… put_us=… roundtrip_us=…", where roundtrip is from
+// building the request to holding the verified terminal result (what the
+// spec's round-trip target is judged on; process start is not in it).
+const TimingEnv = "LAZARET_ESCALATE_TIMING"
+
+// mainStart is when the client's main began (after the Go runtime and
+// package initialisation).
+var mainStart time.Time
 
 // Main runs the client and returns its exit status.
 func Main(args []string, stderr io.Writer) int {
+	mainStart = time.Now()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	return Run(args, Options{
+	var timing io.Writer
+	if os.Getenv(TimingEnv) == "1" {
+		timing = stderr
+	}
+	return Run(args, Options{Timing: timing,
 		Env: os.Getenv, CredentialsDir: ocispec.CredentialsDir, RequestsDir: ocispec.MailboxRequestsDir,
 		ResultsDir: ocispec.MailboxResultsDir, WorkspaceDir: ocispec.WorkspaceDir, Getwd: os.Getwd,
 		Stdout: os.Stdout, Stderr: stderr, Poll: 2 * time.Millisecond, Signals: sigs,
@@ -177,6 +196,7 @@ func Run(args []string, o Options) int {
 	if c == nil {
 		return code
 	}
+	c.tSetup = time.Now()
 	return c.run(r)
 }
 
@@ -187,6 +207,24 @@ type client struct {
 	capBytes []byte
 	claims   trust.CapabilityClaims
 	cwd      string
+	// Timing marks (Options.Timing).
+	tSetup, tBuild, tSigned, tPut time.Time
+	polls                         int
+}
+
+// timing prints the client's measurements (Options.Timing).
+func (c *client) timing() {
+	if c.o.Timing == nil {
+		return
+	}
+	us := func(a, b time.Time) int64 { return b.Sub(a).Microseconds() }
+	now := time.Now()
+	start := c.tBuild
+	if !mainStart.IsZero() {
+		start = mainStart
+	}
+	fmt.Fprintf(c.o.Timing, "lazaret-escalate: timing put_unix_ns=%d setup_us=%d sign_us=%d put_us=%d wait_us=%d polls=%d roundtrip_us=%d\n",
+		c.tPut.UnixNano(), us(start, c.tSetup), us(c.tBuild, c.tSigned), us(c.tSigned, c.tPut), us(c.tPut, now), c.polls, us(c.tBuild, now))
 }
 
 func fail(o Options, code int, format string, a ...any) (*client, int) {
@@ -271,6 +309,7 @@ func (c *client) put(name string, b []byte) error {
 }
 
 func (c *client) run(r *request) int {
+	c.tBuild = time.Now()
 	id, err := trust.NewID(nil)
 	if err != nil {
 		_, code := fail(c.o, ExitFailed, "%v", err)
@@ -287,10 +326,12 @@ func (c *client) run(r *request) int {
 		_, code := fail(c.o, ExitUsage, "%v", err)
 		return code
 	}
+	c.tSigned = time.Now()
 	if err := c.put(id+RequestSuffix, b); err != nil {
 		_, code := fail(c.o, ExitUnavailable, "write the request into the escalation mailbox: %v", err)
 		return code
 	}
+	c.tPut = time.Now()
 	resDir := filepath.Join(c.o.ResultsDir, id)
 	var next uint64 = 1 // next chunk sequence
 	var acked uint64    // written by this goroutine only
@@ -371,6 +412,7 @@ func (c *client) run(r *request) int {
 				return code
 			}
 			if res.LastSequence < next { // every chunk was delivered
+				c.timing()
 				ack(res.LastSequence, true)
 				return c.finish(&res)
 			}
@@ -383,6 +425,7 @@ func (c *client) run(r *request) int {
 			ack(next-1, false) // caught up: acknowledge what was written
 		}
 		if !progressed {
+			c.polls++
 			time.Sleep(c.o.Poll)
 		}
 	}

@@ -41,8 +41,9 @@ import (
 
 // Escalation bounds and timeouts.
 const (
-	escPollBusy        = 2 * time.Millisecond  // mailbox scan interval right after activity
+	escPollBusy        = 2 * time.Millisecond  // mailbox scan interval right after activity (without inotify)
 	escPollIdle        = 10 * time.Millisecond // … and when idle
+	escRescan          = time.Second           // safety rescan interval with inotify
 	escScanBatch       = 512                   // entries handled per scan
 	escMaxSeen         = 1 << 16               // request IDs remembered per generation (replay refusal)
 	escSessionQueue    = 16                    // queued requests per session
@@ -120,6 +121,7 @@ type promptAsk struct {
 
 // escRequest is one verified request.
 type escRequest struct {
+	recv    time.Time // when the coordinator read it (timing logs)
 	req     *lv1.EscalationRequest
 	sess    *escSession
 	dir     *mailbox.Dir // its result directory
@@ -236,9 +238,18 @@ func (e *escalations) sessionGone(sessionID string) {
 	}
 }
 
-// watch scans the request directory until close.
+// watch scans the request directory until close: at once whenever inotify
+// reports an entry (the sandbox's rename reaches the host directory), and
+// every escRescan in case; without inotify it polls.
 func (e *escalations) watch() {
 	defer close(e.done)
+	var wake <-chan struct{}
+	if w, err := e.requests.Watch(); err != nil {
+		e.log.Warn("escalation mailbox: no inotify, polling", "err", err)
+	} else {
+		defer w.Close()
+		wake = w.C
+	}
 	idle := 0
 	for {
 		select {
@@ -260,6 +271,15 @@ func (e *escalations) watch() {
 		}
 		if handled > 0 {
 			idle = 0
+			continue
+		}
+		if wake != nil {
+			select {
+			case <-e.stop:
+				return
+			case <-wake:
+			case <-time.After(escRescan):
+			}
 			continue
 		}
 		d := escPollBusy
@@ -360,6 +380,7 @@ func (e *escalations) lookup(id string, gen uint64) *escRequest {
 // sandbox key, for this generation, not replayed, bound to a live session
 // by a capability the coordinator signed.
 func (e *escalations) ingest(name string, b []byte) {
+	recv := time.Now()
 	var req lv1.EscalationRequest
 	if err := record.Open(b, record.KindRequest, e.sandbox, &req); err != nil {
 		e.refuse(name, err)
@@ -403,12 +424,12 @@ func (e *escalations) ingest(name string, b []byte) {
 		e.refuse(name, err)
 		return
 	}
-	r := &escRequest{req: &req, dir: dir, cancel: make(chan struct{}), ackNote: make(chan struct{}, 1), final: make(chan struct{})}
+	r := &escRequest{recv: recv, req: &req, dir: dir, cancel: make(chan struct{}), ackNote: make(chan struct{}, 1), final: make(chan struct{})}
 	r.lastAck.Store(time.Now().UnixNano())
 	entry := audit.Entry{Event: audit.EventRequest, Generation: req.Generation, RequestID: req.RequestId, SessionID: claims.SessionID,
 		ClientID: claims.ClientID, Profile: e.gen.Profile, Argv: req.Argv, Cwd: req.Cwd, Why: req.Justification}
 	if err := e.checkRequest(&req); err != nil {
-		e.audit.Append(entry)
+		e.audit.AppendBuffered(entry) // synced by the result's entry
 		e.finishEarly(r, lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, err.Error())
 		return
 	}
@@ -428,7 +449,10 @@ func (e *escalations) ingest(name string, b []byte) {
 		r.sess = s
 	}
 	e.mu.Unlock()
-	e.audit.Append(entry)
+	// Synced by the next synced entry, before any consequence: the
+	// execution's (before release), the result's (before delivery) or the
+	// prompt's (decide).
+	e.audit.AppendBuffered(entry)
 	if s == nil {
 		e.finishEarly(r, lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, "session "+claims.SessionID+" is not attached to this Domain (it ended)")
 		return
@@ -483,16 +507,10 @@ func (e *escalations) finishEarly(r *escRequest, outcome lv1.EscalationOutcome, 
 	go e.cleanup(r)
 }
 
-// writeResult publishes the one terminal result (DeliverResult).
+// writeResult publishes the one terminal result (DeliverResult), after its
+// audit entry is appended and fsynced.
 func (e *escalations) writeResult(r *escRequest, res *lv1.EscalationResult, bytes uint64, approved []string) {
 	res.RequestId, res.Generation = r.id(), e.gen.Generation
-	b, err := record.Seal(record.KindResult, res, e.c.anchor.SignAsCoordinator)
-	if err == nil {
-		err = r.dir.Publish(escalate.ResultName, b)
-	}
-	if err != nil {
-		e.log.Error("publish escalation result", "request_id", r.id(), "err", err)
-	}
 	entry := audit.Entry{Event: audit.EventResult, Generation: e.gen.Generation, RequestID: r.id(), Outcome: outcomeName(res.Outcome),
 		Signal: int(res.Signal), Bytes: bytes, Reason: res.Reason, Argv: approved}
 	if r.sess != nil {
@@ -502,8 +520,18 @@ func (e *escalations) writeResult(r *escRequest, res *lv1.EscalationResult, byte
 		code := int(res.ExitCode)
 		entry.ExitCode = &code
 	}
-	e.audit.Append(entry)
-	e.log.Info("escalation result", "request_id", r.id(), "outcome", outcomeName(res.Outcome), "exit_code", res.ExitCode, "signal", res.Signal, "reason", res.Reason)
+	if err := e.audit.Append(entry); err != nil {
+		e.log.Error("audit escalation result", "request_id", r.id(), "err", err)
+	}
+	b, err := record.Seal(record.KindResult, res, e.c.anchor.SignAsCoordinator)
+	if err == nil {
+		err = r.dir.Publish(escalate.ResultName, b)
+	}
+	if err != nil {
+		e.log.Error("publish escalation result", "request_id", r.id(), "err", err)
+	}
+	e.log.Info("escalation result", "request_id", r.id(), "outcome", outcomeName(res.Outcome), "exit_code", res.ExitCode, "signal", res.Signal, "reason", res.Reason,
+		"received_unix_ns", r.recv.UnixNano(), "since_received_us", time.Since(r.recv).Microseconds())
 }
 
 // cleanup removes the request's result files once the client acknowledged
@@ -578,11 +606,11 @@ func (e *escalations) handle(s *escSession, r *escRequest) {
 	e.execute(s, r, argv, by)
 }
 
-// matchRule returns the auto-approve rule approving argv (never a shell:
-// config.Rule.Matches re-checks the program).
-func (e *escalations) matchRule(argv []string) *config.Rule {
+// matchRule returns the auto-approve rule approving argv run in cwd (never
+// a command that requires a shell: config.Rule.Matches checks it).
+func (e *escalations) matchRule(argv []string, cwd string) *config.Rule {
 	for i := range e.rules {
-		if e.rules[i].Matches(argv) {
+		if e.rules[i].Matches(argv, cwd) {
 			return &e.rules[i]
 		}
 	}
@@ -594,11 +622,12 @@ func (e *escalations) matchRule(argv []string) *config.Rule {
 func (e *escalations) decide(s *escSession, r *escRequest) (argv []string, by string, ok bool) {
 	req := r.req
 	dec := audit.Entry{Event: audit.EventDecision, Generation: e.gen.Generation, RequestID: r.id(), SessionID: s.id, ClientID: s.claims.ClientID}
-	if rule := e.matchRule(req.Argv); rule != nil {
-		dec.Decision, dec.DecidedBy, dec.Rule, dec.Argv = "approve", "auto-rule", rule.Argv, req.Argv
-		e.audit.Append(dec)
+	if rule := e.matchRule(req.Argv, req.Cwd); rule != nil {
+		dec.Decision, dec.DecidedBy, dec.Rule, dec.RuleSpec, dec.Argv = "approve", "auto-rule", rule.Argv, rule.String(), req.Argv
+		e.audit.AppendBuffered(dec) // synced by the execution's entry before release
 		return req.Argv, "auto-rule", true
 	}
+	e.audit.Sync() // the request is durable before anyone is asked
 	port := e.awaitPort(s, r)
 	if port == nil {
 		select {
@@ -797,8 +826,9 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 	}
 	t0 := time.Now()
 	child, err := e.c.broker.Acquire(context.Background(), proc.AcquireSpec{
-		Slot:   "escalation_exec",
-		Target: proc.Command{Path: prog, Args: argv, Env: e.hostEnv(r.id()), Dir: dir, Files: []*os.File{nil, outW, errW}, Setsid: true},
+		Slot:     "escalation_exec",
+		ExecStop: true, // no wrapper re-exec of this binary per command
+		Target:   proc.Command{Path: prog, Args: argv, Env: e.hostEnv(r.id()), Dir: dir, Files: []*os.File{nil, outW, errW}, Setsid: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			return e.audit.Append(audit.Entry{Event: audit.EventExecute, Generation: e.gen.Generation, RequestID: r.id(), SessionID: s.id, Argv: argv, Cwd: dir, Process: id.String(), DecidedBy: by})
 		},
@@ -812,7 +842,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		return
 	}
 	t1 := time.Now()
-	log.Info("host command started", "program", prog, "identity", child.Identity().String(), "acquire_ms", t1.Sub(t0).Milliseconds())
+	log.Info("host command started", "program", prog, "identity", child.Identity().String(), "decide_us", t0.Sub(r.recv).Microseconds(), "acquire_us", t1.Sub(t0).Microseconds())
 	var t2 time.Time
 	outC := make(chan escOutput)
 	quit := make(chan struct{})
@@ -920,7 +950,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		}
 	}
 	st, werr := child.Status()
-	log.Info("host command ended", "status", st.String(), "run_ms", t2.Sub(t1).Milliseconds(), "drain_ms", time.Since(t2).Milliseconds(), "chunks", seq, "bytes", total)
+	log.Info("host command ended", "status", st.String(), "run_us", t2.Sub(t1).Microseconds(), "drain_us", time.Since(t2).Microseconds(), "chunks", seq, "bytes", total)
 	res := &lv1.EscalationResult{Outcome: lv1.EscalationOutcome_ESCALATION_OUTCOME_COMPLETED, ExitCode: int32(st.Code), LastSequence: seq, ApprovedArgv: argv}
 	if !st.Exited {
 		res.ExitCode, res.Signal = -1, int32(st.Signal)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -244,4 +245,57 @@ func DirBeneath(root, rel string) (string, error) {
 	}
 	unix.Close(fd)
 	return root + "/" + rel, nil
+}
+
+// Watcher wakes a reader whenever an entry may have appeared in a
+// directory (inotify: a rename into it, a file closed after writing, any
+// entry created — links, FIFOs and directories included, so that they are
+// refused promptly too). A wake-up says only "scan again"; the queue
+// overflowing is a wake-up as well.
+type Watcher struct {
+	f *os.File
+	// C receives at most one pending wake-up.
+	C    chan struct{}
+	done chan struct{}
+}
+
+// Watch starts watching the directory. The watch is placed through the
+// handle's own descriptor (/proc/self/fd), not by path.
+func (d *Dir) Watch() (*Watcher, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("inotify_init1", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, "/proc/self/fd/"+strconv.Itoa(d.fd), unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_CREATE|unix.IN_ONLYDIR); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("watch %s: %w", d.path, os.NewSyscallError("inotify_add_watch", err))
+	}
+	w := &Watcher{f: os.NewFile(uintptr(fd), "inotify:"+d.path), C: make(chan struct{}, 1), done: make(chan struct{})}
+	go w.read()
+	return w, nil
+}
+
+func (w *Watcher) read() {
+	defer close(w.done)
+	buf := make([]byte, 64<<10)
+	for {
+		// The events themselves are not needed: the reader rescans.
+		if _, err := w.f.Read(buf); err != nil {
+			return // closed
+		}
+		select {
+		case w.C <- struct{}{}:
+		default: // a wake-up is pending
+		}
+	}
+}
+
+// Close stops the watcher.
+func (w *Watcher) Close() error {
+	if w == nil {
+		return nil
+	}
+	err := w.f.Close()
+	<-w.done
+	return err
 }

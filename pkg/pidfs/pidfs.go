@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -218,8 +219,8 @@ func (h *Handle) waitid(opts int, block bool) (ExitStatus, bool, error) {
 			return true
 		}
 		ci := (*siginfoChld)(unsafe.Pointer(&info))
-		if ci.Pid == 0 {
-			return !block // still running
+		if ci.Pid == 0 || ci.Code == cldTrapped || ci.Code == cldStopped || ci.Code == cldContinued {
+			return !block // still running (a traced child reports its stops to WEXITED too)
 		}
 		done = true
 		switch ci.Code {
@@ -245,6 +246,47 @@ func (h *Handle) waitid(opts int, block bool) (ExitStatus, bool, error) {
 		return st, false, os.NewSyscallError("waitid pidfd", werr)
 	}
 	return st, done, nil
+}
+
+// si_code values of a stopped, traced or continued child: not terminated.
+const (
+	cldTrapped   = 4
+	cldStopped   = 5
+	cldContinued = 6
+)
+
+// WaitTrapped waits until the traced child is in a ptrace stop (true) or
+// has terminated (false), consuming neither. Only the tracer's process may
+// call it. A pidfd does not become readable at a stop, so it polls with a
+// short back-off: call it only when the stop is imminent, such as the exec
+// stop of a child whose execve already succeeded.
+func (h *Handle) WaitTrapped() (bool, error) {
+	delay := 20 * time.Microsecond
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var code int32
+		var pid int32
+		var werr error
+		err := h.rc.Control(func(fd uintptr) {
+			var info unix.Siginfo
+			werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WSTOPPED|unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
+			ci := (*siginfoChld)(unsafe.Pointer(&info))
+			code, pid = ci.Code, ci.Pid
+		})
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case werr == nil && pid != 0:
+			return code == cldTrapped, nil
+		case werr != nil && !errors.Is(werr, unix.EINTR) && !errors.Is(werr, unix.EAGAIN):
+			return false, os.NewSyscallError("waitid pidfd", werr)
+		case time.Now().After(deadline):
+			return false, errdefs.New(errdefs.ErrInternal, "pid %d did not reach its exec stop in 10s", h.pid)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Millisecond)
+	}
 }
 
 // Exited checks, without reaping (WNOWAIT), whether the child has terminated.

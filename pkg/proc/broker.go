@@ -27,7 +27,8 @@
 //	9. caller promotes to Committed after target readiness
 //
 // Barrier EOF or a malformed release makes the wrapper exit 125 without
-// running the target.
+// running the target. AcquireSpec.ExecStop replaces the wrapper by the
+// target's own ptrace exec stop for hot paths (acquireExecStop).
 package proc
 
 import (
@@ -167,7 +168,10 @@ func nullFile() (*os.File, error) {
 }
 
 // spawn forks cmd from the locked thread and returns its handle.
-func (b *Broker) spawn(cmd Command) (*pidfs.Handle, error) {
+func (b *Broker) spawn(cmd Command) (*pidfs.Handle, error) { return b.spawnWith(cmd, nil) }
+
+// spawnWith is spawn with extra process attributes set by mod.
+func (b *Broker) spawnWith(cmd Command, mod func(*syscall.SysProcAttr)) (*pidfs.Handle, error) {
 	files := make([]uintptr, len(cmd.Files))
 	for i, f := range cmd.Files {
 		if f == nil {
@@ -199,10 +203,16 @@ func (b *Broker) spawn(cmd Command) (*pidfs.Handle, error) {
 			PidFD:      &pidfd,
 		},
 	}
+	if mod != nil {
+		mod(attr.Sys)
+	}
 	var pid int
 	var err error
 	b.onThread(func() { pid, err = syscall.ForkExec(cmd.Path, cmd.Args, attr) })
 	if err != nil {
+		if mod != nil && errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("spawn %s: %w", cmd.Path, err)
+		}
 		return nil, errdefs.Mark(fmt.Errorf("spawn %s: %w", cmd.Path, err), errdefs.ErrUnsupportedHost)
 	}
 	if pidfd < 0 {
@@ -307,6 +317,13 @@ type AcquireSpec struct {
 	// Staged ownership of the exact identity. The barrier is released only
 	// if it returns nil.
 	Stage func(ctx context.Context, id pidfs.Identity) error
+	// ExecStop makes the barrier the target's own exec stop instead of the
+	// wrapper re-exec (see acquireExecStop): for short host commands on a
+	// hot path (escalation), where starting a second copy of this binary
+	// per command dominates. Setup is not supported with it; a target that
+	// raises privileges at exec (set-user-ID, file capabilities), which
+	// the kernel refuses to a traced process, uses the wrapper.
+	ExecStop bool
 }
 
 // ErrWrapperAborted reports a wrapper that exited before release.
@@ -316,6 +333,15 @@ var ErrWrapperAborted = errors.New("wrapper exited before release")
 // child running the target. On any failure before release the wrapper is
 // killed through its pidfd and reaped; it never runs the target.
 func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) {
+	if spec.ExecStop && spec.Setup == nil && !privilegedExec(spec.Target.Path) {
+		c, err := b.acquireExecStop(ctx, spec)
+		if !errors.Is(err, errNoTrace) {
+			return c, err
+		}
+		// Tracing is not allowed here (a Yama or seccomp policy): the
+		// wrapper barrier below does the same without it.
+		b.log.Debug("exec-stop acquisition unavailable; using the wrapper", "slot", spec.Slot, "err", err)
+	}
 	t := spec.Target
 	br, bw, err := os.Pipe() // step 2: fail-closed launch barrier
 	if err != nil {
@@ -393,4 +419,103 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 	hit("released")
 	b.log.Debug("child acquired", "slot", spec.Slot, "identity", id.String())
 	return c, nil
+}
+
+// privilegedExec reports whether executing path would raise privileges
+// (set-user-ID or set-group-ID bit, or file capabilities). The kernel does
+// not raise them for a traced process, so such a program (sudo, ping) is
+// acquired through the wrapper instead of the exec stop. A file changed
+// after this check only runs without its privileges: it fails safe.
+func privilegedExec(path string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return false // the exec reports it
+	}
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		return true
+	}
+	sz, err := unix.Getxattr(path, "security.capability", nil)
+	return err == nil && sz > 0
+}
+
+// errNoTrace reports that the exec-stop barrier is unavailable.
+var errNoTrace = errors.New("exec-stop barrier unavailable")
+
+// acquireExecStop is Acquire with the target's exec stop as the barrier,
+// without a wrapper process:
+//
+//	broker (locked spawn thread = tracer)      child
+//	2–3. fork with PTRACE_TRACEME,      -----> arm PDEATHSIG(SIGKILL) on the
+//	     PDEATHSIG(SIGKILL), CLONE_PIDFD        forking thread; if the parent
+//	                                            already changed, kill itself;
+//	                                            execve(target)
+//	4. waitid(P_PIDFD, WSTOPPED|WNOWAIT):      stopped by the exec SIGTRAP
+//	   in the exec stop, alive and ours        before its first instruction
+//	5. identity from the same pidfd
+//	6. Spec.Stage(identity)
+//	7. PTRACE_DETACH from the tracer thread -> 8. runs the target
+//
+// The same guarantees as the wrapper: the target runs no instruction before
+// Stage succeeded; the parent-death edge is armed on the broker's locked
+// thread (which never exits) and checked against the exact parent (Go's
+// child re-checks getppid after arming); a failure before release kills the
+// stopped child through its pidfd and reaps it. A tracer that dies detaches
+// its tracee, whose parent-death signal then kills it. PTRACE_DETACH names
+// the child by pid, which is safe: it is this broker's unreaped child, so
+// its pid cannot be reused.
+func (b *Broker) acquireExecStop(ctx context.Context, spec AcquireSpec) (*Child, error) {
+	t := spec.Target
+	hit := func(step string) { failpoint.Hit(b.name + ":acquire:" + spec.Slot + ":" + step) }
+	hit("barrier")
+	b.spawnMu.Lock()
+	h, err := b.spawnTraced(t)
+	if err != nil {
+		b.spawnMu.Unlock()
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("acquire %s: %w: %w", spec.Slot, errNoTrace, err)
+		}
+		return nil, fmt.Errorf("acquire %s: %w", spec.Slot, err)
+	}
+	c := b.track(spec.Slot, h)
+	trapped, werr := h.WaitTrapped() // step 4
+	b.spawnMu.Unlock()
+	if werr != nil || !trapped {
+		c.Signal(unix.SIGKILL)
+		<-c.Done()
+		if werr == nil {
+			werr = ErrWrapperAborted
+		}
+		return nil, errdefs.Mark(fmt.Errorf("acquire %s: exec stop: %w", spec.Slot, werr), errdefs.ErrRefused)
+	}
+	hit("spawned")
+	id := h.Identity() // step 5
+	abort := func(err error) (*Child, error) {
+		c.Signal(unix.SIGKILL) // a stopped tracee dies at SIGKILL
+		<-c.Done()
+		return nil, fmt.Errorf("acquire %s: %w", spec.Slot, err)
+	}
+	hit("identified")
+	if spec.Stage != nil { // step 6
+		if err := spec.Stage(ctx, id); err != nil {
+			return abort(err)
+		}
+	}
+	hit("staged")
+	var derr error
+	b.onThread(func() { derr = unix.PtraceDetach(h.PID()) }) // step 7
+	if derr != nil {
+		return abort(fmt.Errorf("release exec stop: %w", os.NewSyscallError("ptrace detach", derr)))
+	}
+	hit("released")
+	b.log.Debug("child acquired", "slot", spec.Slot, "identity", id.String(), "barrier", "exec-stop")
+	return c, nil
+}
+
+// spawnTraced forks cmd from the locked thread with PTRACE_TRACEME and the
+// parent-death signal armed.
+func (b *Broker) spawnTraced(cmd Command) (*pidfs.Handle, error) {
+	return b.spawnWith(cmd, func(sys *syscall.SysProcAttr) {
+		sys.Ptrace = true
+		sys.Pdeathsig = syscall.SIGKILL
+	})
 }

@@ -37,7 +37,12 @@ func testBrokerRole(args []string) int {
 		fmt.Println("error", err)
 		return 1
 	}
-	c, err := b.Acquire(context.Background(), AcquireSpec{Slot: "sleep", Target: Command{Path: "/bin/sleep", Args: []string{"sleep", "60"}}})
+	spec := AcquireSpec{Slot: "sleep", Target: Command{Path: "/bin/sleep", Args: []string{"sleep", "60"}}}
+	acquire := b.Acquire
+	if len(args) > 0 && args[0] == "exec-stop" {
+		acquire = b.acquireExecStop // no fallback: the test proves this path
+	}
+	c, err := acquire(context.Background(), spec)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -59,11 +64,24 @@ func testBroker(t *testing.T) *Broker {
 	return b
 }
 
+// barriers are the two acquisition barriers; the exec-stop one is called
+// directly, so a host without ptrace fails here instead of falling back.
+var barriers = map[string]func(*Broker) func(context.Context, AcquireSpec) (*Child, error){
+	"wrapper":   func(b *Broker) func(context.Context, AcquireSpec) (*Child, error) { return b.Acquire },
+	"exec-stop": func(b *Broker) func(context.Context, AcquireSpec) (*Child, error) { return b.acquireExecStop },
+}
+
 func TestAcquireRunsTargetAfterStaging(t *testing.T) {
+	for name, acquire := range barriers {
+		t.Run(name, func(t *testing.T) { testAcquireRunsTargetAfterStaging(t, acquire) })
+	}
+}
+
+func testAcquireRunsTargetAfterStaging(t *testing.T, acquire func(*Broker) func(context.Context, AcquireSpec) (*Child, error)) {
 	b := testBroker(t)
 	out := filepath.Join(t.TempDir(), "out")
 	var staged pidfs.Identity
-	c, err := b.Acquire(context.Background(), AcquireSpec{
+	c, err := acquire(b)(context.Background(), AcquireSpec{
 		Slot:   "t",
 		Target: Command{Path: "/bin/sh", Args: []string{"sh", "-c", "echo $$ > " + out + "; exit 3"}},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
@@ -94,9 +112,15 @@ func TestAcquireRunsTargetAfterStaging(t *testing.T) {
 }
 
 func TestStageFailureNeverRunsTarget(t *testing.T) {
+	for name, acquire := range barriers {
+		t.Run(name, func(t *testing.T) { testStageFailureNeverRunsTarget(t, acquire) })
+	}
+}
+
+func testStageFailureNeverRunsTarget(t *testing.T, acquire func(*Broker) func(context.Context, AcquireSpec) (*Child, error)) {
 	b := testBroker(t)
 	out := filepath.Join(t.TempDir(), "out")
-	_, err := b.Acquire(context.Background(), AcquireSpec{
+	_, err := acquire(b)(context.Background(), AcquireSpec{
 		Slot:   "t",
 		Target: Command{Path: "/bin/sh", Args: []string{"sh", "-c", "touch " + out}},
 		Stage:  func(context.Context, pidfs.Identity) error { return errors.New("store refused") },
@@ -164,10 +188,16 @@ func TestWrapperFailsClosed(t *testing.T) {
 // TestParentDeathKillsTarget (runtime.md §4, §6): when the broker process
 // dies, the acquired target dies with it.
 func TestParentDeathKillsTarget(t *testing.T) {
+	for _, mode := range []string{"wrapper", "exec-stop"} {
+		t.Run(mode, func(t *testing.T) { testParentDeathKillsTarget(t, mode) })
+	}
+}
+
+func testParentDeathKillsTarget(t *testing.T, mode string) {
 	b := testBroker(t)
 	exe, _ := os.Executable()
 	r, w, _ := os.Pipe()
-	c, err := b.Start("test-broker", Command{Path: exe, Args: []string{"tb", "__test-broker"}, Files: []*os.File{nil, w, os.Stderr}})
+	c, err := b.Start("test-broker", Command{Path: exe, Args: []string{"tb", "__test-broker", mode}, Files: []*os.File{nil, w, os.Stderr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,5 +250,25 @@ func TestReleaseCodec(t *testing.T) {
 	}
 	if _, ok := decodeRelease([]byte("short")); ok {
 		t.Fatal("short release decoded")
+	}
+}
+
+func TestPrivilegedExecUsesWrapper(t *testing.T) {
+	if privilegedExec("/bin/true") {
+		t.Error("/bin/true is not privileged")
+	}
+	found := false
+	for _, p := range []string{"/usr/bin/su", "/bin/su", "/usr/bin/passwd", "/usr/bin/newuidmap", "/usr/bin/ping"} {
+		st, err := os.Stat(p)
+		if err != nil || st.Mode()&(os.ModeSetuid|os.ModeSetgid) == 0 {
+			continue
+		}
+		found = true
+		if !privilegedExec(p) {
+			t.Errorf("%s is set-user-ID but not privileged", p)
+		}
+	}
+	if !found {
+		t.Fatal("no set-user-ID program on this host to test with (newuidmap is a Lazaret dependency): install uidmap")
 	}
 }

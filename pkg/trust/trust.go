@@ -40,7 +40,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"regexp"
+	"strings"
 	"time"
 
 	"github.com/lazaret/lazaret/pkg/domain"
@@ -96,25 +96,40 @@ type GenerationIdentity struct {
 	ConfigFingerprint string `json:"config_fingerprint"`
 }
 
-var (
-	idPattern          = regexp.MustCompile(`^[0-9a-f]{32}$`)
-	domainIDPattern    = regexp.MustCompile(`^[0-9a-f]{32}$`)
-	fingerprintPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	recordNamePattern  = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
-)
+// The forms below are checked without regexp: this package is linked into
+// the in-sandbox Escalation Client, whose start is on the escalation path.
+
+// validFingerprint: ^sha256:[0-9a-f]{64}$.
+func validFingerprint(s string) bool {
+	rest, ok := strings.CutPrefix(s, "sha256:")
+	return ok && domain.IsLowerHex(rest, 64)
+}
+
+// validRecordName: ^[a-z0-9]+(-[a-z0-9]+)*$ (lower-kebab).
+func validRecordName(s string) bool {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // Validate checks the identity's fields have their forms.
 func (g GenerationIdentity) Validate() error {
 	switch {
-	case !domainIDPattern.MatchString(g.DomainID):
+	case !domain.IsLowerHex(g.DomainID, 32):
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: bad Domain ID %q", g.DomainID)
 	case g.Generation == 0:
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: generation must be at least 1")
-	case !idPattern.MatchString(g.CoordinatorID):
+	case !domain.IsLowerHex(g.CoordinatorID, 32):
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: bad coordinator ID %q", g.CoordinatorID)
 	case !domain.ValidProfileName(g.Profile):
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: bad profile %q", g.Profile)
-	case !fingerprintPattern.MatchString(g.ConfigFingerprint):
+	case !validFingerprint(g.ConfigFingerprint):
 		return errdefs.New(errdefs.ErrInvalid, "generation identity: bad configuration fingerprint %q", g.ConfigFingerprint)
 	}
 	return nil
@@ -135,11 +150,11 @@ func NewID(r io.Reader) (string, error) {
 }
 
 // ValidID reports whether s has the form NewID returns.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+func ValidID(s string) bool { return domain.IsLowerHex(s, 32) }
 
 // SignedMessage returns the bytes a signature over record name covers.
 func SignedMessage(name string, payload []byte) []byte {
-	if !recordNamePattern.MatchString(name) {
+	if !validRecordName(name) {
 		panic("trust: bad record name " + name)
 	}
 	prefix := "lazaret/v1/" + name

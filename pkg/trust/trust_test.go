@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -630,5 +631,29 @@ func TestPublicationVerifiedIdentity(t *testing.T) {
 	forged.CACert = b.CACertDER() // a CA that did not sign the manifest
 	if _, err := forged.VerifiedIdentity(id.DomainID, id.Profile, c.now()); err == nil {
 		t.Fatal("publication with a foreign CA accepted")
+	}
+}
+
+// TestFormsWithoutRegexp pins the hand-written form checks to the patterns
+// they replace.
+func TestFormsWithoutRegexp(t *testing.T) {
+	patterns := map[string]struct {
+		re *regexp.Regexp
+		f  func(string) bool
+	}{
+		"id":          {regexp.MustCompile(`^[0-9a-f]{32}$`), ValidID},
+		"fingerprint": {regexp.MustCompile(`^sha256:[0-9a-f]{64}$`), validFingerprint},
+		"record name": {regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`), validRecordName},
+	}
+	hex32 := "0123456789abcdef0123456789abcdef"
+	inputs := []string{"", "-", "a", "a-", "-a", "a--b", "a-b", "escalation-request", "A", "a_b", "a.b", "x9-0",
+		hex32, hex32[1:], hex32 + "0", strings.ToUpper(hex32), hex32[:31] + "g",
+		"sha256:" + hex32 + hex32, "sha256:" + hex32, "sha256:" + hex32 + hex32 + "0", "SHA256:" + hex32 + hex32, "sha256:" + strings.ToUpper(hex32) + hex32}
+	for name, p := range patterns {
+		for _, in := range inputs {
+			if got, want := p.f(in), p.re.MatchString(in); got != want {
+				t.Errorf("%s %q: %v, regexp says %v", name, in, got, want)
+			}
+		}
 	}
 }

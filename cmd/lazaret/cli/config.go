@@ -125,7 +125,14 @@ func showProfile(w io.Writer, v profileView) {
 	fmt.Fprintf(w, "share_editor_config = %v\n", p.ShareEditorConfig)
 	var rules []string
 	for _, r := range p.AutoApprove {
-		rules = append(rules, tomlStrings(r.Argv))
+		rule := fmt.Sprintf("{%s = %s", r.Match, tomlStrings(r.Argv))
+		if r.Cwd != "" {
+			rule += fmt.Sprintf(", cwd = %q", r.Cwd)
+		}
+		if r.CwdSubtree {
+			rule += ", cwd_subtree = true"
+		}
+		rules = append(rules, rule+"}")
 	}
 	fmt.Fprintf(w, "auto_approve = [%s]\n", strings.Join(rules, ", "))
 	fmt.Fprintf(w, "network.allow = %s\n", tomlStrings(stringsOf(p.Network.Allow)))
