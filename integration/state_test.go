@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,4 +302,63 @@ func TestSpec35ImageChangeKeepsUpper(t *testing.T) {
 		t.Errorf("human listing does not suggest a reset: %s", h.stdout)
 	}
 	noLeftovers(t)
+}
+
+// TestSpec35LowerReadOnlyEverywhere (§3.5, SR-14): the prepared lower is
+// exposed to runsc only through a read-only bind in RS's mount namespace:
+// a write through that path, or through a State Anchor's lower, fails with
+// EROFS there, and the sandbox's own writes never reach the prepared tree.
+func TestSpec35LowerReadOnlyEverywhere(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "touch /usr/lazaret-upper-probe /lazaret-root-probe && sleep 30")
+	var errb bytes.Buffer
+	c.Stderr = &errb
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Process.Kill(); c.Wait(); noLeftovers(t) }()
+	var rsPID string
+	deadline := time.Now().Add(60 * time.Second)
+	for rsPID == "" || !strings.Contains(leftovers(e), "runsc") {
+		if time.Now().After(deadline) {
+			t.Fatalf("session never started: %s", errb.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, p := range procs {
+			b, _ := os.ReadFile(p + "/cmdline")
+			if strings.Contains(string(b), "lazaret-rs\x00--channel-fd") {
+				rsPID = filepath.Base(p)
+			}
+		}
+	}
+	roots, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", "*", "bundle", "rootfs"))
+	if len(roots) != 1 {
+		t.Fatalf("bundle rootfs: %v", roots)
+	}
+	rootfs := roots[0]
+	// In RS's mount namespace, as the test user mapped to RS's root.
+	script := `for p in "$1/.lazaret-probe" "$1/usr/.lazaret-probe" "$1/etc/.lazaret-probe" "$1/bin/.lazaret-probe"; do
+  if out=$(touch "$p" 2>&1); then echo "WROTE $p"; else case "$out" in *"Read-only file system"*) echo erofs;; *) echo "OTHER $out";; esac; fi
+done`
+	cmd := exec.Command("nsenter", "-t", rsPID, "-U", "-m", "--preserve-credentials", "sh", "-c", script, "sh", rootfs)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nsenter into RS: %v\n%s", err, out)
+	}
+	if got := strings.Fields(string(out)); len(got) != 4 || strings.Count(string(out), "erofs") != 4 {
+		t.Fatalf("writes through the prepared lower's bind in RS's mount namespace: want EROFS for all 4, got:\n%s", out)
+	}
+	c.Process.Signal(syscall.SIGINT)
+	c.Wait()
+	noLeftovers(t)
+	for _, a := range preparedArtifacts(t) {
+		for _, p := range []string{".lazaret-probe", "usr/.lazaret-probe", "usr/lazaret-upper-probe", "lazaret-root-probe"} {
+			if _, err := os.Lstat(filepath.Join(a, "rootfs", p)); err == nil {
+				t.Errorf("a write reached the prepared lower: %s/%s", a, p)
+			}
+		}
+	}
 }
