@@ -84,22 +84,6 @@ func Inspect(domainRoot, guestPath, lowerRoot string) (Inspection, error) {
 	return ins, nil
 }
 
-func fileType(m uint32) string {
-	switch m & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "file"
-	case unix.S_IFDIR:
-		return "dir"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFIFO:
-		return "fifo"
-	case unix.S_IFSOCK:
-		return "socket"
-	}
-	return "device"
-}
-
 // walk classifies the entries of upper directory ufd (lfd: the lower
 // directory at the same path, or -1 when there is none).
 func walk(ufd, lfd int, guest string, ins *Inspection, depth int) {
@@ -118,7 +102,7 @@ func walk(ufd, lfd int, guest string, ins *Inspection, depth int) {
 			ins.Unreadable = append(ins.Unreadable, p)
 			continue
 		}
-		typ := fileType(st.Mode)
+		typ := statetree.FileType(st.Mode)
 		inLower := false
 		var lst unix.Stat_t
 		if lfd >= 0 && unix.Fstatat(lfd, n, &lst, unix.AT_SYMLINK_NOFOLLOW) == nil {

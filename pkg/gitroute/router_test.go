@@ -136,7 +136,10 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	write(t, filepath.Join(ws, "src/host.go"), "x")
 	prompt("new file after a negative lookup", func() bool { _, err := os.Stat(filepath.Join(mnt, "src/host.go")); return err == nil })
 	os.Chmod(filepath.Join(ws, "src/host.go"), 0o600)
-	prompt("mode", func() bool { st, err := os.Stat(filepath.Join(mnt, "src/host.go")); return err == nil && st.Mode().Perm() == 0o600 })
+	prompt("mode", func() bool {
+		st, err := os.Stat(filepath.Join(mnt, "src/host.go"))
+		return err == nil && st.Mode().Perm() == 0o600
+	})
 	os.Remove(filepath.Join(ws, "src/host.go"))
 	prompt("deletion", func() bool { _, err := os.Stat(filepath.Join(mnt, "src/host.go")); return os.IsNotExist(err) })
 	os.MkdirAll(filepath.Join(ws, "src/deep/er"), 0o755)

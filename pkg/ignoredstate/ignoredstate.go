@@ -89,22 +89,6 @@ func openState(domainRoot string) (int, error) {
 	return fd, err
 }
 
-func fileType(m uint32) string {
-	switch m & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "file"
-	case unix.S_IFDIR:
-		return "dir"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFIFO:
-		return "fifo"
-	case unix.S_IFSOCK:
-		return "socket"
-	}
-	return "device"
-}
-
 // List returns the ignored paths that have state, sorted by path. It only
 // reads.
 func List(domainRoot string, ignored Classifier) ([]Entry, error) {
@@ -138,13 +122,13 @@ func listDir(dirfd int, rel string, ignored Classifier, out *[]Entry, depth int)
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 		if ignored(p, isDir) {
-			e := Entry{Path: p, Type: fileType(st.Mode)}
+			e := Entry{Path: p, Type: statetree.FileType(st.Mode)}
 			size(dirfd, n, &st, &e, 0)
 			*out = append(*out, e)
 			continue
 		}
 		if !isDir {
-			e := Entry{Path: p, Type: fileType(st.Mode), Stale: true}
+			e := Entry{Path: p, Type: statetree.FileType(st.Mode), Stale: true}
 			size(dirfd, n, &st, &e, 0)
 			*out = append(*out, e)
 			continue
@@ -309,21 +293,28 @@ func Recover(domainRoot string, now func() time.Time) error {
 
 // TrashEntries counts discarded state waiting to be deleted.
 func TrashEntries(domainRoot string) (int, error) {
-	root, err := openRoot(domainRoot)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(root)
-	tfd, err := statetree.OpenDir(root, trashDir)
-	if errors.Is(err, unix.ENOENT) {
-		return 0, nil
-	}
-	if err != nil {
+	tfd, err := existingTrash(domainRoot)
+	if tfd < 0 || err != nil {
 		return 0, err
 	}
 	defer unix.Close(tfd)
 	names, err := statetree.ReadNames(tfd)
 	return len(names), err
+}
+
+// existingTrash opens the Domain's ignored-state trash; (-1, nil) when
+// there is none.
+func existingTrash(domainRoot string) (int, error) {
+	root, err := openRoot(domainRoot)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(root)
+	tfd, err := statetree.OpenDir(root, trashDir)
+	if errors.Is(err, unix.ENOENT) {
+		return -1, nil
+	}
+	return tfd, err
 }
 
 // PurgeTrash finishes an interrupted reset and deletes the trash.
@@ -334,16 +325,8 @@ func PurgeTrash(domainRoot string, now func() time.Time) (int, error) {
 	if err := Recover(domainRoot, now); err != nil {
 		return 0, err
 	}
-	root, err := openRoot(domainRoot)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(root)
-	tfd, err := statetree.OpenDir(root, trashDir)
-	if errors.Is(err, unix.ENOENT) {
-		return 0, nil
-	}
-	if err != nil {
+	tfd, err := existingTrash(domainRoot)
+	if tfd < 0 || err != nil {
 		return 0, err
 	}
 	defer unix.Close(tfd)

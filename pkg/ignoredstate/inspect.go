@@ -78,7 +78,7 @@ func compare(sdir, hdir int, name, rel string, ignored Classifier, ins *Inspecti
 		return
 	}
 	onHost := hdir >= 0 && unix.Fstatat(hdir, name, &hst, unix.AT_SYMLINK_NOFOLLOW) == nil
-	styp := fileType(sst.Mode)
+	styp := statetree.FileType(sst.Mode)
 	if !onHost {
 		e := Entry{}
 		size(sdir, name, &sst, &e, 0)
@@ -87,8 +87,8 @@ func compare(sdir, hdir int, name, rel string, ignored Classifier, ins *Inspecti
 		ins.Unreadable = append(ins.Unreadable, prefixed(rel, e.Unreadable)...)
 		return
 	}
-	if styp != "dir" || fileType(hst.Mode) != "dir" {
-		if styp != fileType(hst.Mode) || sst.Size != hst.Size || sst.Mtim != hst.Mtim {
+	if styp != "dir" || statetree.FileType(hst.Mode) != "dir" {
+		if styp != statetree.FileType(hst.Mode) || sst.Size != hst.Size || sst.Mtim != hst.Mtim {
 			e := Entry{}
 			size(sdir, name, &sst, &e, 0)
 			ins.Changes = append(ins.Changes, Change{Path: rel, Kind: "modified", Type: styp, Size: e.Bytes})
@@ -144,7 +144,7 @@ func compare(sdir, hdir int, name, rel string, ignored Classifier, ins *Inspecti
 		}
 		e := Entry{}
 		size(hfd, n, &st, &e, 0)
-		ins.Changes = append(ins.Changes, Change{Path: p, Kind: "deleted", Type: fileType(st.Mode), Size: e.Bytes})
+		ins.Changes = append(ins.Changes, Change{Path: p, Kind: "deleted", Type: statetree.FileType(st.Mode), Size: e.Bytes})
 	}
 }
 

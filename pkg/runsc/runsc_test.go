@@ -19,7 +19,7 @@ func TestDentryCache(t *testing.T) {
 func TestFlags(t *testing.T) {
 	r := Runtime{Path: "/x/runsc", Root: "/run/r"}
 	got := strings.Join(r.Run("/b", "lazaret-abc-1"), " ")
-	if got != "/x/runsc --root=/run/r --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=" + strconv.Itoa(DentryCache()) + " run --bundle /b lazaret-abc-1" {
+	if got != "/x/runsc --root=/run/r --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache="+strconv.Itoa(DentryCache())+" run --bundle /b lazaret-abc-1" {
 		t.Fatal(got)
 	}
 	for _, bad := range []string{"--rootless", "all:", "--detach"} {

@@ -262,3 +262,21 @@ func RemoveAllAt(dirfd int, name string, depth int) error {
 	}
 	return nil
 }
+
+// FileType names the type of an inode mode as the state reports show it:
+// file, dir, symlink, fifo, socket or device.
+func FileType(m uint32) string {
+	switch m & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "dir"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	}
+	return "device"
+}
