@@ -30,9 +30,18 @@ import (
 // teardown stages.
 func faultStages() []string {
 	var s []string
-	for _, slot := range []struct{ proc, slot string }{{"lazaret-hc", "rs"}, {"lazaret-hc", "helper"}, {"lazaret-rs", "attached_runsc"}, {"lazaret-hc", "session_exec"}, {"lazaret-rs", "git_routing"}} {
+	// The slots acquired through the exec-stop barrier (proc.AcquireSpec
+	// ExecStop) have no wrapper process, hence no wrapper stages: the
+	// stopped target itself waits at the barrier.
+	for _, slot := range []struct {
+		proc, slot string
+		wrapper    bool
+	}{{"lazaret-hc", "rs", true}, {"lazaret-hc", "helper", true}, {"lazaret-rs", "attached_runsc", false}, {"lazaret-hc", "session_exec", false}, {"lazaret-rs", "git_routing", false}} {
 		for _, step := range failpoint.AcquireSteps {
 			s = append(s, slot.proc+":acquire:"+slot.slot+":"+step)
+		}
+		if !slot.wrapper {
+			continue
 		}
 		for _, step := range failpoint.WrapperSteps {
 			s = append(s, "wrapper:"+slot.slot+":"+step)

@@ -281,8 +281,9 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	defer os.Remove(pidFile)
 	argv := c.rt.Exec(pjFile, pidFile, c.container)
 	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
-		Slot:   "session_exec",
-		Target: proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{inR, outW, errW}, Setsid: true},
+		Slot:     "session_exec",
+		ExecStop: true, // no wrapper re-exec of lazaret-hc on the session start path
+		Target:   proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{inR, outW, errW}, Setsid: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			log.Debug("staged ownership", "slot", "session_exec", "identity", id.String())
 			return nil

@@ -176,7 +176,8 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 	}
 	argv := c.rt.Exec(pjFile, pidFile, c.container)
 	child, err := c.broker.Acquire(ctx, proc.AcquireSpec{
-		Slot: "session_exec",
+		Slot:     "session_exec",
+		ExecStop: true, // no wrapper re-exec of lazaret-hc on the session start path
 		Target: proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/",
 			Files: []*os.File{slave, slave, slave}, Setsid: true, Setctty: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {

@@ -51,8 +51,9 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 		args = append(args, "--hide="+n)
 	}
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
-		Slot:   "git_routing",
-		Target: proc.Command{Path: exe, Args: append([]string{exe}, args...), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{nil, outW, os.Stderr}},
+		Slot:     "git_routing",
+		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
+		Target:   proc.Command{Path: exe, Args: append([]string{exe}, args...), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{nil, outW, os.Stderr}},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			return s.stageSlot(ctx, "git_routing", id)
 		},

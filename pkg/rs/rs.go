@@ -318,8 +318,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	}
 	argv := s.rt.Run(st.BundleDir, st.ContainerId)
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
-		Slot:   "attached_runsc",
-		Target: proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: st.BundleDir, Files: []*os.File{inR, outW, os.Stderr}},
+		Slot:     "attached_runsc",
+		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
+		Target:   proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: st.BundleDir, Files: []*os.File{inR, outW, os.Stderr}},
 		// HC acknowledges runsc's staged ownership only once the
 		// connectivity helper has configured the tap; the policy's routes
 		// go onto it before the barrier releases runsc (gVisor imports
