@@ -39,7 +39,7 @@ func applyLayers(ctx context.Context, img *resolvedImage, stg *staging, log *slo
 		}
 		llog := log.With("layer", i, "layer_digest", layer.Digest.String())
 		fmt.Fprintf(progress, "prepare: layer %d/%d %s (%s; %s of %s)\n", i+1, len(img.layers), layer.Digest.Encoded()[:12],
-			humanBytes(layer.Size), humanBytes(done+max(layer.Size, 0)), humanBytes(total))
+			HumanBytes(layer.Size), HumanBytes(done+max(layer.Size, 0)), HumanBytes(total))
 		done += max(layer.Size, 0)
 		llog.Debug("applying layer", "size", layer.Size)
 		if err := applyLayer(ctx, img, i, stg, counts, llog); err != nil {

@@ -408,7 +408,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 
 	start := time.Now()
 	log.Info("preparing lower", "layers", len(img.layers))
-	fmt.Fprintf(opts.Progress, "preparing image %s (first use; later starts reuse it): %d layers, %s -> %s\n", opts.ImageRef, len(img.layers), humanBytes(img.totalBytes()), id)
+	fmt.Fprintf(opts.Progress, "preparing image %s (first use; later starts reuse it): %d layers, %s -> %s\n", opts.ImageRef, len(img.layers), HumanBytes(img.totalBytes()), id)
 	stg, err := st.newStaging(stagingName)
 	if err != nil {
 		return fail(errors.Join(err, st.abandon(ctx, cat, opID, lock, h, log)))
@@ -477,7 +477,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 	log.Info("published prepared lower", "duration", time.Since(start), "rootfs_bytes", counts.bytes,
 		"skipped_device_nodes", counts.skippedDevices, "created_mount_points", len(created))
 	fmt.Fprintf(opts.Progress, "prepare: published %s in %s (%s, %d device nodes skipped)\n",
-		id, time.Since(start).Round(time.Millisecond), humanBytes(counts.bytes), counts.skippedDevices)
+		id, time.Since(start).Round(time.Millisecond), HumanBytes(counts.bytes), counts.skippedDevices)
 	return artifactFor(opts.StorageRoot, rec), nil
 }
 
@@ -512,7 +512,9 @@ func (st *store) abandon(ctx context.Context, cat *catalog.Catalog, opID string,
 	return nil
 }
 
-func humanBytes(n int64) string {
+// HumanBytes formats a byte count as Lazaret's progress lines and state
+// reports show it (B, KiB, MiB, GiB).
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

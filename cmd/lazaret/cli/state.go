@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -434,16 +435,34 @@ func stateInspect(c *cli.Context) error {
 	}
 	for _, ins := range out {
 		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %d bytes\n", ins.GuestPath, len(ins.Changes), ins.Bytes)
+		rows := make([]changeRow, len(ins.Changes))
 		for i, ch := range ins.Changes {
-			if i == maxListed {
-				fmt.Fprintf(c.App.Writer, "  ... %d more (--json lists all)\n", len(ins.Changes)-maxListed)
-				break
-			}
-			fmt.Fprintf(c.App.Writer, "  %-8s %-8s %10d  %s\n", ch.Kind, ch.Type, ch.Size, ch.Path)
+			rows[i] = changeRow{ch.Kind, ch.Type, ch.Size, ch.Path}
 		}
-		for _, u := range ins.Unreadable {
-			fmt.Fprintf(c.App.Writer, "  (not readable outside the user namespace: %s)\n", u)
-		}
+		printChanges(c.App.Writer, rows, ins.Unreadable, "not readable outside the user namespace")
 	}
 	return nil
+}
+
+// changeRow is one line of a State Anchor's or an ignored path's inspect
+// report.
+type changeRow struct {
+	kind, typ string
+	size      int64
+	path      string
+}
+
+// printChanges prints an inspect report's changes (at most maxListed) and
+// the entries it could not read, for the text output of both inspects.
+func printChanges(w io.Writer, rows []changeRow, unreadable []string, why string) {
+	for i, ch := range rows {
+		if i == maxListed {
+			fmt.Fprintf(w, "  ... %d more (--json lists all)\n", len(rows)-maxListed)
+			break
+		}
+		fmt.Fprintf(w, "  %-8s %-8s %10d  %s\n", ch.kind, ch.typ, ch.size, ch.path)
+	}
+	for _, u := range unreadable {
+		fmt.Fprintf(w, "  (%s: %s)\n", why, u)
+	}
 }

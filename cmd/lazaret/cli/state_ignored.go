@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
 	"github.com/lazaret/lazaret/pkg/ignorerules"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 )
 
@@ -168,7 +169,7 @@ func stateIgnoredList(c *cli.Context) error {
 			case len(e.Unreadable) > 0:
 				note = fmt.Sprintf("%d director(ies) not readable by you: not counted", len(e.Unreadable))
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", e.Path, e.Type, e.Files, humanBytes(e.Bytes), note)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", e.Path, e.Type, e.Files, prepare.HumanBytes(e.Bytes), note)
 		}
 		if err := w.Flush(); err != nil {
 			return err
@@ -178,18 +179,6 @@ func stateIgnoredList(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "%d reset entr(ies) wait to be deleted by the next `lazaret run` of this Domain.\n", trash)
 	}
 	return nil
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // selectIgnored picks the entries PATH names (an entry, or a path inside
@@ -242,17 +231,12 @@ func stateIgnoredInspect(c *cli.Context) error {
 		if ins.Stale {
 			note = " (no longer ignored: the sandbox does not see it)"
 		}
-		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %s in the sandbox's state%s\n", ins.Path, len(ins.Changes), humanBytes(ins.Bytes), note)
+		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %s in the sandbox's state%s\n", ins.Path, len(ins.Changes), prepare.HumanBytes(ins.Bytes), note)
+		rows := make([]changeRow, len(ins.Changes))
 		for i, ch := range ins.Changes {
-			if i == maxListed {
-				fmt.Fprintf(c.App.Writer, "  ... %d more (--json lists all)\n", len(ins.Changes)-maxListed)
-				break
-			}
-			fmt.Fprintf(c.App.Writer, "  %-8s %-8s %10d  %s\n", ch.Kind, ch.Type, ch.Size, ch.Path)
+			rows[i] = changeRow{ch.Kind, ch.Type, ch.Size, ch.Path}
 		}
-		for _, u := range ins.Unreadable {
-			fmt.Fprintf(c.App.Writer, "  (not readable by you: %s)\n", u)
-		}
+		printChanges(c.App.Writer, rows, ins.Unreadable, "not readable by you")
 	}
 	return nil
 }
