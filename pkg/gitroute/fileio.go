@@ -133,21 +133,28 @@ func (n *node) withFD(write bool, f func(fd int) error) syscall.Errno {
 
 // openIO opens the node's inode with access mode acc; the descriptor must
 // name the node's inode.
+//
+// The backend is the node's own (its inode number says which), so one
+// confined open and one fstat do: the open never follows a symlink, and a
+// name that holds another inode now (or no regular file) is ESTALE.
 func (n *node) openIO(acc int) (int, error) {
-	var st unix.Stat_t
+	b := hostBackend
+	if n.StableAttr().Ino&stateInoBit != 0 {
+		b = stateBackend
+	}
 	rel := n.rel()
-	b, err := n.r.locate(rel, &st)
+	if b == hostBackend && n.r.Ignored(rel, false) {
+		return -1, unix.ESTALE // host content at an ignored path is never opened
+	}
+	fd, err := openBeneath(n.r.roots[b], rel, acc|unix.O_NONBLOCK, 0)
 	if err != nil {
+		if errno(err) == unix.ENOENT {
+			return -1, unix.ESTALE
+		}
 		return -1, err
 	}
-	if stable(b, &st).Ino != n.StableAttr().Ino || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return -1, unix.ESTALE
-	}
-	fd, err := openBeneath(n.r.roots[b], rel, acc, 0)
-	if err != nil {
-		return -1, err
-	}
-	if err := unix.Fstat(fd, &st); err != nil || stable(b, &st).Ino != n.StableAttr().Ino {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || stable(b, &st).Ino != n.StableAttr().Ino || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
 		return -1, unix.ESTALE
 	}
