@@ -44,7 +44,11 @@ import (
 //     with a changed mtime or size makes it drop the cached data itself
 //     (FUSE_AUTO_INVAL_DATA).
 // A difference, or any error while checking, invalidates; so a host change
-// is never hidden by a change of the daemon's own.
+// is not hidden by a change of the daemon's own — with one window of
+// microseconds: a host write to a file landing between the daemon's own
+// write to it and its fstat of the result (fileio.go, wrote) is taken for
+// the daemon's, and the sandbox's cached pages of that file may miss it
+// until the file changes again.
 
 // The sandbox is not a FUSE client of gVisor here: the daemon mounts in
 // the host kernel (in RS's namespaces) and runsc's gofer reaches the mount
