@@ -92,6 +92,10 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 		unix.Close(hostFD)
 		return nil, nil, &os.PathError{Op: "open ignored workspace state", Path: state, Err: err}
 	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && int64(lim.Cur/4) < maxCachedFDs {
+		maxCachedFDs = int64(lim.Cur / 4) // kept read descriptors: a quarter of the limit at most
+	}
 	r := NewRouter(hostFD, stateFD, rules, hidden)
 	r.passthrough = !isolate
 	to := cacheTimeout
@@ -105,6 +109,10 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 			AllowOther: true, DirectMount: true, DirectMountStrict: true,
 			FsName: "lazaret-git-routing", Name: "lazaret", MaxWrite: 1 << 20, MaxBackground: 64,
 			DisableXAttrs: true,
+			// The sandbox's kernel (gVisor) clears setuid/setgid bits
+			// itself; without this the host kernel re-reads attributes
+			// (a GETATTR round trip) before every chown to do it again.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV,
 		},
 	})
 	if err != nil {
@@ -112,6 +120,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 		return nil, nil, fmt.Errorf("mount the Git-routing filesystem at %s: %w (is /dev/fuse usable by this user? `lazaret doctor` checks it)", mnt, err)
 	}
 	if r.watch != nil {
+		r.watch.r = r
 		var st unix.Stat_t
 		if err := unix.Fstat(hostFD, &st); err == nil {
 			r.watch.root = r.root.EmbeddedInode()

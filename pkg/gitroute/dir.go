@@ -128,12 +128,18 @@ var (
 	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
 )
 
+// OpendirHandle opens a directory. The kernel may cache the listing
+// (FOPEN_CACHE_DIR, kept across opens): it starts over whenever the
+// directory changes through the mount (its version changes) or its mtime
+// does when read from the start, and the host watch invalidates a watched
+// directory's attributes on every host change of its names. A warm
+// `git status` then lists its directories without a request.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	h := &dirHandle{r: n.r, rel: n.rel()}
 	if e := h.refresh(); e != 0 {
 		return nil, 0, e
 	}
-	return h, 0, 0
+	return h, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (h *dirHandle) refresh() syscall.Errno {

@@ -27,6 +27,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -188,6 +189,20 @@ func (r *Router) Root() fs.InodeEmbedder {
 type node struct {
 	fs.Inode
 	r *Router
+	// io is the descriptor file I/O uses (fileio.go).
+	io fileFD
+	// sent are the attributes last sent to the kernel, or that it will
+	// fetch (watch.go); busy counts the daemon's changes of the inode in
+	// progress.
+	sent atomic.Pointer[attrStamp]
+	busy atomic.Int32
+}
+
+// changing marks a change of the node's inode by the daemon until the
+// returned function is called (the host watch waits for its outcome).
+func (n *node) changing() func() {
+	n.busy.Add(1)
+	return func() { n.busy.Add(-1) }
 }
 
 var (
@@ -299,7 +314,10 @@ func fillAttr(b backend, st *unix.Stat_t, a *fuse.Attr) {
 func (n *node) child(ctx context.Context, b backend, rel string, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(b, st, &out.Attr)
 	in := n.NewInode(ctx, &node{r: n.r}, stable(b, st))
-	if b == hostBackend && st.Mode&unix.S_IFMT == unix.S_IFDIR && n.r.watch != nil {
+	if c, ok := in.Operations().(*node); ok {
+		c.sent.Store(stampOf(b, st))
+	}
+	if b == hostBackend && st.Mode&unix.S_IFMT == unix.S_IFDIR && n.r.watch != nil && !n.r.watch.watched(st.Ino) {
 		if dfd, err := openBeneath(n.r.roots[b], rel, unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
 			n.r.watch.add(in, dfd, st.Ino)
 			unix.Close(dfd)
@@ -322,15 +340,16 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if fg, ok := f.(fs.FileGetattrer); ok && f != nil {
-		return fg.Getattr(ctx, out)
-	}
 	var st unix.Stat_t
-	b, err := n.r.locate(n.rel(), &st)
-	if err != nil {
-		return errno(err)
+	b, ok := n.keptStat(&st)
+	if !ok {
+		var err error
+		if b, err = n.r.locate(n.rel(), &st); err != nil {
+			return errno(err)
+		}
 	}
 	fillAttr(b, &st, &out.Attr)
+	n.sent.Store(stampOf(b, &st))
 	if n.r.watch.short() {
 		out.SetTimeout(shortTimeout)
 	}
@@ -343,6 +362,17 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 func (n *node) withPath(f func(b backend, fd int, procPath string, st *unix.Stat_t) error) syscall.Errno {
 	var st unix.Stat_t
 	b, fd, err := n.r.openLocated(n.rel(), &st)
+	if errno(err) == unix.ENOENT {
+		// A file no name holds any more, still open in the sandbox.
+		if ok, err := n.withKept(func(b backend, fd int) error {
+			if err := unix.Fstat(fd, &st); err != nil {
+				return err
+			}
+			return f(b, fd, "/proc/self/fd/"+itoa(fd), &st)
+		}); ok {
+			return errno(err)
+		}
+	}
 	if err != nil {
 		return errno(err)
 	}
@@ -400,21 +430,33 @@ func itoa(i int) string {
 	return string(buf[p:])
 }
 
+// childNode returns the node the kernel knows as name in n, if any.
+func (n *node) childNode(name string) (*node, bool) {
+	if c := n.GetChild(name); c != nil {
+		cn, ok := c.Operations().(*node)
+		return cn, ok
+	}
+	return nil, false
+}
+
 // selfChange tells the host watch that the daemon is about to change name
-// in this directory (its inotify events need no invalidation).
+// in this directory, and selfDone what the name holds after the change
+// (its stable inode number, 0 for nothing): the watch then knows the
+// kernel is told exactly that, even before go-fuse's tree shows it.
 func (n *node) selfChange(b backend, name string) {
 	if b == hostBackend && n.r.watch != nil {
-		n.r.watch.self(n.EmbeddedInode(), name)
+		n.r.watch.self(n.EmbeddedInode(), name, unknownIno)
+	}
+}
+
+func (n *node) selfDone(b backend, name string, ino uint64) {
+	if b == hostBackend && n.r.watch != nil {
+		n.r.watch.self(n.EmbeddedInode(), name, ino)
 	}
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if fs_, ok := f.(fs.FileSetattrer); ok && f != nil {
-		if e := fs_.Setattr(ctx, in, out); e != 0 {
-			return e
-		}
-		return n.Getattr(ctx, f, out)
-	}
+	defer n.changing()()
 	e := n.withPath(func(b backend, fd int, p string, stp *unix.Stat_t) error {
 		st := *stp
 		isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
@@ -469,48 +511,29 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return err
 		}
 		fillAttr(b, &st, &out.Attr)
+		n.sent.Store(stampOf(b, &st))
+		n.r.attrTimeout(out)
 		return nil
 	})
 	return e
 }
 
-// hostFile is an open file of either backend. FLUSH answers ENOSYS, so
-// the kernel stops sending it (fc->no_flush): the files are plain local
-// files written through synchronously, there is nothing to flush on close,
-// and every close of a sandbox file then costs one round trip (RELEASE)
-// instead of two. The sandbox's gofer opens and closes host files as its
-// dentry cache churns, so this halves the close cost of every such open.
-type hostFile struct {
-	*fs.LoopbackFile
+// attrTimeout grants an attribute reply the mount's lifetime (go-fuse
+// applies it to GETATTR replies only; without it every SETATTR, such as the
+// chown and utimes of each file an untar creates, costs a GETATTR after).
+func (r *Router) attrTimeout(out *fuse.AttrOut) {
+	if r.watch.short() {
+		out.SetTimeout(shortTimeout)
+	} else {
+		out.SetTimeout(cacheTimeout)
+	}
 }
 
-var _ fs.FileFlusher = (*hostFile)(nil)
-
-func newHostFile(fd int) fs.FileHandle {
-	return &hostFile{fs.NewLoopbackFile(fd).(*fs.LoopbackFile)}
-}
-
-// Flush is not implemented (see hostFile).
-func (f *hostFile) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
-
-// openFlags keeps the flags a FUSE open may pass on.
+// openFlags keeps the flags a FUSE create passes on to the host open (the
+// access mode and O_APPEND do not matter: see fileio.go).
 func openFlags(flags uint32) int {
-	const keep = unix.O_ACCMODE | unix.O_APPEND | unix.O_TRUNC | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC | unix.O_NOATIME | unix.O_DIRECTORY | unix.O_LARGEFILE
+	const keep = unix.O_TRUNC | unix.O_NOATIME | unix.O_LARGEFILE
 	return int(flags) & keep
-}
-
-func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	var st unix.Stat_t
-	rel := n.rel()
-	b, err := n.r.locate(rel, &st)
-	if err != nil {
-		return nil, 0, errno(err)
-	}
-	fd, err := openBeneath(n.r.roots[b], rel, openFlags(flags), 0)
-	if err != nil {
-		return nil, 0, errno(err)
-	}
-	return newHostFile(fd), 0, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -528,17 +551,28 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	defer unix.Close(dfd)
 	n.selfChange(b, name)
-	how := unix.OpenHow{Flags: uint64(openFlags(flags) | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC | int(flags&unix.O_EXCL)), Mode: uint64(mode & 0o7777), Resolve: resolveFlags}
+	// The descriptor is closed at once (I/O goes through the node, see
+	// fileio.go), so it is read-only unless it must truncate: closing it
+	// then leaves no write event behind.
+	acc := unix.O_RDONLY
+	if flags&unix.O_TRUNC != 0 {
+		acc = int(flags & unix.O_ACCMODE)
+	}
+	how := unix.OpenHow{Flags: uint64(acc | openFlags(flags) | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC | int(flags&unix.O_EXCL)), Mode: uint64(mode & 0o7777), Resolve: resolveFlags}
 	fd, err := unix.Openat2(dfd, base, &how)
 	if err != nil {
 		return nil, nil, 0, errno(err)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	err = unix.Fstat(fd, &st)
+	unix.Close(fd)
+	if err != nil {
 		return nil, nil, 0, errno(err)
 	}
-	return n.child(ctx, b, rel, &st, out), newHostFile(fd), 0, 0
+	n.selfDone(b, name, stable(b, &st).Ino)
+	in := n.child(ctx, b, rel, &st, out)
+	// No file handle: I/O goes through the node (fileio.go).
+	return in, nil, 0, 0
 }
 
 // mkchild creates name with mk in the backend its routing chooses.
@@ -568,6 +602,7 @@ func (n *node) mkchild(ctx context.Context, name string, isDir bool, out *fuse.E
 	if err := unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, errno(err)
 	}
+	n.selfDone(b, name, stable(b, &st).Ino)
 	return n.child(ctx, b, rel, &st, out), 0
 }
 
@@ -658,10 +693,14 @@ func (n *node) remove(name string, flags int) syscall.Errno {
 			}
 		}
 	}
+	if c, ok := n.childNode(name); ok && flags&unix.AT_REMOVEDIR == 0 {
+		c.orphan(dfd, base)
+	}
 	n.selfChange(b, name)
 	if err := unix.Unlinkat(dfd, base, flags); err != nil {
 		return errno(err)
 	}
+	n.selfDone(b, name, 0)
 	if flags&unix.AT_REMOVEDIR != 0 && b == hostBackend {
 		if sfd, sbase, err := n.r.parentFD(stateBackend, rel); err == nil {
 			unix.Unlinkat(sfd, sbase, unix.AT_REMOVEDIR)
@@ -713,9 +752,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return errno(err)
 	}
 	defer unix.Close(dfd)
+	if c, ok := np.childNode(newName); ok && flags&unix.RENAME_EXCHANGE == 0 {
+		c.orphan(dfd, dbase) // the name it replaces
+	}
 	n.selfChange(sb, name)
 	np.selfChange(db, newName)
-	return errno(unix.Renameat2(sfd, sbase, dfd, dbase, uint(flags)))
+	if err := unix.Renameat2(sfd, sbase, dfd, dbase, uint(flags)); err != nil {
+		return errno(err)
+	}
+	if flags&unix.RENAME_EXCHANGE == 0 {
+		n.selfDone(sb, name, 0)
+		np.selfDone(db, newName, stable(sb, &st).Ino)
+	}
+	return 0
 }
 
 // hidesBelow reports whether the host subtree at rel holds any entry the

@@ -146,6 +146,114 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	prompt("new directory", func() bool { _, err := os.Stat(filepath.Join(mnt, "src/deep/er")); return err == nil })
 	write(t, filepath.Join(ws, "src/deep/er/f"), "1")
 	prompt("file in a new directory", func() bool { b, _ := os.ReadFile(filepath.Join(mnt, "src/deep/er/f")); return string(b) == "1" })
+
+	// The kernel caches directory listings: host and sandbox changes of
+	// names still show in the next listing.
+	listing := func(dir string) string {
+		ents, _ := os.ReadDir(dir)
+		var ns []string
+		for _, e := range ents {
+			ns = append(ns, e.Name())
+		}
+		return strings.Join(ns, " ")
+	}
+	os.MkdirAll(filepath.Join(ws, "src/ls"), 0o755)
+	write(t, filepath.Join(ws, "src/ls/a"), "a")
+	prompt("listing a", func() bool { return listing(filepath.Join(mnt, "src/ls")) == "a" })
+	listing(filepath.Join(mnt, "src/ls"))
+	write(t, filepath.Join(ws, "src/ls/b"), "b")
+	prompt("listing after a host create", func() bool { return listing(filepath.Join(mnt, "src/ls")) == "a b" })
+	write(t, filepath.Join(mnt, "src/ls/c"), "c")
+	if got := listing(filepath.Join(mnt, "src/ls")); got != "a b c" {
+		t.Errorf("listing after a sandbox create: %q", got)
+	}
+	os.Remove(filepath.Join(ws, "src/ls/a"))
+	prompt("listing after a host delete", func() bool { return listing(filepath.Join(mnt, "src/ls")) == "b c" })
+
+	// The kernel keeps file contents across opens (the daemon turns FUSE
+	// opens off): a host rewrite of the same size is seen all the same.
+	same := filepath.Join(mnt, "src/same.txt")
+	write(t, filepath.Join(ws, "src/same.txt"), "aaaa")
+	prompt("new file", func() bool { b, _ := os.ReadFile(same); return string(b) == "aaaa" })
+	write(t, filepath.Join(ws, "src/same.txt"), "bbbb")
+	prompt("same-size rewrite", func() bool { b, _ := os.ReadFile(same); return string(b) == "bbbb" })
+
+	// A host change right after the sandbox's own change of the same name
+	// or file is seen at once (the daemon compares, it does not ignore).
+	quick := filepath.Join(mnt, "src/quick.txt")
+	write(t, quick, "sandbox")
+	os.Remove(filepath.Join(ws, "src/quick.txt"))
+	write(t, filepath.Join(ws, "src/quick.txt"), "host replaced it")
+	prompt("host replacement right after a sandbox create", func() bool { b, _ := os.ReadFile(quick); return string(b) == "host replaced it" })
+	if f, err := os.OpenFile(quick, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		f.WriteString(" + sandbox")
+		f.Close()
+	}
+	if f, err := os.OpenFile(filepath.Join(ws, "src/quick.txt"), os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		f.WriteString(" + host")
+		f.Close()
+	}
+	prompt("host write right after a sandbox write", func() bool {
+		b, _ := os.ReadFile(quick)
+		return string(b) == "host replaced it + sandbox + host"
+	})
+
+	// An editor's save on the host (write a new file, rename it over) is
+	// seen, never the old inode's content.
+	write(t, filepath.Join(ws, "src/edit.txt"), "v1")
+	prompt("edit v1", func() bool { b, _ := os.ReadFile(filepath.Join(mnt, "src/edit.txt")); return string(b) == "v1" })
+	write(t, filepath.Join(ws, "src/.edit.txt.swp"), "v2")
+	if err := os.Rename(filepath.Join(ws, "src/.edit.txt.swp"), filepath.Join(ws, "src/edit.txt")); err != nil {
+		t.Fatal(err)
+	}
+	prompt("editor save", func() bool { b, _ := os.ReadFile(filepath.Join(mnt, "src/edit.txt")); return string(b) == "v2" })
+
+	// A file unlinked while open stays readable and writable through the
+	// open file (the temporary-file idiom), with its attributes.
+	gone := filepath.Join(mnt, "src/gone.txt")
+	write(t, gone, "still here")
+	f, err := os.OpenFile(gone, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 64)
+	if k, err := f.ReadAt(b, 0); string(b[:k]) != "still here" {
+		t.Errorf("read of an unlinked open file: %q %v", b[:k], err)
+	}
+	if _, err := f.WriteAt([]byte(" and more"), 10); err != nil {
+		t.Errorf("write to an unlinked open file: %v", err)
+	}
+	if k, err := f.ReadAt(b, 0); string(b[:k]) != "still here and more" {
+		t.Errorf("read back from an unlinked open file: %q %v", b[:k], err)
+	}
+	if st, err := f.Stat(); err != nil || st.Size() != 19 {
+		t.Errorf("stat of an unlinked open file: %v %v", st, err)
+	}
+	if err := f.Truncate(5); err != nil {
+		t.Errorf("truncate of an unlinked open file: %v", err)
+	}
+	f.Close()
+
+	// What the sandbox wrote can be run on the host at once: the daemon
+	// keeps no descriptor open for writing (that would make the host
+	// refuse to execute the file with ETXTBSY).
+	script := filepath.Join(mnt, "src/run.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(script); string(b) != "#!/bin/sh\necho ran\n" {
+		t.Errorf("script read back: %q", b)
+	}
+	if out, err := exec.Command(filepath.Join(ws, "src/run.sh")).CombinedOutput(); err != nil || string(out) != "ran\n" {
+		t.Errorf("host exec of a file the sandbox just wrote: %q %v", out, err)
+	}
 }
 
 func TestDeniedGitNames(t *testing.T) {

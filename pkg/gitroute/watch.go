@@ -24,15 +24,32 @@ import (
 // daemon falls back to short lifetimes (shortTimeout) for everything; an
 // event queue overflow invalidates every known entry.
 //
-// Name events the daemon causes itself (the sandbox creating, removing or
-// renaming host entries through it) need no invalidation — the kernel
-// already knows — and invalidating a just-created entry would cost a new
-// lookup: a name event of a (directory, name) the daemon changed within
-// selfWindow is skipped. A host create, delete or rename of that very name
-// within that window is seen after cacheTimeout at the latest (an access
-// to a stale entry reaches the daemon, which answers from the host).
-// Content and attribute events are always honoured.
-//
+// Events the daemon causes itself (the sandbox creating, writing,
+// chmod-ing or renaming host files through it) mostly need no
+// invalidation — the kernel already knows — and invalidating would cost a
+// new LOOKUP or GETATTR round trip. So an event is checked against what
+// the kernel was told, and only a difference invalidates:
+//   - a name event (create, delete, rename) of name in a directory: the
+//     inode the name holds in the routed workspace now (or none) is
+//     compared with the inode the kernel knows under that name (go-fuse's
+//     tree, or the outcome of the daemon's own change of that name in the
+//     last selfWindow, which the kernel is being told while the tree
+//     catches up);
+//   - a content or attribute event of a known inode: its size, mtime and
+//     ctime now are compared with those last sent to the kernel for it
+//     (every LOOKUP, GETATTR, SETATTR and CREATE reply records them).
+//     The host's timestamps are fine-grained once queried (multigrain
+//     ctime), so a host change after the daemon's last stat always shows.
+//     The kernel's page cache agrees with the attributes it holds: a reply
+//     with a changed mtime or size makes it drop the cached data itself
+//     (FUSE_AUTO_INVAL_DATA).
+// A difference, or any error while checking, invalidates; so a host change
+// is not hidden by a change of the daemon's own — with one window of
+// microseconds: a host write to a file landing between the daemon's own
+// write to it and its fstat of the result (fileio.go, wrote) is taken for
+// the daemon's, and the sandbox's cached pages of that file may miss it
+// until the file changes again.
+
 // The sandbox is not a FUSE client of gVisor here: the daemon mounts in
 // the host kernel (in RS's namespaces) and runsc's gofer reaches the mount
 // with ordinary host syscalls (--file-access-mounts=shared revalidates each
@@ -45,13 +62,35 @@ var cacheTimeout = time.Minute
 // (host changes then become visible inside within this bound).
 var shortTimeout = time.Second
 
-// selfWindow is how long the daemon's own change of a name suppresses the
-// inotify events of that name.
+// selfWindow is how long the outcome of the daemon's own change of a name
+// is remembered (its events arrive within milliseconds).
 var selfWindow = 2 * time.Second
 
 type selfKey struct {
 	dir  *fs.Inode
 	name string
+}
+
+// selfRec is the daemon's own change of a name: when, and the stable inode
+// number the name holds after it (0: none; unknownIno: not known).
+type selfRec struct {
+	at  time.Time
+	ino uint64
+}
+
+// unknownIno marks a change whose outcome is not (yet) known.
+const unknownIno = ^uint64(0)
+
+// attrStamp is what the kernel was last told about an inode's attributes.
+type attrStamp struct {
+	ino, size           uint64
+	mtimeSec, mtimeNsec int64
+	ctimeSec, ctimeNsec int64
+}
+
+func stampOf(b backend, st *unix.Stat_t) *attrStamp {
+	return &attrStamp{ino: stable(b, st).Ino, size: uint64(st.Size),
+		mtimeSec: st.Mtim.Sec, mtimeNsec: st.Mtim.Nsec, ctimeSec: st.Ctim.Sec, ctimeNsec: st.Ctim.Nsec}
 }
 
 // watchMask are the inotify events that invalidate the kernel's caches.
@@ -69,12 +108,14 @@ type hostWatch struct {
 	failed atomic.Bool     // a watch could not be added: short lifetimes
 	now    func() time.Time
 	selfMu sync.Mutex
-	selfAt map[selfKey]time.Time // the daemon's own recent changes
+	selfAt map[selfKey]selfRec // the daemon's own recent changes
+	// r answers what the routed workspace holds now.
+	r *Router
 }
 
-// self records that the daemon is about to change name in the host
-// directory dir.
-func (w *hostWatch) self(dir *fs.Inode, name string) {
+// self records the daemon's own change of name in the host directory dir
+// and, if known, the stable inode number it leaves there.
+func (w *hostWatch) self(dir *fs.Inode, name string, ino uint64) {
 	if w == nil || dir == nil {
 		return
 	}
@@ -82,21 +123,90 @@ func (w *hostWatch) self(dir *fs.Inode, name string) {
 	w.selfMu.Lock()
 	defer w.selfMu.Unlock()
 	if len(w.selfAt) > 1<<16 {
-		for k, t := range w.selfAt {
-			if now.Sub(t) > selfWindow {
+		for k, r := range w.selfAt {
+			if now.Sub(r.at) > selfWindow {
 				delete(w.selfAt, k)
 			}
 		}
 	}
-	w.selfAt[selfKey{dir, name}] = now
+	w.selfAt[selfKey{dir, name}] = selfRec{at: now, ino: ino}
 }
 
-// bySelf reports whether the daemon changed name in dir within selfWindow.
-func (w *hostWatch) bySelf(dir *fs.Inode, name string) bool {
+// bySelf returns the outcome of the daemon's own change of name in dir
+// within selfWindow, if any.
+func (w *hostWatch) bySelf(dir *fs.Inode, name string) (uint64, bool) {
 	w.selfMu.Lock()
 	defer w.selfMu.Unlock()
-	t, ok := w.selfAt[selfKey{dir, name}]
-	return ok && w.now().Sub(t) <= selfWindow
+	r, ok := w.selfAt[selfKey{dir, name}]
+	if !ok || w.now().Sub(r.at) > selfWindow {
+		return 0, false
+	}
+	return r.ino, true
+}
+
+// watched reports whether the host directory inode ino is watched.
+func (w *hostWatch) watched(ino uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byIno[ino]
+}
+
+// entryCurrent reports whether the kernel's entry for name in dir matches
+// the routed workspace now (see the top of this file).
+func (w *hostWatch) entryCurrent(dir *fs.Inode, name string) bool {
+	d, ok := dir.Operations().(*node)
+	if !ok || w.r == nil {
+		return false
+	}
+	var st unix.Stat_t
+	now := uint64(0)
+	b, err := w.r.locate(join(d.rel(), name), &st)
+	switch {
+	case err == nil:
+		now = stable(b, &st).Ino
+	case errno(err) != unix.ENOENT:
+		return false
+	}
+	known := uint64(0)
+	if c := dir.GetChild(name); c != nil {
+		known = c.StableAttr().Ino
+	}
+	if known == now {
+		return true
+	}
+	ino, ok := w.bySelf(dir, name)
+	for i := 0; ok && ino == unknownIno && i < settleTries; i++ {
+		time.Sleep(settleStep) // the daemon's own change is in progress
+		ino, ok = w.bySelf(dir, name)
+	}
+	return ok && ino == now
+}
+
+// A change of the daemon's own still in progress when its event is read is
+// waited for up to settleTries*settleStep before the event is judged (an
+// unsettled one invalidates).
+const (
+	settleTries = 50
+	settleStep  = 100 * time.Microsecond
+)
+
+// attrsCurrent reports whether the attributes last sent to the kernel for
+// in are still those of the routed workspace.
+func (w *hostWatch) attrsCurrent(in *fs.Inode) bool {
+	n, ok := in.Operations().(*node)
+	if !ok || w.r == nil {
+		return false
+	}
+	for i := 0; n.busy.Load() > 0 && i < settleTries; i++ {
+		time.Sleep(settleStep) // the daemon's own change is in progress
+	}
+	sent := n.sent.Load()
+	if sent == nil || n.busy.Load() > 0 {
+		return false
+	}
+	var st unix.Stat_t
+	b, err := w.r.locate(n.rel(), &st)
+	return err == nil && *stampOf(b, &st) == *sent
 }
 
 func newHostWatch(log *slog.Logger) (*hostWatch, error) {
@@ -104,7 +214,7 @@ func newHostWatch(log *slog.Logger) (*hostWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hostWatch{fd: fd, log: log, byWD: map[int32]*fs.Inode{}, byIno: map[uint64]bool{}, now: time.Now, selfAt: map[selfKey]time.Time{}}, nil
+	return &hostWatch{fd: fd, log: log, byWD: map[int32]*fs.Inode{}, byIno: map[uint64]bool{}, now: time.Now, selfAt: map[selfKey]selfRec{}}, nil
 }
 
 // add watches the host directory dfd (an O_PATH descriptor of the resolved
@@ -178,19 +288,27 @@ func (w *hostWatch) run() {
 			w.invalidateAll()
 			continue
 		}
+		changed := map[*fs.Inode]bool{}
 		for k := range entries {
-			if dir := w.inode(k.wd); dir != nil && !w.bySelf(dir, k.name) {
+			if dir := w.inode(k.wd); dir != nil && !w.entryCurrent(dir, k.name) {
 				dir.NotifyEntry(k.name)
+				changed[dir] = true
 			}
+		}
+		for dir := range changed {
+			// Its mtime (and so the kernel's cached listing) changed.
+			dir.NotifyContent(0, 0)
 		}
 		for k := range contents {
 			dir := w.inode(k.wd)
 			switch {
 			case dir == nil:
 			case k.name == "":
-				dir.NotifyContent(0, 0)
+				if !w.attrsCurrent(dir) {
+					dir.NotifyContent(0, 0)
+				}
 			case !entries[k]:
-				if c := dir.GetChild(k.name); c != nil {
+				if c := dir.GetChild(k.name); c != nil && !w.attrsCurrent(c) {
 					c.NotifyContent(0, 0)
 				}
 			}
