@@ -15,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -34,7 +35,13 @@ const PublicationFile = "publication.json"
 // client: nil client (and no error) means the connection presented no
 // certificate and may only enroll.
 func (c *coordinator) handshake(raw *net.UnixConn) (*tls.Conn, *trust.ClientIdentity, error) {
-	tconn := tls.Server(raw, c.tlsConfig)
+	// Raw non-blocking socket I/O: terminal output is relayed in thousands
+	// of writes a second (package rawio says why that matters).
+	rconn, err := rawio.NewConn(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	tconn := tls.Server(rconn, c.tlsConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
 	if err := tconn.HandshakeContext(ctx); err != nil {
