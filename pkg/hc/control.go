@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,14 +33,8 @@ const PublicationFile = "publication.json"
 // handshake runs TLS 1.3 on a control connection and authenticates the
 // client: nil client (and no error) means the connection presented no
 // certificate and may only enroll.
-func (c *coordinator) handshake(raw *net.UnixConn) (*tls.Conn, *trust.ClientIdentity, error) {
-	// Raw non-blocking socket I/O: terminal output is relayed in thousands
-	// of writes a second (package rawio says why that matters).
-	rconn, err := rawio.NewConn(raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	tconn := tls.Server(rconn, c.tlsConfig)
+func (c *coordinator) handshake(raw *rawio.Conn) (*tls.Conn, *trust.ClientIdentity, error) {
+	tconn := tls.Server(raw, c.tlsConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
 	if err := tconn.HandshakeContext(ctx); err != nil {

@@ -17,6 +17,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -115,6 +116,10 @@ func WriteNonblock(fd int, b []byte) (int, error) {
 type Conn struct {
 	*net.UnixConn
 	rc syscall.RawConn
+
+	wmu     sync.Mutex // orders direct writes and flushes
+	held    bool
+	pending []byte // written while held, not yet sent
 }
 
 // NewConn wraps c.
@@ -132,10 +137,41 @@ func (c *Conn) Read(b []byte) (int, error) {
 	return n, c.opError("read", err)
 }
 
-// Write writes all of b to the connection.
+// Write writes all of b to the connection; between Hold and Flush it only
+// appends b to what Flush will send.
 func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.held {
+		c.pending = append(c.pending, b...)
+		return len(b), nil
+	}
 	n, err := Write(c.rc, b)
 	return n, c.opError("write", err)
+}
+
+// Hold makes writes accumulate until Flush, so a message that reaches the
+// connection in pieces (the TLS records of one control frame: a 64 KiB
+// terminal output frame is four) leaves in one write(2) and wakes the peer
+// once instead of once per piece.
+func (c *Conn) Hold() {
+	c.wmu.Lock()
+	c.held = true
+	c.wmu.Unlock()
+}
+
+// Flush ends the hold and sends what accumulated, in order, before any
+// later write.
+func (c *Conn) Flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.held = false
+	if len(c.pending) == 0 {
+		return nil
+	}
+	_, err := Write(c.rc, c.pending)
+	c.pending = c.pending[:0]
+	return c.opError("write", err)
 }
 
 func (c *Conn) opError(op string, err error) error {

@@ -110,3 +110,35 @@ func TestConnClosed(t *testing.T) {
 		t.Fatalf("write: %v", err)
 	}
 }
+
+// TestConnHoldFlush: writes between Hold and Flush leave together, in
+// order, after anything written before; the peer reads the same bytes.
+func TestConnHoldFlush(t *testing.T) {
+	c, peer := pair(t)
+	c.Write([]byte("a-"))
+	c.Hold()
+	c.Write([]byte("b-"))
+	c.Write([]byte("c-"))
+	peer.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	buf := make([]byte, 64)
+	n, _ := peer.Read(buf)
+	if string(buf[:n]) != "a-" {
+		t.Fatalf("before Flush the peer read %q, want only %q", buf[:n], "a-")
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("d"))
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var got []byte
+	for len(got) < 5 {
+		n, err := peer.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != "b-c-d" {
+		t.Fatalf("after Flush: %q, want %q", got, "b-c-d")
+	}
+}
