@@ -29,14 +29,41 @@ const MaxFrame = 1 << 20
 // Conn reads and writes frames on a stream. Writes are serialized; reads
 // must come from one goroutine.
 type Conn struct {
-	rw   io.ReadWriter
-	wmu  sync.Mutex
-	hdr  [4]byte
-	rbuf []byte // reused by reads (Unmarshal copies what it keeps)
+	rw    io.ReadWriter
+	batch WriteBatcher // nil: frames go straight to rw
+	wmu   sync.Mutex
+	hdr   [4]byte
+	rbuf  []byte // reused by reads (Unmarshal copies what it keeps)
 }
 
 // NewConn wraps rw.
 func NewConn(rw io.ReadWriter) *Conn { return &Conn{rw: rw} }
+
+// WriteBatcher is the transport beneath a stream that writes one frame in
+// several pieces (TLS: one record per 16 KiB): between Hold and Flush the
+// pieces accumulate, and Flush sends them together (rawio.Conn).
+type WriteBatcher interface {
+	Hold()
+	Flush() error
+}
+
+// NewBatchedConn wraps rw, a stream over b: each frame leaves b in one
+// write, so the peer wakes once per frame.
+func NewBatchedConn(rw io.ReadWriter, b WriteBatcher) *Conn { return &Conn{rw: rw, batch: b} }
+
+// send writes one encoded frame (the caller holds wmu).
+func (c *Conn) send(frame []byte) error {
+	if c.batch == nil {
+		_, err := c.rw.Write(frame)
+		return err
+	}
+	c.batch.Hold()
+	_, err := c.rw.Write(frame)
+	if ferr := c.batch.Flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
 
 // Write sends m as one frame.
 func (c *Conn) Write(m proto.Message) error {
@@ -51,8 +78,7 @@ func (c *Conn) Write(m proto.Message) error {
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err = c.rw.Write(buf)
-	return err
+	return c.send(buf)
 }
 
 // Read receives one frame into m. io.EOF means the peer closed cleanly
@@ -182,6 +208,5 @@ func (c *Conn) WriteOutput(stream lv1.Stream, buf []byte) error {
 	copy(buf[start:], p)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err := c.rw.Write(buf[start:])
-	return err
+	return c.send(buf[start:])
 }

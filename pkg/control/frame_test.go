@@ -139,3 +139,55 @@ func TestParseOutput(t *testing.T) {
 		t.Error("truncated frame accepted")
 	}
 }
+
+// pieceWriter records each Write (a stream writing one frame in pieces,
+// like TLS with its 16 KiB records) and what a batcher beneath it sent.
+type pieceWriter struct {
+	bytes.Buffer
+	held   bool
+	pieces int // writes that reached the transport
+	holds  int
+}
+
+func (p *pieceWriter) Write(b []byte) (int, error) {
+	total := len(b)
+	for len(b) > 0 { // 5-byte pieces
+		n := min(5, len(b))
+		p.Buffer.Write(b[:n])
+		if !p.held {
+			p.pieces++
+		}
+		b = b[n:]
+	}
+	return total, nil
+}
+func (p *pieceWriter) Hold() { p.held = true; p.holds++ }
+func (p *pieceWriter) Flush() error {
+	p.held = false
+	p.pieces++
+	return nil
+}
+
+// TestBatchedConnOneSendPerFrame: with a batcher, every frame (Write and
+// WriteOutput) reaches the transport as one send, bytes unchanged.
+func TestBatchedConnOneSendPerFrame(t *testing.T) {
+	var plain, batched pieceWriter
+	for _, w := range []*pieceWriter{&plain, &batched} {
+		c := NewConn(w)
+		if w == &batched {
+			c = NewBatchedConn(w, w)
+		}
+		c.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: 7}}})
+		buf := append(make([]byte, OutputHeadroom), bytes.Repeat([]byte("out"), 20)...)
+		c.WriteOutput(lv1.Stream_STREAM_TERMINAL, buf)
+	}
+	if !bytes.Equal(plain.Bytes(), batched.Bytes()) {
+		t.Fatal("batched frames differ from plain ones")
+	}
+	if batched.pieces != 2 || batched.holds != 2 {
+		t.Fatalf("batched: %d sends for 2 frames (%d holds), want 2", batched.pieces, batched.holds)
+	}
+	if plain.pieces <= 2 {
+		t.Fatalf("plain: %d sends: the test stream does not split frames", plain.pieces)
+	}
+}

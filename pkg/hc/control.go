@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -33,7 +33,7 @@ const PublicationFile = "publication.json"
 // handshake runs TLS 1.3 on a control connection and authenticates the
 // client: nil client (and no error) means the connection presented no
 // certificate and may only enroll.
-func (c *coordinator) handshake(raw *net.UnixConn) (*tls.Conn, *trust.ClientIdentity, error) {
+func (c *coordinator) handshake(raw *rawio.Conn) (*tls.Conn, *trust.ClientIdentity, error) {
 	tconn := tls.Server(raw, c.tlsConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()

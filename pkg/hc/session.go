@@ -22,6 +22,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/rawio"
 )
 
 // session is one Client Session: a connection and its `runsc exec` client.
@@ -101,12 +102,18 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	if cred, err := peerCred(raw); err != nil || int(cred.Uid) != os.Getuid() {
 		return
 	}
-	tconn, client, err := c.handshake(raw)
+	// Raw non-blocking socket I/O, one write per frame: terminal output is
+	// relayed in thousands of frames a second (package rawio says why).
+	rconn, err := rawio.NewConn(raw)
+	if err != nil {
+		return
+	}
+	tconn, client, err := c.handshake(rconn)
 	if err != nil {
 		c.log.Warn("control connection refused", "err", err)
 		return
 	}
-	conn := control.NewConn(tconn)
+	conn := control.NewBatchedConn(tconn, rconn)
 	if client == nil {
 		c.enroll(conn)
 		return

@@ -16,11 +16,11 @@ import (
 	"io"
 	"os"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/rawio"
 )
 
 // Size is a terminal window size. Rows and Cols are non-zero 16-bit values;
@@ -105,7 +105,7 @@ func (m *Master) Read(b []byte) (int, error) {
 	var rerr error
 	err = rc.Read(func(fd uintptr) bool {
 		for off < len(b) {
-			n, err := readNonblock(int(fd), b[off:])
+			n, err := rawio.ReadNonblock(int(fd), b[off:])
 			if n > 0 {
 				off += n
 				continue
@@ -114,7 +114,11 @@ func (m *Master) Read(b []byte) (int, error) {
 			case err == unix.EINTR:
 				continue
 			case err == unix.EAGAIN:
-				return off > 0 // nothing yet: wait for readiness
+				// Nothing yet: wait for readiness. The reads are raw
+				// system calls (package rawio): a busy session makes
+				// thousands a second, and ordinary ones would keep the
+				// runtime's monitor thread polling.
+				return off > 0
 			case err != nil:
 				rerr = err
 			default: // n == 0
@@ -135,22 +139,6 @@ func (m *Master) Read(b []byte) (int, error) {
 		err = io.EOF
 	}
 	return off, err
-}
-
-// readNonblock is read(2) on the non-blocking master, made without the Go
-// runtime's system-call bookkeeping (the read never waits: EAGAIN instead).
-// A terminal hands out at most a few KiB per read, so a busy session makes
-// thousands of reads a second; entered as ordinary system calls, every one
-// that outlasts the scheduler monitor's tick can make the monitor retake the
-// processor and keep polling, which costs context switches (expensive on a
-// VM): the coordinator's voluntary context switches during the 64 MiB PTY
-// benchmark fell by about a quarter without it.
-func readNonblock(fd int, b []byte) (int, error) {
-	r, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(r), nil
 }
 
 // Write writes terminal input. It blocks (in the poller) while the PTY's

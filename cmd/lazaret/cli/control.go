@@ -15,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -104,7 +105,14 @@ func authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*authe
 		raw2.Close()
 		return nil, err
 	}
-	conn := tls.Client(raw2, cfg)
+	// Raw non-blocking socket I/O: a session's output arrives in thousands
+	// of reads a second (package rawio says why that matters).
+	rconn, err := rawio.NewConn(raw2)
+	if err != nil {
+		raw2.Close()
+		return nil, err
+	}
+	conn := tls.Client(rconn, cfg)
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := conn.Handshake(); err != nil {
 		conn.Close()
