@@ -138,10 +138,7 @@ func (n *node) withFD(write bool, f func(fd int) error) syscall.Errno {
 // confined open and one fstat do: the open never follows a symlink, and a
 // name that holds another inode now (or no regular file) is ESTALE.
 func (n *node) openIO(acc int) (int, error) {
-	b := hostBackend
-	if n.StableAttr().Ino&stateInoBit != 0 {
-		b = stateBackend
-	}
+	b := n.backend()
 	rel := n.rel()
 	if b == hostBackend && n.r.Ignored(rel, false) {
 		return -1, unix.ESTALE // host content at an ignored path is never opened
@@ -161,18 +158,19 @@ func (n *node) openIO(acc int) (int, error) {
 	return fd, nil
 }
 
+// backend is where the node's inode lives (its inode number says which).
+func (n *node) backend() backend {
+	if n.StableAttr().Ino&stateInoBit != 0 {
+		return stateBackend
+	}
+	return hostBackend
+}
+
 // keptStat fstat()s the node's kept descriptor, if it has one: the
 // attributes of exactly the node's inode, also once no name holds it.
 func (n *node) keptStat(st *unix.Stat_t) (backend, bool) {
-	n.io.mu.RLock()
-	defer n.io.mu.RUnlock()
-	if !n.io.ok || unix.Fstat(n.io.fd, st) != nil {
-		return hostBackend, false
-	}
-	if n.StableAttr().Ino&stateInoBit != 0 {
-		return stateBackend, true
-	}
-	return hostBackend, true
+	ok, err := n.withKept(func(b backend, fd int) error { return unix.Fstat(fd, st) })
+	return n.backend(), ok && err == nil
 }
 
 // withKept calls f with the node's kept descriptor (and its backend), if
@@ -183,11 +181,7 @@ func (n *node) withKept(f func(b backend, fd int) error) (bool, error) {
 	if !n.io.ok {
 		return false, nil
 	}
-	b := hostBackend
-	if n.StableAttr().Ino&stateInoBit != 0 {
-		b = stateBackend
-	}
-	return true, f(b, n.io.fd)
+	return true, f(n.backend(), n.io.fd)
 }
 
 // OnForget closes the node's descriptor once the kernel has forgotten it.
@@ -264,9 +258,7 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 func (n *node) wrote(fd int) {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) == nil {
-		sent := stampOf(hostBackend, &st)
-		sent.ino = n.StableAttr().Ino
-		n.sent.Store(sent)
+		n.sent.Store(stampOf(n.backend(), &st))
 	} else {
 		n.sent.Store(nil)
 	}
