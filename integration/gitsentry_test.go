@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -102,6 +103,28 @@ func gitIntegrationFiles(rel string) bool {
 	return true // index, objects, refs, logs, HEAD…: shared with the sandbox by design
 }
 
+// checkAttacks reads the in-sandbox script's "NAME VERDICT" lines: the
+// names in allowed must have SUCCEEDED (their writes land in where), every
+// other SUCCEEDED is an attack that got through; the Git work must have
+// printed WORK OK.
+func checkAttacks(t *testing.T, out, where string, allowed ...string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		name, verdict, _ := strings.Cut(line, " ")
+		switch {
+		case slices.Contains(allowed, name):
+			if verdict != "SUCCEEDED" {
+				t.Errorf("%s inside should succeed (into %s): %s", name, where, verdict)
+			}
+		case verdict == "SUCCEEDED":
+			t.Errorf("attack %s succeeded inside the sandbox", name)
+		}
+	}
+	if !strings.Contains(out, "WORK OK") {
+		t.Errorf("Git work inside failed: %s", out)
+	}
+}
+
 // TestSR4GitSentry (spec §3.4, SR-4, DX-3): from inside, every route to a
 // configuration or hook host Git would obey fails — the `mv .git` attack,
 // writing or replacing .git/config, `git config`, a new .git/commondir or
@@ -153,20 +176,7 @@ git log --format=%s -3 | tr '\n' '|'; echo`
 	if r.code != 0 {
 		t.Fatalf("run: %+v", r)
 	}
-	for _, line := range strings.Split(r.stdout, "\n") {
-		name, verdict, _ := strings.Cut(line, " ")
-		switch {
-		case name == "hook-planted" || name == "nested-repo" || name == "gitfile" || name == "wt-exists":
-			if verdict != "SUCCEEDED" {
-				t.Errorf("%s inside should succeed (into transient or Domain storage): %s", name, verdict)
-			}
-		case verdict == "SUCCEEDED":
-			t.Errorf("attack %s succeeded inside the sandbox", name)
-		}
-	}
-	if !strings.Contains(r.stdout, "WORK OK") {
-		t.Errorf("Git work inside failed: %s", r.stdout)
-	}
+	checkAttacks(t, r.stdout, "transient or Domain storage", "hook-planted", "nested-repo", "gitfile", "wt-exists")
 	// The host sees the work at once.
 	if got := git("log", "--format=%s", "-3", "feature"); got != "a inside\nb inside\nmain moves" {
 		t.Errorf("host log of feature: %q", got)
@@ -294,20 +304,7 @@ git log --format=%s -2 | tr '\n' '|'; echo`
 	if r.code != 0 {
 		t.Fatalf("run: %+v", r)
 	}
-	for _, line := range strings.Split(r.stdout, "\n") {
-		name, verdict, _ := strings.Cut(line, " ")
-		switch {
-		case name == "hook-planted":
-			if verdict != "SUCCEEDED" {
-				t.Errorf("%s inside should succeed (into transient storage): %s", name, verdict)
-			}
-		case verdict == "SUCCEEDED":
-			t.Errorf("attack %s succeeded inside the sandbox", name)
-		}
-	}
-	if !strings.Contains(r.stdout, "WORK OK") {
-		t.Errorf("Git work inside failed: %s", r.stdout)
-	}
+	checkAttacks(t, r.stdout, "transient storage", "hook-planted")
 	// The host sees the commits at once, from the main worktree too.
 	if got := git("log", "--format=%s", "-2", "wt-feature"); got != "feature inside\nb inside" {
 		t.Errorf("host log of wt-feature: %q", got)
