@@ -139,7 +139,7 @@ func (m *tmuxTerm) startLazaret(target, tag, args string) {
 	m.line(target, "stty -g > "+m.dir+"/"+tag+".before; lazaret run "+args+"; echo RC-"+tag+"=$?; stty -g > "+m.dir+"/"+tag+".after")
 }
 
-// TestTerminalInteractiveShell (§3.3, FR-8, DX-5): `lazaret run` with no
+// TestTerminalInteractiveShell (§3.3, FR-8, FR-14, DX-5): `lazaret run` with no
 // command on a terminal is a login shell of the default image; arithmetic,
 // resize, Ctrl-C (single and a burst), Ctrl-Z/fg job control, full-screen
 // less and top behave as on a host terminal; `exit 7` returns 7; the outer
@@ -220,7 +220,7 @@ func TestTerminalInteractiveShell(t *testing.T) {
 	allClean(t, ws, "default") // the Session Terminal and sandbox records reached Clean
 }
 
-// TestTerminalConcurrentSessions (§3.3): two interactive sessions of one
+// TestTerminalConcurrentSessions (§3.3, FR-14): two interactive sessions of one
 // Domain, each in its own terminal, never see each other's bytes.
 func TestTerminalConcurrentSessions(t *testing.T) {
 	ws := workspace(t)
@@ -256,7 +256,7 @@ func TestTerminalConcurrentSessions(t *testing.T) {
 	noLeftovers(t)
 }
 
-// TestTerminalSignalsToCLI (§3.3, DX-5): SIGINT sent to the CLI becomes the
+// TestTerminalSignalsToCLI (§3.3, FR-15, DX-5): SIGINT sent to the CLI becomes the
 // Interrupt event for the session's process group; SIGTSTP suspends the CLI
 // locally (terminal restored while stopped, raw again after fg, size
 // resent); SIGTERM ends the CLI with 143 and a restored terminal; stdin that
@@ -325,7 +325,7 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 	noLeftovers(t)
 }
 
-// TestTerminalProcessKilled (DX-5, §3.3 hard loss): SIGKILL of the Host
+// TestTerminalProcessKilled (DX-5, FR-15, §3.3 hard loss): SIGKILL of the Host
 // Coordinator, the Runtime Supervisor or the session's runsc exec client
 // mid-session ends the CLI with a failure status and the outer terminal
 // exactly as it was; nothing is left behind.
@@ -511,7 +511,7 @@ func assertGroupStopped(t *testing.T, ws string) {
 	t.Fatalf("guest group %s not stopped (Suspend not delivered to the group): %s", pgid, states)
 }
 
-// TestNonInteractiveJobControl (§3.3, issue #5 item 3): without a terminal
+// TestNonInteractiveJobControl (§3.3, FR-15, issue #5 item 3): without a terminal
 // session the Interrupt, Quit and Suspend events are what the CLI sends
 // when it receives SIGINT, SIGQUIT or SIGTSTP. Ctrl-Z typed in the outer
 // shell (or SIGTSTP from another process) stops the guest process group

@@ -7,6 +7,8 @@ import (
 	"testing"
 )
 
+// TestTerminalRecordOrder (FR-15): the Session Terminal record moves
+// Intent → Running → ReleaseIntent → Clean only, keeping its identities.
 func TestTerminalRecordOrder(t *testing.T) {
 	ctx := context.Background()
 	m := newMemoryTerminals(slog.New(slog.NewTextHandler(io.Discard, nil)))

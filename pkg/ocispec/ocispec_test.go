@@ -52,6 +52,32 @@ func TestSpecSecurityShape(t *testing.T) {
 	}
 }
 
+// TestFR14TerminalOnlyForSessions (FR-14): the root process of the
+// attached `runsc run` is terminal-neutral; only an interactive session's
+// process document asks runsc for a terminal (its stdio, the HC-owned PTY
+// slave; runsc.Runtime.Exec passes no console socket, see TestFlags).
+func TestFR14TerminalOnlyForSessions(t *testing.T) {
+	sp, err := Spec(sandbox(), Process{Args: []string{InitPath, InitArg}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp.Process.Terminal {
+		t.Error("root process asks for a terminal")
+	}
+	for _, tc := range []struct {
+		terminal bool
+		want     string
+	}{{true, `"terminal":true`}, {false, `"terminal"`}} {
+		b, err := ProcessJSON(Process{Args: []string{"sh"}, Cwd: "/", Terminal: tc.terminal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), tc.want); got != tc.terminal {
+			t.Errorf("session process (terminal %v): %s", tc.terminal, b)
+		}
+	}
+}
+
 func TestCheckHasTeeth(t *testing.T) {
 	s := sandbox()
 	mutations := map[string]func(*specs.Spec){

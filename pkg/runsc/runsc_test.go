@@ -16,6 +16,8 @@ func TestDentryCache(t *testing.T) {
 	}
 }
 
+// TestFlags: the exact argument vectors, among them (FR-14) a
+// non-detached `runsc exec` without a console socket.
 func TestFlags(t *testing.T) {
 	r := Runtime{Path: "/x/runsc", Root: "/run/r"}
 	got := strings.Join(r.Run("/b", "lazaret-abc-1"), " ")
