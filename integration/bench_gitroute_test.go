@@ -12,6 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // gitRouteScript times, inside (or on the host), N warm `git status` runs
@@ -94,7 +98,9 @@ func TestBenchGitRouting(t *testing.T) {
 	trash := e.userDir("bench-git-trash")
 	defer os.RemoveAll(trash)
 	moved := 0
-	run := func(name, ws string, argv ...string) {
+	// run clears ws of the previous setup's trees, then runs argv in dir
+	// (ws itself, or a FUSE mount of it).
+	run := func(name, ws, dir string, argv ...string) {
 		for _, d := range []string{"ignored", "untar-1", "untar-2", "untar-3", "untar-4", "untar-5"} {
 			if _, err := os.Lstat(filepath.Join(ws, d)); err == nil {
 				moved++
@@ -104,7 +110,7 @@ func TestBenchGitRouting(t *testing.T) {
 			}
 		}
 		c := exec.Command(argv[0], argv[1:]...)
-		c.Dir = ws
+		c.Dir = dir
 		c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "GIT_CONFIG_NOSYSTEM=1"}
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
 		out, err := c.CombinedOutput()
@@ -118,11 +124,11 @@ func TestBenchGitRouting(t *testing.T) {
 	}
 	ws := workspace(t)
 	benchRepo(t, e, ws, n, nil)
-	run("host", ws, "sh", "-c", gitRouteScript(ws, n))
+	run("host", ws, ws, "sh", "-c", gitRouteScript(ws, n))
 	// Lazaret with the router (default profile: Debian, isolation on). The
 	// first run prepares and warms; the cold start is measured after.
 	lzScript := gitRouteScript("/workspace", n)
-	run("lazaret_router", ws, lazaret, "run", "--", "sh", "-c", lzScript)
+	run("lazaret_router", ws, ws, lazaret, "run", "--", "sh", "-c", lzScript)
 	noLeftovers(t)
 	var cold []float64
 	for i := 0; i < n; i++ {
@@ -160,22 +166,33 @@ ip link set lo up
 d=$(( $(ulimit -Hn) / 4 )); [ $d -lt 1000 ] && d=1000; [ $d -gt 65536 ] && d=65536
 %[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=$d run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc)
 	sub := strconv.Itoa(e.subStart) + ",1,65536"
-	run("bare_runsc_plain_bind", ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
+	run("bare_runsc_plain_bind", ws, ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
 	// The same sentry dentry cache as Lazaret's (runsc.DentryCache: a
 	// quarter of the user's hard RLIMIT_NOFILE), so the ratio isolates the
 	// router.
 	// safe.directory: inside bare runsc the workspace belongs to root of the
 	// sandbox, as in Lazaret; nothing else differs.
 	noLeftovers(t)
+	// The FUSE floor: go-fuse's own loopback filesystem (every request
+	// passed straight to the host directory: no routing, no watch, no
+	// gVisor) with the router's cache lifetimes and mount options, on the
+	// host. What it costs over the host's own figures is the price of the
+	// FUSE round trips alone on this machine; set against the plain bind
+	// inside gVisor it shows whether the router's targets are reachable by
+	// any go-fuse daemon here.
+	run("fuse_floor_host_loopback", ws, fuseLoopback(t, ws, e.userDir("bench-git-loopback")), "sh", "-c", gitRouteScript(".", n))
 
 	fmt.Printf("\n%-34s %10s %10s %10s   (median ms of %d)\n", "setup", "git status", "untar", "untar ign.", n)
-	for _, name := range []string{"host", "bare_runsc_plain_bind", "lazaret_router"} {
+	for _, name := range []string{"host", "fuse_floor_host_loopback", "bare_runsc_plain_bind", "lazaret_router"} {
 		r := results[name]
 		fmt.Printf("%-34s %10.1f %10.1f %10.1f\n", name, median(r["status"]), median(r["plain"]), median(r["ignored"]))
 	}
 	b, l := results["bare_runsc_plain_bind"], results["lazaret_router"]
 	fmt.Printf("router / plain bind: git status %.2fx (target <= 1.3x), untar %.2fx, untar into ignored %.2fx (targets <= 1.5x)\n",
 		median(l["status"])/median(b["status"]), median(l["plain"])/median(b["plain"]), median(l["ignored"])/median(b["ignored"]))
+	f := results["fuse_floor_host_loopback"]
+	fmt.Printf("FUSE floor (go-fuse loopback on the host, no gVisor, no routing) / plain bind in gVisor: git status %.2fx, untar %.2fx, untar into ignored %.2fx\n",
+		median(f["status"])/median(b["status"]), median(f["plain"])/median(b["plain"]), median(f["ignored"])/median(b["ignored"]))
 	fmt.Printf("cold start in the 5,000-file repository (lazaret run -- true): %.1f ms\n", median(cold))
 	if *flagBenchOut != "" {
 		rep := map[string]any{"results": results, "cold_ms": cold}
@@ -183,4 +200,28 @@ d=$(( $(ulimit -Hn) / 4 )); [ $d -lt 1000 ] && d=1000; [ $d -gt 65536 ] && d=655
 		os.MkdirAll(*flagBenchOut, 0o755)
 		os.WriteFile(filepath.Join(*flagBenchOut, "gitroute-latest.json"), js, 0o644)
 	}
+}
+
+// fuseLoopback mounts go-fuse's loopback filesystem of dir at mnt (this
+// process serves it) with the Git-routing daemon's cache lifetimes and
+// mount options; it is unmounted when the test ends.
+func fuseLoopback(t *testing.T, dir, mnt string) string {
+	root, err := fs.NewLoopbackRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := time.Minute
+	srv, err := fs.Mount(mnt, root, &fs.Options{
+		EntryTimeout: &to, AttrTimeout: &to, NegativeTimeout: &to,
+		MountOptions: fuse.MountOptions{AllowOther: true, DirectMount: true, FsName: "lazaret-bench-loopback", MaxWrite: 1 << 20, MaxBackground: 64, DisableXAttrs: true},
+	})
+	if err != nil {
+		t.Fatalf("mount the go-fuse loopback filesystem (needs /dev/fuse): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+	})
+	return mnt
 }
