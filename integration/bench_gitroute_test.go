@@ -98,9 +98,7 @@ func TestBenchGitRouting(t *testing.T) {
 	trash := e.userDir("bench-git-trash")
 	defer os.RemoveAll(trash)
 	moved := 0
-	// run clears ws of the previous setup's trees, then runs argv in dir
-	// (ws itself, or a FUSE mount of it).
-	run := func(name, ws, dir string, argv ...string) {
+	run := func(name, ws string, argv ...string) {
 		for _, d := range []string{"ignored", "untar-1", "untar-2", "untar-3", "untar-4", "untar-5"} {
 			if _, err := os.Lstat(filepath.Join(ws, d)); err == nil {
 				moved++
@@ -110,7 +108,7 @@ func TestBenchGitRouting(t *testing.T) {
 			}
 		}
 		c := exec.Command(argv[0], argv[1:]...)
-		c.Dir = dir
+		c.Dir = ws
 		c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "GIT_CONFIG_NOSYSTEM=1"}
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
 		out, err := c.CombinedOutput()
@@ -124,11 +122,11 @@ func TestBenchGitRouting(t *testing.T) {
 	}
 	ws := workspace(t)
 	benchRepo(t, e, ws, n, nil)
-	run("host", ws, ws, "sh", "-c", gitRouteScript(ws, n))
+	run("host", ws, "sh", "-c", gitRouteScript(ws, n))
 	// Lazaret with the router (default profile: Debian, isolation on). The
 	// first run prepares and warms; the cold start is measured after.
 	lzScript := gitRouteScript("/workspace", n)
-	run("lazaret_router", ws, ws, lazaret, "run", "--", "sh", "-c", lzScript)
+	run("lazaret_router", ws, lazaret, "run", "--", "sh", "-c", lzScript)
 	noLeftovers(t)
 	var cold []float64
 	for i := 0; i < n; i++ {
@@ -166,7 +164,7 @@ ip link set lo up
 d=$(( $(ulimit -Hn) / 4 )); [ $d -lt 1000 ] && d=1000; [ $d -gt 65536 ] && d=65536
 %[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=$d run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc)
 	sub := strconv.Itoa(e.subStart) + ",1,65536"
-	run("bare_runsc_plain_bind", ws, ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
+	run("bare_runsc_plain_bind", ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
 	// The same sentry dentry cache as Lazaret's (runsc.DentryCache: a
 	// quarter of the user's hard RLIMIT_NOFILE), so the ratio isolates the
 	// router.
@@ -180,7 +178,12 @@ d=$(( $(ulimit -Hn) / 4 )); [ $d -lt 1000 ] && d=1000; [ $d -gt 65536 ] && d=655
 	// FUSE round trips alone on this machine; set against the plain bind
 	// inside gVisor it shows whether the router's targets are reachable by
 	// any go-fuse daemon here.
-	run("fuse_floor_host_loopback", ws, fuseLoopback(t, ws, e.userDir("bench-git-loopback")), "sh", "-c", gitRouteScript(".", n))
+	// The shell enters the mount itself: the child this process forks must
+	// not touch a filesystem this process serves (a forked child stopped on
+	// a FUSE request while this process's runtime stops the world for a
+	// collection deadlocks both).
+	mnt := fuseLoopback(t, ws, e.userDir("bench-git-loopback"))
+	run("fuse_floor_host_loopback", ws, "sh", "-c", gitRouteScript(mnt, n))
 
 	fmt.Printf("\n%-34s %10s %10s %10s   (median ms of %d)\n", "setup", "git status", "untar", "untar ign.", n)
 	for _, name := range []string{"host", "fuse_floor_host_loopback", "bare_runsc_plain_bind", "lazaret_router"} {
