@@ -253,6 +253,9 @@ func (c *coordinator) init() error {
 	if c.broker, err = proc.NewBroker(c.log, exe); err != nil {
 		return err
 	}
+	// The developer's Git identity (guestEnv) is read while the store
+	// opens and recovery runs: a Git start-up is ~15 ms here.
+	gitIdentity := c.readHostGitIdentity()
 	if err := c.hostSupport(); err != nil {
 		return err
 	}
@@ -278,7 +281,7 @@ func (c *coordinator) init() error {
 	if err := copyExecutable(escalate, filepath.Join(c.paths.ControlMountSource(), "bin", locate.Escalate)); err != nil {
 		return fmt.Errorf("install %s into the control mount: %w", locate.Escalate, err)
 	}
-	c.baseEnv = c.guestEnv()
+	c.baseEnv = c.guestEnv(gitIdentity())
 	// The generation's ephemeral Trust Anchor: TLS CA, protocol issuer,
 	// coordinator leaves and the sandbox request-signing key (spec §3.2).
 	if c.anchor, err = trust.NewAnchor(trust.GenerationIdentity{
@@ -403,7 +406,7 @@ func copyExecutable(src, dst string) error {
 // guestEnv is the environment of every guest process: a standard PATH, and
 // the developer's Git identity as command-line-level Git configuration so
 // that `git commit` works inside without touching the host's ~/.gitconfig.
-func (c *coordinator) guestEnv() []string {
+func (c *coordinator) guestEnv(gitIdentity []gitSetting) []string {
 	env := []string{
 		// lazaret-escalate is found last, at its fixed path.
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + path.Dir(ocispec.InitPath),
@@ -424,39 +427,69 @@ func (c *coordinator) guestEnv() []string {
 	for _, k := range names {
 		env = setEnv(env, k, c.profile.Env[k])
 	}
-	var keys, vals []string
-	for _, k := range []string{"user.name", "user.email"} {
-		if v := c.hostGitConfig(k); v != "" {
-			keys, vals = append(keys, k), append(vals, v)
-		}
-	}
-	if len(keys) > 0 {
-		env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(keys)))
-		for i := range keys {
-			env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, keys[i]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, vals[i]))
+	if len(gitIdentity) > 0 {
+		env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(gitIdentity)))
+		for i, g := range gitIdentity {
+			env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, g.key), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, g.value))
 		}
 	}
 	return env
 }
 
-// hostGitConfig reads one key of the developer's effective Git config for
-// the workspace (so a repository-local identity wins, as on the host).
-func (c *coordinator) hostGitConfig(key string) string {
-	git, err := locate.Find("git", func(string) string { return "" })
-	if err != nil {
-		return ""
+// gitSetting is one key of the developer's Git configuration.
+type gitSetting struct{ key, value string }
+
+// gitIdentityKeys are the settings guest processes inherit, in this order.
+var gitIdentityKeys = []string{"user.name", "user.email"}
+
+// readHostGitIdentity starts reading the developer's effective Git
+// identity for the workspace (so a repository-local identity wins, as on
+// the host) with one `git config` and returns the function that waits for
+// it. Nothing set, no Git, or a failing Git is no identity.
+func (c *coordinator) readHostGitIdentity() func() []gitSetting {
+	done := make(chan []gitSetting, 1)
+	go func() {
+		git, err := locate.Find("git", func(string) string { return "" })
+		if err != nil {
+			done <- nil
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.Getenv("HOME")}
+		if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+			env = append(env, "XDG_CONFIG_HOME="+x)
+		}
+		out, _, st, err := c.broker.Output(ctx, "git config", proc.Command{Path: git, Args: []string{"git", "config", "-z", "--get-regexp", `^user\.(name|email)$`}, Env: env, Dir: c.ws}, 16384)
+		if err != nil || st.ShellCode() != 0 {
+			done <- nil
+			return
+		}
+		done <- parseGitIdentity(out)
+	}()
+	return func() []gitSetting { return <-done }
+}
+
+// parseGitIdentity reads `git config -z --get-regexp` output ("key\nvalue"
+// entries, each ended by NUL, in the order Git reads its files) and keeps,
+// like `git config --get`, the last value of each identity key; empty
+// values are left out.
+func parseGitIdentity(out []byte) []gitSetting {
+	last := map[string]string{}
+	for _, e := range strings.Split(string(out), "\x00") {
+		k, v, ok := strings.Cut(e, "\n")
+		if !ok {
+			continue // a key without a value ("[user] name" alone)
+		}
+		last[strings.ToLower(k)] = v
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.Getenv("HOME")}
-	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
-		env = append(env, "XDG_CONFIG_HOME="+x)
+	var gs []gitSetting
+	for _, k := range gitIdentityKeys {
+		if v := strings.TrimSpace(last[k]); v != "" {
+			gs = append(gs, gitSetting{k, v})
+		}
 	}
-	out, _, st, err := c.broker.Output(ctx, "git config", proc.Command{Path: git, Args: []string{"git", "config", "--get", key}, Env: env, Dir: c.ws}, 4096)
-	if err != nil || st.ShellCode() != 0 {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
+	return gs
 }
 
 func (c *coordinator) setState(s state, err error) {

@@ -7,7 +7,6 @@ package runsc
 import (
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -76,10 +75,25 @@ func dentryCacheFor(hardNOFILE uint64) int {
 	return int(n)
 }
 
-var containerID = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
-
-// ValidContainerID reports whether id is acceptable to runsc and to us.
-func ValidContainerID(id string) bool { return containerID.MatchString(id) }
+// ValidContainerID reports whether id is acceptable to runsc and to us:
+// 1–128 bytes of [a-z0-9_.-], not starting with '_', '.' or '-'. (Written
+// out: the equivalent regular expression, with its bounded repetition,
+// cost 3.5 ms of every process start to compile.)
+func ValidContainerID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ContainerID names the Agent Sandbox of a Domain generation.
 func ContainerID(domainID string, generation uint64) string {

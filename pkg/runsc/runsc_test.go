@@ -3,6 +3,7 @@ package runsc
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,6 +48,14 @@ func TestContainerID(t *testing.T) {
 	id := ContainerID("0123456789abcdef0123456789abcdef", 3)
 	if !ValidContainerID(id) || ValidContainerID("../x") || ValidContainerID("") {
 		t.Fatal(id)
+	}
+	// The rule, as the regular expression it replaces.
+	rule := regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
+	for _, s := range []string{"a", "0", "_a", ".a", "-a", "a_b.c-d", "a-", "A", "aB", "a/b", "a b", "é", "a\x00",
+		strings.Repeat("a", 127), strings.Repeat("a", 128), strings.Repeat("a", 129), "lazaret-" + strings.Repeat("f", 32) + "-12"} {
+		if got, want := ValidContainerID(s), rule.MatchString(s); got != want {
+			t.Errorf("ValidContainerID(%q) = %v, want %v", s, got, want)
+		}
 	}
 }
 
