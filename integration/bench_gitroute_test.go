@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/lazaret/lazaret/pkg/gitroute"
 )
 
 // gitRouteScript times, inside (or on the host), N warm `git status` runs
@@ -220,11 +221,9 @@ func fuseLoopback(t *testing.T, dir, mnt string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	to := time.Minute
-	srv, err := fs.Mount(mnt, root, &fs.Options{
-		EntryTimeout: &to, AttrTimeout: &to, NegativeTimeout: &to,
-		MountOptions: fuse.MountOptions{AllowOther: true, DirectMount: true, FsName: "lazaret-bench-loopback", MaxWrite: 1 << 20, MaxBackground: 64, DisableXAttrs: true},
-	})
+	opts := gitroute.MountOptions(time.Minute) // the lifetime of watched paths
+	opts.FsName = "lazaret-bench-loopback"
+	srv, err := fs.Mount(mnt, root, opts)
 	if err != nil {
 		t.Fatalf("mount the go-fuse loopback filesystem (needs /dev/fuse): %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -103,18 +104,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 		log.Warn("no inotify: host changes reach the sandbox within the short cache lifetime", "err", err, "short_timeout", shortTimeout)
 		r.watch, to = nil, shortTimeout
 	}
-	srv, err := fs.Mount(mnt, r.Root(), &fs.Options{
-		EntryTimeout: &to, AttrTimeout: &to, NegativeTimeout: &to,
-		MountOptions: fuse.MountOptions{
-			AllowOther: true, DirectMount: true, DirectMountStrict: true,
-			FsName: "lazaret-git-routing", Name: "lazaret", MaxWrite: 1 << 20, MaxBackground: 64,
-			DisableXAttrs: true,
-			// The sandbox's kernel (gVisor) clears setuid/setgid bits
-			// itself; without this the host kernel re-reads attributes
-			// (a GETATTR round trip) before every chown to do it again.
-			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV,
-		},
-	})
+	srv, err := fs.Mount(mnt, r.Root(), MountOptions(to))
 	if err != nil {
 		r.Close()
 		return nil, nil, fmt.Errorf("mount the Git-routing filesystem at %s: %w (is /dev/fuse usable by this user? `lazaret doctor` checks it)", mnt, err)
@@ -137,3 +127,21 @@ type names []string
 
 func (n *names) String() string     { return strings.Join(*n, ",") }
 func (n *names) Set(v string) error { *n = append(*n, v); return nil }
+
+// MountOptions are the Git-routing filesystem's kernel cache lifetimes
+// (entries, negative entries and attributes live for lifetime) and mount
+// options. `make bench` mounts its FUSE floor with them too.
+func MountOptions(lifetime time.Duration) *fs.Options {
+	return &fs.Options{
+		EntryTimeout: &lifetime, AttrTimeout: &lifetime, NegativeTimeout: &lifetime,
+		MountOptions: fuse.MountOptions{
+			AllowOther: true, DirectMount: true, DirectMountStrict: true,
+			FsName: "lazaret-git-routing", Name: "lazaret", MaxWrite: 1 << 20, MaxBackground: 64,
+			DisableXAttrs: true,
+			// The sandbox's kernel (gVisor) clears setuid/setgid bits
+			// itself; without this the host kernel re-reads attributes
+			// (a GETATTR round trip) before every chown to do it again.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV,
+		},
+	}
+}
