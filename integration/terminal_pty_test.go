@@ -27,6 +27,13 @@ type ptyProc struct {
 
 func startOnPTY(t *testing.T, e *env, dir string, extraEnv []string, argv ...string) *ptyProc {
 	t.Helper()
+	return startOnPTYAs(t, e, &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, dir, extraEnv, argv...)
+}
+
+// startOnPTYAs is startOnPTY with the given credentials (nil: the
+// harness's own, root).
+func startOnPTYAs(t *testing.T, e *env, cred *syscall.Credential, dir string, extraEnv []string, argv ...string) *ptyProc {
+	t.Helper()
 	m, slave, err := pty.Open(ptyTestSize)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +44,7 @@ func startOnPTY(t *testing.T, e *env, dir string, extraEnv []string, argv ...str
 	c.Env = append([]string{"HOME=" + e.home, "USER=" + *flagUser, "PATH=/usr/local/bin:/usr/bin:/bin", "TERM=xterm",
 		"XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "LANG=C.UTF-8"}, extraEnv...)
 	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
-	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setsid: true, Setctty: true, Ctty: 0}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setsid: true, Setctty: true, Ctty: 0}
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
