@@ -100,7 +100,8 @@ for i in $(seq %[3]d); do
   %[4]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared run --bundle %[2]s bare-$i >/dev/null
   e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))
 done`, rootfs, bundle, n, e.runsc)
-	c := exec.Command("unshare", "--user", "--map-user=0", "--map-group=0", "--map-users=100000,1,65536", "--map-groups=100000,1,65536", "--mount", "--net", "--propagation", "private", "sh", "-c", script)
+	sub := strconv.Itoa(e.subStart) + ",1,65536"
+	c := exec.Command("unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", script)
 	c.Env = []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + e.home}
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
 	out, err := c.CombinedOutput()
