@@ -45,6 +45,21 @@ func init() {
 	}
 }
 
+// writeAll writes b to dst with blocking write(2).
+func writeAll(dst int, b []byte) error {
+	for len(b) > 0 {
+		w, err := unix.Write(dst, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		b = b[w:]
+	}
+	return nil
+}
+
 // relayCopy copies src to dst with blocking read(2)/write(2) until src
 // reports end of file or EIO (a PTY master whose slaves are all closed).
 func relayCopy(dst, src int) error {
@@ -60,15 +75,8 @@ func relayCopy(dst, src int) error {
 			}
 			return fmt.Errorf("read: %w", err)
 		}
-		for b := buf[:n]; len(b) > 0; {
-			w, err := unix.Write(dst, b)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("write: %w", err)
-			}
-			b = b[w:]
+		if err := writeAll(dst, buf[:n]); err != nil {
+			return err
 		}
 	}
 }
@@ -100,15 +108,8 @@ func relayGather(dst, master int) error {
 			done = true // EIO: every slave closed (or end of file)
 			break
 		}
-		for b := buf[:n]; len(b) > 0; {
-			w, err := unix.Write(dst, b)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("write: %w", err)
-			}
-			b = b[w:]
+		if err := writeAll(dst, buf[:n]); err != nil {
+			return err
 		}
 		if done {
 			return nil
