@@ -11,6 +11,11 @@
 // thousands of extra wake-ups and context switches per second in both
 // processes, on a 2-core machine where the sandbox needs the CPU. A raw
 // non-blocking call cannot block, so skipping the bookkeeping is safe.
+//
+// The CLI's write to the user's terminal is the one blocking call here
+// (TerminalWriter, terminal.go): the kernel's wait inside a blocking
+// write is what keeps that end fast, and a wait for room before each
+// write keeps it preemptible.
 package rawio
 
 import (

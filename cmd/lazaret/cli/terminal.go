@@ -23,6 +23,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/containerd/console"
@@ -211,6 +212,12 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 	cons, err := console.ConsoleFromFile(os.Stdin)
 	if err != nil {
 		return 0, false, errdefs.Mark(fmt.Errorf("stdin terminal: %w", err), errdefs.ErrInvalid)
+	}
+	// The output writer keeps its processor while the user's terminal is
+	// full (rawio.TerminalWriter); a second one keeps input, signals and
+	// the session's events running meanwhile even on a single CPU.
+	if runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
 	}
 	c := &ttyClient{fc: control.NewConn(conn), term: os.Stdin, cons: cons, escapes: make(chan escapeAction, 1)}
 	c.prompts = &escalationPrompts{c: c, anchor: anchor}
