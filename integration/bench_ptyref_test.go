@@ -50,9 +50,8 @@ func init() {
 // without the Go runtime's system-call bookkeeping, whose wake-ups of the
 // runtime's monitor thread cost a blocking relay ~10 % here, so the
 // reference costs about what the same loop written in C did by hand. The
-// relay processes do
-// nothing else and allocate nothing in the loop, so no garbage collection
-// waits for a thread blocked in the kernel.
+// relay processes do nothing else and allocate nothing in the loop, so no
+// garbage collection waits for a thread blocked in the kernel.
 func rawRead(fd int, b []byte) (int, error) {
 	r, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	if errno != 0 {
