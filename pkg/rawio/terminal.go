@@ -32,9 +32,12 @@ type TerminalWriter struct {
 	fd int
 }
 
-// NewTerminalWriter writes to f's descriptor; f stays open and blocking.
-func NewTerminalWriter(f *os.File) *TerminalWriter {
-	return &TerminalWriter{fd: int(f.Fd())}
+// NewTerminalWriter writes to fd (e.g. 1, the CLI's stdout), which the
+// caller keeps open. Its mode is left as it is: not os.File.Fd, which
+// would make a non-blocking description blocking for every process that
+// shares it; on a non-blocking one, EAGAIN just leads back to the wait.
+func NewTerminalWriter(fd int) *TerminalWriter {
+	return &TerminalWriter{fd: fd}
 }
 
 // Write writes all of b.

@@ -11,13 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lazaret/lazaret/pkg/pty"
 	"github.com/lazaret/lazaret/pkg/rawio"
 )
 
-// terminalPair is a PTY in raw mode whose slave a TerminalWriter writes
-// and whose master the test reads (or leaves unread: a stalled terminal).
-func terminalPair(t *testing.T) (*pty.Master, *rawio.TerminalWriter) {
+// terminalPair is a PTY whose slave is in raw mode, for a TerminalWriter
+// to write and the test to read at the master (or leave unread: a stalled
+// terminal).
+func terminalPair(t *testing.T) (*pty.Master, *os.File) {
 	t.Helper()
 	m, slave, err := pty.Open(pty.Size{Rows: 24, Cols: 80})
 	if err != nil {
@@ -27,44 +30,55 @@ func terminalPair(t *testing.T) (*pty.Master, *rawio.TerminalWriter) {
 	if err := pty.MakeRaw(slave); err != nil {
 		t.Fatal(err)
 	}
-	return m, rawio.NewTerminalWriter(slave)
+	return m, slave
 }
 
+// TestTerminalWriterDeliversInOrder: every byte arrives, in order, on a
+// blocking terminal descriptor and on a non-blocking one (EAGAIN leads
+// back to the wait for room).
 func TestTerminalWriterDeliversInOrder(t *testing.T) {
-	m, w := terminalPair(t)
-	want := make([]byte, 1<<20)
-	for i := range want {
-		want[i] = byte('a' + i%26)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		// Frames of uneven sizes, as the relay writes them.
-		rest := want
-		for len(rest) > 0 {
-			k := min(len(rest), 1+len(rest)%50000)
-			if n, err := w.Write(rest[:k]); err != nil || n != k {
-				errc <- err
-				return
+	for _, nonblock := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nonblock=%v", nonblock), func(t *testing.T) {
+			m, slave := terminalPair(t)
+			if err := unix.SetNonblock(int(slave.Fd()), nonblock); err != nil {
+				t.Fatal(err)
 			}
-			rest = rest[k:]
-		}
-		errc <- nil
-	}()
-	got := make([]byte, 0, len(want))
-	buf := make([]byte, 64<<10)
-	m.SetReadDeadline(time.Now().Add(30 * time.Second))
-	for len(got) < len(want) {
-		n, err := m.Read(buf)
-		if err != nil {
-			t.Fatalf("read after %d bytes: %v", len(got), err)
-		}
-		got = append(got, buf[:n]...)
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("bytes differ from what was written")
+			w := rawio.NewTerminalWriter(int(slave.Fd()))
+			want := make([]byte, 1<<20)
+			for i := range want {
+				want[i] = byte('a' + i%26)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				// Frames of uneven sizes, as the relay writes them.
+				rest := want
+				for len(rest) > 0 {
+					k := min(len(rest), 1+len(rest)%50000)
+					if n, err := w.Write(rest[:k]); err != nil || n != k {
+						errc <- fmt.Errorf("wrote %d of %d: %v", n, k, err)
+						return
+					}
+					rest = rest[k:]
+				}
+				errc <- nil
+			}()
+			got := make([]byte, 0, len(want))
+			buf := make([]byte, 64<<10)
+			m.SetReadDeadline(time.Now().Add(30 * time.Second))
+			for len(got) < len(want) {
+				n, err := m.Read(buf)
+				if err != nil {
+					t.Fatalf("read after %d bytes: %v", len(got), err)
+				}
+				got = append(got, buf[:n]...)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatal("bytes differ from what was written")
+			}
+		})
 	}
 }
 
@@ -132,7 +146,7 @@ func stalledScenario(procs int) error {
 	if err := pty.MakeRaw(slave); err != nil {
 		return err
 	}
-	w := rawio.NewTerminalWriter(slave)
+	w := rawio.NewTerminalWriter(int(slave.Fd()))
 	data := bytes.Repeat([]byte("stalled terminal output\n"), 1<<16) // 1.5 MiB
 	done := make(chan error, 1)
 	go func() {
@@ -164,7 +178,8 @@ func readerOf(m *pty.Master) io.Reader { return masterReader{m} }
 // TestTerminalWriterHangUp: a terminal that goes away ends the write with
 // an error instead of a wait.
 func TestTerminalWriterHangUp(t *testing.T) {
-	m, w := terminalPair(t)
+	m, slave := terminalPair(t)
+	w := rawio.NewTerminalWriter(int(slave.Fd()))
 	done := make(chan error, 1)
 	go func() {
 		_, err := w.Write(bytes.Repeat([]byte("x"), 1<<20))

@@ -493,4 +493,4 @@ func writeOutput(stream lv1.Stream, data []byte) {
 // terminalOut writes to the user's terminal with the runtime's system-call
 // bookkeeping left out (rawio.TerminalWriter): on the 64 MiB benchmark the
 // relay ran ~8–12 % faster than through os.Stdout.
-var terminalOut = rawio.NewTerminalWriter(os.Stdout)
+var terminalOut = rawio.NewTerminalWriter(unix.Stdout)
