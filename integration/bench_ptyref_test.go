@@ -3,19 +3,20 @@
 package integration
 
 // The PTY reference: what the prescribed terminal path costs on this
-// machine without any of Lazaret's own code. A gVisor guest's `cat` writes to a
-// host PTY (a bare `runsc exec` with terminal: true, as Lazaret's sessions
-// do); a minimal relay process takes everything that PTY's master has at
-// each wake-up (relayGather) and hands it over a unix socket to a second
-// minimal process, which writes it to the outer terminal, the same PTY the
-// harness reads for the host and Lazaret runs. That is the spec's shape
-// (Host Coordinator owns the session PTY, the client CLI relays to the
-// user's terminal) with nothing else: no framing, no TLS, no event loop,
-// no Go poller on the hot path. `make bench` runs it beside the host and
-// Lazaret runs, so Lazaret's throughput can be read against what the
-// architecture itself costs here (docs/ARCHITECTURE.md, Session
-// Terminals). The sandbox runs as root, not rootless: the bytes take the
-// same path (the sentry writes to the host PTY slave it was handed).
+// machine without any of Lazaret's own code. A gVisor guest's `cat` writes
+// to a host PTY (a bare `runsc exec` with terminal: true, as Lazaret's
+// sessions do); a minimal relay process takes everything that PTY's
+// master has at each wake-up (relayGather) and hands it over a unix
+// socket to a second minimal process, which writes it to the outer
+// terminal, the same PTY the harness reads for the host and Lazaret runs.
+// That is the spec's shape (Host Coordinator owns the session PTY, the
+// client CLI relays to the user's terminal) with nothing else: no
+// framing, no TLS, no event loop, system calls entered raw. `make bench`
+// runs it beside the host and Lazaret runs, so Lazaret's throughput can
+// be read against what the architecture itself costs here
+// (docs/ARCHITECTURE.md, Terminals). The sandbox runs as root, not
+// rootless: the bytes take the same path (the sentry writes to the host
+// PTY slave it was handed).
 
 import (
 	"encoding/json"
@@ -33,8 +34,8 @@ import (
 )
 
 // ptyRelayEnv selects the role the test binary plays when the PTY
-// reference re-executes it: "client" (on the outer terminal) or "coordinator" (owns
-// the inner PTY, runs the rest of its arguments on it).
+// reference re-executes it: "client" (on the outer terminal) or
+// "coordinator" (owns the inner PTY, runs the rest of its arguments on it).
 const ptyRelayEnv = "LAZARET_BENCH_PTY_RELAY"
 
 func init() {
