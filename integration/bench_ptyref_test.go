@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/pty"
+	"github.com/lazaret/lazaret/pkg/rawio"
 )
 
 // ptyRelayEnv selects the role the test binary plays when the PTY
@@ -47,28 +48,13 @@ func init() {
 	}
 }
 
-// The relay's system calls are entered raw (rawRead, rawWrite, rawPoll):
-// without the Go runtime's system-call bookkeeping, whose wake-ups of the
-// runtime's monitor thread cost a blocking relay ~10 % here, so the
-// reference costs about what the same loop written in C did by hand. The
-// relay processes do nothing else and allocate nothing in the loop, so no
-// garbage collection waits for a thread blocked in the kernel.
-func rawRead(fd int, b []byte) (int, error) {
-	r, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(r), nil
-}
-
-func rawWrite(fd int, b []byte) (int, error) {
-	r, _, errno := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(r), nil
-}
-
+// The relay's system calls are entered raw (rawio.ReadRaw, rawio.WriteRaw,
+// rawPoll): without the Go runtime's system-call bookkeeping, whose
+// wake-ups of the runtime's monitor thread cost a blocking relay ~10 %
+// here, so the reference costs about what the same loop written in C did
+// by hand. The relay processes do nothing else and allocate nothing in
+// the loop, so no garbage collection waits for a thread blocked in the
+// kernel.
 func rawPoll(fd int) error {
 	pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
 	_, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, 0, 0, 0, 0)
@@ -81,7 +67,7 @@ func rawPoll(fd int) error {
 // writeAll writes b to dst with blocking write(2).
 func writeAll(dst int, b []byte) error {
 	for len(b) > 0 {
-		w, err := rawWrite(dst, b)
+		w, err := rawio.WriteRaw(dst, b)
 		if err == unix.EINTR {
 			continue
 		}
@@ -98,7 +84,7 @@ func writeAll(dst int, b []byte) error {
 func relayCopy(dst, src int) error {
 	buf := make([]byte, 64<<10)
 	for {
-		n, err := rawRead(src, buf)
+		n, err := rawio.ReadRaw(src, buf)
 		if err == unix.EINTR {
 			continue
 		}
@@ -129,7 +115,7 @@ func relayGather(dst, master int) error {
 		}
 		n, done := 0, false
 		for n < len(buf)-4096 {
-			k, err := rawRead(master, buf[n:])
+			k, err := rawio.ReadRaw(master, buf[n:])
 			if k > 0 {
 				n += k
 				continue

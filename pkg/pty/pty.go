@@ -105,7 +105,7 @@ func (m *Master) Read(b []byte) (int, error) {
 	var rerr error
 	err = rc.Read(func(fd uintptr) bool {
 		for off < len(b) {
-			n, err := rawio.ReadNonblock(int(fd), b[off:])
+			n, err := rawio.ReadRaw(int(fd), b[off:])
 			if n > 0 {
 				off += n
 				continue

@@ -40,7 +40,7 @@ func Read(rc syscall.RawConn, b []byte) (int, error) {
 	var rerr error
 	err := rc.Read(func(fd uintptr) bool {
 		for {
-			k, errno := ReadNonblock(int(fd), b)
+			k, errno := ReadRaw(int(fd), b)
 			switch {
 			case errno == unix.EINTR:
 				continue
@@ -70,7 +70,7 @@ func Write(rc syscall.RawConn, b []byte) (int, error) {
 	var werr error
 	err := rc.Write(func(fd uintptr) bool {
 		for n < len(b) {
-			k, errno := WriteNonblock(int(fd), b[n:])
+			k, errno := WriteRaw(int(fd), b[n:])
 			switch {
 			case k > 0:
 				n += k
@@ -94,9 +94,11 @@ func Write(rc syscall.RawConn, b []byte) (int, error) {
 	return n, err
 }
 
-// ReadNonblock is read(2) on a non-blocking descriptor without the
-// runtime's system-call bookkeeping. The descriptor must be non-blocking.
-func ReadNonblock(fd int, b []byte) (int, error) {
+// ReadRaw is read(2) without the runtime's system-call bookkeeping. The
+// caller makes sure it cannot hold its thread in the kernel: a
+// non-blocking descriptor (Read, pty.Master), or a process that has
+// nothing else to run (the benchmark's reference relay).
+func ReadRaw(fd int, b []byte) (int, error) {
 	r, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	if errno != 0 {
 		return 0, errno
@@ -104,9 +106,12 @@ func ReadNonblock(fd int, b []byte) (int, error) {
 	return int(r), nil
 }
 
-// WriteNonblock is write(2) on a non-blocking descriptor without the
-// runtime's system-call bookkeeping. The descriptor must be non-blocking.
-func WriteNonblock(fd int, b []byte) (int, error) {
+// WriteRaw is write(2) without the runtime's system-call bookkeeping. The
+// caller makes sure it cannot hold its thread in the kernel: a
+// non-blocking descriptor (Write), a wait for room first (TerminalWriter),
+// or a process that has nothing else to run (the benchmark's reference
+// relay).
+func WriteRaw(fd int, b []byte) (int, error) {
 	r, _, errno := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	if errno != 0 {
 		return 0, errno

@@ -51,13 +51,13 @@ func (w *TerminalWriter) Write(b []byte) (int, error) {
 			runtime.Gosched()
 			continue
 		}
-		r, _, errno := unix.RawSyscall(unix.SYS_WRITE, uintptr(w.fd), uintptr(unsafe.Pointer(&b[n])), uintptr(len(b)-n))
+		k, err := WriteRaw(w.fd, b[n:])
 		switch {
-		case errno == unix.EINTR || errno == unix.EAGAIN:
-		case errno != 0:
-			return n, os.NewSyscallError("write", errno)
+		case err == unix.EINTR || err == unix.EAGAIN:
+		case err != nil:
+			return n, os.NewSyscallError("write", err)
 		default:
-			n += int(r)
+			n += k
 		}
 	}
 	return n, nil
