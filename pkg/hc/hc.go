@@ -323,7 +323,13 @@ func (c *coordinator) init() error {
 // PidfsHostSupportProbe before the first generation of this boot, caching
 // success only under the current boot ID (spec §3.2).
 func (c *coordinator) hostSupport() error {
-	if err := hostcheck.Real(nil).Kernel(); err != nil {
+	host := hostcheck.Real(nil)
+	for _, m := range c.profile.Mounts(c.ws) {
+		if !m.ReadOnly {
+			host.SandboxWritable = append(host.SandboxWritable, m.Source)
+		}
+	}
+	if err := host.Kernel(); err != nil {
 		return err
 	}
 	boot, err := pidfs.CurrentBootID()

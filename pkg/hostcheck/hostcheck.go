@@ -34,20 +34,20 @@ type Host struct {
 	LookPath func(string) (string, error)
 	// Stat stats a file.
 	Stat func(string) (os.FileInfo, error)
+	// Records reads the host qualification records (ReadRecords of
+	// RecordDirs in production), refusing any inside sandboxWritable.
+	Records func(sandboxWritable []string) RecordSet
+	// SandboxWritable are host trees a sandbox of the caller's Domain can
+	// write (the workspace, writable volumes): no record is trusted there.
+	SandboxWritable []string
 }
 
 // Real returns the running machine.
 func Real(lookPath func(string) (string, error)) Host {
 	h := Host{
-		Euid: os.Geteuid(),
-		Uid:  os.Getuid(),
-		Uname: func() (Uname, error) {
-			var u unix.Utsname
-			if err := unix.Uname(&u); err != nil {
-				return Uname{}, err
-			}
-			return Uname{Release: unix.ByteSliceToString(u.Release[:]), Version: unix.ByteSliceToString(u.Version[:]), Machine: unix.ByteSliceToString(u.Machine[:])}, nil
-		},
+		Euid:     os.Geteuid(),
+		Uid:      os.Getuid(),
+		Uname:    RunningUname,
 		ReadFile: os.ReadFile,
 		OpenRW: func(p string) error {
 			f, err := os.OpenFile(p, os.O_RDWR, 0)
@@ -58,6 +58,10 @@ func Real(lookPath func(string) (string, error)) Host {
 		},
 		LookPath: lookPath,
 		Stat:     os.Stat,
+	}
+	uid := h.Uid
+	h.Records = func(sandboxWritable []string) RecordSet {
+		return ReadRecords(RecordDirs(os.Getenv, uid), sandboxWritable)
 	}
 	if u, err := user.LookupId(strconv.Itoa(h.Uid)); err == nil {
 		h.Username = u.Username
@@ -95,10 +99,25 @@ type Uname struct {
 // (spec §3.2: a release string or version floor never substitutes for
 // qualification).
 func (h Host) Kernel() error {
+	_, err := h.KernelQualification()
+	return err
+}
+
+// KernelQualification is Kernel that also says which source qualified the
+// build: the embedded list or a host qualification record.
+func (h Host) KernelQualification() (Qualification, error) {
 	u, err := h.Uname()
 	if err != nil {
-		return errdefs.Mark(fmt.Errorf("uname: %w", err), errdefs.ErrUnsupportedHost)
+		return Qualification{}, errdefs.Mark(fmt.Errorf("uname: %w", err), errdefs.ErrUnsupportedHost)
 	}
+	if err := Floor(u); err != nil {
+		return Qualification{Uname: u}, err
+	}
+	return h.qualification(u)
+}
+
+// Floor checks what no qualification can lift: x86-64 and Linux ≥ 6.9.
+func Floor(u Uname) error {
 	rel, mach := u.Release, u.Machine
 	if mach != "x86_64" {
 		return errdefs.New(errdefs.ErrUnsupportedHost, "unsupported architecture %s: Lazaret supports only x86-64 (its pidfs process identity is qualified there)", mach)
@@ -110,10 +129,16 @@ func (h Host) Kernel() error {
 	if maj < MinKernel[0] || (maj == MinKernel[0] && min < MinKernel[1]) {
 		return errdefs.New(errdefs.ErrUnsupportedHost, "kernel %s is too old: Lazaret needs Linux %d.%d or later for pidfs process identity; upgrade the kernel", rel, MinKernel[0], MinKernel[1])
 	}
-	if !Qualified(u) {
-		return errdefs.New(errdefs.ErrUnsupportedHost, "kernel build %q (%s) is not qualified for pidfs process authority: run `make qualify-kernel` in the Lazaret checkout on this machine, review its output, and add the printed line to pkg/hostcheck/qualified-kernels.txt (setup never qualifies a kernel by itself)", rel, u.Version)
-	}
 	return nil
+}
+
+// RunningUname reads the running kernel's build identity.
+func RunningUname() (Uname, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return Uname{}, err
+	}
+	return Uname{Release: unix.ByteSliceToString(u.Release[:]), Version: unix.ByteSliceToString(u.Version[:]), Machine: unix.ByteSliceToString(u.Machine[:])}, nil
 }
 
 func parseRelease(rel string) (int, int, bool) {

@@ -67,7 +67,7 @@ func TestFailuresNameTheFix(t *testing.T) {
 		{"arm", func(h *Host) { h.Uname = func() (Uname, error) { return Uname{"6.12.0", "#1", "aarch64"}, nil } }, errdefs.ErrUnsupportedHost, "x86-64"},
 		{"unqualified build", func(h *Host) {
 			h.Uname = func() (Uname, error) { u := qualifiedTestKernel; u.Version += " rebuilt"; return u, nil }
-		}, errdefs.ErrUnsupportedHost, "make qualify-kernel"},
+		}, errdefs.ErrUnsupportedHost, "run `lazaret kernel qualify` once"},
 		{"tun", func(h *Host) {
 			h.OpenRW = func(string) error { return &os.PathError{Op: "open", Path: "/dev/net/tun", Err: fs.ErrPermission} }
 		}, errdefs.ErrUnsupportedHost, "chmod 0666 /dev/net/tun"},

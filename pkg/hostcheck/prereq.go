@@ -111,7 +111,7 @@ func (h Host) PidfsProbe(p Probes) error {
 		return missingProbe("pidfs host support")
 	}
 	if err := p.Pidfs(); err != nil {
-		return errdefs.Mark(fmt.Errorf("%w (run `make qualify-kernel` in the Lazaret checkout for the full record; Lazaret needs a qualified Linux ≥ 6.9 x86-64 kernel)", err), errdefs.ErrUnsupportedHost)
+		return errdefs.Mark(fmt.Errorf("%w (run `lazaret kernel qualify` to see every step of the qualification suite; Lazaret needs a qualified Linux ≥ 6.9 x86-64 kernel)", err), errdefs.ErrUnsupportedHost)
 	}
 	return nil
 }

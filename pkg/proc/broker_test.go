@@ -3,7 +3,6 @@ package proc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,37 +17,12 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
-// The test binary doubles as the wrapper and as a small "broker process"
-// used to prove the parent-death edge.
+// The test binary doubles as the wrapper and as the parent-death step's
+// broker (the same roles the lazaret binary answers for the suite).
 func TestMain(m *testing.M) {
 	MaybeRunWrapper()
-	if len(os.Args) > 1 && os.Args[1] == "__test-broker" {
-		os.Exit(testBrokerRole(os.Args[2:]))
-	}
+	MaybeRunQualifyBroker()
 	os.Exit(m.Run())
-}
-
-// testBrokerRole acquires `sleep 60` through a wrapper, prints its pid and
-// waits to be killed.
-func testBrokerRole(args []string) int {
-	exe, _ := os.Executable()
-	b, err := NewBroker(slog.New(slog.NewTextHandler(io.Discard, nil)), exe)
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	spec := AcquireSpec{Slot: "sleep", Target: Command{Path: "/bin/sleep", Args: []string{"sleep", "60"}}}
-	acquire := b.Acquire
-	if len(args) > 0 && args[0] == "exec-stop" {
-		acquire = b.acquireExecStop // no fallback: the test proves this path
-	}
-	c, err := acquire(context.Background(), spec)
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println(c.Identity().HostPID)
-	select {}
 }
 
 func testBroker(t *testing.T) *Broker {
@@ -186,40 +160,14 @@ func TestWrapperFailsClosed(t *testing.T) {
 }
 
 // TestParentDeathKillsTarget (runtime.md §4, §6): when the broker process
-// dies, the acquired target dies with it.
+// dies, the acquired target dies with it — the qualification suite's step.
 func TestParentDeathKillsTarget(t *testing.T) {
-	for _, mode := range []string{"wrapper", "exec-stop"} {
-		t.Run(mode, func(t *testing.T) { testParentDeathKillsTarget(t, mode) })
-	}
-}
-
-func testParentDeathKillsTarget(t *testing.T, mode string) {
-	b := testBroker(t)
-	exe, _ := os.Executable()
-	r, w, _ := os.Pipe()
-	c, err := b.Start("test-broker", Command{Path: exe, Args: []string{"tb", "__test-broker", mode}, Files: []*os.File{nil, w, os.Stderr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	line := make([]byte, 64)
-	n, _ := r.Read(line)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(line[:n])))
-	if err != nil {
-		t.Fatalf("test broker said %q", line[:n])
-	}
-	target, err := pidfs.Open(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	c.Signal(unix.SIGKILL)
-	c.Wait(context.Background())
-	for i := 0; i < 100 && target.Alive(); i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if target.Alive() {
-		t.Fatal("the acquired target survived its broker's death")
+	for _, mode := range BarrierModes {
+		t.Run(mode, func(t *testing.T) {
+			if err := testBroker(t).ParentDeathKillsTarget(context.Background(), mode); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

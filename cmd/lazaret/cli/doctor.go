@@ -94,7 +94,8 @@ func doctorChecks(h hostcheck.Host, p hostcheck.Probes, find func(string) (strin
 		out = append(out, doctorResult{Check: name, OK: true, Detail: okDetail})
 	}
 	add("not root", h.NotRoot(), "running as an unprivileged user")
-	add("kernel", h.Kernel(), "x86-64, Linux ≥ 6.9, qualified build")
+	q, qerr := h.KernelQualification()
+	add("kernel", qerr, q.Describe())
 	add("pidfs probe", h.PidfsProbe(p), hostcheck.ProbeVersionNote)
 	uids, gids, err := h.SubIDs()
 	add("subordinate ids", err, fmt.Sprintf("uids %d+%d, gids %d+%d", uids.Start, uids.Count, gids.Start, gids.Count))

@@ -115,12 +115,12 @@ func TestDoctorEachFailureNamesItsFix(t *testing.T) {
 				return hostcheck.Uname{Release: "6.12.0", Version: "#1", Machine: "aarch64"}, nil
 			}
 		}},
-		{"unqualified build", "kernel", "make qualify-kernel", func(f *doctorFixture) {
+		{"unqualified build", "kernel", "run `lazaret kernel qualify` once", func(f *doctorFixture) {
 			u, _ := f.host.Uname()
 			u.Version += " rebuilt"
 			f.host.Uname = func() (hostcheck.Uname, error) { return u, nil }
 		}},
-		{"pidfs probe", "pidfs probe", "make qualify-kernel", func(f *doctorFixture) {
+		{"pidfs probe", "pidfs probe", "lazaret kernel qualify", func(f *doctorFixture) {
 			f.probes.Pidfs = func() error { return errors.New("pidfd_open: ENOSYS") }
 		}},
 		{"no subuid", "subordinate ids", "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 dev", func(f *doctorFixture) {
@@ -273,5 +273,38 @@ func TestParseSlirpVersion(t *testing.T) {
 	}
 	if _, err := parseSlirpVersion("garbage"); err == nil {
 		t.Fatal("garbage accepted")
+	}
+}
+
+// TestDoctorNamesTheKernelRecord: on a build qualified by a host
+// qualification record, the kernel check passes and names the record; on
+// the embedded list it says so.
+func TestDoctorNamesTheKernelRecord(t *testing.T) {
+	f := goodDoctor(t)
+	u := hostcheck.Uname{Release: "6.18.44-fc-v1045", Version: "#1 SMP PREEMPT_DYNAMIC @0", Machine: "x86_64"}
+	dir := t.TempDir() + "/kernels.d"
+	path, err := hostcheck.WriteRecord(hostcheck.RecordDir{Path: dir, Owner: os.Getuid()}, hostcheck.Record{Release: u.Release, Version: u.Version, Machine: u.Machine,
+		QualifiedAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), Lazaret: "v1", Suite: "kernel-qualification/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.host.Uname = func() (hostcheck.Uname, error) { return u, nil }
+	f.host.Records = func(w []string) hostcheck.RecordSet {
+		return hostcheck.ReadRecords([]hostcheck.RecordDir{{Path: dir, Owner: os.Getuid()}}, w)
+	}
+	rs := f.run()
+	if got := doctorFailures(rs); got != "" {
+		t.Fatalf("failed checks %q", got)
+	}
+	for _, r := range rs {
+		if r.Check == "kernel" && !strings.Contains(r.Detail, "qualified by record "+path) {
+			t.Errorf("kernel detail %q does not name the record %s", r.Detail, path)
+		}
+	}
+	f = goodDoctor(t)
+	for _, r := range f.run() {
+		if r.Check == "kernel" && !strings.Contains(r.Detail, "qualified by the list built into Lazaret") {
+			t.Errorf("kernel detail %q", r.Detail)
+		}
 	}
 }
