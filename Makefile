@@ -30,7 +30,7 @@ DATADIR = $(PREFIX)/share
 DIST_DIR ?= dist
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build build-failpoints install install-files dist test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel
+.PHONY: all build build-failpoints install install-files dist dist-files test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel kernel-qualified
 
 all: build
 
@@ -61,6 +61,10 @@ install-files:
 # so `tar -C /usr/local -xzf` installs it; lazaret's carries the man page and
 # completions) and SHA256SUMS. runsc is not bundled: it is gVisor's.
 dist: build
+	@$(MAKE) --no-print-directory dist-files
+
+# dist-files makes the tarballs of binaries already built in $(BIN).
+dist-files:
 	rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)
 	$(MAKE) --no-print-directory install-files DESTDIR=$(abspath $(DIST_DIR))/stage PREFIX= INSTALL_RUNSC=0
 	@set -e; tarit() { name=$$1; shift; tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
@@ -80,7 +84,7 @@ setup:
 
 DEMO_CMD := bash -c 'echo "Lazaret sandbox $$(hostname): $$(uname -sr) in $$PWD"; git status --short --branch 2>/dev/null | head -5; echo "(on a terminal, make run opens an interactive shell; make run CMD=... runs a command)"'
 # On a terminal with no CMD, make run opens an interactive shell in the sandbox.
-run: setup build
+run: setup build kernel-qualified
 	@interactive=; if [ -z "$(CMD)" ] && [ -t 0 ] && [ -t 1 ]; then interactive=1; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
 		echo "make run: lazaret refuses to run as root; using the demo user $(DEMO_USER) and its demo Git workspace" >&2; \
@@ -102,7 +106,7 @@ vet:
 
 # Every test tier: unit tests, the bounded model check, and the integration
 # tests that run the product as the non-root $(TEST_USER) against real runsc.
-test: setup build proto-check vet unit test-model integration
+test: setup build kernel-qualified proto-check vet unit test-model integration
 
 unit:
 	$(GO) test -tags '$(TAGS)' -count=1 ./api/... ./pkg/... ./cmd/...
@@ -141,14 +145,13 @@ clean:
 
 -include tla/model.mk
 
-# Kernel qualification (spec §3.2): run the suite on this machine, keep its
-# output, and print the line to add to pkg/hostcheck/qualified-kernels.txt.
-# It never edits the list itself.
-qualify-kernel:
-	@mkdir -p pkg/hostcheck/qualification
-	@out=pkg/hostcheck/qualification/$$(uname -r).txt; \
-	{ echo "# $$(uname -r) $$(uname -v) $$(uname -m) — $$(date -u +%FT%TZ)"; \
-	  $(GO) test -count=1 -v -run 'TestPidfsHostSupportProbe|TestKernelQualificationSuite|TestParentDeathKillsTarget' ./pkg/proc 2>&1; } | tee $$out; \
-	grep -q '^ok' $$out || { echo "qualification FAILED: do not register this kernel" >&2; exit 1; }; \
-	echo; echo "qualified. Add this line to pkg/hostcheck/qualified-kernels.txt:"; \
-	printf '%s\t%s\t%s\t%s\n' "$$(uname -r)" "$$(uname -v)" "$$(uname -m)" "qualified $$(date -u +%F) by make qualify-kernel; output in $$out"
+# Kernel qualification (spec §3.2). The product command runs the suite and,
+# as root, writes the system-wide host qualification record
+# (/etc/lazaret/kernels.d); `make run` and `make test` qualify only when the
+# running build has no record yet, and stop with the suite's output if it
+# fails.
+qualify-kernel: build
+	scripts/setup.sh kernel --force
+
+kernel-qualified: build
+	scripts/setup.sh kernel

@@ -8,6 +8,8 @@
 #   scripts/setup.sh images NAME KIND...  build images (debian, busybox) as user NAME
 #   scripts/setup.sh demo-workspace NAME  a small Git project owned by NAME (for make run as root)
 #   scripts/setup.sh protoc               protobuf-compiler (for make proto / proto-check)
+#   scripts/setup.sh kernel [--force]     qualify the running kernel build when it has no
+#                                         record (always with --force): `lazaret kernel qualify`
 set -euo pipefail
 
 RUNSC_VERSION="${RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237}"
@@ -121,12 +123,22 @@ demo_workspace() {
 	echo "$ws"
 }
 
+kernel() {
+	local bin="${LAZARET_BIN:-$here/bin}"
+	[ -x "$bin/lazaret" ] || die "$bin/lazaret is not built: run make build"
+	local args=(kernel qualify --if-needed)
+	[ "${1:-}" = --force ] && args=(kernel qualify)
+	# As root the record is system-wide, for every user of this machine.
+	"$bin/lazaret" "${args[@]}" || die "the kernel qualification suite failed (its output is above): Lazaret cannot run on this kernel build"
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
 deps) deps ;;
 user) user "$@" ;;
 images) images "$@" ;;
 demo-workspace) demo_workspace "$@" ;;
+kernel) kernel "$@" ;;
 protoc) dpkg-query -W -f='${Status}' protobuf-compiler 2>/dev/null | grep -q 'install ok installed' || { as_root apt-get update -qq; as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null; } ;;
-*) die "usage: $0 deps | user NAME | images NAME KIND... | demo-workspace NAME" ;;
+*) die "usage: $0 deps | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | protoc" ;;
 esac
