@@ -104,8 +104,14 @@ func TestUntrustedRecordsAreRefused(t *testing.T) {
 			os.WriteFile(file, []byte(`{"format": 2, "release": "x"}`), 0o644)
 			return nil
 		}, "has format 2, newer than this Lazaret reads (1): upgrade Lazaret"},
-		{"not JSON", func(t *testing.T, dir, file string) []string { os.WriteFile(file, []byte("release=x"), 0o644); return nil }, "is not valid JSON"},
-		{"incomplete", func(t *testing.T, dir, file string) []string { os.WriteFile(file, []byte(`{"format": 1}`), 0o644); return nil }, "is incomplete"},
+		{"not JSON", func(t *testing.T, dir, file string) []string {
+			os.WriteFile(file, []byte("release=x"), 0o644)
+			return nil
+		}, "is not valid JSON"},
+		{"incomplete", func(t *testing.T, dir, file string) []string {
+			os.WriteFile(file, []byte(`{"format": 1}`), 0o644)
+			return nil
+		}, "is incomplete"},
 		{"inside the workspace", func(t *testing.T, dir, file string) []string { return []string{filepath.Dir(filepath.Dir(dir))} }, "which the sandbox can write"},
 	}
 	for _, c := range cases {
