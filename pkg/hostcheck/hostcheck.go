@@ -26,7 +26,7 @@ type Host struct {
 	Username string
 	// Uname describes the running kernel.
 	Uname func() (Uname, error)
-	// ReadFile reads /etc/subuid and /etc/subgid.
+	// ReadFile reads /etc/subuid, /etc/subgid, sysctls and os-release.
 	ReadFile func(string) ([]byte, error)
 	// OpenRW tries to open a device read-write.
 	OpenRW func(string) error
@@ -219,11 +219,11 @@ func (h Host) IDMapTools() (newuidmap, newgidmap string, err error) {
 	find := func(name string) (string, error) {
 		p, err := h.LookPath(name)
 		if err != nil {
-			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s not found: install it as root with `apt-get install uidmap`", name)
+			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s not found: %s", name, h.InstallHint("newuidmap"))
 		}
 		st, err := h.Stat(p)
 		if err != nil || st.Mode()&os.ModeSetuid == 0 {
-			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s is not setuid root: reinstall it as root with `apt-get install --reinstall uidmap`", p)
+			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s is not setuid root: %s", p, h.ReinstallHint("newuidmap"))
 		}
 		return p, nil
 	}
