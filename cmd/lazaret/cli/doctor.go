@@ -19,12 +19,12 @@ var doctorCommand = &cli.Command{
 	Name:  "doctor",
 	Usage: "check everything Lazaret needs on this machine and print the fix for each failure",
 	Description: `Checks: not root; x86-64 Linux ≥ 6.9 on a qualified build; the pidfs host
-support probe; subordinate uid/gid ranges; setuid newuidmap/newgidmap;
-/dev/net/tun and /dev/fuse; Lazaret's programs and the pinned runsc; unprivileged
-user namespaces (including Ubuntu 24.04's AppArmor restriction); the
-distribution (the fixes name its packages); slirp4netns; mmdebstrap; the
-Storage Root and runtime root filesystems and free space; Domains a crash
-left needing recovery; the built images.
+support probe; subordinate uid/gid ranges; newuidmap/newgidmap (setuid or
+file capabilities); /dev/net/tun and /dev/fuse; Lazaret's programs and the
+pinned runsc; unprivileged user namespaces (including Ubuntu 24.04's AppArmor
+restriction); the distribution (the fixes name its packages); slirp4netns;
+mmdebstrap; the Storage Root and runtime root filesystems and free space;
+Domains a crash left needing recovery; the built images.
 Exit status 0 only when every check passes.
 
 Examples:
@@ -101,7 +101,7 @@ func doctorChecks(h hostcheck.Host, p hostcheck.Probes, find func(string) (strin
 	uids, gids, err := h.SubIDs()
 	add("subordinate ids", err, fmt.Sprintf("uids %d+%d, gids %d+%d", uids.Start, uids.Count, gids.Start, gids.Count))
 	nu, ng, err := h.IDMapTools()
-	add("newuidmap/newgidmap", err, nu+", "+ng+" (setuid)")
+	add("newuidmap/newgidmap", err, nu+", "+ng+" (setuid or file capabilities)")
 	add("/dev/net/tun", h.Tun(), "usable")
 	if err := h.OpenRW("/dev/fuse"); err != nil {
 		add("/dev/fuse", errdefs.New(errdefs.ErrUnsupportedHost, "/dev/fuse is not usable by you (%v): as root run `chmod 0666 /dev/fuse` (and `modprobe fuse` if it is missing)", err), "")
