@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Host set-up for Lazaret on Debian 12: installs only what is missing, so every
-# step is idempotent and a second run is fast. Called by `make run`, `make test`
-# and `make setup`; needs root (it uses sudo when run as another user).
+# Host set-up for Lazaret: installs only what is missing, so every step is
+# idempotent and a second run is fast. Called by `make run`, `make test` and
+# `make setup`; needs root (it uses sudo when run as another user).
 #
-#   scripts/setup.sh deps                 Debian packages, pinned runsc, device permissions
+# Packages come from one table, pkg/hostcheck/packages.tsv, which `lazaret
+# doctor` reads too: apt (Debian, Ubuntu), dnf (Fedora, RHEL), pacman (Arch)
+# or zypper (openSUSE), detected from /etc/os-release ID and ID_LIKE and
+# checked with `command -v`. Only Debian 12 is tested end to end.
+#
+#   scripts/setup.sh deps                 packages, pinned runsc, device permissions
+#   scripts/setup.sh packages [MANAGER]   print the package list for MANAGER (apt, dnf,
+#                                         pacman, zypper; default: detected), one a line
 #   scripts/setup.sh user NAME            a non-root user with subordinate uid/gid ranges
 #   scripts/setup.sh images NAME KIND...  build images (debian, busybox) as user NAME
 #   scripts/setup.sh demo-workspace NAME  a small Git project owned by NAME (for make run as root)
@@ -15,8 +22,8 @@ set -euo pipefail
 RUNSC_VERSION="${RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237}"
 DEPS_DIR="${LAZARET_DEPS_DIR:-/var/cache/lazaret}"
 RUNSC_DIR="$DEPS_DIR/runsc/$RUNSC_VERSION"
-PACKAGES=(slirp4netns uidmap iproute2 git mmdebstrap umoci busybox-static tmux fuse3 util-linux ca-certificates)
 here="$(cd "$(dirname "$0")/.." && pwd)"
+TABLE="$here/pkg/hostcheck/packages.tsv"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
@@ -25,16 +32,147 @@ as_root() {
 	if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else die "root is needed for: $* (run as root or install sudo)"; fi
 }
 
-deps() {
-	local missing=()
-	for p in "${PACKAGES[@]}"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+# The package-manager family of one os-release ID or ID_LIKE word
+# (pkg/hostcheck managerForID is the same mapping).
+manager_for_id() {
+	case "$1" in
+	debian | ubuntu) echo apt ;;
+	fedora | rhel | centos) echo dnf ;;
+	arch) echo pacman ;;
+	suse | sles | opensuse | opensuse-*) echo zypper ;;
+	esac
+}
+
+manager_tool() {
+	case "$1" in
+	apt) echo apt-get ;;
+	dnf | pacman | zypper) echo "$1" ;;
+	*) die "unknown package manager '$1': use apt, dnf, pacman or zypper" ;;
+	esac
+}
+
+# Manager.Family in pkg/hostcheck.
+family() {
+	case "$1" in
+	apt) echo Debian/Ubuntu ;;
+	dnf) echo Fedora/RHEL ;;
+	pacman) echo Arch ;;
+	zypper) echo openSUSE ;;
+	esac
+}
+
+# detect sets MANAGER and DISTRO: the first of os-release's ID and ID_LIKE
+# whose manager is on PATH, else the first manager on PATH.
+# LAZARET_OS_RELEASE names another os-release file (tests).
+detect() {
+	local f="${LAZARET_OS_RELEASE:-}" ids="" id m
+	if [ -z "$f" ]; then
+		for f in /etc/os-release /usr/lib/os-release; do [ -r "$f" ] && break; done
+	fi
+	DISTRO="" MANAGER=""
+	if [ -r "$f" ]; then
+		DISTRO="$(. "$f" >/dev/null 2>&1; printf '%s' "${NAME:-}")" || true
+		ids="$(. "$f" >/dev/null 2>&1; printf '%s %s' "${ID:-}" "${ID_LIKE:-}")" || true
+	fi
+	for id in $ids; do
+		m="$(manager_for_id "$id")"
+		if [ -n "$m" ] && command -v "$(manager_tool "$m")" >/dev/null; then MANAGER="$m"; break; fi
 	done
-	if [ ${#missing[@]} -gt 0 ]; then
+	if [ -z "$MANAGER" ]; then
+		for m in apt dnf pacman zypper; do
+			if command -v "$(manager_tool "$m")" >/dev/null; then MANAGER="$m"; break; fi
+		done
+		[ -n "$MANAGER" ] || die "no package manager setup knows (apt-get, dnf, pacman, zypper) is on PATH: install the packages listed in $TABLE by hand"
+		if [ -r "$f" ]; then
+			say "$f names no distribution setup knows (ID, ID_LIKE:$(printf ' %s' $ids)); using $MANAGER, found on PATH"
+		else
+			say "no readable os-release file; using $MANAGER, found on PATH"
+		fi
+	fi
+	[ -n "$DISTRO" ] || DISTRO="$(family "$MANAGER")"
+}
+
+# resolve STEP MANAGER DISTRO sets RESOLVED to the table's package names for
+# STEP under MANAGER, in table order, and says which dependencies DISTRO
+# does not package and what will not work without them
+# (hostcheck.PackagesFor and hostcheck.LacksStatement).
+resolve() {
+	local step="$1" mgr="$2" distro="$3" dep provides apt dnf pacman zypper s without name
+	[ -r "$TABLE" ] || die "$TABLE is missing: run setup from a Lazaret checkout"
+	manager_tool "$mgr" >/dev/null
+	RESOLVED=()
+	# Every field is non-empty (TestPackagesTableParses), so tabs never collapse.
+	while IFS=$'\t' read -r dep provides apt dnf pacman zypper s without; do
+		case "$dep" in '' | '#'*) continue ;; esac
+		[ "$s" = "$step" ] || continue
+		case "$mgr" in
+		apt) name="$apt" ;;
+		dnf) name="$dnf" ;;
+		pacman) name="$pacman" ;;
+		zypper) name="$zypper" ;;
+		esac
+		if [ "$name" = - ]; then
+			say "$dep is not packaged for $distro: $without"
+		else
+			RESOLVED+=("$name")
+		fi
+	done <"$TABLE"
+}
+
+installed() {
+	case "$1" in
+	apt) dpkg-query -W -f='${Status}' "$2" 2>/dev/null | grep -q 'install ok installed' ;;
+	dnf | zypper) rpm -q "$2" >/dev/null 2>&1 ;;
+	pacman) pacman -Q "$2" >/dev/null 2>&1 ;;
+	esac
+}
+
+# install_step STEP installs the table's packages for STEP that are missing.
+install_step() {
+	detect
+	resolve "$1" "$MANAGER" "$DISTRO"
+	local missing=() p
+	for p in "${RESOLVED[@]}"; do
+		installed "$MANAGER" "$p" || missing+=("$p")
+	done
+	[ ${#missing[@]} -gt 0 ] || return 0
+	case "$MANAGER" in
+	apt)
 		say "installing Debian packages: ${missing[*]}"
 		as_root apt-get update -qq
 		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+		;;
+	dnf)
+		say "installing $DISTRO packages with dnf: ${missing[*]}"
+		as_root dnf install -y -q "${missing[@]}" >/dev/null
+		;;
+	pacman)
+		# No -y: a partial upgrade is unsupported on Arch; if the sync
+		# database is stale, pacman fails and `pacman -Syu` is the fix.
+		say "installing $DISTRO packages with pacman: ${missing[*]}"
+		as_root pacman -S --needed --noconfirm "${missing[@]}" >/dev/null
+		;;
+	zypper)
+		say "installing $DISTRO packages with zypper: ${missing[*]}"
+		as_root zypper --non-interactive --quiet install "${missing[@]}" >/dev/null
+		;;
+	esac
+}
+
+packages() {
+	if [ $# -gt 0 ]; then
+		MANAGER="$1"
+		manager_tool "$MANAGER" >/dev/null
+		DISTRO="$(family "$MANAGER")"
+	else
+		detect
 	fi
+	resolve deps "$MANAGER" "$DISTRO"
+	printf '%s\n' "${RESOLVED[@]}"
+}
+
+deps() {
+	install_step deps
 	if [ ! -x "$RUNSC_DIR/runsc" ]; then
 		say "building the pinned runsc $RUNSC_VERSION (pure Go, about 2 minutes; cached in $RUNSC_DIR)"
 		command -v go >/dev/null || die "go is not installed: install Go 1.26 or later"
@@ -135,10 +273,11 @@ kernel() {
 cmd="${1:-}"; shift || true
 case "$cmd" in
 deps) deps ;;
+packages) packages "$@" ;;
 user) user "$@" ;;
 images) images "$@" ;;
 demo-workspace) demo_workspace "$@" ;;
 kernel) kernel "$@" ;;
-protoc) dpkg-query -W -f='${Status}' protobuf-compiler 2>/dev/null | grep -q 'install ok installed' || { as_root apt-get update -qq; as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null; } ;;
-*) die "usage: $0 deps | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | protoc" ;;
+protoc) install_step protoc ;;
+*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | protoc" ;;
 esac

@@ -26,7 +26,7 @@ type Host struct {
 	Username string
 	// Uname describes the running kernel.
 	Uname func() (Uname, error)
-	// ReadFile reads /etc/subuid and /etc/subgid.
+	// ReadFile reads /etc/subuid, /etc/subgid, sysctls and os-release.
 	ReadFile func(string) ([]byte, error)
 	// OpenRW tries to open a device read-write.
 	OpenRW func(string) error
@@ -34,6 +34,9 @@ type Host struct {
 	LookPath func(string) (string, error)
 	// Stat stats a file.
 	Stat func(string) (os.FileInfo, error)
+	// FileCaps reads a file's permitted file capabilities (0 for none);
+	// nil means none.
+	FileCaps func(string) (uint64, error)
 	// Records reads the host qualification records (ReadRecords of
 	// RecordDirs in production), refusing any inside sandboxWritable.
 	Records func(sandboxWritable []string) RecordSet
@@ -58,6 +61,7 @@ func Real(lookPath func(string) (string, error)) Host {
 		},
 		LookPath: lookPath,
 		Stat:     os.Stat,
+		FileCaps: realFileCaps,
 	}
 	uid := h.Uid
 	h.Records = func(sandboxWritable []string) RecordSet {
@@ -214,23 +218,24 @@ func parseSubID(r io.Reader, name string, uid int, file string) (SubIDRange, err
 	return SubIDRange{}, fmt.Errorf("%s has no subordinate id range for %s", file, name)
 }
 
-// IDMapTools finds setuid newuidmap and newgidmap.
+// IDMapTools finds newuidmap and newgidmap, setuid root or granted
+// CAP_SETUID / CAP_SETGID as a file capability (Fedora's form).
 func (h Host) IDMapTools() (newuidmap, newgidmap string, err error) {
-	find := func(name string) (string, error) {
+	find := func(name string, capBit uint, capName string) (string, error) {
 		p, err := h.LookPath(name)
 		if err != nil {
-			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s not found: install it as root with `apt-get install uidmap`", name)
+			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s not found: %s", name, h.InstallHint("newuidmap"))
 		}
 		st, err := h.Stat(p)
-		if err != nil || st.Mode()&os.ModeSetuid == 0 {
-			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s is not setuid root: reinstall it as root with `apt-get install --reinstall uidmap`", p)
+		if err != nil || (st.Mode()&os.ModeSetuid == 0 && !h.hasFileCap(p, capBit)) {
+			return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s is neither setuid root nor granted %s as a file capability: %s", p, capName, h.ReinstallHint("newuidmap"))
 		}
 		return p, nil
 	}
-	if newuidmap, err = find("newuidmap"); err != nil {
+	if newuidmap, err = find("newuidmap", capSetuid, "cap_setuid"); err != nil {
 		return
 	}
-	newgidmap, err = find("newgidmap")
+	newgidmap, err = find("newgidmap", capSetgid, "cap_setgid")
 	return
 }
 

@@ -35,6 +35,9 @@ func good() Host {
 		Euid: 1001, Uid: 1001, Username: "dev",
 		Uname: func() (Uname, error) { return qualifiedTestKernel, nil },
 		ReadFile: func(p string) ([]byte, error) {
+			if p == "/etc/os-release" {
+				return []byte("ID=debian\n"), nil
+			}
 			return []byte("other:1:65536\ndev:100000:65536\n"), nil
 		},
 		OpenRW:   func(string) error { return nil },

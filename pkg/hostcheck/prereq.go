@@ -143,11 +143,11 @@ func (h Host) Slirp(p Probes, path string) (string, error) {
 	}
 	v, err := p.SlirpVersion(path)
 	if err != nil {
-		return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s --version failed (%v): as root run `apt-get install --reinstall slirp4netns`", path, err)
+		return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s --version failed (%v): %s", path, err, h.ReinstallHint("slirp4netns"))
 	}
 	got, ok := parseVersion3(v)
 	if !ok || less3(got, MinSlirp) {
-		return v, errdefs.New(errdefs.ErrUnsupportedHost, "slirp4netns %q is older than %d.%d.%d (or unreadable): install slirp4netns %d.%d.%d or later (`apt-get install slirp4netns` on Debian 12 / Ubuntu 22.04 or later)", v, MinSlirp[0], MinSlirp[1], MinSlirp[2], MinSlirp[0], MinSlirp[1], MinSlirp[2])
+		return v, errdefs.New(errdefs.ErrUnsupportedHost, "slirp4netns %q is older than %d.%d.%d (or unreadable): install slirp4netns %d.%d.%d or later: %s (Debian 12, Ubuntu 22.04 and current Fedora, Arch and openSUSE ship one)", v, MinSlirp[0], MinSlirp[1], MinSlirp[2], MinSlirp[0], MinSlirp[1], MinSlirp[2], h.InstallHint("slirp4netns"))
 	}
 	return v, nil
 }

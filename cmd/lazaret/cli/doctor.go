@@ -19,9 +19,10 @@ var doctorCommand = &cli.Command{
 	Name:  "doctor",
 	Usage: "check everything Lazaret needs on this machine and print the fix for each failure",
 	Description: `Checks: not root; x86-64 Linux ≥ 6.9 on a qualified build; the pidfs host
-support probe; subordinate uid/gid ranges; setuid newuidmap/newgidmap;
-/dev/net/tun and /dev/fuse; Lazaret's programs and the pinned runsc; unprivileged
-user namespaces (including Ubuntu 24.04's AppArmor restriction); slirp4netns;
+support probe; subordinate uid/gid ranges; newuidmap/newgidmap (setuid or
+file capabilities); /dev/net/tun and /dev/fuse; Lazaret's programs and the
+pinned runsc; unprivileged user namespaces (including Ubuntu 24.04's AppArmor
+restriction); the distribution (the fixes name its packages); slirp4netns;
 mmdebstrap; the Storage Root and runtime root filesystems and free space;
 Domains a crash left needing recovery; the built images.
 Exit status 0 only when every check passes.
@@ -100,7 +101,7 @@ func doctorChecks(h hostcheck.Host, p hostcheck.Probes, find func(string) (strin
 	uids, gids, err := h.SubIDs()
 	add("subordinate ids", err, fmt.Sprintf("uids %d+%d, gids %d+%d", uids.Start, uids.Count, gids.Start, gids.Count))
 	nu, ng, err := h.IDMapTools()
-	add("newuidmap/newgidmap", err, nu+", "+ng+" (setuid)")
+	add("newuidmap/newgidmap", err, nu+", "+ng+" (setuid or file capabilities)")
 	add("/dev/net/tun", h.Tun(), "usable")
 	if err := h.OpenRW("/dev/fuse"); err != nil {
 		add("/dev/fuse", errdefs.New(errdefs.ErrUnsupportedHost, "/dev/fuse is not usable by you (%v): as root run `chmod 0666 /dev/fuse` (and `modprobe fuse` if it is missing)", err), "")
@@ -130,14 +131,19 @@ func doctorChecks(h hostcheck.Host, p hostcheck.Probes, find func(string) (strin
 		}
 	}
 	add("user namespaces", h.UserNamespaces(p, userns), "unprivileged user namespaces work")
+	distro := h.Distro()
+	add("distribution", nil, distroDetail(distro))
 	if path, err := find("slirp4netns"); err != nil {
-		add("slirp4netns", errdefs.New(errdefs.ErrUnsupportedHost, "slirp4netns not found: as root run `apt-get install slirp4netns`"), "")
+		add("slirp4netns", errdefs.New(errdefs.ErrUnsupportedHost, "slirp4netns not found: %s", distro.InstallHint("slirp4netns")), "")
 	} else {
 		v, err := h.Slirp(p, path)
 		add("slirp4netns", err, path+" "+v)
 	}
-	if _, err := find("mmdebstrap"); err != nil {
-		add("mmdebstrap", errdefs.New(errdefs.ErrUnsupportedHost, "mmdebstrap not found (needed by `lazaret image build debian`): as root run `apt-get install mmdebstrap`"), "")
+	if _, err := find("mmdebstrap"); err != nil && distro.Lacks("mmdebstrap") {
+		// Informational, like the busybox image: nothing to install here.
+		add("mmdebstrap", nil, "not found; "+distro.InstallHint("mmdebstrap"))
+	} else if err != nil {
+		add("mmdebstrap", errdefs.New(errdefs.ErrUnsupportedHost, "mmdebstrap not found (needed by `lazaret image build debian`): %s", distro.InstallHint("mmdebstrap")), "")
 	} else {
 		add("mmdebstrap", nil, "present")
 	}
@@ -173,6 +179,15 @@ func doctorChecks(h hostcheck.Host, p hostcheck.Probes, find func(string) (strin
 		}
 	}
 	return out
+}
+
+// distroDetail describes the detected distribution, whose package names
+// the remedies use.
+func distroDetail(d hostcheck.Distro) string {
+	if d.Manager == "" {
+		return "not recognised from /etc/os-release (remedies list each distribution's package; the table is pkg/hostcheck/packages.tsv)"
+	}
+	return fmt.Sprintf("%s (%s): remedies name its packages", d.Name, d.Manager)
 }
 
 // doctorFailures lists the failed checks' names (tests).

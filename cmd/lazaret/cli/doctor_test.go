@@ -52,6 +52,7 @@ func goodDoctor(t *testing.T) *doctorFixture {
 	f := &doctorFixture{files: map[string]string{
 		"/etc/subuid": "dev:100000:65536\n", "/etc/subgid": "dev:100000:65536\n",
 		"/proc/sys/user/max_user_namespaces": "15000\n",
+		"/etc/os-release":                    "NAME=\"Debian GNU/Linux\"\nID=debian\n",
 	}}
 	u := qualifiedUname(t)
 	f.host = hostcheck.Host{
@@ -256,6 +257,52 @@ func TestDoctorEachFailureNamesItsFix(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDoctorFixesForTheDistribution: the package remedies follow
+// /etc/os-release; where the distribution lacks mmdebstrap, doctor says so
+// without failing (there is nothing to install).
+func TestDoctorFixesForTheDistribution(t *testing.T) {
+	missing := func(f *doctorFixture, names ...string) {
+		find := f.find
+		f.find = func(n string) (string, error) {
+			for _, m := range names {
+				if n == m {
+					return "", errors.New("missing")
+				}
+			}
+			return find(n)
+		}
+	}
+	cases := []struct {
+		osRelease, slirpFix, mmdebstrap string
+		mmdebstrapFails                 bool
+	}{
+		{"NAME=\"Fedora Linux\"\nID=fedora\n", "`dnf install slirp4netns`", "mmdebstrap is not packaged for Fedora Linux: `lazaret image build debian` will not work", false},
+		{"NAME=\"Rocky Linux\"\nID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\n", "`dnf install slirp4netns`", "not packaged for Rocky Linux", false},
+		{"NAME=\"Arch Linux\"\nID=arch\n", "`pacman -S slirp4netns`", "not packaged for Arch Linux", false},
+		{"NAME=\"openSUSE Tumbleweed\"\nID=\"opensuse-tumbleweed\"\nID_LIKE=\"opensuse suse\"\n", "`zypper install slirp4netns`", "not packaged for openSUSE Tumbleweed", false},
+		{"NAME=Ubuntu\nID=ubuntu\nID_LIKE=debian\n", "`apt-get install slirp4netns`", "`apt-get install mmdebstrap`", true},
+	}
+	for _, c := range cases {
+		f := goodDoctor(t)
+		f.files["/etc/os-release"] = c.osRelease
+		missing(f, "slirp4netns", "mmdebstrap")
+		rs := f.run()
+		want := "slirp4netns"
+		if c.mmdebstrapFails {
+			want += ",mmdebstrap"
+		}
+		if got := doctorFailures(rs); got != want {
+			t.Errorf("%q: failed checks %q, want %q", c.osRelease, got, want)
+		}
+		for _, r := range rs {
+			if (r.Check == "slirp4netns" && !strings.Contains(r.Detail, c.slirpFix)) ||
+				(r.Check == "mmdebstrap" && !strings.Contains(r.Detail, c.mmdebstrap)) {
+				t.Errorf("%q: %s: %q", c.osRelease, r.Check, r.Detail)
+			}
+		}
 	}
 }
 
