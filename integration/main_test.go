@@ -195,8 +195,20 @@ func (e *env) cmdWith(bin, dir string, extraEnv []string, args ...string) *exec.
 // lz runs lazaret and waits; stdin may be nil.
 func lz(t *testing.T, dir string, stdin io.Reader, args ...string) result {
 	t.Helper()
+	return lzEnv(t, dir, nil, stdin, args...)
+}
+
+// lzEnv is lz with extra environment variables (later ones win).
+func lzEnv(t *testing.T, dir string, extraEnv []string, stdin io.Reader, args ...string) result {
+	t.Helper()
+	return lzFor(t, 3*time.Minute, dir, extraEnv, stdin, args...)
+}
+
+// lzFor is lzEnv bounded by limit instead of three minutes.
+func lzFor(t *testing.T, limit time.Duration, dir string, extraEnv []string, stdin io.Reader, args ...string) result {
+	t.Helper()
 	e := need(t)
-	c := e.cmd(dir, nil, args...)
+	c := e.cmd(dir, extraEnv, args...)
 	var out, errb bytes.Buffer
 	c.Stdin, c.Stdout, c.Stderr = stdin, &out, &errb
 	done := make(chan error, 1)
@@ -206,7 +218,7 @@ func lz(t *testing.T, dir string, stdin io.Reader, args ...string) result {
 	go func() { done <- c.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(3 * time.Minute):
+	case <-time.After(limit):
 		c.Process.Kill()
 		<-done
 		t.Fatalf("lazaret %v timed out; stderr: %s", args, errb.String())

@@ -14,7 +14,7 @@
 //	        domain.json                      stored Domain identity (verified before reuse)
 //	        lifecycle.lock                   Domain flock: held by the Host Coordinator
 //	        hc.log                           last generation's coordinator log
-//	$XDG_RUNTIME_DIR/lazaret/<domain-id>/    runtime dir (0700; fallback /tmp/lazaret-<uid>)
+//	$XDG_RUNTIME_DIR/lazaret/<domain-id>/    runtime dir (0700; fallback $XDG_STATE_HOME/lazaret/run)
 //	    control.sock                         Host Coordinator protocol face
 //	    runsc/                               runsc --root state
 //	    bundle/                              OCI bundle (rootfs mounted only in RS's namespace)
@@ -169,7 +169,9 @@ func DefaultRoots(getenv func(string) string, uid int) (Roots, error) {
 	if runtime != "" && filepath.IsAbs(runtime) {
 		rt = filepath.Join(runtime, "lazaret")
 	} else {
-		rt = filepath.Join(os.TempDir(), fmt.Sprintf("lazaret-%d", uid))
+		// Not /tmp: a predictable name there can be created first by
+		// another local user (su, sudo, cron and CI have no runtime dir).
+		rt = filepath.Join(state, "lazaret", "run")
 	}
 	return Roots{Storage: filepath.Join(state, "lazaret"), Runtime: rt}, nil
 }

@@ -75,7 +75,7 @@ func TestRootsAndPaths(t *testing.T) {
 	delete(env, "XDG_RUNTIME_DIR")
 	env["XDG_STATE_HOME"] = "/s"
 	r, _ = DefaultRoots(func(k string) string { return env[k] }, 1001)
-	if r.Storage != "/s/lazaret" || r.Runtime != filepath.Join(os.TempDir(), "lazaret-1001") {
+	if r.Storage != "/s/lazaret" || r.Runtime != "/s/lazaret/run" {
 		t.Fatalf("fallbacks %+v", r)
 	}
 	env["XDG_STATE_HOME"] = "relative"

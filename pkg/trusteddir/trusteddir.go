@@ -18,6 +18,12 @@
 //     link could sit in a tree someone else writes), owned by root or the
 //     trusted owner, and not writable by group or others.
 //
+// A private directory (OpenPrivate: the runtime directories holding the
+// control socket and the publication) must moreover be a real directory,
+// never a symlink, owned by exactly its owner with no group or other
+// permission; DialUnix connects to a socket in it through its descriptor
+// and checks the listener's SO_PEERCRED.
+//
 // Every refusal is errdefs.ErrRefused and names the path and the command
 // that fixes it. This is a primitive package: it makes the raw openat,
 // fstat, renameat and fsync calls itself.
@@ -27,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -100,7 +107,7 @@ func Open(path string, owner int) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := openChain(canon, owner)
+	fd, err := openChain(canon, owner, true)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +115,7 @@ func Open(path string, owner int) (*Dir, error) {
 }
 
 // openChain opens canon component by component, verifying each.
-func openChain(canon string, owner int) (int, error) {
+func openChain(canon string, owner int, leafStrict bool) (int, error) {
 	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, &os.PathError{Op: "open", Path: "/", Err: err}
@@ -136,7 +143,7 @@ func openChain(canon string, owner int) (int, error) {
 			unix.Close(fd)
 			return -1, &os.PathError{Op: "fstat", Path: cur, Err: err}
 		}
-		if err := checkDir(cur, &st, owner, i == len(parts)-1); err != nil {
+		if err := checkDir(cur, &st, owner, leafStrict && i == len(parts)-1); err != nil {
 			unix.Close(fd)
 			return -1, err
 		}
@@ -272,4 +279,116 @@ func (d *Dir) WriteFile(name string, data []byte, mode os.FileMode) error {
 		return &os.PathError{Op: "fsync", Path: d.path, Err: err}
 	}
 	return nil
+}
+
+// checkPrivate verifies a private directory: a real directory owned by
+// exactly owner with no group or other permission at all.
+func checkPrivate(p string, st *unix.Stat_t, owner int) error {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return refuse("%s is not a directory: remove it and try again", p)
+	}
+	if int(st.Uid) != owner {
+		return refuse("%s is owned by uid %d, not by you (uid %d): another user may have created it to impersonate Lazaret; as root remove it (`rm -rf %s`), or set XDG_RUNTIME_DIR to your own private directory", p, st.Uid, owner, p)
+	}
+	if st.Mode&0o077 != 0 {
+		return refuse("%s has mode %04o; Lazaret needs it private to you: run `chmod 700 %s`", p, st.Mode&0o7777, p)
+	}
+	return nil
+}
+
+// OpenPrivate opens the existing directory path as a private directory of
+// owner: path itself is never followed if it is a symlink (its parent is
+// made canonical and verified as Open verifies ancestors), and it must be
+// owned by owner with mode 0700 or stricter.
+func OpenPrivate(path string, owner int) (*Dir, error) {
+	if !filepath.IsAbs(path) {
+		return nil, errdefs.New(errdefs.ErrInvalid, "private directory %q is not an absolute path", path)
+	}
+	path = filepath.Clean(path)
+	parent, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	pfd, err := openChain(parent, owner, false)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	d := &Dir{fd: pfd, path: parent, owner: owner}
+	return d.openPrivateAt(filepath.Base(path))
+}
+
+// OpenPrivate opens the private directory name inside d without following
+// a symlink (see the package OpenPrivate).
+func (d *Dir) OpenPrivate(name string) (*Dir, error) {
+	if strings.ContainsRune(name, '/') || name == "." || name == ".." || name == "" {
+		return nil, errdefs.New(errdefs.ErrInvalid, "private directory name %q must be one path component", name)
+	}
+	return d.openPrivateAt(name)
+}
+
+func (d *Dir) openPrivateAt(name string) (*Dir, error) {
+	p := filepath.Join(d.path, name)
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err == unix.ELOOP || err == unix.ENOTDIR {
+			return nil, refuse("%s is not a real directory (a symlink or a file is there): another user or program may be redirecting Lazaret; remove it and try again", p)
+		}
+		if err == unix.EACCES {
+			var st unix.Stat_t
+			if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+				if cerr := checkPrivate(p, &st, d.owner); cerr != nil {
+					return nil, cerr
+				}
+			}
+		}
+		return nil, &os.PathError{Op: "openat", Path: p, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
+	}
+	if err := checkPrivate(p, &st, d.owner); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &Dir{fd: fd, path: p, owner: d.owner}, nil
+}
+
+// ErrPeer marks a socket whose server is not the trusted owner.
+var ErrPeer = errors.New("socket peer is not the trusted owner")
+
+// DialUnix connects to the stream socket name inside the directory —
+// through the directory's descriptor, so the path cannot be redirected
+// after verification — and verifies with SO_PEERCRED that the process
+// listening is the directory's owner.
+func (d *Dir) DialUnix(name string) (*net.UnixConn, error) {
+	if strings.ContainsRune(name, '/') || name == "" {
+		return nil, errdefs.New(errdefs.ErrInvalid, "socket name %q must be one path component", name)
+	}
+	via := "/proc/self/fd/" + strconv.Itoa(d.fd) + "/" + name
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: via, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		cerr = err
+	}
+	if cerr != nil {
+		conn.Close()
+		return nil, fmt.Errorf("SO_PEERCRED of %s: %w", filepath.Join(d.path, name), cerr)
+	}
+	if int(cred.Uid) != d.owner {
+		conn.Close()
+		return nil, errdefs.Mark(fmt.Errorf("%s is served by uid %d (pid %d), not by you (uid %d): another user is impersonating Lazaret; nothing was sent. Remove %s as root and report it: %w", filepath.Join(d.path, name), cred.Uid, cred.Pid, d.owner, d.path, ErrPeer), errdefs.ErrRefused)
+	}
+	return conn, nil
 }

@@ -2,6 +2,7 @@ package trusteddir
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,5 +159,79 @@ func TestMkdirAllSetsMode(t *testing.T) {
 	d.Close()
 	if st, _ := os.Stat(p); st.Mode().Perm() != 0o755 {
 		t.Fatalf("mode %v", st.Mode())
+	}
+}
+
+func TestOpenPrivate(t *testing.T) {
+	base := t.TempDir()
+	uid := os.Getuid()
+	p := filepath.Join(base, "lazaret")
+	os.Mkdir(p, 0o700)
+	d, err := OpenPrivate(p, uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(p, "dom"), 0o700)
+	sub, err := d.OpenPrivate("dom")
+	if err != nil || sub.Path() != filepath.Join(p, "dom") {
+		t.Fatalf("sub %v %v", sub, err)
+	}
+	sub.Close()
+	d.Close()
+
+	os.Chmod(p, 0o755)
+	_, err = OpenPrivate(p, uid)
+	refusedNaming(t, err, "chmod 700 "+p)
+	os.Chmod(p, 0o700)
+
+	_, err = OpenPrivate(p, uid+4242)
+	refusedNaming(t, err, "is owned by uid")
+
+	real := filepath.Join(base, "elsewhere")
+	os.Mkdir(real, 0o700)
+	link := filepath.Join(base, "linked")
+	os.Symlink(real, link)
+	_, err = OpenPrivate(link, uid)
+	refusedNaming(t, err, "not a real directory")
+	d, _ = OpenPrivate(p, uid)
+	defer d.Close()
+	os.Symlink(real, filepath.Join(p, "dom2"))
+	_, err = d.OpenPrivate("dom2")
+	refusedNaming(t, err, "not a real directory")
+}
+
+func TestDialUnixChecksThePeer(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "rt")
+	os.Mkdir(p, 0o700)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(p, "control.sock"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	d, err := OpenPrivate(p, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := d.DialUnix("control.sock")
+	if err != nil {
+		t.Fatalf("own listener: %v", err)
+	}
+	c.Close()
+	other := &Dir{fd: d.fd, path: d.path, owner: os.Getuid() + 4242}
+	if _, err := other.DialUnix("control.sock"); !errors.Is(err, ErrPeer) || !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "nothing was sent") {
+		t.Fatalf("foreign listener: %v", err)
+	}
+	if _, err := d.DialUnix("missing.sock"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing socket: %v", err)
 	}
 }

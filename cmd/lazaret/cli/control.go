@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/trust"
+	"github.com/lazaret/lazaret/pkg/trusteddir"
 )
 
 // publicationFile must match hc.PublicationFile.
@@ -31,7 +32,12 @@ var errNotPublished = errdefs.New(errdefs.ErrUnavailable, "the Domain is not pub
 // identity its Trust Manifest names.
 func readPublication(paths domain.Paths, profile string) (trust.Publication, trust.GenerationIdentity, error) {
 	var pub trust.Publication
-	b, err := os.ReadFile(filepath.Join(paths.RuntimeDir, publicationFile))
+	d, err := openRuntime(paths)
+	if err != nil {
+		return pub, trust.GenerationIdentity{}, err
+	}
+	b, err := d.ReadFile(publicationFile, maxPublication)
+	d.Close()
 	if errors.Is(err, fs.ErrNotExist) {
 		return pub, trust.GenerationIdentity{}, errNotPublished
 	}
@@ -43,6 +49,57 @@ func readPublication(paths domain.Paths, profile string) (trust.Publication, tru
 	}
 	id, err := pub.VerifiedIdentity(string(paths.ID), profile, time.Now())
 	return pub, id, err
+}
+
+// maxPublication bounds the publication file (a few KiB).
+const maxPublication = 1 << 20
+
+// controlSocket must match the base name of domain.Paths.ControlSocket.
+const controlSocket = "control.sock"
+
+// openRuntime opens the Domain's runtime directory only after verifying it
+// and the runtime root above it: real directories (never a symlink) owned by
+// the developer with mode 0700, each opened beneath the verified descriptor
+// of its parent (pkg/trusteddir). A missing one means the Domain is not
+// published; anything else is refused with the path and the fix before a
+// byte is read or sent.
+func openRuntime(paths domain.Paths) (*trusteddir.Dir, error) {
+	root, err := trusteddir.OpenPrivate(filepath.Dir(paths.RuntimeDir), os.Getuid())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errNotPublished
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runtime root: %w", err)
+	}
+	defer root.Close()
+	d, err := root.OpenPrivate(filepath.Base(paths.RuntimeDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errNotPublished
+	}
+	if err != nil {
+		return nil, fmt.Errorf("Domain runtime directory: %w", err)
+	}
+	return d, nil
+}
+
+// dialControl connects to the Domain's control socket through the verified
+// runtime directory and checks that the listener runs as the developer
+// (SO_PEERCRED). errNotPublished when nothing listens; a refusal
+// (errdefs.ErrRefused) when the directory or the listener is not trusted.
+func dialControl(paths domain.Paths) (*net.UnixConn, error) {
+	d, err := openRuntime(paths)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	conn, err := d.DialUnix(controlSocket)
+	if errors.Is(err, errdefs.ErrRefused) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, errNotPublished
+	}
+	return conn, nil
 }
 
 // authenticated is an mTLS control connection and what it is bound to.
@@ -96,9 +153,9 @@ func authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*authe
 		return nil, errdefs.New(errdefs.ErrCorrupt, "the Host Coordinator answered enrollment with %v", f.String())
 	}
 	cert := trust.ClientCertificate(key, &trust.Enrollment{ClientID: en.ClientCliId, CertDER: en.CertificateDer})
-	raw2, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: paths.ControlSocket(), Net: "unix"})
+	raw2, err := dialControl(paths)
 	if err != nil {
-		return nil, errNotPublished
+		return nil, err
 	}
 	cfg, err = trust.ClientTLSConfig(pub, &cert, nil)
 	if err != nil {

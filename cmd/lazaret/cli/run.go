@@ -228,8 +228,12 @@ func (s *starter) connectOrSignal(sigs <-chan os.Signal) (*net.UnixConn, error) 
 func (s *starter) connect() (*net.UnixConn, error) {
 	deadline := time.Now().Add(startTimeout)
 	for time.Now().Before(deadline) {
-		if conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: s.paths.ControlSocket(), Net: "unix"}); err == nil {
+		conn, err := dialControl(s.paths)
+		if err == nil {
 			return conn, nil
+		}
+		if errors.Is(err, errdefs.ErrRefused) {
+			return nil, err
 		}
 		lock, err := os.OpenFile(s.paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {

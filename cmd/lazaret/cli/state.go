@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -309,7 +308,11 @@ func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return fmt.Errorf("lock Domain: %w", err)
 		}
-		if conn, derr := net.DialUnix("unix", nil, &net.UnixAddr{Name: paths.ControlSocket(), Net: "unix"}); derr == nil {
+		conn, derr := dialControl(paths)
+		if errors.Is(derr, errdefs.ErrRefused) {
+			return derr
+		}
+		if derr == nil {
 			conn.Close()
 			return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs), then %s; --yes does not bypass this", paths.ID, activeSessions(paths, rd.prof.Name), what)
 		}

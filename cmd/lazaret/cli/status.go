@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -104,9 +103,9 @@ func domainStatuses(roots domain.Roots) ([]map[string]any, error) {
 
 // liveStatus asks a running Domain's coordinator for its state document.
 func liveStatus(paths domain.Paths, profile string) (map[string]any, error) {
-	raw, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: paths.ControlSocket(), Net: "unix"})
+	raw, err := dialControl(paths)
 	if err != nil {
-		return nil, errNotPublished
+		return nil, err
 	}
 	auth, err := authenticate(raw, paths, profile)
 	if err != nil {
