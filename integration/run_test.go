@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/gitroute"
 	"github.com/lazaret/lazaret/pkg/netsetup"
 )
 
@@ -223,9 +225,22 @@ func TestSandboxPrivileges(t *testing.T) {
 	if _, err := stdout.Read(buf); err != nil {
 		t.Fatal(err)
 	}
-	rs := findProcess(t, e.uid, "lazaret-rs", ws)
-	if held, err := netsetup.ThreadsHoldNetAdmin(rs); err != nil || held {
-		t.Errorf("runtime supervisor %d holds CAP_NET_ADMIN after publication (%v)", rs, err)
+	// Each lazaret-rs process by role: the Runtime Supervisor keeps what
+	// teardown needs but no CAP_NET_ADMIN; the Git-routing daemon, which
+	// serves requests the sandbox drives, holds nothing at all.
+	roles := lazaretRSRoles(t, e.uid)
+	if len(roles["rs"]) != 1 || len(roles["git-routing"]) != 1 {
+		t.Errorf("lazaret-rs processes by role: %v, want one supervisor and one Git-routing daemon", roles)
+	}
+	for _, rs := range roles["rs"] {
+		if held, err := netsetup.ThreadsHoldNetAdmin(rs); err != nil || held {
+			t.Errorf("runtime supervisor %d holds CAP_NET_ADMIN after publication (%v)", rs, err)
+		}
+	}
+	for _, daemon := range roles["git-routing"] {
+		if held, nnp, err := capability.Held(daemon); err != nil || len(held) != 0 || !nnp {
+			t.Errorf("Git-routing daemon %d: capabilities %v, no_new_privs on every thread %v (%v); want none and true", daemon, held, nnp, err)
+		}
 	}
 	hold.Process.Signal(syscall.SIGTERM)
 	hold.Wait()
@@ -380,6 +395,36 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 
 // findProcess finds the pid of the named Lazaret process of uid whose
 // Domain is the workspace ws (via its environment or arguments).
+// lazaretRSRoles lists uid's lazaret-rs processes by role: "git-routing"
+// for the Git-routing daemon (argv[1] is its role argument), "rs" for the
+// Runtime Supervisor itself, and argv[1] for any other hidden role.
+func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
+	t.Helper()
+	roles := map[string][]int{}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		st, err := os.Stat(p)
+		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
+			continue
+		}
+		cmdline, _ := os.ReadFile(p + "/cmdline")
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "lazaret-rs" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(p))
+		role := "rs"
+		if len(args) > 1 && strings.HasPrefix(args[1], "__") {
+			role = args[1]
+			if role == gitroute.DaemonArg {
+				role = "git-routing"
+			}
+		}
+		roles[role] = append(roles[role], pid)
+	}
+	return roles
+}
+
 func findProcess(t *testing.T, uid int, name, ws string) int {
 	t.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*")

@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/ignorerules"
 )
 
@@ -28,8 +29,10 @@ func Args(workspace, state, mountpoint, excludesFile string) []string {
 }
 
 // Main runs the daemon in the Runtime Supervisor's namespaces (it is
-// ns-root there, so it mounts directly with allow_other) until the
-// filesystem is unmounted or SIGTERM arrives; it returns the exit status.
+// ns-root there, so it mounts directly with allow_other), then drops every
+// capability on every thread and sets no_new_privs before it reports ready,
+// and serves until the filesystem is unmounted or SIGTERM arrives; it
+// returns the exit status.
 //
 // Preconditions: started through the RS broker (its parent-death edge is
 // armed by the wrapper), in RS's user and mount namespaces.
@@ -56,14 +59,28 @@ func Main(args []string) int {
 		return 1
 	}
 	defer r.Close()
+	// The mount was the one privileged step: the daemon serves requests the
+	// sandbox drives, so from here on it holds no capability on any thread
+	// and can gain none (no_new_privs). The Runtime Supervisor, not the
+	// daemon, unmounts at teardown.
+	if err := capability.DropAll(); err != nil {
+		log.Error("drop capabilities after the mount", "err", err)
+		srv.Unmount()
+		return 1
+	}
 	fmt.Fprintln(os.Stdout, ReadyLine)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 	go func() {
 		<-sigs
-		log.Info("unmounting on signal")
+		// Without capabilities the unmount fails unless the Runtime
+		// Supervisor already unmounted (it does, before SIGTERM); either way
+		// the server loop ends once the kernel ends the connection, or
+		// with this process.
+		log.Info("stopping on signal")
 		if err := srv.Unmount(); err != nil {
-			unix.Unmount(*mnt, unix.MNT_DETACH)
+			log.Info("the daemon cannot unmount (no capabilities): exiting", "err", err)
+			os.Exit(0)
 		}
 	}()
 	srv.Wait()

@@ -1,0 +1,92 @@
+// Package capability drops Linux capabilities from every thread of a Go
+// process and reads what the threads of a process still hold.
+//
+// Capability sets, the bounding set and no_new_privs are per-thread
+// attributes, and a Go process has many threads the runtime created, so
+// every change goes through syscall.AllThreadsSyscall (which exists only in
+// CGO_ENABLED=0 builds, as all four Lazaret binaries are). This is a
+// primitive package: it makes the raw prctl and capset calls itself.
+package capability
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// lastCap is the highest capability number of the running kernel.
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && n < 64 {
+			return n
+		}
+	}
+	return 63 // PR_CAPBSET_DROP of an unknown capability fails with EINVAL, ignored below
+}
+
+// DropAll irreversibly empties the bounding, ambient, effective, permitted
+// and inheritable sets of every thread and sets no_new_privs on every
+// thread, so neither this process nor anything it executes can hold a
+// capability again.
+func DropAll() error {
+	for c := 0; c <= lastCap(); c++ {
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 && e != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
+		}
+	}
+	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 && e != unix.EINVAL {
+		return fmt.Errorf("clear the ambient set: %w", e)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset to no capabilities: %w", e)
+	}
+	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
+		return fmt.Errorf("set no_new_privs: %w", e)
+	}
+	return nil
+}
+
+// Held describes the capabilities threads of a process hold: for each
+// thread that holds any, "TID CapXxx=MASK" entries; empty when none does.
+// noNewPrivs is false when any thread lacks no_new_privs.
+func Held(pid int) (held []string, noNewPrivs bool, err error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, false, err
+	}
+	noNewPrivs = true
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			v = strings.TrimSpace(v)
+			switch {
+			case k == "NoNewPrivs" && v != "1":
+				noNewPrivs = false
+			case strings.HasPrefix(k, "Cap"):
+				caps, err := strconv.ParseUint(v, 16, 64)
+				if err != nil {
+					return nil, false, fmt.Errorf("parse %s of thread %s: %w", k, t.Name(), err)
+				}
+				if caps != 0 {
+					held = append(held, fmt.Sprintf("%s %s=%s", t.Name(), k, v))
+				}
+			}
+		}
+	}
+	return held, noNewPrivs, nil
+}
