@@ -348,3 +348,53 @@ func TestEscalationHCMemoryBounded(t *testing.T) {
 	release(hold)
 	noLeftovers(t)
 }
+
+// TestSpec37EscalationCwdSwapStaysInWorkspace (§3.7, SR-2): the working
+// directory of an approved host command is checked once and entered
+// through the held descriptor. The attack: while an auto-approved `pwd`
+// is asked for 1,000 times from /workspace/sub, the sandbox swaps sub for
+// a symlink to a host directory outside the workspace as fast as it can.
+// No host command may ever run outside the workspace; a request that meets
+// the symlink is refused instead.
+func TestSpec37EscalationCwdSwapStaysInWorkspace(t *testing.T) {
+	e := need(t)
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	outside := e.userDir("outside-" + randHex(3))
+	script := `mkdir -p sub && cd sub
+( cd /workspace; while [ ! -e stop ]; do mv sub s2 2>/dev/null; ln -s ` + outside + ` sub 2>/dev/null; rm -f sub; mv s2 sub 2>/dev/null; done ) &
+i=0; ok=0; refused=0
+while [ $i -lt 1000 ]; do
+  if lazaret-escalate -- pwd; then ok=$((ok+1)); else refused=$((refused+1)); fi
+  i=$((i+1))
+done
+touch /workspace/stop; wait
+echo "done ok=$ok refused=$refused"`
+	// ~0.1–0.5 s per attempt on a 2-core machine, the swap loop included.
+	r := lzFor(t, 12*time.Minute, ws, nil, nil, "run", "--config", cfg, "-p", "esc", "--", "sh", "-c", script)
+	if !strings.Contains(r.stdout, "done ok=") {
+		t.Fatalf("attack did not finish: exit %d\nstdout tail: %.2000s\nstderr tail: %.2000s", r.code, tail(r.stdout, 2000), tail(r.stderr, 2000))
+	}
+	ran := 0
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if !strings.HasPrefix(l, "/") {
+			continue
+		}
+		ran++
+		if l != ws && !strings.HasPrefix(l, ws+"/") {
+			t.Errorf("an approved host command ran in %s, outside the workspace %s", l, ws)
+		}
+	}
+	t.Logf("%s; %d host commands ran, all in the workspace", strings.TrimSpace(r.stdout[strings.LastIndex(r.stdout, "done "):]), ran)
+	if ran == 0 {
+		t.Errorf("no escalation ran at all: the attack proved nothing\n%s", tail(r.stderr, 2000))
+	}
+	noLeftovers(t)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

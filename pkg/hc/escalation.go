@@ -761,28 +761,44 @@ func (e *escalations) hostEnv(id string) []string {
 }
 
 // lookPath resolves the program without a shell: a name is searched in
-// escHostPath; a path with a slash is used as given (relative to dir).
-func lookPath(prog, dir string) (string, error) {
+// escHostPath and an absolute path used as given (host paths the developer
+// approved); a relative path is opened beneath the held working directory
+// without following any symlink and executed through that descriptor, so
+// the sandbox cannot swap it between the check and the exec. A relative
+// script is refused (through a descriptor its interpreter would see $0 as
+// /proc/self/fd/N): run it through its interpreter. prog is the path to
+// execute; held, when not nil, is the descriptor it names and must stay
+// open until the child has executed.
+func lookPath(prog string, dir *os.File) (path string, held *os.File, err error) {
 	check := func(p string) bool {
 		st, err := os.Stat(p)
 		return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 	}
-	if strings.Contains(prog, "/") {
-		p := prog
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(dir, p)
+	switch {
+	case filepath.IsAbs(prog):
+		if check(prog) {
+			return prog, nil, nil
 		}
-		if check(p) {
-			return p, nil
+		return "", nil, errdefs.New(errdefs.ErrInvalid, "%s is not an executable file on the host", record.EscapeText(prog))
+	case strings.Contains(prog, "/"):
+		f, err := mailbox.FileBeneath(dir, filepath.Clean(prog))
+		if err != nil {
+			return "", nil, err
 		}
-		return "", errdefs.New(errdefs.ErrInvalid, "%s is not an executable file on the host", record.EscapeText(prog))
+		head := make([]byte, 4)
+		n, _ := f.ReadAt(head, 0)
+		if n != 4 || string(head) != "\x7fELF" {
+			f.Close()
+			return "", nil, errdefs.New(errdefs.ErrInvalid, "%s is not an executable binary: a program given by a relative path runs only through its descriptor, which a script's interpreter cannot use; ask for `sh %s` (or its interpreter) instead", record.EscapeText(prog), record.EscapeText(prog))
+		}
+		return mailbox.HeldPath(f), f, nil
 	}
 	for _, d := range strings.Split(escHostPath, ":") {
 		if p := filepath.Join(d, prog); check(p) {
-			return p, nil
+			return p, nil, nil
 		}
 	}
-	return "", errdefs.New(errdefs.ErrInvalid, "%s was not found in the host PATH %s", record.EscapeText(prog), escHostPath)
+	return "", nil, errdefs.New(errdefs.ErrInvalid, "%s was not found in the host PATH %s", record.EscapeText(prog), escHostPath)
 }
 
 type escOutput struct {
@@ -802,15 +818,23 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 	failed := func(reason string) {
 		e.writeResult(r, &lv1.EscalationResult{Outcome: lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, ExitCode: -1, Reason: reason, ApprovedArgv: argv}, 0, argv)
 	}
-	dir, err := mailbox.DirBeneath(e.workspace, r.req.Cwd)
+	// The working directory is held open and the child enters it through
+	// the descriptor (HeldPath): a symlink swapped in after the check moves
+	// nothing out of the workspace.
+	held, err := mailbox.DirBeneath(e.workspace, r.req.Cwd)
 	if err != nil {
 		failed(err.Error())
 		return
 	}
-	prog, err := lookPath(argv[0], dir)
+	defer held.Close()
+	dir := held.Name()
+	prog, progFile, err := lookPath(argv[0], held)
 	if err != nil {
 		failed(err.Error())
 		return
+	}
+	if progFile != nil {
+		defer progFile.Close()
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -828,7 +852,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 	child, err := e.c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "escalation_exec",
 		ExecStop: true, // no wrapper re-exec of this binary per command
-		Target:   proc.Command{Path: prog, Args: argv, Env: e.hostEnv(r.id()), Dir: dir, Files: []*os.File{nil, outW, errW}, Setsid: true},
+		Target:   proc.Command{Path: prog, Args: argv, Env: e.hostEnv(r.id()), Dir: mailbox.HeldPath(held), Files: []*os.File{nil, outW, errW}, Setsid: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			return e.audit.Append(audit.Entry{Event: audit.EventExecute, Generation: e.gen.Generation, RequestID: r.id(), SessionID: s.id, Argv: argv, Cwd: dir, Process: id.String(), DecidedBy: by})
 		},

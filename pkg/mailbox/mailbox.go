@@ -223,29 +223,54 @@ func (d *Dir) RemoveAll(name string) error {
 	return nil
 }
 
-// DirBeneath checks that rel (a clean relative path, "" for root itself) is
-// a directory beneath root reached without any symlink, and returns its
-// path. It is how an escalation's working directory inside the workspace is
-// resolved on the host.
-func DirBeneath(root, rel string) (string, error) {
-	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// DirBeneath opens rel (a clean relative path, "" for root itself), which
+// must be a directory beneath root reached without any symlink, and returns
+// it held open (O_PATH): an escalation's working directory is resolved once
+// and the host command enters exactly that directory through the
+// descriptor (HeldPath), never by name again, so a symlink swapped in
+// afterwards cannot move it out of the workspace.
+func DirBeneath(root, rel string) (*os.File, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", fmt.Errorf("open %s: %w", root, err)
+		return nil, fmt.Errorf("open %s: %w", root, err)
+	}
+	if rel == "" {
+		return os.NewFile(uintptr(rfd), root), nil
 	}
 	defer unix.Close(rfd)
-	if rel == "" {
-		return root, nil
-	}
 	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{
 		Flags:   uint64(unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW),
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return "", errdefs.Mark(fmt.Errorf("working directory %q is not a directory beneath the workspace reached without symlinks: %w", rel, err), errdefs.ErrInvalid)
+		return nil, errdefs.Mark(fmt.Errorf("working directory %q is not a directory beneath the workspace reached without symlinks: %w", rel, err), errdefs.ErrInvalid)
 	}
-	unix.Close(fd)
-	return root + "/" + rel, nil
+	return os.NewFile(uintptr(fd), root+"/"+rel), nil
 }
+
+// FileBeneath opens rel, which must be a regular file beneath the held
+// directory dir reached without any symlink (O_RDONLY, close-on-exec).
+func FileBeneath(dir *os.File, rel string) (*os.File, error) {
+	fd, err := unix.Openat2(int(dir.Fd()), rel, &unix.OpenHow{
+		Flags:   uint64(unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, errdefs.Mark(fmt.Errorf("%q is not a file beneath the working directory reached without symlinks: %w", rel, err), errdefs.ErrInvalid)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0 {
+		unix.Close(fd)
+		return nil, errdefs.New(errdefs.ErrInvalid, "%q is not an executable regular file beneath the working directory", rel)
+	}
+	return os.NewFile(uintptr(fd), dir.Name()+"/"+rel), nil
+}
+
+// HeldPath is the path through which a process reaches exactly the file or
+// directory f holds, even after fork (the child inherits the descriptor
+// until exec): /proc/self/fd/N, a magic link resolved to the open file, not
+// to a name.
+func HeldPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
 
 // Watcher wakes a reader whenever an entry may have appeared in a
 // directory (inotify: a rename into it, a file closed after writing, any

@@ -93,11 +93,38 @@ func TestDirBeneath(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "a", "b"), 0o700)
 	os.Symlink("/etc", filepath.Join(root, "esc"))
 	os.Symlink("a", filepath.Join(root, "inner"))
-	if p, err := DirBeneath(root, "a/b"); err != nil || p != filepath.Join(root, "a/b") {
-		t.Errorf("a/b: %q %v", p, err)
+	d, err := DirBeneath(root, "a/b")
+	if err != nil || d.Name() != filepath.Join(root, "a/b") {
+		t.Fatalf("a/b: %v %v", d, err)
+	}
+	// The held directory stays itself when its name is swapped for a
+	// symlink: HeldPath reaches the directory, not the name.
+	os.Rename(filepath.Join(root, "a", "b"), filepath.Join(root, "a", "moved"))
+	os.Symlink("/etc", filepath.Join(root, "a", "b"))
+	os.WriteFile(filepath.Join(root, "a", "moved", "marker"), []byte("x"), 0o600)
+	if _, err := os.Stat(HeldPath(d) + "/marker"); err != nil {
+		t.Errorf("held directory lost after the swap: %v", err)
+	}
+	d.Close()
+	os.WriteFile(filepath.Join(root, "a", "moved", "prog"), []byte("#!/bin/sh\n"), 0o755)
+	os.WriteFile(filepath.Join(root, "a", "moved", "data"), []byte("x"), 0o644)
+	os.Symlink("/bin/sh", filepath.Join(root, "a", "moved", "sh"))
+	md, _ := DirBeneath(root, "a/moved")
+	defer md.Close()
+	if f, err := FileBeneath(md, "prog"); err != nil {
+		t.Errorf("prog: %v", err)
+	} else {
+		f.Close()
+	}
+	for _, bad := range []string{"data", "sh", "../moved/prog", "missing"} {
+		if f, err := FileBeneath(md, bad); err == nil {
+			f.Close()
+			t.Errorf("program %s accepted", bad)
+		}
 	}
 	for _, bad := range []string{"esc", "inner/b", "../", "a/../../x", "missing"} {
-		if _, err := DirBeneath(root, bad); err == nil {
+		if f, err := DirBeneath(root, bad); err == nil {
+			f.Close()
 			t.Errorf("%s accepted", bad)
 		}
 	}
