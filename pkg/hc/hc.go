@@ -774,6 +774,12 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 				c.setState(stateFailed, errdefs.New(errdefs.ErrRefused, "the runtime supervisor attests network policy %x, not the derived %x", r.PolicyDigest, d[:]))
 				return
 			}
+			// The supervisor's evidence — the routes it observed — must
+			// enforce the policy this coordinator derived, whatever it echoes.
+			if err := c.policy.VerifyRoutes(r.ObservedRoutes, slirp.Tap, c.net.addr.Gateway); err != nil {
+				c.setState(stateFailed, errdefs.Mark(fmt.Errorf("the runtime supervisor's observed routes do not enforce the derived network policy: %w", err), errdefs.ErrRefused))
+				return
+			}
 			c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
 			// Step 9: the sandbox is ready; one transaction commits the exact
 			// staged RS and attached runsc ownership with the container.

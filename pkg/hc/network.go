@@ -265,6 +265,7 @@ func (c *coordinator) commitNetwork(r *lv1.SandboxReady) error {
 	ev := &lv1.NetworkReadinessEvidenceV1{
 		Generation: c.generation, ReadinessFingerprint: c.net.fingerprint[:], PolicyDigest: digest[:], Netns: c.net.netns,
 		Supervisor: store.IdentityProto(rsID), DenyObserved: v.DenyObserved, PermitObserved: v.PermitObserved, DnsObserved: v.DNSObserved,
+		ObservedRoutes: r.ObservedRoutes,
 	}
 	if err := c.store.Update(func(tx *store.Tx) error {
 		return tx.PutParticipant(c.generation, participant.Network, participant.Committed, networkSnapshot(&lv1.NetworkSnapshotV1{

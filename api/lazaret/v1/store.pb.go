@@ -1526,8 +1526,11 @@ type NetworkReadinessEvidenceV1 struct {
 	DenyObserved         bool                    `protobuf:"varint,6,opt,name=deny_observed,json=denyObserved,proto3" json:"deny_observed,omitempty"`
 	PermitObserved       bool                    `protobuf:"varint,7,opt,name=permit_observed,json=permitObserved,proto3" json:"permit_observed,omitempty"`
 	DnsObserved          bool                    `protobuf:"varint,8,opt,name=dns_observed,json=dnsObserved,proto3" json:"dns_observed,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The routes the Runtime Supervisor observed in the enforcement
+	// namespace, verified against the derived policy before publication.
+	ObservedRoutes []string `protobuf:"bytes,9,rep,name=observed_routes,json=observedRoutes,proto3" json:"observed_routes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NetworkReadinessEvidenceV1) Reset() {
@@ -1614,6 +1617,13 @@ func (x *NetworkReadinessEvidenceV1) GetDnsObserved() bool {
 		return x.DnsObserved
 	}
 	return false
+}
+
+func (x *NetworkReadinessEvidenceV1) GetObservedRoutes() []string {
+	if x != nil {
+		return x.ObservedRoutes
+	}
+	return nil
 }
 
 type NetworkSnapshotV1 struct {
@@ -3020,7 +3030,7 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"\x14GitRoutingSnapshotV1\x126\n" +
 	"\x05mount\x18\x01 \x01(\v2\x1b.lazaret.v1.MountIdentityV1H\x00R\x05mount\x88\x01\x01\x121\n" +
 	"\x06daemon\x18\x02 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\x06daemonB\b\n" +
-	"\x06_mount\"\x80\x03\n" +
+	"\x06_mount\"\xa9\x03\n" +
 	"\x1aNetworkReadinessEvidenceV1\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3033,7 +3043,8 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"supervisor\x12#\n" +
 	"\rdeny_observed\x18\x06 \x01(\bR\fdenyObserved\x12'\n" +
 	"\x0fpermit_observed\x18\a \x01(\bR\x0epermitObserved\x12!\n" +
-	"\fdns_observed\x18\b \x01(\bR\vdnsObserved\"\xfb\x02\n" +
+	"\fdns_observed\x18\b \x01(\bR\vdnsObserved\x12'\n" +
+	"\x0fobserved_routes\x18\t \x03(\tR\x0eobservedRoutes\"\xfb\x02\n" +
 	"\x11NetworkSnapshotV1\x128\n" +
 	"\x05netns\x18\x01 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityH\x00R\x05netns\x88\x01\x01\x128\n" +
 	"\x15readiness_fingerprint\x18\x02 \x01(\fH\x01R\x14readinessFingerprint\x88\x01\x01\x12(\n" +
