@@ -30,7 +30,7 @@ DATADIR = $(PREFIX)/share
 DIST_DIR ?= dist
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build build-failpoints install install-files dist dist-files test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel kernel-qualified
+.PHONY: all build build-failpoints install install-files uninstall dist dist-files test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel kernel-qualified
 
 all: build
 
@@ -55,6 +55,18 @@ install-files:
 	$(BIN)/lazaret completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret
 	$(BIN)/lazaret completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
 	chmod 0644 $(DESTDIR)$(DATADIR)/man/man1/lazaret.1 $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret \
+		$(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
+
+# make uninstall (same PREFIX and DESTDIR as make install) removes exactly
+# what install-files put in place, and libexec/lazaret when it is empty; it
+# leaves the directories shared with other software. Each user's Lazaret
+# data goes first, as that user: lazaret rm --all --images --yes (README,
+# "Uninstalling").
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/lazaret
+	for b in lazaret-hc lazaret-rs lazaret-escalate runsc; do rm -f $(DESTDIR)$(LIBEXECDIR)/$$b || exit 1; done
+	if [ -d $(DESTDIR)$(LIBEXECDIR) ]; then rmdir --ignore-fail-on-non-empty $(DESTDIR)$(LIBEXECDIR); fi
+	rm -f $(DESTDIR)$(DATADIR)/man/man1/lazaret.1 $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
 
 # make dist: one reproducible tarball per binary (paths relative to PREFIX,

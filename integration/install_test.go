@@ -17,7 +17,10 @@ import (
 // runsc is installed in libexec), checks `lazaret version` (all four
 // binaries answer with one version), `lazaret doctor` (every check passes
 // on this machine), a real sandboxed run, the bash completion, and a
-// profile function from `lazaret alias` in bash.
+// profile function from `lazaret alias` in bash. Then `make uninstall`
+// with the same DESTDIR and PREFIX removes exactly what install put there:
+// the tree is again what it was before the install (the shared directories
+// and another package's files planted there stay; libexec/lazaret goes).
 func TestInstall(t *testing.T) {
 	e := need(t)
 	repo, err := filepath.Abs("..")
@@ -28,6 +31,20 @@ func TestInstall(t *testing.T) {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// What a system has before Lazaret: the shared directories install
+	// writes into, with another package's files in some of them.
+	for _, d := range []string{"usr/local/bin", "usr/local/libexec", "usr/local/share/man/man1", "usr/local/share/bash-completion/completions",
+		"usr/local/share/zsh/site-functions", "usr/local/share/fish/vendor_completions.d"} {
+		if err := os.MkdirAll(filepath.Join(dest, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"usr/local/bin/other-tool", "usr/local/share/man/man1/other-tool.1", "usr/local/share/bash-completion/completions/other-tool"} {
+		if err := os.WriteFile(filepath.Join(dest, f), []byte("not Lazaret's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beforeInstall := treeOf(t, dest)
 	mk := exec.Command("make", "--no-print-directory", "-C", repo, "install-files", "DESTDIR="+dest, "PREFIX=/usr/local", "BIN="+e.bin, "RUNSC="+e.runsc)
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("make install-files: %v\n%s", err, out)
@@ -39,8 +56,8 @@ func TestInstall(t *testing.T) {
 			t.Errorf("not installed: %v", err)
 		}
 	}
-	if man, _ := os.ReadFile(filepath.Join(prefix, "share/man/man1/lazaret.1")); !bytes.Contains(man, []byte(".TH lazaret 1")) || !bytes.Contains(man, []byte("doctor")) {
-		t.Errorf("man page lacks its header or the doctor command:\n%.300s", man)
+	if man, _ := os.ReadFile(filepath.Join(prefix, "share/man/man1/lazaret.1")); !bytes.Contains(man, []byte(".TH lazaret 1")) || !bytes.Contains(man, []byte("doctor")) || !bytes.Contains(man, []byte("remove a stopped Domain")) {
+		t.Errorf("man page lacks its header, the doctor command or the rm command:\n%.300s", man)
 	}
 
 	ws := workspace(t)
@@ -131,4 +148,55 @@ func TestInstall(t *testing.T) {
 		t.Errorf("the alias did not run in the current directory: %v %q", err, b)
 	}
 	noLeftovers(t)
+
+	// make uninstall, as root like make install, with the same variables.
+	mk = exec.Command("make", "--no-print-directory", "-C", repo, "uninstall", "DESTDIR="+dest, "PREFIX=/usr/local")
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make uninstall: %v\n%s", err, out)
+	}
+	after := treeOf(t, dest)
+	for p, kind := range after {
+		if beforeInstall[p] != kind {
+			t.Errorf("make uninstall left %s (%s), which was not there before make install", p, kind)
+		}
+	}
+	for p, kind := range beforeInstall {
+		if after[p] != kind {
+			t.Errorf("make uninstall removed %s (%s), which make install did not put there", p, kind)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(prefix, "libexec/lazaret")); err == nil {
+		t.Errorf("make uninstall left the empty libexec/lazaret directory")
+	}
+	// A second uninstall finds nothing to remove and still succeeds.
+	mk = exec.Command("make", "--no-print-directory", "-C", repo, "uninstall", "DESTDIR="+dest, "PREFIX=/usr/local")
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Errorf("second make uninstall: %v\n%s", err, out)
+	}
+}
+
+// treeOf lists every entry beneath dir (relative path → "dir", "file" or
+// another type).
+func treeOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.IsDir():
+			out[rel] = "dir"
+		case d.Type().IsRegular():
+			out[rel] = "file"
+		default:
+			out[rel] = d.Type().String()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

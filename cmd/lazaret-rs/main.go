@@ -2,9 +2,10 @@
 // lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
 // role gives the attached runsc its parent-death edge (package proc); its
 // hidden Git-routing role is the git_routing daemon (package gitroute); its
-// hidden state-maintenance role verifies a Domain's state and resets its
-// Ignored Workspace State in the user namespace `lazaret state` creates
-// (package statemaint).
+// hidden state-maintenance role verifies a Domain's state, resets its
+// Ignored Workspace State and deletes what `lazaret rm` moved into the
+// Storage Root's trash, in the user namespace `lazaret state` and
+// `lazaret rm` create (package statemaint).
 package main
 
 import (

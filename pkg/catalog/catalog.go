@@ -209,6 +209,20 @@ func (c *Catalog) View(ctx context.Context, fn func(tx *Tx) error) error {
 	return c.run(ctx, "view", false, fn)
 }
 
+// Exclusive runs fn holding storage-catalog.lock without opening the
+// catalog, so that no catalog operation runs meanwhile: `lazaret rm --all`
+// moves the whole catalog aside under it. fn must be as short as a
+// transaction (a few renames): every other operation waits for the lock,
+// bounded by its timeout (OR-6).
+func (c *Catalog) Exclusive(ctx context.Context, fn func() error) error {
+	lf, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	return fn()
+}
+
 func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx) error) (err error) {
 	lf, err := c.lock(ctx)
 	if err != nil {

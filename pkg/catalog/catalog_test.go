@@ -479,3 +479,32 @@ func TestConcurrentProcesses(t *testing.T) {
 	}
 	checkSerialized(t, c, (procs+1)*ops)
 }
+
+// TestExclusive: fn runs holding storage-catalog.lock (another operation
+// waits, bounded) without opening the catalog, and the lock is released
+// after it.
+func TestExclusive(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	c, err := New(root, Options{Logger: quiet(), LockTimeout: 100 * time.Millisecond})
+	must(t, "new", err)
+	ran := false
+	must(t, "exclusive", c.Exclusive(ctx, func() error {
+		ran = true
+		if err := c.View(ctx, func(*Tx) error { t.Error("ran inside Exclusive"); return nil }); !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Errorf("operation inside Exclusive: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(root, Dir)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Exclusive opened the catalog: %v", err)
+		}
+		return nil
+	}))
+	if !ran {
+		t.Fatal("fn not run")
+	}
+	want := errors.New("from fn")
+	if err := c.Exclusive(ctx, func() error { return want }); err != want {
+		t.Fatalf("fn's error: %v", err)
+	}
+	must(t, "after", c.View(ctx, func(*Tx) error { return nil }))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/removal"
 )
 
 // mountAnchors mounts one State Anchor overlay for every anchor bind of the
@@ -151,6 +153,14 @@ func (s *supervisor) holdLower() (prepare.Artifact, error) {
 				s.log.Warn("deleting reclaimed prepared artifacts", "err", err)
 			} else if n > 0 {
 				s.log.Info("deleted reclaimed prepared artifacts", "count", n)
+			}
+			// What an interrupted `lazaret rm` moved aside (Domain Roots,
+			// prepared trees, the catalog): only namespace root can
+			// delete its subordinate-id files.
+			if n, err := removal.PurgeTrash(st.StorageRoot, os.Getuid()); err != nil {
+				s.log.Warn("deleting what lazaret rm moved aside", "err", err)
+			} else if n > 0 {
+				s.log.Info("deleted what an interrupted lazaret rm moved aside", "count", n)
 			}
 		}()
 		return art, nil

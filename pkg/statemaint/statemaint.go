@@ -1,16 +1,18 @@
-// Package statemaint runs the `lazaret state` operations that need the
-// Domain's user namespace (spec §3.8, SR-14): the structural verification
-// of State Anchors and Ignored Workspace State (`state verify`, `state
-// ignored verify`) and the Ignored Workspace State reset (`state ignored
-// reset`).
+// Package statemaint runs the state operations of the CLI that need the
+// developer's user namespace (spec §3.8, SR-14): the structural
+// verification of State Anchors and Ignored Workspace State (`state
+// verify`, `state ignored verify`), the Ignored Workspace State reset
+// (`state ignored reset`) and the deletion of the Storage Root's trash
+// (`lazaret rm`).
 //
 // State trees hold files of the developer's subordinate ids, often in
 // private directories the host user can neither read nor move to another
-// directory. The CLI (Verify, ResetIgnored) therefore spawns the hidden
-// role Arg of lazaret-rs through its broker in a new user namespace whose
-// map it writes with newuidmap/newgidmap before releasing the launch
-// barrier; the role (Main) acts as namespace root with packages statetree,
-// anchor and ignoredstate and prints a versioned JSON result on stdout.
+// directory nor delete. The CLI (Verify, ResetIgnored, PurgeTrash)
+// therefore spawns the hidden role Arg of lazaret-rs through its broker in
+// a new user namespace whose map it writes with newuidmap/newgidmap before
+// releasing the launch barrier; the role (Main) acts as namespace root with
+// packages statetree, anchor, ignoredstate and removal and prints a
+// versioned JSON result on stdout.
 //
 // The map leaves namespace id 65534 unmapped:
 //
@@ -46,6 +48,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/removal"
 	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
@@ -56,6 +59,10 @@ const Arg = "__lazaret-state-maint"
 const (
 	OpVerify       = "verify"
 	OpIgnoredReset = "ignored-reset"
+	// OpPurge deletes the Storage Root's trash (removal.PurgeTrash): the
+	// trees `lazaret rm` moved aside. It takes --storage-root instead of
+	// --domain-root.
+	OpPurge = "purge"
 )
 
 // ReportVersion is the version of Report; a newer one is refused.
@@ -139,15 +146,18 @@ func nsChecker(hostUID, hostGID int, uidStart, gidStart, count uint32) *statetre
 	}
 }
 
-// Main is the role: run --op on --domain-root and print its JSON result.
+// Main is the role: run --op on --domain-root (--storage-root for
+// OpPurge) and print its JSON result.
 //
 // Preconditions: namespace root of a user namespace mapped as run maps it;
 // the caller holds the Domain's lifecycle lock and has established that
-// nothing uses the state.
+// nothing uses the state (OpPurge: what is in the trash was moved there
+// under those conditions and nothing uses it).
 func Main(args []string) int {
 	fl := flag.NewFlagSet("state-maint", flag.ContinueOnError)
-	op := fl.String("op", OpVerify, "verify or ignored-reset")
+	op := fl.String("op", OpVerify, "verify, ignored-reset or purge")
 	root := fl.String("domain-root", "", "Domain Root")
+	storageRoot := fl.String("storage-root", "", "purge: the Storage Root")
 	scope := fl.String("scope", ScopeAnchors, "verify: anchors or ignored")
 	rel := fl.String("path", "", "ignored-reset: the workspace-relative ignored path")
 	all := fl.Bool("all", false, "ignored-reset: the whole Ignored Workspace State")
@@ -159,13 +169,17 @@ func Main(args []string) int {
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
-	if *root == "" || !filepath.IsAbs(*root) || *count == 0 {
-		fmt.Fprintln(os.Stderr, "state-maint: --domain-root (absolute) and --count are required")
+	if err := checkArgs(*op, *root, *storageRoot, *count); err != nil {
+		fmt.Fprintf(os.Stderr, "state-maint: %v\n", err)
 		return 2
 	}
 	var out any
 	var err error
 	switch *op {
+	case OpPurge:
+		res := PurgeResult{Version: ReportVersion}
+		res.Deleted, err = removal.PurgeTrash(*storageRoot, os.Getuid())
+		out = res
 	case OpVerify:
 		out, err = verify(*root, *scope, nsChecker(*hostUID, *hostGID, uint32(*uidStart), uint32(*gidStart), uint32(*count)))
 	case OpIgnoredReset:
@@ -187,6 +201,27 @@ func Main(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// checkArgs checks the role's arguments for op.
+func checkArgs(op, domainRoot, storageRoot string, count uint) error {
+	if op == OpPurge {
+		if storageRoot == "" || !filepath.IsAbs(storageRoot) || domainRoot != "" {
+			return errdefs.New(errdefs.ErrInvalid, "--op=%s takes --storage-root (absolute) and no --domain-root", op)
+		}
+		return nil
+	}
+	if domainRoot == "" || !filepath.IsAbs(domainRoot) || count == 0 || storageRoot != "" {
+		return errdefs.New(errdefs.ErrInvalid, "--op=%s takes --domain-root (absolute) and --count, and no --storage-root", op)
+	}
+	return nil
+}
+
+// PurgeResult is what the purge operation prints.
+type PurgeResult struct {
+	Version int `json:"version"`
+	// Deleted counts the trash entries deleted.
+	Deleted int `json:"deleted"`
 }
 
 // ResetResult is what the ignored-reset operation prints.
@@ -229,7 +264,7 @@ func verify(domainRoot, scope string, c *statetree.Checker) (*Report, error) {
 // Preconditions: the caller holds the Domain's lifecycle lock and has
 // established that the Domain is inactive.
 func Verify(ctx context.Context, rsPath, domainRoot, scope string) (*Report, error) {
-	out, err := run(ctx, rsPath, domainRoot, "--op="+OpVerify, "--scope="+scope)
+	out, err := run(ctx, rsPath, "--domain-root="+domainRoot, "--op="+OpVerify, "--scope="+scope)
 	if err != nil {
 		return nil, err
 	}
@@ -244,27 +279,56 @@ func Verify(ctx context.Context, rsPath, domainRoot, scope string) (*Report, err
 //
 // Preconditions: as Verify, and nothing uses the state.
 func ResetIgnored(ctx context.Context, rsPath, domainRoot, rel string, all bool) (bool, error) {
-	args := []string{"--op=" + OpIgnoredReset, "--path=" + rel}
+	args := []string{"--domain-root=" + domainRoot, "--op=" + OpIgnoredReset, "--path=" + rel}
 	if all {
 		args = append(args, "--all")
 	}
-	out, err := run(ctx, rsPath, domainRoot, args...)
+	out, err := run(ctx, rsPath, args...)
 	if err != nil {
 		return false, err
 	}
 	var r ResetResult
-	if err := json.Unmarshal(out, &r); err != nil || r.Version == 0 {
-		return false, errdefs.New(errdefs.ErrCorrupt, "the state maintenance role printed no result")
-	}
-	if r.Version > ReportVersion {
-		return false, errdefs.New(errdefs.ErrRefused, "the state maintenance role's result has version %d, this lazaret reads up to %d: install matching lazaret and lazaret-rs", r.Version, ReportVersion)
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		return false, err
 	}
 	return r.Found, nil
 }
 
-// run runs the role with args in a new user namespace mapped as the
-// package doc says and returns its stdout.
-func run(ctx context.Context, rsPath, domainRoot string, extra ...string) ([]byte, error) {
+// PurgeTrash deletes the trash of the Storage Root storageRoot (what
+// `lazaret rm` moved aside there: Domain Roots, prepared images, the
+// catalog) in the developer's user namespace, where files of subordinate
+// ids can be deleted (removal.PurgeTrash), and returns how many trash
+// entries it deleted.
+//
+// Preconditions: what is in the trash was moved there by removal, so
+// nothing uses it.
+func PurgeTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
+	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpPurge)
+	if err != nil {
+		return 0, err
+	}
+	var r PurgeResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		return 0, err
+	}
+	return r.Deleted, nil
+}
+
+// decodeResult decodes a role's result into v (whose version is read by
+// version after decoding): none is ErrCorrupt, a newer one ErrRefused.
+func decodeResult(out []byte, v any, version func() int) error {
+	if err := json.Unmarshal(out, v); err != nil || version() == 0 {
+		return errdefs.New(errdefs.ErrCorrupt, "the state maintenance role printed no result")
+	}
+	if n := version(); n > ReportVersion {
+		return errdefs.New(errdefs.ErrRefused, "the state maintenance role's result has version %d, this lazaret reads up to %d: install matching lazaret and lazaret-rs", n, ReportVersion)
+	}
+	return nil
+}
+
+// run runs the role with args (after its common flags) in a new user
+// namespace mapped as the package doc says and returns its stdout.
+func run(ctx context.Context, rsPath string, extra ...string) ([]byte, error) {
 	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
 	uids, gids, err := host.SubIDs()
 	if err != nil {
@@ -295,7 +359,7 @@ func run(ctx context.Context, rsPath, domainRoot string, extra ...string) ([]byt
 	}
 	defer errR.Close()
 	uid, gid := os.Getuid(), os.Getgid()
-	args := []string{filepath.Base(rsPath), Arg, "--domain-root=" + domainRoot,
+	args := []string{filepath.Base(rsPath), Arg,
 		"--host-uid=" + strconv.Itoa(uid), "--host-gid=" + strconv.Itoa(gid),
 		"--uid-start=" + strconv.FormatUint(uint64(uids.Start), 10), "--gid-start=" + strconv.FormatUint(uint64(gids.Start), 10),
 		"--count=" + strconv.FormatUint(uint64(count), 10)}

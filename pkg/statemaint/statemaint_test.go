@@ -2,11 +2,15 @@ package statemaint
 
 import (
 	"errors"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/removal"
 )
 
 // TestIDMapLeavesOverflowUnmapped: namespace id 65534 stays unmapped, so an
@@ -43,4 +47,102 @@ func TestDecodeRefusesNewer(t *testing.T) {
 	if err != nil || r.Findings() != 1 {
 		t.Fatalf("%+v %v", r, err)
 	}
+}
+
+// TestCheckArgs: the purge operation takes a Storage Root and no Domain
+// Root; the others a Domain Root, the id count and no Storage Root.
+func TestCheckArgs(t *testing.T) {
+	for _, c := range []struct {
+		op, domainRoot, storageRoot string
+		count                       uint
+		ok                          bool
+	}{
+		{OpPurge, "", "/s/lazaret", 0, true},
+		{OpPurge, "", "", 0, false},
+		{OpPurge, "", "relative", 0, false},
+		{OpPurge, "/s/lazaret/domains/x", "/s/lazaret", 0, false},
+		{OpVerify, "/s/lazaret/domains/x", "", 65536, true},
+		{OpVerify, "/s/lazaret/domains/x", "", 0, false},
+		{OpVerify, "", "/s/lazaret", 65536, false},
+		{OpIgnoredReset, "/s/lazaret/domains/x", "/s/lazaret", 65536, false},
+	} {
+		err := checkArgs(c.op, c.domainRoot, c.storageRoot, c.count)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, errdefs.ErrInvalid)) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}
+
+// TestDecodePurgeResult: a newer result is refused, none is corrupt.
+func TestDecodePurgeResult(t *testing.T) {
+	var r PurgeResult
+	if err := decodeResult([]byte(`{"version": 2, "deleted": 1}`), &r, func() int { return r.Version }); !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("newer result: %v", err)
+	}
+	r = PurgeResult{}
+	if err := decodeResult([]byte(`garbage`), &r, func() int { return r.Version }); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("garbage: %v", err)
+	}
+	r = PurgeResult{}
+	if err := decodeResult([]byte(`{}`), &r, func() int { return r.Version }); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("no version: %v", err)
+	}
+	r = PurgeResult{}
+	if err := decodeResult([]byte(`{"version": 1, "deleted": 3}`), &r, func() int { return r.Version }); err != nil || r.Deleted != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+// TestMainPurge runs the role's purge operation in this process (the trash
+// holds only this user's files, so no user namespace is needed): it
+// deletes the trash, prints its result, and refuses bad arguments with
+// status 2.
+func TestMainPurge(t *testing.T) {
+	sr := filepath.Join(t.TempDir(), "lazaret")
+	for _, d := range []string{"domains/x", removal.TrashDir + "/domain-a.1/anchors/root/upper", removal.TrashDir + "/root-prepared.2/pl-x/rootfs"} {
+		if err := os.MkdirAll(filepath.Join(sr, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := captureStdout(t, func() {
+		if code := Main([]string{"--op=" + OpPurge, "--storage-root=" + sr}); code != 0 {
+			t.Errorf("purge: exit %d", code)
+		}
+	})
+	var r PurgeResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil || r.Deleted != 2 {
+		t.Fatalf("result %q: %+v %v", out, r, err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(sr, removal.TrashDir)); len(ents) != 0 {
+		t.Fatalf("trash not deleted: %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(sr, "domains/x")); err != nil {
+		t.Fatalf("the purge touched what is not in the trash: %v", err)
+	}
+	for _, args := range [][]string{{"--op=" + OpPurge}, {"--op=" + OpPurge, "--storage-root=rel"}, {"--op=" + OpPurge, "--storage-root=" + sr, "--domain-root=" + sr + "/domains/x"}} {
+		captureStdout(t, func() {
+			if code := Main(args); code != 2 {
+				t.Errorf("%v: exit %d", args, code)
+			}
+		})
+	}
+}
+
+func captureStdout(t *testing.T, fn func()) []byte {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, savedErr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = w, w
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- b
+	}()
+	fn()
+	os.Stdout, os.Stderr = saved, savedErr
+	w.Close()
+	return <-done
 }

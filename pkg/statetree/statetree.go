@@ -1,7 +1,8 @@
 // Package statetree is the descriptor-relative mechanism shared by the
 // maintenance of a Domain's persistent state trees — State Anchor uppers
 // (package anchor) and Ignored Workspace State (package ignoredstate) —
-// for `lazaret state` (spec §3.8, SR-14, OR-5):
+// for `lazaret state`, and by their removal for `lazaret rm` (package
+// removal) (spec §3.8, SR-14, OR-5):
 //
 //   - confined opens: every path is resolved beneath a directory descriptor
 //     with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS|
@@ -227,6 +228,8 @@ func Purge(trashfd int) (int, error) {
 
 // RemoveAllAt removes name (a file or a directory tree) beneath dirfd,
 // never following a symlink: each directory is opened beneath its parent.
+// An entry that disappears meanwhile (two processes deleting one trash, as
+// `lazaret rm` and a Runtime Supervisor may) counts as removed.
 func RemoveAllAt(dirfd int, name string, depth int) error {
 	if depth > MaxDepth {
 		return errdefs.New(errdefs.ErrRefused, "directory nesting deeper than %d", MaxDepth)
@@ -239,6 +242,12 @@ func RemoveAllAt(dirfd int, name string, depth int) error {
 		return &os.PathError{Op: "unlinkat", Path: name, Err: err}
 	}
 	fd, err := OpenBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, unix.EACCES) && openUp(dirfd, name) {
+		fd, err = OpenBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return nil // a concurrent deletion of the same trash got there first
+	}
 	if err != nil {
 		return err
 	}
@@ -261,6 +270,20 @@ func RemoveAllAt(dirfd int, name string, depth int) error {
 		return &os.PathError{Op: "rmdir", Path: name, Err: err}
 	}
 	return nil
+}
+
+// openUp makes directory name of dirfd searchable and readable by its
+// owner (mode 0700) without following a symlink: it is opened O_PATH
+// beneath dirfd and changed through that exact inode. It is what lets the
+// owner outside a user namespace delete a tree with mode-0 directories;
+// namespace root needs it only for ids it does not map.
+func openUp(dirfd int, name string) bool {
+	fd, err := OpenBeneath(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), 0o700, 0) == nil
 }
 
 // FileType names the type of an inode mode as the state reports show it:

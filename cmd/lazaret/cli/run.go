@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -236,10 +237,22 @@ func (s *starter) connect() (*net.UnixConn, error) {
 			return nil, err
 		}
 		lock, err := os.OpenFile(s.paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+		if errors.Is(err, fs.ErrNotExist) {
+			// `lazaret rm` removed the Domain Root meanwhile: start afresh.
+			if err = domain.EnsurePrivateDir(s.paths.DomainRoot, os.Getuid()); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open Domain lock: %w", err)
 		}
 		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil && !lockedAtPath(lock, s.paths.LockFile()) {
+			// Locked after `lazaret rm` moved its Domain Root aside: that
+			// lock guards nothing any more; take the one at the path.
+			lock.Close()
+			continue
+		}
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			// A coordinator is starting or stopping: wait for its socket or
 			// for the lock.
@@ -264,6 +277,17 @@ func (s *starter) connect() (*net.UnixConn, error) {
 		}
 	}
 	return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s; see %s", startTimeout, s.paths.Log())
+}
+
+// lockedAtPath reports whether the locked file f is still the file at
+// path: a lock file moved or removed since it was opened (`lazaret rm`)
+// excludes nobody.
+func lockedAtPath(f *os.File, path string) bool {
+	var held, there unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &held) != nil || unix.Stat(path, &there) != nil {
+		return false
+	}
+	return held.Dev == there.Dev && held.Ino == there.Ino
 }
 
 // startCoordinator spawns lazaret-hc holding our locked descriptor and waits

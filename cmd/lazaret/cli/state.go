@@ -103,6 +103,14 @@ func resolveStateDomain(c *cli.Context) (resolvedDomain, error) {
 	if err != nil {
 		return resolvedDomain{}, err
 	}
+	return resolveDomainOf(c, prof)
+}
+
+// resolveDomainOf resolves the Domain of profile prof and the workspace of
+// the command's --dir (only prof.Name is used) and checks its stored
+// identity.
+func resolveDomainOf(c *cli.Context, prof profile) (resolvedDomain, error) {
+	var err error
 	dir := c.String("dir")
 	if dir == "" {
 		if dir, err = os.Getwd(); err != nil {
@@ -378,6 +386,11 @@ func lockForMaintenance(rd resolvedDomain, what string) (*os.File, error) {
 // confirm shows nothing itself; it asks question on the terminal unless
 // yes, and refuses without a terminal.
 func confirm(c *cli.Context, yes bool, question string) error {
+	return confirmOr(c, yes, question, "nothing was reset")
+}
+
+// confirmOr is confirm whose refusal says unchanged (what was not done).
+func confirmOr(c *cli.Context, yes bool, question, unchanged string) error {
 	if yes {
 		return nil
 	}
@@ -387,7 +400,7 @@ func confirm(c *cli.Context, yes bool, question string) error {
 	fmt.Fprint(c.App.ErrWriter, question+" [y/N] ")
 	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 	if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-		return errdefs.New(errdefs.ErrRefused, "not confirmed: nothing was reset")
+		return errdefs.New(errdefs.ErrRefused, "not confirmed: %s", unchanged)
 	}
 	return nil
 }
