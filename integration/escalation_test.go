@@ -385,6 +385,13 @@ echo "done ok=$ok refused=$refused"`
 			t.Errorf("an approved host command ran in %s, outside the workspace %s", l, ws)
 		}
 	}
+	// A command approved in a checked directory starts in exactly that
+	// directory: it can never find it gone (entering it again by name, a
+	// swap in between made the start fail — or, with the symlink there,
+	// land outside).
+	if n := strings.Count(r.stderr, "spawn /usr/bin/pwd: no such file or directory"); n != 0 {
+		t.Errorf("%d approved commands lost their checked working directory between the check and the start", n)
+	}
 	t.Logf("%s; %d host commands ran, all in the workspace", strings.TrimSpace(r.stdout[strings.LastIndex(r.stdout, "done "):]), ran)
 	if ran == 0 {
 		t.Errorf("no escalation ran at all: the attack proved nothing\n%s", tail(r.stderr, 2000))
