@@ -288,6 +288,24 @@ func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []
 			return err
 		}
 	}
+	// A LeaseHeld record must match an exact catalog lease (the model's
+	// LeaseHeldRecordMatchesCatalog). Only a record already in
+	// ReleaseIntent may find its lease gone (a crash after the catalog
+	// removal); a LeaseHeld record without one is an inconsistency, and
+	// recovery fails closed, keeping every record.
+	if pl.Phase == participant.LeaseHeld && pl.Snapshot != nil {
+		artifact := pl.Snapshot.GetPreparedLower().GetPreparedArtifactId()
+		cat, err := c.storageCatalog()
+		if err != nil {
+			return err
+		}
+		key := c.leaseKey(gen, artifact)
+		if err := cat.View(ctx, func(tx *catalog.Tx) error { _, err := tx.Lease(key); return err }); errors.Is(err, catalog.ErrNotFound) {
+			return errdefs.New(errdefs.ErrCorrupt, "generation %d records prepared_lower LeaseHeld for %s, but the Storage Catalog has no lease %s: the records are kept (fail closed); inspect the Storage Root with `lazaret doctor` and report this", gen, artifact, key)
+		} else if err != nil {
+			return err
+		}
+	}
 	if err := c.store.Update(func(tx *store.Tx) error {
 		if sa != nil && sa.Phase != participant.Clean {
 			if err := cleanRecorded(tx, gen, participant.StateAnchor, sa, detail); err != nil {

@@ -182,6 +182,21 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	if len(ls) != 2 || ls[0].Generation != 9 || ls[1].Generation != 10 {
 		t.Fatalf("leases after releasing generation 11: %+v (want only generation 9's and 10's)", ls)
 	}
+
+	// Generation 12 records LeaseHeld, but its catalog lease vanished:
+	// recovery fails closed and keeps every record.
+	run(12, &lv1.NamespaceIdentity{Dev: ownDev, Ino: 1})
+	if _, err := cat.ReleaseLease(ctx, c.leaseKey(12, art), catalog.ReleaseProof{
+		ReleaseIntent: func(catalog.LeaseKey) error { return nil }, MountAbsent: func(catalog.LeaseKey) error { return nil },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.releaseLower(ctx, 12, nil, "test"); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "has no lease") {
+		t.Fatalf("release of a LeaseHeld record without its catalog lease: %v", err)
+	}
+	if pl, _ := phases(12); pl != participant.LeaseHeld {
+		t.Fatalf("prepared_lower %s after the refused release, want LeaseHeld kept", pl)
+	}
 }
 
 // plantArtifact writes a published tree prepared/<id> as pkg/prepare
