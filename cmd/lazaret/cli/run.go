@@ -83,6 +83,13 @@ func runAction(c *cli.Context) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
+	// The host checks come first (root, kernel, devices, subordinate ids),
+	// before any configuration is read; the kernel check is repeated below
+	// once the trees the sandbox will write are known.
+	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
+	if err := host.All(); err != nil {
+		return err
+	}
 	prof, err := lookupProfileIn(c.String("config"), c.String("profile"))
 	if err != nil {
 		return err
@@ -111,9 +118,9 @@ func runAction(c *cli.Context) error {
 			return err
 		}
 	}
-	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
+	// No host qualification record inside a tree the sandbox can write.
 	host.SandboxWritable = writableSources(prof.Config.Mounts(ws.Root))
-	if err := host.All(); err != nil {
+	if err := host.Kernel(); err != nil {
 		return err
 	}
 	uid := os.Getuid()
