@@ -310,35 +310,5 @@ func TestRmCrashConsistency(t *testing.T) {
 // line on stdin and returns once it is up.
 func (r *rmEnv) hold(t *testing.T, ws string) (io.WriteCloser, *bytes.Buffer, func() int) {
 	t.Helper()
-	c := r.e.cmd(ws, r.env, "run", "-p", "tiny", "--", "sh", "-c", "echo up; read x; echo got-$x")
-	var out, errb bytes.Buffer
-	c.Stdout, c.Stderr = &out, &errb
-	in, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "up") {
-		if time.Now().After(deadline) {
-			c.Process.Kill()
-			c.Wait()
-			t.Fatalf("session never started: %s", errb.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return in, &out, func() int {
-		done := make(chan struct{})
-		go func() { c.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			c.Process.Kill()
-			<-done
-			t.Errorf("held session did not end: %s", errb.String())
-		}
-		return c.ProcessState.ExitCode()
-	}
+	return holdSessionEnv(t, ws, "tiny", r.env)
 }

@@ -395,38 +395,10 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 
 // findProcess finds the pid of the named Lazaret process of uid whose
 // Domain is the workspace ws (via its environment or arguments).
-// lazaretRSRoles lists uid's lazaret-rs processes by role: "git-routing"
-// for the Git-routing daemon (argv[1] is its role argument), "rs" for the
-// Runtime Supervisor itself, and argv[1] for any other hidden role.
-func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
-	t.Helper()
-	roles := map[string][]int{}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		st, err := os.Stat(p)
-		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
-			continue
-		}
-		cmdline, _ := os.ReadFile(p + "/cmdline")
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) == 0 || filepath.Base(args[0]) != "lazaret-rs" {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(p))
-		role := "rs"
-		if len(args) > 1 && strings.HasPrefix(args[1], "__") {
-			role = args[1]
-			if role == gitroute.DaemonArg {
-				role = "git-routing"
-			}
-		}
-		roles[role] = append(roles[role], pid)
-	}
-	return roles
-}
-
-func findProcess(t *testing.T, uid int, name, ws string) int {
-	t.Helper()
+// userProcesses lists uid's processes whose argv[0] has base name name,
+// with their argv.
+func userProcesses(uid int, name string) map[int][]string {
+	out := map[int][]string{}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
 		st, err := os.Stat(p)
@@ -439,10 +411,43 @@ func findProcess(t *testing.T, uid int, name, ws string) int {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(p))
-		return pid
+		out[pid] = args
 	}
-	t.Fatalf("no %s process of uid %d", name, uid)
-	return 0
+	return out
+}
+
+// lazaretRSRoles lists uid's lazaret-rs processes by role: "git-routing"
+// for the Git-routing daemon (argv[1] is its role argument), "rs" for the
+// Runtime Supervisor itself, and argv[1] for any other hidden role.
+func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
+	t.Helper()
+	roles := map[string][]int{}
+	for pid, args := range userProcesses(uid, "lazaret-rs") {
+		role := "rs"
+		if len(args) > 1 && strings.HasPrefix(args[1], "__") {
+			role = args[1]
+			if role == gitroute.DaemonArg {
+				role = "git-routing"
+			}
+		}
+		roles[role] = append(roles[role], pid)
+	}
+	return roles
+}
+
+// findProcess is uid's oldest-started (lowest pid) process named name.
+func findProcess(t *testing.T, uid int, name, ws string) int {
+	t.Helper()
+	lowest := 0
+	for pid := range userProcesses(uid, name) {
+		if lowest == 0 || pid < lowest {
+			lowest = pid
+		}
+	}
+	if lowest == 0 {
+		t.Fatalf("no %s process of uid %d", name, uid)
+	}
+	return lowest
 }
 
 // TestActionableErrors (DX-5): bad input and missing prerequisites produce an

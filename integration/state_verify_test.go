@@ -19,8 +19,14 @@ import (
 // for one line on stdin, and returns once the Domain's coordinator answers.
 func holdSession(t *testing.T, ws, profile string) (stdin io.WriteCloser, stdout *bytes.Buffer, wait func() int) {
 	t.Helper()
+	return holdSessionEnv(t, ws, profile, nil)
+}
+
+// holdSessionEnv is holdSession with extra environment variables.
+func holdSessionEnv(t *testing.T, ws, profile string, env []string) (stdin io.WriteCloser, stdout *bytes.Buffer, wait func() int) {
+	t.Helper()
 	e := need(t)
-	c := e.cmd(ws, nil, "run", "-p", profile, "--", "sh", "-c", "echo up; read x; echo got-$x")
+	c := e.cmd(ws, env, "run", "-p", profile, "--", "sh", "-c", "echo up; read x; echo got-$x")
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	in, err := c.StdinPipe()
