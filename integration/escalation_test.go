@@ -405,3 +405,44 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// TestSpec37PromptCancelledWhenSessionCloses (§3.3 close handshake, §3.7):
+// a session whose command exits while its escalation prompt is shown
+// cancels the prompt; the developer's "y" typed afterwards starts nothing
+// on the host, and the audit records the request as cancelled.
+func TestSpec37PromptCancelledWhenSessionCloses(t *testing.T) {
+	e := need(t)
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	marker := filepath.Join(e.base, "closing-marker-"+randHex(3))
+	m := newTmux(t, ws, 120, 40)
+	m.startLazaret("main", "a", "--config "+cfg+" -p esc -- sh -c 'lazaret-escalate -- mkdir "+marker+" & sleep 2; touch /workspace/exited'")
+	m.waitFor("main", "Run on the host?", 3*time.Minute)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(filepath.Join(ws, "exited")); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The session's command has exited; give the coordinator the moment it
+	// takes to see its exec client end (the fixed build says so at once).
+	deadline = time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(m.capture("main"), "escalation request closed") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	m.line("main", "y")
+	m.waitLine("main", "RC-a=", 60*time.Second)
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the host command ran after its session closed (%s exists)", marker)
+	}
+	if pane := m.capture("main"); !strings.Contains(pane, "escalation request closed: the session closed while the prompt was shown") {
+		t.Errorf("the CLI did not say the prompt was closed:\n%s", pane)
+	}
+	a := lz(t, ws, nil, "audit", "--json")
+	if !strings.Contains(a.stdout, "the session closed while its prompt was shown") {
+		t.Errorf("audit lacks the cancellation:\n%s", a.stdout)
+	}
+	m.kill()
+	noLeftovers(t)
+}

@@ -117,6 +117,10 @@ type promptAsk struct {
 	answer chan *lv1.SignedDecision
 	done   chan struct{}
 	reason string // why it ended without an answer
+	// cancelled is closed by the terminal when its session closes while
+	// the prompt is shown.
+	cancelled  chan struct{}
+	cancelOnce sync.Once
 }
 
 // escRequest is one verified request.
@@ -656,7 +660,7 @@ func (e *escalations) decide(s *escSession, r *escRequest) (argv []string, by st
 	ask := &promptAsk{
 		prompt: &lv1.EscalationPrompt{RequestId: r.id(), Profile: e.gen.Profile, SessionId: s.id, Generation: e.gen.Generation,
 			Argv: req.Argv, Cwd: cwd, Justification: req.Justification, TimeoutSeconds: uint32(timeout / time.Second)},
-		answer: make(chan *lv1.SignedDecision, 1), done: make(chan struct{}),
+		answer: make(chan *lv1.SignedDecision, 1), done: make(chan struct{}), cancelled: make(chan struct{}),
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -705,6 +709,10 @@ func (e *escalations) decide(s *escSession, r *escRequest) (argv []string, by st
 			return end("no decision in time", "timeout")
 		case <-r.cancel:
 			return end("cancelled by the requester", "cancel")
+		case <-ask.cancelled:
+			dec.Decision, dec.DecidedBy, dec.Reason = "deny", "cancel", "the session closed while its prompt was shown"
+			e.audit.Append(dec)
+			return nil, "cancel", false
 		case <-s.gone:
 			return end("the session ended", "session")
 		case <-tick.C:

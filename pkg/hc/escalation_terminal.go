@@ -54,16 +54,34 @@ func (p *terminalPrompts) end(t *terminal) {
 	t.setRoute(routeSandbox)
 }
 
+// cancel ends the shown prompt because the session is closing (its
+// command exited): the worker refuses whatever decision would follow and
+// audits the request as cancelled, and the CLI is told the prompt ended. A
+// decision can never start a host command for a closing session.
+func (p *terminalPrompts) cancel(t *terminal, reason string) {
+	a := p.cur
+	if a == nil {
+		return
+	}
+	p.cur = nil
+	a.reason = reason
+	a.cancelOnce.Do(func() { close(a.cancelled) })
+	t.log.Info("escalation prompt cancelled", "request_id", a.prompt.RequestId, "reason", reason)
+	t.s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPromptEnd{EscalationPromptEnd: &lv1.EscalationPromptEnd{RequestId: a.prompt.RequestId, Reason: reason}}})
+	t.setRoute(routeSandbox)
+}
+
 // answer takes a decision frame: it goes to the current ask's worker (which
 // verifies the signature) and the route returns to the sandbox. It reports
-// whether f was a decision frame.
-func (p *terminalPrompts) answer(t *terminal, f *lv1.ClientFrame) bool {
+// whether f was a decision frame. While the session closes no decision is
+// taken.
+func (p *terminalPrompts) answer(t *terminal, f *lv1.ClientFrame, closing bool) bool {
 	d := f.GetEscalationDecision()
 	if d == nil {
 		return false
 	}
-	if p.cur == nil {
-		t.log.Warn("escalation decision without a prompt refused")
+	if p.cur == nil || closing {
+		t.log.Warn("escalation decision without a prompt refused", "closing", closing)
 		return true
 	}
 	select {

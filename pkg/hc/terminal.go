@@ -534,6 +534,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 			// drains the terminal in order until EOF or the drain deadline.
 			childDone = nil
 			closing = true
+			prompts.cancel(t, "the session closed while the prompt was shown")
 			t.master.SetReadDeadline(t.clock.Now().Add(drainTimeout))
 		case f, ok := <-frameC:
 			if !ok {
@@ -542,7 +543,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 				t.setRoute(routeNone)
 				return true
 			}
-			if prompts.answer(t, f) {
+			if prompts.answer(t, f, closing) {
 				continue
 			}
 			if closing || !admitted || t.route != routeSandbox {
