@@ -432,7 +432,7 @@ func TestSpec37PromptCancelledWhenSessionCloses(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	m.line("main", "y")
-	m.waitLine("main", "RC-a=", 60*time.Second)
+	m.waitFor("main", "RC-a=", 60*time.Second)
 	if _, err := os.Stat(marker); err == nil {
 		t.Errorf("the host command ran after its session closed (%s exists)", marker)
 	}
