@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/gitroute"
-	"github.com/lazaret/lazaret/pkg/netsetup"
 )
 
 // TestRunExitStatus: `lazaret run -- CMD` exits with CMD's status, 128+n for
@@ -233,7 +234,7 @@ func TestSandboxPrivileges(t *testing.T) {
 		t.Errorf("lazaret-rs processes by role: %v, want one supervisor and one Git-routing daemon", roles)
 	}
 	for _, rs := range roles["rs"] {
-		if held, err := netsetup.ThreadsHoldNetAdmin(rs); err != nil || held {
+		if held, err := capability.ThreadsHold(rs, unix.CAP_NET_ADMIN); err != nil || held {
 			t.Errorf("runtime supervisor %d holds CAP_NET_ADMIN after publication (%v)", rs, err)
 		}
 	}

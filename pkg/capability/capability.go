@@ -54,6 +54,47 @@ func DropAll() error {
 	return nil
 }
 
+// Drop irreversibly removes one capability c from the effective,
+// permitted, inheritable, ambient and bounding sets of every thread,
+// keeping every other capability.
+func Drop(c int) error {
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
+		return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
+	}
+	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, uintptr(c), 0, 0, 0); e != 0 && e != unix.EINVAL {
+		return fmt.Errorf("lower ambient capability %d: %w", c, e)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	bit := uint32(1) << (c % 32)
+	data[c/32].Effective &^= bit
+	data[c/32].Permitted &^= bit
+	data[c/32].Inheritable &^= bit
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset without capability %d: %w", c, e)
+	}
+	return nil
+}
+
+// ThreadsHold reports whether any thread of process pid still has
+// capability c in any set.
+func ThreadsHold(pid, c int) (bool, error) {
+	held, _, err := Held(pid)
+	if err != nil {
+		return false, err
+	}
+	for _, h := range held {
+		_, mask, _ := strings.Cut(h, "=")
+		if v, err := strconv.ParseUint(mask, 16, 64); err == nil && v&(1<<uint(c)) != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // Held describes the capabilities threads of a process hold: for each
 // thread that holds any, "TID CapXxx=MASK" entries; empty when none does.
 // noNewPrivs is false when any thread lacks no_new_privs.

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestDropAllInChild drops everything in a child (this test binary
@@ -28,6 +30,29 @@ func TestDropAllInChild(t *testing.T) {
 	}
 	c := exec.Command(os.Args[0], "-test.run=^TestDropAllInChild$", "-test.v")
 	c.Env = append(os.Environ(), "CAPABILITY_TEST_CHILD=1")
+	out, err := c.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+// TestDropOneInChild drops CAP_NET_ADMIN alone in a child: no thread holds
+// it afterwards, and (as root) CAP_SYS_ADMIN is kept.
+func TestDropOneInChild(t *testing.T) {
+	if os.Getenv("CAPABILITY_TEST_CHILD") == "one" {
+		if err := Drop(unix.CAP_NET_ADMIN); err != nil {
+			t.Fatal(err)
+		}
+		if held, err := ThreadsHold(os.Getpid(), unix.CAP_NET_ADMIN); err != nil || held {
+			t.Fatalf("CAP_NET_ADMIN still held (%v)", err)
+		}
+		if held, _ := ThreadsHold(os.Getpid(), unix.CAP_SYS_ADMIN); os.Geteuid() == 0 && !held {
+			t.Fatal("CAP_SYS_ADMIN was dropped too")
+		}
+		return
+	}
+	c := exec.Command(os.Args[0], "-test.run=^TestDropOneInChild$", "-test.v")
+	c.Env = append(os.Environ(), "CAPABILITY_TEST_CHILD=one")
 	out, err := c.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS") {
 		t.Fatalf("child: %v\n%s", err, out)
