@@ -130,7 +130,7 @@ test-debian:
 integration: build-failpoints
 	scripts/setup.sh user $(TEST_USER)
 	scripts/setup.sh images $(TEST_USER) busybox debian
-	$(GO) test -tags '$(TAGS)' -count=1 -timeout 20m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
+	$(GO) test -tags '$(TAGS)' -count=1 -timeout 30m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
 
 bench: setup build
 	scripts/setup.sh user $(TEST_USER)
