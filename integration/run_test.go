@@ -228,7 +228,8 @@ func TestSandboxPrivileges(t *testing.T) {
 	}
 	// Each lazaret-rs process by role: the Runtime Supervisor keeps what
 	// teardown needs but no CAP_NET_ADMIN; the Git-routing daemon, which
-	// serves requests the sandbox drives, holds nothing at all.
+	// serves requests the sandbox drives, holds nothing but its file
+	// permission overrides (no CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETUID…).
 	roles := lazaretRSRoles(t, e.uid)
 	if len(roles["rs"]) != 1 || len(roles["git-routing"]) != 1 {
 		t.Errorf("lazaret-rs processes by role: %v, want one supervisor and one Git-routing daemon", roles)
@@ -239,8 +240,8 @@ func TestSandboxPrivileges(t *testing.T) {
 		}
 	}
 	for _, daemon := range roles["git-routing"] {
-		if held, nnp, err := capability.Held(daemon); err != nil || len(held) != 0 || !nnp {
-			t.Errorf("Git-routing daemon %d: capabilities %v, no_new_privs on every thread %v (%v); want none and true", daemon, held, nnp, err)
+		if held, nnp, err := capability.Beyond(daemon, gitroute.FileCapabilities); err != nil || len(held) != 0 || !nnp {
+			t.Errorf("Git-routing daemon %d: capabilities beyond its file permission overrides %v, no_new_privs on every thread %v (%v); want none and true", daemon, held, nnp, err)
 		}
 	}
 	hold.Process.Signal(syscall.SIGTERM)

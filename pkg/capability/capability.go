@@ -34,8 +34,30 @@ func lastCap() int {
 // and inheritable sets of every thread and sets no_new_privs on every
 // thread, so neither this process nor anything it executes can hold a
 // capability again.
-func DropAll() error {
+func DropAll() error { return Keep(0) }
+
+// Mask is a set of capabilities (bit c for capability c).
+type Mask uint64
+
+// Of is the mask of the capabilities cs.
+func Of(cs ...int) Mask {
+	var m Mask
+	for _, c := range cs {
+		m |= 1 << uint(c)
+	}
+	return m
+}
+
+// Keep irreversibly reduces every thread to exactly the capabilities in
+// keep (which it must hold): the bounding set loses every other one, the
+// effective and permitted sets become keep, the inheritable and ambient
+// sets are emptied, and no_new_privs is set, so nothing it executes gains
+// any.
+func Keep(keep Mask) error {
 	for c := 0; c <= lastCap(); c++ {
+		if keep&(1<<uint(c)) != 0 {
+			continue
+		}
 		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 && e != unix.EINVAL {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
 		}
@@ -45,6 +67,8 @@ func DropAll() error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
+	data[0].Effective, data[0].Permitted = uint32(keep), uint32(keep)
+	data[1].Effective, data[1].Permitted = uint32(keep>>32), uint32(keep>>32)
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset to no capabilities: %w", e)
 	}
@@ -93,6 +117,20 @@ func ThreadsHold(pid, c int) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// Beyond reports, for each thread of pid that holds a capability outside
+// allowed in any set, "TID CapXxx=MASK" entries; empty when none does.
+// noNewPrivs is false when any thread lacks no_new_privs.
+func Beyond(pid int, allowed Mask) (held []string, noNewPrivs bool, err error) {
+	all, nnp, err := Held(pid)
+	for _, h := range all {
+		_, mask, _ := strings.Cut(h, "=")
+		if v, perr := strconv.ParseUint(mask, 16, 64); perr != nil || Mask(v)&^allowed != 0 {
+			held = append(held, h)
+		}
+	}
+	return held, nnp, err
 }
 
 // Held describes the capabilities threads of a process hold: for each

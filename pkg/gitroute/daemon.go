@@ -23,6 +23,15 @@ const DaemonArg = "__lazaret-git-routing"
 // ReadyLine is printed on stdout once the filesystem is mounted.
 const ReadyLine = "lazaret-git-routing-ready"
 
+// FileCapabilities are all the daemon keeps after its mount: the file
+// permission overrides of its user namespace, which serving the sandbox's
+// root needs (gVisor already checked the guest's permissions; root inside
+// writes a 0444 file or one it does not own, and git writes its objects
+// 0444 — the router reopens files by descriptor for I/O). They act only on
+// files of the developer's ids; no CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETUID
+// or any other remains.
+var FileCapabilities = capability.Of(unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER, unix.CAP_FSETID)
+
 // Args are the daemon's command-line arguments after DaemonArg.
 func Args(workspace, state, mountpoint, excludesFile string) []string {
 	return []string{DaemonArg, "--workspace=" + workspace, "--state=" + state, "--mountpoint=" + mountpoint, "--excludes-file=" + excludesFile}
@@ -30,7 +39,8 @@ func Args(workspace, state, mountpoint, excludesFile string) []string {
 
 // Main runs the daemon in the Runtime Supervisor's namespaces (it is
 // ns-root there, so it mounts directly with allow_other), then drops every
-// capability on every thread and sets no_new_privs before it reports ready,
+// capability but FileCapabilities on every thread and sets no_new_privs
+// before it reports ready,
 // and serves until the filesystem is unmounted or SIGTERM arrives; it
 // returns the exit status.
 //
@@ -60,10 +70,10 @@ func Main(args []string) int {
 	}
 	defer r.Close()
 	// The mount was the one privileged step: the daemon serves requests the
-	// sandbox drives, so from here on it holds no capability on any thread
-	// and can gain none (no_new_privs). The Runtime Supervisor, not the
-	// daemon, unmounts at teardown.
-	if err := capability.DropAll(); err != nil {
+	// sandbox drives, so from here on it keeps only FileCapabilities on any
+	// thread and can gain none (no_new_privs). The Runtime Supervisor, not
+	// the daemon, unmounts at teardown.
+	if err := capability.Keep(FileCapabilities); err != nil {
 		log.Error("drop capabilities after the mount", "err", err)
 		srv.Unmount()
 		return 1
