@@ -15,6 +15,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/ignorerules"
+	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
 
 // DaemonArg selects the Git-routing daemon role of lazaret-rs.
@@ -55,6 +56,7 @@ func Main(args []string) int {
 	isolate := fl.Bool("isolate", true, "route Git-ignored paths to state (false: serve every path from the host; only the Git directory name policy applies)")
 	var hide names
 	fl.Var(&hide, "hide", "top-level name always routed to state (repeatable)")
+	stickyRoot := fl.String("sticky-root", "", "Domain Root whose record of sticky ignored paths (package stickyignore) also routes to state ('' for none)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -63,7 +65,16 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "git-routing: --workspace, --state and --mountpoint are required")
 		return 2
 	}
-	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, *isolate, log)
+	var sticky []string
+	if *stickyRoot != "" && *isolate {
+		rec, err := stickyignore.Load(*stickyRoot)
+		if err != nil {
+			log.Error("sticky ignored paths", "err", err)
+			return 1
+		}
+		sticky = rec.Names()
+	}
+	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, sticky, *isolate, log)
 	if err != nil {
 		log.Error("mount", "err", err)
 		return 1
@@ -98,8 +109,9 @@ func Main(args []string) int {
 }
 
 // Mount loads the generation's rules and serves the routed workspace at
-// mnt. The caller owns the returned server and router.
-func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
+// mnt; sticky paths are routed to state too (Routing.AddSticky). The
+// caller owns the returned server and router.
+func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
 	rules := ignorerules.NewRules()
 	if isolate {
 		var err error
@@ -126,6 +138,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 	}
 	r := NewRouter(hostFD, stateFD, rules, hidden)
 	r.passthrough = !isolate
+	r.AddSticky(sticky...)
 	to := cacheTimeout
 	if r.watch, err = newHostWatch(log); err != nil {
 		log.Warn("no inotify: host changes reach the sandbox within the short cache lifetime", "err", err, "short_timeout", shortTimeout)
@@ -145,7 +158,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 		}
 		go r.watch.run()
 	}
-	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty())
+	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty(), "sticky_paths", len(sticky))
 	return srv, r, nil
 }
 

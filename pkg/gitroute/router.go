@@ -66,6 +66,11 @@ type Routing struct {
 	hidden map[string]bool
 	// passthrough serves every path from the host (isolation disabled).
 	passthrough bool
+	// sticky are the Domain's sticky ignored paths (package
+	// stickyignore): routed to state with everything below them whatever
+	// the rules say, so a .gitignore the sandbox edited cannot expose
+	// host content ignored in an earlier generation.
+	sticky map[string]bool
 }
 
 // NewRouting builds the routing decision from the generation's rules and
@@ -76,6 +81,31 @@ func NewRouting(rules *ignorerules.Rules, hidden []string, passthrough bool) Rou
 		r.hidden[h] = true
 	}
 	return r
+}
+
+// AddSticky routes paths (workspace-relative, as stickyignore records
+// them) and everything below them to state, also when tracked or no
+// longer ignored. Call it before serving.
+func (r *Routing) AddSticky(paths ...string) {
+	if r.sticky == nil {
+		r.sticky = make(map[string]bool, len(paths))
+	}
+	for _, p := range paths {
+		r.sticky[p] = true
+	}
+}
+
+// stickyCovers reports whether rel or one of its ancestors is sticky.
+func (r *Routing) stickyCovers(rel string) bool {
+	if len(r.sticky) == 0 {
+		return false
+	}
+	for p := rel; p != ""; p = parentOf(p) {
+		if r.sticky[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // Router routes workspace paths between the host and the state directory.
@@ -117,6 +147,9 @@ func (r *Routing) Ignored(rel string, isDir bool) bool {
 	}
 	if strings.HasSuffix(rel, "/.git") || strings.Contains(rel, "/.git/") {
 		return true // nested repository or gitfile: never the host's
+	}
+	if r.stickyCovers(rel) {
+		return true
 	}
 	return r.rules.Ignored(rel, isDir)
 }

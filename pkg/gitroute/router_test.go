@@ -74,7 +74,7 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	}
 	root := os.Getenv(helperEnv)
 	ws, state, mnt := filepath.Join(root, "ws"), filepath.Join(root, "state"), filepath.Join(root, "mnt")
-	srv, r, err := Mount(ws, state, mnt, "", []string{".vscode"}, true, slog.Default())
+	srv, r, err := Mount(ws, state, mnt, "", []string{".vscode"}, nil, true, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,11 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 		}
 		return nil, nil
 	}
+	if isolate {
+		if err := c.awaitSticky(); err != nil { // the daemon reads the record
+			return nil, err
+		}
+	}
 	mnt := c.paths.RoutedWorkspace()
 	for _, m := range plan.Mounts {
 		src := m.Source

@@ -118,6 +118,7 @@ type coordinator struct {
 	net          networkState
 	routing      gitRouting
 	wantRouting  bool // the generation asked RS for a Git-routing daemon
+	sticky       stickyState
 	// leasedArtifact is the prepared artifact whose lease is recorded;
 	// anchorsUnmounted the anchor mount IDs RS reported unmounted (lease.go).
 	leasedArtifact   string
@@ -559,6 +560,7 @@ func (c *coordinator) idleWatch() {
 
 // startGeneration acquires the Runtime Supervisor and drives it to ready.
 func (c *coordinator) startGeneration() {
+	c.startSticky()
 	if err := c.launchSupervisor(); err != nil {
 		c.setState(stateFailed, err)
 		return
@@ -1090,6 +1092,7 @@ func (c *coordinator) teardown() {
 		c.finishSandbox(rsChild)
 		c.store.Close()
 	}
+	c.endSticky()
 	c.log.Info("domain stopped")
 }
 

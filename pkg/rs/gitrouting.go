@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/gitroute"
@@ -46,6 +47,9 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	args := gitroute.Args(g.Workspace, g.StateDir, g.Mountpoint, g.ExcludesFile)
 	if !g.IgnoredPathIsolation {
 		args = append(args, "--isolate=false")
+	} else {
+		// HC recorded the Domain's sticky ignored paths before StartSandbox.
+		args = append(args, "--sticky-root="+anchor.Root(s.start.StorageRoot, s.start.DomainId))
 	}
 	for _, n := range g.HiddenNames {
 		args = append(args, "--hide="+n)

@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/statemaint"
+	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
 
 var stateIgnoredCommand = &cli.Command{
@@ -27,16 +28,19 @@ var stateIgnoredCommand = &cli.Command{
 	Description: `The sandbox never sees your host content at Git-ignored workspace paths
 (node_modules, .venv, build output, *.log, ...): what it writes there is kept
 in the Domain's Ignored Workspace State and is there again on the next run.
-These commands work on that state only; State Anchors (` + "`lazaret state list`" + `)
-and your host files are never touched. PATH is workspace-relative, as
-` + "`lazaret state ignored list`" + ` shows it.
+A path that was ignored in an earlier run stays isolated ("sticky") even if
+.gitignore, which the sandbox can edit, stops matching it, until you release
+it. These commands work on that state only; State Anchors
+(` + "`lazaret state list`" + `) and your host files are never touched. PATH is
+workspace-relative, as ` + "`lazaret state ignored list`" + ` shows it.
 
 Examples:
    lazaret state ignored list
    lazaret state ignored inspect node_modules
    lazaret state ignored verify
    lazaret state ignored reset node_modules      (asks first)
-   lazaret state ignored reset --all --yes`,
+   lazaret state ignored reset --all --yes
+   lazaret state ignored release .venv           (asks first)`,
 	Subcommands: []*cli.Command{
 		{
 			Name:  "list",
@@ -92,55 +96,132 @@ Examples:
 				&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (the safety checks still apply)"}),
 			Action: stateIgnoredReset,
 		},
+		{
+			Name:  "release",
+			Usage: "stop isolating a sticky path the Git ignore rules no longer ignore: from the next run the sandbox sees your host copy",
+			Description: `A path that was Git-ignored in an earlier run stays routed to the Domain's
+state even when .gitignore no longer matches it or your host now tracks it
+(the sandbox can edit .gitignore; only you decide to share the host copy).
+release ends that for PATH (and sticky paths below it): from the next run
+it follows the workspace's Git ignore rules again, so if they do not ignore
+it the sandbox sees, and can change, your host copy. The Domain-state copy
+stays, unseen, until ` + "`lazaret state ignored reset PATH`" + `. Only while
+the Domain is stopped; asks first.
+
+Examples:
+   lazaret state ignored release .venv
+   lazaret state ignored release .env --yes`,
+			ArgsUsage: "PATH",
+			Flags: append(append([]cli.Flag{}, stateDomainFlags...),
+				&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (the safety checks still apply)"}),
+			Action: stateIgnoredRelease,
+		},
 	},
 }
 
-// ignoredRouting is the routing decision the next run of the Domain makes
+// ignoredView is the routing decision the next run of the Domain makes
 // (the same inputs as the coordinator's: the workspace's ignore rules, the
-// Git Sentry's hidden names, the profile's isolation setting).
-func ignoredRouting(rd resolvedDomain) (ignoredstate.Classifier, bool, error) {
-	isolate := rd.prof.Config.IgnoredPathIsolation
-	if !isolate {
-		return func(string, bool) bool { return false }, false, nil
+// Domain's sticky ignored paths, the Git Sentry's hidden names, the
+// profile's isolation setting).
+type ignoredView struct {
+	isolate bool
+	rules   *ignorerules.Rules // nil when isolation is off
+	sticky  *stickyignore.Record
+	routed  ignoredstate.Classifier
+}
+
+// ignoredNow reports whether the workspace's rules alone ignore p.
+func (v ignoredView) ignoredNow(p stickyignore.Path) bool {
+	return v.rules != nil && v.rules.Ignored(p.Path, p.Type == "dir")
+}
+
+func ignoredRouting(rd resolvedDomain) (ignoredView, error) {
+	sticky, err := stickyignore.Load(rd.paths.DomainRoot)
+	if err != nil {
+		return ignoredView{}, err
+	}
+	v := ignoredView{isolate: rd.prof.Config.IgnoredPathIsolation, sticky: sticky}
+	if !v.isolate {
+		v.routed = func(string, bool) bool { return false }
+		return v, nil
 	}
 	plan, err := gitsentry.Compute(rd.workspace, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: rd.prof.Config.ShareEditorConfig})
 	if err != nil {
-		return nil, true, err
+		return v, err
 	}
 	home, _ := os.UserHomeDir()
-	rules, err := ignorerules.Load(rd.workspace, ignorerules.ExcludesFile(filepath.Join(rd.workspace, ".git"), home, os.Getenv("XDG_CONFIG_HOME")))
-	if err != nil {
-		return nil, true, err
+	if v.rules, err = ignorerules.Load(rd.workspace, ignorerules.ExcludesFile(filepath.Join(rd.workspace, ".git"), home, os.Getenv("XDG_CONFIG_HOME"))); err != nil {
+		return v, err
 	}
 	hidden := plan.HiddenNames
 	if !plan.HasGitDir {
 		hidden = append(hidden, ".git")
 	}
-	r := gitroute.NewRouting(rules, hidden, false)
-	return r.Ignored, true, nil
+	r := gitroute.NewRouting(v.rules, hidden, false)
+	r.AddSticky(sticky.Names()...)
+	v.routed = r.Ignored
+	return v, nil
 }
 
-func ignoredEntries(c *cli.Context) (resolvedDomain, ignoredstate.Classifier, bool, []ignoredstate.Entry, error) {
+func ignoredEntries(c *cli.Context) (resolvedDomain, ignoredView, []ignoredstate.Entry, error) {
 	rd, err := resolveStateDomain(c)
 	if err != nil {
-		return rd, nil, false, nil, err
+		return rd, ignoredView{}, nil, err
 	}
-	ignored, isolate, err := ignoredRouting(rd)
+	view, err := ignoredRouting(rd)
 	if err != nil {
-		return rd, nil, false, nil, err
+		return rd, view, nil, err
 	}
 	if _, err := os.Lstat(rd.paths.DomainRoot); err != nil {
-		return rd, ignored, isolate, nil, nil
+		return rd, view, nil, nil
 	}
-	entries, err := ignoredstate.List(rd.paths.DomainRoot, ignored)
-	return rd, ignored, isolate, entries, err
+	entries, err := ignoredstate.List(rd.paths.DomainRoot, view.routed)
+	return rd, view, entries, err
+}
+
+// stickyView is one sticky path as `list` shows it.
+type stickyView struct {
+	stickyignore.Path
+	// IgnoredNow: the workspace's Git ignore rules ignore it now (it would
+	// be isolated without being sticky).
+	IgnoredNow bool `json:"ignored_now"`
+	// Tracked: your host's index tracks it (or paths below it) now.
+	Tracked bool `json:"tracked"`
+	// HasState: the Domain's state has a copy (the sandbox's).
+	HasState bool `json:"has_state"`
+}
+
+func stickyViews(view ignoredView, entries []ignoredstate.Entry) []stickyView {
+	out := []stickyView{}
+	for _, p := range view.sticky.Paths {
+		sv := stickyView{Path: p, IgnoredNow: view.ignoredNow(p), Tracked: view.rules != nil && view.rules.Tracked(p.Path)}
+		for _, e := range entries {
+			if e.Path == p.Path || strings.HasPrefix(e.Path, p.Path+"/") {
+				sv.HasState = true
+			}
+		}
+		out = append(out, sv)
+	}
+	return out
+}
+
+// note says why a sticky path is isolated.
+func (sv stickyView) note() string {
+	switch {
+	case sv.Tracked:
+		return "tracked on your host now: the sandbox sees its own copy until you release it"
+	case !sv.IgnoredNow:
+		return "no longer Git-ignored: isolated until you release it"
+	}
+	return "Git-ignored"
 }
 
 func stateIgnoredList(c *cli.Context) error {
-	rd, _, isolate, entries, err := ignoredEntries(c)
+	rd, view, entries, err := ignoredEntries(c)
 	if err != nil {
 		return err
 	}
+	isolate := view.isolate
 	trash := 0
 	if _, err := os.Lstat(rd.paths.DomainRoot); err == nil {
 		trash, _ = ignoredstate.TrashEntries(rd.paths.DomainRoot)
@@ -148,9 +229,10 @@ func stateIgnoredList(c *cli.Context) error {
 	if entries == nil {
 		entries = []ignoredstate.Entry{}
 	}
+	sticky := stickyViews(view, entries)
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, map[string]any{"domain_id": rd.paths.ID, "profile": rd.prof.Name, "workspace": rd.workspace,
-			"ignored_path_isolation": isolate, "paths": entries, "trash_entries": trash})
+			"ignored_path_isolation": isolate, "paths": entries, "sticky": sticky, "trash_entries": trash})
 	}
 	fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s): Ignored Workspace State\n", rd.paths.ID, rd.prof.Name, rd.workspace)
 	if !isolate {
@@ -169,7 +251,25 @@ func stateIgnoredList(c *cli.Context) error {
 			case len(e.Unreadable) > 0:
 				note = fmt.Sprintf("%d director(ies) not readable by you: not counted", len(e.Unreadable))
 			}
+			if _, ok := view.sticky.Covering(e.Path); ok && !e.Stale {
+				note = strings.TrimSuffix("sticky; "+note, "; ")
+			}
 			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", e.Path, e.Type, e.Files, prepare.HumanBytes(e.Bytes), note)
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(sticky) > 0 {
+		fmt.Fprintln(c.App.Writer, "\nSticky paths: Git-ignored in an earlier run, so isolated from your host copy even if .gitignore (which the sandbox can edit) stops matching them or your host tracks them; `lazaret state ignored release PATH` shares your copy from the next run:")
+		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "PATH\tTYPE\tSTICKY SINCE\tSTATE\tNOTE")
+		for _, sv := range sticky {
+			st := "none"
+			if sv.HasState {
+				st = "yes"
+			}
+			fmt.Fprintf(w, "%s\t%s\tgeneration %d, %s\t%s\t%s\n", sv.Path.Path, sv.Type, sv.Generation, sv.Since.Local().Format("2006-01-02 15:04"), st, sv.note())
 		}
 		if err := w.Flush(); err != nil {
 			return err
@@ -202,10 +302,11 @@ func selectIgnored(rd resolvedDomain, entries []ignoredstate.Entry, p string) ([
 }
 
 func stateIgnoredInspect(c *cli.Context) error {
-	rd, ignored, _, entries, err := ignoredEntries(c)
+	rd, view, entries, err := ignoredEntries(c)
 	if err != nil {
 		return err
 	}
+	ignored := view.routed
 	if c.NArg() > 0 {
 		if entries, err = selectIgnored(rd, entries, c.Args().First()); err != nil {
 			return err
@@ -249,7 +350,7 @@ func stateIgnoredReset(c *cli.Context) error {
 	case !all && len(args) != 1:
 		return errdefs.New(errdefs.ErrInvalid, "usage: lazaret state ignored reset PATH | --all (see `lazaret state ignored list` for the paths)")
 	}
-	rd, _, _, entries, err := ignoredEntries(c)
+	rd, view, entries, err := ignoredEntries(c)
 	if err != nil {
 		return err
 	}
@@ -276,6 +377,22 @@ func stateIgnoredReset(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nreset Ignored Workspace State: %s\nThe sandbox's copies there are discarded; your host files, the State Anchors and the image are not touched.\n",
 		rd.paths.ID, rd.prof.Name, rd.workspace, desc)
+	// The reset releases the sticky paths of its scope too (re-read under
+	// the lock: the coordinator adds to the record).
+	sticky, err := stickyignore.Load(rd.paths.DomainRoot)
+	if err != nil {
+		return err
+	}
+	view.sticky = sticky
+	var released []stickyignore.Path
+	if all {
+		released = sticky.ReleaseAll()
+	} else {
+		released = sticky.ReleaseWithin(scope[0])
+	}
+	if shared := sharedAfterRelease(view, released); len(shared) > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "It also releases the sticky path(s) %s, which the workspace's Git ignore rules no longer ignore: from the next run the sandbox sees, and can change, your host copies there.\n", strings.Join(shared, ", "))
+	}
 	if err := confirm(c, yes, "Reset?"); err != nil {
 		return err
 	}
@@ -295,6 +412,12 @@ func stateIgnoredReset(c *cli.Context) error {
 		}
 		return fmt.Errorf("reset %s: %w", rel, err)
 	}
+	// After the state is gone: a crash in between leaves the paths sticky.
+	if len(released) > 0 {
+		if err := stickyignore.Save(rd.paths.DomainRoot, sticky); err != nil {
+			return fmt.Errorf("reset done; release its sticky paths: %w", err)
+		}
+	}
 	if asJSON {
 		return writeJSON(c.App.Writer, map[string]any{"domain_id": rd.paths.ID, "all": all, "reset": scope})
 	}
@@ -302,6 +425,103 @@ func stateIgnoredReset(c *cli.Context) error {
 		fmt.Fprintln(c.App.Writer, "reset: all Ignored Workspace State")
 	} else {
 		fmt.Fprintf(c.App.Writer, "reset: %s\n", scope[0])
+	}
+	return nil
+}
+
+// sharedAfterRelease lists the released paths the workspace's rules do
+// not ignore: the sandbox sees the host's copies there from the next run.
+func sharedAfterRelease(view ignoredView, released []stickyignore.Path) []string {
+	var out []string
+	for _, p := range released {
+		if view.isolate && !view.ignoredNow(p) {
+			out = append(out, p.Path)
+		}
+	}
+	return out
+}
+
+func stateIgnoredRelease(c *cli.Context) error {
+	all, yes, asJSON, args := resetArgs(c)
+	switch {
+	case all:
+		return errdefs.New(errdefs.ErrInvalid, "release takes one PATH; `lazaret state ignored reset --all` discards the whole Ignored Workspace State and releases every sticky path")
+	case len(args) != 1:
+		return errdefs.New(errdefs.ErrInvalid, "usage: lazaret state ignored release PATH (`lazaret state ignored list` shows the sticky paths)")
+	}
+	p := strings.TrimSuffix(strings.TrimPrefix(args[0], "./"), "/")
+	rd, view, entries, err := ignoredEntries(c)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(rd.paths.DomainRoot); err != nil {
+		return errdefs.New(errdefs.ErrInvalid, "Domain %s has never run: no path is sticky", rd.paths.ID)
+	}
+	if _, err := view.sticky.Release(p); err != nil { // early, clear refusal; redone under the lock
+		return err
+	}
+	lock, err := lockForMaintenance(rd, "release "+p)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	rec, err := stickyignore.Load(rd.paths.DomainRoot)
+	if err != nil {
+		return err
+	}
+	released, err := rec.Release(p)
+	if err != nil {
+		return err
+	}
+	view.sticky = rec
+	rp := released[0]
+	for _, r := range released {
+		if r.Path == p {
+			rp = r
+		}
+	}
+	shared := sharedAfterRelease(view, []stickyignore.Path{rp})
+	stateCopy := "it has no Domain-state copy"
+	for _, e := range entries {
+		if e.Path == p || strings.HasPrefix(e.Path, p+"/") || strings.HasPrefix(p, e.Path+"/") {
+			stateCopy = "its Domain-state copy (the sandbox's) stays, unseen, until `lazaret state ignored reset " + p + "`"
+		}
+	}
+	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nrelease sticky ignored path: %s (sticky since generation %d, %s)\n",
+		rd.paths.ID, rd.prof.Name, rd.workspace, p, rp.Generation, rp.Since.Local().Format("2006-01-02 15:04"))
+	if len(released) > 1 {
+		fmt.Fprintf(c.App.ErrWriter, "and the %d sticky path(s) below it\n", len(released)-1)
+	}
+	next := "the workspace's Git ignore rules still ignore it, so it stays isolated (and is sticky again after the next run)"
+	if len(shared) > 0 {
+		next = "the workspace's Git ignore rules no longer ignore it: from the next run the sandbox sees your host copy of " + p + " and can change it"
+		if view.rules.Tracked(p) {
+			next = "your host tracks it now: from the next run the sandbox sees your host copy of " + p + " and can change it"
+		}
+	} else if !view.isolate {
+		next = "ignored-path isolation is disabled for this profile: the sandbox sees your host copy anyway"
+	}
+	fmt.Fprintf(c.App.ErrWriter, "After the release %s; %s.\n", next, stateCopy)
+	if err := confirm(c, yes, "Release?"); err != nil {
+		return err
+	}
+	if err := stickyignore.Save(rd.paths.DomainRoot, rec); err != nil {
+		return fmt.Errorf("release %s: %w", p, err)
+	}
+	names := make([]string, len(released))
+	for i, r := range released {
+		names[i] = r.Path
+	}
+	if asJSON {
+		return writeJSON(c.App.Writer, map[string]any{"domain_id": rd.paths.ID, "released": names, "shared_from_next_run": len(shared) > 0})
+	}
+	switch {
+	case len(shared) > 0:
+		fmt.Fprintf(c.App.Writer, "released: %s — from the next run the sandbox sees your host copy; `lazaret state ignored reset %s` discards the sandbox's copy\n", p, p)
+	case !view.isolate:
+		fmt.Fprintf(c.App.Writer, "released: %s — ignored-path isolation is disabled for this profile anyway\n", p)
+	default:
+		fmt.Fprintf(c.App.Writer, "released: %s — still Git-ignored, so still isolated; `lazaret state ignored reset %s` discards the sandbox's copy\n", p, p)
 	}
 	return nil
 }

@@ -1,0 +1,115 @@
+package hc
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/stickyignore"
+)
+
+func stickyCoordinator(ws, domainRoot string, gen uint64, isolate bool) *coordinator {
+	return &coordinator{ws: ws, paths: domain.Paths{DomainRoot: domainRoot}, generation: gen,
+		profile: &config.Profile{IgnoredPathIsolation: isolate}, log: slog.New(slog.DiscardHandler), changed: make(chan struct{})}
+}
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func stickyNames(t *testing.T, domainRoot string) map[string]uint64 {
+	t.Helper()
+	rec, err := stickyignore.Load(domainRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, p := range rec.Paths {
+		out[p.Path] = p.Generation
+	}
+	return out
+}
+
+// TestStickyAcrossGenerations: generation 1 records the ignored paths that
+// exist at its start and, at its end with its own rules, those created
+// meanwhile on the host or in the state, although the sandbox emptied
+// .gitignore; generation 2, whose rules ignore nothing, keeps all of them
+// and tells the developer which ones only stickiness isolates.
+func TestStickyAcrossGenerations(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	ws, dr := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(ws, ".gitignore"), ".venv/\n.env\n*.log\n")
+	writeFile(t, filepath.Join(ws, ".venv", "secret"), "host")
+	writeFile(t, filepath.Join(ws, ".env"), "host")
+	writeFile(t, filepath.Join(ws, "src", "main.go"), "package main")
+	c := stickyCoordinator(ws, dr, 1, true)
+	c.startSticky()
+	if err := c.awaitSticky(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stickyNames(t, dr), map[string]uint64{".venv": 1, ".env": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after generation 1 start: %v, want %v", got, want)
+	}
+	// During generation 1: the sandbox writes an ignored file (to state)
+	// and empties .gitignore; the developer builds a log on the host.
+	writeFile(t, filepath.Join(dr, "ignored-state", "src", "debug.log"), "sandbox")
+	writeFile(t, filepath.Join(ws, "host-build.log"), "host")
+	writeFile(t, filepath.Join(ws, ".gitignore"), "# nothing\n")
+	c.endSticky()
+	want := map[string]uint64{".venv": 1, ".env": 1, "src/debug.log": 1, "host-build.log": 1}
+	if got := stickyNames(t, dr); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after generation 1 end: %v, want %v", got, want)
+	}
+	c2 := stickyCoordinator(ws, dr, 2, true)
+	c2.startSticky()
+	if err := c2.awaitSticky(); err != nil {
+		t.Fatal(err)
+	}
+	if got := stickyNames(t, dr); !reflect.DeepEqual(got, want) {
+		t.Errorf("after generation 2 start: %v, want %v", got, want)
+	}
+	if len(c2.progress) != 1 || !strings.Contains(c2.progress[0], ".env, .venv, host-build.log, src/debug.log") || !strings.Contains(c2.progress[0], "lazaret state ignored release PATH") {
+		t.Errorf("generation 2 note: %q", c2.progress)
+	}
+}
+
+func TestStickyNotRecordedWithIsolationOff(t *testing.T) {
+	ws, dr := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(ws, ".gitignore"), ".env\n")
+	writeFile(t, filepath.Join(ws, ".env"), "host")
+	c := stickyCoordinator(ws, dr, 1, false)
+	c.startSticky()
+	<-c.sticky.done
+	c.endSticky()
+	if _, err := os.Lstat(filepath.Join(dr, stickyignore.File)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a record was written with isolation off: %v", err)
+	}
+}
+
+// TestStickyDamagedRecordFailsTheGeneration: the daemon must not start
+// without a readable record, and the record is left for the developer.
+func TestStickyDamagedRecordFailsTheGeneration(t *testing.T) {
+	ws, dr := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(ws, ".gitignore"), ".env\n")
+	writeFile(t, filepath.Join(dr, stickyignore.File), `{"version": 1, "paths": [{"path": "../escape"}]}`)
+	c := stickyCoordinator(ws, dr, 1, true)
+	c.startSticky()
+	if err := c.awaitSticky(); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "sticky ignored paths") {
+		t.Errorf("damaged record: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dr, stickyignore.File)); !strings.Contains(string(b), "../escape") {
+		t.Errorf("damaged record rewritten: %s", b)
+	}
+}
