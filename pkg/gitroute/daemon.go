@@ -39,9 +39,11 @@ func Main(args []string) int {
 	state := fl.String("state", "", "Ignored Workspace State directory of the Domain")
 	mnt := fl.String("mountpoint", "", "where to mount the routed workspace")
 	excludes := fl.String("excludes-file", "", "resolved core.excludesFile ('' for none)")
-	isolate := fl.Bool("isolate", true, "route Git-ignored paths to state (false: serve every path from the host; only the Git directory name policy applies)")
-	var hide names
+	isolate := fl.Bool("isolate", true, "route Git-ignored paths to state (false: no ignore rules; only hidden names and Git directories the host lacks go to state)")
+	var hide, guardFiles, guardTrees names
 	fl.Var(&hide, "hide", "top-level name always routed to state (repeatable)")
+	fl.Var(&guardFiles, "guard", "workspace-relative path host Git reads or runs, kept read-only (repeatable)")
+	fl.Var(&guardTrees, "guard-tree", "workspace-relative directory kept read-only with everything beneath it (repeatable)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -50,7 +52,12 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "git-routing: --workspace, --state and --mountpoint are required")
 		return 2
 	}
-	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, *isolate, log)
+	g := Guard{Files: guardFiles, Trees: guardTrees}
+	if err := g.CheckPaths(); err != nil {
+		fmt.Fprintln(os.Stderr, "git-routing:", err)
+		return 2
+	}
+	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, g, *isolate, log)
 	if err != nil {
 		log.Error("mount", "err", err)
 		return 1
@@ -71,8 +78,9 @@ func Main(args []string) int {
 }
 
 // Mount loads the generation's rules and serves the routed workspace at
-// mnt. The caller owns the returned server and router.
-func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
+// mnt, enforcing the guard g. The caller owns the returned server and
+// router.
+func Mount(ws, state, mnt, excludesFile string, hidden []string, g Guard, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
 	rules := ignorerules.NewRules()
 	if isolate {
 		var err error
@@ -97,7 +105,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && int64(lim.Cur/4) < maxCachedFDs {
 		maxCachedFDs = int64(lim.Cur / 4) // kept read descriptors: a quarter of the limit at most
 	}
-	r := NewRouter(hostFD, stateFD, rules, hidden)
+	r := NewRouter(hostFD, stateFD, rules, hidden, g)
 	r.passthrough = !isolate
 	to := cacheTimeout
 	if r.watch, err = newHostWatch(log); err != nil {
@@ -118,7 +126,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden []string, isolate bool, l
 		}
 		go r.watch.run()
 	}
-	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty())
+	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty(), "guarded_files", len(g.Files), "guarded_trees", len(g.Trees))
 	return srv, r, nil
 }
 
