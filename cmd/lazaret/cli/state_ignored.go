@@ -96,28 +96,23 @@ Examples:
 }
 
 // ignoredRouting is the routing decision the next run of the Domain makes
-// (the same inputs as the coordinator's: the workspace's ignore rules, the
-// Git Sentry's hidden names, the profile's isolation setting).
+// (the same inputs as the coordinator's: the workspace's ignore rules
+// unless the profile disables isolation, the Git Sentry's routed names).
 func ignoredRouting(rd resolvedDomain) (ignoredstate.Classifier, bool, error) {
 	isolate := rd.prof.Config.IgnoredPathIsolation
-	if !isolate {
-		return func(string, bool) bool { return false }, false, nil
-	}
 	plan, err := gitsentry.Compute(rd.workspace, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: rd.prof.Config.ShareEditorConfig})
 	if err != nil {
-		return nil, true, err
+		return nil, isolate, err
 	}
-	home, _ := os.UserHomeDir()
-	rules, err := ignorerules.Load(rd.workspace, ignorerules.ExcludesFile(filepath.Join(rd.workspace, ".git"), home, os.Getenv("XDG_CONFIG_HOME")))
-	if err != nil {
-		return nil, true, err
+	rules := ignorerules.NewRules()
+	if isolate {
+		home, _ := os.UserHomeDir()
+		if rules, err = ignorerules.Load(rd.workspace, ignorerules.ExcludesFile(filepath.Join(rd.workspace, ".git"), home, os.Getenv("XDG_CONFIG_HOME"))); err != nil {
+			return nil, true, err
+		}
 	}
-	hidden := plan.HiddenNames
-	if !plan.HasGitDir {
-		hidden = append(hidden, ".git")
-	}
-	r := gitroute.NewRouting(rules, hidden, false)
-	return r.Ignored, true, nil
+	r := gitroute.NewRouting(rules, plan.RoutedNames(), !isolate)
+	return r.Ignored, isolate, nil
 }
 
 func ignoredEntries(c *cli.Context) (resolvedDomain, ignoredstate.Classifier, bool, []ignoredstate.Entry, error) {
@@ -154,7 +149,7 @@ func stateIgnoredList(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s): Ignored Workspace State\n", rd.paths.ID, rd.prof.Name, rd.workspace)
 	if !isolate {
-		fmt.Fprintln(c.App.Writer, "ignored-path isolation is disabled for this profile: the sandbox sees your host copies, none of this state is used")
+		fmt.Fprintln(c.App.Writer, "ignored-path isolation is disabled for this profile: the sandbox sees your host copies of ignored paths; only Git directories your workspace lacks (a .git it creates, nested repositories) and absent editor configuration are kept here")
 	}
 	if len(entries) == 0 {
 		fmt.Fprintln(c.App.Writer, "no ignored path has state")
