@@ -472,8 +472,8 @@ echo DONE`
 }
 
 // TestFR9IgnoredIsolationOff (FR-9): with ignored_path_isolation = false
-// the workspace is a plain bind — ignored host content is visible and
-// writable — while the Git Sentry still holds.
+// ignored host content is visible and writable inside, while the Git
+// Sentry still holds.
 func TestFR9IgnoredIsolationOff(t *testing.T) {
 	e := need(t)
 	ws := workspace(t)

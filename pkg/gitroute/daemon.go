@@ -53,10 +53,12 @@ func Main(args []string) int {
 	state := fl.String("state", "", "Ignored Workspace State directory of the Domain")
 	mnt := fl.String("mountpoint", "", "where to mount the routed workspace")
 	excludes := fl.String("excludes-file", "", "resolved core.excludesFile ('' for none)")
-	isolate := fl.Bool("isolate", true, "route Git-ignored paths to state (false: serve every path from the host; only the Git directory name policy applies)")
-	var hide names
+	isolate := fl.Bool("isolate", true, "route Git-ignored paths to state (false: no ignore rules; only hidden names and Git directories the host lacks go to state)")
+	var hide, guardFiles, guardTrees names
 	fl.Var(&hide, "hide", "top-level name always routed to state (repeatable)")
 	stickyRoot := fl.String("sticky-root", "", "Domain Root whose record of sticky ignored paths (package stickyignore) also routes to state ('' for none)")
+	fl.Var(&guardFiles, "guard", "workspace-relative path host Git reads or runs, kept read-only (repeatable)")
+	fl.Var(&guardTrees, "guard-tree", "workspace-relative directory kept read-only with everything beneath it (repeatable)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -74,7 +76,12 @@ func Main(args []string) int {
 		}
 		sticky = rec.Names()
 	}
-	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, sticky, *isolate, log)
+	g := Guard{Files: guardFiles, Trees: guardTrees}
+	if err := g.CheckPaths(); err != nil {
+		fmt.Fprintln(os.Stderr, "git-routing:", err)
+		return 2
+	}
+	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, sticky, g, *isolate, log)
 	if err != nil {
 		log.Error("mount", "err", err)
 		return 1
@@ -109,9 +116,9 @@ func Main(args []string) int {
 }
 
 // Mount loads the generation's rules and serves the routed workspace at
-// mnt; sticky paths are routed to state too (Routing.AddSticky). The
-// caller owns the returned server and router.
-func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
+// mnt, enforcing the guard g; sticky paths are routed to state too
+// (Routing.AddSticky). The caller owns the returned server and router.
+func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
 	rules := ignorerules.NewRules()
 	if isolate {
 		var err error
@@ -136,7 +143,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, isolate
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && int64(lim.Cur/4) < maxCachedFDs {
 		maxCachedFDs = int64(lim.Cur / 4) // kept read descriptors: a quarter of the limit at most
 	}
-	r := NewRouter(hostFD, stateFD, rules, hidden)
+	r := NewRouter(hostFD, stateFD, rules, hidden, g)
 	r.passthrough = !isolate
 	r.AddSticky(sticky...)
 	to := cacheTimeout
@@ -158,7 +165,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, isolate
 		}
 		go r.watch.run()
 	}
-	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty(), "sticky_paths", len(sticky))
+	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty(), "sticky_paths", len(sticky), "guarded_files", len(g.Files), "guarded_trees", len(g.Trees))
 	return srv, r, nil
 }
 

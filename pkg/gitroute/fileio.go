@@ -110,6 +110,9 @@ func (n *node) orphan(dfd int, base string) {
 // withFD calls f with a descriptor of the node's own inode open for
 // reading (write=false) or writing.
 func (n *node) withFD(write bool, f func(fd int) error) syscall.Errno {
+	if write && n.guardedNode(n.backend()) {
+		return unix.EROFS
+	}
 	n.io.mu.RLock()
 	if n.io.ok && (!write || n.io.acc == unix.O_RDWR) {
 		defer n.io.mu.RUnlock()

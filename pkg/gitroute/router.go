@@ -6,10 +6,18 @@
 // Routing. Each path is classified once per generation by the immutable
 // ignorerules snapshot taken at daemon start (plus: any ".git" below the
 // top level is treated as ignored, so a nested repository or gitfile the
-// sandbox plants is never seen by host Git). An ignored path lives below
+// sandbox plants is never seen by host Git; so is a top-level ".git" the
+// host did not have). With ignored-path isolation disabled the daemon
+// still serves the whole workspace, with no ignore rules: only those Git
+// names and the hidden names go to state. An ignored path lives below
 // the state directory, everything else below the host workspace. A
 // directory listing merges the host's non-ignored entries with the state's
 // ignored ones; existing host content at ignored paths is never opened.
+//
+// Git Sentry name policy. New Git-directory files host Git would obey
+// (denied) are refused with EPERM; the generation's host Git configuration
+// guard (Guard, guard.go) keeps what host Git reads or runs from the
+// workspace read-only (EROFS).
 //
 // Confinement. The daemon holds one O_PATH descriptor for each backend root
 // and resolves every path with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
@@ -64,7 +72,8 @@ type Routing struct {
 	// hidden are top-level names always routed to state (with everything
 	// below them): absent editor configuration, a .git the host lacked.
 	hidden map[string]bool
-	// passthrough serves every path from the host (isolation disabled).
+	// passthrough applies no ignore rules (isolation disabled): only the
+	// hidden names and nested Git directories are routed to state.
 	passthrough bool
 	// sticky are the Domain's sticky ignored paths (package
 	// stickyignore): routed to state with everything below them whatever
@@ -74,7 +83,7 @@ type Routing struct {
 }
 
 // NewRouting builds the routing decision from the generation's rules and
-// hidden names; passthrough routes nothing to state.
+// hidden names; passthrough applies no ignore rules.
 func NewRouting(rules *ignorerules.Rules, hidden []string, passthrough bool) Routing {
 	r := Routing{rules: rules, hidden: map[string]bool{}, passthrough: passthrough}
 	for _, h := range hidden {
@@ -118,12 +127,14 @@ type Router struct {
 	// short cache lifetimes).
 	watch *hostWatch
 	root  *node
+	// guard is the generation's host Git configuration guard.
+	guard guard
 }
 
 // NewRouter adopts two O_PATH directory descriptors (host workspace and
-// state directory) and the generation's rules.
-func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string) *Router {
-	return &Router{Routing: NewRouting(rules, hidden, false), roots: [2]int{hostFD, stateFD}}
+// state directory), the generation's rules and its guard.
+func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string, g Guard) *Router {
+	return &Router{Routing: NewRouting(rules, hidden, false), roots: [2]int{hostFD, stateFD}, guard: newGuard(g)}
 }
 
 // Close releases the backend descriptors.
@@ -135,7 +146,7 @@ func (r *Router) Close() {
 
 // Ignored reports whether rel is routed to state.
 func (r *Routing) Ignored(rel string, isDir bool) bool {
-	if rel == "" || r.passthrough {
+	if rel == "" {
 		return false
 	}
 	top, _, _ := strings.Cut(rel, "/")
@@ -147,6 +158,9 @@ func (r *Routing) Ignored(rel string, isDir bool) bool {
 	}
 	if strings.HasSuffix(rel, "/.git") || strings.Contains(rel, "/.git/") {
 		return true // nested repository or gitfile: never the host's
+	}
+	if r.passthrough {
+		return false
 	}
 	if r.stickyCovers(rel) {
 		return true
@@ -166,7 +180,17 @@ var gitDenied = map[string]bool{"commondir": true, "config": true, "config.workt
 // denied reports whether creating rel is refused by the Git Sentry.
 // Only Git-directory levels count (.git, .git/worktrees/W, .git/modules/…
 // outside refs/logs/objects/info), so a branch named "config" still works.
-func denied(rel string) bool {
+// A top-level .git routed to state (the host had none) is the sandbox's
+// own repository: `git init` works there, and nothing of it reaches the
+// host.
+func (r *Routing) denied(rel string) bool {
+	if r.hidden[".git"] {
+		return false
+	}
+	return deniedName(rel)
+}
+
+func deniedName(rel string) bool {
 	parent := parentOf(rel)
 	switch parent {
 	case ".git/modules", ".git/worktrees":
@@ -492,6 +516,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	defer n.changing()()
 	e := n.withPath(func(b backend, fd int, p string, stp *unix.Stat_t) error {
 		st := *stp
+		if n.guardedNode(b) {
+			return unix.EROFS
+		}
 		isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
 		if m, ok := in.GetMode(); ok {
 			if isLink {
@@ -571,12 +598,15 @@ func openFlags(flags uint32) int {
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	rel := join(n.rel(), name)
-	if denied(rel) {
+	if n.r.denied(rel) {
 		return nil, nil, 0, unix.EPERM
 	}
 	b := hostBackend
 	if n.r.Ignored(rel, false) {
 		b = stateBackend
+	}
+	if n.r.guarded(b, rel) {
+		return nil, nil, 0, unix.EROFS
 	}
 	dfd, base, err := n.r.parentFD(b, rel)
 	if err != nil {
@@ -611,7 +641,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // mkchild creates name with mk in the backend its routing chooses.
 func (n *node) mkchild(ctx context.Context, name string, isDir bool, out *fuse.EntryOut, mk func(dfd int, base string) error) (*fs.Inode, syscall.Errno) {
 	rel := join(n.rel(), name)
-	if denied(rel) {
+	if n.r.denied(rel) {
 		return nil, unix.EPERM
 	}
 	b := hostBackend
@@ -622,6 +652,9 @@ func (n *node) mkchild(ctx context.Context, name string, isDir bool, out *fuse.E
 	var st unix.Stat_t
 	if _, err := n.r.locate(rel, &st); err == nil {
 		return nil, unix.EEXIST
+	}
+	if n.r.guarded(b, rel) {
+		return nil, unix.EROFS
 	}
 	dfd, base, err := n.r.parentFD(b, rel)
 	if err != nil {
@@ -667,6 +700,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err != nil {
 		return nil, errno(err)
 	}
+	if n.r.guarded(tb, trel) {
+		return nil, unix.EROFS // a second name would be an unguarded way to write it
+	}
 	rel := join(n.rel(), name)
 	b := hostBackend
 	if n.r.Ignored(rel, false) {
@@ -711,6 +747,9 @@ func (n *node) remove(name string, flags int) syscall.Errno {
 	if err != nil {
 		return errno(err)
 	}
+	if n.r.guarded(b, rel) {
+		return unix.EROFS
+	}
 	dfd, base, err := n.r.parentFD(b, rel)
 	if err != nil {
 		return errno(err)
@@ -754,7 +793,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return unix.EXDEV
 	}
 	src, dst := join(n.rel(), name), join(np.rel(), newName)
-	if denied(dst) || flags&unix.RENAME_EXCHANGE != 0 && denied(src) {
+	if n.r.denied(dst) || flags&unix.RENAME_EXCHANGE != 0 && n.r.denied(src) {
 		return unix.EPERM
 	}
 	var st unix.Stat_t
@@ -769,6 +808,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	if sb != db {
 		return unix.EXDEV // the caller copies (mv does), so each side stays in its backend
+	}
+	if n.r.guarded(sb, src) || n.r.guarded(db, dst) {
+		return unix.EROFS
+	}
+	if sb == hostBackend && (n.r.guard.holdsGuarded(src) || n.r.guard.holdsGuarded(dst)) {
+		// Moving a directory that holds a guarded path, or onto one, could
+		// replace what host Git reads: let the caller copy (its copy of
+		// the guarded name is refused).
+		return unix.EXDEV
 	}
 	if isDir && sb == hostBackend && n.r.hidesBelow(src) {
 		// Moving a host directory that holds hidden ignored content could

@@ -1,12 +1,14 @@
 package gitroute
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -74,7 +76,7 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	}
 	root := os.Getenv(helperEnv)
 	ws, state, mnt := filepath.Join(root, "ws"), filepath.Join(root, "state"), filepath.Join(root, "mnt")
-	srv, r, err := Mount(ws, state, mnt, "", []string{".vscode"}, nil, true, slog.Default())
+	srv, r, err := Mount(ws, state, mnt, "", []string{".vscode"}, nil, Guard{}, true, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,8 +266,136 @@ func TestDeniedGitNames(t *testing.T) {
 		".git/refs/heads/config": false, ".git/modules/new": true, ".git/modules": true, ".git/worktrees/x": true, ".git/modules/a/refs/heads/hooks": false,
 		".git/logs/refs/heads/commondir": false, "src/config": false, ".git/index": false,
 	} {
-		if got := denied(rel); got != want {
+		if got := deniedName(rel); got != want {
 			t.Errorf("denied(%q) = %v, want %v", rel, got, want)
 		}
+	}
+}
+
+// TestRouterGuardAndGitNames: the host Git configuration guard keeps
+// guarded host paths read-only (EROFS) however the sandbox tries — write,
+// truncate, chmod, delete, rename either way, link, create where missing,
+// move the directory holding one (EXDEV) — while their neighbours and
+// guarded paths routed to state stay writable; with isolation off and no
+// host .git, `git init` and a nested repository land in state.
+func TestRouterGuardAndGitNames(t *testing.T) {
+	if os.Getenv(helperEnv) == "" {
+		root := t.TempDir()
+		ws, ws2 := filepath.Join(root, "ws"), filepath.Join(root, "ws2")
+		for _, d := range []string{ws, ws2, filepath.Join(root, "mnt"), filepath.Join(root, "mnt2")} {
+			os.MkdirAll(d, 0o755)
+		}
+		git(t, ws, "init", "-q")
+		write(t, filepath.Join(ws, ".gitignore"), "*.local\n")
+		write(t, filepath.Join(ws, "tools/ssh.sh"), "#!/bin/sh\nexit 1\n")
+		write(t, filepath.Join(ws, ".husky/pre-commit"), "#!/bin/sh\nexit 0\n")
+		write(t, filepath.Join(ws2, "src.txt"), "x\n")
+		c := exec.Command("unshare", "-Urm", os.Args[0], "-test.run=^TestRouterGuardAndGitNames$", "-test.v")
+		c.Env = append(os.Environ(), helperEnv+"="+root)
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("router scenario in a user+mount namespace: %v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+		if b, _ := os.ReadFile(filepath.Join(ws, "tools/ssh.sh")); string(b) != "#!/bin/sh\nexit 1\n" {
+			t.Errorf("guarded host file changed: %q", b)
+		}
+		if b, _ := os.ReadFile(filepath.Join(ws, ".husky/pre-commit")); string(b) != "#!/bin/sh\nexit 0\n" {
+			t.Errorf("guarded host hook changed: %q", b)
+		}
+		for _, p := range []string{"conf/missing.inc", ".husky/pre-push", "x.local"} {
+			if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+				t.Errorf("%s reached the host", p)
+			}
+		}
+		if b, _ := os.ReadFile(filepath.Join(root, "state", "x.local")); string(b) != "sandbox" {
+			t.Errorf("guarded but ignored x.local not in state: %q", b)
+		}
+		for _, p := range []string{".git", "sub/.git"} {
+			if _, err := os.Lstat(filepath.Join(ws2, p)); err == nil {
+				t.Errorf("isolation off: %s reached the host", p)
+			}
+			if _, err := os.Stat(filepath.Join(root, "state2", p, "config")); err != nil {
+				t.Errorf("isolation off: %s not in state: %v", p, err)
+			}
+		}
+		if b, _ := os.ReadFile(filepath.Join(ws2, "build.log")); string(b) != "host\n" {
+			t.Errorf("isolation off: a plain path is not the host's: %q", b)
+		}
+		return
+	}
+	root := os.Getenv(helperEnv)
+	ws, mnt := filepath.Join(root, "ws"), filepath.Join(root, "mnt")
+	g := Guard{Files: []string{"tools/ssh.sh", "conf/missing.inc", "x.local"}, Trees: []string{".husky"}}
+	srv, r, err := Mount(ws, filepath.Join(root, "state"), mnt, "", nil, nil, g, true, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Unmount(); r.Close() }()
+	m := func(p string) string { return filepath.Join(mnt, p) }
+	want := func(what string, err, errno error) {
+		t.Helper()
+		if !errors.Is(err, errno) {
+			t.Errorf("%s: %v, want %v", what, err, errno)
+		}
+	}
+	f, err := os.OpenFile(m("tools/ssh.sh"), os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		_, err = f.WriteString("touch /pwned\n")
+		f.Close()
+	}
+	want("append", err, syscall.EROFS)
+	want("truncating open", func() error { _, err := os.OpenFile(m("tools/ssh.sh"), os.O_WRONLY|os.O_TRUNC, 0); return err }(), syscall.EROFS)
+	want("truncate", os.Truncate(m("tools/ssh.sh"), 0), syscall.EROFS)
+	want("chmod", os.Chmod(m("tools/ssh.sh"), 0o777), syscall.EROFS)
+	want("remove", os.Remove(m("tools/ssh.sh")), syscall.EROFS)
+	want("rename away", os.Rename(m("tools/ssh.sh"), m("tools/old.sh")), syscall.EROFS)
+	write(t, m("evil.sh"), "#!/bin/sh\ntouch /pwned\n")
+	want("rename over", os.Rename(m("evil.sh"), m("tools/ssh.sh")), syscall.EROFS)
+	want("link", os.Link(m("tools/ssh.sh"), m("alias.sh")), syscall.EROFS)
+	want("move the directory", os.Rename(m("tools"), m("tools2")), syscall.EXDEV)
+	os.Mkdir(m("staging"), 0o755)
+	want("move a directory to a missing one that would hold a guarded path", os.Rename(m("staging"), m("conf")), syscall.EXDEV)
+	if err := os.Mkdir(m("conf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// (os.Rename refuses an existing directory itself: the system call.)
+	want("move a directory onto one holding a guarded path", syscall.Rename(m("staging"), m("conf")), syscall.EXDEV)
+	want("create a missing guarded file", os.WriteFile(m("conf/missing.inc"), []byte("[core]\n\tfsmonitor = touch /pwned\n"), 0o644), syscall.EROFS)
+	want("symlink at a missing guarded name", os.Symlink("/tmp/x", m("conf/missing.inc")), syscall.EROFS)
+	want("write in a guarded tree", os.WriteFile(m(".husky/pre-commit"), []byte("touch /pwned\n"), 0o755), syscall.EROFS)
+	want("create in a guarded tree", os.WriteFile(m(".husky/pre-push"), []byte("touch /pwned\n"), 0o755), syscall.EROFS)
+	want("mkdir in a guarded tree", os.Mkdir(m(".husky/_"), 0o755), syscall.EROFS)
+	want("mkdir of the existing tree", os.Mkdir(m(".husky"), 0o755), syscall.EEXIST)
+	want("rmdir the tree", os.RemoveAll(m(".husky")), syscall.EROFS)
+	// Neighbours, reads and guarded paths routed to state are untouched.
+	if b, err := os.ReadFile(m("tools/ssh.sh")); err != nil || string(b) != "#!/bin/sh\nexit 1\n" {
+		t.Errorf("read of a guarded file: %q %v", b, err)
+	}
+	if err := os.WriteFile(m("tools/other.sh"), []byte("ok"), 0o644); err != nil {
+		t.Errorf("a neighbour of a guarded file: %v", err)
+	}
+	if err := os.Rename(m("evil.sh"), m("tools/moved.sh")); err != nil {
+		t.Errorf("rename into the guarded file's directory: %v", err)
+	}
+	if err := os.WriteFile(m("x.local"), []byte("sandbox"), 0o644); err != nil {
+		t.Errorf("a guarded path routed to state: %v", err)
+	}
+
+	// Isolation off, no host .git: the sandbox's repositories stay in state.
+	ws2, mnt2 := filepath.Join(root, "ws2"), filepath.Join(root, "mnt2")
+	srv2, r2, err := Mount(ws2, filepath.Join(root, "state2"), mnt2, "", []string{".git"}, nil, Guard{}, false, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv2.Unmount(); r2.Close() }()
+	for _, d := range []string{".git", "sub/.git"} {
+		os.MkdirAll(filepath.Join(mnt2, d, "hooks"), 0o755)
+		if err := os.WriteFile(filepath.Join(mnt2, d, "config"), []byte("[core]\n\tfsmonitor = touch /pwned\n"), 0o644); err != nil {
+			t.Errorf("%s/config inside: %v", d, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(mnt2, "build.log"), []byte("host\n"), 0o644); err != nil {
+		t.Error(err)
 	}
 }

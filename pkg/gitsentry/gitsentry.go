@@ -10,10 +10,14 @@
 //	                                 replacing or deleting .git fails (EBUSY)
 //	/workspace/.git/config           read-only bind (EROFS; `git config`
 //	                                 renames onto it and gets EBUSY)
+//	/workspace/.git/config.worktree  read-only bind where present (read
+//	                                 with extensions.worktreeConfig, as in
+//	                                 every sparse checkout)
 //	/workspace/.git/hooks            sandbox-local transient tmpfs
 //	/workspace/.git/info             read-only bind (exclude, attributes)
 //	/workspace/.git/modules/M        per submodule gitdir, recursively: its
-//	                                 own bind, config read-only, hooks tmpfs,
+//	                                 own bind, config (and config.worktree
+//	                                 where present) read-only, hooks tmpfs,
 //	                                 info read-only
 //	/workspace/.git/worktrees/W      per linked worktree: its own bind,
 //	                                 commondir, gitdir, config.worktree
@@ -29,11 +33,14 @@
 // (Plan.CommonDir, Plan.Common).
 //
 // What these mounts cannot cover (names that do not exist yet: a new
-// `.git/commondir`, nested repositories and gitfiles elsewhere in the
-// workspace, editor configuration the host does not have) is closed by the
-// Git-routing daemon (package gitroute), which routes such names to Domain
-// state; with ignored-path isolation disabled those names are not covered
-// (docs/CONFIG.md says so).
+// `.git/commondir` or `config.worktree`, nested repositories and gitfiles
+// elsewhere in the workspace, a .git the host did not have, editor
+// configuration the host does not have) is closed by the Git-routing
+// daemon (package gitroute), which serves the workspace whether or not
+// ignored-path isolation is on: it refuses the Git-directory names and
+// routes the rest to Domain state (Plan.RoutedNames). What the host's Git
+// configuration names elsewhere in the workspace (hooks directories,
+// included files, programs) is package gitconfigguard's.
 package gitsentry
 
 import (
@@ -108,6 +115,17 @@ type Plan struct {
 	// Common are the Git Sentry mounts of CommonDir, Rel relative to it
 	// ("." is CommonDir itself), parents first.
 	Common []Mount
+}
+
+// RoutedNames are the top-level names the Git-routing daemon must route to
+// Domain state: the absent editor configuration, and .git when the
+// workspace had none (a repository the sandbox creates is its own).
+func (p Plan) RoutedNames() []string {
+	names := append([]string(nil), p.HiddenNames...)
+	if !p.HasGitDir && !p.GitFile {
+		names = append(names, ".git")
+	}
+	return names
 }
 
 // OptInSetting names the profile setting that mounts a linked worktree's
@@ -276,6 +294,18 @@ func addGitDir(ms *[]Mount, base, rel string, top bool) error {
 		return errdefs.New(errdefs.ErrRefused, "%s is not a regular file; the Git Sentry needs the repository's config to exist to protect it (run `git -C %s config --list` to repair the repository)", cfg, ws)
 	}
 	*ms = append(*ms, Mount{Rel: path.Join(rel, "config"), Source: cfg, Kind: ReadOnly})
+	// Host Git reads config.worktree with extensions.worktreeConfig; a
+	// missing one cannot be created (the daemon's name policy).
+	cw := filepath.Join(abs, "config.worktree")
+	switch st, err := os.Lstat(cw); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("inspect %s: %w", cw, err)
+	case !st.Mode().IsRegular():
+		return errdefs.New(errdefs.ErrRefused, "%s is not a regular file (a symlink?); the Git Sentry cannot protect it: replace it with a regular file on the host", cw)
+	default:
+		*ms = append(*ms, Mount{Rel: path.Join(rel, "config.worktree"), Source: cw, Kind: ReadOnly})
+	}
 	hooks := filepath.Join(abs, "hooks")
 	if err := ensureDir(hooks); err != nil {
 		return err
@@ -293,15 +323,17 @@ func addGitDir(ms *[]Mount, base, rel string, top bool) error {
 	}
 	// Submodule gitdirs, recursively (.git/modules/a/modules/b).
 	mods := filepath.Join(abs, "modules")
-	return walkModules(mods, func(gitdir string) error {
+	return WalkModules(mods, func(gitdir string) error {
 		r, _ := filepath.Rel(ws, gitdir)
 		return addGitDir(ms, ws, filepath.ToSlash(r), false)
 	})
 }
 
-// walkModules calls f for every submodule Git directory below dir (a
-// directory holding a config file and HEAD; names may contain slashes).
-func walkModules(dir string, f func(string) error) error {
+// WalkModules calls f for every submodule Git directory below dir (a
+// .git/modules directory; a Git directory is a directory holding HEAD;
+// names may contain slashes). It does not descend into a Git directory's
+// own modules: f does that if it wants.
+func WalkModules(dir string, f func(string) error) error {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -320,7 +352,7 @@ func walkModules(dir string, f func(string) error) error {
 			}
 			continue
 		}
-		if err := walkModules(sub, f); err != nil { // a name with slashes
+		if err := WalkModules(sub, f); err != nil { // a name with slashes
 			return err
 		}
 	}

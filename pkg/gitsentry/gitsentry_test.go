@@ -33,6 +33,9 @@ func TestComputePlan(t *testing.T) {
 	os.MkdirAll(filepath.Join(ws, ".git", "modules", "sub"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".git", "modules", "sub", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644)
 	os.WriteFile(filepath.Join(ws, ".git", "modules", "sub", "config"), []byte("[core]\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, ".git", "modules", "sub", "config.worktree"), []byte("[core]\n"), 0o644)
+	run(t, ws, "config", "extensions.worktreeConfig", "true")
+	run(t, ws, "config", "--worktree", "core.sparseCheckout", "false")
 	os.RemoveAll(filepath.Join(ws, ".git", "info"))
 	os.MkdirAll(filepath.Join(ws, ".vscode"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".exrc"), []byte("set x"), 0o644)
@@ -47,16 +50,23 @@ func TestComputePlan(t *testing.T) {
 			t.Errorf("%s: source %s", m.Rel, m.Source)
 		}
 	}
-	want := ".git:bind .git/config:read-only .git/hooks:transient .git/info:read-only " +
+	want := ".git:bind .git/config:read-only .git/config.worktree:read-only .git/hooks:transient .git/info:read-only " +
 		".git/worktrees/linked:bind .git/worktrees/linked/commondir:read-only .git/worktrees/linked/gitdir:read-only " +
-		".git/modules/sub:bind .git/modules/sub/config:read-only .git/modules/sub/hooks:transient .git/modules/sub/info:read-only " +
+		".git/modules/sub:bind .git/modules/sub/config:read-only .git/modules/sub/config.worktree:read-only .git/modules/sub/hooks:transient .git/modules/sub/info:read-only " +
 		".vscode:transient .exrc:read-only"
 	if strings.Join(got, " ") != want {
 		t.Errorf("plan:\n got %s\nwant %s", strings.Join(got, " "), want)
 	}
-	if !p.HasGitDir || strings.Join(p.HiddenNames, ",") != ".idea" {
-		t.Errorf("HasGitDir %v hidden %v", p.HasGitDir, p.HiddenNames)
+	if !p.HasGitDir || strings.Join(p.HiddenNames, ",") != ".idea" || strings.Join(p.RoutedNames(), ",") != ".idea" {
+		t.Errorf("HasGitDir %v hidden %v routed %v", p.HasGitDir, p.HiddenNames, p.RoutedNames())
 	}
+	// A config.worktree that is not a regular file is refused.
+	os.Rename(filepath.Join(ws, ".git", "modules", "sub", "config.worktree"), filepath.Join(ws, ".git", "modules", "sub", "cw"))
+	os.Symlink("cw", filepath.Join(ws, ".git", "modules", "sub", "config.worktree"))
+	if _, err := Compute(ws, Options{}); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "config.worktree") {
+		t.Errorf("symlinked config.worktree: %v", err)
+	}
+	os.Remove(filepath.Join(ws, ".git", "modules", "sub", "config.worktree"))
 	if _, err := os.Stat(filepath.Join(ws, ".git", "info")); err != nil {
 		t.Errorf("info/ not created for its mount: %v", err)
 	}
@@ -112,7 +122,7 @@ func TestComputePlan(t *testing.T) {
 	plain := filepath.Join(root, "plain")
 	os.MkdirAll(plain, 0o755)
 	p, err = Compute(plain, Options{})
-	if err != nil || len(p.Mounts) != 0 || p.HasGitDir {
+	if err != nil || len(p.Mounts) != 0 || p.HasGitDir || strings.Join(p.RoutedNames(), ",") != ".git" {
 		t.Errorf("plain dir: %+v %v", p, err)
 	}
 }

@@ -28,9 +28,13 @@ type gitRouting struct {
 }
 
 // gitSentryStart computes the workspace's Git Sentry (SR-4) into the
-// sandbox description and, unless the profile disables ignored-path
-// isolation (FR-9), records the git_routing participant's bare Intent and
-// returns what RS needs to acquire the Git-routing daemon (SR-13).
+// sandbox description, records the git_routing participant's bare Intent
+// and returns what RS needs to acquire the Git-routing daemon. The daemon
+// serves /workspace whether or not the profile disables ignored-path
+// isolation (FR-9; then it applies no ignore rules): it is what keeps a
+// .git the host lacks, nested repositories, absent editor configuration
+// and the host Git configuration guard (SR-4) away from the host, none of
+// which a mount could cover.
 func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
 	plan, err := gitsentry.Compute(c.ws, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: c.profile.ShareEditorConfig, MountCommonDir: c.profile.GitCommonDir})
 	if err != nil {
@@ -47,13 +51,6 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 		}
 	}
 	isolate := c.profile.IgnoredPathIsolation
-	if !isolate && !plan.HasGitDir {
-		c.log.Info("ignored-path isolation disabled by the profile and no Git directory: the workspace is a plain bind")
-		for _, m := range plan.Mounts {
-			sb.Protected = append(sb.Protected, ocispec.Protected{Rel: m.Rel, Source: m.Source, ReadOnly: m.Kind == gitsentry.ReadOnly, Transient: m.Kind == gitsentry.Transient})
-		}
-		return nil, nil
-	}
 	if isolate {
 		if err := c.awaitSticky(); err != nil { // the daemon reads the record
 			return nil, err
@@ -69,28 +66,21 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 		}
 		sb.Protected = append(sb.Protected, ocispec.Protected{Rel: m.Rel, Source: src, ReadOnly: m.Kind == gitsentry.ReadOnly, Transient: m.Kind == gitsentry.Transient})
 	}
-	sb.RouterSource = mnt
-	var hidden []string
-	if isolate {
-		hidden = plan.HiddenNames
-		if !plan.HasGitDir && !plan.GitFile {
-			hidden = append(hidden, ".git")
-		}
-	} else {
-		c.log.Info("ignored-path isolation disabled by the profile: the workspace is a plain bind; only the Git directory is served by the Git-routing daemon")
+	sb.RouterSource, sb.WorkspaceSource = mnt, mnt
+	if !isolate {
+		c.log.Info("ignored-path isolation disabled by the profile: Git-ignored paths are the host's; the Git-routing daemon still keeps Git directories the host lacks, absent editor configuration and the Git configuration guard")
 	}
 	home, _ := os.UserHomeDir()
 	_, common := ignorerules.GitDirs(c.ws)
+	files, trees := c.gitGuardPaths(plan)
 	start := &lv1.GitRoutingStart{
-		Workspace: c.ws, StateDir: c.paths.IgnoredStateDir(), Mountpoint: c.paths.RoutedWorkspace(),
+		Workspace: c.ws, StateDir: c.paths.IgnoredStateDir(), Mountpoint: mnt,
 		ExcludesFile: ignorerules.ExcludesFile(common, home, os.Getenv("XDG_CONFIG_HOME")),
-		HiddenNames:  hidden, IgnoredPathIsolation: isolate,
+		HiddenNames:  plan.RoutedNames(), IgnoredPathIsolation: isolate,
+		GuardedFiles: files, GuardedTrees: trees,
 	}
 	if err := os.MkdirAll(start.StateDir, 0o700); err != nil {
 		return nil, err
-	}
-	if isolate {
-		sb.WorkspaceSource = start.Mountpoint
 	}
 	if c.store != nil {
 		if err := c.store.Update(func(tx *store.Tx) error {

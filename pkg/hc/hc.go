@@ -44,6 +44,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
@@ -119,6 +120,9 @@ type coordinator struct {
 	routing      gitRouting
 	wantRouting  bool // the generation asked RS for a Git-routing daemon
 	sticky       stickyState
+	// gitGuard is what host Git runs or reads from the workspace
+	// (gitconfig.go), kept read-only by the Git-routing daemon.
+	gitGuard []gitconfigguard.Path
 	// leasedArtifact is the prepared artifact whose lease is recorded;
 	// anchorsUnmounted the anchor mount IDs RS reported unmounted (lease.go).
 	leasedArtifact   string
@@ -254,9 +258,11 @@ func (c *coordinator) init() error {
 	if c.broker, err = proc.NewBroker(c.log, exe); err != nil {
 		return err
 	}
-	// The developer's Git identity (guestEnv) is read while the store
-	// opens and recovery runs: a Git start-up is ~15 ms here.
-	gitIdentity := c.readHostGitIdentity()
+	// The developer's Git configuration (its identity for guestEnv, and
+	// what host Git runs or reads from the workspace for the Git Sentry)
+	// is read while the store opens and recovery runs: a Git start-up is
+	// ~15 ms here.
+	hostGitConfig := c.readHostGitConfig()
 	if err := c.hostSupport(); err != nil {
 		return err
 	}
@@ -282,7 +288,12 @@ func (c *coordinator) init() error {
 	if err := copyExecutable(escalate, filepath.Join(c.paths.ControlMountSource(), "bin", locate.Escalate)); err != nil {
 		return fmt.Errorf("install %s into the control mount: %w", locate.Escalate, err)
 	}
-	c.baseEnv = c.guestEnv(gitIdentity())
+	gitCfg, err := hostGitConfig()
+	if err != nil {
+		return err
+	}
+	c.gitGuard = gitCfg.Paths
+	c.baseEnv = c.guestEnv(gitIdentity(gitCfg.Effective))
 	// The generation's ephemeral Trust Anchor: TLS CA, protocol issuer,
 	// coordinator leaves and the sandbox request-signing key (spec §3.2).
 	if c.anchor, err = trust.NewAnchor(trust.GenerationIdentity{
@@ -441,62 +452,6 @@ func (c *coordinator) guestEnv(gitIdentity []gitSetting) []string {
 		}
 	}
 	return env
-}
-
-// gitSetting is one key of the developer's Git configuration.
-type gitSetting struct{ key, value string }
-
-// gitIdentityKeys are the settings guest processes inherit, in this order.
-var gitIdentityKeys = []string{"user.name", "user.email"}
-
-// readHostGitIdentity starts reading the developer's effective Git
-// identity for the workspace (so a repository-local identity wins, as on
-// the host) with one `git config` and returns the function that waits for
-// it. Nothing set, no Git, or a failing Git is no identity.
-func (c *coordinator) readHostGitIdentity() func() []gitSetting {
-	done := make(chan []gitSetting, 1)
-	go func() {
-		git, err := locate.Find("git", func(string) string { return "" })
-		if err != nil {
-			done <- nil
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.Getenv("HOME")}
-		if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
-			env = append(env, "XDG_CONFIG_HOME="+x)
-		}
-		out, _, st, err := c.broker.Output(ctx, "git config", proc.Command{Path: git, Args: []string{"git", "config", "-z", "--get-regexp", `^user\.(name|email)$`}, Env: env, Dir: c.ws}, 16384)
-		if err != nil || st.ShellCode() != 0 {
-			done <- nil
-			return
-		}
-		done <- parseGitIdentity(out)
-	}()
-	return func() []gitSetting { return <-done }
-}
-
-// parseGitIdentity reads `git config -z --get-regexp` output ("key\nvalue"
-// entries, each ended by NUL, in the order Git reads its files) and keeps,
-// like `git config --get`, the last value of each identity key; empty
-// values are left out.
-func parseGitIdentity(out []byte) []gitSetting {
-	last := map[string]string{}
-	for _, e := range strings.Split(string(out), "\x00") {
-		k, v, ok := strings.Cut(e, "\n")
-		if !ok {
-			continue // a key without a value ("[user] name" alone)
-		}
-		last[strings.ToLower(k)] = v
-	}
-	var gs []gitSetting
-	for _, k := range gitIdentityKeys {
-		if v := strings.TrimSpace(last[k]); v != "" {
-			gs = append(gs, gitSetting{k, v})
-		}
-	}
-	return gs
 }
 
 func (c *coordinator) setState(s state, err error) {

@@ -54,6 +54,12 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	for _, n := range g.HiddenNames {
 		args = append(args, "--hide="+n)
 	}
+	for _, p := range g.GuardedFiles {
+		args = append(args, "--guard="+p)
+	}
+	for _, p := range g.GuardedTrees {
+		args = append(args, "--guard-tree="+p)
+	}
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "git_routing",
 		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path

@@ -727,11 +727,18 @@ type GitRoutingStart struct {
 	// a .git the host did not have).
 	HiddenNames []string `protobuf:"bytes,5,rep,name=hidden_names,json=hiddenNames,proto3" json:"hidden_names,omitempty"`
 	// False when the profile disables ignored-path isolation (FR-9): the
-	// daemon then only serves the Git directory (the Git Sentry's name
-	// policy) and /workspace is a plain bind.
+	// daemon then applies no ignore rules (every other path is the host's);
+	// it still serves /workspace, routing hidden names and nested Git
+	// directories to state and enforcing the Git Sentry's name policy.
 	IgnoredPathIsolation bool `protobuf:"varint,6,opt,name=ignored_path_isolation,json=ignoredPathIsolation,proto3" json:"ignored_path_isolation,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The host Git configuration guard (package gitconfigguard):
+	// workspace-relative paths host Git reads as configuration or executes,
+	// kept read-only while served from the host; guarded_trees with
+	// everything beneath them (a core.hooksPath directory).
+	GuardedFiles  []string `protobuf:"bytes,7,rep,name=guarded_files,json=guardedFiles,proto3" json:"guarded_files,omitempty"`
+	GuardedTrees  []string `protobuf:"bytes,8,rep,name=guarded_trees,json=guardedTrees,proto3" json:"guarded_trees,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GitRoutingStart) Reset() {
@@ -804,6 +811,20 @@ func (x *GitRoutingStart) GetIgnoredPathIsolation() bool {
 		return x.IgnoredPathIsolation
 	}
 	return false
+}
+
+func (x *GitRoutingStart) GetGuardedFiles() []string {
+	if x != nil {
+		return x.GuardedFiles
+	}
+	return nil
+}
+
+func (x *GitRoutingStart) GetGuardedTrees() []string {
+	if x != nil {
+		return x.GuardedTrees
+	}
+	return nil
 }
 
 // StagedProcessOwnership is CausalChildAcquisitionV1 step 6 for an
@@ -1629,7 +1650,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\vtap_gateway\x18\x0e \x01(\tR\n" +
 	"tapGateway\x12<\n" +
 	"\vgit_routing\x18\x14 \x01(\v2\x1b.lazaret.v1.GitRoutingStartR\n" +
-	"gitRouting\"\xea\x01\n" +
+	"gitRouting\"\xb4\x02\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +
@@ -1638,7 +1659,9 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"mountpoint\x12#\n" +
 	"\rexcludes_file\x18\x04 \x01(\tR\fexcludesFile\x12!\n" +
 	"\fhidden_names\x18\x05 \x03(\tR\vhiddenNames\x124\n" +
-	"\x16ignored_path_isolation\x18\x06 \x01(\bR\x14ignoredPathIsolation\"\xee\x01\n" +
+	"\x16ignored_path_isolation\x18\x06 \x01(\bR\x14ignoredPathIsolation\x12#\n" +
+	"\rguarded_files\x18\a \x03(\tR\fguardedFiles\x12#\n" +
+	"\rguarded_trees\x18\b \x03(\tR\fguardedTrees\"\xee\x01\n" +
 	"\x16StagedProcessOwnership\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +

@@ -120,9 +120,9 @@ Examples:
 }
 
 // ignoredView is the routing decision the next run of the Domain makes
-// (the same inputs as the coordinator's: the workspace's ignore rules, the
-// Domain's sticky ignored paths, the Git Sentry's hidden names, the
-// profile's isolation setting).
+// (the same inputs as the coordinator's: the workspace's ignore rules
+// unless the profile disables isolation, the Domain's sticky ignored
+// paths, the Git Sentry's routed names).
 type ignoredView struct {
 	isolate bool
 	rules   *ignorerules.Rules // nil when isolation is off
@@ -141,24 +141,22 @@ func ignoredRouting(rd resolvedDomain) (ignoredView, error) {
 		return ignoredView{}, err
 	}
 	v := ignoredView{isolate: rd.prof.Config.IgnoredPathIsolation, sticky: sticky}
-	if !v.isolate {
-		v.routed = func(string, bool) bool { return false }
-		return v, nil
-	}
 	plan, err := gitsentry.Compute(rd.workspace, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: rd.prof.Config.ShareEditorConfig})
 	if err != nil {
 		return v, err
 	}
-	home, _ := os.UserHomeDir()
-	if v.rules, err = ignorerules.Load(rd.workspace, ignorerules.ExcludesFile(filepath.Join(rd.workspace, ".git"), home, os.Getenv("XDG_CONFIG_HOME"))); err != nil {
-		return v, err
+	rules := ignorerules.NewRules()
+	if v.isolate {
+		home, _ := os.UserHomeDir()
+		if rules, err = ignorerules.Load(rd.workspace, ignorerules.ExcludesFile(filepath.Join(rd.workspace, ".git"), home, os.Getenv("XDG_CONFIG_HOME"))); err != nil {
+			return v, err
+		}
+		v.rules = rules
 	}
-	hidden := plan.HiddenNames
-	if !plan.HasGitDir {
-		hidden = append(hidden, ".git")
+	r := gitroute.NewRouting(rules, plan.RoutedNames(), !v.isolate)
+	if v.isolate {
+		r.AddSticky(sticky.Names()...)
 	}
-	r := gitroute.NewRouting(v.rules, hidden, false)
-	r.AddSticky(sticky.Names()...)
 	v.routed = r.Ignored
 	return v, nil
 }
@@ -236,7 +234,7 @@ func stateIgnoredList(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s): Ignored Workspace State\n", rd.paths.ID, rd.prof.Name, rd.workspace)
 	if !isolate {
-		fmt.Fprintln(c.App.Writer, "ignored-path isolation is disabled for this profile: the sandbox sees your host copies, none of this state is used")
+		fmt.Fprintln(c.App.Writer, "ignored-path isolation is disabled for this profile: the sandbox sees your host copies of ignored paths; only Git directories your workspace lacks (a .git it creates, nested repositories) and absent editor configuration are kept here")
 	}
 	if len(entries) == 0 {
 		fmt.Fprintln(c.App.Writer, "no ignored path has state")

@@ -1,0 +1,146 @@
+package hc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/gitconfigguard"
+	"github.com/lazaret/lazaret/pkg/gitsentry"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/proc"
+)
+
+// gitSetting is one key of the developer's Git configuration.
+type gitSetting struct{ key, value string }
+
+// gitIdentityKeys are the settings guest processes inherit, in this order.
+var gitIdentityKeys = []string{"user.name", "user.email"}
+
+// hostGitTimeout bounds each host Git run reading configuration.
+const hostGitTimeout = 5 * time.Second
+
+// hostGitOutputLimit bounds the output of one such run; a longer one is
+// refused rather than read in part.
+const hostGitOutputLimit = 4 << 20
+
+// hostGitEnv is the environment of host Git reading configuration: the
+// developer's home and XDG configuration directory, and the variables
+// that choose its global and system files, as in the developer's shell.
+func hostGitEnv() []string {
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.Getenv("HOME")}
+	for _, k := range []string{"XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// readHostGitConfig starts reading the developer's effective Git
+// configuration for the workspace with the host's own Git, through the
+// broker (package gitconfigguard: `git config --show-origin --show-scope
+// -z --list`, and every include Git did not follow), and returns the
+// function that waits for it. Its result gives the guest processes the
+// developer's identity (a repository-local one wins, as on the host) and
+// the Git Sentry what host Git runs or reads from the workspace.
+//
+// No Git on the host is no configuration (nothing to protect from a Git
+// that is not there); a Git that fails fails the generation, because what
+// it would run cannot be known.
+func (c *coordinator) readHostGitConfig() func() (gitconfigguard.Result, error) {
+	type result struct {
+		r   gitconfigguard.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		git, err := locate.Find("git", func(string) string { return "" })
+		if err != nil {
+			if c.log != nil {
+				c.log.Warn("no host git: no host Git configuration to protect beyond the Git Sentry", "err", err)
+			}
+			done <- result{}
+			return
+		}
+		env := hostGitEnv()
+		read := func(args []string) ([]byte, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), hostGitTimeout)
+			defer cancel()
+			out, stderr, st, err := c.broker.Output(ctx, "git config", proc.Command{Path: git, Args: append([]string{"git"}, args...), Env: env, Dir: c.ws}, hostGitOutputLimit)
+			switch {
+			case err != nil:
+				return nil, fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
+			case st.ShellCode() != 0:
+				return nil, errdefs.New(errdefs.ErrRefused, "`git %s` in %s exited %d: %s; fix the configuration it names (host Git fails there too), then start again", strings.Join(args, " "), c.ws, st.ShellCode(), strings.TrimSpace(string(stderr)))
+			case len(out) >= hostGitOutputLimit:
+				return nil, errdefs.New(errdefs.ErrRefused, "`git %s` in %s printed more than %d bytes; Lazaret reads all of it to protect what host Git runs: reduce the configuration", strings.Join(args, " "), c.ws, hostGitOutputLimit)
+			}
+			return out, nil
+		}
+		home := os.Getenv("HOME")
+		r, err := gitconfigguard.Compute(gitconfigguard.Input{Workspace: c.ws, TopLevel: gitconfigguard.TopLevel(c.ws), Home: home, Dir: c.ws}, read)
+		done <- result{r, err}
+	}()
+	return func() (gitconfigguard.Result, error) {
+		r := <-done
+		return r.r, r.err
+	}
+}
+
+// gitIdentity keeps, like `git config --get`, the last value of each
+// identity key of the effective configuration (Git lists its files from
+// system to worktree); empty values and keys without a value are no
+// identity.
+func gitIdentity(ents []gitconfigguard.Entry) []gitSetting {
+	last := map[string]string{}
+	for _, e := range ents {
+		if e.NoValue {
+			continue // "[user] name" alone
+		}
+		last[strings.ToLower(e.Key)] = e.Value
+	}
+	var gs []gitSetting
+	for _, k := range gitIdentityKeys {
+		if v := strings.TrimSpace(last[k]); v != "" {
+			gs = append(gs, gitSetting{k, v})
+		}
+	}
+	return gs
+}
+
+// gitGuardPaths splits the generation's guarded paths for the Git-routing
+// daemon and logs them, leaving out those a read-only or transient Git
+// Sentry mount already covers (.git/config, config.worktree, hooks, info:
+// the daemon never sees a write there, and an empty guard costs nothing).
+func (c *coordinator) gitGuardPaths(plan gitsentry.Plan) (files, trees []string) {
+	for _, p := range c.gitGuard {
+		if coveredByMount(plan, p.Rel) {
+			continue
+		}
+		if p.Tree {
+			trees = append(trees, p.Rel)
+		} else {
+			files = append(files, p.Rel)
+		}
+		c.log.Debug("host Git configuration guard", "guarded_path", p.Rel, "tree", p.Tree, "reason", p.Reason)
+	}
+	if len(files)+len(trees) > 0 {
+		c.log.Info("host Git configuration guard: read-only inside", "guarded_files", strings.Join(files, " "), "guarded_trees", strings.Join(trees, " "))
+	}
+	return files, trees
+}
+
+// coveredByMount reports whether rel is, or lies beneath, a read-only or
+// transient mount of the plan.
+func coveredByMount(plan gitsentry.Plan, rel string) bool {
+	for _, m := range plan.Mounts {
+		if m.Kind != gitsentry.Bind && (rel == m.Rel || strings.HasPrefix(rel, m.Rel+"/")) {
+			return true
+		}
+	}
+	return false
+}
