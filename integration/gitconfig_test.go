@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// The scenarios below are the attacks of issue #21 on what host Git runs
+// The scenarios below are the attacks on what host Git runs
 // or reads as configuration (spec §3.4 Git Sentry, SR-4): each plants,
 // from inside, a command that would create a marker file outside the
 // workspace when host Git runs it (and does nothing when Git inside runs

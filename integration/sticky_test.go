@@ -27,7 +27,7 @@ func stickyPaths(t *testing.T, ws string) map[string]map[string]any {
 }
 
 // TestSR13GitignoreEditCannotUndoIsolation (spec §3.4, §3.8, SR-13) is
-// the attack of issue #21: the sandbox removes `.venv/` and `.env` from the
+// the attack: the sandbox removes `.venv/` and `.env` from the
 // workspace's .gitignore so that the next generation, which reads the
 // edited rules, would show it the host's .venv and .env.
 // Ignore isolation must not be undone from inside: both stay routed to the
