@@ -256,8 +256,24 @@ func unwrapPath(err error) error {
 
 // All runs every check the foundation needs, in order, stopping at the first
 // failure.
-func (h Host) All() error {
-	for _, check := range []func() error{h.NotRoot, h.Kernel, h.Tun} {
+func (h Host) All() error { return h.checks(h.Kernel) }
+
+// AllButQualification is All with the kernel checked only against the
+// floor (x86-64, Linux ≥ 6.9): for a caller that checks the exact build's
+// qualification once it knows the sandbox-writable trees (Kernel with
+// SandboxWritable set), without reading the records twice.
+func (h Host) AllButQualification() error {
+	return h.checks(func() error {
+		u, err := h.Uname()
+		if err != nil {
+			return errdefs.Mark(fmt.Errorf("uname: %w", err), errdefs.ErrUnsupportedHost)
+		}
+		return Floor(u)
+	})
+}
+
+func (h Host) checks(kernel func() error) error {
+	for _, check := range []func() error{h.NotRoot, kernel, h.Tun} {
 		if err := check(); err != nil {
 			return err
 		}

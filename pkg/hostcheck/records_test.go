@@ -164,3 +164,18 @@ func TestRecordFileName(t *testing.T) {
 		t.Fatalf("unsafe name %s", n)
 	}
 }
+
+// TestAllButQualificationReadsNoRecord: the early checks of `lazaret run`
+// refuse what no record can lift (an old kernel) but never read a record.
+func TestAllButQualificationReadsNoRecord(t *testing.T) {
+	h := good()
+	h.Uname = func() (Uname, error) { return hostBuild, nil }
+	h.Records = func([]string) RecordSet { t.Fatal("records read by the early checks"); return RecordSet{} }
+	if err := h.AllButQualification(); err != nil {
+		t.Fatal(err)
+	}
+	h.Uname = func() (Uname, error) { return Uname{"6.8.0", "#1", "x86_64"}, nil }
+	if err := h.AllButQualification(); !errors.Is(err, errdefs.ErrUnsupportedHost) || !strings.Contains(err.Error(), "upgrade the kernel") {
+		t.Fatalf("old kernel: %v", err)
+	}
+}

@@ -84,10 +84,11 @@ func runAction(c *cli.Context) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 	// The host checks come first (root, kernel, devices, subordinate ids),
-	// before any configuration is read; the kernel check is repeated below
-	// once the trees the sandbox will write are known.
+	// before any configuration is read; the exact build's qualification is
+	// checked below, once the trees the sandbox will write are known (the
+	// records are read once).
 	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
-	if err := host.All(); err != nil {
+	if err := host.AllButQualification(); err != nil {
 		return err
 	}
 	prof, err := lookupProfileIn(c.String("config"), c.String("profile"))
