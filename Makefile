@@ -130,6 +130,7 @@ test-debian:
 integration: build-failpoints
 	scripts/setup.sh user $(TEST_USER)
 	scripts/setup.sh images $(TEST_USER) busybox debian
+	scripts/setup.sh test-debs
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 30m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
 
 bench: setup build

@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(netServerEnv); cfg != "" {
 		runNetServer(cfg) // the network tests' test host, inside its netns
 	}
+	if cfg := os.Getenv(httpServerEnv); cfg != "" {
+		runHTTPServer(cfg) // the identity test's apt repository, inside its netns
+	}
 	flag.Parse()
 	E, setupErr = setup()
 	code := m.Run()

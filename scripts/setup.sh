@@ -270,6 +270,30 @@ kernel() {
 	"$bin/lazaret" "${args[@]}" || die "the kernel qualification suite failed (its output is above): Lazaret cannot run on this kernel build"
 }
 
+# test_debs: the real Debian packages of jq (and what it depends on) as a
+# flat apt repository, for the identity integration test: it serves them
+# from a test host in a network namespace and installs them with apt inside
+# the sandbox, so no test traffic leaves the machine. Downloaded once from
+# this machine's configured Debian mirror.
+test_debs() {
+	local dir=/var/cache/lazaret/test-debs
+	if [ -s "$dir/Packages" ]; then return 0; fi
+	command -v apt-get >/dev/null || die "test-debs needs apt-get (a Debian or Ubuntu host)"
+	as_root mkdir -p "$dir.tmp"
+	( cd "$dir.tmp" && as_root apt-get download jq libjq1 libonig5 ) >&2 ||
+		{ as_root apt-get update >&2 && ( cd "$dir.tmp" && as_root apt-get download jq libjq1 libonig5 ) >&2; } ||
+		die "apt-get download jq libjq1 libonig5 failed: check this machine's apt sources (apt-get update)"
+	local f
+	for f in "$dir.tmp"/*.deb; do
+		dpkg-deb -f "$f"
+		printf 'Filename: ./%s\nSize: %s\nSHA256: %s\n\n' "$(basename "$f")" "$(stat -c %s "$f")" "$(sha256sum "$f" | cut -d' ' -f1)"
+	done | as_root tee "$dir.tmp/Packages" >/dev/null
+	as_root chmod -R a+rX "$dir.tmp"
+	as_root rm -rf "$dir"
+	as_root mv "$dir.tmp" "$dir"
+	say "test packages in $dir"
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
 deps) deps ;;
@@ -278,6 +302,7 @@ user) user "$@" ;;
 images) images "$@" ;;
 demo-workspace) demo_workspace "$@" ;;
 kernel) kernel "$@" ;;
+test-debs) test_debs ;;
 protoc) install_step protoc ;;
-*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | protoc" ;;
+*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | test-debs | protoc" ;;
 esac

@@ -182,7 +182,7 @@ func mountScenario(t *testing.T) error {
 	if b, _ := os.ReadFile(filepath.Join(root, Dir, "usr", upperName, "bin", "new")); string(b) != "upper" {
 		t.Errorf("write not in the upper")
 	}
-	ins, err := Inspect(root, "/usr", lower)
+	ins, err := Inspect(root, "/usr", lower, GuestIDs{})
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func mountScenario(t *testing.T) error {
 	}
 	os.RemoveAll(filepath.Join(target, "bin"))
 	os.Mkdir(filepath.Join(target, "bin"), 0o755)
-	if ins, _ := Inspect(root, "/usr", lower); len(ins.Changes) != 1 || ins.Changes[0].Kind != "opaque" {
+	if ins, _ := Inspect(root, "/usr", lower, GuestIDs{}); len(ins.Changes) != 1 || ins.Changes[0].Kind != "opaque" {
 		t.Errorf("inspect after replacing bin: %+v", ins)
 	}
 	os.WriteFile(filepath.Join(target, "bin", "new"), []byte("upper"), 0o644)
@@ -244,4 +244,18 @@ func mountScenario(t *testing.T) error {
 		t.Errorf("purge %d %v", n, err)
 	}
 	return nil
+}
+
+// TestGuestIDs: owners are reported as the ids the sandbox shows — the
+// developer as root, subordinate id start+k as k+1, others as -1.
+func TestGuestIDs(t *testing.T) {
+	g := GuestIDs{HostUID: 1001, HostGID: 1002, UIDStart: 100000, GIDStart: 200000, Count: 65536}
+	for host, want := range map[uint32]int64{1001: 0, 100000: 1, 100041: 42, 165533: 65534, 165534: 65535, 165535: -1, 0: -1, 99999: -1} {
+		if got := g.UID(host); got != want {
+			t.Errorf("UID(%d) = %d, want %d", host, got, want)
+		}
+	}
+	if g.GID(1002) != 0 || g.GID(200041) != 42 || g.GID(1001) != -1 {
+		t.Errorf("GID: %d %d %d", g.GID(1002), g.GID(200041), g.GID(1001))
+	}
 }

@@ -20,7 +20,38 @@ type Change struct {
 	// Type: file, dir, symlink, fifo, socket, device.
 	Type string `json:"type"`
 	Size int64  `json:"size"`
+	// UID and GID are the entry's owner as guest ids (what `ls -n` shows
+	// inside); -1 for a host owner outside the sandbox's map. A whiteout
+	// has none (0).
+	UID int64 `json:"uid"`
+	GID int64 `json:"gid"`
 }
+
+// GuestIDs translates the host owners of upper entries into guest ids:
+// the developer is guest root and subordinate id Start+k is guest k+1
+// (the Runtime Supervisor's map with ocispec.IDMappings on top).
+type GuestIDs struct {
+	HostUID, HostGID   uint32
+	UIDStart, GIDStart uint32
+	// Count is the number of guest ids (ocispec.GuestIDs).
+	Count uint32
+}
+
+func (g GuestIDs) guest(id, self, start uint32) int64 {
+	switch {
+	case id == self:
+		return 0
+	case id >= start && id-start < g.Count-1:
+		return int64(id-start) + 1
+	}
+	return -1
+}
+
+// UID is the guest uid of host uid id (-1: outside the map).
+func (g GuestIDs) UID(id uint32) int64 { return g.guest(id, g.HostUID, g.UIDStart) }
+
+// GID is the guest gid of host gid id (-1: outside the map).
+func (g GuestIDs) GID(id uint32) int64 { return g.guest(id, g.HostGID, g.GIDStart) }
 
 // Inspection is the report of one State Anchor.
 type Inspection struct {
@@ -35,10 +66,11 @@ type Inspection struct {
 
 // Inspect classifies the upper of the State Anchor for guestPath against
 // lowerRoot (the prepared rootfs the next launch uses; "" to skip the
-// comparison and report every regular entry as added). It prints no file
+// comparison and report every regular entry as added), reporting owners
+// as guest ids through ids. It prints no file
 // contents, never follows a symlink (every directory is opened beneath its
 // parent with RESOLVE_NO_SYMLINKS) and only reads.
-func Inspect(domainRoot, guestPath, lowerRoot string) (Inspection, error) {
+func Inspect(domainRoot, guestPath, lowerRoot string, ids GuestIDs) (Inspection, error) {
 	ins := Inspection{GuestPath: guestPath, Changes: []Change{}}
 	name, err := Name(guestPath)
 	if err != nil {
@@ -80,13 +112,13 @@ func Inspect(domainRoot, guestPath, lowerRoot string) (Inspection, error) {
 	if lfd >= 0 {
 		defer unix.Close(lfd)
 	}
-	walk(ufd, lfd, guestPath, &ins, 0)
+	walk(ufd, lfd, guestPath, &ins, ids, 0)
 	return ins, nil
 }
 
 // walk classifies the entries of upper directory ufd (lfd: the lower
 // directory at the same path, or -1 when there is none).
-func walk(ufd, lfd int, guest string, ins *Inspection, depth int) {
+func walk(ufd, lfd int, guest string, ins *Inspection, ids GuestIDs, depth int) {
 	if depth > statetree.MaxDepth {
 		return
 	}
@@ -117,7 +149,7 @@ func walk(ufd, lfd int, guest string, ins *Inspection, depth int) {
 			if inLower {
 				kind = "modified"
 			}
-			ins.Changes = append(ins.Changes, Change{Path: p, Kind: kind, Type: typ, Size: st.Size})
+			ins.Changes = append(ins.Changes, Change{Path: p, Kind: kind, Type: typ, Size: st.Size, UID: ids.UID(st.Uid), GID: ids.GID(st.Gid)})
 			ins.Bytes += st.Size
 			continue
 		}
@@ -128,17 +160,18 @@ func walk(ufd, lfd int, guest string, ins *Inspection, depth int) {
 		}
 		opaque := isOpaque(dfd)
 		childLower := -1
+		uid, gid := ids.UID(st.Uid), ids.GID(st.Gid)
 		switch {
 		case opaque:
-			ins.Changes = append(ins.Changes, Change{Path: p, Kind: "opaque", Type: "dir"})
+			ins.Changes = append(ins.Changes, Change{Path: p, Kind: "opaque", Type: "dir", UID: uid, GID: gid})
 		case !inLower:
-			ins.Changes = append(ins.Changes, Change{Path: p, Kind: "added", Type: "dir"})
+			ins.Changes = append(ins.Changes, Change{Path: p, Kind: "added", Type: "dir", UID: uid, GID: gid})
 		case lst.Mode&unix.S_IFMT == unix.S_IFDIR:
 			childLower, _ = statetree.OpenBeneath(lfd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		default:
-			ins.Changes = append(ins.Changes, Change{Path: p, Kind: "modified", Type: "dir"})
+			ins.Changes = append(ins.Changes, Change{Path: p, Kind: "modified", Type: "dir", UID: uid, GID: gid})
 		}
-		walk(dfd, childLower, p, ins, depth+1)
+		walk(dfd, childLower, p, ins, ids, depth+1)
 		if childLower >= 0 {
 			unix.Close(childLower)
 		}

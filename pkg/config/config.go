@@ -96,6 +96,42 @@ type Profile struct {
 	// `lazaret run --git-common-dir` sets it for one start.
 	GitCommonDir bool     `json:"git_common_dir"`
 	Volumes      []Volume `json:"volumes"`
+	// User is the guest user sessions run as: RootUser (the default) or a
+	// name that the guest init creates in the image if it is missing, with
+	// uid and gid UserID and home /home/<name>. Workspace files are the
+	// developer's on the host and appear as this user's inside.
+	User string `json:"user"`
+	// UserID is User's uid and gid (DefaultUserID when not configured; 0
+	// for root).
+	UserID uint32 `json:"user_id"`
+}
+
+// RootUser is the guest superuser, the default User.
+const RootUser = "root"
+
+// DefaultUserID is the uid and gid of a configured non-root User: the
+// first regular user of Debian and of the devcontainer convention.
+const DefaultUserID = 1000
+
+// MaxUserID is the largest configurable user_id (65534 is nobody).
+const MaxUserID = 65533
+
+// GuestUser is a profile's resolved session user.
+type GuestUser struct {
+	Name     string
+	UID, GID uint32
+	Home     string
+}
+
+// IsRoot reports whether u is the guest superuser.
+func (u GuestUser) IsRoot() bool { return u.UID == 0 }
+
+// SessionUser resolves p's User.
+func (p *Profile) SessionUser() GuestUser {
+	if p.User == "" || p.User == RootUser {
+		return GuestUser{Name: RootUser, Home: "/root"}
+	}
+	return GuestUser{Name: p.User, UID: p.UserID, GID: p.UserID, Home: "/home/" + p.User}
 }
 
 // Network is a profile's effective network policy input: Deny includes

@@ -928,3 +928,44 @@ func TestAllowHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionUser: root by default; user = "agent" gets uid 1000 unless
+// user_id says otherwise; bad names and a user_id for root are refused;
+// the user is part of the fingerprint (a root profile keeps its old one).
+func TestSessionUser(t *testing.T) {
+	c := mustParse(t, "[profiles.a]\nuser = \"agent\"\n[profiles.b]\nuser = \"dev\"\nuser_id = 1234\n[profiles.r]\n")
+	for name, want := range map[string]GuestUser{
+		"a":       {Name: "agent", UID: 1000, GID: 1000, Home: "/home/agent"},
+		"b":       {Name: "dev", UID: 1234, GID: 1234, Home: "/home/dev"},
+		"r":       {Name: "root", Home: "/root"},
+		"default": {Name: "root", Home: "/root"},
+	} {
+		p, err := c.Profile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.SessionUser(); got != want {
+			t.Errorf("%s: %+v, want %+v", name, got, want)
+		}
+	}
+	a, _ := c.Profile("a")
+	r, _ := c.Profile("r")
+	back, err := FromCanonical(a.Canonical())
+	if err != nil || back.SessionUser() != a.SessionUser() {
+		t.Errorf("canonical round trip: %+v, %v", back, err)
+	}
+	if strings.Contains(string(r.Canonical()), "user") {
+		t.Errorf("a root profile's canonical form names a user: %s", r.Canonical())
+	}
+	for src, want := range map[string]string{
+		"[profiles.x]\nuser = \"Agent!\"\n":             "is not a user name",
+		"[profiles.x]\nuser = \"nobody\"\n":             "nobody cannot be",
+		"[profiles.x]\nuser_id = 1000\n":                "user_id only applies to a non-root user",
+		"[profiles.x]\nuser = \"a\"\nuser_id = 0\n":     "whole number from 1 to 65533",
+		"[profiles.x]\nuser = \"a\"\nuser_id = 65534\n": "whole number from 1 to 65533",
+	} {
+		if _, err := parse(t, src); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", src, err, want)
+		}
+	}
+}

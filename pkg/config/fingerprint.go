@@ -40,6 +40,10 @@ type canonicalProfile struct {
 	ShareEditorConfig    bool              `json:"share_editor_config"`
 	GitCommonDir         bool              `json:"git_common_dir,omitempty"`
 	Volumes              []Volume          `json:"volumes"`
+	// User and UserID: omitted for root, so a root profile keeps the
+	// fingerprint it had before users were configurable.
+	User   string `json:"user,omitempty"`
+	UserID uint32 `json:"user_id,omitempty"`
 }
 
 func (p *Profile) canonical() canonicalProfile {
@@ -70,6 +74,9 @@ func (p *Profile) canonical() canonicalProfile {
 	}
 	sortRules(c.AutoApprove)
 	sort.Slice(c.Volumes, func(i, j int) bool { return c.Volumes[i].Target < c.Volumes[j].Target })
+	if u := p.SessionUser(); !u.IsRoot() {
+		c.User, c.UserID = u.Name, u.UID
+	}
 	allow := append([]netip.Prefix{}, p.Network.Allow...)
 	deny := append([]netip.Prefix{}, p.Network.Deny...)
 	sortPrefixes(allow)
@@ -148,6 +155,11 @@ func FromCanonical(b []byte) (*Profile, error) {
 		ShareEditorConfig:    c.ShareEditorConfig,
 		GitCommonDir:         c.GitCommonDir,
 		Volumes:              c.Volumes,
+		User:                 RootUser,
+		UserID:               c.UserID,
+	}
+	if c.User != "" {
+		p.User = c.User
 	}
 	p.AutoApprove = c.AutoApprove
 	for _, s := range c.Allow {
@@ -237,6 +249,7 @@ func Diff(a, b *Profile) []string {
 	scalar("ignored_path_isolation", fmt.Sprint(ca.IgnoredPathIsolation), fmt.Sprint(cb.IgnoredPathIsolation))
 	scalar("share_editor_config", fmt.Sprint(ca.ShareEditorConfig), fmt.Sprint(cb.ShareEditorConfig))
 	scalar("git_common_dir", fmt.Sprint(ca.GitCommonDir), fmt.Sprint(cb.GitCommonDir))
+	scalar("user", userOf(ca), userOf(cb))
 	var volA, volB []string
 	for _, v := range ca.Volumes {
 		volA = append(volA, v.String())
@@ -299,4 +312,12 @@ func short(fp string) string {
 		return fp[:len("sha256:")+12]
 	}
 	return fp
+}
+
+// userOf names a canonical profile's session user for a diff.
+func userOf(c canonicalProfile) string {
+	if c.User == "" {
+		return RootUser
+	}
+	return fmt.Sprintf("%s (uid %d)", c.User, c.UserID)
 }

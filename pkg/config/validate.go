@@ -38,8 +38,8 @@ var builtinProfiles = []struct{ name, image, description string }{
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "env", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "env", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 )
@@ -66,6 +66,8 @@ type layer struct {
 	isolation, shareEdit *entry[bool]
 	gitCommonDir         *entry[bool]
 	defaultPersistent    *entry[bool]
+	user                 *entry[string]
+	userID               *entry[uint32]
 	persistent           []entry[string]
 	env                  map[string]entry[string]
 	allow, deny          []entry[netip.Prefix]
@@ -228,6 +230,20 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 		case "git_common_dir":
 			if b, ok := d.boolean(p, v); ok {
 				l.gitCommonDir = &entry[bool]{b, p, d.entryWhere(p, defaults)}
+			}
+		case "user":
+			if s, ok := d.str(p, v); ok {
+				if msg := checkUserName(s); msg != "" {
+					d.valueErrorf(p, "%s", msg)
+				} else {
+					l.user = &entry[string]{s, p, d.entryWhere(p, defaults)}
+				}
+			}
+		case "user_id":
+			if n, ok := v.(int64); !ok || n < 1 || n > MaxUserID {
+				d.valueErrorf(p, "must be a whole number from 1 to %d (a guest uid other than root and nobody), not %v", MaxUserID, v)
+			} else {
+				l.userID = &entry[uint32]{uint32(n), p, d.entryWhere(p, defaults)}
 			}
 		case "default_persistent_paths":
 			if b, ok := d.boolean(p, v); ok {
@@ -461,6 +477,12 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		if l.defaultPersistent != nil {
 			withDefaults = l.defaultPersistent.v
 		}
+		if l.user != nil {
+			p.User = l.user.v
+		}
+		if l.userID != nil {
+			p.UserID = l.userID.v
+		}
 		for k, e := range l.env {
 			p.Env[k] = e.v
 		}
@@ -602,7 +624,46 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	if p.Network.AllowHosts == nil {
 		p.Network.AllowHosts = []string{}
 	}
+	d.mergeUser(p, layers)
 	return p
+}
+
+// mergeUser normalises the session user: root unless configured; a
+// non-root user gets DefaultUserID unless user_id says otherwise; user_id
+// without a non-root user is an error.
+func (d *doc) mergeUser(p *Profile, layers []*layer) {
+	if p.User == "" {
+		p.User = RootUser
+	}
+	if p.User != RootUser {
+		if p.UserID == 0 {
+			p.UserID = DefaultUserID
+		}
+		return
+	}
+	if p.UserID != 0 {
+		for _, l := range layers {
+			if l != nil && l.userID != nil {
+				d.valueErrorf(l.userID.path, "user_id only applies to a non-root user: also set user = \"agent\" (or another name), or remove user_id")
+				break
+			}
+		}
+		p.UserID = 0
+	}
+}
+
+// userNamePattern is what useradd accepts by default (NAME_REGEX).
+var userNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,30}$`)
+
+// checkUserName checks a user value; "" when good.
+func checkUserName(s string) string {
+	if !userNamePattern.MatchString(s) {
+		return fmt.Sprintf("%q is not a user name: use lower-case letters, digits, '_' and '-', starting with a letter or '_' (at most 31), e.g. user = \"agent\"", s)
+	}
+	if s == "nobody" {
+		return "nobody cannot be the session user: choose another name, e.g. user = \"agent\""
+	}
+	return ""
 }
 
 func sortPrefixes(ps []netip.Prefix) {

@@ -54,6 +54,7 @@ func Main(args []string) int {
 	mnt := fl.String("mountpoint", "", "where to mount the routed workspace")
 	excludes := fl.String("excludes-file", "", "resolved core.excludesFile ('' for none)")
 	isolate := fl.Bool("isolate", true, "route Git-ignored paths to state (false: no ignore rules; only hidden names and Git directories the host lacks go to state)")
+	owner := fl.String("owner", "0:0", "guest UID:GID the developer's files are reported as (Ownership)")
 	var hide, guardFiles, guardTrees names
 	fl.Var(&hide, "hide", "top-level name always routed to state (repeatable)")
 	stickyRoot := fl.String("sticky-root", "", "Domain Root whose record of sticky ignored paths (package stickyignore) also routes to state ('' for none)")
@@ -76,12 +77,17 @@ func Main(args []string) int {
 		}
 		sticky = rec.Names()
 	}
+	var own Ownership
+	if _, err := fmt.Sscanf(*owner, "%d:%d", &own.UID, &own.GID); err != nil {
+		fmt.Fprintf(os.Stderr, "git-routing: --owner=%q is not UID:GID\n", *owner)
+		return 2
+	}
 	g := Guard{Files: guardFiles, Trees: guardTrees}
 	if err := g.CheckPaths(); err != nil {
 		fmt.Fprintln(os.Stderr, "git-routing:", err)
 		return 2
 	}
-	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, sticky, g, *isolate, log)
+	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, sticky, g, own, *isolate, log)
 	if err != nil {
 		log.Error("mount", "err", err)
 		return 1
@@ -117,8 +123,8 @@ func Main(args []string) int {
 
 // Mount loads the generation's rules and serves the routed workspace at
 // mnt, enforcing the guard g; sticky paths are routed to state too
-// (Routing.AddSticky). The caller owns the returned server and router.
-func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
+// (Routing.AddSticky) and files are owned by the rule own. The caller owns the returned server and router.
+func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
 	rules := ignorerules.NewRules()
 	if isolate {
 		var err error
@@ -145,6 +151,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 	}
 	r := NewRouter(hostFD, stateFD, rules, hidden, g)
 	r.passthrough = !isolate
+	r.SetOwnership(own)
 	r.AddSticky(sticky...)
 	to := cacheTimeout
 	if r.watch, err = newHostWatch(log); err != nil {

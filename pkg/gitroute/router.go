@@ -129,12 +129,83 @@ type Router struct {
 	root  *node
 	// guard is the generation's host Git configuration guard.
 	guard guard
+	// owner is what the developer's files are reported as (Ownership);
+	// selfUID/selfGID are the daemon's, the developer's, ids.
+	owner            Ownership
+	selfUID, selfGID uint32
+	// chowned holds the guest owners set by chown, by stable inode number
+	// (see Ownership): until the daemon exits, the guest user who created
+	// or was given a file sees it as its own.
+	chownedMu sync.Mutex
+	chowned   map[uint64]Ownership
+}
+
+// Ownership is the keep-id rule of the routed workspace (Podman's
+// --userns=keep-id is the reference): every file the sandbox creates on
+// either backend is created by the daemon and so belongs to the developer
+// on the host, a guest chown succeeds without changing the host owner (the
+// developer can always edit and delete what the agent made), and files of
+// the developer (the daemon's own ids, namespace root of the Runtime
+// Supervisor) are reported to the sandbox as the guest ids UID/GID, the
+// profile's session user, so that user sees the workspace as its own.
+// A chown is remembered for the generation (by inode, in memory): the
+// guest user who created a file (gVisor's gofer chowns every new file to
+// its creator) or was given one sees it as its own until the sandbox
+// stops; after a restart it appears as the session user's again. Other
+// host owners are reported as they are. The zero value reports the
+// developer as guest root.
+type Ownership struct {
+	UID, GID uint32
+}
+
+// SetOwnership sets the guest ids the developer's files are reported as.
+func (r *Router) SetOwnership(o Ownership) { r.owner = o }
+
+// chownedOwner is the remembered guest owner of inode ino.
+func (r *Router) chownedOwner(ino uint64) (Ownership, bool) {
+	r.chownedMu.Lock()
+	defer r.chownedMu.Unlock()
+	o, ok := r.chowned[ino]
+	return o, ok
+}
+
+// forgetOwner drops the remembered owner of a removed inode.
+func (r *Router) forgetOwner(ino uint64) {
+	r.chownedMu.Lock()
+	delete(r.chowned, ino)
+	r.chownedMu.Unlock()
+}
+
+// chown remembers a guest chown of inode ino (either id may be absent:
+// it keeps its current guest value).
+func (r *Router) chown(ino uint64, uid uint32, uok bool, gid uint32, gok bool) {
+	r.chownedMu.Lock()
+	defer r.chownedMu.Unlock()
+	o, ok := r.chowned[ino]
+	if !ok {
+		o = r.owner
+	}
+	if uok {
+		o.UID = uid
+	}
+	if gok {
+		o.GID = gid
+	}
+	if o == r.owner {
+		delete(r.chowned, ino)
+		return
+	}
+	if r.chowned == nil {
+		r.chowned = map[uint64]Ownership{}
+	}
+	r.chowned[ino] = o
 }
 
 // NewRouter adopts two O_PATH directory descriptors (host workspace and
 // state directory), the generation's rules and its guard.
 func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string, g Guard) *Router {
-	return &Router{Routing: NewRouting(rules, hidden, false), roots: [2]int{hostFD, stateFD}, guard: newGuard(g)}
+	return &Router{Routing: NewRouting(rules, hidden, false), roots: [2]int{hostFD, stateFD}, guard: newGuard(g),
+		selfUID: uint32(unix.Getuid()), selfGID: uint32(unix.Getgid())}
 }
 
 // Close releases the backend descriptors.
@@ -357,9 +428,18 @@ func stable(b backend, st *unix.Stat_t) fs.StableAttr {
 	return fs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: ino}
 }
 
-func fillAttr(b backend, st *unix.Stat_t, a *fuse.Attr) {
+func (r *Router) fillAttr(b backend, st *unix.Stat_t, a *fuse.Attr) {
 	var s syscall.Stat_t
 	s.Dev, s.Ino, s.Nlink, s.Mode, s.Uid, s.Gid, s.Rdev = st.Dev, st.Ino, st.Nlink, st.Mode, st.Uid, st.Gid, st.Rdev
+	if s.Uid == r.selfUID {
+		s.Uid = r.owner.UID
+	}
+	if s.Gid == r.selfGID {
+		s.Gid = r.owner.GID
+	}
+	if o, ok := r.chownedOwner(stable(b, st).Ino); ok && st.Uid == r.selfUID && st.Gid == r.selfGID {
+		s.Uid, s.Gid = o.UID, o.GID
+	}
 	s.Size, s.Blksize, s.Blocks = st.Size, st.Blksize, st.Blocks
 	s.Atim = syscall.Timespec{Sec: st.Atim.Sec, Nsec: st.Atim.Nsec}
 	s.Mtim = syscall.Timespec{Sec: st.Mtim.Sec, Nsec: st.Mtim.Nsec}
@@ -369,7 +449,7 @@ func fillAttr(b backend, st *unix.Stat_t, a *fuse.Attr) {
 }
 
 func (n *node) child(ctx context.Context, b backend, rel string, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
-	fillAttr(b, st, &out.Attr)
+	n.r.fillAttr(b, st, &out.Attr)
 	in := n.NewInode(ctx, &node{r: n.r}, stable(b, st))
 	if c, ok := in.Operations().(*node); ok {
 		c.sent.Store(stampOf(b, st))
@@ -405,7 +485,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 			return errno(err)
 		}
 	}
-	fillAttr(b, &st, &out.Attr)
+	n.r.fillAttr(b, &st, &out.Attr)
 	n.sent.Store(stampOf(b, &st))
 	if n.r.watch.short() {
 		out.SetTimeout(shortTimeout)
@@ -528,19 +608,12 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 				return err
 			}
 		}
+		// A chown (uid or gid) succeeds without changing the host owner,
+		// the developer; the guest owner is remembered (Ownership).
 		uid, uok := in.GetUID()
 		gid, gok := in.GetGID()
 		if uok || gok {
-			su, sg := -1, -1
-			if uok {
-				su = int(uid)
-			}
-			if gok {
-				sg = int(gid)
-			}
-			if err := unix.Fchownat(fd, "", su, sg, unix.AT_EMPTY_PATH); err != nil {
-				return err
-			}
+			n.r.chown(stable(b, &st).Ino, uid, uok, gid, gok)
 		}
 		if sz, ok := in.GetSize(); ok {
 			if st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -570,7 +643,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if err := unix.Fstat(fd, &st); err != nil {
 			return err
 		}
-		fillAttr(b, &st, &out.Attr)
+		n.r.fillAttr(b, &st, &out.Attr)
 		n.sent.Store(stampOf(b, &st))
 		n.r.attrTimeout(out)
 		return nil
@@ -773,6 +846,9 @@ func (n *node) remove(name string, flags int) syscall.Errno {
 		return errno(err)
 	}
 	n.selfDone(b, name, 0)
+	if flags&unix.AT_REMOVEDIR != 0 || st.Nlink <= 1 {
+		n.r.forgetOwner(stable(b, &st).Ino) // the number may be reused
+	}
 	if flags&unix.AT_REMOVEDIR != 0 && b == hostBackend {
 		if sfd, sbase, err := n.r.parentFD(stateBackend, rel); err == nil {
 			unix.Unlinkat(sfd, sbase, unix.AT_REMOVEDIR)

@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // The router test mounts FUSE, which needs its own user+mount namespace:
@@ -76,7 +79,7 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	}
 	root := os.Getenv(helperEnv)
 	ws, state, mnt := filepath.Join(root, "ws"), filepath.Join(root, "state"), filepath.Join(root, "mnt")
-	srv, r, err := Mount(ws, state, mnt, "", []string{".vscode"}, nil, Guard{}, true, slog.Default())
+	srv, r, err := Mount(ws, state, mnt, "", []string{".vscode"}, nil, Guard{}, Ownership{}, true, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +330,7 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 	root := os.Getenv(helperEnv)
 	ws, mnt := filepath.Join(root, "ws"), filepath.Join(root, "mnt")
 	g := Guard{Files: []string{"tools/ssh.sh", "conf/missing.inc", "x.local"}, Trees: []string{".husky"}}
-	srv, r, err := Mount(ws, filepath.Join(root, "state"), mnt, "", nil, nil, g, true, slog.Default())
+	srv, r, err := Mount(ws, filepath.Join(root, "state"), mnt, "", nil, nil, g, Ownership{}, true, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +387,7 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 
 	// Isolation off, no host .git: the sandbox's repositories stay in state.
 	ws2, mnt2 := filepath.Join(root, "ws2"), filepath.Join(root, "mnt2")
-	srv2, r2, err := Mount(ws2, filepath.Join(root, "state2"), mnt2, "", []string{".git"}, nil, Guard{}, false, slog.Default())
+	srv2, r2, err := Mount(ws2, filepath.Join(root, "state2"), mnt2, "", []string{".git"}, nil, Guard{}, Ownership{}, false, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,5 +400,43 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(mnt2, "build.log"), []byte("host\n"), 0o644); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestOwnershipKeepID: the developer's files are reported as the session
+// user; a guest chown is remembered for the inode (the host owner is not
+// touched: Setattr never calls chown) and forgotten when the inode goes;
+// files of other host owners are reported as they are.
+func TestOwnershipKeepID(t *testing.T) {
+	r := &Router{selfUID: 1001, selfGID: 1001}
+	r.SetOwnership(Ownership{UID: 1000, GID: 1000})
+	attr := func(ino uint64, uid, gid uint32) (uint32, uint32) {
+		var a fuse.Attr
+		r.fillAttr(hostBackend, &unix.Stat_t{Ino: ino, Uid: uid, Gid: gid, Mode: unix.S_IFREG | 0o644}, &a)
+		return a.Uid, a.Gid
+	}
+	if u, g := attr(7, 1001, 1001); u != 1000 || g != 1000 {
+		t.Errorf("developer's file reported as %d:%d, want 1000:1000", u, g)
+	}
+	if u, g := attr(8, 4242, 100); u != 4242 || g != 100 {
+		t.Errorf("other host owner reported as %d:%d", u, g)
+	}
+	r.chown(7, 4242, true, 0, false)
+	if u, g := attr(7, 1001, 1001); u != 4242 || g != 1000 {
+		t.Errorf("after chown 4242: %d:%d, want 4242:1000", u, g)
+	}
+	r.chown(7, 0, false, 4343, true)
+	if u, g := attr(7, 1001, 1001); u != 4242 || g != 4343 {
+		t.Errorf("after chgrp 4343: %d:%d", u, g)
+	}
+	r.forgetOwner(7)
+	if u, _ := attr(7, 1001, 1001); u != 1000 {
+		t.Errorf("a removed inode keeps its guest owner: %d", u)
+	}
+	// A chown back to the session user leaves nothing remembered.
+	r.chown(9, 5, true, 5, true)
+	r.chown(9, 1000, true, 1000, true)
+	if len(r.chowned) != 0 {
+		t.Errorf("remembered owners: %v", r.chowned)
 	}
 }

@@ -163,8 +163,19 @@ func newEscalations(c *coordinator) (*escalations, error) {
 	// so no other generation lives) is removed first.
 	os.RemoveAll(filepath.Dir(base))
 	points := filepath.Join(c.paths.ControlMountSource(), "mailbox")
-	for _, d := range []string{filepath.Dir(base), base, e.hostReq, e.hostRes, points, filepath.Join(points, "requests"), filepath.Join(points, "results")} {
-		if err := os.Mkdir(d, escMailboxDirMode); err != nil && !errors.Is(err, os.ErrExist) {
+	// Host side, the generation's mailbox lies in a private (0700)
+	// directory. Inside, every guest user (the profile's non-root session
+	// user too) reaches the mount points, writes requests and reads results;
+	// a request is routed by its Session Request Capability, not its owner.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{filepath.Dir(base), escMailboxDirMode}, {base, escMailboxDirMode}, {e.hostReq, 0o777}, {e.hostRes, escResultDirMode},
+		{points, escResultDirMode}, {filepath.Join(points, "requests"), escResultDirMode}, {filepath.Join(points, "results"), escResultDirMode}} {
+		if err := os.Mkdir(d.path, d.mode); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("create escalation mailbox: %w", err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil { // beyond the umask
 			return nil, fmt.Errorf("create escalation mailbox: %w", err)
 		}
 	}

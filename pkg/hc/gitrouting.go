@@ -79,6 +79,9 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 		HiddenNames:  plan.RoutedNames(), IgnoredPathIsolation: isolate,
 		GuardedFiles: files, GuardedTrees: trees,
 	}
+	// Keep-id: the developer's files appear as the profile's session user.
+	u := c.profile.SessionUser()
+	start.OwnerUid, start.OwnerGid = u.UID, u.GID
 	if err := os.MkdirAll(start.StateDir, 0o700); err != nil {
 		return nil, err
 	}

@@ -285,6 +285,14 @@ func (c *coordinator) init() error {
 			return err
 		}
 	}
+	// Inside, every guest user reaches the control mount (/.lazaret) and
+	// runs lazaret-escalate; host side it stays in the private runtime
+	// directory.
+	for _, d := range []string{c.paths.ControlMountSource(), filepath.Join(c.paths.ControlMountSource(), "bin")} {
+		if err := os.Chmod(d, controlDirMode); err != nil {
+			return err
+		}
+	}
 	if err := copyExecutable(escalate, filepath.Join(c.paths.ControlMountSource(), "bin", locate.Escalate)); err != nil {
 		return fmt.Errorf("install %s into the control mount: %w", locate.Escalate, err)
 	}
@@ -910,7 +918,12 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, err
 	}
 	c.wantRouting = routing != nil
-	spec, err := ocispec.Spec(sb, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}, Env: c.baseEnv, Cwd: "/"})
+	initArgs := []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}
+	if u := c.profile.SessionUser(); !u.IsRoot() {
+		// The init creates the profile's user if the image lacks it.
+		initArgs = append(initArgs, fmt.Sprintf("--user=%s:%d:%d", u.Name, u.UID, u.GID))
+	}
+	spec, err := ocispec.Spec(sb, ocispec.Process{Args: initArgs, Env: c.baseEnv, Cwd: "/"})
 	if err != nil {
 		return nil, err
 	}
@@ -1108,20 +1121,41 @@ func (c *coordinator) writeSandboxCredentials() error {
 		return err
 	}
 	points := filepath.Join(c.paths.ControlMountSource(), "credentials")
-	for _, d := range []string{c.credentialDir(), points} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{c.credentialDir(), 0o700}, {points, controlDirMode}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
 			return err
 		}
 	}
+	// Readable by every guest user: the sandbox is one principal (a
+	// request is bound to its session by the Session Request Capability),
+	// and a non-root session user must sign its requests too. Host side
+	// the sources stay in the private credential directory.
 	for _, name := range sandboxCredentialFiles {
-		if err := os.WriteFile(filepath.Join(c.credentialDir(), name), files[name], 0o600); err != nil {
+		if err := writeFileMode(filepath.Join(c.credentialDir(), name), files[name], 0o644); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(points, name), nil, 0o600); err != nil {
+		if err := writeFileMode(filepath.Join(points, name), nil, 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// controlDirMode is the mode of the control mount's directories.
+const controlDirMode = 0o755
+
+// writeFileMode writes data to path with exactly mode (not masked).
+func writeFileMode(path string, data []byte, mode os.FileMode) error {
+	if err := os.WriteFile(path, data, mode); err != nil {
+		return err
+	}
+	return os.Chmod(path, mode)
 }
 
 func (c *coordinator) credentialMounts() []ocispec.ControlFile {

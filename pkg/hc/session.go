@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/ocispec"
@@ -238,14 +239,35 @@ func (c *coordinator) leave(s *session) {
 	c.mu.Unlock()
 }
 
-func (s *session) env(req *lv1.RunRequest) []string {
+func (s *session) env(req *lv1.RunRequest, u config.GuestUser) []string {
 	env := append([]string{}, s.c.baseEnv...)
+	if !u.IsRoot() {
+		// The session user's identity, unless the profile sets its own.
+		for k, v := range map[string]string{"HOME": u.Home, "USER": u.Name, "LOGNAME": u.Name} {
+			if _, set := s.c.profile.Env[k]; !set {
+				env = setEnv(env, k, v)
+			}
+		}
+	}
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
 	// The Session Request Capability travels with guest execution: the
 	// escalation client presents it to route requests to this session.
 	return append(env, "LAZARET_SESSION_ID="+s.id, "LAZARET_SESSION_CAPABILITY="+base64.StdEncoding.EncodeToString(s.capability))
+}
+
+// sessionUser resolves the guest user a session runs as: the profile's
+// user, or root when the request asks for it (`lazaret run --user root`).
+func (c *coordinator) sessionUser(req *lv1.RunRequest) (config.GuestUser, error) {
+	u := c.profile.SessionUser()
+	switch req.User {
+	case "", u.Name:
+		return u, nil
+	case config.RootUser:
+		return config.GuestUser{Name: config.RootUser, Home: "/root"}, nil
+	}
+	return config.GuestUser{}, errdefs.New(errdefs.ErrInvalid, "--user %q: a session runs as the profile's user (%s) or as root (--user root)", req.User, u.Name)
 }
 
 // run starts the session's command and relays it until it exits.
@@ -256,7 +278,12 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	if req.WorkspaceSubdir != "" {
 		cwd = path.Join(cwd, req.WorkspaceSubdir)
 	}
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req), Cwd: cwd})
+	u, err := c.sessionUser(req)
+	if err != nil {
+		refuse(s.conn, err)
+		return
+	}
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, UID: u.UID, GID: u.GID})
 	if err != nil {
 		refuse(s.conn, errdefs.Mark(err, errdefs.ErrInvalid))
 		return

@@ -151,7 +151,12 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 	if req.WorkspaceSubdir != "" {
 		cwd = path.Join(cwd, req.WorkspaceSubdir)
 	}
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req), Cwd: cwd, Terminal: true})
+	u, err := c.sessionUser(req)
+	if err != nil {
+		fail(err)
+		return
+	}
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, Terminal: true, UID: u.UID, GID: u.GID})
 	if err != nil {
 		fail(errdefs.Mark(err, errdefs.ErrInvalid))
 		return

@@ -5,10 +5,11 @@
 // The shape follows SR-1, SR-3, SR-5 and SR-12 and the facts measured in
 // shared/design/runtime.md §2:
 //
-//   - private pid, ipc, uts and mount namespaces, a user namespace with the
-//     size-1 map 0:0:1 (the full 65536 map makes the gofer fail), and the
-//     network namespace joined by the path of the Runtime Supervisor's
-//     namespace that the Host Coordinator verified; no other namespace path;
+//   - private pid, ipc, uts and mount namespaces, a user namespace mapping
+//     the guest ids 0..GuestIDs-1 onto the Runtime Supervisor's ids in two
+//     extents (IDMappings), and the network namespace joined by the path of
+//     the Runtime Supervisor's namespace that the Host Coordinator
+//     verified; no other namespace path;
 //   - noNewPrivileges and a capability set without CAP_NET_ADMIN/CAP_NET_RAW;
 //   - the root is the prepared lower (read-only beneath, an ephemeral gVisor
 //     overlay above: runsc --overlay2=root:memory); the only host paths are
@@ -48,12 +49,40 @@ const (
 	CredentialsDir = ControlDir + "/credentials"
 )
 
+// GuestIDs is the number of guest user and group ids: 0..65535, every id a
+// Debian image or a package's system user uses, nobody (65534) included.
+const GuestIDs = 65536
+
+// IDMappings is the sandbox's user namespace map, for uids and gids alike,
+// relative to the Runtime Supervisor's namespace, whose own map is
+//
+//	0          -> the developer (one id)
+//	1..65536   -> the developer's subordinate ids
+//
+// A guest id g is RS id g, so guest root is the developer (workspace files
+// stay theirs) and every other guest id is a subordinate id. The map has
+// two extents because the kernel translates each extent of a child map
+// into exactly one extent of the parent's (map_id_range_down in
+// kernel/user_namespace.c): a single extent 0..65535 spans RS's two and the
+// write of the gofer's uid_map fails with EPERM, which runsc reports as
+// "gofer: fork/exec /proc/self/exe: operation not permitted".
+func IDMappings() []specs.LinuxIDMapping {
+	return []specs.LinuxIDMapping{
+		{ContainerID: 0, HostID: 0, Size: 1},
+		{ContainerID: 1, HostID: 1, Size: GuestIDs - 1},
+	}
+}
+
 // InitArg selects the init role of the in-sandbox binary.
 const InitArg = "__lazaret-init"
 
 // ReadyLine is what the guest init prints on its stdout (a pipe to the
 // Runtime Supervisor) once it runs.
 const ReadyLine = "lazaret-init-ready"
+
+// InitErrorPrefix starts the line the guest init prints on its stdout when
+// it cannot start the sandbox (the rest is the error for the developer).
+const InitErrorPrefix = "lazaret-init-error: "
 
 // ExecArg selects the session launcher role of the in-sandbox binary.
 const ExecArg = "__lazaret-exec"
@@ -176,6 +205,10 @@ type Process struct {
 	// Cwd is an absolute guest path.
 	Cwd      string
 	Terminal bool
+	// UID and GID are the guest user (0: root). A non-root process gets
+	// no capability beyond the bounding set: it runs like a login of that
+	// user, so files it creates are its own.
+	UID, GID uint32
 }
 
 func (s Sandbox) validate() error {
@@ -234,17 +267,17 @@ func (s Sandbox) validate() error {
 
 func process(p Process) *specs.Process {
 	caps := append([]string(nil), Capabilities...)
+	lc := &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	if p.UID != 0 {
+		lc = &specs.LinuxCapabilities{Bounding: caps}
+	}
 	return &specs.Process{
-		Terminal: p.Terminal,
-		User:     specs.User{UID: 0, GID: 0},
-		Args:     append([]string(nil), p.Args...),
-		Env:      append([]string(nil), p.Env...),
-		Cwd:      p.Cwd,
-		Capabilities: &specs.LinuxCapabilities{
-			Bounding:  caps,
-			Effective: caps,
-			Permitted: caps,
-		},
+		Terminal:        p.Terminal,
+		User:            specs.User{UID: p.UID, GID: p.GID},
+		Args:            append([]string(nil), p.Args...),
+		Env:             append([]string(nil), p.Env...),
+		Cwd:             p.Cwd,
+		Capabilities:    lc,
 		Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1048576, Soft: 1048576}},
 		NoNewPrivileges: true,
 	}
@@ -255,7 +288,7 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 1}}
+	idmap := IDMappings()
 	sp := &specs.Spec{
 		Version:  specs.Version,
 		Process:  process(init),
@@ -365,6 +398,11 @@ func Check(sp *specs.Spec, s Sandbox) error {
 			}
 		} else if ns.Path != "" {
 			return fmt.Errorf("ocispec: %s namespace joins host path %q; it must be private", ns.Type, ns.Path)
+		}
+	}
+	for name, m := range map[string][]specs.LinuxIDMapping{"uid": sp.Linux.UIDMappings, "gid": sp.Linux.GIDMappings} {
+		if fmt.Sprint(m) != fmt.Sprint(IDMappings()) {
+			return fmt.Errorf("ocispec: %s map %v is not the guest id map %v", name, m, IDMappings())
 		}
 	}
 	if len(want) != 0 {

@@ -47,8 +47,13 @@ func TestSpecSecurityShape(t *testing.T) {
 	if netns != "/proc/4242/ns/net" {
 		t.Errorf("netns %q", netns)
 	}
-	if m := sp.Linux.UIDMappings; len(m) != 1 || m[0].Size != 1 || m[0].HostID != 0 {
-		t.Errorf("uid map %v", m)
+	// Guest root is RS's root (the developer); guest ids 1..65535 are RS's
+	// subordinate ids, one extent each side of that boundary.
+	want := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: 1, HostID: 1, Size: 65535}}
+	for name, m := range map[string][]specs.LinuxIDMapping{"uid": sp.Linux.UIDMappings, "gid": sp.Linux.GIDMappings} {
+		if fmt.Sprint(m) != fmt.Sprint(want) {
+			t.Errorf("%s map %v, want %v", name, m, want)
+		}
 	}
 }
 
@@ -89,6 +94,12 @@ func TestCheckHasTeeth(t *testing.T) {
 		"host pid ns":     func(sp *specs.Spec) { sp.Linux.Namespaces[0].Path = "/proc/1/ns/pid" },
 		"no user ns":      func(sp *specs.Spec) { sp.Linux.Namespaces = sp.Linux.Namespaces[:4] },
 		"other netns":     func(sp *specs.Spec) { sp.Linux.Namespaces[5].Path = "/proc/1/ns/net" },
+		"uid map beyond the guest range": func(sp *specs.Spec) {
+			sp.Linux.UIDMappings = append(sp.Linux.UIDMappings, specs.LinuxIDMapping{ContainerID: 65536, HostID: 65536, Size: 1})
+		},
+		"gid map shifted": func(sp *specs.Spec) {
+			sp.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1, Size: 65536}}
+		},
 		"host etc": func(sp *specs.Spec) {
 			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: "/etc/x", Type: "bind", Source: "/etc", Options: []string{"rbind", "ro"}})
 		},

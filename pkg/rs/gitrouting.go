@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -51,6 +52,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 		// HC recorded the Domain's sticky ignored paths before StartSandbox.
 		args = append(args, "--sticky-root="+anchor.Root(s.start.StorageRoot, s.start.DomainId))
 	}
+	args = append(args, fmt.Sprintf("--owner=%d:%d", g.OwnerUid, g.OwnerGid))
 	for _, n := range g.HiddenNames {
 		args = append(args, "--hide="+n)
 	}

@@ -1,5 +1,6 @@
 // Package sandboxinit is the Agent Sandbox's init process (PID 1 of the
-// guest): the root process of the attached `runsc run`. It runs the
+// guest): the root process of the attached `runsc run`. It makes the
+// profile's session user exist (package guestuser), runs the
 // generation's network readiness probe in the sandbox's network view
 // (package netprobe) and prints its report, then reports readiness on its
 // stdout (a pipe read by the Runtime Supervisor),
@@ -18,7 +19,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"time"
 
+	"github.com/lazaret/lazaret/pkg/guestuser"
 	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 
@@ -29,12 +32,24 @@ import (
 func Main(args []string) int {
 	fs := flag.NewFlagSet("lazaret-init", flag.ContinueOnError)
 	probe := fs.String("netprobe", "", "network readiness probe spec (from the Host Coordinator)")
+	user := fs.String("user", "", "the profile's non-root session user NAME:UID:GID, created if missing (package guestuser)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if os.Getpid() != 1 {
 		fmt.Fprintln(os.Stderr, "lazaret-init: not PID 1 of a sandbox; this role is started by Lazaret only")
 		return 2
+	}
+	if *user != "" {
+		u, err := guestuser.Parse(*user)
+		if err == nil {
+			_, err = guestuser.Ensure("/", u, time.Now())
+		}
+		if err != nil {
+			// The Runtime Supervisor reports this line as the start's error.
+			fmt.Println(ocispec.InitErrorPrefix + err.Error())
+			return 1
+		}
 	}
 	// /etc/hostname, /etc/hosts and /etc/resolv.conf are the generation's
 	// bind mounts (never files of a persistent layer).

@@ -46,6 +46,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/removal"
@@ -122,17 +123,25 @@ func nsChecker(hostUID, hostGID int, uidStart, gidStart, count uint32) *statetre
 		maxID = count + 1
 	}
 	ok := func(id uint32) bool { return id != gap && id <= maxID }
+	// Reports name the guest id first (what `ls -n` shows in the
+	// sandbox: the developer is guest root, subordinate id start+k is
+	// guest k+1, see ocispec.IDMappings), then the host id.
 	host := func(id uint32, start uint32, hostID int) string {
 		switch {
 		case id == 0:
-			return strconv.Itoa(hostID) + " (you)"
+			return "0 (host " + strconv.Itoa(hostID) + ", you)"
 		case id == gap || id > maxID:
-			return "an id outside your user and subordinate ids"
-		case id < gap:
-			return strconv.FormatUint(uint64(start+id-1), 10)
-		default:
-			return strconv.FormatUint(uint64(start+id-2), 10)
+			return "of an id outside your user and subordinate ids"
 		}
+		h := start + id - 1
+		if id > gap {
+			h--
+		}
+		guest := h - start + 1
+		if guest >= ocispec.GuestIDs {
+			return "of host id " + strconv.FormatUint(uint64(h), 10) + " (no guest id)"
+		}
+		return strconv.FormatUint(uint64(guest), 10) + " (host " + strconv.FormatUint(uint64(h), 10) + ")"
 	}
 	return &statetree.Checker{
 		OwnerOK: func(uid, gid uint32) bool { return ok(uid) && ok(gid) },

@@ -26,12 +26,12 @@ func TestIDMapLeavesOverflowUnmapped(t *testing.T) {
 			t.Errorf("uid %d: ok %v", id, !ok)
 		}
 	}
-	for id, want := range map[uint32]string{0: "uid 1001 (you)", 1: "uid 100000", 65533: "uid 165532", 65535: "uid 165533", 65537: "uid 165535", 65534: "uid an id outside your user and subordinate ids"} {
+	for id, want := range map[uint32]string{0: "uid 0 (host 1001, you)", 1: "uid 1 (host 100000)", 65533: "uid 65533 (host 165532)", 65535: "uid 65534 (host 165533)", 65536: "uid 65535 (host 165534)", 65537: "uid of host id 165535 (no guest id)", 65534: "uid of an id outside your user and subordinate ids"} {
 		if got := c.Describe(id, false); got != want {
 			t.Errorf("describe %d: %q, want %q", id, got, want)
 		}
 	}
-	if got := c.Describe(2, true); got != "gid 200001" {
+	if got := c.Describe(2, true); got != "gid 2 (host 200001)" {
 		t.Errorf("gid: %q", got)
 	}
 }

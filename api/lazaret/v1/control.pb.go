@@ -597,8 +597,12 @@ type RunRequest struct {
 	// Session registration signed with the CLI's Session Anchor key
 	// (pkg/trust encoding), binding the Session ID to this Client CLI.
 	SessionRegistration []byte `protobuf:"bytes,12,opt,name=session_registration,json=sessionRegistration,proto3" json:"session_registration,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The guest user of the session: "" for the profile's user, "root" for
+	// guest root (`lazaret run --user root`, maintenance). The Host
+	// Coordinator refuses any other name.
+	User          string `protobuf:"bytes,13,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
@@ -713,6 +717,13 @@ func (x *RunRequest) GetSessionRegistration() []byte {
 		return x.SessionRegistration
 	}
 	return nil
+}
+
+func (x *RunRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
 }
 
 // WindowSize of a terminal. Rows and columns are non-zero 16-bit values;
@@ -1629,7 +1640,7 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\rStatusRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"\x1c\n" +
 	"\x06Status\x12\x12\n" +
-	"\x04json\x18\x01 \x01(\fR\x04json\"\xb3\x04\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\"\xc7\x04\n" +
 	"\n" +
 	"RunRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\x12\x1b\n" +
@@ -1645,7 +1656,8 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	" \x01(\v2\x16.lazaret.v1.WindowSizeR\n" +
 	"windowSize\x12+\n" +
 	"\x11canonical_profile\x18\v \x01(\fR\x10canonicalProfile\x121\n" +
-	"\x14session_registration\x18\f \x01(\fR\x13sessionRegistration\x1a6\n" +
+	"\x14session_registration\x18\f \x01(\fR\x13sessionRegistration\x12\x12\n" +
+	"\x04user\x18\r \x01(\tR\x04user\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +

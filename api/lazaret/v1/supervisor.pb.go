@@ -735,8 +735,13 @@ type GitRoutingStart struct {
 	// workspace-relative paths host Git reads as configuration or executes,
 	// kept read-only while served from the host; guarded_trees with
 	// everything beneath them (a core.hooksPath directory).
-	GuardedFiles  []string `protobuf:"bytes,7,rep,name=guarded_files,json=guardedFiles,proto3" json:"guarded_files,omitempty"`
-	GuardedTrees  []string `protobuf:"bytes,8,rep,name=guarded_trees,json=guardedTrees,proto3" json:"guarded_trees,omitempty"`
+	GuardedFiles []string `protobuf:"bytes,7,rep,name=guarded_files,json=guardedFiles,proto3" json:"guarded_files,omitempty"`
+	GuardedTrees []string `protobuf:"bytes,8,rep,name=guarded_trees,json=guardedTrees,proto3" json:"guarded_trees,omitempty"`
+	// The guest ids the developer's files are reported as (the profile's
+	// session user; 0 for root). Whatever guest user creates or chowns a
+	// file, it stays the developer's on the host (gitroute.Ownership).
+	OwnerUid      uint32 `protobuf:"varint,9,opt,name=owner_uid,json=ownerUid,proto3" json:"owner_uid,omitempty"`
+	OwnerGid      uint32 `protobuf:"varint,10,opt,name=owner_gid,json=ownerGid,proto3" json:"owner_gid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -825,6 +830,20 @@ func (x *GitRoutingStart) GetGuardedTrees() []string {
 		return x.GuardedTrees
 	}
 	return nil
+}
+
+func (x *GitRoutingStart) GetOwnerUid() uint32 {
+	if x != nil {
+		return x.OwnerUid
+	}
+	return 0
+}
+
+func (x *GitRoutingStart) GetOwnerGid() uint32 {
+	if x != nil {
+		return x.OwnerGid
+	}
+	return 0
 }
 
 // StagedProcessOwnership is CausalChildAcquisitionV1 step 6 for an
@@ -1650,7 +1669,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\vtap_gateway\x18\x0e \x01(\tR\n" +
 	"tapGateway\x12<\n" +
 	"\vgit_routing\x18\x14 \x01(\v2\x1b.lazaret.v1.GitRoutingStartR\n" +
-	"gitRouting\"\xb4\x02\n" +
+	"gitRouting\"\xee\x02\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +
@@ -1661,7 +1680,10 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\fhidden_names\x18\x05 \x03(\tR\vhiddenNames\x124\n" +
 	"\x16ignored_path_isolation\x18\x06 \x01(\bR\x14ignoredPathIsolation\x12#\n" +
 	"\rguarded_files\x18\a \x03(\tR\fguardedFiles\x12#\n" +
-	"\rguarded_trees\x18\b \x03(\tR\fguardedTrees\"\xee\x01\n" +
+	"\rguarded_trees\x18\b \x03(\tR\fguardedTrees\x12\x1b\n" +
+	"\towner_uid\x18\t \x01(\rR\bownerUid\x12\x1b\n" +
+	"\towner_gid\x18\n" +
+	" \x01(\rR\bownerGid\"\xee\x01\n" +
 	"\x16StagedProcessOwnership\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +

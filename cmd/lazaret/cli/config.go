@@ -123,6 +123,11 @@ func showProfile(w io.Writer, v profileView) {
 	fmt.Fprintf(w, "persistent_paths = %s\n", tomlStrings(p.PersistentPaths))
 	fmt.Fprintf(w, "ignored_path_isolation = %v\n", p.IgnoredPathIsolation)
 	fmt.Fprintf(w, "share_editor_config = %v\n", p.ShareEditorConfig)
+	if u := p.SessionUser(); u.IsRoot() {
+		fmt.Fprintf(w, "user = %q\n", u.Name)
+	} else {
+		fmt.Fprintf(w, "user = %q\nuser_id = %d\n", u.Name, u.UID)
+	}
 	var rules []string
 	for _, r := range p.AutoApprove {
 		rule := fmt.Sprintf("{%s = %s", r.Match, tomlStrings(r.Argv))

@@ -63,6 +63,7 @@ Examples:
 		&cli.StringFlag{Name: "config", Usage: "host configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml)"},
 		&cli.StringFlag{Name: "dir", Aliases: []string{"C"}, Usage: "start directory (default: the current directory)"},
 		&cli.BoolFlag{Name: "git-common-dir", Usage: "in a linked Git worktree, mount the repository's common Git directory at its own path (with the Git Sentry applied there); the profile setting git_common_dir does the same"},
+		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run this session as `root` (maintenance) instead of the profile's user"},
 		&cli.BoolFlag{Name: "no-tty", Aliases: []string{"T"}, Usage: "never allocate a terminal, even when stdin and stdout are terminals"},
 	},
 	Action: runAction,
@@ -97,6 +98,9 @@ func runAction(c *cli.Context) error {
 	}
 	if c.Bool("git-common-dir") {
 		prof.Config.GitCommonDir = true
+	}
+	if u := c.String("user"); u != "" && u != config.RootUser && u != prof.Config.SessionUser().Name {
+		return errdefs.New(errdefs.ErrInvalid, "--user %q: a session runs as the profile's user (%s) or as root (--user root)", u, prof.Config.SessionUser().Name)
 	}
 	image, err := prof.imageRef()
 	if err != nil {
@@ -146,6 +150,7 @@ func runAction(c *cli.Context) error {
 		Profile:                  prof.Name,
 		Argv:                     argv,
 		WorkspaceSubdir:          ws.Subdir,
+		User:                     c.String("user"),
 		Env:                      map[string]string{},
 		Stdin:                    true,
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,7 +18,10 @@ import (
 	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/prepare"
 )
 
@@ -432,9 +436,13 @@ func stateInspect(c *cli.Context) error {
 			lower = art.Rootfs
 		}
 	}
+	ids, err := guestIDs()
+	if err != nil {
+		return err
+	}
 	var out []anchor.Inspection
 	for _, p := range scope {
-		ins, err := anchor.Inspect(rd.paths.DomainRoot, p, lower)
+		ins, err := anchor.Inspect(rd.paths.DomainRoot, p, lower, ids)
 		if err != nil {
 			return fmt.Errorf("inspect %s: %w", p, err)
 		}
@@ -453,7 +461,7 @@ func stateInspect(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %d bytes\n", ins.GuestPath, len(ins.Changes), ins.Bytes)
 		rows := make([]changeRow, len(ins.Changes))
 		for i, ch := range ins.Changes {
-			rows[i] = changeRow{ch.Kind, ch.Type, ch.Size, ch.Path}
+			rows[i] = changeRow{ch.Kind, ch.Type, ch.Size, ch.Path, owner(ch.UID, ch.GID)}
 		}
 		printChanges(c.App.Writer, rows, ins.Unreadable, "not readable outside the user namespace")
 	}
@@ -466,6 +474,28 @@ type changeRow struct {
 	kind, typ string
 	size      int64
 	path      string
+	owner     string // guest uid:gid ("" when not reported)
+}
+
+// owner formats guest ids for a report ("?" outside the sandbox's map).
+func owner(uid, gid int64) string {
+	f := func(id int64) string {
+		if id < 0 {
+			return "?"
+		}
+		return strconv.FormatInt(id, 10)
+	}
+	return f(uid) + ":" + f(gid)
+}
+
+// guestIDs is the developer's host-to-guest id translation.
+func guestIDs() (anchor.GuestIDs, error) {
+	h := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
+	uids, gids, err := h.SubIDs()
+	if err != nil {
+		return anchor.GuestIDs{}, err
+	}
+	return anchor.GuestIDs{HostUID: uint32(os.Getuid()), HostGID: uint32(os.Getgid()), UIDStart: uids.Start, GIDStart: gids.Start, Count: ocispec.GuestIDs}, nil
 }
 
 // printChanges prints an inspect report's changes (at most maxListed) and
@@ -476,7 +506,11 @@ func printChanges(w io.Writer, rows []changeRow, unreadable []string, why string
 			fmt.Fprintf(w, "  ... %d more (--json lists all)\n", len(rows)-maxListed)
 			break
 		}
-		fmt.Fprintf(w, "  %-8s %-8s %10d  %s\n", ch.kind, ch.typ, ch.size, ch.path)
+		if ch.owner != "" {
+			fmt.Fprintf(w, "  %-8s %-8s %10d  %-11s  %s\n", ch.kind, ch.typ, ch.size, ch.owner, ch.path)
+		} else {
+			fmt.Fprintf(w, "  %-8s %-8s %10d  %s\n", ch.kind, ch.typ, ch.size, ch.path)
+		}
 	}
 	for _, u := range unreadable {
 		fmt.Fprintf(w, "  (%s: %s)\n", why, u)

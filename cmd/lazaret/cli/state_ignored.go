@@ -333,7 +333,7 @@ func stateIgnoredInspect(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %s in the sandbox's state%s\n", ins.Path, len(ins.Changes), prepare.HumanBytes(ins.Bytes), note)
 		rows := make([]changeRow, len(ins.Changes))
 		for i, ch := range ins.Changes {
-			rows[i] = changeRow{ch.Kind, ch.Type, ch.Size, ch.Path}
+			rows[i] = changeRow{ch.Kind, ch.Type, ch.Size, ch.Path, ""}
 		}
 		printChanges(c.App.Writer, rows, ins.Unreadable, "not readable by you")
 	}
