@@ -9,7 +9,8 @@
 // "lazaret-rs:runsc-ready", "wrapper:session_exec:armed".
 package failpoint
 
-// Env is the variable that arms one stage in failpoint builds.
+// Env is the variable that arms a stage (or a comma-separated list of
+// stages) in failpoint builds.
 const Env = "LAZARET_FAILPOINT"
 
 // AcquireSteps are the broker's CausalChildAcquisitionV1 stages, hit in the

@@ -5,6 +5,7 @@ package failpoint
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -16,9 +17,24 @@ const Enabled = true
 
 var armed = os.Getenv(Env)
 
-// Hit kills this process with SIGKILL if stage is the armed one.
+// isArmed reports whether name is one of the armed stages: LAZARET_FAILPOINT
+// names one stage, or several separated by commas (a test that needs two
+// processes to die, each at its own stage).
+func isArmed(name string) bool {
+	if armed == "" || name == "" {
+		return false
+	}
+	for _, s := range strings.Split(armed, ",") {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Hit kills this process with SIGKILL if stage is an armed one.
 func Hit(name string) {
-	if armed == "" || name != armed {
+	if !isArmed(name) {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "failpoint hit: %s (pid %d): SIGKILL\n", name, os.Getpid())
@@ -40,10 +56,10 @@ func Environ() []string {
 	return []string{Env + "=" + armed}
 }
 
-// Armed reports whether name is the armed stage (for failpoints that act on
+// Armed reports whether name is an armed stage (for failpoints that act on
 // another process, e.g. killing the attached runsc client).
 func Armed(name string) bool {
-	if armed != "" && armed == name {
+	if isArmed(name) {
 		fmt.Fprintf(os.Stderr, "failpoint hit: %s\n", name)
 		return true
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -67,9 +68,13 @@ func (c *coordinator) beginGeneration() error {
 	})
 }
 
-// recordSandbox writes the sandbox participant's next snapshot.
-func (c *coordinator) recordSandbox(phase participant.Phase, rs, runsc *lv1.ProcessSlotV1, container *string) error {
+// recordSandbox writes the sandbox participant's next snapshot; kids are
+// runsc's sandbox and gofer slots (nil before SandboxReady).
+func (c *coordinator) recordSandbox(phase participant.Phase, rs, runsc *lv1.ProcessSlotV1, container *string, kids ...*lv1.ProcessSlotV1) error {
 	snap := &lv1.SandboxSnapshotV1{Coordinator: store.CommittedSlot(c.self), Supervisor: rs, Runsc: runsc, ContainerId: container}
+	if len(kids) == 2 {
+		snap.RunscSandbox, snap.RunscGofer = kids[0], kids[1]
+	}
 	return c.store.Update(func(tx *store.Tx) error {
 		return tx.PutParticipant(c.generation, participant.Sandbox, phase, sandboxSnapshot(snap))
 	})
@@ -102,7 +107,9 @@ type retained struct {
 // a matched live process (a supervisor still finishing lease-loss teardown)
 // is waited for, then stopped through the matched pidfd; an absent, foreign
 // or other-boot one is proven gone; anything ambiguous or legacy is
-// retained, reported by `lazaret status`, and never signalled.
+// retained, reported by `lazaret status`, and never signalled. The runsc
+// sandbox and gofer are reconciled the same way (reconcileRunsc); a pid of
+// runsc's state file is never signalled.
 func (c *coordinator) recoverGenerations() {
 	var gens []uint64
 	c.store.View(func(tx *store.Tx) error {
@@ -150,9 +157,16 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "sandbox", strings.Join(refusals, "; "))
 			continue
 		}
-		if id := p.View.Fields["container_id"]; id != "" {
-			c.runscQuiet(c.rt.Delete(id))
+		container := p.View.Fields["container_id"]
+		if container == "" {
+			container = runsc.ContainerID(string(c.paths.ID), g) // crashed before SandboxReady recorded it
 		}
+		kids, refusals := c.reconcileRunsc(g, container, p.View.Slots)
+		if len(refusals) > 0 {
+			c.retain(g, "sandbox", strings.Join(refusals, "; "))
+			continue
+		}
+		absent = append(absent, kids...)
 		if err := c.withdrawPublication(g, "bootstrap recovery: the dead generation's coordinator and socket are gone"); err != nil {
 			c.retain(g, "publication", err.Error())
 			continue
@@ -202,19 +216,19 @@ func (c *coordinator) awaitAbsence(id pidfs.Identity) error {
 	if id == c.self {
 		return nil // this coordinator ends its own ownership
 	}
-	deadline := time.Now().Add(recoveryWait)
-	for h.Alive() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	// Terminated, not reaped: a process that exited is gone even while its
+	// (new) parent has not collected it yet.
+	done, err := h.WaitTerminated(recoveryWait)
+	if err != nil {
+		return err
 	}
-	if h.Alive() {
+	if !done {
 		c.log.Warn("recovered process outlived lease-loss teardown: SIGKILL through its matched pidfd", "identity", id.String())
 		h.Signal(unix.SIGKILL)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for h.Alive() && ctx.Err() == nil {
-			time.Sleep(20 * time.Millisecond)
+		if done, err = h.WaitTerminated(5 * time.Second); err != nil {
+			return err
 		}
-		if h.Alive() {
+		if !done {
 			return fmt.Errorf("still alive after SIGKILL")
 		}
 	}
@@ -222,8 +236,9 @@ func (c *coordinator) awaitAbsence(id pidfs.Identity) error {
 }
 
 // finishSandbox records the sandbox Clean after teardown: RS was reaped by
-// this coordinator (exact absence), the attached runsc is matched absent,
-// and this coordinator's ownership role ends with the record. Anything not
+// this coordinator (exact absence), the attached runsc, its sandbox and
+// gofer are matched absent (then runsc's state is removed), and this
+// coordinator's ownership role ends with the record. Anything not
 // proven stays in ReleaseIntent for the next bootstrap recovery.
 func (c *coordinator) finishSandbox(rs *proc.Child) {
 	absent := []pidfs.Authority{c.self.Authority}
@@ -250,6 +265,20 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 		}
 		absent = append(absent, id.Authority)
 	}
+	var slots map[string]participant.Slot
+	c.store.View(func(tx *store.Tx) error {
+		if p, err := tx.Participant(c.generation, participant.Sandbox); err == nil {
+			slots = p.View.Slots
+		}
+		return nil
+	})
+	kids, refusals := c.reconcileRunsc(c.generation, c.container, slots)
+	if len(refusals) > 0 {
+		c.log.Error("runsc sandbox or gofer absence not proven: sandbox stays in release intent", "err", strings.Join(refusals, "; "))
+		c.retain(c.generation, "sandbox", strings.Join(refusals, "; "))
+		return
+	}
+	absent = append(absent, kids...)
 	if err := c.cleanRouting(c.generation, "normal teardown: the Git-routing daemon stopped and its mount removed by the reaped runtime supervisor"); err != nil {
 		c.log.Error("git_routing absence not proven: it stays in release intent", "err", err)
 		return

@@ -382,21 +382,59 @@ func (c *coordinator) hostSupport() error {
 func (c *coordinator) sessionDir() string { return filepath.Join(c.paths.RuntimeDir, "sessions") }
 
 // recoverStaleRuntime removes what a dead generation left in the runtime
-// directory. The Domain lock (held by us, and by a Runtime Supervisor until
-// it exits) proves no other coordinator or supervisor of this Domain lives.
-// The fail-closed, identity-checked recovery of the durable-state issue
-// replaces this.
+// directory, after recoverGenerations. The Domain lock (held by us, and by
+// a Runtime Supervisor until it exits) proves no other coordinator or
+// supervisor of this Domain lives. runsc state is removed only for a
+// container whose generation's sandbox is Clean (its processes were proven
+// gone) or, with no record at all, once its pids are free
+// (reconcileRunsc); a retained generation's state is kept. No runsc
+// command runs: `runsc delete` would SIGKILL the state file's pids.
 func (c *coordinator) recoverStaleRuntime() {
 	ids, _ := runsc.StateContainers(c.paths.RunscRoot())
+	prefix := "lazaret-" + string(c.paths.ID) + "-"
 	for _, id := range ids {
-		if strings.HasPrefix(id, "lazaret-"+string(c.paths.ID)+"-") {
-			c.log.Warn("deleting stale runsc container of a dead generation", "container", id)
-			c.runscQuiet(c.rt.Delete(id))
+		gs, ok := strings.CutPrefix(id, prefix)
+		g, err := strconv.ParseUint(gs, 10, 64)
+		if !ok || err != nil {
+			continue // not a container of this Domain: never ours to touch
+		}
+		var p *store.Participant
+		c.store.View(func(tx *store.Tx) error {
+			p, _ = tx.Participant(g, participant.Sandbox)
+			return nil
+		})
+		switch {
+		case c.isRetained(g):
+			// recoverGenerations refused it: the state names what is left.
+		case p != nil && p.Phase == participant.Clean:
+			c.log.Warn("removing runsc state of a Clean generation", "container", id)
+			if err := runsc.RemoveState(c.rt.Root, id); err != nil {
+				c.log.Warn("remove runsc state", "container", id, "err", err)
+			}
+		default:
+			if _, refusals := c.reconcileRunsc(g, id, nil); len(refusals) > 0 {
+				c.retain(g, "runsc_state", strings.Join(refusals, "; "))
+			}
 		}
 	}
-	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir()} {
+	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir()} {
 		os.RemoveAll(d)
 	}
+	if len(c.keptRunscState()) == 0 {
+		os.RemoveAll(c.paths.RunscRoot())
+	}
+}
+
+// isRetained reports whether recovery retained a record of generation g.
+func (c *coordinator) isRetained(g uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.retained {
+		if r.Generation == g {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *coordinator) runscQuiet(argv []string) {
@@ -759,7 +797,13 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 				c.setState(stateFailed, err)
 				return
 			}
-			if err := c.recordSandbox(participant.Committed, store.CommittedSlot(c.rsChild.Identity()), store.CommittedSlot(runscID), &c.container); err != nil {
+			kids, err := runscChildren(r, runscID, c.rsChild.Identity())
+			if err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
+			if err := c.recordSandbox(participant.Committed, store.CommittedSlot(c.rsChild.Identity()), store.CommittedSlot(runscID), &c.container,
+				store.CommittedSlot(kids[0]), store.CommittedSlot(kids[1])); err != nil {
 				c.setState(stateFailed, err)
 				return
 			}
@@ -790,6 +834,39 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 			c.log.Error("unexpected supervisor message", "msg", m.String())
 		}
 	}
+}
+
+// runscChildren validates the runsc sandbox and gofer identities RS proved
+// and reported in SandboxReady: both present, of this boot, and distinct
+// from each other, from the attached runsc client and from RS. They are
+// recorded with the Committed client and are the only authority by which
+// any later Lazaret process acts on them.
+func runscChildren(r *lv1.SandboxReady, client, rs pidfs.Identity) ([2]pidfs.Identity, error) {
+	var out [2]pidfs.Identity
+	boot, err := pidfs.CurrentBootID()
+	if err != nil {
+		return out, err
+	}
+	seen := map[pidfs.Authority]string{client.Authority: "the attached runsc client", rs.Authority: "the runtime supervisor"}
+	for i, p := range []*lv1.PidfsProcessIdentityV1{r.GetRunscSandbox(), r.GetRunscGofer()} {
+		name := [2]string{"runsc sandbox", "runsc gofer"}[i]
+		if p == nil {
+			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady names no %s identity", name)
+		}
+		id, err := store.IdentityFromProto(p)
+		if err != nil {
+			return out, fmt.Errorf("SandboxReady %s: %w", name, err)
+		}
+		if err := participant.ValidIdentity(id); err != nil || id.BootID != boot {
+			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady %s identity %s is not a current pidfs identity of this boot (%v)", name, id, err)
+		}
+		if other, dup := seen[id.Authority]; dup {
+			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady %s identity %s is %s's", name, id, other)
+		}
+		seen[id.Authority] = name
+		out[i] = id
+	}
+	return out, nil
 }
 
 func bytesEqualIdentity(a, b *lv1.PidfsProcessIdentityV1) bool {
@@ -1053,32 +1130,26 @@ func (c *coordinator) teardown() {
 	if c.anchor != nil {
 		c.anchor.Destroy()
 	}
-	c.cleanupRuntime()
 	if c.store != nil {
 		c.finishNetwork(rsChild)
 		c.finishLower(rsChild)
 		c.finishSandbox(rsChild)
 		c.store.Close()
 	}
+	c.cleanupRuntime() // after finishSandbox: it removes runsc state only once its processes are proven gone
 	c.endSticky()
 	c.log.Info("domain stopped")
 }
 
 // cleanupRuntime removes the generation's runtime files (never the Domain
-// Root). A runsc state left behind by a dead supervisor is deleted first.
+// Root), except runsc state whose processes were not proven gone
+// (finishSandbox removes the current generation's once they are): the next
+// recovery checks the pids it names and never signals them.
 func (c *coordinator) cleanupRuntime() {
 	if c.paths.RuntimeDir == "" {
 		return
 	}
-	if c.broker != nil && c.container != "" {
-		ids, _ := runsc.StateContainers(c.paths.RunscRoot())
-		for _, id := range ids {
-			if id == c.container {
-				c.runscQuiet(c.rt.Delete(id))
-			}
-		}
-	}
-	os.RemoveAll(c.paths.RuntimeDir)
+	c.removeRuntimeExceptRunscState()
 }
 
 // setEnv sets k=v in env, replacing an existing k.

@@ -24,7 +24,9 @@
 //   - R5 recorded evidence is never cleared or replaced: a field moves only
 //     absent -> present, a slot only Unassigned -> Staged(x) -> Committed(x)
 //     (same full identity), or Unassigned -> Committed(current) on a direct
-//     existing-process edge; legacy values never enter (checkSlotStep).
+//     existing-process edge or a descendant edge (a process an acquired
+//     child created, recorded with its committed parent: checkDescendants);
+//     legacy values never enter (checkSlotStep).
 //   - R6 a bare Intent never becomes active; an active phase needs a
 //     non-empty Intent before it and a complete snapshot: every required field
 //     present and every required slot Committed with a current pidfs identity
@@ -94,12 +96,20 @@ const (
 	// (Network RS, Helper RS, Sandbox HC, Session Terminal HC) may enter
 	// Committed directly; the store checks it is that exact process.
 	Direct
+	// Descendant: a process an acquired child created itself (runsc's
+	// sandbox and gofer, children of the attached runsc client). No barrier
+	// of Lazaret's precedes it, so there is nothing to stage: it enters
+	// Committed(current) directly, and only together with or after its
+	// Parent slot's Committed(current) identity (the store checks it), since
+	// it was identified as the child of exactly that process.
+	Descendant
 )
 
 // SlotSpec describes one process slot of a role.
 type SlotSpec struct {
 	Edge     Edge
-	Required bool // must be Committed(current pidfs) in the active phase
+	Required bool   // must be Committed(current pidfs) in the active phase
+	Parent   string // Descendant only: the slot of the process that created it
 }
 
 // RoleSpec is the static shape of a role.
@@ -126,26 +136,29 @@ var Specs = map[Role]RoleSpec{
 	// overlay's unique mount ID); the single "mount" is not used by it.
 	StateAnchor: {Active: Prepared,
 		Fields: map[string]bool{"prepared_artifact_id": true, "mount": false, "upper_dir": false, "mounts": true, "mount_namespace": false},
-		Slots:  map[string]SlotSpec{"daemon": {Acquired, false}}},
+		Slots:  map[string]SlotSpec{"daemon": {Edge: Acquired}}},
 	GitRouting: {Active: Prepared,
 		Fields: map[string]bool{"mount": true},
-		Slots:  map[string]SlotSpec{"daemon": {Acquired, true}}},
+		Slots:  map[string]SlotSpec{"daemon": {Edge: Acquired, Required: true}}},
 	Network: {Active: Committed,
 		Fields: map[string]bool{"netns": true, "readiness_fingerprint": true, "policy_digest": false, "readiness": true},
-		Slots:  map[string]SlotSpec{"supervisor": {Direct, true}}},
+		Slots:  map[string]SlotSpec{"supervisor": {Edge: Direct, Required: true}}},
 	Helper: {Active: Committed,
 		Fields: map[string]bool{"netns": false},
-		Slots:  map[string]SlotSpec{"helper": {Acquired, true}, "supervisor": {Direct, true}}},
+		Slots:  map[string]SlotSpec{"helper": {Edge: Acquired, Required: true}, "supervisor": {Edge: Direct, Required: true}}},
+	// The runsc sandbox and gofer are optional: records of earlier builds
+	// lack them, and HC refuses a SandboxReady without them itself. Once
+	// recorded they are authority like any other slot.
 	Sandbox: {Active: Committed,
 		Fields: map[string]bool{"container_id": true, "bundle_dir": false},
-		Slots: map[string]SlotSpec{"coordinator": {Direct, true}, "supervisor": {Acquired, true},
-			"runsc": {Acquired, true}}},
+		Slots: map[string]SlotSpec{"coordinator": {Edge: Direct, Required: true}, "supervisor": {Edge: Acquired, Required: true},
+			"runsc": {Edge: Acquired, Required: true}, "runsc_sandbox": {Edge: Descendant, Parent: "runsc"}, "runsc_gofer": {Edge: Descendant, Parent: "runsc"}}},
 	Publication: {Active: Committed,
 		Fields: map[string]bool{"control_socket": true, "configuration_fingerprint": true, "published_unix_nano": false},
 		Slots:  map[string]SlotSpec{}},
 	SessionTerminal: {Active: Running,
 		Fields: map[string]bool{"pty": true, "container_id": true, "guest": true},
-		Slots:  map[string]SlotSpec{"coordinator": {Direct, true}, "exec_client": {Acquired, true}}},
+		Slots:  map[string]SlotSpec{"coordinator": {Edge: Direct, Required: true}, "exec_client": {Edge: Acquired, Required: true}}},
 }
 
 // SlotState is the kind of a process slot.
@@ -483,11 +496,27 @@ func checkSnapshotStep(role Role, spec RoleSpec, old, next View, mayPromote bool
 			return refuse(role, "slot %s: %v", n, err)
 		}
 	}
+	return checkDescendants(role, spec, next)
+}
+
+// checkDescendants refuses a recorded descendant-edge slot whose parent
+// slot is not Committed(current) in the same snapshot.
+func checkDescendants(role Role, spec RoleSpec, v View) error {
+	for n, s := range v.Slots {
+		ss := spec.Slots[n]
+		if ss.Edge != Descendant || s.State == Unassigned {
+			continue
+		}
+		if p := v.slot(ss.Parent); p.State != CommittedSlot || p.Legacy != nil {
+			return refuse(role, "slot %s: a descendant is recorded only with its parent slot %s Committed(current), not %s", n, ss.Parent, p)
+		}
+	}
 	return nil
 }
 
 // CheckSlotStep applies R5 to one slot: the legal moves are
-// Unassigned -> Unassigned | Staged(current) | Committed(current, direct edge),
+// Unassigned -> Unassigned | Staged(current, not a descendant) |
+// Committed(current, direct or descendant edge),
 // Staged(x) -> Staged(x) | Committed(x), Committed(x) -> Committed(x).
 func checkSlotStep(spec SlotSpec, old, next Slot, mayPromote bool) error {
 	if old.equal(next) {
@@ -497,12 +526,15 @@ func checkSlotStep(spec SlotSpec, old, next Slot, mayPromote bool) error {
 	case Unassigned:
 		switch next.State {
 		case Staged:
+			if spec.Edge == Descendant {
+				return fmt.Errorf("a descendant has no barrier to be staged at: it is recorded Committed with its parent")
+			}
 			return nil
 		case CommittedSlot:
 			if next.Legacy != nil {
 				return fmt.Errorf("a legacy-unverified identity cannot be entered (migration only)")
 			}
-			if spec.Edge != Direct {
+			if spec.Edge != Direct && spec.Edge != Descendant {
 				return fmt.Errorf("Unassigned -> Committed skips Staged on an acquired child edge")
 			}
 			return nil

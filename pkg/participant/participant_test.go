@@ -246,7 +246,17 @@ func mutate(r *rand.Rand, role Role, cur *View) View {
 	for k, v := range cur.Slots {
 		n.Slots[k] = v
 	}
-	switch r.IntN(6) {
+	switch r.IntN(7) {
+	case 5:
+		// A descendant (staged, or committed with or without its parent).
+		for name, ss := range spec.Slots {
+			if ss.Edge != Descendant || n.Slots[name].State != Unassigned {
+				continue
+			}
+			n.HasSnapshot = true
+			id := staged(uint64(1 + r.IntN(2))).Identity
+			n.Slots[name] = Slot{State: []SlotState{Staged, CommittedSlot, CommittedSlot}[r.IntN(3)], Identity: id}
+		}
 	case 0:
 		n.Phase = []Phase{Intent, ReleaseIntent, spec.Active}[r.IntN(3)]
 	case 1:
@@ -262,6 +272,9 @@ func mutate(r *rand.Rand, role Role, cur *View) View {
 			s := n.Slots[name]
 			switch s.State {
 			case Unassigned:
+				if spec.Slots[name].Edge == Descendant {
+					continue // recorded Committed with its parent (case 5)
+				}
 				n.Slots[name] = staged(uint64(1 + r.IntN(2)))
 			case Staged:
 				n.Slots[name] = Slot{State: CommittedSlot, Identity: s.Identity}
@@ -454,4 +467,29 @@ func TestStateAnchorWithoutDaemon(t *testing.T) {
 	}
 	gr := view(Intent, map[string]string{"mount": "m"}, nil)
 	mustRefuse(t, "git_routing Prepared without daemon", CheckTransition(GitRouting, &gr, view(Prepared, map[string]string{"mount": "m"}, nil)))
+}
+
+// TestDescendantSlots: runsc's sandbox and gofer (descendant edge) are never
+// staged, enter Committed only with the runsc client Committed in the same
+// snapshot, are immutable afterwards, and Clean must cover them.
+func TestDescendantSlots(t *testing.T) {
+	staging := view(Intent, nil, map[string]Slot{"coordinator": committed(1), "supervisor": staged(2), "runsc": staged(3)})
+	withKids := func(p Phase, sb, gofer Slot) View {
+		v := sandboxFull(p)
+		v.Slots["runsc_sandbox"], v.Slots["runsc_gofer"] = sb, gofer
+		return v
+	}
+	mustAccept(t, "commit with the runsc client", CheckTransition(Sandbox, ptr(staging), withKids(Committed, committed(4), committed(5))))
+	mustAccept(t, "commit without them (earlier builds)", CheckTransition(Sandbox, ptr(staging), sandboxFull(Committed)))
+	mustRefuse(t, "staged descendant", CheckTransition(Sandbox, ptr(staging), view(Intent, nil, map[string]Slot{"coordinator": committed(1), "supervisor": staged(2), "runsc": staged(3), "runsc_sandbox": staged(4)})))
+	mustRefuse(t, "descendant before its parent is committed", CheckTransition(Sandbox, ptr(staging), view(Intent, nil, map[string]Slot{"coordinator": committed(1), "supervisor": staged(2), "runsc": staged(3), "runsc_gofer": committed(5)})))
+	mustRefuse(t, "legacy descendant", CheckTransition(Sandbox, ptr(staging), withKids(Committed, legacy(), committed(5))))
+	active := withKids(Committed, committed(4), committed(5))
+	mustRefuse(t, "replaced descendant", CheckTransition(Sandbox, ptr(active), withKids(Committed, committed(6), committed(5))))
+	mustRefuse(t, "descendant added to an active record", CheckTransition(Sandbox, ptr(sandboxFull(Committed)), withKids(Committed, committed(4), committed(5))))
+	released := withKids(ReleaseIntent, committed(4), committed(5))
+	mustAccept(t, "release keeps them", CheckTransition(Sandbox, ptr(active), released))
+	all := []pidfs.Authority{ident(1).Authority, ident(2).Authority, ident(3).Authority, ident(4).Authority, ident(5).Authority}
+	mustRefuse(t, "clean without the gofer", CheckClean(Sandbox, ptr(released), AbsenceProof{Kind: AbsenceExact, Processes: all[:4], Fields: []string{"container_id"}, Detail: "x"}))
+	mustAccept(t, "clean covering both", CheckClean(Sandbox, ptr(released), AbsenceProof{Kind: AbsenceExact, Processes: all, Fields: []string{"container_id"}, Detail: "x"}))
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -320,6 +321,166 @@ func (h *Handle) Alive() bool {
 
 // Close releases the descriptor.
 func (h *Handle) Close() error { return h.f.Close() }
+
+// Terminated reports, without waiting or reaping, whether the process has
+// exited: the pidfd polls readable once it has (a zombie counts as
+// terminated). Unlike Exited it works for any process, not only children.
+func (h *Handle) Terminated() (bool, error) {
+	var done bool
+	var perr error
+	err := h.rc.Control(func(fd uintptr) { done, perr = pollReadable(fd) })
+	if err != nil {
+		return false, err
+	}
+	return done, perr
+}
+
+// WaitTerminated blocks (without an OS thread) until the process has
+// exited or timeout passes, and reports which. It neither reaps nor
+// signals, and works for any process. It must not run concurrently with
+// WaitExit on the same handle (both use the descriptor's read deadline).
+func (h *Handle) WaitTerminated(timeout time.Duration) (bool, error) {
+	if err := h.f.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return false, err
+	}
+	defer h.f.SetReadDeadline(time.Time{})
+	var done bool
+	var perr error
+	err := h.rc.Read(func(fd uintptr) bool {
+		done, perr = pollReadable(fd)
+		return done || perr != nil
+	})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return done, perr
+}
+
+func pollReadable(fd uintptr) (bool, error) {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, os.NewSyscallError("poll pidfd", err)
+		}
+		return n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0, nil
+	}
+}
+
+// ParentPID returns the pid, in this process's PID namespace, of the
+// process's current parent, read through the exact pidfd (PIDFD_GET_INFO):
+// the answer is about this process even if its pid has been reused since.
+// A process that has exited reports os.ErrProcessDone.
+//
+// Kernels before 6.13 have no PIDFD_GET_INFO (ENOTTY): there the parent is
+// read from /proc/<pid>/stat and the pidfd is polled afterwards. While the
+// pidfd's process has not exited its pid cannot name another process (a
+// pid is freed only when its holder is reaped, after it exits), so a read
+// followed by "not exited" was a read of this process; an exit in between
+// reports os.ErrProcessDone, never another process's parent.
+func (h *Handle) ParentPID() (int, error) {
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+	var ierr error
+	err := h.rc.Control(func(fd uintptr) { ierr = unix.IoctlPidfdInfo(int(fd), &info) })
+	if err != nil {
+		return 0, err
+	}
+	if errors.Is(ierr, unix.ESRCH) {
+		return 0, os.ErrProcessDone
+	}
+	if errors.Is(ierr, unix.ENOTTY) || errors.Is(ierr, unix.EINVAL) {
+		return h.parentPIDFromProc()
+	}
+	if ierr != nil {
+		return 0, errdefs.Mark(os.NewSyscallError("ioctl PIDFD_GET_INFO", ierr), errdefs.ErrUnsupportedHost)
+	}
+	if info.Mask&unix.PIDFD_INFO_PID == 0 {
+		return 0, errdefs.New(errdefs.ErrUnsupportedHost, "PIDFD_GET_INFO reported no pid information")
+	}
+	return int(info.Ppid), nil
+}
+
+// parentPIDFromProc is ParentPID without PIDFD_GET_INFO.
+func (h *Handle) parentPIDFromProc() (int, error) {
+	b, rerr := os.ReadFile("/proc/" + strconv.Itoa(h.pid) + "/stat")
+	exited, err := h.Terminated()
+	if err != nil {
+		return 0, err
+	}
+	if exited || errors.Is(rerr, fs.ErrNotExist) {
+		return 0, os.ErrProcessDone
+	}
+	if rerr != nil {
+		return 0, rerr
+	}
+	return parsePPid(b, h.pid)
+}
+
+// parsePPid reads field 4 (ppid) of a /proc/<pid>/stat line.
+func parsePPid(b []byte, pid int) (int, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errdefs.New(errdefs.ErrCorrupt, "malformed /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 2 {
+		return 0, errdefs.New(errdefs.ErrCorrupt, "short /proc/%d/stat", pid)
+	}
+	return strconv.Atoi(fields[1])
+}
+
+// ErrNotChild: the process at the locator is not a child of the expected
+// parent, so it is not the process the caller looked for and must never be
+// acted on.
+var ErrNotChild = errdefs.New(errdefs.ErrRefused, "process is not a child of the expected parent")
+
+// OpenChildOf opens a pidfd for pid and proves that it is a child of
+// parent, which must be a child of the caller (the broker's retained
+// handle): while the caller has not reaped it, no other process can have
+// parent's pid, so a process whose parent pid (read through its own pidfd)
+// is parent's pid is exactly parent's child. After that read, a
+// non-reaping waitid on parent's pidfd proves parent was still unreaped
+// (reaping is irreversible, so it was unreaped at the read too). The
+// locator pid may come from anywhere (runsc's state file); it only chooses
+// which process to check. A process that is not parent's child is
+// ErrNotChild; an absent one is ErrAbsent; a parent already reaped proves
+// nothing (ErrAmbiguous).
+func OpenChildOf(parent *Handle, pid int) (*Handle, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("%w: no locator pid (%d)", ErrAbsent, pid)
+	}
+	h, err := Open(pid)
+	if errors.Is(err, unix.ESRCH) {
+		return nil, ErrAbsent
+	}
+	if err != nil {
+		return nil, err
+	}
+	ppid, err := h.ParentPID()
+	if errors.Is(err, os.ErrProcessDone) {
+		h.Close()
+		return nil, ErrAbsent
+	}
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	if ppid != parent.PID() {
+		h.Close()
+		return nil, fmt.Errorf("%w: pid %d has parent %d, not %d", ErrNotChild, pid, ppid, parent.PID())
+	}
+	if _, _, err := parent.Exited(); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("%w: parent %d may have been reaped during the check: %v", ErrAmbiguous, parent.PID(), err)
+	}
+	return h, nil
+}
 
 // Open calls pidfd_open exactly once for pid (PidfsRecoveryMatch step 4).
 func Open(pid int) (*Handle, error) {

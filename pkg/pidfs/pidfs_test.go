@@ -2,11 +2,15 @@ package pidfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
 func TestIdentityOfSelfIsStable(t *testing.T) {
@@ -148,5 +152,128 @@ func TestRecoveryMatch(t *testing.T) {
 	noPid.HostPID = 0
 	if _, err := RecoveryMatch(noPid); !errors.Is(err, ErrAmbiguous) {
 		t.Errorf("no locator: %v", err)
+	}
+}
+
+// TestOpenChildOf: a grandchild is proven the child of its exact parent
+// through its own pidfd; any other process at a locator is ErrNotChild and
+// an absent one ErrAbsent. Terminated and WaitTerminated observe its exit
+// without reaping it (the parent does).
+func TestOpenChildOf(t *testing.T) {
+	c := exec.Command("/bin/sh", "-c", "/bin/sleep 60 & echo $!; wait")
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Wait()
+	defer c.Process.Kill()
+	var grand int
+	if _, err := fmt.Fscan(out, &grand); err != nil {
+		t.Fatal(err)
+	}
+	parent, err := Open(c.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parent.Close()
+	h, err := OpenChildOf(parent, grand)
+	if err != nil {
+		t.Fatalf("grandchild %d not proven a child of %d: %v", grand, c.Process.Pid, err)
+	}
+	defer h.Close()
+	if _, err := OpenChildOf(parent, os.Getpid()); !errors.Is(err, ErrNotChild) || !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("this test process as the child of sh: %v", err)
+	}
+	if _, err := OpenChildOf(parent, 0); !errors.Is(err, ErrAbsent) {
+		t.Fatalf("pid 0: %v", err)
+	}
+	if done, err := h.Terminated(); err != nil || done {
+		t.Fatalf("live grandchild terminated=%v err=%v", done, err)
+	}
+	if done, err := h.WaitTerminated(50 * time.Millisecond); err != nil || done {
+		t.Fatalf("live grandchild after a short wait: terminated=%v err=%v", done, err)
+	}
+	if err := h.Signal(unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := h.WaitTerminated(5 * time.Second); err != nil || !done {
+		t.Fatalf("killed grandchild: terminated=%v err=%v", done, err)
+	}
+	if done, err := h.Terminated(); err != nil || !done {
+		t.Fatalf("killed grandchild: terminated=%v err=%v", done, err)
+	}
+	if _, err := h.ParentPID(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("ParentPID of an exited process: %v", err)
+	}
+}
+
+// TestAwaitLocatorsGone: a live process at a locator is reported, never
+// signalled; an exiting one and an absent pid are not.
+func TestAwaitLocatorsGone(t *testing.T) {
+	live := exec.Command("/bin/sleep", "30")
+	short := exec.Command("/bin/sleep", "0.2")
+	for _, c := range []*exec.Cmd{live, short} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer live.Wait()
+	defer live.Process.Kill()
+	go short.Wait() // reaped by os/exec in this test only
+	held, err := AwaitLocatorsGone([]int{0, live.Process.Pid, short.Process.Pid, -1}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 1 || held[0] != live.Process.Pid {
+		t.Fatalf("held %v, want [%d]", held, live.Process.Pid)
+	}
+	h, err := Open(live.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if done, _ := h.Terminated(); done {
+		t.Fatal("AwaitLocatorsGone ended the live process")
+	}
+}
+
+// TestParentPIDFromProc: the pre-6.13 path reads the same parent as
+// PIDFD_GET_INFO, and a process that exited reports ErrProcessDone.
+func TestParentPIDFromProc(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	h, err := Open(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	got, err := h.parentPIDFromProc()
+	if err != nil || got != os.Getpid() {
+		t.Fatalf("parentPIDFromProc = %d, %v; want %d", got, err, os.Getpid())
+	}
+	if want, err := h.ParentPID(); err != nil || want != got {
+		t.Errorf("ParentPID = %d, %v", want, err)
+	}
+	cmd.Process.Kill() // the child this test started
+	for i := 0; i < 100; i++ {
+		if done, _ := h.Terminated(); done {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := h.parentPIDFromProc(); !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("after exit: %v, want ErrProcessDone", err)
+	}
+	if _, err := parsePPid([]byte("42 (a) b) c) S 7 42 42"), 42); err != nil {
+		t.Errorf("parsePPid with parentheses in the name: %v", err)
+	}
+	if p, _ := parsePPid([]byte("42 (a) b) c) S 7 42 42"), 42); p != 7 {
+		t.Errorf("parsePPid = %d, want 7", p)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -82,4 +83,39 @@ func RecoveryMatch(id Identity) (*Handle, error) {
 		return nil, fmt.Errorf("%w: start time %d, recorded %d", ErrAmbiguous, h.Identity().StartTimeTicks, id.StartTimeTicks)
 	}
 	return h, nil // 7
+}
+
+// AwaitLocatorsGone is the only check Lazaret makes of a process whose pidfs
+// identity was never recorded (a locator from a file such as runsc's state,
+// say after a crash before the identity was recorded): it waits, at most
+// timeout in all, until no process holds any of the pids, and returns those
+// still held. It never signals, and a pid it returns proves nothing: the
+// process there may be the unrecorded one or an unrelated process that
+// reuses the number, and nothing tells them apart. Pids of zero or less
+// are skipped. The caller fences other boots first (a locator of another
+// boot must not be looked up).
+func AwaitLocatorsGone(pids []int, timeout time.Duration) ([]int, error) {
+	deadline := time.Now().Add(timeout)
+	var held []int
+	for _, pid := range pids {
+		if pid <= 0 {
+			continue
+		}
+		h, err := Open(pid)
+		if errors.Is(err, unix.ESRCH) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: pidfd_open %d: %v", ErrAmbiguous, pid, err)
+		}
+		done, err := h.WaitTerminated(time.Until(deadline))
+		h.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%w: pid %d: %v", ErrAmbiguous, pid, err)
+		}
+		if !done {
+			held = append(held, pid)
+		}
+	}
+	return held, nil
 }

@@ -3,13 +3,16 @@
 // Host Coordinator and Runtime Supervisor process, and no numeric-pid
 // signalling. It reports every reference — call or function value — to a
 // process-spawning, waiting, reaping or signalling API outside the places an
-// explicit allow-list names with its reason. procguard_test.go runs it over
+// explicit allow-list names with its reason, and every argv of Lazaret's
+// own code that asks runsc to signal numeric pids for it (RunscArgv:
+// `runsc kill --all`, `runsc delete`), which nothing may allow. procguard_test.go runs it over
 // every package the four binaries link, dependencies included, so a
 // dependency that spawns or reaps is seen and must be justified.
 package procguard
 
 import (
 	"go/ast"
+	"go/constant"
 	"go/token"
 	"go/types"
 	"sort"
@@ -136,6 +139,10 @@ var Analyzer = &analysis.Analyzer{
 
 func run(pass *analysis.Pass) (any, error) {
 	for _, f := range Findings(pass.Pkg, pass.TypesInfo, pass.Files, pass.Fset) {
+		if _, ok := RunscArgv[f.Func]; ok {
+			pass.Reportf(f.node.Pos(), "%s (%s): stop the sandbox, gofer and client through proven pidfds and remove the state with runsc.RemoveState", f.Func, f.Kind)
+			continue
+		}
 		if allowed(f) {
 			continue
 		}
@@ -157,11 +164,72 @@ func allowed(f finding) bool {
 	return ok
 }
 
+// RunscArgv names the runsc command lines Lazaret must never build, with
+// why: each makes runsc SIGKILL the host pids its state file names (the
+// sandbox's and the gofer's), which after a crash may be unrelated
+// processes of the developer. Only an argv's string constants are seen:
+// the elements of one []string literal, or the arguments of one call (a
+// variadic argv builder such as runsc.Runtime's, or append).
+var RunscArgv = map[string]string{
+	"runsc argv: kill --all": "numeric-pid signal (runsc kill --all SIGKILLs the sandbox pid of a container it believes Created)",
+	"runsc argv: delete":     "numeric-pid signal (runsc delete SIGKILLs the state file's sandbox and gofer pids, with or without -force)",
+}
+
+// runscArgvFinding reports which RunscArgv entry the constant tokens of one
+// argv expression match, if any.
+func runscArgvFinding(tokens []string) string {
+	var kill, all bool
+	for _, t := range tokens {
+		switch {
+		case t == "delete":
+			return "runsc argv: delete"
+		case t == "kill":
+			kill = true
+		case t == "--all" || t == "-all" || strings.HasPrefix(t, "--all=") || strings.HasPrefix(t, "-all="):
+			all = true
+		}
+	}
+	if kill && all {
+		return "runsc argv: kill --all"
+	}
+	return ""
+}
+
+// argvTokens returns the string constants among exprs.
+func argvTokens(info *types.Info, exprs []ast.Expr) []string {
+	var out []string
+	for _, e := range exprs {
+		if tv, ok := info.Types[e]; ok && tv.Value != nil && tv.Value.Kind() == constant.String {
+			out = append(out, constant.StringVal(tv.Value))
+		}
+	}
+	return out
+}
+
+// checksArgv reports whether pkg's own argv expressions are checked:
+// Lazaret's packages and analysistest packages, never a dependency.
+func checksArgv(pkg *types.Package) bool {
+	return strings.HasPrefix(pkg.Path(), ProjectPrefix) || !IsProjectOrDependency(pkg.Path())
+}
+
 // Findings lists every guarded reference in files, allowed or not.
 func Findings(pkg *types.Package, info *types.Info, files []*ast.File, fset *token.FileSet) []finding {
 	var out []finding
+	argv := checksArgv(pkg)
 	for _, file := range files {
 		ast.Inspect(file, func(n ast.Node) bool {
+			if argv {
+				var exprs []ast.Expr
+				switch x := n.(type) {
+				case *ast.CompositeLit:
+					exprs = x.Elts
+				case *ast.CallExpr:
+					exprs = x.Args
+				}
+				if name := runscArgvFinding(argvTokens(info, exprs)); name != "" {
+					out = append(out, finding{Finding{Pkg: pkg.Path(), Func: name, Kind: RunscArgv[name], Pos: fset.Position(n.Pos()).String()}, n})
+				}
+			}
 			id, ok := n.(*ast.Ident)
 			if !ok {
 				return true

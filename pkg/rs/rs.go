@@ -5,9 +5,12 @@
 // It prepares the filesystem (prepared lower, read-only bind, OCI bundle) and
 // the network namespace, launches the attached, non-detached `runsc run`
 // through its broker (the runsc client gets a parent-death edge to RS, and
-// runsc's own sandbox and gofer processes have one to the client), reports
-// readiness, and tears everything down when HC asks, when the lifetime pipe
-// reaches EOF (HC loss: the lease-loss path), or when runsc exits.
+// runsc's own sandbox and gofer processes have one to the client), proves
+// the sandbox and gofer children of that exact client through their own
+// pidfds and reports their identities, and tears everything down — by
+// pidfd only, never through a runsc command that signals a state file's
+// numeric pid — when HC asks, when the lifetime pipe reaches EOF (HC loss:
+// the lease-loss path), or when runsc exits.
 //
 // The message sequence with HC is drawn in api/lazaret/v1/supervisor.proto.
 package rs
@@ -125,6 +128,7 @@ type supervisor struct {
 	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
 	purged    chan struct{}          // closed when reclaimed artifacts are deleted
 	routing   *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
+	kids      *runscChildren         // the attached runsc's sandbox and gofer, once proven
 	routed    *lv1.GitRoutingReady
 	acks      chan *lv1.ProcessOwnershipCommitAck
 	leases    chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
@@ -381,6 +385,15 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	failpoint.Hit("lazaret-rs:runsc-ready")
+	// The sandbox and gofer exist once the init runs: prove them children
+	// of this exact client now, while it is our unreaped child, and report
+	// their identities — the only handles by which anything may stop them.
+	kids, err := s.identifyRunscChildren(child)
+	if err != nil {
+		s.teardown(child, inW)
+		return nil, nil, err
+	}
+	s.kids = kids
 	if failpoint.Armed("lazaret-rs:kill-runsc-after-ready") {
 		child.Signal(unix.SIGKILL) // simulates an attached runsc crash
 	}
@@ -390,6 +403,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	id := child.Identity()
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Ready{Ready: &lv1.SandboxReady{
 		PreparedArtifactId: art.ID, ImageRef: st.ImageRef, ManifestDigest: art.Source.ManifestDigest, AttachedRunsc: identityProto(id),
+		RunscSandbox: identityProto(kids.sandbox.Identity()), RunscGofer: identityProto(kids.gofer.Identity()),
 		PolicyDigest: st.PolicyDigest, ObservedRoutes: routeStrings(s.routes),
 		NetworkProbeReport: s.probe, ObservedTapAddress: s.tapAddr.String(), GitRouting: s.routed,
 	}}}); err != nil {
@@ -522,8 +536,12 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 }
 
 // teardown stops the sandbox: EOF on the init's stdin ends the container's
-// init and with it every guest process; then runsc kill, then SIGKILL of the
-// exact runsc client; finally runsc delete -force clears the state.
+// init and with it every guest process, and the attached client exits.
+// Failing that, the sandbox and gofer are SIGKILLed through the pidfds RS
+// proved them by, then the client through its own. runsc's state is
+// removed only once all three are proven gone; no runsc command signals
+// anything (`runsc kill --all` and `runsc delete` SIGKILL the state file's
+// numeric pids).
 func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	stdin.Close()
 	id := s.start.ContainerId
@@ -536,8 +554,17 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 		}
 	}
 	if !wait(stopGrace) {
-		s.log.Warn("sandbox did not stop on init EOF: runsc kill")
-		s.runsc(s.rt.Kill(id, "KILL"))
+		if s.kids == nil {
+			// Torn down before readiness: prove them now, while the client
+			// is still our unreaped child.
+			if kids, err := s.identifyRunscChildren(sandbox); err == nil {
+				s.kids = kids
+			} else {
+				s.log.Warn("runsc sandbox and gofer not identified: only the client is stopped", "err", err)
+			}
+		}
+		s.log.Warn("sandbox did not stop on init EOF: SIGKILL of the runsc sandbox and gofer through their pidfds")
+		s.killRunscChildren(s.kids)
 		if !wait(stopGrace) {
 			s.log.Warn("attached runsc still running: SIGKILL through its pidfd")
 			sandbox.Signal(unix.SIGKILL)
@@ -545,7 +572,12 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 		}
 	}
 	failpoint.Hit("lazaret-rs:sandbox-stopped")
-	s.runsc(s.rt.Delete(id))
+	if err := s.runscChildrenGone(s.kids); err != nil {
+		s.log.Error("runsc sandbox or gofer not proven gone: runsc state kept for the coordinator's check", "container", id, "err", err)
+	} else if err := runsc.RemoveState(s.rt.Root, id); err != nil {
+		s.log.Warn("remove runsc state", "container", id, "err", err)
+	}
+	s.kids.close()
 	failpoint.Hit("lazaret-rs:deleted")
 	s.unmountAnchors()
 	rootfs := filepath.Join(s.start.BundleDir, "rootfs")
@@ -554,15 +586,6 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	}
 	s.removeSkeleton()
 	s.stopGitRouting()
-}
-
-func (s *supervisor) runsc(argv []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_, stderr, st, err := s.broker.Output(ctx, "runsc "+argv[len(argv)-2], proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}}, 64<<10)
-	if err != nil || !st.Exited || st.Code != 0 {
-		s.log.Debug("runsc command", "argv", strings.Join(argv[1:], " "), "status", st.String(), "err", err, "stderr", strings.TrimSpace(string(stderr)))
-	}
 }
 
 func routeStrings(rs []netsetup.Route) []string {

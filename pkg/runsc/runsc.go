@@ -1,16 +1,32 @@
-// Package runsc builds runsc command lines for the attached sandbox, session
-// execs and cleanup, with the flags measured to work rootless on this kernel
+// Package runsc builds runsc command lines for the attached sandbox and
+// session execs, with the flags measured to work rootless on this kernel
 // (shared/design/runtime.md §2, filesystem.md §3–§4). It spawns nothing: the
 // broker of the calling process (package proc) does.
+//
+// Lazaret never runs `runsc delete` or `runsc kill --all`. Both make runsc
+// SIGKILL the host pids its state file names (the sandbox's and the
+// gofer's) — `delete` does so even without -force for a stopped container —
+// and after a crash those numbers may name unrelated processes of the
+// developer. Lazaret stops the sandbox, gofer and client through pidfds
+// whose identity it proved (package pidfs) and, once they are proven gone,
+// removes runsc's state itself (RemoveState). ReadState exposes the state
+// file's pids as locators only.
 package runsc
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
 // PinnedVersion is the gVisor module version Lazaret is built and tested
@@ -119,13 +135,11 @@ func (r Runtime) Exec(processJSON, pidFile, id string) []string {
 	return r.argv(append(args, id)...)
 }
 
-// Kill signals all of the container's processes.
-func (r Runtime) Kill(id, signal string) []string {
-	return r.argv("kill", "--all", id, signal)
-}
-
 // KillPID signals one exact guest process (pid in the sandbox's root PID
-// namespace, as --internal-pid-file reports it).
+// namespace, as --internal-pid-file reports it). runsc asks the sentry to
+// deliver it inside the sandbox: no host process is signalled. (There is
+// deliberately no `kill --all`: on a container runsc believes Created it
+// SIGKILLs the sandbox's host pid from the state file.)
 func (r Runtime) KillPID(id, signal string, pid int) []string {
 	return r.argv("kill", fmt.Sprintf("--pid=%d", pid), id, signal)
 }
@@ -133,11 +147,6 @@ func (r Runtime) KillPID(id, signal string, pid int) []string {
 // KillGroup signals one exact guest process group.
 func (r Runtime) KillGroup(id, signal string, pgid int) []string {
 	return r.argv("kill", fmt.Sprintf("--pgid=%d", pgid), id, signal)
-}
-
-// Delete force-deletes the container's state.
-func (r Runtime) Delete(id string) []string {
-	return r.argv("delete", "-force", id)
 }
 
 // List lists containers in the state directory.
@@ -161,4 +170,94 @@ func StateContainers(root string) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// ErrNoState: runsc has no state for the container in that root.
+var ErrNoState = errdefs.New(errdefs.ErrUnavailable, "runsc has no state for the container")
+
+// State is what Lazaret reads from a root container's runsc state file.
+// SandboxPID and GoferPID are host pid locators as runsc wrote them: never
+// to be signalled. A caller opens a pidfd for one and proves the process's
+// identity (pidfs.OpenChildOf while the runsc client is an unreaped child,
+// or a recorded authority through pidfs.RecoveryMatch) or only waits for
+// it to be gone.
+type State struct {
+	ContainerID string
+	Status      string // runsc's word: "creating", "created", "running", "stopped"
+	SandboxPID  int
+	GoferPID    int
+}
+
+// maxStateFile bounds what ReadState reads (the file is a few kB).
+const maxStateFile = 1 << 20
+
+func statePaths(root, id string) (state, lock, sock string) {
+	base := filepath.Join(root, id+"_sandbox:"+id)
+	return base + ".state", base + ".lock", filepath.Join(root, "runsc-"+id+".sock")
+}
+
+// ReadState reads the state runsc keeps in root for the root container id
+// (its sandbox has the same id). It returns ErrNoState when there is none.
+func ReadState(root, id string) (State, error) {
+	if !ValidContainerID(id) {
+		return State{}, errdefs.New(errdefs.ErrInvalid, "bad container id %q", id)
+	}
+	path, _, _ := statePaths(root, id)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return State{}, ErrNoState
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("read runsc state: %w", err)
+	}
+	defer f.Close()
+	var raw struct {
+		ID       string `json:"id"`
+		Status   string `json:"status"`
+		GoferPID int    `json:"goferPid"`
+		Sandbox  struct {
+			ID  string `json:"id"`
+			PID int    `json:"pid"`
+		} `json:"sandbox"`
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxStateFile+1))
+	if err != nil {
+		return State{}, fmt.Errorf("read runsc state %s: %w", path, err)
+	}
+	if len(b) > maxStateFile {
+		return State{}, errdefs.New(errdefs.ErrCorrupt, "runsc state %s is larger than %d bytes", path, maxStateFile)
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return State{}, errdefs.Mark(fmt.Errorf("runsc state %s: %w", path, err), errdefs.ErrCorrupt)
+	}
+	if raw.ID != id || raw.Sandbox.ID != id {
+		return State{}, errdefs.New(errdefs.ErrCorrupt, "runsc state %s names container %q sandbox %q, not %q", path, raw.ID, raw.Sandbox.ID, id)
+	}
+	if raw.Sandbox.PID < 0 || raw.GoferPID < 0 {
+		return State{}, errdefs.New(errdefs.ErrCorrupt, "runsc state %s has a negative pid", path)
+	}
+	return State{ContainerID: id, Status: raw.Status, SandboxPID: raw.Sandbox.PID, GoferPID: raw.GoferPID}, nil
+}
+
+// RemoveState removes runsc's state for the root container id from root:
+// the state and lock files and the sandbox's control socket — everything
+// `runsc delete` removes for Lazaret's sandboxes (no cgroups, no
+// self-backed filestore: the root overlay is in memory), without its
+// numeric-pid SIGKILLs. Call it only once the sandbox, gofer and runsc
+// client are proven gone. An absent file is not an error.
+func RemoveState(root, id string) error {
+	if !ValidContainerID(id) {
+		return errdefs.New(errdefs.ErrInvalid, "bad container id %q", id)
+	}
+	state, lock, sock := statePaths(root, id)
+	var errs []error
+	for _, p := range []string{sock, state, lock} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove runsc state of %s: %w", id, err)
+	}
+	return nil
 }

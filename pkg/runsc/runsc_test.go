@@ -1,12 +1,15 @@
 package runsc
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
 func TestDentryCache(t *testing.T) {
@@ -39,9 +42,6 @@ func TestFlags(t *testing.T) {
 	if k := strings.Join(r.KillPID("c", "TERM", 9), " "); !strings.HasSuffix(k, "kill --pid=9 c TERM") {
 		t.Error(k)
 	}
-	if k := strings.Join(r.Kill("c", "KILL"), " "); !strings.HasSuffix(k, "kill --all c KILL") {
-		t.Error(k)
-	}
 }
 
 func TestContainerID(t *testing.T) {
@@ -67,5 +67,66 @@ func TestStateContainers(t *testing.T) {
 	ids, err := StateContainers(dir)
 	if err != nil || len(ids) != 1 || ids[0] != "lazaret-abc-4" {
 		t.Fatalf("%v %v", ids, err)
+	}
+}
+
+// TestStateRoundTrip: ReadState takes the pid locators from the fields
+// runsc writes (a trimmed copy of a real state file), refuses a file of
+// another container, and RemoveState removes exactly what `runsc delete`
+// would, leaving other containers' state.
+func TestStateRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	id, other := "lazaret-abc-4", "lazaret-abc-5"
+	real := `{"id":"lazaret-abc-4","bundleDir":"/b","status":"running","goferPid":28905,` +
+		`"sandbox":{"id":"lazaret-abc-4","pid":28906,"uid":0,"controlSocketPath":"/r/runsc-lazaret-abc-4.sock"},"saver":{}}`
+	for name, body := range map[string]string{
+		id + "_sandbox:" + id + ".state": real, id + "_sandbox:" + id + ".lock": "", "runsc-" + id + ".sock": "",
+		other + "_sandbox:" + other + ".state": "{}", "null-netns": "",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := ReadState(dir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != (State{ContainerID: id, Status: "running", SandboxPID: 28906, GoferPID: 28905}) {
+		t.Fatalf("state %+v", st)
+	}
+	if _, err := ReadState(dir, other); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("state naming no container: %v", err)
+	}
+	if _, err := ReadState(dir, "lazaret-abc-6"); !errors.Is(err, ErrNoState) {
+		t.Fatalf("absent state: %v", err)
+	}
+	if _, err := ReadState(dir, "../x"); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("bad id: %v", err)
+	}
+	if err := RemoveState(dir, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveState(dir, id); err != nil {
+		t.Fatalf("second removal: %v", err)
+	}
+	left, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "lazaret-abc-5_sandbox:lazaret-abc-5.state null-netns" {
+		t.Fatalf("left after RemoveState: %v", names)
+	}
+}
+
+// TestNoNumericPidSubcommands: the argv builders cannot express the runsc
+// subcommands that signal host pids from the state file.
+func TestNoNumericPidSubcommands(t *testing.T) {
+	r := Runtime{Path: "/x/runsc", Root: "/run/r"}
+	for _, argv := range [][]string{r.Run("/b", "c"), r.Exec("/p", "/f", "c"), r.KillPID("c", "TERM", 3), r.KillGroup("c", "INT", 3), r.List()} {
+		j := " " + strings.Join(argv, " ") + " "
+		if strings.Contains(j, " delete ") || strings.Contains(j, " --all ") || strings.Contains(j, "-force") {
+			t.Errorf("argv %q", j)
+		}
 	}
 }

@@ -1763,12 +1763,18 @@ func (x *HelperSnapshotV1) GetSupervisor() *ProcessSlotV1 {
 }
 
 type SandboxSnapshotV1 struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ContainerId   *string                `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3,oneof" json:"container_id,omitempty"`
-	BundleDir     *FileIdentityV1        `protobuf:"bytes,2,opt,name=bundle_dir,json=bundleDir,proto3,oneof" json:"bundle_dir,omitempty"`
-	Coordinator   *ProcessSlotV1         `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"` // direct edge: HC
-	Supervisor    *ProcessSlotV1         `protobuf:"bytes,4,opt,name=supervisor,proto3" json:"supervisor,omitempty"`   // acquired child: RS
-	Runsc         *ProcessSlotV1         `protobuf:"bytes,5,opt,name=runsc,proto3" json:"runsc,omitempty"`             // acquired child: attached runsc
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId *string                `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3,oneof" json:"container_id,omitempty"`
+	BundleDir   *FileIdentityV1        `protobuf:"bytes,2,opt,name=bundle_dir,json=bundleDir,proto3,oneof" json:"bundle_dir,omitempty"`
+	Coordinator *ProcessSlotV1         `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"` // direct edge: HC
+	Supervisor  *ProcessSlotV1         `protobuf:"bytes,4,opt,name=supervisor,proto3" json:"supervisor,omitempty"`   // acquired child: RS
+	Runsc       *ProcessSlotV1         `protobuf:"bytes,5,opt,name=runsc,proto3" json:"runsc,omitempty"`             // acquired child: attached runsc
+	// runsc's own children of the attached runsc client (descendant edge):
+	// the sandbox (sentry) and the gofer, recorded Committed with the
+	// Committed runsc client. Absent in records of earlier builds and of
+	// generations that crashed before SandboxReady.
+	RunscSandbox  *ProcessSlotV1 `protobuf:"bytes,6,opt,name=runsc_sandbox,json=runscSandbox,proto3" json:"runsc_sandbox,omitempty"`
+	RunscGofer    *ProcessSlotV1 `protobuf:"bytes,7,opt,name=runsc_gofer,json=runscGofer,proto3" json:"runsc_gofer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1834,6 +1840,20 @@ func (x *SandboxSnapshotV1) GetSupervisor() *ProcessSlotV1 {
 func (x *SandboxSnapshotV1) GetRunsc() *ProcessSlotV1 {
 	if x != nil {
 		return x.Runsc
+	}
+	return nil
+}
+
+func (x *SandboxSnapshotV1) GetRunscSandbox() *ProcessSlotV1 {
+	if x != nil {
+		return x.RunscSandbox
+	}
+	return nil
+}
+
+func (x *SandboxSnapshotV1) GetRunscGofer() *ProcessSlotV1 {
+	if x != nil {
+		return x.RunscGofer
 	}
 	return nil
 }
@@ -3064,7 +3084,7 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"\n" +
 	"supervisor\x18\x03 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\n" +
 	"supervisorB\b\n" +
-	"\x06_netns\"\xc4\x02\n" +
+	"\x06_netns\"\xc0\x03\n" +
 	"\x11SandboxSnapshotV1\x12&\n" +
 	"\fcontainer_id\x18\x01 \x01(\tH\x00R\vcontainerId\x88\x01\x01\x12>\n" +
 	"\n" +
@@ -3073,7 +3093,10 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"\n" +
 	"supervisor\x18\x04 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\n" +
 	"supervisor\x12/\n" +
-	"\x05runsc\x18\x05 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\x05runscB\x0f\n" +
+	"\x05runsc\x18\x05 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\x05runsc\x12>\n" +
+	"\rrunsc_sandbox\x18\x06 \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\frunscSandbox\x12:\n" +
+	"\vrunsc_gofer\x18\a \x01(\v2\x19.lazaret.v1.ProcessSlotV1R\n" +
+	"runscGoferB\x0f\n" +
 	"\r_container_idB\r\n" +
 	"\v_bundle_dir\"\x9f\x02\n" +
 	"\x15PublicationSnapshotV1\x12F\n" +
@@ -3325,33 +3348,35 @@ var file_lazaret_v1_store_proto_depIdxs = []int32{
 	12, // 28: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
 	12, // 29: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
 	12, // 30: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
-	13, // 31: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
-	18, // 32: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
-	19, // 33: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
-	22, // 34: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
-	24, // 35: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
-	25, // 36: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
-	26, // 37: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
-	27, // 38: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
-	0,  // 39: lazaret.v1.ParticipantRecordV1.role:type_name -> lazaret.v1.ParticipantRole
-	1,  // 40: lazaret.v1.ParticipantRecordV1.phase:type_name -> lazaret.v1.ParticipantPhase
-	28, // 41: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
-	13, // 42: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
-	12, // 43: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 44: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
-	30, // 45: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
-	31, // 46: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
-	3,  // 47: lazaret.v1.SessionTerminalRecordV1.phase:type_name -> lazaret.v1.SessionTerminalPhase
-	32, // 48: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
-	13, // 49: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
-	4,  // 50: lazaret.v1.PreparedArtifactRecordV1.state:type_name -> lazaret.v1.PreparedArtifactState
-	5,  // 51: lazaret.v1.PreparedArtifactRecordV1.origin:type_name -> lazaret.v1.PreparedArtifactOrigin
-	6,  // 52: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	12, // 31: lazaret.v1.SandboxSnapshotV1.runsc_sandbox:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 32: lazaret.v1.SandboxSnapshotV1.runsc_gofer:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 33: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
+	18, // 34: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
+	19, // 35: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
+	22, // 36: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
+	24, // 37: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
+	25, // 38: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
+	26, // 39: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
+	27, // 40: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
+	0,  // 41: lazaret.v1.ParticipantRecordV1.role:type_name -> lazaret.v1.ParticipantRole
+	1,  // 42: lazaret.v1.ParticipantRecordV1.phase:type_name -> lazaret.v1.ParticipantPhase
+	28, // 43: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
+	13, // 44: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
+	12, // 45: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	12, // 46: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
+	30, // 47: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
+	31, // 48: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
+	3,  // 49: lazaret.v1.SessionTerminalRecordV1.phase:type_name -> lazaret.v1.SessionTerminalPhase
+	32, // 50: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
+	13, // 51: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
+	4,  // 52: lazaret.v1.PreparedArtifactRecordV1.state:type_name -> lazaret.v1.PreparedArtifactState
+	5,  // 53: lazaret.v1.PreparedArtifactRecordV1.origin:type_name -> lazaret.v1.PreparedArtifactOrigin
+	6,  // 54: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_store_proto_init() }

@@ -1039,6 +1039,13 @@ type SandboxReady struct {
 	NetworkProbeReport string `protobuf:"bytes,7,opt,name=network_probe_report,json=networkProbeReport,proto3" json:"network_probe_report,omitempty"`
 	// The tap device's IPv4 address as RS observed it (helper evidence).
 	ObservedTapAddress string `protobuf:"bytes,8,opt,name=observed_tap_address,json=observedTapAddress,proto3" json:"observed_tap_address,omitempty"`
+	// The runsc sandbox (sentry) and gofer host processes, each proven by RS
+	// a direct child of the attached runsc client through its own pidfd
+	// while the client was RS's unreaped child (pidfs.OpenChildOf). Their
+	// recorded authorities are the only way any later Lazaret process may
+	// act on them: never the pids of runsc's state file.
+	RunscSandbox *PidfsProcessIdentityV1 `protobuf:"bytes,9,opt,name=runsc_sandbox,json=runscSandbox,proto3" json:"runsc_sandbox,omitempty"`
+	RunscGofer   *PidfsProcessIdentityV1 `protobuf:"bytes,10,opt,name=runsc_gofer,json=runscGofer,proto3" json:"runsc_gofer,omitempty"`
 	// The Git-routing daemon, when StartSandbox asked for it: its staged
 	// (and acknowledged) identity and the mount it serves.
 	GitRouting    *GitRoutingReady `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
@@ -1130,6 +1137,20 @@ func (x *SandboxReady) GetObservedTapAddress() string {
 		return x.ObservedTapAddress
 	}
 	return ""
+}
+
+func (x *SandboxReady) GetRunscSandbox() *PidfsProcessIdentityV1 {
+	if x != nil {
+		return x.RunscSandbox
+	}
+	return nil
+}
+
+func (x *SandboxReady) GetRunscGofer() *PidfsProcessIdentityV1 {
+	if x != nil {
+		return x.RunscGofer
+	}
+	return nil
 }
 
 func (x *SandboxReady) GetGitRouting() *GitRoutingReady {
@@ -1701,7 +1722,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x0ecoordinator_id\x18\x03 \x01(\tR\rcoordinatorId\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\tR\x04slot\x12>\n" +
 	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\x12\x1c\n" +
-	"\tsignature\x18\x06 \x01(\fR\tsignature\"\xc1\x03\n" +
+	"\tsignature\x18\x06 \x01(\fR\tsignature\"\xcf\x04\n" +
 	"\fSandboxReady\x120\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12\x1b\n" +
 	"\timage_ref\x18\x02 \x01(\tR\bimageRef\x12'\n" +
@@ -1710,7 +1731,11 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\rpolicy_digest\x18\x05 \x01(\fR\fpolicyDigest\x12'\n" +
 	"\x0fobserved_routes\x18\x06 \x03(\tR\x0eobservedRoutes\x120\n" +
 	"\x14network_probe_report\x18\a \x01(\tR\x12networkProbeReport\x120\n" +
-	"\x14observed_tap_address\x18\b \x01(\tR\x12observedTapAddress\x12<\n" +
+	"\x14observed_tap_address\x18\b \x01(\tR\x12observedTapAddress\x12G\n" +
+	"\rrunsc_sandbox\x18\t \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\frunscSandbox\x12C\n" +
+	"\vrunsc_gofer\x18\n" +
+	" \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\n" +
+	"runscGofer\x12<\n" +
 	"\vgit_routing\x18\x14 \x01(\v2\x1b.lazaret.v1.GitRoutingReadyR\n" +
 	"gitRouting\"\xed\x01\n" +
 	"\x0fGitRoutingReady\x12:\n" +
@@ -1800,15 +1825,17 @@ var file_lazaret_v1_supervisor_proto_depIdxs = []int32{
 	0,  // 17: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
 	0,  // 18: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
 	0,  // 19: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	10, // 20: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
-	0,  // 21: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	1,  // 22: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	17, // 23: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	0,  // 20: lazaret.v1.SandboxReady.runsc_sandbox:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 21: lazaret.v1.SandboxReady.runsc_gofer:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	10, // 22: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
+	0,  // 23: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	1,  // 24: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	17, // 25: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_supervisor_proto_init() }
