@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -442,6 +443,185 @@ func TestSpec37PromptCancelledWhenSessionCloses(t *testing.T) {
 	a := lz(t, ws, nil, "audit", "--json")
 	if !strings.Contains(a.stdout, "the session closed while its prompt was shown") {
 		t.Errorf("audit lacks the cancellation:\n%s", a.stdout)
+	}
+	m.kill()
+	noLeftovers(t)
+}
+
+// waitHostProcess waits until a host process of the test user whose command
+// line contains sub exists (present) or none does (!present).
+func waitHostProcess(t *testing.T, uid int, sub string, present bool, timeout time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if (len(userProcs(uid, sub)) > 0) == present {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSpec33HostProcessRouteHoldsTerminal (§3.3 terminal routing, §3.7):
+// while an auto-approved host command of an interactive session runs, the
+// session's route is HostProcess — the CLI shows the command's status,
+// keystrokes typed into that terminal never reach the guest (a guest `cat`
+// reading the terminal gets none of them), and the guest's terminal output
+// of that time is held (the coordinator does not read the PTY) and
+// delivered, complete and in order, once the host process has ended; then
+// the terminal is the sandbox's again.
+func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
+	e := need(t)
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	m := newTmux(t, ws, 120, 40)
+	m.startLazaret("main", "a", "--config "+cfg+" -p esc")
+	m.waitFor("main", "/workspace #", 3*time.Minute)
+	// The ticker starts a second after the request and finishes well
+	// before the host's `sleep 8` ends; the foreground cat reads the
+	// terminal the whole time.
+	m.line("main", "(sleep 1; for i in 1 2 3 4 5 6; do echo tick-$i; sleep 0.3; done; touch /workspace/ticked) & lazaret-escalate -- sleep 8 & cat > /workspace/typed; wait; echo all-done")
+	if !waitHostProcess(t, e.uid, "sleep 8", true, 30*time.Second) {
+		t.Fatalf("the host command never started:\n%s", m.capture("main"))
+	}
+	status := "[lazaret] host command running: 'sleep' '8' (auto-approved"
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(m.capture("main"), status) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(m.capture("main"), status) {
+		t.Errorf("the CLI shows no status of the running host command:\n%s", m.capture("main"))
+	}
+	m.line("main", "typed-during-host")
+	m.keys("main", "C-d") // would end the guest's cat if it reached it
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(ws, "ticked")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest's ticker did not finish:\n%s", m.capture("main"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	during := m.capture("main")
+	hostRan := len(userProcs(e.uid, "sleep 8")) > 0
+	if !hostRan {
+		t.Fatalf("the host command ended before the guest's ticker finished: the test proves nothing")
+	}
+	tickLine := regexp.MustCompile(`(?m)^tick-\d`)
+	if tickLine.MatchString(during) {
+		t.Errorf("guest output was forwarded while the host command ran (route HostProcess):\n%s", during)
+	}
+	if !waitHostProcess(t, e.uid, "sleep 8", false, 30*time.Second) {
+		t.Fatal("the host command did not end")
+	}
+	pane := m.waitLine("main", "tick-6", 30*time.Second)
+	at := func(line string) int {
+		loc := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(line) + `\s*$`).FindStringIndex(pane)
+		if loc == nil {
+			return -1
+		}
+		return loc[0]
+	}
+	last := -1
+	for i := 1; i <= 6; i++ {
+		n := at("tick-" + strconv.Itoa(i))
+		if n < 0 || n < last {
+			t.Errorf("held guest output lost or out of order (tick-%d):\n%s", i, pane)
+		}
+		last = n
+	}
+	if end := strings.Index(pane, "[lazaret] host command exited with status 0"); end < 0 || end > at("tick-1") {
+		t.Errorf("the CLI did not report the host command's end before the held output:\n%s", pane)
+	}
+	// The terminal is the sandbox's again: this line reaches the guest's cat.
+	m.line("main", "typed-after-host")
+	m.keys("main", "C-d")
+	m.waitLine("main", "all-done", 30*time.Second)
+	typed, err := os.ReadFile(filepath.Join(ws, "typed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(typed) != "typed-after-host\n" {
+		t.Errorf("the guest read %q from its terminal, want only what was typed after the host command (%q)", typed, "typed-after-host\n")
+	}
+	m.line("main", "exit 5")
+	m.waitLine("main", "RC-a=5", 30*time.Second)
+	m.sttySame("a.before", "a.after")
+	m.kill()
+	noLeftovers(t)
+}
+
+// TestSpec33CloseKillsHostProcess (§3.3 close handshake, §3.7,
+// NoOrphanHostProcess): a session that closes while its approved host
+// command runs — its command exits, or its client disconnects — kills that
+// command first: the CLI is told it was cancelled before the session's
+// exit, no process of it is left when the CLI has the exit status, the
+// marker it would write after a delay never appears, and the audit log
+// records the request as cancelled because the session closed.
+func TestSpec33CloseKillsHostProcess(t *testing.T) {
+	e := need(t)
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	marks := e.userDir("close-marks-" + randHex(3))
+	m := newTmux(t, ws, 140, 40)
+
+	// 1. The session's command exits while the host command runs.
+	exited := filepath.Join(marks, "exited")
+	m.startLazaret("main", "a", "--config "+cfg+" -p esc -- sh -c 'lazaret-escalate -- sh -c \"sleep 6.1; touch "+exited+"\" & while [ ! -e /workspace/go ]; do sleep 0.05; done'")
+	m.waitFor("main", "Run on the host?", 3*time.Minute)
+	m.line("main", "y")
+	if !waitHostProcess(t, e.uid, "sleep 6.1", true, 30*time.Second) {
+		t.Fatalf("the approved host command never started:\n%s", m.capture("main"))
+	}
+	if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pane := m.waitMatch("main", regexp.MustCompile(`RC-a=\d+`), 60*time.Second)
+	if p := userProcs(e.uid, "sleep 6.1"); len(p) != 0 {
+		t.Errorf("the host command outlived its session's exit: %v", p)
+	}
+	cancelled := strings.Index(pane, "[lazaret] host command cancelled: the session closed while the host command ran")
+	if cancelled < 0 || cancelled > regexp.MustCompile(`RC-a=\d`).FindStringIndex(pane)[0] {
+		t.Errorf("the CLI was not told of the cancellation before the session's exit:\n%s", pane)
+	}
+
+	// 2. The client disconnects (~.) while the host command runs.
+	discon := filepath.Join(marks, "disconnected")
+	m.keys("main", "C-l")
+	m.startLazaret("main", "b", "--config "+cfg+" -p esc -- sh -c 'lazaret-escalate -- sh -c \"sleep 6.2; touch "+discon+"\"; sleep 100'")
+	m.waitFor("main", "Run on the host?", 3*time.Minute)
+	m.line("main", "y")
+	if !waitHostProcess(t, e.uid, "sleep 6.2", true, 30*time.Second) {
+		t.Fatalf("the approved host command never started:\n%s", m.capture("main"))
+	}
+	m.keys("main", "Enter")
+	m.tmux("send-keys", "-t", "main", "-l", "~.")
+	m.waitLine("main", "RC-b=129", 30*time.Second)
+	if !waitHostProcess(t, e.uid, "sleep 6.2", false, 10*time.Second) {
+		t.Errorf("the host command outlived its disconnected session: %v", userProcs(e.uid, "sleep 6.2"))
+	}
+	m.sttySame("a.before", "a.after")
+	m.sttySame("b.before", "b.after")
+
+	// Past both delays: neither marker was written.
+	time.Sleep(7 * time.Second)
+	for _, f := range []string{exited, discon} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("the host command ran to its end after its session closed (%s exists)", f)
+		}
+	}
+	a := lz(t, ws, nil, "audit", "--json")
+	n := 0
+	for _, l := range strings.Split(a.stdout, "\n") {
+		if strings.Contains(l, `"outcome":"cancelled"`) && strings.Contains(l, `"reason":"the session closed while the host command ran"`) {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("audit: %d cancellations because the session closed, want 2:\n%s", n, a.stdout)
 	}
 	m.kill()
 	noLeftovers(t)

@@ -62,6 +62,10 @@ const (
 	escMailboxDirMode = 0o700
 )
 
+// errHostStopped reports a host command stopped at its launch barrier
+// (its session closed or the developer cancelled it): it never ran.
+var errHostStopped = errors.New("host command stopped before it ran")
+
 // escalations is the generation's escalation service.
 type escalations struct {
 	c          *coordinator
@@ -91,6 +95,15 @@ type escalations struct {
 	stop chan struct{}
 	done chan struct{}
 	wg   sync.WaitGroup
+
+	// hooks are ordering seams for tests; nil in production.
+	hooks struct {
+		// beforeHostRoute runs after the decision, before the worker asks
+		// the terminal loop for the HostProcess route.
+		beforeHostRoute func(requestID string)
+		// hostStarted runs once the host process is released.
+		hostStarted func(requestID string, child *proc.Child)
+	}
 }
 
 // escSession is one session's escalation state: its request queue (the
@@ -108,6 +121,79 @@ type escSession struct {
 // promptPort connects a session's escalation worker to its terminal loop.
 type promptPort struct {
 	asks chan *promptAsk
+	// hosts carries StartHostExecution: the loop switches the session's
+	// route to HostProcess and closes the run's routed channel before the
+	// worker releases the process.
+	hosts chan *hostRun
+	// closed is closed by the loop when its session starts closing (the
+	// close handshake), its client is lost or its PTY is: from then on no
+	// prompt is shown and no host process starts for the session.
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func newPromptPort() *promptPort {
+	return &promptPort{asks: make(chan *promptAsk), hosts: make(chan *hostRun), closed: make(chan struct{})}
+}
+
+func (p *promptPort) close() { p.closeOnce.Do(func() { close(p.closed) }) }
+
+// hostRun is one host execution of an interactive session (the model's
+// HostProcess route): the terminal loop holds the route from
+// StartHostExecution until the exact process is gone. The loop closes
+// routed once the route is HostProcess (the worker releases the process
+// only then) and may ask for the process to be stopped; the worker
+// reports when it is gone.
+type hostRun struct {
+	started *lv1.HostProcessStarted
+	routed  chan struct{}
+
+	// stop is closed by the loop (developer cancellation, session close);
+	// stopWhy is set before.
+	stop     chan struct{}
+	stopWhy  string
+	stopOnce sync.Once
+
+	// ended is closed by the worker once the exact process has exited, or
+	// was killed, reaped, audited and answered, or never started; end is
+	// set before.
+	ended   chan struct{}
+	end     *lv1.HostProcessEnded
+	endOnce sync.Once
+}
+
+func newHostRun(started *lv1.HostProcessStarted) *hostRun {
+	return &hostRun{started: started, routed: make(chan struct{}), stop: make(chan struct{}), ended: make(chan struct{})}
+}
+
+// requestStop asks the worker to kill the process (CancelRequest); the
+// first reason wins.
+func (h *hostRun) requestStop(why string) {
+	h.stopOnce.Do(func() {
+		h.stopWhy = why
+		close(h.stop)
+	})
+}
+
+// stopC is the stop channel (nil without a run: a session with no terminal).
+func (h *hostRun) stopC() <-chan struct{} {
+	if h == nil {
+		return nil
+	}
+	return h.stop
+}
+
+// finish reports that the process is gone (CompleteHostExecution,
+// CancelRequest, TimeoutRequest or FailHostExecution restore the sandbox
+// route); only the first report counts.
+func (h *hostRun) finish(outcome lv1.EscalationOutcome, code, sig int32, reason string) {
+	if h == nil {
+		return
+	}
+	h.endOnce.Do(func() {
+		h.end = &lv1.HostProcessEnded{RequestId: h.started.RequestId, Outcome: outcome, ExitCode: code, Signal: sig, Reason: reason}
+		close(h.ended)
+	})
 }
 
 // promptAsk is one prompt: the terminal loop shows it (route Prompt) and
@@ -227,7 +313,7 @@ func (e *escalations) attachTerminal(sessionID string) *promptPort {
 	if e == nil {
 		return nil
 	}
-	p := &promptPort{asks: make(chan *promptAsk)}
+	p := newPromptPort()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if s := e.sessions[sessionID]; s != nil {
@@ -605,6 +691,8 @@ func (e *escalations) handle(s *escSession, r *escRequest) {
 			fail(lv1.EscalationOutcome_ESCALATION_OUTCOME_TIMED_OUT, "no decision in time")
 		case "cancel":
 			fail(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, "cancelled by the requester")
+		case "closed":
+			fail(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, "the session closed before the host command started")
 		case "ack-timeout":
 			fail(lv1.EscalationOutcome_ESCALATION_OUTCOME_TIMED_OUT, "the requester stopped acknowledging")
 		case "session":
@@ -685,7 +773,7 @@ func (e *escalations) decide(s *escSession, r *escRequest) (argv []string, by st
 		return nil, by, false
 	}
 	asked := false
-	asks := port.asks
+	asks, closedC := port.asks, port.closed
 	for {
 		select {
 		case asks <- ask:
@@ -723,7 +811,19 @@ func (e *escalations) decide(s *escSession, r *escRequest) (argv []string, by st
 		case <-ask.cancelled:
 			dec.Decision, dec.DecidedBy, dec.Reason = "deny", "cancel", "the session closed while its prompt was shown"
 			e.audit.Append(dec)
-			return nil, "cancel", false
+			return nil, "closed", false
+		case <-closedC:
+			if asked {
+				// The loop cancels the shown prompt (ask.cancelled) or has
+				// taken its answer (ask.answer): either follows.
+				closedC = nil
+				continue
+			}
+			ask.reason = "the session closed"
+			close(ask.done)
+			dec.Decision, dec.DecidedBy, dec.Reason = "deny", "cancel", "the session closed before its prompt was shown"
+			e.audit.Append(dec)
+			return nil, "closed", false
 		case <-s.gone:
 			return end("the session ended", "session")
 		case <-tick.C:
@@ -820,6 +920,52 @@ func lookPath(prog string, dir *os.File) (path string, held *os.File, err error)
 	return "", nil, errdefs.New(errdefs.ErrInvalid, "%s was not found in the host PATH %s", record.EscapeText(prog), escHostPath)
 }
 
+// hostRoute is StartHostExecution's terminal side. For an interactive
+// session the terminal loop switches the route to HostProcess — its PTY is
+// no longer read, no input, resize or signal event reaches the sandbox —
+// and tells the CLI, before the process may run; a session that is closing
+// (or whose client or PTY is lost) starts none. It returns the run (nil for
+// a session without a terminal) or, when the process must not start, the
+// result to answer.
+func (e *escalations) hostRoute(s *escSession, r *escRequest, argv []string, by string) (*hostRun, *lv1.EscalationResult) {
+	if h := e.hooks.beforeHostRoute; h != nil {
+		h(r.id())
+	}
+	refuse := func(o lv1.EscalationOutcome, reason string) *lv1.EscalationResult {
+		return &lv1.EscalationResult{Outcome: o, ExitCode: -1, Reason: reason, ApprovedArgv: argv}
+	}
+	port := e.awaitPort(s, r)
+	if port == nil {
+		select {
+		case <-s.gone:
+			return nil, refuse(lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, "the session ended")
+		case <-r.cancel:
+			return nil, refuse(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, "cancelled by the requester")
+		default:
+		}
+		if e.interactive(s.id) {
+			return nil, refuse(lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, "the session's terminal is not available")
+		}
+		return nil, nil // no terminal: no route to hold
+	}
+	cwd := ocispec.WorkspaceDir
+	if r.req.Cwd != "" {
+		cwd += "/" + r.req.Cwd
+	}
+	run := newHostRun(&lv1.HostProcessStarted{RequestId: r.id(), Argv: argv, Cwd: cwd, DecidedBy: by})
+	select {
+	case port.hosts <- run:
+	case <-port.closed:
+		return nil, refuse(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, "the session closed before the host command started")
+	case <-s.gone:
+		return nil, refuse(lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, "the session ended")
+	case <-r.cancel:
+		return nil, refuse(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, "cancelled by the requester")
+	}
+	<-run.routed // the loop closes it as soon as the route is HostProcess
+	return run, nil
+}
+
 type escOutput struct {
 	stream lv1.EscalationStream
 	data   []byte
@@ -867,12 +1013,31 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		failed(err.Error())
 		return
 	}
+	// StartHostExecution: an interactive session's route is HostProcess
+	// before the process may run, and a closing session starts none.
+	run, refused := e.hostRoute(s, r, argv, by)
+	if refused != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		log.Info("host command not started", "reason", refused.Reason)
+		e.writeResult(r, refused, 0, argv)
+		return
+	}
+	defer run.finish(lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, -1, 0, "the host execution ended") // if not reported below
+	stopC := run.stopC()
 	t0 := time.Now()
 	child, err := e.c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "escalation_exec",
 		ExecStop: true, // no wrapper re-exec of this binary per command
 		Target:   proc.Command{Path: prog, Args: argv, Env: e.hostEnv(r.id()), Dir: mailbox.HeldPath(held), Files: []*os.File{nil, outW, errW}, Setsid: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			select {
+			case <-stopC: // stopped before its first instruction
+				return errdefs.Mark(fmt.Errorf("%w: %s", errHostStopped, run.stopWhy), errdefs.ErrRefused)
+			default:
+			}
 			return e.audit.Append(audit.Entry{Event: audit.EventExecute, Generation: e.gen.Generation, RequestID: r.id(), SessionID: s.id, Argv: argv, Cwd: dir, Process: id.String(), DecidedBy: by})
 		},
 	})
@@ -881,10 +1046,21 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		failed(fmt.Sprintf("start %s: %v", record.EscapeText(argv[0]), err))
+		if errors.Is(err, errHostStopped) {
+			log.Info("host command not started", "reason", run.stopWhy)
+			e.writeResult(r, &lv1.EscalationResult{Outcome: lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, ExitCode: -1, Reason: run.stopWhy, ApprovedArgv: argv}, 0, argv)
+			run.finish(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, -1, 0, run.stopWhy)
+			return
+		}
+		reason := fmt.Sprintf("start %s: %v", record.EscapeText(argv[0]), err)
+		failed(reason)
+		run.finish(lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, -1, 0, reason)
 		return
 	}
 	t1 := time.Now()
+	if h := e.hooks.hostStarted; h != nil {
+		h(r.id(), child)
+	}
 	log.Info("host command started", "program", prog, "identity", child.Identity().String(), "decide_us", t0.Sub(r.recv).Microseconds(), "acquire_us", t1.Sub(t0).Microseconds())
 	var t2 time.Time
 	outC := make(chan escOutput)
@@ -923,6 +1099,10 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	kill := func(outcome lv1.EscalationOutcome, reason string) {
+		// The whole process group the command leads (Setsid), through its
+		// pidfd: a shell's children die with it rather than outlive the
+		// request (and its session).
+		child.SignalGroup(unix.SIGKILL)
 		child.Signal(unix.SIGKILL)
 		<-child.Done() // reaped by the broker through the pidfd
 		outR.Close()
@@ -932,6 +1112,9 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		}
 		log.Info("host command stopped", "reason", reason)
 		e.writeResult(r, &lv1.EscalationResult{Outcome: outcome, ExitCode: -1, Signal: int32(unix.SIGKILL), Reason: reason, LastSequence: 0, ApprovedArgv: argv}, total, argv)
+		// Only now (killed, reaped, audited, answered) may the terminal
+		// route return to the sandbox.
+		run.finish(outcome, -1, int32(unix.SIGKILL), reason)
 	}
 	for {
 		if exited && eofs == 2 && acked == seq {
@@ -970,6 +1153,15 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		case <-childDone:
 			childDone, exited, t2 = nil, true, time.Now()
 			drainDeadline = time.After(drainTimeout)
+			// CompleteHostExecution: the process is gone, the route is
+			// the sandbox route again (its output may still be draining
+			// to the requester).
+			st, _ := child.Status()
+			if st.Exited {
+				run.finish(lv1.EscalationOutcome_ESCALATION_OUTCOME_COMPLETED, int32(st.Code), 0, "")
+			} else {
+				run.finish(lv1.EscalationOutcome_ESCALATION_OUTCOME_COMPLETED, -1, int32(st.Signal), "")
+			}
 		case <-drainDeadline:
 			// A daemonized descendant keeps the pipes open: stop reading.
 			outR.Close()
@@ -981,6 +1173,15 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 				continue
 			}
 			kill(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, "cancelled by the requester")
+			return
+		case <-stopC:
+			// The developer cancelled at the session's terminal, or the
+			// session is closing (its close handshake waits for this).
+			if exited {
+				stopC = nil
+				continue
+			}
+			kill(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, run.stopWhy)
 			return
 		case <-s.gone:
 			kill(lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, "the session ended")

@@ -5,14 +5,30 @@ import (
 )
 
 // terminalPrompts is an interactive session's side of escalation routing
-// (the model's BeginPrompt and TerminalIsolation): while a prompt is shown
-// the session's route is Prompt, so its PTY is not read and nothing the
-// developer types reaches the sandbox; the CLI renders the prompt and
-// answers with a DeveloperDecision signed by the session's Session Anchor.
-// Other sessions' loops are unaffected.
+// (the model's BeginPrompt, StartHostExecution … CompleteHostExecution and
+// TerminalIsolation):
+//
+//   - while a prompt is shown the route is Prompt: the PTY is not read and
+//     nothing the developer types reaches the sandbox; the CLI renders the
+//     prompt and answers with a DeveloperDecision signed by the session's
+//     Session Anchor;
+//   - while an approved (or auto-approved) host command runs the route is
+//     HostProcess: the PTY is not read (the kernel PTY buffer holds the
+//     guest's output and pushes back), input, resize and signal events are
+//     refused, the CLI shows the command's status, and only the developer's
+//     HostProcessCancel is taken; the route returns to the sandbox once the
+//     exact process is gone.
+//
+// Closing the session (its command exited, its client or its PTY was lost)
+// first ends both: no prompt or host process starts afterwards, the shown
+// prompt is cancelled, and a running host process is killed through its
+// pidfd, reaped, audited as cancelled and answered before any terminal
+// output is drained. Other sessions' loops are unaffected.
 type terminalPrompts struct {
-	port *promptPort
-	cur  *promptAsk
+	port   *promptPort
+	cur    *promptAsk // the prompt shown (route Prompt)
+	run    *hostRun   // the host process running (route HostProcess)
+	closed bool       // the close handshake began: nothing new is routed
 }
 
 // prompts registers the session's prompt port; a session whose events are
@@ -25,16 +41,27 @@ func (t *terminal) prompts(admitted bool) *terminalPrompts {
 	return &terminalPrompts{port: t.s.c.esc.attachTerminal(t.s.id)}
 }
 
-// channels returns the channels the loop selects on: a new ask only on the
-// sandbox route, the current ask's end while prompting.
-func (p *terminalPrompts) channels(route terminalRoute, closing bool) (<-chan *promptAsk, <-chan struct{}) {
-	if p.cur != nil {
-		return nil, p.cur.done
+// routeChannels are what the loop selects on for escalation routing.
+type routeChannels struct {
+	ask      <-chan *promptAsk // a new prompt (route Sandbox only)
+	askDone  <-chan struct{}   // the shown prompt ended without an answer
+	host     <-chan *hostRun   // StartHostExecution (route Sandbox only)
+	hostDone <-chan struct{}   // the running host process is gone
+}
+
+// channels returns the channels the loop selects on: a new prompt or host
+// execution only on the sandbox route of a session that is not closing, the
+// current one's end otherwise.
+func (p *terminalPrompts) channels(route terminalRoute, closing bool) routeChannels {
+	switch {
+	case p.cur != nil:
+		return routeChannels{askDone: p.cur.done}
+	case p.run != nil:
+		return routeChannels{hostDone: p.run.ended}
+	case p.port == nil || p.closed || closing || route != routeSandbox:
+		return routeChannels{}
 	}
-	if p.port == nil || closing || route != routeSandbox {
-		return nil, nil
-	}
-	return p.port.asks, nil
+	return routeChannels{ask: p.port.asks, host: p.port.hosts}
 }
 
 // begin switches the route to Prompt (the output gate closes, so the pump
@@ -91,4 +118,63 @@ func (p *terminalPrompts) answer(t *terminal, f *lv1.ClientFrame, closing bool) 
 	p.cur = nil
 	t.setRoute(routeSandbox)
 	return true
+}
+
+// startHost is StartHostExecution's route change: the output gate closes
+// (no output frame is in flight once it returns), the CLI is told, and only
+// then may the worker release the process.
+func (p *terminalPrompts) startHost(t *terminal, h *hostRun) {
+	p.run = h
+	t.setRoute(routeHostProcess)
+	t.log.Info("host process route", "request_id", h.started.RequestId, "decided_by", h.started.DecidedBy)
+	t.s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_HostProcessStarted{HostProcessStarted: h.started}})
+	close(h.routed)
+}
+
+// endHost restores the sandbox route once the exact host process is gone:
+// the CLI is told first, then the held PTY output follows.
+func (p *terminalPrompts) endHost(t *terminal) {
+	h := p.run
+	p.run = nil
+	t.log.Info("host process route ended", "request_id", h.end.RequestId, "outcome", outcomeName(h.end.Outcome), "exit_code", h.end.ExitCode, "signal", h.end.Signal)
+	t.s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_HostProcessEnded{HostProcessEnded: h.end}})
+	t.setRoute(routeSandbox)
+}
+
+// cancelHost takes the developer's HostProcessCancel (the model's
+// CancelRequest): admitted only while the route is HostProcess for that
+// request. It reports whether f was such a frame.
+func (p *terminalPrompts) cancelHost(t *terminal, f *lv1.ClientFrame, closing bool) bool {
+	c := f.GetHostProcessCancel()
+	if c == nil {
+		return false
+	}
+	if p.run == nil || closing || c.RequestId != p.run.started.RequestId {
+		t.log.Warn("host process cancellation refused", "request_id", c.RequestId, "closing", closing, "route", t.route.String())
+		return true
+	}
+	t.log.Info("host process cancelled by the developer", "request_id", c.RequestId)
+	p.run.requestStop("cancelled by the developer at the session's terminal")
+	return true
+}
+
+// close is the first step of the close handshake (and of the release after
+// a lost client or PTY): no prompt is shown and no host process starts from
+// now on; the shown prompt is cancelled; a running host process is killed
+// through its pidfd and, before this returns, reaped, audited as cancelled
+// and answered to its requester. Only then may terminal output be drained.
+func (p *terminalPrompts) close(t *terminal) {
+	if p.closed {
+		return
+	}
+	p.closed = true
+	if p.port != nil {
+		p.port.close()
+	}
+	p.cancel(t, "the session closed while the prompt was shown")
+	if h := p.run; h != nil {
+		h.requestStop("the session closed while the host command ran")
+		<-h.ended
+		p.endHost(t)
+	}
 }

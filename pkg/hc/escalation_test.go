@@ -35,6 +35,11 @@ type escFixture struct {
 }
 
 func newEscFixture(t *testing.T) *escFixture {
+	return newEscFixtureRules(t, []config.Rule{{Argv: []string{"true"}}})
+}
+
+// newEscFixtureRules is newEscFixture with the profile's auto_approve rules.
+func newEscFixtureRules(t *testing.T, rules []config.Rule) *escFixture {
 	id := trust.GenerationIdentity{DomainID: string(domain.DeriveID("default", "/p")), Generation: 5, CoordinatorID: randomID(), Profile: "default", ConfigFingerprint: "sha256:" + strings.Repeat("0", 64)}
 	a, err := trust.NewAnchor(id, randomID(), trust.Options{})
 	if err != nil {
@@ -51,7 +56,7 @@ func newEscFixture(t *testing.T) *escFixture {
 	}
 	root := t.TempDir()
 	c := &coordinator{anchor: a, generation: 5, log: slog.New(slog.DiscardHandler), ws: t.TempDir(), prof: "default",
-		profile: &config.Profile{Name: "default", AutoApprove: []config.Rule{{Argv: []string{"true"}}}}, sessions: map[string]*session{}}
+		profile: &config.Profile{Name: "default", AutoApprove: rules}, sessions: map[string]*session{}}
 	c.paths = domain.Paths{ID: domain.ID(id.DomainID), DomainRoot: filepath.Join(root, "d"), RuntimeDir: filepath.Join(root, "r")}
 	for _, d := range []string{c.paths.DomainRoot, c.paths.RuntimeDir, c.paths.ControlMountSource()} {
 		os.MkdirAll(d, 0o700)

@@ -20,13 +20,17 @@ package hc
 // reads the master (aggregated up to termFrameMax per read) only while the
 // route is the sandbox route and writes each read as one Output frame
 // straight from its buffer (control.WriteOutput), so a slow client or
-// another route stops reading the master and the kernel PTY buffer pushes
-// back on the guest. Input waits for the PTY writer by not reading more
-// client frames; group signals go through a bounded worker (SIGWINCH
-// coalesced). Sessions never share a queue, a goroutine or a connection.
+// another route (Prompt, HostProcess: escalation_terminal.go) stops reading
+// the master and the kernel PTY buffer pushes back on the guest. Input,
+// resize and signal events are admitted only on the sandbox route. Input
+// waits for the PTY writer by not reading more client frames; group
+// signals go through a bounded worker (SIGWINCH coalesced). Sessions never
+// share a queue, a goroutine or a connection.
 //
-// Close: exec-client exit → drain the master in order until EOF or the
-// drain deadline → exactly one Exit after the last byte. Release (close,
+// Close: exec-client exit → the close handshake (the shown prompt is
+// cancelled, a running host process killed, reaped, audited and answered)
+// → drain the master in order until EOF or the drain deadline → exactly
+// one Exit after the last byte. Release (close,
 // lost connection, PTY or exec loss): RecordReleaseIntent; while the exact
 // guest leader (pid and start time) still leads the group: SIGHUP, grace,
 // SIGTERM, grace, SIGKILL to that group (`runsc kill --pgid`); SIGKILL and
@@ -37,6 +41,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -74,18 +79,35 @@ const (
 	writeOutTimeout = 5 * time.Second // final frames to a client that stopped reading
 )
 
-// terminalRoute is the modeled terminal route of a session. Only the
-// sandbox route forwards PTY output and admits events; the escalation work
-// adds Prompt and HostProcess.
+// terminalRoute is the modeled terminal route of a session (the model's
+// terminalRoute: Detached, Sandbox, Prompt, HostProcess). Only the sandbox
+// route forwards PTY output and admits input, resize and signal events.
 type terminalRoute int
 
 const (
-	routeNone terminalRoute = iota
+	routeNone terminalRoute = iota // Detached
 	routeSandbox
 	// routePrompt: the session's terminal shows an escalation prompt
 	// (escalation_terminal.go); its PTY is not read and no input reaches it.
 	routePrompt
+	// routeHostProcess: an approved host command of the session's
+	// escalation runs (StartHostExecution until its exact process is gone);
+	// its PTY is not read and no input, resize or signal event reaches the
+	// sandbox. Only the developer's HostProcessCancel is admitted.
+	routeHostProcess
 )
+
+func (r terminalRoute) String() string {
+	switch r {
+	case routeSandbox:
+		return "sandbox"
+	case routePrompt:
+		return "prompt"
+	case routeHostProcess:
+		return "host-process"
+	}
+	return "detached"
+}
 
 // clock is the time source of deadlines and grace periods (injected so the
 // release sequence can be driven in tests).
@@ -389,8 +411,13 @@ func (t *terminal) signalGroup(sig unix.Signal) {
 // outputGate admits PTY output while the session's route is the sandbox
 // route. The pump waits on it before every read of the master (so another
 // route stops reading and the kernel PTY buffer pushes back on the guest)
-// and again before forwarding what it read (so at most one read is held).
+// and forwards what it read only while it holds the gate open (so at most
+// one read is held, and none is forwarded once the gate has closed).
 type outputGate struct {
+	// fwd is held while a read is forwarded; closing the gate takes it, so
+	// when set(false) returns no output frame is being written and none
+	// will be until the gate opens again.
+	fwd  sync.Mutex
 	mu   sync.Mutex
 	open bool
 	wake chan struct{} // closed and replaced on every change
@@ -399,6 +426,10 @@ type outputGate struct {
 func newOutputGate() *outputGate { return &outputGate{wake: make(chan struct{})} }
 
 func (g *outputGate) set(open bool) {
+	if !open {
+		g.fwd.Lock()
+		defer g.fwd.Unlock()
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.open != open {
@@ -406,6 +437,30 @@ func (g *outputGate) set(open bool) {
 		close(g.wake)
 		g.wake = make(chan struct{})
 	}
+}
+
+func (g *outputGate) isOpen() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open
+}
+
+// forward runs write while holding the gate open; it waits for the gate
+// and reports false if quit closed first.
+func (g *outputGate) forward(quit <-chan struct{}, write func() error) (bool, error) {
+	for g.wait(quit) {
+		g.fwd.Lock()
+		g.mu.Lock()
+		open := g.open
+		g.mu.Unlock()
+		if open {
+			err := write()
+			g.fwd.Unlock()
+			return true, err
+		}
+		g.fwd.Unlock()
+	}
+	return false, nil
 }
 
 // wait blocks until the gate is open (true) or quit closes (false).
@@ -426,11 +481,22 @@ func (g *outputGate) wait(quit <-chan struct{}) bool {
 }
 
 // setRoute changes the modeled terminal route and the output gate with it.
+// Leaving the sandbox route also wakes a pump waiting in a read of the
+// master (a read deadline in the past): it goes back to waiting for the
+// gate, so the master is not read at all until the route is the sandbox
+// route again; only a read already copying bytes completes (and is held).
 func (t *terminal) setRoute(r terminalRoute) {
 	t.route = r
-	if t.gate != nil {
-		t.gate.set(r == routeSandbox)
+	if t.gate == nil {
+		return
 	}
+	if r == routeSandbox {
+		t.master.SetReadDeadline(time.Time{})
+		t.gate.set(true)
+		return
+	}
+	t.gate.set(false)
+	t.master.SetReadDeadline(time.Unix(1, 0))
 }
 
 // pumpOutput forwards PTY output to the client until the master reports
@@ -445,15 +511,21 @@ func (t *terminal) pumpOutput(quit <-chan struct{}) {
 	for t.gate.wait(quit) {
 		n, err := t.master.Read(buf[control.OutputHeadroom:])
 		if n > 0 {
-			if !t.gate.wait(quit) {
+			ok, werr := t.gate.forward(quit, func() error {
+				return t.s.conn.WriteOutput(lv1.Stream_STREAM_TERMINAL, buf[:control.OutputHeadroom+n])
+			})
+			if !ok {
 				return
 			}
-			if werr := t.s.conn.WriteOutput(lv1.Stream_STREAM_TERMINAL, buf[:control.OutputHeadroom+n]); werr != nil {
+			if werr != nil {
 				t.log.Debug("terminal output not delivered", "err", werr)
 				return
 			}
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && !t.gate.isOpen() {
+				continue // woken by a route change, not the drain deadline
+			}
 			return
 		}
 	}
@@ -521,38 +593,51 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		if closing && pumpDone == nil {
 			break
 		}
-		askC, askDone := prompts.channels(t.route, closing)
+		ch := prompts.channels(t.route, closing)
 		select {
-		case a := <-askC:
+		case a := <-ch.ask:
 			prompts.begin(t, a)
-		case <-askDone:
+		case <-ch.askDone:
 			prompts.end(t)
+		case h := <-ch.host:
+			prompts.startHost(t, h)
+		case <-ch.hostDone:
+			prompts.endHost(t)
 		case <-pumpDone:
 			pumpDone = nil
 			if !closing {
+				// PTY loss starts the same release: no prompt stays shown
+				// and no host process outlives it.
 				t.log.Debug("session terminal output ended before the exec client exited")
+				prompts.close(t)
 			}
 		case inC <- pendingIn:
 			pendingIn = nil
 		case <-childDone:
-			// Close handshake: no further event is admitted; the pump
-			// drains the terminal in order until EOF or the drain deadline.
+			// Close handshake: no further event is admitted. First the
+			// shown prompt is cancelled or the running host process is
+			// killed, reaped, audited and answered (serialized before any
+			// terminal output); then the pump drains the terminal in order
+			// until EOF or the drain deadline.
 			childDone = nil
 			closing = true
-			prompts.cancel(t, "the session closed while the prompt was shown")
+			prompts.close(t)
 			t.master.SetReadDeadline(t.clock.Now().Add(drainTimeout))
 		case f, ok := <-frameC:
 			if !ok {
-				// Lost connection: nothing more is forwarded; the caller
-				// performs the same physical release.
+				// Lost connection: nothing more is forwarded; the prompt and
+				// the host process end first (the final frames go nowhere),
+				// then the caller performs the same physical release.
+				s.raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))
+				prompts.close(t)
 				t.setRoute(routeNone)
 				return true
 			}
-			if prompts.answer(t, f, closing) {
+			if prompts.answer(t, f, closing) || prompts.cancelHost(t, f, closing) {
 				continue
 			}
 			if closing || !admitted || t.route != routeSandbox {
-				t.log.Debug("terminal event refused", "closing", closing, "admitted", admitted)
+				t.log.Debug("terminal event refused", "closing", closing, "admitted", admitted, "route", t.route.String())
 				continue
 			}
 			pendingIn = t.event(f, sigQ, winch)

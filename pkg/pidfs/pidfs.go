@@ -165,6 +165,29 @@ func (h *Handle) Signal(sig unix.Signal) error {
 	return nil
 }
 
+// SignalGroup sends sig to every process of the process group the exact
+// process leads, through its pidfd (PIDFD_SIGNAL_PROCESS_GROUP, Linux 6.9):
+// the group is named by the pidfd's own struct pid, never by a number, so
+// it reaches the group that process created even once it is reaped. A
+// process that is not a group leader names no group (os.ErrProcessDone when
+// the group is empty, like Signal after reap).
+func (h *Handle) SignalGroup(sig unix.Signal) error {
+	var serr error
+	err := h.rc.Control(func(fd uintptr) {
+		serr = unix.PidfdSendSignal(int(fd), sig, nil, unix.PIDFD_SIGNAL_PROCESS_GROUP)
+	})
+	if err != nil {
+		return err
+	}
+	if errors.Is(serr, unix.ESRCH) {
+		return os.ErrProcessDone
+	}
+	if serr != nil {
+		return os.NewSyscallError("pidfd_send_signal process group", serr)
+	}
+	return nil
+}
+
 // ExitStatus is a child's termination as waitid reports it.
 type ExitStatus struct {
 	Exited bool // exited normally with Code

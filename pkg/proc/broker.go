@@ -156,6 +156,12 @@ func (c *Child) Signal(sig unix.Signal) error {
 	return c.handle.Signal(sig)
 }
 
+// SignalGroup delivers sig to the process group the child leads (a child
+// started with Setsid), through its exact pidfd: also the descendants that
+// stayed in its group, even after the child itself is reaped. There is no
+// numeric fallback.
+func (c *Child) SignalGroup(sig unix.Signal) error { return c.handle.SignalGroup(sig) }
+
 var devNull struct {
 	once sync.Once
 	f    *os.File

@@ -145,6 +145,7 @@ type ClientFrame struct {
 	//	*ClientFrame_Status
 	//	*ClientFrame_Continue
 	//	*ClientFrame_EscalationDecision
+	//	*ClientFrame_HostProcessCancel
 	Msg           isClientFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -295,6 +296,15 @@ func (x *ClientFrame) GetEscalationDecision() *SignedDecision {
 	return nil
 }
 
+func (x *ClientFrame) GetHostProcessCancel() *HostProcessCancel {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_HostProcessCancel); ok {
+			return x.HostProcessCancel
+		}
+	}
+	return nil
+}
+
 type isClientFrame_Msg interface {
 	isClientFrame_Msg()
 }
@@ -352,6 +362,12 @@ type ClientFrame_EscalationDecision struct {
 	EscalationDecision *SignedDecision `protobuf:"bytes,40,opt,name=escalation_decision,json=escalationDecision,proto3,oneof"`
 }
 
+type ClientFrame_HostProcessCancel struct {
+	// The developer cancels the session's running host command
+	// (escalation.proto); refused unless the route is HostProcess.
+	HostProcessCancel *HostProcessCancel `protobuf:"bytes,41,opt,name=host_process_cancel,json=hostProcessCancel,proto3,oneof"`
+}
+
 func (*ClientFrame_Run) isClientFrame_Msg() {}
 
 func (*ClientFrame_Stdin) isClientFrame_Msg() {}
@@ -375,6 +391,8 @@ func (*ClientFrame_Status) isClientFrame_Msg() {}
 func (*ClientFrame_Continue) isClientFrame_Msg() {}
 
 func (*ClientFrame_EscalationDecision) isClientFrame_Msg() {}
+
+func (*ClientFrame_HostProcessCancel) isClientFrame_Msg() {}
 
 // EnrollRequest asks for a one-hour clientAuth certificate: a signed x509
 // certificate request (DER, at most 8,192 bytes) for an Ed25519 key the CLI
@@ -1136,6 +1154,8 @@ type ServerFrame struct {
 	//	*ServerFrame_Status
 	//	*ServerFrame_EscalationPrompt
 	//	*ServerFrame_EscalationPromptEnd
+	//	*ServerFrame_HostProcessStarted
+	//	*ServerFrame_HostProcessEnded
 	Msg           isServerFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1259,6 +1279,24 @@ func (x *ServerFrame) GetEscalationPromptEnd() *EscalationPromptEnd {
 	return nil
 }
 
+func (x *ServerFrame) GetHostProcessStarted() *HostProcessStarted {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerFrame_HostProcessStarted); ok {
+			return x.HostProcessStarted
+		}
+	}
+	return nil
+}
+
+func (x *ServerFrame) GetHostProcessEnded() *HostProcessEnded {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerFrame_HostProcessEnded); ok {
+			return x.HostProcessEnded
+		}
+	}
+	return nil
+}
+
 type isServerFrame_Msg interface {
 	isServerFrame_Msg()
 }
@@ -1301,6 +1339,17 @@ type ServerFrame_EscalationPromptEnd struct {
 	EscalationPromptEnd *EscalationPromptEnd `protobuf:"bytes,41,opt,name=escalation_prompt_end,json=escalationPromptEnd,proto3,oneof"`
 }
 
+type ServerFrame_HostProcessStarted struct {
+	// The session's route is HostProcess from HostProcessStarted until
+	// HostProcessEnded (escalation.proto). Additive: a CLI that does not
+	// know them ignores them (its input is then refused meanwhile).
+	HostProcessStarted *HostProcessStarted `protobuf:"bytes,42,opt,name=host_process_started,json=hostProcessStarted,proto3,oneof"`
+}
+
+type ServerFrame_HostProcessEnded struct {
+	HostProcessEnded *HostProcessEnded `protobuf:"bytes,43,opt,name=host_process_ended,json=hostProcessEnded,proto3,oneof"`
+}
+
 func (*ServerFrame_Accepted) isServerFrame_Msg() {}
 
 func (*ServerFrame_Output) isServerFrame_Msg() {}
@@ -1318,6 +1367,10 @@ func (*ServerFrame_Status) isServerFrame_Msg() {}
 func (*ServerFrame_EscalationPrompt) isServerFrame_Msg() {}
 
 func (*ServerFrame_EscalationPromptEnd) isServerFrame_Msg() {}
+
+func (*ServerFrame_HostProcessStarted) isServerFrame_Msg() {}
+
+func (*ServerFrame_HostProcessEnded) isServerFrame_Msg() {}
 
 // Accepted confirms the session is registered in the published generation.
 type Accepted struct {
@@ -1614,7 +1667,7 @@ var File_lazaret_v1_control_proto protoreflect.FileDescriptor
 const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazaret/v1/control.proto\x12\n" +
-	"lazaret.v1\x1a\x1blazaret/v1/escalation.proto\"\x8a\x05\n" +
+	"lazaret.v1\x1a\x1blazaret/v1/escalation.proto\"\xdb\x05\n" +
 	"\vClientFrame\x12*\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.lazaret.v1.RunRequestH\x00R\x03run\x12-\n" +
 	"\x05stdin\x18\x02 \x01(\v2\x15.lazaret.v1.StdinDataH\x00R\x05stdin\x129\n" +
@@ -1629,7 +1682,8 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x06status\x18\n" +
 	" \x01(\v2\x19.lazaret.v1.StatusRequestH\x00R\x06status\x122\n" +
 	"\bcontinue\x18\v \x01(\v2\x14.lazaret.v1.ContinueH\x00R\bcontinue\x12M\n" +
-	"\x13escalation_decision\x18( \x01(\v2\x1a.lazaret.v1.SignedDecisionH\x00R\x12escalationDecisionB\x05\n" +
+	"\x13escalation_decision\x18( \x01(\v2\x1a.lazaret.v1.SignedDecisionH\x00R\x12escalationDecision\x12O\n" +
+	"\x13host_process_cancel\x18) \x01(\v2\x1d.lazaret.v1.HostProcessCancelH\x00R\x11hostProcessCancelB\x05\n" +
 	"\x03msg\"(\n" +
 	"\rEnrollRequest\x12\x17\n" +
 	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\"Y\n" +
@@ -1679,7 +1733,7 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"StdinClose\"'\n" +
 	"\rSignalRequest\x12\x16\n" +
-	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\x89\x04\n" +
+	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\xab\x05\n" +
 	"\vServerFrame\x122\n" +
 	"\baccepted\x18\x01 \x01(\v2\x14.lazaret.v1.AcceptedH\x00R\baccepted\x12,\n" +
 	"\x06output\x18\x02 \x01(\v2\x12.lazaret.v1.OutputH\x00R\x06output\x12&\n" +
@@ -1691,7 +1745,9 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"enrollment\x12,\n" +
 	"\x06status\x18\a \x01(\v2\x12.lazaret.v1.StatusH\x00R\x06status\x12K\n" +
 	"\x11escalation_prompt\x18( \x01(\v2\x1c.lazaret.v1.EscalationPromptH\x00R\x10escalationPrompt\x12U\n" +
-	"\x15escalation_prompt_end\x18) \x01(\v2\x1f.lazaret.v1.EscalationPromptEndH\x00R\x13escalationPromptEndB\x05\n" +
+	"\x15escalation_prompt_end\x18) \x01(\v2\x1f.lazaret.v1.EscalationPromptEndH\x00R\x13escalationPromptEnd\x12R\n" +
+	"\x14host_process_started\x18* \x01(\v2\x1e.lazaret.v1.HostProcessStartedH\x00R\x12hostProcessStarted\x12L\n" +
+	"\x12host_process_ended\x18+ \x01(\v2\x1c.lazaret.v1.HostProcessEndedH\x00R\x10hostProcessEndedB\x05\n" +
 	"\x03msg\"\x90\x01\n" +
 	"\bAccepted\x12\x1d\n" +
 	"\n" +
@@ -1762,8 +1818,11 @@ var file_lazaret_v1_control_proto_goTypes = []any{
 	(*Progress)(nil),            // 22: lazaret.v1.Progress
 	nil,                         // 23: lazaret.v1.RunRequest.EnvEntry
 	(*SignedDecision)(nil),      // 24: lazaret.v1.SignedDecision
-	(*EscalationPrompt)(nil),    // 25: lazaret.v1.EscalationPrompt
-	(*EscalationPromptEnd)(nil), // 26: lazaret.v1.EscalationPromptEnd
+	(*HostProcessCancel)(nil),   // 25: lazaret.v1.HostProcessCancel
+	(*EscalationPrompt)(nil),    // 26: lazaret.v1.EscalationPrompt
+	(*EscalationPromptEnd)(nil), // 27: lazaret.v1.EscalationPromptEnd
+	(*HostProcessStarted)(nil),  // 28: lazaret.v1.HostProcessStarted
+	(*HostProcessEnded)(nil),    // 29: lazaret.v1.HostProcessEnded
 }
 var file_lazaret_v1_control_proto_depIdxs = []int32{
 	7,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
@@ -1778,26 +1837,29 @@ var file_lazaret_v1_control_proto_depIdxs = []int32{
 	5,  // 9: lazaret.v1.ClientFrame.status:type_name -> lazaret.v1.StatusRequest
 	13, // 10: lazaret.v1.ClientFrame.continue:type_name -> lazaret.v1.Continue
 	24, // 11: lazaret.v1.ClientFrame.escalation_decision:type_name -> lazaret.v1.SignedDecision
-	0,  // 12: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	0,  // 13: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	23, // 14: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
-	8,  // 15: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
-	8,  // 16: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
-	18, // 17: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
-	19, // 18: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
-	20, // 19: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
-	21, // 20: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
-	22, // 21: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
-	4,  // 22: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
-	6,  // 23: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
-	25, // 24: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
-	26, // 25: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
-	1,  // 26: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	25, // 12: lazaret.v1.ClientFrame.host_process_cancel:type_name -> lazaret.v1.HostProcessCancel
+	0,  // 13: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	0,  // 14: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	23, // 15: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
+	8,  // 16: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
+	8,  // 17: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
+	18, // 18: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
+	19, // 19: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
+	20, // 20: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
+	21, // 21: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
+	22, // 22: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
+	4,  // 23: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
+	6,  // 24: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
+	26, // 25: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
+	27, // 26: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
+	28, // 27: lazaret.v1.ServerFrame.host_process_started:type_name -> lazaret.v1.HostProcessStarted
+	29, // 28: lazaret.v1.ServerFrame.host_process_ended:type_name -> lazaret.v1.HostProcessEnded
+	1,  // 29: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_control_proto_init() }
@@ -1819,6 +1881,7 @@ func file_lazaret_v1_control_proto_init() {
 		(*ClientFrame_Status)(nil),
 		(*ClientFrame_Continue)(nil),
 		(*ClientFrame_EscalationDecision)(nil),
+		(*ClientFrame_HostProcessCancel)(nil),
 	}
 	file_lazaret_v1_control_proto_msgTypes[15].OneofWrappers = []any{
 		(*ServerFrame_Accepted)(nil),
@@ -1830,6 +1893,8 @@ func file_lazaret_v1_control_proto_init() {
 		(*ServerFrame_Status)(nil),
 		(*ServerFrame_EscalationPrompt)(nil),
 		(*ServerFrame_EscalationPromptEnd)(nil),
+		(*ServerFrame_HostProcessStarted)(nil),
+		(*ServerFrame_HostProcessEnded)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -854,6 +854,214 @@ func (x *EscalationPromptEnd) GetReason() string {
 	return ""
 }
 
+// HostProcessStarted tells the CLI of the requesting interactive session
+// that an approved host command is about to run (HC → CLI): the session's
+// terminal route is HostProcess until HostProcessEnded, so the coordinator
+// neither reads the session's PTY nor forwards its input, resize or signal
+// events to the sandbox. The command's output still goes to the requester
+// through the mailbox. Sent before the process is released.
+type HostProcessStarted struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The exact argv that runs.
+	Argv []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
+	// Guest working directory (absolute, under /workspace).
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// Who approved it: "developer" or "auto-rule".
+	DecidedBy     string `protobuf:"bytes,4,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostProcessStarted) Reset() {
+	*x = HostProcessStarted{}
+	mi := &file_lazaret_v1_escalation_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostProcessStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostProcessStarted) ProtoMessage() {}
+
+func (x *HostProcessStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_escalation_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostProcessStarted.ProtoReflect.Descriptor instead.
+func (*HostProcessStarted) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_escalation_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HostProcessStarted) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *HostProcessStarted) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *HostProcessStarted) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *HostProcessStarted) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+// HostProcessEnded tells the CLI that the exact host process is gone
+// (exited, or killed and reaped) and the route is the sandbox route again
+// (HC → CLI). PTY output held meanwhile follows it.
+type HostProcessEnded struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// COMPLETED when the process exited by itself (exit_code, or signal when
+	// a signal ended it), otherwise CANCELLED, TIMED_OUT or FAILED.
+	Outcome  EscalationOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=lazaret.v1.EscalationOutcome" json:"outcome,omitempty"`
+	ExitCode int32             `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal   int32             `protobuf:"varint,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	// Why it was stopped (not COMPLETED): one line for the developer.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostProcessEnded) Reset() {
+	*x = HostProcessEnded{}
+	mi := &file_lazaret_v1_escalation_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostProcessEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostProcessEnded) ProtoMessage() {}
+
+func (x *HostProcessEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_escalation_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostProcessEnded.ProtoReflect.Descriptor instead.
+func (*HostProcessEnded) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_escalation_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *HostProcessEnded) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *HostProcessEnded) GetOutcome() EscalationOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return EscalationOutcome_ESCALATION_OUTCOME_UNSPECIFIED
+}
+
+func (x *HostProcessEnded) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *HostProcessEnded) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+func (x *HostProcessEnded) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// HostProcessCancel is the developer's cancellation of the running host
+// command from the requesting session's terminal (CLI → HC): accepted only
+// while that session's route is HostProcess for this request ID. It is
+// the model's CancelRequest; the process is killed through its pidfd and
+// the requester gets a CANCELLED result.
+type HostProcessCancel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostProcessCancel) Reset() {
+	*x = HostProcessCancel{}
+	mi := &file_lazaret_v1_escalation_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostProcessCancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostProcessCancel) ProtoMessage() {}
+
+func (x *HostProcessCancel) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_escalation_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostProcessCancel.ProtoReflect.Descriptor instead.
+func (*HostProcessCancel) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_escalation_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *HostProcessCancel) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // SignedDecision is a DeveloperDecision payload (exact bytes) with the
 // Session Anchor's signature (CLI → HC).
 type SignedDecision struct {
@@ -866,7 +1074,7 @@ type SignedDecision struct {
 
 func (x *SignedDecision) Reset() {
 	*x = SignedDecision{}
-	mi := &file_lazaret_v1_escalation_proto_msgTypes[8]
+	mi := &file_lazaret_v1_escalation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1086,7 @@ func (x *SignedDecision) String() string {
 func (*SignedDecision) ProtoMessage() {}
 
 func (x *SignedDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_escalation_proto_msgTypes[8]
+	mi := &file_lazaret_v1_escalation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1099,7 @@ func (x *SignedDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedDecision.ProtoReflect.Descriptor instead.
 func (*SignedDecision) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_escalation_proto_rawDescGZIP(), []int{8}
+	return file_lazaret_v1_escalation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SignedDecision) GetPayload() []byte {
@@ -987,7 +1195,24 @@ const file_lazaret_v1_escalation_proto_rawDesc = "" +
 	"\x13EscalationPromptEnd\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"H\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"x\n" +
+	"\x12HostProcessStarted\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x04 \x01(\tR\tdecidedBy\"\xb7\x01\n" +
+	"\x10HostProcessEnded\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1d.lazaret.v1.EscalationOutcomeR\aoutcome\x12\x1b\n" +
+	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x04 \x01(\x05R\x06signal\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"2\n" +
+	"\x11HostProcessCancel\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"H\n" +
 	"\x0eSignedDecision\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature*`\n" +
@@ -1020,7 +1245,7 @@ func file_lazaret_v1_escalation_proto_rawDescGZIP() []byte {
 }
 
 var file_lazaret_v1_escalation_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lazaret_v1_escalation_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_lazaret_v1_escalation_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_lazaret_v1_escalation_proto_goTypes = []any{
 	(DecisionKind)(0),              // 0: lazaret.v1.DecisionKind
 	(EscalationStream)(0),          // 1: lazaret.v1.EscalationStream
@@ -1033,17 +1258,21 @@ var file_lazaret_v1_escalation_proto_goTypes = []any{
 	(*EscalationResult)(nil),       // 8: lazaret.v1.EscalationResult
 	(*EscalationPrompt)(nil),       // 9: lazaret.v1.EscalationPrompt
 	(*EscalationPromptEnd)(nil),    // 10: lazaret.v1.EscalationPromptEnd
-	(*SignedDecision)(nil),         // 11: lazaret.v1.SignedDecision
+	(*HostProcessStarted)(nil),     // 11: lazaret.v1.HostProcessStarted
+	(*HostProcessEnded)(nil),       // 12: lazaret.v1.HostProcessEnded
+	(*HostProcessCancel)(nil),      // 13: lazaret.v1.HostProcessCancel
+	(*SignedDecision)(nil),         // 14: lazaret.v1.SignedDecision
 }
 var file_lazaret_v1_escalation_proto_depIdxs = []int32{
 	0, // 0: lazaret.v1.DeveloperDecision.decision:type_name -> lazaret.v1.DecisionKind
 	1, // 1: lazaret.v1.ResultChunk.stream:type_name -> lazaret.v1.EscalationStream
 	2, // 2: lazaret.v1.EscalationResult.outcome:type_name -> lazaret.v1.EscalationOutcome
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	2, // 3: lazaret.v1.HostProcessEnded.outcome:type_name -> lazaret.v1.EscalationOutcome
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_escalation_proto_init() }
@@ -1057,7 +1286,7 @@ func file_lazaret_v1_escalation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_escalation_proto_rawDesc), len(file_lazaret_v1_escalation_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

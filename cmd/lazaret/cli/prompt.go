@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"strings"
@@ -17,6 +18,11 @@ import (
 // not read the session's PTY and the terminal's bytes come here instead of
 // the sandbox; the answer is a DeveloperDecision signed by this session's
 // Session Anchor, bound to the request, the decision and the exact argv.
+//
+// While an approved host command runs (route HostProcess, between
+// HostProcessStarted and HostProcessEnded) the coordinator neither reads
+// the session's PTY nor takes its input: the CLI shows the command's
+// status, sends no keystroke, and turns Ctrl-C into HostProcessCancel.
 type escalationPrompts struct {
 	c      *ttyClient
 	anchor *trust.SessionAnchor
@@ -25,6 +31,90 @@ type escalationPrompts struct {
 	in  chan []byte   // terminal input while a prompt is open
 	end chan struct{} // closed when the coordinator ends the prompt
 	id  string
+	// host is the request ID of the running host command ("" if none);
+	// hostCancel is set once its cancellation was sent.
+	host       string
+	hostCancel bool
+}
+
+// inline handles the host command's frames on the frame reader's
+// goroutine (readFrames), in order with the terminal output.
+func (p *escalationPrompts) inline(f *lv1.ServerFrame) bool {
+	switch {
+	case f.GetHostProcessStarted() != nil:
+		p.hostStarted(f.GetHostProcessStarted())
+	case f.GetHostProcessEnded() != nil:
+		p.hostEnded(f.GetHostProcessEnded())
+		// A resize meanwhile was refused: send the current size.
+		p.c.sendSize()
+	default:
+		return false
+	}
+	return true
+}
+
+// hostStarted shows the running host command's status line.
+func (p *escalationPrompts) hostStarted(h *lv1.HostProcessStarted) {
+	p.mu.Lock()
+	p.host, p.hostCancel = h.RequestId, false
+	p.mu.Unlock()
+	by := "approved by you"
+	if h.DecidedBy == "auto-rule" {
+		by = "auto-approved by a rule"
+	}
+	say("\n[lazaret] host command running: %s (%s; input paused, Ctrl-C cancels it)\n", record.QuoteArgv(h.Argv), by)
+}
+
+// hostEnded shows how the host command ended; the terminal is the
+// sandbox's again.
+func (p *escalationPrompts) hostEnded(h *lv1.HostProcessEnded) {
+	p.mu.Lock()
+	if p.host != h.RequestId {
+		p.mu.Unlock()
+		return
+	}
+	p.host = ""
+	p.mu.Unlock()
+	say("[lazaret] host command %s\n", hostOutcome(h))
+}
+
+// hostOutcome is the status line's ending for h.
+func hostOutcome(h *lv1.HostProcessEnded) string {
+	switch h.Outcome {
+	case lv1.EscalationOutcome_ESCALATION_OUTCOME_COMPLETED:
+		if h.Signal != 0 {
+			return fmt.Sprintf("ended by signal %d", h.Signal)
+		}
+		return fmt.Sprintf("exited with status %d", h.ExitCode)
+	case lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED:
+		return "cancelled: " + record.EscapeText(h.Reason)
+	case lv1.EscalationOutcome_ESCALATION_OUTCOME_TIMED_OUT:
+		return "timed out: " + record.EscapeText(h.Reason)
+	}
+	return "failed: " + record.EscapeText(h.Reason)
+}
+
+// hostInput takes terminal input while a host command runs: nothing is
+// forwarded, and Ctrl-C cancels the command (once). It reports whether a
+// host command owns the terminal.
+func (p *escalationPrompts) hostInput(b []byte) bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	id, sent := p.host, p.hostCancel
+	if id != "" && !sent && bytes.IndexByte(b, 3) >= 0 {
+		p.hostCancel = true
+	}
+	p.mu.Unlock()
+	if id == "" {
+		return false
+	}
+	if !sent && bytes.IndexByte(b, 3) >= 0 {
+		say("^C\n[lazaret] cancelling the host command\n")
+		p.c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_HostProcessCancel{HostProcessCancel: &lv1.HostProcessCancel{RequestId: id}}})
+	}
+	return true
 }
 
 // input returns the channel terminal input goes to while a prompt is open.

@@ -396,7 +396,7 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 	if self != nil {
 		defer self.Close()
 	}
-	frames, readErr := readFrames(fc, nil)
+	frames, readErr := readFrames(fc, nil, nil)
 	stderrTTY := isTerminal(2)
 	accepted, gotFrame, suspended := false, false, false
 	for {
@@ -488,7 +488,10 @@ func isTerminal(fd int) bool {
 // Error) comes after the last output byte was written. With a non-nil
 // accepted, the reader waits on it after handing over the Accepted frame,
 // so no output is written before the caller has set up its terminal.
-func readFrames(fc *control.Conn, accepted <-chan struct{}) (<-chan *lv1.ServerFrame, <-chan error) {
+// inline, when not nil, is offered every other frame first, on the reading
+// goroutine, so what it writes keeps its place among the output bytes; it
+// reports whether it handled the frame.
+func readFrames(fc *control.Conn, accepted <-chan struct{}, inline func(*lv1.ServerFrame) bool) (<-chan *lv1.ServerFrame, <-chan error) {
 	frames := make(chan *lv1.ServerFrame, 16)
 	readErr := make(chan error, 1)
 	go func() {
@@ -504,6 +507,8 @@ func readFrames(fc *control.Conn, accepted <-chan struct{}) (<-chan *lv1.ServerF
 					err = errdefs.Mark(fmt.Errorf("decode frame: %w", err), errdefs.ErrCorrupt)
 				} else if o := f.GetOutput(); o != nil {
 					writeOutput(o.Stream, o.Data)
+					continue
+				} else if inline != nil && inline(&f) {
 					continue
 				} else {
 					frames <- &f

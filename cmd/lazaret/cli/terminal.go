@@ -15,6 +15,10 @@ package cli
 //     escape "~^Z" typed at the start of a line, restores the terminal and
 //     stops the CLI; on SIGCONT it re-enters raw mode and sends the current
 //     size. "~." at the start of a line disconnects; "~~" sends one "~".
+//   - While a host escalation prompt is open its answer is read here; while
+//     an approved host command runs (HostProcessStarted … HostProcessEnded)
+//     no keystroke is sent, the command's status is shown and Ctrl-C
+//     cancels it (HostProcessCancel). The escapes keep working.
 //   - The terminal is restored on every exit path the process survives.
 
 import (
@@ -187,7 +191,9 @@ func (c *ttyClient) relayInput() {
 		}
 		for len(in) > 0 {
 			out, act, rest := esc.feed(in)
-			if len(out) > 0 {
+			// While a host command runs the coordinator takes no input for
+			// the sandbox: none is sent (Ctrl-C cancels the command).
+			if len(out) > 0 && !c.prompts.hostInput(out) {
 				if c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Stdin{Stdin: &lv1.StdinData{Data: out}}}) != nil {
 					return
 				}
@@ -245,7 +251,9 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 			close(rawReady)
 		}
 	}()
-	frames, readErr := readFrames(c.fc, rawReady)
+	// The host command's status lines are written where they occur in
+	// the output: the held PTY output follows its end line.
+	frames, readErr := readFrames(c.fc, rawReady, c.prompts.inline)
 	stderrTTY := isTerminal(2)
 	accepted, gotFrame := false, false
 	for {
