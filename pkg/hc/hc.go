@@ -117,6 +117,7 @@ type coordinator struct {
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
 	net          networkState
+	portsMu      sync.Mutex // serialises port forwards (ports.go)
 	routing      gitRouting
 	wantRouting  bool // the generation asked RS for a Git-routing daemon
 	sticky       stickyState
