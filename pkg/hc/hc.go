@@ -395,7 +395,10 @@ func (c *coordinator) recoverStaleRuntime() {
 			c.runscQuiet(c.rt.Delete(id))
 		}
 	}
-	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir()} {
+	// The helper's API socket of a killed generation stays behind (only
+	// a helper that exits normally unlinks it) and would make the next
+	// helper's bind fail.
+	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), c.apiSocket()} {
 		os.RemoveAll(d)
 	}
 }
