@@ -130,10 +130,16 @@ func TestSR12AptInstallPersists(t *testing.T) {
 	}
 	noLeftovers(t)
 
-	// A restart: the package is in the State Anchor of /usr.
-	r = lz(t, ws, nil, "run", "--", "sh", "-c", "jq --version && stat -c '%U:%G' /usr/bin/jq")
+	// A restart: the package is in the State Anchor of /usr, and apt
+	// works again (its lists persisted in /var/lib, its ephemeral
+	// /var/cache/apt comes back from the image with _apt's partial/).
+	again := fmt.Sprintf("set -e; jq --version; stat -c '%%U:%%G' /usr/bin/jq; echo '%s' > /tmp/lazaret-test.list; %s update; %s install -y --reinstall jq", source, apt, apt)
+	r = lzFor(t, 5*time.Minute, ws, nil, nil, "run", "--", "sh", "-c", again)
 	if r.code != 0 || !strings.Contains(r.stdout, "jq-1.6") || !strings.Contains(r.stdout, "root:root") {
-		t.Fatalf("jq after a restart: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("jq and apt after a restart: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if all := r.stdout + r.stderr; strings.Contains(all, "unsandboxed") || strings.Contains(all, "Permission denied") {
+		t.Errorf("apt after a restart could not drop to _apt:\n%s", all)
 	}
 	r = lz(t, ws, nil, "state", "inspect", "--json", "/usr")
 	var ins struct {

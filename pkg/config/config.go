@@ -81,6 +81,15 @@ type Profile struct {
 	Network         Network  `json:"network"`
 	// Env is passed into every guest process of the sandbox.
 	Env map[string]string `json:"env"`
+	// EnvPass names variables each session's Client CLI copies from its
+	// invoking environment into that session (sorted). Values are never
+	// part of the profile.
+	EnvPass []string `json:"env_pass"`
+	// Secrets are variables each session's Client CLI resolves on the
+	// host (from its environment or a command) into that session.
+	Secrets map[string]Secret `json:"secrets"`
+	// Ports are host ports forwarded into the sandbox (sorted by host).
+	Ports []Port `json:"ports"`
 	// AutoApprove are the escalation argv prefixes approved without asking.
 	AutoApprove []Rule `json:"auto_approve"`
 	// IgnoredPathIsolation redirects Git-ignored workspace paths to

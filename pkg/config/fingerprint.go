@@ -44,6 +44,13 @@ type canonicalProfile struct {
 	// fingerprint it had before users were configurable.
 	User   string `json:"user,omitempty"`
 	UserID uint32 `json:"user_id,omitempty"`
+	// EnvPass and Secrets name the credentials sessions receive and where
+	// they come from, never their values; Ports are the forwarded ports
+	// (ADDR:HOST:GUEST). Omitted when empty, so a profile without them
+	// keeps its fingerprint.
+	EnvPass []string          `json:"env_pass,omitempty"`
+	Secrets map[string]Secret `json:"secrets,omitempty"`
+	Ports   []string          `json:"ports,omitempty"`
 }
 
 func (p *Profile) canonical() canonicalProfile {
@@ -76,6 +83,20 @@ func (p *Profile) canonical() canonicalProfile {
 	sort.Slice(c.Volumes, func(i, j int) bool { return c.Volumes[i].Target < c.Volumes[j].Target })
 	if u := p.SessionUser(); !u.IsRoot() {
 		c.User, c.UserID = u.Name, u.UID
+	}
+	c.EnvPass = append([]string(nil), p.EnvPass...)
+	sort.Strings(c.EnvPass)
+	if len(p.Secrets) > 0 {
+		c.Secrets = map[string]Secret{}
+		for n, s := range p.Secrets {
+			s.Command = append([]string(nil), s.Command...)
+			c.Secrets[n] = s
+		}
+	}
+	ports := append([]Port(nil), p.Ports...)
+	SortPorts(ports)
+	for _, pt := range ports {
+		c.Ports = append(c.Ports, pt.String())
 	}
 	allow := append([]netip.Prefix{}, p.Network.Allow...)
 	deny := append([]netip.Prefix{}, p.Network.Deny...)
@@ -161,6 +182,19 @@ func FromCanonical(b []byte) (*Profile, error) {
 	if c.User != "" {
 		p.User = c.User
 	}
+	p.EnvPass = append([]string{}, c.EnvPass...)
+	p.Secrets = map[string]Secret{}
+	for n, s := range c.Secrets {
+		p.Secrets[n] = s
+	}
+	p.Ports = []Port{}
+	for _, s := range c.Ports {
+		var pt Port
+		if err := pt.UnmarshalText([]byte(s)); err != nil {
+			return nil, errdefs.Mark(fmt.Errorf("canonical profile: %w", err), errdefs.ErrCorrupt)
+		}
+		p.Ports = append(p.Ports, pt)
+	}
 	p.AutoApprove = c.AutoApprove
 	for _, s := range c.Allow {
 		pf, err := netip.ParsePrefix(s)
@@ -234,6 +268,16 @@ func Diff(a, b *Profile) []string {
 		envB = append(envB, k)
 	}
 	set("env", envA, envB)
+	set("env_pass", ca.EnvPass, cb.EnvPass)
+	var secA, secB []string
+	for n, s := range ca.Secrets {
+		secA = append(secA, n+" "+s.String())
+	}
+	for n, s := range cb.Secrets {
+		secB = append(secB, n+" "+s.String())
+	}
+	set("secrets", secA, secB)
+	set("ports", ca.Ports, cb.Ports)
 	if len(changed) > 0 {
 		sort.Strings(changed)
 		out = append(out, "env: value changed for "+strings.Join(changed, ", "))

@@ -38,8 +38,8 @@ var builtinProfiles = []struct{ name, image, description string }{
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 )
@@ -75,6 +75,9 @@ type layer struct {
 	hosts                []entry[string]
 	rules                []entry[Rule]
 	volumes              []entry[Volume]
+	envPass              []entry[string]
+	secrets              map[string]entry[Secret]
+	ports                []entry[Port]
 }
 
 // Parse validates a configuration document. file names it in errors and
@@ -187,7 +190,7 @@ func (d *doc) entryWhere(path pathKey, defaults bool) string {
 
 // decodeLayer decodes and checks one table's settings in isolation.
 func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Options) *layer {
-	l := &layer{env: map[string]entry[string]{}}
+	l := &layer{env: map[string]entry[string]{}, secrets: map[string]entry[Secret]{}}
 	allowed := profileKeys
 	if defaults {
 		allowed = defaultsKeys
@@ -289,6 +292,12 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 				}
 				l.env[name] = entry[string]{val, np, d.entryWhere(np, defaults)}
 			}
+		case "env_pass":
+			d.decodeEnvPass(p, v, l, defaults)
+		case "secrets":
+			d.decodeSecrets(p, v, l, defaults)
+		case "ports":
+			d.decodePorts(p, v, l, defaults)
 		case "network":
 			nt, ok := d.table(p, v)
 			if !ok {
@@ -625,6 +634,8 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		p.Network.AllowHosts = []string{}
 	}
 	d.mergeUser(p, layers)
+	d.mergeCredentials(p, layers)
+	d.mergePorts(p, layers)
 	return p
 }
 

@@ -117,6 +117,7 @@ type coordinator struct {
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
 	net          networkState
+	portsMu      sync.Mutex // serialises port forwards (ports.go)
 	routing      gitRouting
 	wantRouting  bool // the generation asked RS for a Git-routing daemon
 	sticky       stickyState
@@ -417,7 +418,10 @@ func (c *coordinator) recoverStaleRuntime() {
 			}
 		}
 	}
-	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir()} {
+	// The helper's API socket of a killed generation stays behind (only
+	// a helper that exits normally unlinks it) and would make the next
+	// helper's bind fail.
+	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), c.apiSocket()} {
 		os.RemoveAll(d)
 	}
 	if len(c.keptRunscState()) == 0 {

@@ -52,6 +52,7 @@ type networkState struct {
 	exitW       *os.File // the helper's --exit-fd peer: closing it stops the helper
 	verdict     *netprobe.Verdict
 	pinnedHosts map[string][]string // allow_hosts → the addresses pinned
+	ports       []forwardedPort     // host ports forwarded into the sandbox
 	etcFiles    map[string]string   // guest /etc file → the generation's host file
 	started     chan struct{}       // closed when the helper's start attempt ended
 	// helperReady delivers the helper start's outcome once: the attached
@@ -174,7 +175,7 @@ func (c *coordinator) startHelper() error {
 	defer readyR.Close()
 	rsPID := c.rsChild.Handle().PID() // our unreaped child: the pid names it
 	chain := slirp.Chain{Nsenter: nsenter, Self: self, Slirp: slirpPath, ResolvConf: filepath.Join(c.paths.RuntimeDir, "etc", "helper-resolv.conf"),
-		SupervisorPID: rsPID, Network: c.net.addr, ExitFD: 3, ReadyFD: 4}
+		SupervisorPID: rsPID, Network: c.net.addr, ExitFD: 3, ReadyFD: 4, APISocket: c.apiSocket()}
 	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot: "helper",
 		Target: proc.Command{Path: nsenter, Args: chain.Argv(), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/",
@@ -220,7 +221,7 @@ func (c *coordinator) startHelper() error {
 	}
 	c.failOnUnexpectedExit(child, "the connectivity helper (slirp4netns) exited unexpectedly: the Domain stops")
 	c.log.Info("connectivity helper ready", "helper", child.Identity().String(), "tap", slirp.Tap, "cidr", c.net.addr.CIDR.String())
-	return nil
+	return c.forwardProfilePorts()
 }
 
 // commitNetwork runs after the sandbox participant is Committed (RS is then
@@ -484,5 +485,6 @@ func (c *coordinator) networkStatusLocked() map[string]any {
 	if c.net.pinnedHosts != nil {
 		n["allow_hosts_pinned"] = c.net.pinnedHosts
 	}
+	n["forwarded_ports"] = c.portsStatusLocked()
 	return n
 }

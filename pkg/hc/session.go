@@ -24,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
+	"github.com/lazaret/lazaret/pkg/secretenv"
 )
 
 // session is one Client Session: a connection and its `runsc exec` client.
@@ -144,6 +145,12 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		refuse(conn, err)
 		return
 	}
+	// After admission: a changed configuration is explained by the
+	// mismatch above, not by a credential name it added.
+	if err := secretenv.Check(c.profile, req.Credentials); err != nil {
+		refuse(conn, err)
+		return
+	}
 	c.mu.Lock()
 	if c.st == stateStopping || c.st == stateFailed {
 		err := c.failErr
@@ -185,6 +192,12 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	c.mu.Unlock()
 	if failed {
 		refuse(conn, failErr)
+		return
+	}
+	// `lazaret run -P`: forwarded by the running helper before the
+	// command starts, for this start or join alike.
+	if err := c.forwardSessionPorts(req.ForwardPorts, s.id); err != nil {
+		refuse(conn, err)
 		return
 	}
 	if req.Tty {
@@ -251,6 +264,11 @@ func (s *session) env(req *lv1.RunRequest, u config.GuestUser) []string {
 	}
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
+	}
+	// The session's credentials (env_pass, secrets), checked against the
+	// profile's names at admission; no log line or record holds them.
+	for k, v := range req.Credentials {
+		env = setEnv(env, k, v)
 	}
 	// The Session Request Capability travels with guest execution: the
 	// escalation client presents it to route requests to this session.

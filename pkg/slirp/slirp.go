@@ -9,7 +9,11 @@
 //	nsenter --user=/proc/<RS>/ns/user --preserve-credentials --
 //	  lazaret-hc __lazaret-slirp --resolv-conf=FILE --
 //	    slirp4netns --configure --mtu=65520 --disable-host-loopback
-//	      --enable-sandbox --enable-seccomp --cidr=C --exit-fd=3 --ready-fd=4 <RS pid> tap0
+//	      --enable-sandbox --enable-seccomp --cidr=C --exit-fd=3 --ready-fd=4
+//	      --api-socket=<runtime dir>/slirp.sock <RS pid> tap0
+//
+// The API socket (api.go) adds host port forwards to the running helper;
+// it lives in the Domain's 0700 runtime directory.
 //
 // Why the chain (measured, shared/design/runtime.md §3): slirp4netns's
 // built-in DNS forwarder forwards to the nameservers of the /etc/resolv.conf
@@ -82,19 +86,26 @@ type Chain struct {
 	SupervisorPID        int
 	Network              Network
 	ExitFD, ReadyFD      int
+	// APISocket, when set, is where slirp4netns listens for its JSON API
+	// (host forwarding of ports), in the Domain's private runtime
+	// directory. It is bound before slirp4netns enters its sandbox.
+	APISocket string
 }
 
 // Argv is the acquired command line (argv[0] is nsenter).
 func (c Chain) Argv() []string {
 	pid := strconv.Itoa(c.SupervisorPID)
-	return []string{
+	argv := []string{
 		"nsenter", "--user=/proc/" + pid + "/ns/user", "--preserve-credentials", "--",
 		c.Self, RoleArg, "--resolv-conf=" + c.ResolvConf, "--",
 		c.Slirp, "--configure", "--mtu=" + strconv.Itoa(MTU), "--disable-host-loopback",
 		"--enable-sandbox", "--enable-seccomp", "--cidr=" + c.Network.CIDR.String(),
 		"--exit-fd=" + strconv.Itoa(c.ExitFD), "--ready-fd=" + strconv.Itoa(c.ReadyFD),
-		pid, Tap,
 	}
+	if c.APISocket != "" {
+		argv = append(argv, "--api-socket="+c.APISocket)
+	}
+	return append(argv, pid, Tap)
 }
 
 // ResolvConf is the helper's resolv.conf naming the Domain's resolvers.

@@ -618,7 +618,17 @@ type RunRequest struct {
 	// The guest user of the session: "" for the profile's user, "root" for
 	// guest root (`lazaret run --user root`, maintenance). The Host
 	// Coordinator refuses any other name.
-	User          string `protobuf:"bytes,13,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,13,opt,name=user,proto3" json:"user,omitempty"`
+	// Credentials of the session (the profile's env_pass and secrets,
+	// resolved on the host by the CLI): added to the session's environment
+	// only, never logged or stored. The Host Coordinator refuses a name the
+	// profile does not declare and requires every declared one.
+	Credentials map[string]string `protobuf:"bytes,14,rep,name=credentials,proto3" json:"credentials,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Host ports to forward into the sandbox for this start or join
+	// (`lazaret run -P`), in the canonical form ADDR:HOST:GUEST with a
+	// loopback ADDR. They are not configuration: a join adds them to the
+	// running connectivity helper; they last until the Domain stops.
+	ForwardPorts  []string `protobuf:"bytes,15,rep,name=forward_ports,json=forwardPorts,proto3" json:"forward_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +752,20 @@ func (x *RunRequest) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *RunRequest) GetCredentials() map[string]string {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *RunRequest) GetForwardPorts() []string {
+	if x != nil {
+		return x.ForwardPorts
+	}
+	return nil
 }
 
 // WindowSize of a terminal. Rows and columns are non-zero 16-bit values;
@@ -1694,7 +1718,7 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\rStatusRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"\x1c\n" +
 	"\x06Status\x12\x12\n" +
-	"\x04json\x18\x01 \x01(\fR\x04json\"\xc7\x04\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\"\xf7\x05\n" +
 	"\n" +
 	"RunRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\x12\x1b\n" +
@@ -1711,8 +1735,13 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"windowSize\x12+\n" +
 	"\x11canonical_profile\x18\v \x01(\fR\x10canonicalProfile\x121\n" +
 	"\x14session_registration\x18\f \x01(\fR\x13sessionRegistration\x12\x12\n" +
-	"\x04user\x18\r \x01(\tR\x04user\x1a6\n" +
+	"\x04user\x18\r \x01(\tR\x04user\x12I\n" +
+	"\vcredentials\x18\x0e \x03(\v2'.lazaret.v1.RunRequest.CredentialsEntryR\vcredentials\x12#\n" +
+	"\rforward_ports\x18\x0f \x03(\tR\fforwardPorts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10CredentialsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
 	"\n" +
@@ -1791,7 +1820,7 @@ func file_lazaret_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lazaret_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_lazaret_v1_control_proto_goTypes = []any{
 	(ProtocolVersion)(0),        // 0: lazaret.v1.ProtocolVersion
 	(Stream)(0),                 // 1: lazaret.v1.Stream
@@ -1817,12 +1846,13 @@ var file_lazaret_v1_control_proto_goTypes = []any{
 	(*Error)(nil),               // 21: lazaret.v1.Error
 	(*Progress)(nil),            // 22: lazaret.v1.Progress
 	nil,                         // 23: lazaret.v1.RunRequest.EnvEntry
-	(*SignedDecision)(nil),      // 24: lazaret.v1.SignedDecision
-	(*HostProcessCancel)(nil),   // 25: lazaret.v1.HostProcessCancel
-	(*EscalationPrompt)(nil),    // 26: lazaret.v1.EscalationPrompt
-	(*EscalationPromptEnd)(nil), // 27: lazaret.v1.EscalationPromptEnd
-	(*HostProcessStarted)(nil),  // 28: lazaret.v1.HostProcessStarted
-	(*HostProcessEnded)(nil),    // 29: lazaret.v1.HostProcessEnded
+	nil,                         // 24: lazaret.v1.RunRequest.CredentialsEntry
+	(*SignedDecision)(nil),      // 25: lazaret.v1.SignedDecision
+	(*HostProcessCancel)(nil),   // 26: lazaret.v1.HostProcessCancel
+	(*EscalationPrompt)(nil),    // 27: lazaret.v1.EscalationPrompt
+	(*EscalationPromptEnd)(nil), // 28: lazaret.v1.EscalationPromptEnd
+	(*HostProcessStarted)(nil),  // 29: lazaret.v1.HostProcessStarted
+	(*HostProcessEnded)(nil),    // 30: lazaret.v1.HostProcessEnded
 }
 var file_lazaret_v1_control_proto_depIdxs = []int32{
 	7,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
@@ -1836,30 +1866,31 @@ var file_lazaret_v1_control_proto_depIdxs = []int32{
 	3,  // 8: lazaret.v1.ClientFrame.enroll:type_name -> lazaret.v1.EnrollRequest
 	5,  // 9: lazaret.v1.ClientFrame.status:type_name -> lazaret.v1.StatusRequest
 	13, // 10: lazaret.v1.ClientFrame.continue:type_name -> lazaret.v1.Continue
-	24, // 11: lazaret.v1.ClientFrame.escalation_decision:type_name -> lazaret.v1.SignedDecision
-	25, // 12: lazaret.v1.ClientFrame.host_process_cancel:type_name -> lazaret.v1.HostProcessCancel
+	25, // 11: lazaret.v1.ClientFrame.escalation_decision:type_name -> lazaret.v1.SignedDecision
+	26, // 12: lazaret.v1.ClientFrame.host_process_cancel:type_name -> lazaret.v1.HostProcessCancel
 	0,  // 13: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
 	0,  // 14: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
 	23, // 15: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
 	8,  // 16: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
-	8,  // 17: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
-	18, // 18: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
-	19, // 19: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
-	20, // 20: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
-	21, // 21: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
-	22, // 22: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
-	4,  // 23: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
-	6,  // 24: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
-	26, // 25: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
-	27, // 26: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
-	28, // 27: lazaret.v1.ServerFrame.host_process_started:type_name -> lazaret.v1.HostProcessStarted
-	29, // 28: lazaret.v1.ServerFrame.host_process_ended:type_name -> lazaret.v1.HostProcessEnded
-	1,  // 29: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	24, // 17: lazaret.v1.RunRequest.credentials:type_name -> lazaret.v1.RunRequest.CredentialsEntry
+	8,  // 18: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
+	18, // 19: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
+	19, // 20: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
+	20, // 21: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
+	21, // 22: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
+	22, // 23: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
+	4,  // 24: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
+	6,  // 25: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
+	27, // 26: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
+	28, // 27: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
+	29, // 28: lazaret.v1.ServerFrame.host_process_started:type_name -> lazaret.v1.HostProcessStarted
+	30, // 29: lazaret.v1.ServerFrame.host_process_ended:type_name -> lazaret.v1.HostProcessEnded
+	1,  // 30: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_control_proto_init() }
@@ -1902,7 +1933,7 @@ func file_lazaret_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_control_proto_rawDesc), len(file_lazaret_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -146,6 +146,15 @@ func showProfile(w io.Writer, v profileView) {
 	for _, k := range sortedKeys(p.Env) {
 		fmt.Fprintf(w, "env.%s = %q\n", k, p.Env[k])
 	}
+	// Credentials: names and sources only; values are resolved per session
+	// and never printed.
+	for _, n := range p.EnvPass {
+		fmt.Fprintf(w, "env_pass += %q  # value: <secret> (from your environment at each run)\n", n)
+	}
+	for _, n := range sortedKeys(secretSources(p.Secrets)) {
+		fmt.Fprintf(w, "secrets.%s = <secret>  # from %s at each run\n", n, p.Secrets[n])
+	}
+	fmt.Fprintf(w, "ports = %s\n", tomlStrings(stringsOf(p.Ports)))
 	for _, vol := range p.Volumes {
 		mode := "rw"
 		if vol.ReadOnly {
@@ -153,6 +162,14 @@ func showProfile(w io.Writer, v profileView) {
 		}
 		fmt.Fprintf(w, "volumes += { source = %q, target = %q, mode = %q }\n", vol.Source, vol.Target, mode)
 	}
+}
+
+func secretSources(m map[string]config.Secret) map[string]string {
+	out := map[string]string{}
+	for n, s := range m {
+		out[n] = s.String()
+	}
+	return out
 }
 
 func stringsOf[T fmt.Stringer](xs []T) []string {

@@ -57,7 +57,8 @@ Examples:
    lazaret run
    lazaret run -- git status
    echo hi | lazaret run -- cat
-   lazaret run --profile tiny -- sh -c 'echo $HOSTNAME'`,
+   lazaret run --profile tiny -- sh -c 'echo $HOSTNAME'
+   lazaret run -P 8000 -- python3 -m http.server   then: curl http://127.0.0.1:8000/`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "profile", Aliases: []string{"p"}, Value: "default", Usage: "Agent Profile"},
 		&cli.StringFlag{Name: "config", Usage: "host configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml)"},
@@ -65,6 +66,7 @@ Examples:
 		&cli.BoolFlag{Name: "git-common-dir", Usage: "in a linked Git worktree, mount the repository's common Git directory at its own path (with the Git Sentry applied there); the profile setting git_common_dir does the same"},
 		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run this session as `root` (maintenance) instead of the profile's user"},
 		&cli.BoolFlag{Name: "no-tty", Aliases: []string{"T"}, Usage: "never allocate a terminal, even when stdin and stdout are terminals"},
+		&cli.StringSliceFlag{Name: "port", Aliases: []string{"P"}, Usage: "forward a host loopback port into the sandbox: `PORT`, HOST:SANDBOX or 127.0.0.1:HOST:SANDBOX (TCP; repeatable); on a join it is added to the running Domain until it stops"},
 	},
 	Action: runAction,
 }
@@ -101,6 +103,30 @@ func runAction(c *cli.Context) error {
 	}
 	if u := c.String("user"); u != "" && u != config.RootUser && u != prof.Config.SessionUser().Name {
 		return errdefs.New(errdefs.ErrInvalid, "--user %q: a session runs as the profile's user (%s) or as root (--user root)", u, prof.Config.SessionUser().Name)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// One spawn/reap broker for this CLI: secret commands and the
+	// coordinator it may start.
+	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+	if err != nil {
+		return err
+	}
+	// Credentials are resolved on the host before any Domain starts: a
+	// missing one stops here.
+	creds, err := resolveCredentials(broker, prof.Config)
+	if err != nil {
+		return err
+	}
+	var ports []string
+	for _, a := range c.StringSlice("port") {
+		p, err := config.ParsePort(a)
+		if err != nil {
+			return errdefs.Mark(err, errdefs.ErrInvalid)
+		}
+		ports = append(ports, p.String())
 	}
 	image, err := prof.imageRef()
 	if err != nil {
@@ -152,6 +178,8 @@ func runAction(c *cli.Context) error {
 		WorkspaceSubdir:          ws.Subdir,
 		User:                     c.String("user"),
 		Env:                      map[string]string{},
+		Credentials:              creds,
+		ForwardPorts:             ports,
 		Stdin:                    true,
 	}
 	if tty {
@@ -167,7 +195,7 @@ func runAction(c *cli.Context) error {
 			req.Env[k] = v
 		}
 	}
-	s := &starter{paths: paths, prof: prof, ws: ws.Root, image: image}
+	s := &starter{paths: paths, prof: prof, ws: ws.Root, image: image, broker: broker}
 	for attempt := 1; ; attempt++ {
 		raw, err := s.connectOrSignal(sigs)
 		if err != nil {
@@ -218,6 +246,7 @@ type starter struct {
 	prof    profile
 	ws      string
 	image   string
+	broker  *proc.Broker
 }
 
 // connectOrSignal is connect, abandoned with 128+n on a terminal signal.
@@ -320,14 +349,7 @@ func (s *starter) startCoordinator(lock *os.File) error {
 		return err
 	}
 	defer readyR.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	broker, err := proc.NewBroker(slog.New(slog.NewTextHandler(io.Discard, nil)), exe)
-	if err != nil {
-		return err
-	}
+	broker := s.broker
 	level := "info"
 	if os.Getenv("LAZARET_DEBUG") != "" {
 		level = "debug"

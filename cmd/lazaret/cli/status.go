@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
@@ -51,13 +52,13 @@ Examples:
 			return nil
 		}
 		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "DOMAIN\tPROFILE\tSTATE\tGENERATION\tSESSIONS\tWORKSPACE")
+		fmt.Fprintln(w, "DOMAIN\tPROFILE\tSTATE\tGENERATION\tSESSIONS\tPORTS\tWORKSPACE")
 		for _, d := range docs {
 			sessions := 0
 			if s, ok := d["sessions"].([]any); ok {
 				sessions = len(s)
 			}
-			fmt.Fprintf(w, "%s\t%v\t%v\t%v\t%d\t%v\n", d["domain_id"], d["profile"], d["state"], d["generation"], sessions, d["workspace"])
+			fmt.Fprintf(w, "%s\t%v\t%v\t%v\t%d\t%s\t%v\n", d["domain_id"], d["profile"], d["state"], d["generation"], sessions, portsText(d), d["workspace"])
 		}
 		return w.Flush()
 	},
@@ -128,4 +129,21 @@ func liveStatus(paths domain.Paths, profile string) (map[string]any, error) {
 		return nil, errdefs.Mark(err, errdefs.ErrCorrupt)
 	}
 	return doc, nil
+}
+
+// portsText renders a status document's forwarded ports as
+// HOST:PORT->SANDBOX_PORT, comma-separated ("-" when none).
+func portsText(d map[string]any) string {
+	n, _ := d["network"].(map[string]any)
+	ps, _ := n["forwarded_ports"].([]any)
+	var out []string
+	for _, p := range ps {
+		if m, ok := p.(map[string]any); ok {
+			out = append(out, fmt.Sprintf("%v->%v", m["host"], m["sandbox_port"]))
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
 }
