@@ -264,9 +264,13 @@ func TestSR12GuestChownKeepsHostOwner(t *testing.T) {
 	if !found {
 		t.Errorf("the ignored file %s is not in the Domain's state", marker)
 	}
-	// The developer edits and deletes what the sandbox made.
-	if err := os.WriteFile(filepath.Join(ws, "by-other"), []byte("host edit"), 0o644); err != nil {
-		t.Errorf("host edit of a file a guest user made: %v", err)
+	// The developer (the test user, not the root harness) edits and
+	// deletes what the sandbox made.
+	dev := exec.Command("sh", "-c", "echo host edit >> by-other && rm -rf d f by-other && ls -A")
+	dev.Dir = ws
+	dev.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
+	if out, err := dev.CombinedOutput(); err != nil || strings.Contains(string(out), "by-other") {
+		t.Errorf("the developer cannot edit and delete what guest users made: %v\n%s", err, out)
 	}
 	noLeftovers(t)
 }
@@ -279,9 +283,7 @@ func TestSR12GuestChownKeepsHostOwner(t *testing.T) {
 func TestSR12AgentUserOwnsWorkspace(t *testing.T) {
 	e := need(t)
 	ws := workspace(t)
-	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
-	os.WriteFile(cfg, []byte("[profiles.agentp]\nimage = \"debian\"\nuser = \"agent\"\n"), 0o600)
-	os.Chown(cfg, e.uid, e.gid)
+	cfg := netConfig(t, e, nil, "[profiles.agentp]\nimage = \"debian\"\nuser = \"agent\"\n")
 	host := filepath.Join(ws, "from-host.txt")
 	os.WriteFile(host, []byte("host\n"), 0o644)
 	os.Chown(host, e.uid, e.gid)
