@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -623,6 +624,39 @@ func TestSpec33CloseKillsHostProcess(t *testing.T) {
 	if n != 2 {
 		t.Errorf("audit: %d cancellations because the session closed, want 2:\n%s", n, a.stdout)
 	}
+	m.kill()
+	noLeftovers(t)
+}
+
+// TestSpec37LargeOutputAtTerminal (§3.3, §3.7): an auto-approved host
+// command typed at an interactive shell writes far more than the kernel's
+// PTY buffer holds while its session's terminal is not read (route
+// HostProcess). The client holds that output instead of blocking on the
+// terminal, so it keeps acknowledging, the command completes with status 0
+// (not stopped at the acknowledgement timeout), and all of it reaches the
+// terminal afterwards.
+func TestSpec37LargeOutputAtTerminal(t *testing.T) {
+	e := need(t)
+	cfg := escalationConfig(t)
+	ws := workspace(t)
+	var big strings.Builder
+	for i := 0; big.Len() < 3<<20; i++ {
+		fmt.Fprintf(&big, "line-%07d\n", i)
+	}
+	big.WriteString("last-line-of-host-output\n")
+	p := filepath.Join(ws, "big.txt")
+	os.WriteFile(p, []byte(big.String()), 0o644)
+	os.Chown(p, e.uid, e.gid)
+	m := newTmux(t, ws, 120, 40)
+	m.startLazaret("main", "a", "--config "+cfg+" -p esc")
+	m.waitFor("main", "/workspace #", 3*time.Minute)
+	m.line("main", fmt.Sprintf("lazaret-escalate -- head -c %d big.txt; echo escalate-rc=$?", big.Len()))
+	pane := m.waitLine("main", "escalate-rc=0", 3*time.Minute)
+	if !strings.Contains(pane, "escalate-rc=0") || !strings.Contains(pane, "last-line-of-host-output") {
+		t.Errorf("a large host output at the terminal did not complete:\n%s", pane)
+	}
+	m.line("main", "exit")
+	m.waitLine("main", "RC-a=0", time.Minute)
 	m.kill()
 	noLeftovers(t)
 }

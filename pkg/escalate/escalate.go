@@ -119,10 +119,22 @@ func Main(args []string, stderr io.Writer) int {
 	if os.Getenv(TimingEnv) == "1" {
 		timing = stderr
 	}
+	var stdout io.Writer = os.Stdout
+	errf, _ := stderr.(*os.File)
+	if isTerminal(os.Stdout) || (errf != nil && isTerminal(errf)) {
+		// The session's terminal is not read while the host command runs
+		// (see spool): hold its output here instead of blocking on it.
+		sp := newSpool()
+		defer sp.Drain()
+		stdout, stderr = sp.writer(os.Stdout), sp.writer(stderr)
+		if timing != nil {
+			timing = stderr
+		}
+	}
 	return Run(args, Options{Timing: timing,
 		Env: os.Getenv, CredentialsDir: ocispec.CredentialsDir, RequestsDir: ocispec.MailboxRequestsDir,
 		ResultsDir: ocispec.MailboxResultsDir, WorkspaceDir: ocispec.WorkspaceDir, Getwd: os.Getwd,
-		Stdout: os.Stdout, Stderr: stderr, Poll: 2 * time.Millisecond, Signals: sigs,
+		Stdout: stdout, Stderr: stderr, Poll: 2 * time.Millisecond, Signals: sigs,
 	})
 }
 
