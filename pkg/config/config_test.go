@@ -892,7 +892,7 @@ func TestDocExamplesParse(t *testing.T) {
 		}
 	}
 	c := mustParse(t, strings.Split(blocks[len(blocks)-1], "```")[0])
-	if p, err := c.Profile("claude"); err != nil || p.Image != "docker://docker.io/library/node:22-bookworm" {
+	if p, err := c.Profile("aider"); err != nil || p.Recipe == nil || p.Recipe.Base != "debian" || len(p.Command) != 1 {
 		t.Fatal(err)
 	}
 }
