@@ -28,7 +28,8 @@ func TestBenchRecipe(t *testing.T) {
 		noLeftovers(t)
 	}
 	r := lz(t, ws, nil, "image", "build", "--config", cfg, "benchrecipe")
-	t.Cleanup(func() { os.RemoveAll(storeImage(t, r)) })
+	own := storeImage(t, r) // now: r is reused below
+	t.Cleanup(func() { os.RemoveAll(own) })
 
 	// The claude image's own build, from its record.
 	r = lz(t, ws, nil, "image", "build", "claude")
