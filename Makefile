@@ -129,15 +129,15 @@ test-debian:
 
 integration: build-failpoints
 	scripts/setup.sh user $(TEST_USER)
-	scripts/setup.sh images $(TEST_USER) busybox debian
+	scripts/setup.sh images $(TEST_USER) busybox debian node claude codex
 	scripts/setup.sh test-debs
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 30m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
 
 bench: setup build
 	scripts/setup.sh user $(TEST_USER)
-	scripts/setup.sh images $(TEST_USER) busybox debian
+	scripts/setup.sh images $(TEST_USER) busybox debian claude
 	@mkdir -p bench/results
-	LAZARET_COMMIT=$(VERSION) $(GO) test -tags '$(TAGS) lazaret_bench' -count=1 -v -timeout 40m -run '^TestBench(Network|StateAnchors|GitRouting|Escalation)?$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results
+	LAZARET_COMMIT=$(VERSION) $(GO) test -tags '$(TAGS) lazaret_bench' -count=1 -v -timeout 40m -run '^TestBench(Network|StateAnchors|GitRouting|Escalation|Recipe)?$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results
 
 PROTOC_GEN_GO := $(DEPS_DIR)/bin/protoc-gen-go
 $(PROTOC_GEN_GO):

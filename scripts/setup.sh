@@ -12,7 +12,7 @@
 #   scripts/setup.sh packages [MANAGER]   print the package list for MANAGER (apt, dnf,
 #                                         pacman, zypper; default: detected), one a line
 #   scripts/setup.sh user NAME            a non-root user with subordinate uid/gid ranges
-#   scripts/setup.sh images NAME KIND...  build images (debian, busybox) as user NAME
+#   scripts/setup.sh images NAME KIND...  build images (debian, busybox; node, claude, codex: recipes) as user NAME
 #   scripts/setup.sh demo-workspace NAME  a small Git project owned by NAME (for make run as root)
 #   scripts/setup.sh protoc               protobuf-compiler (for make proto / proto-check)
 #   scripts/setup.sh kernel [--force]     qualify the running kernel build when it has no
@@ -231,7 +231,23 @@ images() {
 	local tools; tools="$(mktemp -d /tmp/lazaret-setup.XXXXXX)"
 	chmod 0755 "$tools"
 	install -m 0755 "$bin/lazaret" "$tools/lazaret"
+	# A recipe image is built in a sandbox: the helpers sit beside lazaret.
+	for b in lazaret-hc lazaret-rs lazaret-escalate; do
+		if [ -x "$bin/$b" ]; then install -m 0755 "$bin/$b" "$tools/$b"; fi
+	done
 	for kind in "$@"; do
+		case "$kind" in
+		busybox | debian) ;;
+		*)
+			# A profile's recipe image (node, claude, codex): lazaret
+			# builds it only when it is not current, so this is cheap
+			# once built. Its base (debian) must come first.
+			say "ensuring the recipe image of profile $kind as $name (npm registry downloads the first time)"
+			as_root runuser -u "$name" -- env -i HOME="$home" USER="$name" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+				LAZARET_RUNSC="${LAZARET_RUNSC:-$RUNSC_DIR/runsc}" "$tools/lazaret" image build "$kind"
+			continue
+			;;
+		esac
 		if [ -f "$home/.local/share/lazaret/images/$kind/index.json" ]; then
 			continue
 		fi

@@ -73,8 +73,15 @@ type Profile struct {
 	// Builtin reports a profile Lazaret defines (the file may amend it).
 	Builtin bool `json:"builtin"`
 	// Image is the image reference as configured: a built-in image name or
-	// an `oci:` / `docker://` reference.
+	// an `oci:` / `docker://` reference; "" when Recipe builds the image.
 	Image string `json:"image"`
+	// Recipe, when not nil, builds the profile's image (exclusive with
+	// Image): see Recipe and ImageRef.
+	Recipe *Recipe `json:"recipe,omitempty"`
+	// Command is the argv `lazaret run` runs when given none (nil: the
+	// image's login shell). Not fingerprinted: it changes what a client
+	// asks for, not what the sandbox is.
+	Command []string `json:"command,omitempty"`
 	// PersistentPaths are absolute guest paths kept in the Domain's State
 	// Anchor across restarts (sorted).
 	PersistentPaths []string `json:"persistent_paths"`

@@ -23,18 +23,18 @@ dns = ["1.1.1.1"]
 [defaults.env]
 EDITOR = "vi"
 
-[profiles.claude]
-description = "Claude Code"
+[profiles.coder]
+description = "Coder"
 image = "debian"
-persistent_paths = ["/root/.claude", "/root/.npm"]
+persistent_paths = ["/root/.coder", "/root/.npm"]
 ignored_path_isolation = false
-env = { CLAUDE_CONFIG_DIR = "/root/.claude", EDITOR = "nano" }
+env = { CLAUDE_CONFIG_DIR = "/root/.coder", EDITOR = "nano" }
 auto_approve = [["git", "fetch"], ["go", "test", "./..."]]
 
-[profiles.claude.network]
+[profiles.coder.network]
 allow = ["10.1.2.0/24"]
 
-[[profiles.claude.volumes]]
+[[profiles.coder.volumes]]
 source = "~/.cache/go-build"
 target = "/root/.cache/go-build"
 mode = "rw"
@@ -59,7 +59,7 @@ func mustParse(t *testing.T, src string) *Config {
 
 func TestBuiltinProfilesWithoutFile(t *testing.T) {
 	c := Builtin()
-	if got := c.Names(); !reflect.DeepEqual(got, []string{"default", "tiny"}) {
+	if got := c.Names(); !reflect.DeepEqual(got, []string{"claude", "codex", "default", "node", "tiny"}) {
 		t.Fatalf("names %v", got)
 	}
 	d, err := c.Profile("default")
@@ -76,7 +76,7 @@ func TestBuiltinProfilesWithoutFile(t *testing.T) {
 	if tiny.Image != "busybox" {
 		t.Fatalf("tiny image %q", tiny.Image)
 	}
-	if _, err := c.Profile("nope"); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "default, tiny") {
+	if _, err := c.Profile("nope"); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "default, node, tiny") {
 		t.Fatalf("unknown profile: %v", err)
 	}
 }
@@ -96,7 +96,7 @@ func TestBuiltinImagesMatchImageBuild(t *testing.T) {
 }
 
 func TestProfileNamePatternMatchesDomain(t *testing.T) {
-	for _, n := range []string{"a", "default", "claude-code", "x.y_z", "0", strings.Repeat("a", 63), "", "A", "-x", "a b", strings.Repeat("a", 64), "é"} {
+	for _, n := range []string{"a", "default", "coder-code", "x.y_z", "0", strings.Repeat("a", 63), "", "A", "-x", "a b", strings.Repeat("a", 64), "é"} {
 		if ValidProfileName(n) != domain.ValidProfileName(n) {
 			t.Errorf("%q: config %v, domain %v", n, ValidProfileName(n), domain.ValidProfileName(n))
 		}
@@ -105,17 +105,17 @@ func TestProfileNamePatternMatchesDomain(t *testing.T) {
 
 func TestSampleLayering(t *testing.T) {
 	c := mustParse(t, sample)
-	if got := c.Names(); !reflect.DeepEqual(got, []string{"claude", "default", "tiny"}) {
+	if got := c.Names(); !reflect.DeepEqual(got, []string{"claude", "coder", "codex", "default", "node", "tiny"}) {
 		t.Fatalf("names %v", got)
 	}
-	p, _ := c.Profile("claude")
-	if p.Builtin || p.Description != "Claude Code" || p.IgnoredPathIsolation {
-		t.Fatalf("claude %+v", p)
+	p, _ := c.Profile("coder")
+	if p.Builtin || p.Description != "Coder" || p.IgnoredPathIsolation {
+		t.Fatalf("coder %+v", p)
 	}
 	if want := DefaultPersistentPaths; !reflect.DeepEqual(p.PersistentPaths, want) { // /root/... absorbed by /root
 		t.Errorf("persistent %v", p.PersistentPaths)
 	}
-	if p.Env["EDITOR"] != "nano" || p.Env["CLAUDE_CONFIG_DIR"] != "/root/.claude" {
+	if p.Env["EDITOR"] != "nano" || p.Env["CLAUDE_CONFIG_DIR"] != "/root/.coder" {
 		t.Errorf("env %v", p.Env)
 	}
 	if len(p.Network.Deny) != len(DefaultDeny)+1 || !containsPrefix(p.Network.Deny, "203.0.113.0/24") {
@@ -674,17 +674,17 @@ func TestFingerprintStableAcrossFormatting(t *testing.T) {
 [profiles.tiny]
 share_editor_config = true # comment
 
-[[profiles.claude.volumes]]
+[[profiles.coder.volumes]]
 mode = "rw"
 target = "/root/.cache/go-build"
 source = "/home/dev/.cache/go-build"
 
-[profiles.claude]
+[profiles.coder]
 auto_approve = [ ["go","test","./..."], ["git","fetch"] ]
 env.EDITOR = "nano"
-env.CLAUDE_CONFIG_DIR = "/root/.claude"
+env.CLAUDE_CONFIG_DIR = "/root/.coder"
 ignored_path_isolation = false
-persistent_paths = ["/root/.npm", "/root/.claude"]
+persistent_paths = ["/root/.npm", "/root/.coder"]
 image = "debian"
 description = "a different description is not fingerprinted"
 network.allow = ["10.1.2.0/24"]
@@ -719,7 +719,7 @@ persistent_paths = ["/root/.cache"]
 
 func TestFingerprintChangesAndDiff(t *testing.T) {
 	base := mustParse(t, sample)
-	bp, _ := base.Profile("claude")
+	bp, _ := base.Profile("coder")
 	cases := []struct {
 		name, from, to, want string
 	}{
@@ -739,7 +739,7 @@ func TestFingerprintChangesAndDiff(t *testing.T) {
 			if src == sample {
 				t.Fatalf("replacement %q did not apply", c.from)
 			}
-			p, _ := mustParse(t, src).Profile("claude")
+			p, _ := mustParse(t, src).Profile("coder")
 			if p.Fingerprint() == bp.Fingerprint() {
 				t.Fatal("fingerprint unchanged")
 			}
@@ -772,7 +772,7 @@ func TestCanonicalRoundTrip(t *testing.T) {
 			t.Fatalf("%s: diff after round trip %v", p.Name, Diff(p, q))
 		}
 	}
-	p, _ := c.Profile("claude")
+	p, _ := c.Profile("coder")
 	b := p.Canonical()
 	// Non-canonical (reordered list) and unknown fields are refused.
 	bad := strings.Replace(string(b), `["/etc","/home","/opt","/root","/usr","/var/lib"]`, `["/home","/etc","/opt","/root","/usr","/var/lib"]`, 1)
@@ -825,7 +825,7 @@ func TestDefaultPathAndLoad(t *testing.T) {
 	dir := t.TempDir()
 	env = map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "cfg")}
 	c, err := Load("", getenv)
-	if err != nil || c.Path != "" || len(c.Names()) != 2 {
+	if err != nil || c.Path != "" || len(c.Names()) != len(builtinProfiles) {
 		t.Fatalf("missing default file: %v %+v", err, c)
 	}
 	if _, err := Load(filepath.Join(dir, "nope.toml"), getenv); !errors.Is(err, errdefs.ErrInvalid) {
@@ -892,7 +892,7 @@ func TestDocExamplesParse(t *testing.T) {
 		}
 	}
 	c := mustParse(t, strings.Split(blocks[len(blocks)-1], "```")[0])
-	if p, err := c.Profile("claude"); err != nil || p.Image != "docker://docker.io/library/node:22-bookworm" {
+	if p, err := c.Profile("aider"); err != nil || p.Recipe == nil || p.Recipe.Base != "debian" || len(p.Command) != 1 {
 		t.Fatal(err)
 	}
 }

@@ -26,9 +26,12 @@ const canonicalVersion = 3
 // encoded with sorted keys by encoding/json, so the bytes do not depend on
 // the order, whitespace or comments of the file.
 type canonicalProfile struct {
-	Version              int               `json:"version"`
-	Name                 string            `json:"name"`
-	Image                string            `json:"image"`
+	Version int    `json:"version"`
+	Name    string `json:"name"`
+	Image   string `json:"image"`
+	// Recipe is the recipe's digest (RecipeDigest), not its steps: a
+	// changed step changes the fingerprint, the image and the profile.
+	Recipe               string            `json:"recipe,omitempty"`
 	PersistentPaths      []string          `json:"persistent_paths"`
 	Allow                []string          `json:"network_allow"`
 	Deny                 []string          `json:"network_deny"`
@@ -69,6 +72,9 @@ func (p *Profile) canonical() canonicalProfile {
 		Deny:                 []string{},
 		DNS:                  []string{},
 		AllowHosts:           append([]string{}, p.Network.AllowHosts...),
+	}
+	if p.Recipe != nil {
+		c.Recipe = p.Recipe.Digest
 	}
 	sort.Strings(c.PersistentPaths)
 	sort.Strings(c.AllowHosts)
@@ -195,6 +201,10 @@ func FromCanonical(b []byte) (*Profile, error) {
 		}
 		p.Ports = append(p.Ports, pt)
 	}
+	if c.Recipe != "" {
+		// Only the digest travels: the coordinator runs the built image.
+		p.Recipe = &Recipe{Digest: c.Recipe}
+	}
 	p.AutoApprove = c.AutoApprove
 	for _, s := range c.Allow {
 		pf, err := netip.ParsePrefix(s)
@@ -251,6 +261,7 @@ func Diff(a, b *Profile) []string {
 	}
 	scalar("profile", fmt.Sprintf("%q", ca.Name), fmt.Sprintf("%q", cb.Name))
 	scalar("image", fmt.Sprintf("%q", ca.Image), fmt.Sprintf("%q", cb.Image))
+	scalar("recipe", recipeOf(ca), recipeOf(cb))
 	set("persistent_paths", ca.PersistentPaths, cb.PersistentPaths)
 	set("network.allow", ca.Allow, cb.Allow)
 	set("network.deny", ca.Deny, cb.Deny)
@@ -364,4 +375,12 @@ func userOf(c canonicalProfile) string {
 		return RootUser
 	}
 	return fmt.Sprintf("%s (uid %d)", c.User, c.UserID)
+}
+
+// recipeOf names a canonical profile's recipe for a diff.
+func recipeOf(c canonicalProfile) string {
+	if c.Recipe == "" {
+		return "none"
+	}
+	return short(c.Recipe)
 }

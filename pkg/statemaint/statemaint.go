@@ -2,8 +2,9 @@
 // developer's user namespace (spec §3.8, SR-14): the structural
 // verification of State Anchors and Ignored Workspace State (`state
 // verify`, `state ignored verify`), the Ignored Workspace State reset
-// (`state ignored reset`) and the deletion of the Storage Root's trash
-// (`lazaret rm`).
+// (`state ignored reset`), the deletion of the Storage Root's trash
+// (`lazaret rm`) and the export of a recipe build's State Anchors as an
+// image layer (`lazaret image build`).
 //
 // State trees hold files of the developer's subordinate ids, often in
 // private directories the host user can neither read nor move to another
@@ -26,6 +27,8 @@
 package statemaint
 
 import (
+	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -64,6 +67,10 @@ const (
 	// trees `lazaret rm` moved aside. It takes --storage-root instead of
 	// --domain-root.
 	OpPurge = "purge"
+	// OpExportLayer writes the State Anchors' changes as one OCI layer tar
+	// on stdout (anchor.ExportLayer, owners as guest ids) and its
+	// ExportResult on descriptor 3: a recipe build's commit.
+	OpExportLayer = "export-layer"
 )
 
 // ReportVersion is the version of Report; a newer one is refused.
@@ -191,6 +198,23 @@ func Main(args []string) int {
 		out = res
 	case OpVerify:
 		out, err = verify(*root, *scope, nsChecker(*hostUID, *hostGID, uint32(*uidStart), uint32(*gidStart), uint32(*count)))
+	case OpExportLayer:
+		res := ExportResult{Version: ReportVersion}
+		res.Stats, err = exportLayer(*root, os.Stdout)
+		if err == nil {
+			result := os.NewFile(3, "result")
+			if result == nil {
+				err = errdefs.New(errdefs.ErrInvalid, "--op=%s needs its result descriptor 3", *op)
+			} else {
+				err = json.NewEncoder(result).Encode(res)
+				result.Close()
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "state-maint: %v\n", err)
+			return 1
+		}
+		return 0
 	case OpIgnoredReset:
 		res := ResetResult{Version: ReportVersion, All: *all, Found: true}
 		if *all {
@@ -224,6 +248,76 @@ func checkArgs(op, domainRoot, storageRoot string, count uint) error {
 		return errdefs.New(errdefs.ErrInvalid, "--op=%s takes --domain-root (absolute) and --count, and no --storage-root", op)
 	}
 	return nil
+}
+
+// ExportResult is what the export-layer operation reports on descriptor 3.
+type ExportResult struct {
+	Version int               `json:"version"`
+	Stats   anchor.LayerStats `json:"stats"`
+}
+
+// guestID translates an id of the role's namespace (mapped as the package
+// doc says) into the sandbox's guest id: the sandbox maps guest g to RS id
+// g, and RS id g is the developer (0) or subordinate id start+g-1
+// (ocispec.IDMappings), which this namespace maps at g below the gap and
+// g+1 above it. The gap itself and ids beyond the guest range are no guest
+// id.
+func guestID(id uint32) (uint32, bool) {
+	switch {
+	case id < gap:
+		return id, true
+	case id == gap:
+		return 0, false
+	}
+	g := id - 1
+	return g, g < ocispec.GuestIDs
+}
+
+// exportLayer writes the layer of domainRoot's State Anchors to w.
+func exportLayer(domainRoot string, w io.Writer) (anchor.LayerStats, error) {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	tw := tar.NewWriter(bw)
+	st, err := anchor.ExportLayer(domainRoot, tw, guestID)
+	if err != nil {
+		return st, err
+	}
+	if err := tw.Close(); err != nil {
+		return st, err
+	}
+	return st, bw.Flush()
+}
+
+// ExportLayer writes the State Anchors of the stopped Domain at domainRoot
+// as one uncompressed OCI layer tar to w, in the Domain's user namespace
+// (where the subordinate-id files can be read), and returns what it held.
+//
+// Preconditions: the caller holds the Domain's lifecycle lock and has
+// established that the Domain is inactive (no overlay over its anchors).
+func ExportLayer(ctx context.Context, rsPath, domainRoot string, w io.Writer) (anchor.LayerStats, error) {
+	resR, resW, err := os.Pipe()
+	if err != nil {
+		return anchor.LayerStats{}, err
+	}
+	defer resR.Close()
+	var res ExportResult
+	done := make(chan error, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(resR, 64<<10))
+		if err == nil {
+			err = decodeResult(b, &res, func() int { return res.Version })
+		}
+		done <- err
+	}()
+	_, err = runTo(ctx, rsPath, w, []*os.File{resW}, "--domain-root="+domainRoot, "--op="+OpExportLayer)
+	resW.Close()
+	rerr := <-done
+	if err != nil {
+		return anchor.LayerStats{}, err
+	}
+	if rerr != nil {
+		return anchor.LayerStats{}, rerr
+	}
+	return res.Stats, nil
 }
 
 // PurgeResult is what the purge operation prints.
@@ -338,14 +432,44 @@ func decodeResult(out []byte, v any, version func() int) error {
 // run runs the role with args (after its common flags) in a new user
 // namespace mapped as the package doc says and returns its stdout.
 func run(ctx context.Context, rsPath string, extra ...string) ([]byte, error) {
+	var out bytes.Buffer
+	if _, err := runTo(ctx, rsPath, &limitedWriter{w: &out, n: 256 << 20}, nil, extra...); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// limitedWriter fails writes beyond n bytes.
+type limitedWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.n {
+		return 0, errdefs.New(errdefs.ErrCorrupt, "the state maintenance role printed too much")
+	}
+	l.n -= int64(len(p))
+	return l.w.Write(p)
+}
+
+// runTo is run with the role's stdout copied to stdout and files passed as
+// descriptors 3 and up (runTo closes them once the role holds them, or on
+// failure); it returns the bytes copied.
+func runTo(ctx context.Context, rsPath string, stdout io.Writer, files []*os.File, extra ...string) (int64, error) {
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
 	uids, gids, err := host.SubIDs()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	newuidmap, newgidmap, err := host.IDMapTools()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	count := uids.Count
 	if gids.Count < count {
@@ -354,17 +478,17 @@ func run(ctx context.Context, rsPath string, extra ...string) ([]byte, error) {
 	uids.Count, gids.Count = count, count
 	b, err := proc.NewBroker(slog.New(slog.DiscardHandler), rsPath)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer outR.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outW.Close()
-		return nil, err
+		return 0, err
 	}
 	defer errR.Close()
 	uid, gid := os.Getuid(), os.Getgid()
@@ -375,7 +499,7 @@ func run(ctx context.Context, rsPath string, extra ...string) ([]byte, error) {
 	args = append(args, extra...)
 	child, err := b.Acquire(ctx, proc.AcquireSpec{
 		Slot:   "state_maint",
-		Target: proc.Command{Path: rsPath, Args: args, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Files: []*os.File{nil, outW, errW}, Cloneflags: unix.CLONE_NEWUSER},
+		Target: proc.Command{Path: rsPath, Args: args, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Files: append([]*os.File{nil, outW, errW}, files...), Cloneflags: unix.CLONE_NEWUSER},
 		Setup: func(ctx context.Context, h *pidfs.Handle) error {
 			pid := strconv.Itoa(h.PID())
 			for _, m := range []struct {
@@ -397,8 +521,11 @@ func run(ctx context.Context, rsPath string, extra ...string) ([]byte, error) {
 	})
 	outW.Close()
 	errW.Close()
+	for _, f := range files {
+		f.Close()
+	}
 	if err != nil {
-		return nil, fmt.Errorf("start lazaret-rs state maintenance in your user namespace: %w", err)
+		return 0, fmt.Errorf("start lazaret-rs state maintenance in your user namespace: %w", err)
 	}
 	var stderr bytes.Buffer
 	done := make(chan struct{})
@@ -406,19 +533,22 @@ func run(ctx context.Context, rsPath string, extra ...string) ([]byte, error) {
 		io.Copy(&stderr, io.LimitReader(errR, 64<<10))
 		close(done)
 	}()
-	out, rerr := io.ReadAll(io.LimitReader(outR, 256<<20))
+	n, rerr := io.Copy(stdout, outR)
+	if rerr != nil {
+		outR.Close() // the role fails on its next write and exits
+	}
 	<-done
 	st, werr := child.Wait(ctx)
-	if rerr != nil {
-		return nil, rerr
-	}
 	if werr != nil {
-		return nil, werr
+		return n, werr
 	}
 	if st.ShellCode() != 0 {
-		return nil, errdefs.New(errdefs.ErrUnavailable, "lazaret-rs state maintenance failed (%s): %s", st, strings.TrimSpace(stderr.String()))
+		return n, errdefs.New(errdefs.ErrUnavailable, "lazaret-rs state maintenance failed (%s): %s", st, strings.TrimSpace(stderr.String()))
 	}
-	return out, nil
+	if rerr != nil {
+		return n, rerr
+	}
+	return n, nil
 }
 
 func decode(out []byte) (*Report, error) {

@@ -146,3 +146,15 @@ func captureStdout(t *testing.T, fn func()) []byte {
 	w.Close()
 	return <-done
 }
+
+func TestGuestID(t *testing.T) {
+	for _, c := range []struct {
+		ns, guest uint32
+		ok        bool
+	}{{0, 0, true}, {1, 1, true}, {1000, 1000, true}, {65533, 65533, true}, {65534, 0, false}, {65535, 65534, true}, {65536, 65535, true}, {65537, 0, false}} {
+		g, ok := guestID(c.ns)
+		if ok != c.ok || ok && g != c.guest {
+			t.Errorf("guestID(%d) = %d, %v; want %d, %v", c.ns, g, ok, c.guest, c.ok)
+		}
+	}
+}

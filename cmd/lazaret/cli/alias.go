@@ -21,13 +21,14 @@ var aliasCommand = &cli.Command{
 	ArgsUsage: "[PROFILE[=COMMAND]...]",
 	Description: `Each PROFILE becomes a shell function of the same name that runs
 "lazaret run --profile PROFILE -- COMMAND ARGS..." in the current directory
-(COMMAND defaults to the profile's name). With no PROFILE, every profile of
-your configuration (not the built-in default and tiny) gets one.
+(COMMAND defaults to the profile's command, else its name). With no PROFILE,
+every profile of your configuration and every built-in profile with a
+command (claude, codex) gets one.
 
 Examples:
-   eval "$(lazaret alias claude)"                 # bash or zsh: claude now runs sandboxed
+   eval "$(lazaret alias claude codex)"           # bash or zsh: claude and codex now run sandboxed
    lazaret alias --shell fish claude | source     # fish
-   lazaret alias codex=codex-cli                  # function codex runs codex-cli
+   lazaret alias agent=aider                      # function agent runs aider in profile agent
    lazaret alias >> ~/.bashrc                     # every configured profile, permanently`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "shell", Usage: "bash, zsh or fish (default: from $SHELL, else bash)"},
@@ -45,7 +46,7 @@ Examples:
 		specs := c.Args().Slice()
 		if len(specs) == 0 {
 			for _, p := range cfg.Profiles() {
-				if !p.Builtin {
+				if !p.Builtin || len(p.Command) > 0 {
 					specs = append(specs, p.Name)
 				}
 			}
@@ -59,8 +60,12 @@ Examples:
 			if err != nil {
 				return err
 			}
-			if _, err := cfg.Profile(a.Profile); err != nil {
+			p, err := cfg.Profile(a.Profile)
+			if err != nil {
 				return err
+			}
+			if !strings.Contains(s, "=") && len(p.Command) > 0 && aliasCommandPattern.MatchString(p.Command[0]) {
+				a.Command = p.Command[0]
 			}
 			aliases = append(aliases, a)
 		}

@@ -119,7 +119,14 @@ func showProfile(w io.Writer, v profileView) {
 	if p.Description != "" {
 		fmt.Fprintf(w, "description = %q\n", p.Description)
 	}
-	fmt.Fprintf(w, "image = %q\n", p.Image)
+	if r := p.Recipe; r != nil {
+		fmt.Fprintf(w, "recipe = { base = %q, run = %s }  # %s\n", r.Base, tomlStrings(r.Run), r.Digest)
+	} else {
+		fmt.Fprintf(w, "image = %q\n", p.Image)
+	}
+	if len(p.Command) > 0 {
+		fmt.Fprintf(w, "command = %s\n", tomlStrings(p.Command))
+	}
 	fmt.Fprintf(w, "persistent_paths = %s\n", tomlStrings(p.PersistentPaths))
 	fmt.Fprintf(w, "ignored_path_isolation = %v\n", p.IgnoredPathIsolation)
 	fmt.Fprintf(w, "share_editor_config = %v\n", p.ShareEditorConfig)

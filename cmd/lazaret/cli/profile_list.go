@@ -37,7 +37,11 @@ var profileCommand = &cli.Command{
 			}
 			var rows []row
 			for _, p := range cfg.Profiles() {
-				rows = append(rows, row{p.Name, p.Builtin, p.Image, p.Description, p.Fingerprint()})
+				img := p.Image
+				if p.Recipe != nil {
+					img = p.Recipe.Summary()
+				}
+				rows = append(rows, row{p.Name, p.Builtin, img, p.Description, p.Fingerprint()})
 			}
 			if c.Bool("json") {
 				return writeJSON(c.App.Writer, rows)

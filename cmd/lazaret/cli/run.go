@@ -74,12 +74,6 @@ Examples:
 func runAction(c *cli.Context) error {
 	argv := c.Args().Slice()
 	tty := !c.Bool("no-tty") && useTerminal()
-	if len(argv) == 0 {
-		if !tty {
-			return errdefs.New(errdefs.ErrInvalid, "no command given and stdin/stdout are not a terminal: usage `lazaret run [--profile P] -- COMMAND [ARG...]` (with no command on a terminal, lazaret starts an interactive shell)")
-		}
-		argv = defaultShell
-	}
 	// A terminal signal before the session runs ends this CLI with 128+n
 	// (a coordinator it started notices the lost client and stops); once the
 	// session runs, signals are forwarded to the command.
@@ -98,8 +92,24 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(argv) == 0 {
+		switch {
+		case len(prof.Config.Command) > 0:
+			argv = prof.Config.Command
+		case !tty:
+			return errdefs.New(errdefs.ErrInvalid, "no command given and stdin/stdout are not a terminal: usage `lazaret run [--profile P] -- COMMAND [ARG...]` (with no command on a terminal, lazaret starts an interactive shell)")
+		default:
+			argv = defaultShell
+		}
+	}
 	if c.Bool("git-common-dir") {
 		prof.Config.GitCommonDir = true
+	}
+	// A recipe image is built on first use (and when its base changed).
+	if prof.Config.Recipe != nil {
+		if _, err := ensureRecipeImage(c.Context, prof, os.Stderr, false); err != nil {
+			return err
+		}
 	}
 	if u := c.String("user"); u != "" && u != config.RootUser && u != prof.Config.SessionUser().Name {
 		return errdefs.New(errdefs.ErrInvalid, "--user %q: a session runs as the profile's user (%s) or as root (--user root)", u, prof.Config.SessionUser().Name)
