@@ -283,10 +283,17 @@ func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []
 	if pl == nil || pl.Phase == participant.Clean {
 		return nil
 	}
+	// proven: the mount namespace was observed freed. A freed namespace
+	// never lives again, but its nsfs inode number may be given to a new
+	// namespace at once (another Domain's, a helper's), so the catalog's
+	// proof below reuses this observation instead of scanning again and
+	// mistaking an unrelated process for a holder.
+	proven := false
 	if sa != nil && sa.Phase != participant.Clean {
 		if err := mountsAbsent(sa, unmounted); err != nil {
 			return err
 		}
+		proven = true
 	}
 	// A LeaseHeld record must match an exact catalog lease (the model's
 	// LeaseHeldRecordMatchesCatalog). Only a record already in
@@ -331,7 +338,12 @@ func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []
 			ReleaseIntent: func(k catalog.LeaseKey) error {
 				return c.store.View(func(tx *store.Tx) error { return tx.CheckLeaseReleaseIntent(k.Generation, k.ArtifactID) })
 			},
-			MountAbsent: func(catalog.LeaseKey) error { return mountsAbsent(sa, unmounted) },
+			MountAbsent: func(catalog.LeaseKey) error {
+				if proven {
+					return nil
+				}
+				return mountsAbsent(sa, unmounted)
+			},
 		})
 		if err != nil {
 			return err
