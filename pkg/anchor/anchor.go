@@ -222,21 +222,32 @@ type Info struct {
 	ResetPending bool `json:"reset_pending,omitempty"`
 }
 
+// readAnchors opens the anchors directory of the Domain Root (read-only)
+// and reads its entry names; afd is -1 (and err nil) when there is none.
+// The caller closes afd.
+func readAnchors(domainRoot string) (afd int, names []string, err error) {
+	afd, err = openAnchors(domainRoot, false)
+	if errors.Is(err, unix.ENOENT) {
+		return -1, nil, nil
+	}
+	if err != nil {
+		return -1, nil, err
+	}
+	if names, err = statetree.ReadNames(afd); err != nil {
+		unix.Close(afd)
+		return -1, nil, err
+	}
+	return afd, names, nil
+}
+
 // List returns the State Anchors of the Domain Root, sorted by guest path.
 // It only reads developer-owned directories.
 func List(domainRoot string) ([]Info, error) {
-	afd, err := openAnchors(domainRoot, false)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
-	}
-	if err != nil {
+	afd, names, err := readAnchors(domainRoot)
+	if err != nil || afd < 0 {
 		return nil, err
 	}
 	defer unix.Close(afd)
-	names, err := statetree.ReadNames(afd)
-	if err != nil {
-		return nil, err
-	}
 	var out []Info
 	for _, n := range names {
 		if strings.HasPrefix(n, ".") {

@@ -63,18 +63,11 @@ type LayerStats struct {
 // root of the Domain's user namespace).
 func ExportLayer(domainRoot string, tw *tar.Writer, ids IDMap) (LayerStats, error) {
 	var st LayerStats
-	afd, err := openAnchors(domainRoot, false)
-	if errors.Is(err, unix.ENOENT) {
-		return st, nil
-	}
-	if err != nil {
+	afd, names, err := readAnchors(domainRoot)
+	if err != nil || afd < 0 {
 		return st, err
 	}
 	defer unix.Close(afd)
-	names, err := statetree.ReadNames(afd)
-	if err != nil {
-		return st, err
-	}
 	type anc struct{ name, guest string }
 	var list []anc
 	for _, n := range names {

@@ -71,18 +71,11 @@ func upperSwap(fd, tfd int, name string, now func() time.Time) statetree.Swap {
 // RecoverAll finishes every interrupted reset of the Domain Root (moves
 // each upper.swap to the trash). Host side; idempotent.
 func RecoverAll(domainRoot string, now func() time.Time) error {
-	afd, err := openAnchors(domainRoot, false)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
+	afd, names, err := readAnchors(domainRoot)
+	if err != nil || afd < 0 {
 		return err
 	}
 	defer unix.Close(afd)
-	names, err := statetree.ReadNames(afd)
-	if err != nil {
-		return err
-	}
 	var tfd = -1
 	defer func() {
 		if tfd >= 0 {

@@ -46,21 +46,7 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	c := &coordinator{profile: prof, image: "docker.io/library/busybox:1", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	c.paths.ID = domain.DeriveID("default", "/w")
 	c.paths.StorageRoot = storage
-	lock, err := os.Create(filepath.Join(dir, "lifecycle.lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if c.store, err = store.Open(dir, lock, store.DomainIdentity{ID: c.paths.ID, Profile: "default", CanonicalWorkspace: "/w"}, store.Options{Logger: c.log}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.store.Close()
-	self, err := pidfs.Open(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.self = self.Identity()
-	self.Close()
+	openTestStore(t, c, dir)
 	ownDev, ownIno, err := pidfs.NamespaceOfPath("/proc/self/ns/mnt")
 	if err != nil {
 		t.Fatal(err)
@@ -240,4 +226,25 @@ func recordPrepared(t *testing.T, cat *catalog.Catalog, id, md string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openTestStore gives c (paths.ID set) a Domain Store in dir, closed when
+// the test ends, and this test process as its coordinator identity.
+func openTestStore(t *testing.T, c *coordinator, dir string) {
+	t.Helper()
+	lock, err := os.Create(filepath.Join(dir, "lifecycle.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+	if c.store, err = store.Open(dir, lock, store.DomainIdentity{ID: c.paths.ID, Profile: "default", CanonicalWorkspace: "/w"}, store.Options{Logger: c.log}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.store.Close() })
+	self, err := pidfs.Open(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.self = self.Identity()
+	self.Close()
 }

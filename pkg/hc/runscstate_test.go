@@ -33,21 +33,7 @@ func TestReconcileRunscNeverSignalsStatePids(t *testing.T) {
 	c.rt = runsc.Runtime{Root: c.paths.RunscRoot()}
 	os.Mkdir(c.paths.RuntimeDir, 0o700)
 	os.Mkdir(c.rt.Root, 0o700)
-	lock, err := os.Create(filepath.Join(dir, "lifecycle.lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if c.store, err = store.Open(dir, lock, store.DomainIdentity{ID: c.paths.ID, Profile: "default", CanonicalWorkspace: "/w"}, store.Options{Logger: c.log}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.store.Close()
-	self, err := pidfs.Open(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.self = self.Identity()
-	self.Close()
+	openTestStore(t, c, dir)
 	if err := c.store.Update(func(tx *store.Tx) error {
 		return tx.CreateGeneration(store.NewGeneration{Number: 1, ConfigurationFingerprint: []byte("f"), CoordinatorID: "hc", Coordinator: c.self})
 	}); err != nil {
