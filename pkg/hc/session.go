@@ -332,6 +332,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	pidFile := filepath.Join(c.sessionDir(), s.id+".pid")
 	defer os.Remove(pidFile)
 	argv := c.rt.Exec(pjFile, pidFile, c.container)
+	c.timing.Mark("session admitted; starting runsc exec")
 	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "session_exec",
 		ExecStop: true, // no wrapper re-exec of lazaret-hc on the session start path
@@ -358,6 +359,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	s.mu.Lock()
 	s.child = child
 	s.mu.Unlock()
+	c.timing.Mark("session started")
 	log.Info("session started", "argv0", req.Argv[0], "joined", joined)
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
 
@@ -483,6 +485,7 @@ loop:
 	if werr != nil {
 		code = 125
 	}
+	c.timing.Mark("session command exited")
 	log.Info("session ended", "status", st.String())
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}})
 }

@@ -48,6 +48,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
+	"github.com/lazaret/lazaret/pkg/timing"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -70,6 +71,8 @@ func Main(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	rec := timing.FromEnv("rs", os.Getenv, time.Now)
+	rec.Mark("supervisor started")
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*logLevel))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "rs", "pid", os.Getpid())
@@ -106,12 +109,13 @@ func Main(args []string) int {
 		log.Error("protocol credential", "err", err)
 		return 2
 	}
-	s := &supervisor{policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s := &supervisor{timing: rec, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	return s.run()
 }
 
 type supervisor struct {
+	timing    *timing.Recorder // nil unless LAZARET_DEBUG=timing
 	policyFD  int
 	cred      credential
 	policy    netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
@@ -284,6 +288,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.checkPolicy(); err != nil {
 		return nil, nil, err
 	}
+	s.timing.Mark("start received")
 	art, err := s.holdLower()
 	if err != nil {
 		return nil, nil, err
@@ -293,6 +298,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.awaitLease(); err != nil {
 		return nil, nil, err
 	}
+	s.timing.Mark("lease recorded by the coordinator")
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
 		return nil, nil, err
@@ -301,6 +307,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	failpoint.Hit("lazaret-rs:rootfs-mounted")
+	s.timing.Mark("prepared lower held, root mounted")
 	if err := s.mountAnchors(rootfs); err != nil {
 		return nil, nil, err
 	}
@@ -321,6 +328,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	argv := s.rt.Run(st.BundleDir, st.ContainerId)
+	s.timing.Mark("State Anchors and Git routing mounted; starting runsc")
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "attached_runsc",
 		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
@@ -333,6 +341,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 			if err := s.stageWithCoordinator(ctx, id); err != nil {
 				return err
 			}
+			s.timing.Mark("runsc ownership acknowledged (helper ready)")
 			return s.installPolicy()
 		},
 	})
@@ -388,6 +397,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	// The sandbox and gofer exist once the init runs: prove them children
 	// of this exact client now, while it is our unreaped child, and report
 	// their identities — the only handles by which anything may stop them.
+	s.timing.Mark("runsc sandbox started")
 	kids, err := s.identifyRunscChildren(child)
 	if err != nil {
 		s.teardown(child, inW)
@@ -401,6 +411,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		s.routing.Signal(unix.SIGKILL) // simulates a Git-routing daemon crash
 	}
 	id := child.Identity()
+	s.timing.Mark("sandbox and gofer identified")
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Ready{Ready: &lv1.SandboxReady{
 		PreparedArtifactId: art.ID, ImageRef: st.ImageRef, ManifestDigest: art.Source.ManifestDigest, AttachedRunsc: identityProto(id),
 		RunscSandbox: identityProto(kids.sandbox.Identity()), RunscGofer: identityProto(kids.gofer.Identity()),
