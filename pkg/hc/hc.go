@@ -139,6 +139,12 @@ type coordinator struct {
 	changed   chan struct{} // closed and replaced on every progress line
 	active    int           // registered or waiting sessions
 	everHad   bool
+	// linger is the longest time any session of this generation asked the
+	// Domain to stay up after its last session leaves; while it lingers,
+	// lingerTimer ends it at lingerUntil unless a session joins.
+	linger      time.Duration
+	lingerTimer *time.Timer
+	lingerUntil time.Time
 	sessions  map[string]*session
 	sessionWG sync.WaitGroup // sessions still writing to their clients
 	teardownC chan struct{}
@@ -1284,6 +1290,12 @@ func (c *coordinator) statusDocument() map[string]any {
 	}
 	if c.failErr != nil && c.st == stateFailed {
 		doc["failure"] = c.failErr.Error()
+	}
+	if c.linger > 0 {
+		doc["linger_ms"] = c.linger.Milliseconds()
+	}
+	if !c.lingerUntil.IsZero() && c.st == stateRunning {
+		doc["linger_left_ms"] = max(time.Until(c.lingerUntil).Milliseconds(), 0)
 	}
 	if len(c.retained) > 0 {
 		doc["retained"] = c.retained

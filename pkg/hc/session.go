@@ -94,6 +94,9 @@ func (c *coordinator) validate(r *lv1.RunRequest) error {
 			return errdefs.New(errdefs.ErrInvalid, "environment variable %s may not be passed by a CLI", k)
 		}
 	}
+	if r.LingerMs > uint64(config.MaxLinger/time.Millisecond) {
+		return errdefs.New(errdefs.ErrInvalid, "linger of %d ms is longer than the most a Domain lingers (%s)", r.LingerMs, config.MaxLinger)
+	}
 	return nil
 }
 
@@ -161,6 +164,10 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	joined := c.st == stateRunning
 	c.active++
 	c.everHad = true
+	if l := time.Duration(req.LingerMs) * time.Millisecond; l > c.linger {
+		c.linger = l
+	}
+	c.endLingerLocked()
 	s := &session{id: sessionID, capability: capability, c: c, conn: conn, raw: tconn, tty: req.Tty}
 	c.sessions[s.id] = s
 	c.sessionWG.Add(1)
@@ -245,11 +252,37 @@ func (c *coordinator) leave(s *session) {
 	delete(c.sessions, s.id)
 	c.active--
 	last := c.active == 0
-	if last {
+	switch {
+	case last && c.linger > 0 && c.st == stateRunning:
+		c.lingerUntil = time.Now().Add(c.linger)
+		c.lingerTimer = time.AfterFunc(c.linger, c.lingerExpired)
+		c.log.Info("last session left: the Domain lingers", "linger", c.linger.String())
+	case last:
 		c.log.Info("last session left")
 		c.requestTeardownLocked()
 	}
 	c.mu.Unlock()
+}
+
+// lingerExpired ends a linger no session interrupted: the Domain stops as
+// after its last session.
+func (c *coordinator) lingerExpired() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active == 0 && !c.lingerUntil.IsZero() && !time.Now().Before(c.lingerUntil) {
+		c.log.Info("linger ended with no session", "linger", c.linger.String())
+		c.lingerTimer, c.lingerUntil = nil, time.Time{}
+		c.requestTeardownLocked()
+	}
+}
+
+// endLingerLocked cancels a linger (a session joined). c.mu is held.
+func (c *coordinator) endLingerLocked() {
+	if c.lingerTimer != nil {
+		c.lingerTimer.Stop()
+		c.log.Info("a session joined the lingering Domain", "left", time.Until(c.lingerUntil).Round(time.Second).String())
+	}
+	c.lingerTimer, c.lingerUntil = nil, time.Time{}
 }
 
 func (s *session) env(req *lv1.RunRequest, u config.GuestUser) []string {

@@ -67,6 +67,7 @@ Examples:
 		&cli.BoolFlag{Name: "git-common-dir", Usage: "in a linked Git worktree, mount the repository's common Git directory at its own path (with the Git Sentry applied there); the profile setting git_common_dir does the same"},
 		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run this session as `root` (maintenance) instead of the profile's user"},
 		&cli.BoolFlag{Name: "no-tty", Aliases: []string{"T"}, Usage: "never allocate a terminal, even when stdin and stdout are terminals"},
+		&cli.StringFlag{Name: "linger", Usage: "keep the Domain up this long after its last session leaves (e.g. `10m`), so the next lazaret run joins it; overrides the profile's linger; lazaret stop ends it"},
 		&cli.StringSliceFlag{Name: "port", Aliases: []string{"P"}, Usage: "forward a host loopback port into the sandbox: `PORT`, HOST:SANDBOX or 127.0.0.1:HOST:SANDBOX (TCP; repeatable); on a join it is added to the running Domain until it stops"},
 	},
 	Action: runAction,
@@ -181,6 +182,14 @@ func runAction(c *cli.Context) error {
 		}
 		ports = append(ports, p.String())
 	}
+	linger := prof.Config.Linger
+	if c.IsSet("linger") {
+		l, msg := config.ParseLinger(c.String("linger"))
+		if msg != "" {
+			return errdefs.New(errdefs.ErrInvalid, "--linger %s", msg)
+		}
+		linger = l
+	}
 	image, err := prof.imageRef()
 	if err != nil {
 		return err
@@ -233,6 +242,7 @@ func runAction(c *cli.Context) error {
 		Env:                      map[string]string{},
 		Credentials:              creds,
 		ForwardPorts:             ports,
+		LingerMs:                 uint64(linger.Milliseconds()),
 		Stdin:                    true,
 	}
 	if tty {
