@@ -198,7 +198,7 @@ done`, rootfs, bundle, n, e.runsc)
 	for _, m := range rep.Measurements {
 		fmt.Printf("%-24s %10.1f\n", m.Name, m.MedianMS)
 	}
-	fmt.Printf("cold-start ratio (lazaret run -- true / bare runsc run): %.2fx (target <= 3x)\n", rep.Ratios["cold_start"])
+	fmt.Printf("cold-start ratio (lazaret run -- true / bare runsc run): %.2fx (target <= 2x)\n", rep.Ratios["cold_start"])
 	printStages(stages, stageRuns)
 	fmt.Printf("join ratio (lazaret run -- true in a running Domain / bare runsc exec): %.2fx\n", rep.Ratios["join"])
 	fmt.Printf("PTY throughput, cat of 64 MiB (host %.0f ms = %.0f MiB/s, lazaret %.0f ms = %.0f MiB/s): %.0f%% of host (target >= 50%%)\n",
