@@ -49,6 +49,7 @@ type fakeRequest struct {
 	Model    string   `json:"model,omitempty"`
 	Stream   bool     `json:"stream,omitempty"`
 	Tools    []string `json:"tools,omitempty"`
+	Headers  []string `json:"headers,omitempty"`  // the names of the request's headers, and some values
 	Answer   string   `json:"answer"`             // what the server answered: tool_call, final, aux, count_tokens, unexpected, nxdomain
 	Result   string   `json:"result,omitempty"`   // the tool result the agent sent back
 	Question string   `json:"question,omitempty"` // the DNS name
@@ -59,7 +60,11 @@ func (r fakeRequest) String() string {
 	if r.Kind == "dns" {
 		return fmt.Sprintf("#%d dns %s -> %s", r.Seq, r.Question, r.Answer)
 	}
-	return fmt.Sprintf("#%d %s %s model=%q stream=%v tools=%d -> %s%s", r.Seq, r.Method, r.Path, r.Model, r.Stream, len(r.Tools), r.Answer, map[bool]string{true: " (tool result " + fmt.Sprintf("%q", r.Result) + ")", false: ""}[r.Result != ""])
+	s := fmt.Sprintf("#%d %s %s model=%q stream=%v tools=%v -> %s", r.Seq, r.Method, r.Path, r.Model, r.Stream, r.Tools, r.Answer)
+	if r.Result != "" {
+		s += fmt.Sprintf(" (tool result %q)", r.Result)
+	}
+	return s + fmt.Sprintf("\n    headers %q", r.Headers)
 }
 
 // runFakeModel is the test host's server (TestMain runs it inside the test
@@ -174,6 +179,14 @@ func (s *fakeModel) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	var b fakeBody
 	json.Unmarshal(body, &b)
 	rec.Model, rec.Stream, rec.Tools = b.Model, b.Stream, b.toolNames()
+	for k := range req.Header {
+		switch k {
+		case "User-Agent", "Anthropic-Version", "Anthropic-Beta", "Originator", "Openai-Beta", "X-App":
+			k += ": " + req.Header.Get(k)
+		}
+		rec.Headers = append(rec.Headers, k)
+	}
+	sort.Strings(rec.Headers)
 	if s.plan.Bodies != "" && len(body) > 0 {
 		s.mu.Lock()
 		rec.BodyFile = filepath.Join(s.plan.Bodies, fmt.Sprintf("%02d%s.json", s.seq+1, strings.ReplaceAll(req.URL.Path, "/", "_")))
@@ -454,9 +467,13 @@ func TestSpec35AgentsDriveFakeModel(t *testing.T) {
 			argv: func(base, prompt string) []string {
 				return []string{"claude", "-p", prompt, "--permission-mode", "acceptEdits", "--allowedTools", "Write"}
 			}},
+		// Codex's own sandbox (bubblewrap) cannot set up the loopback of
+		// its network namespace in gVisor ("bwrap: loopback: Failed
+		// RTM_NEWADDR"), so its commands fail unless it runs them in the
+		// whole sandbox, as the README advises.
 		{profile: "codex", keyVar: "OPENAI_API_KEY",
 			argv: func(base, prompt string) []string {
-				return []string{"codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--color", "never",
+				return []string{"codex", "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "--color", "never",
 					"-m", "fake-model",
 					"-c", `model_provider="fake"`,
 					"-c", `model_providers.fake.name="fake"`,
