@@ -1,14 +1,12 @@
 package integration
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -356,69 +354,20 @@ type fakeModelHost struct {
 func startFakeModel(t *testing.T, plan fakeModelPlan) *fakeModelHost {
 	t.Helper()
 	e := need(t)
-	x := 10 + int(time.Now().UnixNano()%200)
-	ns, hostIf, peer := "lzt-"+randHex(3), "lzh"+randHex(3), "lzp"+randHex(3)
-	plan.Addr = fmt.Sprintf("10.81.%d.2", x)
+	plan.Addr = fmt.Sprintf("10.81.%d.2", 10+int(time.Now().UnixNano()%200))
 	plan.Bodies = e.userDir("fakemodel-" + randHex(3))
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	run("netns", "add", ns)
-	var server *exec.Cmd
-	t.Cleanup(func() {
-		if server != nil && server.Process != nil {
-			server.Process.Kill() // the server this test started, by its pid
-			server.Wait()
-		}
-		exec.Command("ip", "link", "del", hostIf).Run()
-		exec.Command("ip", "netns", "del", ns).Run()
-	})
-	run("link", "add", hostIf, "type", "veth", "peer", "name", peer)
-	run("link", "set", peer, "netns", ns)
-	run("addr", "add", fmt.Sprintf("10.81.%d.1/24", x), "dev", hostIf)
-	run("-n", ns, "addr", "add", plan.Addr+"/24", "dev", peer)
-	run("link", "set", hostIf, "up")
-	run("-n", ns, "link", "set", peer, "up")
-	run("-n", ns, "link", "set", "lo", "up")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _ := json.Marshal(plan)
-	server = exec.Command("ip", "netns", "exec", ns, exe)
-	server.Env = append(os.Environ(), fakeModelEnv+"="+string(cfg))
-	out, _ := server.StdoutPipe()
-	server.Stderr = os.Stderr
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
 	h := &fakeModelHost{plan: plan}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				close(ready)
-				continue
-			}
-			var r fakeRequest
-			h.mu.Lock()
-			if json.Unmarshal(sc.Bytes(), &r) == nil && r.Kind != "" {
-				h.requests = append(h.requests, r)
-			} else {
-				h.other = append(h.other, sc.Text())
-			}
-			h.mu.Unlock()
+	cfg, _ := json.Marshal(plan)
+	serveOnTestHost(t, []string{plan.Addr}, fakeModelEnv, string(cfg), func(line string) {
+		var r fakeRequest
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if json.Unmarshal([]byte(line), &r) == nil && r.Kind != "" {
+			h.requests = append(h.requests, r)
+		} else {
+			h.other = append(h.other, line)
 		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the fake model API did not start")
-	}
+	})
 	return h
 }
 
