@@ -477,6 +477,12 @@ func driveAgent(t *testing.T, c agentCase) {
 	}
 
 	ws := workspace(t)
+	// The image of the built-in profile: built by the set-up (`scripts/
+	// setup.sh images USER claude codex`), else here from the npm registry
+	// (the amended profile's network reaches only the test host).
+	if r := lzFor(t, 20*time.Minute, ws, nil, nil, "image", "build", c.profile); r.code != 0 {
+		t.Fatalf("image build %s: %d\n%s", c.profile, r.code, r.stderr)
+	}
 	prompt := "Create the file " + name + " in the workspace."
 	hostEnv := []string{c.keyVar + "=" + key, "LAZARET_DEBUG=1"}
 	args := append([]string{"run", "--config", cfg, "-p", c.profile, "--"}, c.argv(base, prompt)...)
