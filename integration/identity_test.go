@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -49,57 +48,8 @@ func aptMirror(t *testing.T) string {
 	if _, err := os.Stat(filepath.Join(testDebs, "Packages")); err != nil {
 		t.Fatalf("the test apt repository is missing (%v): run `scripts/setup.sh test-debs` (make integration does)", err)
 	}
-	x := 10 + int(time.Now().UnixNano()%200)
-	ns, hostIf, peer := "lzt-"+randHex(3), "lzh"+randHex(3), "lzp"+randHex(3)
-	addr := fmt.Sprintf("198.18.%d.2", x)
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	run("netns", "add", ns)
-	var server *exec.Cmd
-	t.Cleanup(func() {
-		if server != nil && server.Process != nil {
-			server.Process.Kill() // the server this test started, by its pid
-			server.Wait()
-		}
-		exec.Command("ip", "link", "del", hostIf).Run()
-		exec.Command("ip", "netns", "del", ns).Run()
-	})
-	run("link", "add", hostIf, "type", "veth", "peer", "name", peer)
-	run("link", "set", peer, "netns", ns)
-	run("addr", "add", fmt.Sprintf("198.18.%d.1/24", x), "dev", hostIf)
-	run("-n", ns, "addr", "add", addr+"/24", "dev", peer)
-	run("link", "set", hostIf, "up")
-	run("-n", ns, "link", "set", peer, "up")
-	run("-n", ns, "link", "set", "lo", "up")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = exec.Command("ip", "netns", "exec", ns, exe)
-	server.Env = append(os.Environ(), httpServerEnv+"="+addr+":8080;"+testDebs)
-	out, _ := server.StdoutPipe()
-	server.Stderr = os.Stderr
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				ready <- true
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the test apt repository server did not start")
-	}
+	addr := fmt.Sprintf("198.18.%d.2", 10+int(time.Now().UnixNano()%200))
+	serveOnTestHost(t, []string{addr}, httpServerEnv, addr+":8080;"+testDebs, func(string) {})
 	return "deb [trusted=yes] http://" + addr + ":8080/ ./"
 }
 

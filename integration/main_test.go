@@ -59,6 +59,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(httpServerEnv); cfg != "" {
 		runHTTPServer(cfg) // the identity test's apt repository, inside its netns
 	}
+	if cfg := os.Getenv(fakeModelEnv); cfg != "" {
+		runFakeModel(cfg) // the agent tests' model API, inside its netns
+	}
 	flag.Parse()
 	E, setupErr = setup()
 	code := m.Run()

@@ -29,7 +29,6 @@ const netServerEnv = "LAZARET_IT_NETSERVER"
 // testNet is one test host: a network namespace with addresses in each
 // range and a small TCP/UDP/DNS server inside.
 type testNet struct {
-	ns, hostIf       string
 	x                int // the random third octet
 	permitted        string
 	denied           map[string]string // name -> address (default denies)
@@ -38,7 +37,6 @@ type testNet struct {
 	dnsName, dnsAddr string            // the unique name and its answer
 	pinnedName       string            // an allow_hosts name, answered with pinned
 	pinned           string            // inside 10/8, allowed only by host name
-	server           *exec.Cmd
 	mu               sync.Mutex
 	arrivals         []string
 }
@@ -48,7 +46,7 @@ func (n *testNet) addr(prefix string) string { return fmt.Sprintf(prefix, n.x) }
 func newTestNet(t *testing.T) *testNet {
 	t.Helper()
 	x := 10 + int(time.Now().UnixNano()%200)
-	n := &testNet{ns: "lzt-" + randHex(3), hostIf: "lzh" + randHex(3), x: x}
+	n := &testNet{x: x}
 	n.permitted = n.addr("198.18.%d.2")
 	n.profileDenied = n.addr("198.19.%d.2")
 	n.allowed = n.addr("10.78.%d.2")
@@ -57,64 +55,81 @@ func newTestNet(t *testing.T) *testNet {
 	n.dnsAddr = n.addr("198.18.%d.77")
 	n.pinnedName = "pinned-" + randHex(4) + ".lazaret-test"
 	n.pinned = n.addr("10.79.%d.2")
-	peer := "lzp" + randHex(3)
+	hosts := []string{n.permitted, n.profileDenied, n.allowed, n.pinned, n.denied["10/8"], n.denied["172.16/12"], n.denied["192.168/16"]}
+	cfg := strings.Join([]string{strings.Join(hosts, ","), n.permitted, n.dnsName + "=" + n.dnsAddr + "," + n.pinnedName + "=" + n.pinned}, ";")
+	serveOnTestHost(t, hosts, netServerEnv, cfg, func(line string) {
+		n.mu.Lock()
+		n.arrivals = append(n.arrivals, line)
+		n.mu.Unlock()
+	})
+	return n
+}
+
+// serveOnTestHost creates a network namespace with the addresses hosts
+// (each A.B.C.D/24, the host side of the veth pair holding A.B.C.1/24),
+// runs this test binary inside it with envVar=cfg (TestMain then runs the
+// server that envVar selects), waits for the server's "ready" line and
+// hands every later line of its stdout to onLine. Cleanup stops the
+// server and removes the namespace and the link.
+func serveOnTestHost(t *testing.T, hosts []string, envVar, cfg string, onLine func(string)) {
+	t.Helper()
+	ns, hostIf, peer := "lzt-"+randHex(3), "lzh"+randHex(3), "lzp"+randHex(3)
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	run("netns", "add", n.ns)
+	run("netns", "add", ns)
+	var server *exec.Cmd
 	t.Cleanup(func() {
-		if n.server != nil && n.server.Process != nil {
-			n.server.Process.Kill() // the server this test started, by its pid
-			n.server.Wait()
+		if server != nil && server.Process != nil {
+			server.Process.Kill() // the server this test started, by its pid
+			server.Wait()
 		}
-		exec.Command("ip", "link", "del", n.hostIf).Run()
-		exec.Command("ip", "netns", "del", n.ns).Run()
+		exec.Command("ip", "link", "del", hostIf).Run()
+		exec.Command("ip", "netns", "del", ns).Run()
 	})
-	run("link", "add", n.hostIf, "type", "veth", "peer", "name", peer)
-	run("link", "set", peer, "netns", n.ns)
-	hosts := []string{n.permitted, n.profileDenied, n.allowed, n.pinned, n.denied["10/8"], n.denied["172.16/12"], n.denied["192.168/16"]}
+	run("link", "add", hostIf, "type", "veth", "peer", "name", peer)
+	run("link", "set", peer, "netns", ns)
 	for _, h := range hosts {
 		pfx := h[:strings.LastIndex(h, ".")]
-		run("addr", "add", pfx+".1/24", "dev", n.hostIf)
-		run("-n", n.ns, "addr", "add", h+"/24", "dev", peer)
+		run("addr", "add", pfx+".1/24", "dev", hostIf)
+		run("-n", ns, "addr", "add", h+"/24", "dev", peer)
 	}
-	run("link", "set", n.hostIf, "up")
-	run("-n", n.ns, "link", "set", peer, "up")
-	run("-n", n.ns, "link", "set", "lo", "up")
+	run("link", "set", hostIf, "up")
+	run("-n", ns, "link", "set", peer, "up")
+	run("-n", ns, "link", "set", "lo", "up")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.Join([]string{strings.Join(hosts, ","), n.permitted, n.dnsName + "=" + n.dnsAddr + "," + n.pinnedName + "=" + n.pinned}, ";")
-	n.server = exec.Command("ip", "netns", "exec", n.ns, exe)
-	n.server.Env = append(os.Environ(), netServerEnv+"="+cfg)
-	out, _ := n.server.StdoutPipe()
-	n.server.Stderr = os.Stderr
-	if err := n.server.Start(); err != nil {
+	server = exec.Command("ip", "netns", "exec", ns, exe)
+	server.Env = append(os.Environ(), envVar+"="+cfg)
+	out, _ := server.StdoutPipe()
+	server.Stderr = os.Stderr
+	if err := server.Start(); err != nil {
 		t.Fatal(err)
 	}
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		isReady := false
 		for sc.Scan() {
-			if sc.Text() == "ready" {
+			if !isReady && sc.Text() == "ready" {
+				isReady = true
 				close(ready)
 				continue
 			}
-			n.mu.Lock()
-			n.arrivals = append(n.arrivals, sc.Text())
-			n.mu.Unlock()
+			onLine(sc.Text())
 		}
 	}()
 	select {
 	case <-ready:
 	case <-time.After(10 * time.Second):
-		t.Fatal("test host server did not start")
+		t.Fatalf("the test host's server (%s) did not start", envVar)
 	}
-	return n
 }
 
 // arrivedAt lists the arrivals recorded for address a.

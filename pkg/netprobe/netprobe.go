@@ -180,15 +180,44 @@ func ProbeAddress(p netip.Prefix, others []netip.Prefix, connected netip.Prefix)
 			offsets = append(offsets, o)
 		}
 	}
+	var fallback netip.Addr
 	for _, o := range offsets {
 		var a4 [4]byte
 		binary.BigEndian.PutUint32(a4[:], uint32(start+o))
 		a := netip.AddrFrom4(a4)
-		if !shadowed(a) {
+		if shadowed(a) {
+			continue
+		}
+		if !unroutable(a) {
 			return a, true
 		}
+		if !fallback.IsValid() {
+			fallback = a
+		}
 	}
-	return netip.Addr{}, false
+	return fallback, fallback.IsValid()
+}
+
+// unroutableSpace is where a destination does not take the routing table's
+// path in the sandbox's network stack: "this network" (0/8: gVisor picks
+// an unrelated source for it), loopback, multicast and the reserved and
+// broadcast space. A probe there says nothing about the prefix's route, so
+// ProbeAddress avoids it unless the prefix holds nothing else (a deny of
+// 0.0.0.0/1 is probed at 64.0.0.0, not 0.0.0.1).
+var unroutableSpace = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+func unroutable(a netip.Addr) bool {
+	for _, p := range unroutableSpace {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // Run executes the probe in the caller's network view.

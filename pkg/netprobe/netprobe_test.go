@@ -30,6 +30,25 @@ func TestProbeAddressAvoidsMoreSpecificEntries(t *testing.T) {
 	}
 }
 
+// TestProbeAddressAvoidsUnroutableSpace: a deny that covers "this
+// network", loopback or multicast is probed at an ordinary address of it;
+// a prefix with nothing else still gets a probe.
+func TestProbeAddressAvoidsUnroutableSpace(t *testing.T) {
+	for _, c := range []struct{ prefix, want string }{
+		{"0.0.0.0/1", "64.0.0.0"},
+		{"0.0.0.0/0", "128.0.0.0"},
+		{"128.0.0.0/1", "128.0.0.1"},
+		{"192.0.0.0/2", "192.0.0.1"},
+		{"224.0.0.0/3", "224.0.0.1"},
+		{"0.0.0.0/8", "0.0.0.1"},
+	} {
+		a, ok := ProbeAddress(pfx(c.prefix), []netip.Prefix{pfx(c.prefix)}, pfx("10.0.2.0/24"))
+		if !ok || a != addr(c.want) || !pfx(c.prefix).Contains(a) {
+			t.Errorf("ProbeAddress(%s) = %v, %v; want %s", c.prefix, a, ok, c.want)
+		}
+	}
+}
+
 func TestSpecRoundTripAndVersion(t *testing.T) {
 	w, err := EncodeSpec(testSpec())
 	if err != nil {
