@@ -89,7 +89,7 @@ type Profile struct {
 	// by every workspace's Domain of this profile (sorted; "~/" resolved
 	// against the session user's home): the login state of an agent.
 	ProfilePaths []string `json:"profile_paths"`
-	Network         Network  `json:"network"`
+	Network      Network  `json:"network"`
 	// Env is passed into every guest process of the sandbox.
 	Env map[string]string `json:"env"`
 	// EnvPass names variables each session's Client CLI copies from its
