@@ -83,6 +83,10 @@ func expandProfilePath(s, home string) string {
 // checkProfilePath checks one expanded profile path against the rest of
 // the effective profile p; "" when good.
 func checkProfilePath(g string, p *Profile) string {
+	// Stored as one directory named by the escaped path ('/' → %2F).
+	if n := len(g) - 1 + 2*strings.Count(g[1:], "/") + 2*strings.Count(g, "%"); n > 250 {
+		return fmt.Sprintf("profile_paths: %s has too many components to be stored (its escaped name would be %d bytes, at most 250): choose a shorter directory", g, n)
+	}
 	for _, r := range profileReserved {
 		if within(g, r) || within(r, g) {
 			return fmt.Sprintf("profile_paths: %s overlaps %s, which Lazaret or the kernel provides: choose a directory elsewhere, such as below the home directory (~/.claude)", g, r)

@@ -112,30 +112,33 @@ func Main(args []string) int {
 }
 
 type supervisor struct {
-	policyFD  int
-	cred      credential
-	policy    netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
-	routes    []netsetup.Route
-	tapAddr   netip.Prefix
-	probe     string // the init's network probe report line
-	log       *slog.Logger
-	ch        *fdpass.Channel
-	broker    *proc.Broker
-	start     *lv1.StartSandbox
-	rt        runsc.Runtime
-	art       prepare.Artifact
-	anchors   []anchor.MountIdentity // mounted State Anchors, in mount order
-	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
-	purged    chan struct{}          // closed when reclaimed artifacts are deleted
-	routing   *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
-	kids      *runscChildren         // the attached runsc's sandbox and gofer, once proven
-	routed    *lv1.GitRoutingReady
-	acks      chan *lv1.ProcessOwnershipCommitAck
-	leases    chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
-	unmounted []uint64                // anchors verified and unmounted at teardown
-	mountNS   *lv1.NamespaceIdentity  // RS's mount namespace (hello)
-	stop      chan struct{}           // HC asked to stop
-	hcGone    chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
+	policyFD int
+	cred     credential
+	policy   netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
+	routes   []netsetup.Route
+	tapAddr  netip.Prefix
+	probe    string // the init's network probe report line
+	log      *slog.Logger
+	ch       *fdpass.Channel
+	broker   *proc.Broker
+	start    *lv1.StartSandbox
+	rt       runsc.Runtime
+	art      prepare.Artifact
+	anchors  []anchor.MountIdentity // mounted State Anchors, in mount order
+	lowerUse *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	// profileHold is the profile's shared lock while its profile paths
+	// are bound (package profilestate).
+	profileHold *os.File
+	purged      chan struct{}  // closed when reclaimed artifacts are deleted
+	routing     *proc.Child    // Git-routing daemon, when the profile isolates ignored paths
+	kids        *runscChildren // the attached runsc's sandbox and gofer, once proven
+	routed      *lv1.GitRoutingReady
+	acks        chan *lv1.ProcessOwnershipCommitAck
+	leases      chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
+	unmounted   []uint64                // anchors verified and unmounted at teardown
+	mountNS     *lv1.NamespaceIdentity  // RS's mount namespace (hello)
+	stop        chan struct{}           // HC asked to stop
+	hcGone      chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
 }
 
 func (s *supervisor) watchLifetime(f *os.File) {
@@ -291,6 +294,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	s.art = art
 	failpoint.Hit("lazaret-rs:prepared")
 	if err := s.awaitLease(); err != nil {
+		return nil, nil, err
+	}
+	if err := s.prepareProfilePaths(); err != nil {
 		return nil, nil, err
 	}
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
@@ -574,8 +580,12 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	failpoint.Hit("lazaret-rs:sandbox-stopped")
 	if err := s.runscChildrenGone(s.kids); err != nil {
 		s.log.Error("runsc sandbox or gofer not proven gone: runsc state kept for the coordinator's check", "container", id, "err", err)
-	} else if err := runsc.RemoveState(s.rt.Root, id); err != nil {
-		s.log.Warn("remove runsc state", "container", id, "err", err)
+	} else {
+		// Nothing of the sandbox reads the profile paths any more.
+		s.releaseProfilePaths()
+		if err := runsc.RemoveState(s.rt.Root, id); err != nil {
+			s.log.Warn("remove runsc state", "container", id, "err", err)
+		}
 	}
 	s.kids.close()
 	failpoint.Hit("lazaret-rs:deleted")
