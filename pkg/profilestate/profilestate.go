@@ -419,3 +419,27 @@ func walk(dfd int, u *Usage, depth int) error {
 	}
 	return nil
 }
+
+// CheckImage refuses a guest path g that the prepared lower lowerRoot has
+// as something other than a directory (a file, a symlink, or beneath
+// one): a profile path is a directory bound there, which would hide or
+// replace it. A missing path is fine (the mount-point skeleton provides
+// it).
+func CheckImage(lowerRoot, g string) error {
+	lfd, err := unix.Open(lowerRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open lower", Path: lowerRoot, Err: err}
+	}
+	defer unix.Close(lfd)
+	fd, err := statetree.OpenBeneath(lfd, g[1:], unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	switch {
+	case err == nil:
+		unix.Close(fd)
+		return nil
+	case errors.Is(err, unix.ENOENT):
+		return nil
+	case errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV):
+		return errdefs.New(errdefs.ErrRefused, "profile path %s is a file or a symlink (or lies beneath one) in the image: profile paths are directories; keep the directory the file is in instead, or point the program at a directory (see profile_paths in docs/CONFIG.md)", g)
+	}
+	return fmt.Errorf("profile path %s in the image: %w", g, err)
+}

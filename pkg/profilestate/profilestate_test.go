@@ -157,3 +157,19 @@ func TestPrepareRefusesPlantedSymlinks(t *testing.T) {
 		t.Fatal("discard through a symlink accepted")
 	}
 }
+
+func TestCheckImage(t *testing.T) {
+	lower := t.TempDir()
+	os.MkdirAll(filepath.Join(lower, "home/agent/.claude"), 0o755)
+	os.WriteFile(filepath.Join(lower, "home/agent/.claude.json"), []byte("{}"), 0o644)
+	os.Symlink("/etc", filepath.Join(lower, "home/agent/link"))
+	for g, ok := range map[string]bool{
+		"/home/agent/.claude": true, "/home/agent/.codex": true, "/srv/x/y": true,
+		"/home/agent/.claude.json": false, "/home/agent/.claude.json/x": false, "/home/agent/link": false, "/home/agent/link/x": false,
+	} {
+		err := CheckImage(lower, g)
+		if ok && err != nil || !ok && !errors.Is(err, errdefs.ErrRefused) {
+			t.Errorf("%s: %v (want ok=%v)", g, err, ok)
+		}
+	}
+}

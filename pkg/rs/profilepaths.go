@@ -44,6 +44,11 @@ func (s *supervisor) prepareProfilePaths() error {
 	if len(st.ProfilePaths) == 0 {
 		return nil
 	}
+	for _, g := range st.ProfilePaths {
+		if err := profilestate.CheckImage(s.art.Rootfs, g); err != nil {
+			return err
+		}
+	}
 	hold, err := profilestate.Hold(st.StorageRoot, st.Profile)
 	if err != nil {
 		return err
