@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/failpoint"
 )
 
 // profilePathsConfig writes a configuration whose profile pp runs the
@@ -214,6 +216,49 @@ echo secret > ~/.claude/.credentials.json && chmod 600 ~/.claude/.credentials.js
 	}
 	if _, err := os.Lstat(r.storageRoot); !os.IsNotExist(err) {
 		t.Errorf("rm --all left the Storage Root: %v %v", err, filesUnder(r.storageRoot))
+	}
+	noLeftovers(t)
+}
+
+// TestSpec38ProfilePathResetCrashConsistency (OR-5): a profile path reset
+// killed after its rename leaves the entry wholly in the Storage Root's
+// trash, never half in place: the next run of the profile, in another
+// workspace, starts with an empty directory and deletes the trash (files
+// of guest uid 1000 included) in the user namespace.
+func TestSpec38ProfilePathResetCrashConsistency(t *testing.T) {
+	r := newRmEnv(t)
+	e := r.e
+	if e.binFP == "" {
+		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")
+	}
+	cfg := profilePathsConfig(t)
+	wsA, wsB := workspace(t), workspace(t)
+	res := r.run(t, wsA, "run", "--config", cfg, "-p", "pp", "--", "sh", "-c", "mkdir ~/.login/priv && echo s > ~/.login/priv/f && chmod 700 ~/.login/priv && echo ok")
+	if res.code != 0 || res.stdout != "ok\n" {
+		t.Fatalf("write: %+v", res)
+	}
+	noLeftovers(t)
+	res = r.lz(t, e.binFP, wsA, nil, []string{failpoint.Env + "=lazaret:profile-reset:moved"}, "state", "reset", "--config", cfg, "-p", "pp", "~/.login", "--yes")
+	if res.code == 0 || !strings.Contains(res.stderr, "failpoint hit: lazaret:profile-reset:moved") {
+		t.Fatalf("reset with the failpoint armed: %+v", res)
+	}
+	if left := r.trash(t); len(left) != 1 || !strings.HasPrefix(left[0], "profile-path.") {
+		t.Fatalf("after the interrupted reset the trash holds %v, want the entry", left)
+	}
+	list := r.profileListJSON(t, wsB, cfg, "pp")
+	if list["/home/agent/.login"]["stored"] != false {
+		t.Fatalf("the interrupted reset left the entry in place: %v", list)
+	}
+	res = r.run(t, wsB, "run", "--config", cfg, "-p", "pp", "--", "sh", "-c", "ls -A ~/.login; echo end")
+	if res.code != 0 || res.stdout != "end\n" {
+		t.Fatalf("run after the interrupted reset: %+v", res)
+	}
+	noLeftovers(t)
+	if left := r.trash(t); len(left) != 0 {
+		t.Errorf("the next run left the trash: %v", left)
+	}
+	if res = r.run(t, wsA, "rm", "--all", "--yes"); res.code != 0 {
+		t.Fatalf("rm --all: %+v", res)
 	}
 	noLeftovers(t)
 }

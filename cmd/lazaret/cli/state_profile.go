@@ -13,10 +13,15 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/recipe"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 )
+
+// profileResetFailpoint is hit (failpoint builds) once a profile path
+// reset has moved its entries into the trash, before their deletion.
+const profileResetFailpoint = "lazaret:profile-reset:moved"
 
 // profilePathView is one profile path in `state list`.
 type profilePathView struct {
@@ -149,6 +154,8 @@ func resetProfilePaths(c *cli.Context, rd resolvedDomain, scope []string, yes, a
 			done = append(done, g)
 		}
 	}
+	// Every entry of the scope is in the trash, none is deleted yet.
+	failpoint.Hit(profileResetFailpoint)
 	rsPath, err := rmHelper()
 	if err == nil {
 		_, err = statemaint.PurgeTrash(c.Context, rsPath, rd.paths.StorageRoot)
