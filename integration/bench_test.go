@@ -35,6 +35,7 @@ type benchReport struct {
 	Commit       string             `json:"commit"`
 	Measurements []measurement      `json:"measurements"`
 	Ratios       map[string]float64 `json:"ratios"`
+	Stages       []stage            `json:"cold_start_stages,omitempty"`
 }
 
 func median(xs []float64) float64 {
@@ -124,6 +125,9 @@ done`, rootfs, bundle, n, e.runsc)
 		noLeftovers(t)
 	}
 
+	stageRuns := (n + 1) / 2
+	stages := benchStages(t, e, ws, lazaret, stageRuns)
+
 	// A running Domain: one long session holds it; measure joins and bare
 	// runsc exec into the same container.
 	hold := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 600")
@@ -165,7 +169,7 @@ done`, rootfs, bundle, n, e.runsc)
 	esc, escP99, escBase, escRT, escRTP99 := benchEscalation(t, e, ws, *flagEscRuns)
 	noLeftovers(t)
 
-	rep := benchReport{When: time.Now().UTC(), Commit: os.Getenv("LAZARET_COMMIT"), Ratios: map[string]float64{}}
+	rep := benchReport{When: time.Now().UTC(), Commit: os.Getenv("LAZARET_COMMIT"), Ratios: map[string]float64{}, Stages: stages}
 	for _, m := range []measurement{
 		{Name: "bare_runsc_run", RunsMS: bareRun},
 		{Name: "lazaret_run_true_cold", RunsMS: cold},
@@ -195,6 +199,7 @@ done`, rootfs, bundle, n, e.runsc)
 		fmt.Printf("%-24s %10.1f\n", m.Name, m.MedianMS)
 	}
 	fmt.Printf("cold-start ratio (lazaret run -- true / bare runsc run): %.2fx (target <= 3x)\n", rep.Ratios["cold_start"])
+	printStages(stages, stageRuns)
 	fmt.Printf("join ratio (lazaret run -- true in a running Domain / bare runsc exec): %.2fx\n", rep.Ratios["join"])
 	fmt.Printf("PTY throughput, cat of 64 MiB (host %.0f ms = %.0f MiB/s, lazaret %.0f ms = %.0f MiB/s): %.0f%% of host (target >= 50%%)\n",
 		rep.Measurements[4].MedianMS, 64/(rep.Measurements[4].MedianMS/1000), rep.Measurements[5].MedianMS, 64/(rep.Measurements[5].MedianMS/1000), 100*rep.Ratios["pty_throughput_vs_host"])

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -128,6 +129,42 @@ func TestSpec35RecipeBuildReuseRebuild(t *testing.T) {
 	}
 	if left := buildDomains(t); len(left) > 0 {
 		t.Errorf("build Domain state left: %v", left)
+	}
+	noLeftovers(t)
+
+	// gc reclaims the superseded recipe image, which no profile of the
+	// configuration uses, and keeps the current one and the base images.
+	r = lz(t, ws2, nil, "gc", "--config", cfg2, "--min-age", "0", "--json")
+	if r.code != 0 {
+		t.Fatalf("gc: %d\n%s", r.code, r.stderr)
+	}
+	var res struct {
+		RecipeImages []struct{ Name, Action, Reason string } `json:"recipe_images"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("gc --json: %v\n%s", err, r.stdout)
+	}
+	actions := map[string]string{}
+	for _, e := range res.RecipeImages {
+		actions[e.Name] = e.Action + ": " + e.Reason
+	}
+	if a := actions[filepath.Base(img)]; !strings.HasPrefix(a, "reclaimed") {
+		t.Errorf("the superseded image %s: %q, want reclaimed (%v)", filepath.Base(img), a, actions)
+	}
+	if a := actions[filepath.Base(img2)]; a != "keep: profile rcp uses it" {
+		t.Errorf("the current image %s: %q, want kept for profile rcp (%v)", filepath.Base(img2), a, actions)
+	}
+	if _, err := os.Stat(img); !os.IsNotExist(err) {
+		t.Errorf("the superseded image is still there: %v", err)
+	}
+	for _, keep := range []string{img2, filepath.Join(filepath.Dir(img), "busybox")} {
+		if _, err := os.Stat(filepath.Join(keep, "index.json")); err != nil {
+			t.Errorf("gc removed %s: %v", keep, err)
+		}
+	}
+	r = lz(t, ws2, nil, "run", "--config", cfg2, "-p", "rcp", "--", "cat", "/opt/recipe/b")
+	if r.code != 0 || r.stdout != "changed\n" || strings.Contains(r.stderr, "building") {
+		t.Fatalf("run after gc: %d %q\n%s", r.code, r.stdout, r.stderr)
 	}
 	noLeftovers(t)
 }

@@ -527,3 +527,62 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("doctor --json: %+v", r)
 	}
 }
+
+// TestDX5TimingTrace: LAZARET_DEBUG=timing prints the start-up stages of
+// the CLI, the Host Coordinator and the Runtime Supervisor in time order
+// after the command's own output, removes its trace file, and does not
+// turn on debug logging.
+func TestDX5TimingTrace(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	began := time.Now()
+	r := lzEnv(t, ws, []string{"LAZARET_DEBUG=timing"}, nil, "run", "-p", "tiny", "--", "echo", "timed-out-put")
+	if r.code != 0 || r.stdout != "timed-out-put\n" {
+		t.Fatalf("run: %d %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	want := []string{"cli lazaret run started", "cli starting the coordinator", "hc coordinator started", "hc starting the runtime supervisor",
+		"rs supervisor started", "hc runtime supervisor hello verified", "rs State Anchors and Git routing mounted; starting runsc",
+		"rs runsc sandbox started", "hc sandbox ready", "hc Domain published", "hc session started", "cli session accepted",
+		"hc session command exited", "cli exit status received", "cli lazaret run exits"}
+	var got []string
+	last := -1.0
+	for _, line := range strings.Split(r.stderr, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		at, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		if at < last {
+			t.Errorf("stage %q at %.1f ms before the previous one (%.1f ms)", line, at, last)
+		}
+		last = at
+		got = append(got, f[2]+" "+strings.Join(f[3:], " "))
+	}
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	if i < len(want) {
+		t.Errorf("stage %q missing or out of order; table:\n%s", want[i], r.stderr)
+	}
+	if traces, _ := filepath.Glob(filepath.Join(os.TempDir(), "lazaret-timing-*.jsonl")); len(traces) > 0 {
+		for _, p := range traces {
+			if st, err := os.Stat(p); err == nil && st.Sys().(*syscall.Stat_t).Uid == uint32(e.uid) {
+				t.Errorf("trace file left: %s", p)
+			}
+		}
+	}
+	logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		if st, err := os.Stat(l); err == nil && st.ModTime().After(began) && strings.Contains(string(b), "level=DEBUG") {
+			t.Errorf("LAZARET_DEBUG=timing turned on debug logging in %s", l)
+		}
+	}
+	noLeftovers(t)
+}

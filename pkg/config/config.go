@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 
@@ -124,6 +125,29 @@ type Profile struct {
 	// UserID is User's uid and gid (DefaultUserID when not configured; 0
 	// for root).
 	UserID uint32 `json:"user_id"`
+	// Linger keeps the Domain up this long after its last session leaves,
+	// so that a following `lazaret run` joins it (0: stop at once; at most
+	// MaxLinger). It is not fingerprinted: it changes when the sandbox
+	// stops, not what it is, and travels with each session's request.
+	Linger time.Duration `json:"linger"`
+}
+
+// MaxLinger is the longest a Domain lingers after its last session.
+const MaxLinger = 24 * time.Hour
+
+// ParseLinger parses a linger duration ("10m", "1h30m", "90s", "0"): a
+// Go duration from 0 to MaxLinger, or a message saying what is wrong.
+func ParseLinger(s string) (time.Duration, string) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	switch {
+	case strings.TrimSpace(s) == "0":
+		return 0, ""
+	case err != nil:
+		return 0, fmt.Sprintf("%q is not a duration: write it like \"10m\", \"1h30m\" or \"90s\" (0 stops the Domain with its last session)", s)
+	case d < 0 || d > MaxLinger:
+		return 0, fmt.Sprintf("%q: a linger is from 0 to %s", s, MaxLinger)
+	}
+	return d, ""
 }
 
 // RootUser is the guest superuser, the default User.

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -966,6 +967,19 @@ func TestSessionUser(t *testing.T) {
 	} {
 		if _, err := parse(t, src); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", src, err, want)
+		}
+	}
+}
+
+func TestParseLinger(t *testing.T) {
+	for in, want := range map[string]time.Duration{"0": 0, "0s": 0, "90s": 90 * time.Second, "10m": 10 * time.Minute, " 1h30m ": 90 * time.Minute, "24h": 24 * time.Hour} {
+		if got, msg := ParseLinger(in); msg != "" || got != want {
+			t.Errorf("ParseLinger(%q) = %v, %q; want %v", in, got, msg, want)
+		}
+	}
+	for in, wantMsg := range map[string]string{"soon": "is not a duration", "10": "is not a duration", "-1m": "from 0 to 24h0m0s", "25h": "from 0 to 24h0m0s", "": "is not a duration"} {
+		if _, msg := ParseLinger(in); !strings.Contains(msg, wantMsg) {
+			t.Errorf("ParseLinger(%q) message %q, want it to contain %q", in, msg, wantMsg)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lazaret/lazaret/pkg/domain"
 
@@ -75,8 +76,8 @@ var builtinProfiles = []builtinProfile{
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 	recipeKeys   = []string{"base", "run"}
@@ -108,6 +109,7 @@ type layer struct {
 	defaultPersistent    *entry[bool]
 	user                 *entry[string]
 	userID               *entry[uint32]
+	linger               *entry[time.Duration]
 	persistent           []entry[string]
 	profilePaths         []entry[string]
 	env                  map[string]entry[string]
@@ -327,6 +329,14 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 					d.valueErrorf(p, "%s", msg)
 				} else {
 					l.user = &entry[string]{s, p, d.entryWhere(p, defaults)}
+				}
+			}
+		case "linger":
+			if s, ok := d.str(p, v); ok {
+				if l2, msg := ParseLinger(s); msg != "" {
+					d.valueErrorf(p, "%s", msg)
+				} else {
+					l.linger = &entry[time.Duration]{l2, p, d.entryWhere(p, defaults)}
 				}
 			}
 		case "user_id":
@@ -656,6 +666,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		if l.userID != nil {
 			p.UserID = l.userID.v
+		}
+		if l.linger != nil {
+			p.Linger = l.linger.v
 		}
 		for k, e := range l.env {
 			p.Env[k] = e.v

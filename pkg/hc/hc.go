@@ -56,6 +56,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/slirp"
 	"github.com/lazaret/lazaret/pkg/store"
+	"github.com/lazaret/lazaret/pkg/timing"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -81,6 +82,7 @@ var (
 var errStopping = errdefs.New(errdefs.ErrUnavailable, "the Domain is stopping")
 
 type coordinator struct {
+	timing    *timing.Recorder // nil unless LAZARET_DEBUG=timing
 	profileFD int
 	profile   *config.Profile // the validated Agent Profile of this generation
 	log       *slog.Logger
@@ -137,6 +139,12 @@ type coordinator struct {
 	changed   chan struct{} // closed and replaced on every progress line
 	active    int           // registered or waiting sessions
 	everHad   bool
+	// linger is the longest time any session of this generation asked the
+	// Domain to stay up after its last session leaves; while it lingers,
+	// lingerTimer ends it at lingerUntil unless a session joins.
+	linger      time.Duration
+	lingerTimer *time.Timer
+	lingerUntil time.Time
 	sessions  map[string]*session
 	sessionWG sync.WaitGroup // sessions still writing to their clients
 	teardownC chan struct{}
@@ -157,6 +165,8 @@ func Main(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	rec := timing.FromEnv("hc", os.Getenv, time.Now)
+	rec.Mark("coordinator started")
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*level))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "hc", "pid", os.Getpid())
@@ -167,7 +177,7 @@ func Main(args []string) int {
 	ready := os.NewFile(uintptr(*readyFD), "ready")
 	unix.CloseOnExec(*readyFD)
 	unix.CloseOnExec(*lockFD)
-	c := &coordinator{profileFD: *profileFD, log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
+	c := &coordinator{timing: rec, profileFD: *profileFD, log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
 		ready:    make(chan struct{}), changed: make(chan struct{}), sessions: map[string]*session{},
 		teardownC: make(chan struct{}), stopped: make(chan struct{})}
@@ -178,6 +188,7 @@ func Main(args []string) int {
 		c.cleanupRuntime()
 		return 1
 	}
+	c.timing.Mark("store open, control socket bound")
 	fmt.Fprintln(ready, "ok")
 	ready.Close()
 	failpoint.Hit("lazaret-hc:started")
@@ -644,34 +655,42 @@ func (c *coordinator) launchSupervisor() error {
 	}
 	c.rsChan, c.lifetimeW = ch, lifeW
 	uid, gid := os.Getuid(), os.Getgid()
+	c.timing.Mark("starting the runtime supervisor")
 	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot: "rs",
 		Target: proc.Command{
 			Path: c.rsPath,
 			Args: []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--credential-fd=7", "--log-level=" + c.level},
-			Env:  []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME")},
+			Env:  c.supervisorEnv(),
 			Dir:  "/",
 			// stdin /dev/null; stdout/stderr to the coordinator log.
 			Files:      []*os.File{nil, os.Stderr, os.Stderr, peer, lifeR, c.lockFile, policyFile, credFile},
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET,
 		},
-		// Full subordinate map: 0 → the developer, 1..65536 → subordinate ids.
+		// Full subordinate map: 0 → the developer, 1..65536 → subordinate
+		// ids. The uid and gid maps are independent: both tools run at once.
 		Setup: func(ctx context.Context, h *pidfs.Handle) error {
 			pid := strconv.Itoa(h.PID())
-			for _, m := range []struct {
+			maps := []struct {
 				tool, id string
 				r        hostcheck.SubIDRange
-			}{{newuidmap, strconv.Itoa(uid), uids}, {newgidmap, strconv.Itoa(gid), gids}} {
-				argv := []string{filepath.Base(m.tool), pid, "0", m.id, "1", "1", strconv.FormatUint(uint64(m.r.Start), 10), strconv.FormatUint(uint64(m.r.Count), 10)}
-				_, stderr, st, err := c.broker.Output(ctx, argv[0], proc.Command{Path: m.tool, Args: argv, Env: []string{"PATH=/usr/bin:/bin"}}, 4096)
-				if err != nil {
-					return err
-				}
-				if st.ShellCode() != 0 {
-					return errdefs.New(errdefs.ErrUnsupportedHost, "%s failed (%s): %s; check /etc/subuid and /etc/subgid for your user", argv[0], st, strings.TrimSpace(string(stderr)))
-				}
+			}{{newuidmap, strconv.Itoa(uid), uids}, {newgidmap, strconv.Itoa(gid), gids}}
+			errs := make([]error, len(maps))
+			var wg sync.WaitGroup
+			for i, m := range maps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					argv := []string{filepath.Base(m.tool), pid, "0", m.id, "1", "1", strconv.FormatUint(uint64(m.r.Start), 10), strconv.FormatUint(uint64(m.r.Count), 10)}
+					_, stderr, st, err := c.broker.Output(ctx, argv[0], proc.Command{Path: m.tool, Args: argv, Env: []string{"PATH=/usr/bin:/bin"}}, 4096)
+					if err == nil && st.ShellCode() != 0 {
+						err = errdefs.New(errdefs.ErrUnsupportedHost, "%s failed (%s): %s; check /etc/subuid and /etc/subgid for your user", argv[0], st, strings.TrimSpace(string(stderr)))
+					}
+					errs[i] = err
+				}()
 			}
-			return nil
+			wg.Wait()
+			return errors.Join(errs...)
 		},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			c.log.Debug("staged ownership", "slot", "rs", "identity", id.String())
@@ -683,6 +702,7 @@ func (c *coordinator) launchSupervisor() error {
 	if err != nil {
 		return fmt.Errorf("start runtime supervisor: %w", err)
 	}
+	c.timing.Mark("runtime supervisor started (id maps written)")
 	c.mu.Lock()
 	c.rsChild = child
 	c.mu.Unlock()
@@ -692,6 +712,15 @@ func (c *coordinator) launchSupervisor() error {
 
 // failOnUnexpectedExit fails the generation (which tears it down) when
 // child exits while the Domain is neither stopping nor already failed.
+// supervisorEnv is the Runtime Supervisor's whole environment.
+func (c *coordinator) supervisorEnv() []string {
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME")}
+	if p := os.Getenv(timing.EnvFile); p != "" && c.timing != nil {
+		env = append(env, timing.EnvFile+"="+p)
+	}
+	return env
+}
+
 func (c *coordinator) failOnUnexpectedExit(child *proc.Child, what string) {
 	go func() {
 		<-child.Done()
@@ -728,6 +757,7 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 		return
 	}
 	c.log.Info("runtime supervisor hello verified")
+	c.timing.Mark("runtime supervisor hello verified")
 	start, err := c.sandboxStart(hello)
 	if err != nil {
 		c.setState(stateFailed, err)
@@ -787,6 +817,7 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 				c.setState(stateFailed, errdefs.Mark(fmt.Errorf("the runtime supervisor's observed routes do not enforce the derived network policy: %w", err), errdefs.ErrRefused))
 				return
 			}
+			c.timing.Mark("sandbox ready")
 			c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
 			// Step 9: the sandbox is ready; one transaction commits the exact
 			// staged RS and attached runsc ownership with the container.
@@ -824,6 +855,7 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 			os.Remove(filepath.Join(c.credentialDir(), "sandbox.key"))
 			c.anchor.DropSandboxKey()
 			c.setState(stateRunning, nil)
+			c.timing.Mark("Domain published")
 			failpoint.Hit("lazaret-hc:published")
 		case m.GetFailure() != nil:
 			f := m.GetFailure()
@@ -1264,6 +1296,12 @@ func (c *coordinator) statusDocument() map[string]any {
 	}
 	if c.failErr != nil && c.st == stateFailed {
 		doc["failure"] = c.failErr.Error()
+	}
+	if c.linger > 0 {
+		doc["linger_ms"] = c.linger.Milliseconds()
+	}
+	if !c.lingerUntil.IsZero() && c.st == stateRunning {
+		doc["linger_left_ms"] = max(time.Until(c.lingerUntil).Milliseconds(), 0)
 	}
 	if len(c.retained) > 0 {
 		doc["retained"] = c.retained

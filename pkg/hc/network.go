@@ -220,6 +220,7 @@ func (c *coordinator) startHelper() error {
 		return errdefs.New(errdefs.ErrUnavailable, "the connectivity helper (slirp4netns) was not ready within %s; see %s", helperReadyTimeout, c.paths.Log())
 	}
 	c.failOnUnexpectedExit(child, "the connectivity helper (slirp4netns) exited unexpectedly: the Domain stops")
+	c.timing.Mark("connectivity helper ready")
 	c.log.Info("connectivity helper ready", "helper", child.Identity().String(), "tap", slirp.Tap, "cidr", c.net.addr.CIDR.String())
 	return c.forwardProfilePorts()
 }
@@ -275,6 +276,7 @@ func (c *coordinator) commitNetwork(r *lv1.SandboxReady) error {
 	}); err != nil {
 		return err
 	}
+	c.timing.Mark("network readiness judged")
 	c.log.Info("network ready", "readiness_fingerprint", hex.EncodeToString(c.net.fingerprint[:]), "deny_observed", v.DenyObserved, "permit_observed", v.PermitObserved, "dns_observed", v.DNSObserved, "fail_fast", strings.Join(v.FailFast, "; "))
 	return nil
 }

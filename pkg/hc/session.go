@@ -94,6 +94,9 @@ func (c *coordinator) validate(r *lv1.RunRequest) error {
 			return errdefs.New(errdefs.ErrInvalid, "environment variable %s may not be passed by a CLI", k)
 		}
 	}
+	if r.LingerMs > uint64(config.MaxLinger/time.Millisecond) {
+		return errdefs.New(errdefs.ErrInvalid, "linger of %d ms is longer than the most a Domain lingers (%s)", r.LingerMs, config.MaxLinger)
+	}
 	return nil
 }
 
@@ -161,6 +164,10 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	joined := c.st == stateRunning
 	c.active++
 	c.everHad = true
+	if l := time.Duration(req.LingerMs) * time.Millisecond; l > c.linger {
+		c.linger = l
+	}
+	c.endLingerLocked()
 	s := &session{id: sessionID, capability: capability, c: c, conn: conn, raw: tconn, tty: req.Tty}
 	c.sessions[s.id] = s
 	c.sessionWG.Add(1)
@@ -245,11 +252,37 @@ func (c *coordinator) leave(s *session) {
 	delete(c.sessions, s.id)
 	c.active--
 	last := c.active == 0
-	if last {
+	switch {
+	case last && c.linger > 0 && c.st == stateRunning:
+		c.lingerUntil = time.Now().Add(c.linger)
+		c.lingerTimer = time.AfterFunc(c.linger, c.lingerExpired)
+		c.log.Info("last session left: the Domain lingers", "linger", c.linger.String())
+	case last:
 		c.log.Info("last session left")
 		c.requestTeardownLocked()
 	}
 	c.mu.Unlock()
+}
+
+// lingerExpired ends a linger no session interrupted: the Domain stops as
+// after its last session.
+func (c *coordinator) lingerExpired() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active == 0 && !c.lingerUntil.IsZero() && !time.Now().Before(c.lingerUntil) {
+		c.log.Info("linger ended with no session", "linger", c.linger.String())
+		c.lingerTimer, c.lingerUntil = nil, time.Time{}
+		c.requestTeardownLocked()
+	}
+}
+
+// endLingerLocked cancels a linger (a session joined). c.mu is held.
+func (c *coordinator) endLingerLocked() {
+	if c.lingerTimer != nil {
+		c.lingerTimer.Stop()
+		c.log.Info("a session joined the lingering Domain", "left", time.Until(c.lingerUntil).Round(time.Second).String())
+	}
+	c.lingerTimer, c.lingerUntil = nil, time.Time{}
 }
 
 func (s *session) env(req *lv1.RunRequest, u config.GuestUser) []string {
@@ -332,6 +365,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	pidFile := filepath.Join(c.sessionDir(), s.id+".pid")
 	defer os.Remove(pidFile)
 	argv := c.rt.Exec(pjFile, pidFile, c.container)
+	c.timing.Mark("session admitted; starting runsc exec")
 	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "session_exec",
 		ExecStop: true, // no wrapper re-exec of lazaret-hc on the session start path
@@ -358,6 +392,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	s.mu.Lock()
 	s.child = child
 	s.mu.Unlock()
+	c.timing.Mark("session started")
 	log.Info("session started", "argv0", req.Argv[0], "joined", joined)
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
 
@@ -483,6 +518,7 @@ loop:
 	if werr != nil {
 		code = 125
 	}
+	c.timing.Mark("session command exited")
 	log.Info("session ended", "status", st.String())
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}})
 }

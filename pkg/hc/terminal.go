@@ -202,6 +202,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 		t.id.PTY = "pts/" + strconv.Itoa(n)
 	}
 	argv := c.rt.Exec(pjFile, pidFile, c.container)
+	c.timing.Mark("session admitted; starting runsc exec")
 	child, err := c.broker.Acquire(ctx, proc.AcquireSpec{
 		Slot:     "session_exec",
 		ExecStop: true, // no wrapper re-exec of lazaret-hc on the session start path
@@ -245,6 +246,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 	}
 	t.gate = newOutputGate()
 	t.setRoute(routeSandbox)
+	c.timing.Mark("session started")
 	t.log.Info("session started", "argv0", req.Argv[0], "joined", joined, "pty", t.id.PTY, "size", sizeOf(req.WindowSize).String(),
 		"guest_pid", t.id.GuestLeaderPID, "guest_pgid", t.id.GuestPGID, "guest_start", t.id.GuestLeaderStart)
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
@@ -651,6 +653,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 	if werr != nil {
 		code = 125
 	}
+	t.s.c.timing.Mark("session command exited")
 	t.log.Info("session ended", "status", st.String())
 	// Exactly one Exit, after the last forwarded byte (the pump has ended).
 	s.raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))

@@ -34,8 +34,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -111,26 +109,13 @@ func Current(layout string, r *config.Recipe, baseManifest string) (bool, *Recor
 // .locks beside it), waiting while another build holds it; Close releases
 // it.
 func Lock(ctx context.Context, layout string) (*os.File, error) {
-	dir := filepath.Join(filepath.Dir(layout), ".locks")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, filepath.Base(layout)+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open recipe build lock: %w", err)
-	}
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock recipe build: %w", err)
+		f, held, err := tryLock(layout)
+		if err != nil || !held {
+			return f, err
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
 			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}

@@ -48,6 +48,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
+	"github.com/lazaret/lazaret/pkg/timing"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -70,6 +71,8 @@ func Main(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	rec := timing.FromEnv("rs", os.Getenv, time.Now)
+	rec.Mark("supervisor started")
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*logLevel))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "rs", "pid", os.Getpid())
@@ -106,39 +109,40 @@ func Main(args []string) int {
 		log.Error("protocol credential", "err", err)
 		return 2
 	}
-	s := &supervisor{policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s := &supervisor{timing: rec, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	return s.run()
 }
 
 type supervisor struct {
-	policyFD int
-	cred     credential
-	policy   netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
-	routes   []netsetup.Route
-	tapAddr  netip.Prefix
-	probe    string // the init's network probe report line
-	log      *slog.Logger
-	ch       *fdpass.Channel
-	broker   *proc.Broker
-	start    *lv1.StartSandbox
-	rt       runsc.Runtime
-	art      prepare.Artifact
-	anchors  []anchor.MountIdentity // mounted State Anchors, in mount order
-	lowerUse *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	timing    *timing.Recorder // nil unless LAZARET_DEBUG=timing
+	policyFD  int
+	cred      credential
+	policy    netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
+	routes    []netsetup.Route
+	tapAddr   netip.Prefix
+	probe     string // the init's network probe report line
+	log       *slog.Logger
+	ch        *fdpass.Channel
+	broker    *proc.Broker
+	start     *lv1.StartSandbox
+	rt        runsc.Runtime
+	art       prepare.Artifact
+	anchors   []anchor.MountIdentity // mounted State Anchors, in mount order
+	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	purged    chan struct{}          // closed when reclaimed artifacts are deleted
+	routing   *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
+	kids      *runscChildren         // the attached runsc's sandbox and gofer, once proven
+	routed    *lv1.GitRoutingReady
+	acks      chan *lv1.ProcessOwnershipCommitAck
+	leases    chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
+	unmounted []uint64                // anchors verified and unmounted at teardown
+	mountNS   *lv1.NamespaceIdentity  // RS's mount namespace (hello)
+	stop      chan struct{}           // HC asked to stop
+	hcGone    chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
 	// profileHold is the profile's shared lock while its profile paths
 	// are bound (package profilestate).
 	profileHold *os.File
-	purged      chan struct{}  // closed when reclaimed artifacts are deleted
-	routing     *proc.Child    // Git-routing daemon, when the profile isolates ignored paths
-	kids        *runscChildren // the attached runsc's sandbox and gofer, once proven
-	routed      *lv1.GitRoutingReady
-	acks        chan *lv1.ProcessOwnershipCommitAck
-	leases      chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
-	unmounted   []uint64                // anchors verified and unmounted at teardown
-	mountNS     *lv1.NamespaceIdentity  // RS's mount namespace (hello)
-	stop        chan struct{}           // HC asked to stop
-	hcGone      chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
 }
 
 func (s *supervisor) watchLifetime(f *os.File) {
@@ -287,6 +291,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.checkPolicy(); err != nil {
 		return nil, nil, err
 	}
+	s.timing.Mark("start received")
 	art, err := s.holdLower()
 	if err != nil {
 		return nil, nil, err
@@ -296,6 +301,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.awaitLease(); err != nil {
 		return nil, nil, err
 	}
+	s.timing.Mark("lease recorded by the coordinator")
 	if err := s.prepareProfilePaths(); err != nil {
 		return nil, nil, err
 	}
@@ -307,6 +313,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	failpoint.Hit("lazaret-rs:rootfs-mounted")
+	s.timing.Mark("prepared lower held, root mounted")
 	if err := s.mountAnchors(rootfs); err != nil {
 		return nil, nil, err
 	}
@@ -327,6 +334,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	argv := s.rt.Run(st.BundleDir, st.ContainerId)
+	s.timing.Mark("State Anchors and Git routing mounted; starting runsc")
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "attached_runsc",
 		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
@@ -339,6 +347,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 			if err := s.stageWithCoordinator(ctx, id); err != nil {
 				return err
 			}
+			s.timing.Mark("runsc ownership acknowledged (helper ready)")
 			return s.installPolicy()
 		},
 	})
@@ -394,6 +403,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	// The sandbox and gofer exist once the init runs: prove them children
 	// of this exact client now, while it is our unreaped child, and report
 	// their identities — the only handles by which anything may stop them.
+	s.timing.Mark("runsc sandbox started")
 	kids, err := s.identifyRunscChildren(child)
 	if err != nil {
 		s.teardown(child, inW)
@@ -407,6 +417,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		s.routing.Signal(unix.SIGKILL) // simulates a Git-routing daemon crash
 	}
 	id := child.Identity()
+	s.timing.Mark("sandbox and gofer identified")
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Ready{Ready: &lv1.SandboxReady{
 		PreparedArtifactId: art.ID, ImageRef: st.ImageRef, ManifestDigest: art.Source.ManifestDigest, AttachedRunsc: identityProto(id),
 		RunscSandbox: identityProto(kids.sandbox.Identity()), RunscGofer: identityProto(kids.gofer.Identity()),

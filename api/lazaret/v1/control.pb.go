@@ -628,7 +628,12 @@ type RunRequest struct {
 	// (`lazaret run -P`), in the canonical form ADDR:HOST:GUEST with a
 	// loopback ADDR. They are not configuration: a join adds them to the
 	// running connectivity helper; they last until the Domain stops.
-	ForwardPorts  []string `protobuf:"bytes,15,rep,name=forward_ports,json=forwardPorts,proto3" json:"forward_ports,omitempty"`
+	ForwardPorts []string `protobuf:"bytes,15,rep,name=forward_ports,json=forwardPorts,proto3" json:"forward_ports,omitempty"`
+	// How long the Domain stays up after its last session leaves, as this
+	// session asks (profile key `linger`, `lazaret run --linger`), in
+	// milliseconds; 0 stops it at once. A Domain keeps the longest linger any
+	// session of its generation asked for; `lazaret stop` ends it at once.
+	LingerMs      uint64 `protobuf:"varint,16,opt,name=linger_ms,json=lingerMs,proto3" json:"linger_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -766,6 +771,13 @@ func (x *RunRequest) GetForwardPorts() []string {
 		return x.ForwardPorts
 	}
 	return nil
+}
+
+func (x *RunRequest) GetLingerMs() uint64 {
+	if x != nil {
+		return x.LingerMs
+	}
+	return 0
 }
 
 // WindowSize of a terminal. Rows and columns are non-zero 16-bit values;
@@ -1718,7 +1730,7 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\rStatusRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"\x1c\n" +
 	"\x06Status\x12\x12\n" +
-	"\x04json\x18\x01 \x01(\fR\x04json\"\xf7\x05\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\"\x94\x06\n" +
 	"\n" +
 	"RunRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\x12\x1b\n" +
@@ -1737,7 +1749,8 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x14session_registration\x18\f \x01(\fR\x13sessionRegistration\x12\x12\n" +
 	"\x04user\x18\r \x01(\tR\x04user\x12I\n" +
 	"\vcredentials\x18\x0e \x03(\v2'.lazaret.v1.RunRequest.CredentialsEntryR\vcredentials\x12#\n" +
-	"\rforward_ports\x18\x0f \x03(\tR\fforwardPorts\x1a6\n" +
+	"\rforward_ports\x18\x0f \x03(\tR\fforwardPorts\x12\x1b\n" +
+	"\tlinger_ms\x18\x10 \x01(\x04R\blingerMs\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +

@@ -61,6 +61,8 @@ Examples:
 type profileView struct {
 	*config.Profile
 	Fingerprint string `json:"fingerprint"`
+	// Linger as a duration string ("10m0s"), not nanoseconds.
+	Linger string `json:"linger"`
 }
 
 type configView struct {
@@ -76,10 +78,10 @@ func views(c *config.Config, only string) ([]profileView, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []profileView{{p, p.Fingerprint()}}, nil
+		return []profileView{{p, p.Fingerprint(), p.Linger.String()}}, nil
 	}
 	for _, p := range c.Profiles() {
-		out = append(out, profileView{p, p.Fingerprint()})
+		out = append(out, profileView{p, p.Fingerprint(), p.Linger.String()})
 	}
 	return out, nil
 }
@@ -137,6 +139,11 @@ func showProfile(w io.Writer, v profileView) {
 		fmt.Fprintf(w, "user = %q\n", u.Name)
 	} else {
 		fmt.Fprintf(w, "user = %q\nuser_id = %d\n", u.Name, u.UID)
+	}
+	if p.Linger > 0 {
+		fmt.Fprintf(w, "linger = %q  # the Domain stays up this long after its last session\n", p.Linger.String())
+	} else {
+		fmt.Fprintln(w, `linger = "0s"  # the Domain stops with its last session`)
 	}
 	var rules []string
 	for _, r := range p.AutoApprove {

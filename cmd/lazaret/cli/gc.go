@@ -2,22 +2,50 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/lazaret/lazaret/pkg/catalog"
+	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/recipe"
 )
+
+// errConfigForGC marks a configuration gc could not read: it keeps every
+// recipe image then, since it cannot tell which ones the profiles use.
+var errConfigForGC = errors.New("the configuration, which says which recipe images the profiles use, cannot be read")
+
+// gcRecipeImages reclaims the recipe images no profile of the
+// configuration at configPath uses and none used within minAge.
+func gcRecipeImages(configPath string, minAge time.Duration, dryRun bool) ([]recipe.GCEntry, error) {
+	cfg, err := config.Load(configPath, os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%w); fix the configuration (lazaret config check) and run lazaret gc again", errConfigForGC, err)
+	}
+	data, err := config.DataHome(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	wanted := map[string]string{}
+	for _, p := range cfg.Profiles() {
+		if p.Recipe != nil {
+			wanted[p.Recipe.StoreName()] = p.Name
+		}
+	}
+	return recipe.GC(filepath.Join(data, "lazaret", "images"), recipe.GCPolicy{Wanted: wanted, MinAge: minAge}, dryRun, time.Now())
+}
 
 var gcCommand = &cli.Command{
 	Name:  "gc",
-	Usage: "reclaim prepared images no running Domain uses",
+	Usage: "reclaim prepared images no running Domain uses, and recipe images no profile uses",
 	Description: `Prepared images (the read-only root filesystems sandboxes start from) are
 shared by all your Domains. gc reclaims those no running Domain holds, under
 a policy: it keeps the --keep most recently used ones and anything used
@@ -30,6 +58,13 @@ interrupted by a crash is completed or rolled back first. Reclaimed trees are mo
 ` + "`lazaret run`" + ` (their files belong to your subordinate ids, which only your
 user namespace can delete).
 
+Recipe images (the images built from a profile's recipe, recipe-… in
+$XDG_DATA_HOME/lazaret/images) that no profile of the configuration uses
+any more (a changed step builds a new one) are reclaimed too, once unused for
+--min-age; one whose build is in progress is kept. Base images (debian,
+busybox) are never reclaimed. Pass the --config you run with, or the images
+only another configuration file names count as unused.
+
 Examples:
    lazaret gc --dry-run
    lazaret gc --keep 0 --min-age 0`,
@@ -39,6 +74,7 @@ Examples:
 		&cli.IntFlag{Name: "keep", Value: 1, Usage: "keep this many of the most recently used unused images"},
 		&cli.DurationFlag{Name: "min-age", Value: 24 * time.Hour, Usage: "keep images used more recently than this"},
 		&cli.Int64Flag{Name: "max-size", Usage: "size budget in bytes for all prepared images (0: none)"},
+		configFlag,
 	},
 	Action: func(c *cli.Context) error {
 		if os.Geteuid() == 0 {
@@ -63,19 +99,31 @@ Examples:
 		if err != nil {
 			return err
 		}
+		recipes, err := gcRecipeImages(c.String("config"), c.Duration("min-age"), c.Bool("dry-run"))
+		if errors.Is(err, errConfigForGC) {
+			fmt.Fprintf(c.App.ErrWriter, "lazaret gc: recipe images were not considered: %v\n", err)
+		} else if err != nil {
+			return err
+		}
 		if c.Bool("json") {
 			enc := json.NewEncoder(c.App.Writer)
 			enc.SetIndent("", "  ")
-			return enc.Encode(res)
+			return enc.Encode(struct {
+				prepare.GCResult
+				RecipeImages []recipe.GCEntry `json:"recipe_images"`
+			}{res, recipes})
 		}
-		if len(res.Entries) == 0 {
-			fmt.Fprintln(c.App.Writer, "no prepared images")
+		if len(res.Entries) == 0 && len(recipes) == 0 {
+			fmt.Fprintln(c.App.Writer, "no prepared images and no recipe images")
 			return nil
 		}
 		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "ARTIFACT\tSIZE\tLAST USED\tACTION\tWHY\tIMAGE")
 		for _, e := range res.Entries {
 			fmt.Fprintf(w, "%s\t%d MB\t%s\t%s\t%s\t%s\n", e.Name, e.Bytes>>20, e.LastUsed.Local().Format(time.DateTime), e.Action, e.Reason, e.Image)
+		}
+		for _, e := range recipes {
+			fmt.Fprintf(w, "%s\t%d MB\t%s\t%s\t%s\t%s\n", e.Name, e.Bytes>>20, e.LastUsed.Local().Format(time.DateTime), e.Action, e.Reason, "recipe image over "+e.Base)
 		}
 		if err := w.Flush(); err != nil {
 			return err

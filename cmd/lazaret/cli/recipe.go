@@ -48,13 +48,21 @@ func recipeBase(base, dataHome string) (dir, tag, kind string) {
 
 // ensureRecipeImage builds prof's recipe image unless it is current (or
 // always with force). It reports whether it built.
-func ensureRecipeImage(ctx context.Context, prof profile, out io.Writer, force bool) (bool, error) {
+func ensureRecipeImage(ctx context.Context, prof profile, out io.Writer, force bool) (built bool, err error) {
 	r := prof.Config.Recipe
 	data, err := config.DataHome(os.Getenv)
 	if err != nil {
 		return false, err
 	}
 	layout := r.Layout(data)
+	defer func() {
+		// The stamp keeps the image from `lazaret gc` for --min-age.
+		if err == nil {
+			if serr := recipe.MarkUsed(layout, time.Now()); serr != nil {
+				fmt.Fprintf(out, "lazaret: warning: cannot record the use of %s (lazaret gc may reclaim it): %v\n", layout, serr)
+			}
+		}
+	}()
 	baseDir, baseTag, kind := recipeBase(r.Base, data)
 	if kind != "" {
 		if _, err := os.Stat(filepath.Join(baseDir, "index.json")); errors.Is(err, fs.ErrNotExist) {

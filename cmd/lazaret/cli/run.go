@@ -28,6 +28,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
+	"github.com/lazaret/lazaret/pkg/timing"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -66,12 +67,53 @@ Examples:
 		&cli.BoolFlag{Name: "git-common-dir", Usage: "in a linked Git worktree, mount the repository's common Git directory at its own path (with the Git Sentry applied there); the profile setting git_common_dir does the same"},
 		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run this session as `root` (maintenance) instead of the profile's user"},
 		&cli.BoolFlag{Name: "no-tty", Aliases: []string{"T"}, Usage: "never allocate a terminal, even when stdin and stdout are terminals"},
+		&cli.StringFlag{Name: "linger", Usage: "keep the Domain up this long after its last session leaves (e.g. `10m`), so the next lazaret run joins it; overrides the profile's linger; lazaret stop ends it"},
 		&cli.StringSliceFlag{Name: "port", Aliases: []string{"P"}, Usage: "forward a host loopback port into the sandbox: `PORT`, HOST:SANDBOX or 127.0.0.1:HOST:SANDBOX (TCP; repeatable); on a join it is added to the running Domain until it stops"},
 	},
 	Action: runAction,
 }
 
+// runStarted is when this CLI process started (package initialisation).
+var runStarted = time.Now()
+
+// runTiming records this run's start-up stages when LAZARET_DEBUG=timing
+// (nil otherwise: nothing recorded).
+var runTiming *timing.Recorder
+
+// startTiming creates the run's timing trace and names it to the
+// coordinator this CLI may start; the returned function prints the stages
+// to stderr and removes the trace.
+func startTiming() (func(), error) {
+	rec, path, err := timing.Create(os.TempDir(), time.Now)
+	if err != nil {
+		return nil, err
+	}
+	runTiming = rec
+	rec.MarkAt("lazaret run started", runStarted)
+	os.Setenv(timing.EnvFile, path)
+	return func() {
+		rec.Mark("lazaret run exits")
+		rec.Close()
+		runTiming = nil
+		marks, err := timing.Read(path)
+		os.Remove(path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "lazaret: timing: %v\n", err)
+			return
+		}
+		fmt.Fprintln(os.Stderr, "lazaret: start-up stages (LAZARET_DEBUG=timing; teardown runs after this CLI exits):")
+		timing.Write(os.Stderr, marks)
+	}, nil
+}
+
 func runAction(c *cli.Context) error {
+	if timing.Requested(os.Getenv) {
+		done, err := startTiming()
+		if err != nil {
+			return err
+		}
+		defer done()
+	}
 	argv := c.Args().Slice()
 	tty := !c.Bool("no-tty") && useTerminal()
 	// A terminal signal before the session runs ends this CLI with 128+n
@@ -88,10 +130,12 @@ func runAction(c *cli.Context) error {
 	if err := host.AllButQualification(); err != nil {
 		return err
 	}
+	runTiming.Mark("host checked")
 	prof, err := lookupProfileIn(c.String("config"), c.String("profile"))
 	if err != nil {
 		return err
 	}
+	runTiming.Mark("configuration read")
 	if len(argv) == 0 {
 		switch {
 		case len(prof.Config.Command) > 0:
@@ -137,6 +181,14 @@ func runAction(c *cli.Context) error {
 			return errdefs.Mark(err, errdefs.ErrInvalid)
 		}
 		ports = append(ports, p.String())
+	}
+	linger := prof.Config.Linger
+	if c.IsSet("linger") {
+		l, msg := config.ParseLinger(c.String("linger"))
+		if msg != "" {
+			return errdefs.New(errdefs.ErrInvalid, "--linger %s", msg)
+		}
+		linger = l
 	}
 	image, err := prof.imageRef()
 	if err != nil {
@@ -190,6 +242,7 @@ func runAction(c *cli.Context) error {
 		Env:                      map[string]string{},
 		Credentials:              creds,
 		ForwardPorts:             ports,
+		LingerMs:                 uint64(linger.Milliseconds()),
 		Stdin:                    true,
 	}
 	if tty {
@@ -206,11 +259,13 @@ func runAction(c *cli.Context) error {
 		}
 	}
 	s := &starter{paths: paths, prof: prof, ws: ws.Root, image: image, broker: broker}
+	runTiming.Mark("request prepared (credentials, workspace, kernel)")
 	for attempt := 1; ; attempt++ {
 		raw, err := s.connectOrSignal(sigs)
 		if err != nil {
 			return err
 		}
+		runTiming.Mark("connected to the coordinator")
 		auth, err := authenticate(raw, paths, prof.Name)
 		if errors.Is(err, errNotPublished) && attempt < maxAttempts {
 			time.Sleep(20 * time.Millisecond)
@@ -361,14 +416,14 @@ func (s *starter) startCoordinator(lock *os.File) error {
 	defer readyR.Close()
 	broker := s.broker
 	level := "info"
-	if os.Getenv("LAZARET_DEBUG") != "" {
+	if timing.DebugLogging(os.Getenv) {
 		level = "debug"
 	}
 	env := []string{}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LAZARET_RUNSC", "LAZARET_RS", "LAZARET_ESCALATE", "TMPDIR",
+		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LAZARET_RUNSC", "LAZARET_RS", "LAZARET_ESCALATE", "TMPDIR", timing.EnvFile,
 			// Which Git configuration files the developer's Git reads
 			// (the coordinator reads them as host Git does).
 			"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM":
@@ -384,6 +439,7 @@ func (s *starter) startCoordinator(lock *os.File) error {
 		return err
 	}
 	defer profileFile.Close()
+	runTiming.Mark("starting the coordinator")
 	_, err = broker.Start("lazaret-hc", proc.Command{
 		Path: hcPath,
 		Args: []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--profile-fd=5", "--workspace=" + s.ws, "--profile=" + s.prof.Name, "--image=" + s.image, "--log-level=" + level},
@@ -400,6 +456,7 @@ func (s *starter) startCoordinator(lock *os.File) error {
 	b, _ := io.ReadAll(io.LimitReader(readyR, 64<<10))
 	msg := strings.TrimSpace(string(b))
 	if msg == "ok" {
+		runTiming.Mark("coordinator ready")
 		return nil
 	}
 	if cat, text, ok := strings.Cut(msg, "\x00"); ok {
@@ -476,9 +533,11 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 					fmt.Fprintf(os.Stderr, "lazaret: %s\n", m)
 				}
 			case f.GetAccepted() != nil:
+				runTiming.Mark("session accepted")
 				accepted = true
 				go relayStdin(fc)
 			case f.GetExit() != nil:
+				runTiming.Mark("exit status received")
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
 				e := f.GetError()

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -52,13 +53,13 @@ Examples:
 			return nil
 		}
 		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "DOMAIN\tPROFILE\tSTATE\tGENERATION\tSESSIONS\tPORTS\tWORKSPACE")
+		fmt.Fprintln(w, "DOMAIN\tPROFILE\tSTATE\tGENERATION\tSESSIONS\tPORTS\tLINGER\tWORKSPACE")
 		for _, d := range docs {
 			sessions := 0
 			if s, ok := d["sessions"].([]any); ok {
 				sessions = len(s)
 			}
-			fmt.Fprintf(w, "%s\t%v\t%v\t%v\t%d\t%s\t%v\n", d["domain_id"], d["profile"], d["state"], d["generation"], sessions, portsText(d), d["workspace"])
+			fmt.Fprintf(w, "%s\t%v\t%v\t%v\t%d\t%s\t%s\t%v\n", d["domain_id"], d["profile"], d["state"], d["generation"], sessions, portsText(d), lingerText(d), d["workspace"])
 		}
 		return w.Flush()
 	},
@@ -129,6 +130,18 @@ func liveStatus(paths domain.Paths, profile string) (map[string]any, error) {
 		return nil, errdefs.Mark(err, errdefs.ErrCorrupt)
 	}
 	return doc, nil
+}
+
+// lingerText renders a status document's linger: "-" for none, the
+// configured time while sessions run, "9m12s left" while it lingers.
+func lingerText(d map[string]any) string {
+	if left, ok := d["linger_left_ms"].(float64); ok {
+		return (time.Duration(left) * time.Millisecond).Round(time.Second).String() + " left"
+	}
+	if l, ok := d["linger_ms"].(float64); ok && l > 0 {
+		return (time.Duration(l) * time.Millisecond).String()
+	}
+	return "-"
 }
 
 // portsText renders a status document's forwarded ports as

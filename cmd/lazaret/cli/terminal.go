@@ -317,6 +317,7 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 					fmt.Fprintf(os.Stderr, "lazaret: %s%s", f.GetProgress().GetMessage(), eol)
 				}
 			case f.GetAccepted() != nil:
+				runTiming.Mark("session accepted")
 				first := !accepted
 				accepted = true
 				err := c.enterRaw()
@@ -334,6 +335,7 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 			case f.GetEscalationPromptEnd() != nil:
 				c.prompts.ended(f.GetEscalationPromptEnd())
 			case f.GetExit() != nil:
+				runTiming.Mark("exit status received")
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
 				e := f.GetError()

@@ -1,0 +1,145 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lingerStatus is the status document of the only Domain of ws's profile
+// that is running, or nil.
+func lingerStatus(t *testing.T, ws string, args ...string) map[string]any {
+	t.Helper()
+	r := lz(t, ws, nil, append([]string{"status", "--json"}, args...)...)
+	var docs []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &docs); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	for _, d := range docs {
+		if d["workspace"] == ws && d["state"] == "running" {
+			return d
+		}
+	}
+	return nil
+}
+
+// waitLingering waits until ws's Domain is running with no session and a
+// linger counting down, and returns its status document.
+func waitLingering(t *testing.T, ws string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d := lingerStatus(t, ws)
+		if d != nil {
+			if _, ok := d["linger_left_ms"]; ok {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Domain of %s does not linger: %v", ws, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitStopped waits until ws's Domain is no longer running.
+func waitStopped(t *testing.T, ws string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for lingerStatus(t, ws) != nil {
+		if time.Since(start) > within {
+			t.Fatalf("the Domain of %s still runs %s after its linger should have ended", ws, within)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestSpec32Linger: `lazaret run --linger D` keeps the Domain after its
+// last session leaves, so the next run joins the same generation (what it
+// left in the sandbox's memory-backed /tmp is still there); status shows
+// the time left; the Domain keeps the longest linger a session asked for,
+// stops when it passes with no session, and leaves nothing behind. The
+// profile key works the same way, and bad values are refused clearly.
+func TestSpec32Linger(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	marker := randHex(6)
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--linger", "8s", "--", "sh", "-c", "echo "+marker+" > /tmp/linger-marker")
+	if r.code != 0 {
+		t.Fatalf("first run: %d\n%s", r.code, r.stderr)
+	}
+	d := waitLingering(t, ws)
+	if s, _ := d["sessions"].([]any); len(s) != 0 {
+		t.Errorf("a lingering Domain lists sessions: %v", d)
+	}
+	if l, _ := d["linger_ms"].(float64); l != 8000 {
+		t.Errorf("linger_ms = %v, want 8000", d["linger_ms"])
+	}
+	gen := d["generation"]
+	if text := lz(t, ws, nil, "status").stdout; !strings.Contains(text, " left") {
+		t.Errorf("status does not show the time left:\n%s", text)
+	}
+
+	// A plain run joins the lingering generation: the marker is in /tmp.
+	r = lz(t, ws, nil, "run", "-p", "tiny", "--", "cat", "/tmp/linger-marker")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != marker {
+		t.Fatalf("the run after the linger did not join the same generation: %d %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	// It asked for no linger, but the Domain keeps the longest one.
+	d = waitLingering(t, ws)
+	if d["generation"] != gen {
+		t.Fatalf("generation %v after the join, want %v", d["generation"], gen)
+	}
+	took := waitStopped(t, ws, 60*time.Second)
+	t.Logf("the Domain stopped %s after its second linger began", took)
+	noLeftovers(t)
+	r = lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "cat /tmp/linger-marker 2>/dev/null || echo fresh")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "fresh" {
+		t.Fatalf("after the linger ended, a run found the old generation: %d %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	if lingerStatus(t, ws) != nil {
+		// No linger asked for: stops with its last session (allow the
+		// teardown to finish).
+		waitStopped(t, ws, 30*time.Second)
+	}
+	noLeftovers(t)
+
+	// The profile key; config show prints it.
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	if err := os.WriteFile(cfg, []byte("[profiles.lg]\nimage = \"busybox\"\nlinger = \"5s\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if show := lz(t, ws, nil, "config", "show", "--config", cfg, "lg"); !strings.Contains(show.stdout, `linger = "5s"`) {
+		t.Errorf("config show lacks the linger:\n%s%s", show.stdout, show.stderr)
+	}
+	if r = lz(t, ws, nil, "run", "--config", cfg, "-p", "lg", "--", "true"); r.code != 0 {
+		t.Fatalf("run -p lg: %d\n%s", r.code, r.stderr)
+	}
+	if d = waitLingering(t, ws); d["profile"] != "lg" {
+		t.Errorf("lingering Domain %v, want profile lg", d["profile"])
+	}
+	waitStopped(t, ws, 60*time.Second)
+	noLeftovers(t)
+
+	// Bad values.
+	r = lz(t, ws, nil, "run", "-p", "tiny", "--linger", "5y", "--", "true")
+	if r.code == 0 || !strings.Contains(r.stderr, "--linger") || !strings.Contains(r.stderr, "10m") {
+		t.Errorf("--linger 5y: %d\n%s", r.code, r.stderr)
+	}
+	r = lz(t, ws, nil, "run", "-p", "tiny", "--linger", "48h", "--", "true")
+	if r.code == 0 || !strings.Contains(r.stderr, "24h") {
+		t.Errorf("--linger 48h: %d\n%s", r.code, r.stderr)
+	}
+	if err := os.WriteFile(cfg, []byte("[profiles.lg]\nimage = \"busybox\"\nlinger = \"soon\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = lz(t, ws, nil, "config", "check", "--config", cfg)
+	if r.code == 0 || !strings.Contains(r.stderr+r.stdout, "linger") || !strings.Contains(r.stderr+r.stdout, "config.toml:3:") {
+		t.Errorf("config check of linger = \"soon\": %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	noLeftovers(t)
+}
