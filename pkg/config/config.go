@@ -86,7 +86,11 @@ type Profile struct {
 	// PersistentPaths are absolute guest paths kept in the Domain's State
 	// Anchor across restarts (sorted).
 	PersistentPaths []string `json:"persistent_paths"`
-	Network         Network  `json:"network"`
+	// ProfilePaths are absolute guest directories kept per profile, shared
+	// by every workspace's Domain of this profile (sorted; "~/" resolved
+	// against the session user's home): the login state of an agent.
+	ProfilePaths []string `json:"profile_paths"`
+	Network      Network  `json:"network"`
 	// Env is passed into every guest process of the sandbox.
 	Env map[string]string `json:"env"`
 	// EnvPass names variables each session's Client CLI copies from its

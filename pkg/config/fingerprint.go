@@ -54,6 +54,10 @@ type canonicalProfile struct {
 	EnvPass []string          `json:"env_pass,omitempty"`
 	Secrets map[string]Secret `json:"secrets,omitempty"`
 	Ports   []string          `json:"ports,omitempty"`
+	// ProfilePaths are the guest directories bound from the profile's
+	// shared state: what the sandbox mounts. Omitted when empty, so a
+	// profile without them keeps its fingerprint.
+	ProfilePaths []string `json:"profile_paths,omitempty"`
 }
 
 func (p *Profile) canonical() canonicalProfile {
@@ -99,6 +103,8 @@ func (p *Profile) canonical() canonicalProfile {
 			c.Secrets[n] = s
 		}
 	}
+	c.ProfilePaths = append([]string(nil), p.ProfilePaths...)
+	sort.Strings(c.ProfilePaths)
 	ports := append([]Port(nil), p.Ports...)
 	SortPorts(ports)
 	for _, pt := range ports {
@@ -189,6 +195,7 @@ func FromCanonical(b []byte) (*Profile, error) {
 		p.User = c.User
 	}
 	p.EnvPass = append([]string{}, c.EnvPass...)
+	p.ProfilePaths = append([]string{}, c.ProfilePaths...)
 	p.Secrets = map[string]Secret{}
 	for n, s := range c.Secrets {
 		p.Secrets[n] = s
@@ -289,6 +296,7 @@ func Diff(a, b *Profile) []string {
 	}
 	set("secrets", secA, secB)
 	set("ports", ca.Ports, cb.Ports)
+	set("profile_paths", ca.ProfilePaths, cb.ProfilePaths)
 	if len(changed) > 0 {
 		sort.Strings(changed)
 		out = append(out, "env: value changed for "+strings.Join(changed, ", "))

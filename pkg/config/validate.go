@@ -39,6 +39,7 @@ type builtinProfile struct {
 	user                     string
 	command                  []string
 	env                      map[string]string
+	profilePaths             []string
 }
 
 // nodeSteps install Node.js 22 and npm 10 from the npm registry on Debian
@@ -66,16 +67,17 @@ var builtinProfiles = []builtinProfile{
 		recipe: withSteps(), user: "agent"},
 	{name: "claude", image: "debian", description: "Claude Code (npm @anthropic-ai/claude-code) on Debian 12 with Node.js 22, as user agent",
 		recipe: withSteps("npm install -g --no-fund --no-audit @anthropic-ai/claude-code && claude --version"), user: "agent",
-		command: []string{"claude"}, env: map[string]string{"DISABLE_AUTOUPDATER": "1"}},
+		command: []string{"claude"}, env: map[string]string{"DISABLE_AUTOUPDATER": "1", "CLAUDE_CONFIG_DIR": "/home/agent/.claude"},
+		profilePaths: []string{"~/.claude"}},
 	{name: "codex", image: "debian", description: "OpenAI Codex CLI (npm @openai/codex) on Debian 12 with Node.js 22, as user agent",
 		recipe: withSteps("npm install -g --no-fund --no-audit @openai/codex && codex --version"), user: "agent",
-		command: []string{"codex"}},
+		command: []string{"codex"}, profilePaths: []string{"~/.codex"}},
 }
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 	recipeKeys   = []string{"base", "run"}
@@ -109,6 +111,7 @@ type layer struct {
 	userID               *entry[uint32]
 	linger               *entry[time.Duration]
 	persistent           []entry[string]
+	profilePaths         []entry[string]
 	env                  map[string]entry[string]
 	allow, deny          []entry[netip.Prefix]
 	dns                  []entry[netip.Addr]
@@ -192,6 +195,9 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 		}
 		for k, v := range b.env {
 			bl.env[k] = entry[string]{v: v, where: "built-in"}
+		}
+		for _, pp := range b.profilePaths {
+			bl.profilePaths = append(bl.profilePaths, entry[string]{v: pp, where: "built-in"})
 		}
 		p := d.merge(b.name, defaults, bl, fileProfiles[b.name])
 		p.Builtin = true
@@ -362,6 +368,8 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 				seen[s] = ps[i]
 				l.persistent = append(l.persistent, entry[string]{s, ps[i], d.entryWhere(ps[i], defaults)})
 			}
+		case "profile_paths":
+			d.decodeProfilePaths(p, v, l, defaults)
 		case "env":
 			et, ok := d.table(p, v)
 			if !ok {
@@ -806,6 +814,7 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	d.mergeUser(p, layers)
 	d.mergeCredentials(p, layers)
 	d.mergePorts(p, layers)
+	d.mergeProfilePaths(p, layers)
 	return p
 }
 

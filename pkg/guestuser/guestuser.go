@@ -9,6 +9,10 @@
 //
 //   - a user of that name in the image is used if its uid is the
 //     configured one; another uid is an error naming the user_id to set;
+//   - a home directory that exists but belongs to root (the mount-point
+//     chain of a bind beneath it, such as a profile path ~/.claude, makes
+//     the Runtime Supervisor provide it root-owned) is given to the user and
+//     filled from /etc/skel where entries are missing;
 //   - a missing user is added with uid = gid = the configured id, home
 //     /home/<name> and /bin/bash (or /bin/sh) as shell, unless another
 //     user already has that uid (an error naming that user);
@@ -216,17 +220,31 @@ func appendLine(path, line string, mode fs.FileMode) error {
 	return nil
 }
 
-// ensureHome creates u's home directory from /etc/skel when it is missing.
+// ensureHome creates u's home directory from /etc/skel when it is
+// missing, and adopts one that belongs to root: a bind beneath the home
+// (a profile path such as ~/.claude) needs its mount-point chain, which the
+// Runtime Supervisor provides root-owned when the image lacks the home.
 func ensureHome(root string, u User) (bool, error) {
 	home := filepath.Join(root, u.Home())
-	if _, err := os.Lstat(home); err == nil {
-		return false, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(home), 0o755); err != nil {
-		return false, err
-	}
-	if err := os.Mkdir(home, 0o750); err != nil {
-		return false, fmt.Errorf("create %s: %w", u.Home(), err)
+	if st, err := os.Lstat(home); err == nil {
+		if !st.IsDir() {
+			return false, nil
+		}
+		if uid, _ := ownerOf(st); uid != 0 {
+			return false, nil
+		}
+		// Adopt: the user's from now on, its mode that of a new home,
+		// and /etc/skel's entries where missing (never replaced).
+		if err := os.Chmod(home, 0o750); err != nil {
+			return false, fmt.Errorf("chmod %s: %w", u.Home(), err)
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(home), 0o755); err != nil {
+			return false, err
+		}
+		if err := os.Mkdir(home, 0o750); err != nil {
+			return false, fmt.Errorf("create %s: %w", u.Home(), err)
+		}
 	}
 	skel := filepath.Join(root, "etc/skel")
 	err := filepath.WalkDir(skel, func(p string, d fs.DirEntry, err error) error {
@@ -244,6 +262,12 @@ func ensureHome(root string, u User) (bool, error) {
 		info, err := d.Info()
 		if err != nil {
 			return err
+		}
+		if _, err := os.Lstat(dst); err == nil {
+			if d.IsDir() {
+				return filepath.SkipDir // an adopted home's own entry, kept
+			}
+			return nil
 		}
 		switch {
 		case d.IsDir():

@@ -111,3 +111,54 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsureAdoptsRootOwnedHome: a bind beneath the home (a profile path
+// ~/.claude) makes its mount-point chain exist root-owned before the init
+// runs; the home is then given to the user, /etc/skel fills what is
+// missing, and the mount point is left as it is.
+func TestEnsureAdoptsRootOwnedHome(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns to uid 1000: run it as root (like the other unit tests)")
+	}
+	root := image(t, debianPasswd, debianGroup)
+	if err := os.MkdirAll(root+"/home/agent/.claude", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root+"/home/agent/.claude/.credentials.json", []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(root+"/etc/skel/.claude", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root+"/etc/skel/.claude/x", []byte("skel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u := User{Name: "agent", UID: 1000, GID: 1000}
+	if changed, err := Ensure(root, u, time.Now()); err != nil || !changed {
+		t.Fatalf("Ensure = %v, %v", changed, err)
+	}
+	st, err := os.Lstat(root + "/home/agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, gid := ownerOf(st); uid != 1000 || gid != 1000 || st.Mode().Perm() != 0o750 {
+		t.Fatalf("home %d:%d %v, want 1000:1000 0750", uid, gid, st.Mode())
+	}
+	if got := read(t, root+"/home/agent/.bashrc"); got != "# skel\n" {
+		t.Errorf(".bashrc %q", got)
+	}
+	if _, err := os.Lstat(root + "/home/agent/.claude/x"); err == nil {
+		t.Error("skel copied into the existing mount point")
+	}
+	if got := read(t, root+"/home/agent/.claude/.credentials.json"); got != "{}" {
+		t.Errorf("mount point content changed: %q", got)
+	}
+	// The user's own home is never touched again.
+	os.Remove(root + "/home/agent/.bashrc")
+	if changed, err := Ensure(root, u, time.Now()); err != nil || changed {
+		t.Fatalf("second Ensure = %v, %v", changed, err)
+	}
+	if _, err := os.Lstat(root + "/home/agent/.bashrc"); err == nil {
+		t.Error("an owned home refilled from /etc/skel")
+	}
+}

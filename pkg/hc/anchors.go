@@ -5,6 +5,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/profilestate"
 )
 
 // stateAnchors are the profile's persistent paths as State Anchor binds
@@ -18,6 +19,21 @@ func (c *coordinator) stateAnchors() ([]ocispec.Anchor, error) {
 			return nil, err
 		}
 		out = append(out, ocispec.Anchor{Source: filepath.Join(dir, name), Target: p})
+	}
+	return out, nil
+}
+
+// profilePaths are the profile's profile paths as binds of the profile's
+// stored directories (package profilestate), shared by every Domain of the
+// profile; RS creates a missing one before runsc starts.
+func (c *coordinator) profilePaths() ([]ocispec.ProfilePath, error) {
+	var out []ocispec.ProfilePath
+	for _, g := range c.profile.ProfilePaths {
+		src, err := profilestate.Source(c.paths.StorageRoot, c.profile.Name, g)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ocispec.ProfilePath{Source: src, Target: g})
 	}
 	return out, nil
 }

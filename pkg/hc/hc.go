@@ -1012,8 +1012,13 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	if err != nil {
 		return nil, err
 	}
+	profilePaths, err := c.profilePaths()
+	if err != nil {
+		return nil, err
+	}
 	sb := ocispec.Sandbox{
 		Anchors:       anchors,
+		ProfilePaths:  profilePaths,
 		Hostname:      c.hostname,
 		Workspace:     c.ws,
 		ControlSource: c.paths.ControlMountSource(),
@@ -1049,6 +1054,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
 		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
 		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.addr.Gateway.String(), GitRouting: routing,
+		Profile: c.profile.Name, ProfilePaths: c.profile.ProfilePaths, SessionUid: c.profile.SessionUser().UID, SessionGid: c.profile.SessionUser().GID,
 	}, nil
 }
 

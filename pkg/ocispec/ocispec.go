@@ -123,6 +123,10 @@ type Sandbox struct {
 	// come before every other bind so that binds beneath them (EtcFiles in
 	// /etc, volumes) are mounted on top.
 	Anchors []Anchor
+	// ProfilePaths are the profile's shared directories (package
+	// profilestate), bound read-write at their guest paths right after the
+	// State Anchors (a profile path usually lies inside /home's).
+	ProfilePaths []ProfilePath
 	// WorkspaceSource is the host path mounted at WorkspaceDir when it is
 	// not Workspace itself: the Git-routing daemon's mount (SR-13).
 	WorkspaceSource string
@@ -162,6 +166,12 @@ type ControlFile struct {
 
 // Anchor is one State Anchor bind: Source is AnchorSourceDir(bundle)/<name>.
 type Anchor struct {
+	Source, Target string
+}
+
+// ProfilePath is one profile path bind: Source is the profile's stored
+// directory <Storage Root>/profiles/<profile>/paths/<escaped>/data.
+type ProfilePath struct {
 	Source, Target string
 }
 
@@ -325,6 +335,12 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 		}
 		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: a.Target, Type: "bind", Source: a.Source, Options: []string{"rbind", "rw"}})
 	}
+	for _, p := range s.ProfilePaths {
+		if !isProfilePathBind(p) {
+			return nil, fmt.Errorf("ocispec: profile path %q → %q must bind a profile's stored directory at a clean absolute guest path outside Lazaret's mounts", p.Source, p.Target)
+		}
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: p.Target, Type: "bind", Source: p.Source, Options: []string{"bind", "rw", "nosuid", "nodev"}})
+	}
 	for _, p := range s.Protected {
 		sp.Mounts = append(sp.Mounts, protectedMount(path.Join(WorkspaceDir, p.Rel), p))
 	}
@@ -427,6 +443,7 @@ func Check(sp *specs.Spec, s Sandbox) error {
 		case isVolume(s.Volumes, m):
 		case isHostFile(m.Destination) && s.EtcFiles[m.Destination] == m.Source && !hasOpt(m.Options, "rbind"):
 		case isAnchor(s.Anchors, m):
+		case isProfilePath(s.ProfilePaths, m):
 		default:
 			return fmt.Errorf("ocispec: host path %q mounted at %q is neither the workspace nor a read-only control mount", m.Source, m.Destination)
 		}
@@ -471,6 +488,37 @@ func isAnchor(as []Anchor, m specs.Mount) bool {
 	for _, a := range as {
 		if a.Source == m.Source && a.Target == m.Destination && path.Base(path.Dir(a.Source)) == "anchors" &&
 			a.Target != WorkspaceDir && !strings.HasPrefix(a.Target, WorkspaceDir+"/") && a.Target != ControlDir && !strings.HasPrefix(a.Target, ControlDir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// isProfilePathBind reports whether p binds a profile's stored directory
+// (…/profiles/<profile>/paths/<entry>/data) at a guest path that is none
+// of Lazaret's mounts nor the root.
+func isProfilePathBind(p ProfilePath) bool {
+	src, dst := p.Source, p.Target
+	if !path.IsAbs(src) || path.Clean(src) != src || !path.IsAbs(dst) || path.Clean(dst) != dst || dst == "/" || isHostFile(dst) {
+		return false
+	}
+	entry := path.Dir(src)
+	if path.Base(src) != "data" || path.Base(path.Dir(entry)) != "paths" || path.Base(path.Dir(path.Dir(path.Dir(entry)))) != "profiles" {
+		return false
+	}
+	for _, fixed := range []string{WorkspaceDir, ControlDir} {
+		if overlaps(dst, fixed) {
+			return false
+		}
+	}
+	return true
+}
+
+// isProfilePath reports whether m is exactly one of the declared profile
+// path binds, read-write, not recursive.
+func isProfilePath(ps []ProfilePath, m specs.Mount) bool {
+	for _, p := range ps {
+		if p.Source == m.Source && p.Target == m.Destination && isProfilePathBind(p) && !hasOpt(m.Options, "rbind") && hasOpt(m.Options, "nosuid") {
 			return true
 		}
 	}

@@ -387,3 +387,59 @@ func TestCommonGitDir(t *testing.T) {
 		t.Errorf("common Git directory bound from elsewhere accepted")
 	}
 }
+
+// TestProfilePathBinds: a profile path is bound read-write, nosuid, from
+// a profile's stored directory, after the State Anchor it lies in; Check
+// refuses another source and a recursive bind, Spec a target on
+// Lazaret's mounts or a source outside the layout.
+func TestProfilePathBinds(t *testing.T) {
+	s := sandbox()
+	dir := AnchorSourceDir("/run/user/1001/lazaret/abc/bundle")
+	src := "/home/dev/.local/state/lazaret/profiles/claude/paths/home%2Fagent%2F.claude/data"
+	s.Anchors = []Anchor{{Source: dir + "/home", Target: "/home"}}
+	s.ProfilePaths = []ProfilePath{{Source: src, Target: "/home/agent/.claude"}}
+	sp, err := Spec(s, Process{Args: []string{"x"}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := map[string]int{}
+	var got specs.Mount
+	for i, m := range sp.Mounts {
+		order[m.Destination] = i
+		if m.Destination == "/home/agent/.claude" {
+			got = m
+		}
+	}
+	if order["/home"] >= order["/home/agent/.claude"] {
+		t.Fatalf("profile path mounted before its State Anchor: %+v", sp.Mounts)
+	}
+	if got.Source != src || !hasOpt(got.Options, "rw") || !hasOpt(got.Options, "nosuid") || hasOpt(got.Options, "rbind") {
+		t.Fatalf("profile path mount %+v", got)
+	}
+	mutate := func(f func(*specs.Mount)) error {
+		sp2, _ := Spec(s, Process{Args: []string{"x"}, Cwd: "/"})
+		for i := range sp2.Mounts {
+			if sp2.Mounts[i].Destination == "/home/agent/.claude" {
+				f(&sp2.Mounts[i])
+			}
+		}
+		return Check(sp2, s)
+	}
+	if err := mutate(func(m *specs.Mount) { m.Source = "/home/dev/.claude" }); err == nil {
+		t.Error("profile path bound from the developer's home accepted")
+	}
+	if err := mutate(func(m *specs.Mount) { m.Options = []string{"rbind", "rw", "nosuid"} }); err == nil {
+		t.Error("recursive profile path bind accepted")
+	}
+	for _, bad := range []ProfilePath{
+		{Source: src, Target: "/workspace/x"}, {Source: src, Target: "/.lazaret"}, {Source: src, Target: "/"},
+		{Source: src, Target: "/etc/hosts"}, {Source: "/home/dev/.claude", Target: "/home/agent/.claude"},
+		{Source: "/s/profiles/claude/paths/x/other", Target: "/x"}, {Source: src, Target: "rel"},
+	} {
+		s2 := sandbox()
+		s2.ProfilePaths = []ProfilePath{bad}
+		if _, err := Spec(s2, Process{Args: []string{"x"}, Cwd: "/"}); err == nil {
+			t.Errorf("profile path %+v accepted", bad)
+		}
+	}
+}

@@ -140,6 +140,9 @@ type supervisor struct {
 	mountNS   *lv1.NamespaceIdentity  // RS's mount namespace (hello)
 	stop      chan struct{}           // HC asked to stop
 	hcGone    chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
+	// profileHold is the profile's shared lock while its profile paths
+	// are bound (package profilestate).
+	profileHold *os.File
 }
 
 func (s *supervisor) watchLifetime(f *os.File) {
@@ -299,6 +302,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	s.timing.Mark("lease recorded by the coordinator")
+	if err := s.prepareProfilePaths(); err != nil {
+		return nil, nil, err
+	}
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
 		return nil, nil, err
@@ -585,8 +591,12 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	failpoint.Hit("lazaret-rs:sandbox-stopped")
 	if err := s.runscChildrenGone(s.kids); err != nil {
 		s.log.Error("runsc sandbox or gofer not proven gone: runsc state kept for the coordinator's check", "container", id, "err", err)
-	} else if err := runsc.RemoveState(s.rt.Root, id); err != nil {
-		s.log.Warn("remove runsc state", "container", id, "err", err)
+	} else {
+		// Nothing of the sandbox reads the profile paths any more.
+		s.releaseProfilePaths()
+		if err := runsc.RemoveState(s.rt.Root, id); err != nil {
+			s.log.Warn("remove runsc state", "container", id, "err", err)
+		}
 	}
 	s.kids.close()
 	failpoint.Hit("lazaret-rs:deleted")

@@ -52,6 +52,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/removal"
 	"github.com/lazaret/lazaret/pkg/statetree"
 )
@@ -71,6 +72,9 @@ const (
 	// on stdout (anchor.ExportLayer, owners as guest ids) and its
 	// ExportResult on descriptor 3: a recipe build's commit.
 	OpExportLayer = "export-layer"
+	// OpProfileSizes measures a profile's stored profile paths
+	// (profilestate.Sizes). It takes --storage-root and --profile.
+	OpProfileSizes = "profile-sizes"
 )
 
 // ReportVersion is the version of Report; a newer one is refused.
@@ -173,7 +177,8 @@ func Main(args []string) int {
 	fl := flag.NewFlagSet("state-maint", flag.ContinueOnError)
 	op := fl.String("op", OpVerify, "verify, ignored-reset or purge")
 	root := fl.String("domain-root", "", "Domain Root")
-	storageRoot := fl.String("storage-root", "", "purge: the Storage Root")
+	storageRoot := fl.String("storage-root", "", "purge, profile-sizes: the Storage Root")
+	profile := fl.String("profile", "", "profile-sizes: the Agent Profile")
 	scope := fl.String("scope", ScopeAnchors, "verify: anchors or ignored")
 	rel := fl.String("path", "", "ignored-reset: the workspace-relative ignored path")
 	all := fl.Bool("all", false, "ignored-reset: the whole Ignored Workspace State")
@@ -195,6 +200,10 @@ func Main(args []string) int {
 	case OpPurge:
 		res := PurgeResult{Version: ReportVersion}
 		res.Deleted, err = removal.PurgeTrash(*storageRoot, os.Getuid())
+		out = res
+	case OpProfileSizes:
+		res := ProfileSizesResult{Version: ReportVersion}
+		res.Paths, err = profilestate.Sizes(*storageRoot, *profile)
 		out = res
 	case OpVerify:
 		out, err = verify(*root, *scope, nsChecker(*hostUID, *hostGID, uint32(*uidStart), uint32(*gidStart), uint32(*count)))
@@ -238,7 +247,7 @@ func Main(args []string) int {
 
 // checkArgs checks the role's arguments for op.
 func checkArgs(op, domainRoot, storageRoot string, count uint) error {
-	if op == OpPurge {
+	if op == OpPurge || op == OpProfileSizes {
 		if storageRoot == "" || !filepath.IsAbs(storageRoot) || domainRoot != "" {
 			return errdefs.New(errdefs.ErrInvalid, "--op=%s takes --storage-root (absolute) and no --domain-root", op)
 		}
@@ -415,6 +424,27 @@ func PurgeTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
 		return 0, err
 	}
 	return r.Deleted, nil
+}
+
+// ProfileSizesResult is what the profile-sizes operation prints.
+type ProfileSizesResult struct {
+	Version int                  `json:"version"`
+	Paths   []profilestate.Usage `json:"paths"`
+}
+
+// ProfileSizes measures the stored profile paths of profile in the
+// developer's user namespace, where the session user's files can be read
+// (profilestate.Sizes).
+func ProfileSizes(ctx context.Context, rsPath, storageRoot, profile string) ([]profilestate.Usage, error) {
+	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpProfileSizes, "--profile="+profile)
+	if err != nil {
+		return nil, err
+	}
+	var r ProfileSizesResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		return nil, err
+	}
+	return r.Paths, nil
 }
 
 // decodeResult decodes a role's result into v (whose version is read by

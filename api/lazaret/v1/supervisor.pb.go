@@ -571,7 +571,15 @@ type StartSandbox struct {
 	TapGateway string `protobuf:"bytes,14,opt,name=tap_gateway,json=tapGateway,proto3" json:"tap_gateway,omitempty"`
 	// The Git-routing daemon (SR-4's Git directory name policy, SR-13's
 	// Ignored Workspace State); absent when neither is needed.
-	GitRouting    *GitRoutingStart `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
+	GitRouting *GitRoutingStart `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
+	// The profile's profile paths (package profilestate): for each guest
+	// path, RS creates (if missing) the profile's stored directory, owned by
+	// the session user's guest uid and gid, before runsc starts, and holds
+	// the profile's lock while the sandbox runs. The spec binds each one.
+	Profile       string   `protobuf:"bytes,21,opt,name=profile,proto3" json:"profile,omitempty"`
+	ProfilePaths  []string `protobuf:"bytes,22,rep,name=profile_paths,json=profilePaths,proto3" json:"profile_paths,omitempty"`
+	SessionUid    uint32   `protobuf:"varint,23,opt,name=session_uid,json=sessionUid,proto3" json:"session_uid,omitempty"`
+	SessionGid    uint32   `protobuf:"varint,24,opt,name=session_gid,json=sessionGid,proto3" json:"session_gid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +717,34 @@ func (x *StartSandbox) GetGitRouting() *GitRoutingStart {
 		return x.GitRouting
 	}
 	return nil
+}
+
+func (x *StartSandbox) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *StartSandbox) GetProfilePaths() []string {
+	if x != nil {
+		return x.ProfilePaths
+	}
+	return nil
+}
+
+func (x *StartSandbox) GetSessionUid() uint32 {
+	if x != nil {
+		return x.SessionUid
+	}
+	return 0
+}
+
+func (x *StartSandbox) GetSessionGid() uint32 {
+	if x != nil {
+		return x.SessionGid
+	}
+	return 0
 }
 
 // GitRoutingStart tells RS to acquire the Git-routing daemon (participant
@@ -1665,7 +1701,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12B\n" +
 	"\rnet_namespace\x18\x03 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12D\n" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
-	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xbf\x04\n" +
+	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xc0\x05\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1690,7 +1726,13 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\vtap_gateway\x18\x0e \x01(\tR\n" +
 	"tapGateway\x12<\n" +
 	"\vgit_routing\x18\x14 \x01(\v2\x1b.lazaret.v1.GitRoutingStartR\n" +
-	"gitRouting\"\xee\x02\n" +
+	"gitRouting\x12\x18\n" +
+	"\aprofile\x18\x15 \x01(\tR\aprofile\x12#\n" +
+	"\rprofile_paths\x18\x16 \x03(\tR\fprofilePaths\x12\x1f\n" +
+	"\vsession_uid\x18\x17 \x01(\rR\n" +
+	"sessionUid\x12\x1f\n" +
+	"\vsession_gid\x18\x18 \x01(\rR\n" +
+	"sessionGid\"\xee\x02\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +

@@ -130,6 +130,9 @@ func showProfile(w io.Writer, v profileView) {
 		fmt.Fprintf(w, "command = %s\n", tomlStrings(p.Command))
 	}
 	fmt.Fprintf(w, "persistent_paths = %s\n", tomlStrings(p.PersistentPaths))
+	if len(p.ProfilePaths) > 0 {
+		fmt.Fprintf(w, "profile_paths = %s  # shared by every workspace of this profile\n", tomlStrings(p.ProfilePaths))
+	}
 	fmt.Fprintf(w, "ignored_path_isolation = %v\n", p.IgnoredPathIsolation)
 	fmt.Fprintf(w, "share_editor_config = %v\n", p.ShareEditorConfig)
 	if u := p.SessionUser(); u.IsRoot() {

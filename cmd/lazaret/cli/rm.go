@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/removal"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 )
@@ -28,9 +29,11 @@ var rmCommand = &cli.Command{
 	Usage: "remove a stopped Domain's state, or (--all) everything Lazaret stored for you",
 	Description: `Removes the persistent state of this workspace's Domain (one profile): its
 State Anchors (what the sandbox installed under persistent paths), its
-Ignored Workspace State and its store and log. Your workspace is never
-touched. With --all: every Domain's state, the prepared images and
-everything else under the Storage Root ($XDG_STATE_HOME/lazaret); with
+Ignored Workspace State and its store and log. Your workspace and the
+profile's paths shared by every workspace (profile_paths, such as an
+agent's login) are never touched. With --all: every Domain's state, every
+profile's paths, the prepared images and everything else under the Storage
+Root ($XDG_STATE_HOME/lazaret); with
 --images too: the images built by ` + "`lazaret image build`" + `. Run
 ` + "`lazaret rm --all --images --yes`" + ` before uninstalling Lazaret.
 
@@ -224,8 +227,12 @@ func rmDomain(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport) er
 	if _, err := rmHelper(); err != nil {
 		return err // before anything is moved
 	}
-	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nremove its state: the State Anchors (what the sandbox installed under its persistent paths), the Ignored Workspace State, its store and log.\nYour workspace, the images and other Domains are not touched.\n",
-		rd.paths.ID, rd.prof.Name, rd.workspace)
+	keep := ""
+	if stored, _ := profilestate.List(rd.paths.StorageRoot, rd.prof.Name); len(stored) > 0 {
+		keep = fmt.Sprintf("The profile paths of profile %s (%s), shared by every workspace, are kept too: `lazaret state reset -p %s --profile-paths` discards them.\n", rd.prof.Name, strings.Join(stored, ", "), rd.prof.Name)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nremove its state: the State Anchors (what the sandbox installed under its persistent paths), the Ignored Workspace State, its store and log.\nYour workspace, the images and other Domains are not touched.\n%s",
+		rd.paths.ID, rd.prof.Name, rd.workspace, keep)
 	if err := confirmOr(c, o.yes, "Remove?", "nothing was removed"); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -23,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/profilestate"
 )
 
 var stateDomainFlags = []cli.Flag{
@@ -34,13 +36,16 @@ var stateDomainFlags = []cli.Flag{
 
 var stateCommand = &cli.Command{
 	Name:  "state",
-	Usage: "list, inspect, verify and reset a Domain's State Anchors (persistent sandbox paths) and Ignored Workspace State",
+	Usage: "list, inspect, verify and reset a Domain's State Anchors (persistent sandbox paths), Ignored Workspace State and the profile's paths",
 	Description: `A Domain (this workspace with one profile) keeps the changes its sandbox
 makes under the profile's persistent paths (by default /usr, /etc, /var/lib,
 /opt, /root and /home) in State Anchors, on top of the shared, read-only
 prepared image. What the sandbox writes at Git-ignored workspace paths
 (node_modules, .venv, build output) is kept apart from your host copy, in the
 Domain's Ignored Workspace State: ` + "`lazaret state ignored ...`" + ` works on it.
+A profile's profile_paths (an agent's login state, such as ~/.claude) are kept
+once per profile and shared by every workspace: ` + "`list`" + ` shows them and
+` + "`reset PATH`" + ` or ` + "`reset --profile-paths`" + ` discards them.
 The Domain is resolved from --profile and the workspace, never from a
 storage path.
 
@@ -74,15 +79,21 @@ Examples:
 		},
 		{
 			Name:  "reset",
-			Usage: "discard a State Anchor's changes (or all of them) so the next run follows the image",
+			Usage: "discard a State Anchor's changes (or all of them) so the next run follows the image, or a profile path's contents",
 			Description: `Only while the Domain is stopped; shows the resolved Domain and scope and asks first.
+PATH may also be one of the profile's profile paths (` + "`lazaret state list`" + ` shows them,
+"~/..." for the session user's home, quoted): its contents are shared by every
+workspace of the profile, and a reset needs every sandbox of the profile stopped.
 
 Examples:
    lazaret state reset /usr
-   lazaret state reset --all --yes`,
-			ArgsUsage: "PATH | --all",
+   lazaret state reset --all --yes
+   lazaret state reset -p claude '~/.claude'
+   lazaret state reset -p claude --profile-paths`,
+			ArgsUsage: "PATH | --all | --profile-paths",
 			Flags: append(append([]cli.Flag{}, stateDomainFlags...),
-				&cli.BoolFlag{Name: "all", Usage: "reset every State Anchor of the Domain"},
+				&cli.BoolFlag{Name: "all", Usage: "reset every State Anchor of the Domain (not the profile paths)"},
+				&cli.BoolFlag{Name: "profile-paths", Usage: "reset every profile path of the profile (shared by all its workspaces: logs its agent out everywhere)"},
 				&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (the safety checks still apply)"}),
 			Action: stateReset,
 		},
@@ -188,11 +199,18 @@ func stateList(c *cli.Context) error {
 		}
 	}
 	trash, _ := anchor.TrashEntries(rd.paths.DomainRoot)
+	ppaths, sizeErr := profilePathViews(c, rd)
+	if ppaths == nil && sizeErr != nil {
+		return sizeErr
+	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
+		if ppaths == nil {
+			ppaths = []profilePathView{}
+		}
 		return enc.Encode(map[string]any{"domain_id": rd.paths.ID, "profile": rd.prof.Name, "workspace": rd.workspace,
-			"image_artifact": current, "anchors": views, "trash_entries": trash})
+			"image_artifact": current, "anchors": views, "trash_entries": trash, "profile_paths": ppaths})
 	}
 	fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s)\n", rd.paths.ID, rd.prof.Name, rd.workspace)
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
@@ -222,7 +240,7 @@ func stateList(c *cli.Context) error {
 	if trash > 0 {
 		fmt.Fprintf(c.App.Writer, "%d reset upper(s) wait to be deleted by the next `lazaret run` of this Domain.\n", trash)
 	}
-	return nil
+	return printProfilePaths(c.App.Writer, rd, ppaths, sizeErr)
 }
 
 func stateReset(c *cli.Context) error {
@@ -231,11 +249,36 @@ func stateReset(c *cli.Context) error {
 		return err
 	}
 	all, yes, asJSON, args := resetArgs(c)
+	profilePaths := c.Bool("profile-paths")
+	for _, a := range args {
+		if a == "--profile-paths" {
+			profilePaths = true
+		}
+	}
+	args = slices.DeleteFunc(args, func(a string) bool { return a == "--profile-paths" })
 	switch {
-	case all && len(args) > 0:
-		return errdefs.New(errdefs.ErrInvalid, "give either a PATH or --all, not both")
-	case !all && len(args) != 1:
-		return errdefs.New(errdefs.ErrInvalid, "usage: lazaret state reset PATH | --all (see `lazaret state list` for the paths)")
+	case (all || profilePaths) && len(args) > 0:
+		return errdefs.New(errdefs.ErrInvalid, "give either a PATH, --all or --profile-paths")
+	case all && profilePaths:
+		return errdefs.New(errdefs.ErrInvalid, "--all resets this Domain's State Anchors, --profile-paths the profile's paths shared by every workspace: run them one after the other")
+	case !all && !profilePaths && len(args) != 1:
+		return errdefs.New(errdefs.ErrInvalid, "usage: lazaret state reset PATH | --all | --profile-paths (see `lazaret state list` for the paths)")
+	}
+	stored, err := profilestate.List(rd.paths.StorageRoot, rd.prof.Name)
+	if err != nil {
+		return err
+	}
+	if profilePaths {
+		if len(stored) == 0 {
+			fmt.Fprintf(c.App.ErrWriter, "profile %s has no stored profile paths: nothing to reset\n", rd.prof.Name)
+			return nil
+		}
+		return resetProfilePaths(c, rd, stored, yes, asJSON)
+	}
+	if !all {
+		if g, ok := profilePathOf(rd, args[0], stored); ok {
+			return resetProfilePaths(c, rd, []string{g}, yes, asJSON)
+		}
 	}
 	infos, err := anchor.List(rd.paths.DomainRoot)
 	if err != nil {
@@ -257,7 +300,7 @@ func stateReset(c *cli.Context) error {
 			}
 		}
 		if len(scope) == 0 {
-			return errdefs.New(errdefs.ErrInvalid, "Domain %s has no State Anchor at %s: `lazaret state list` shows the anchored paths (a path inside one, e.g. /usr/local in /usr, is reset with its anchor)", rd.paths.ID, p)
+			return errNotProfilePath(rd, p)
 		}
 	}
 	if len(scope) == 0 {
@@ -269,8 +312,12 @@ func stateReset(c *cli.Context) error {
 		return err
 	}
 	defer lock.Close()
-	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nreset State Anchor(s): %s\nThe changes the sandbox made there are discarded; the image, the workspace, the Ignored Workspace State and other anchors are not touched.\n",
-		rd.paths.ID, rd.prof.Name, rd.workspace, strings.Join(scope, ", "))
+	keep := ""
+	if len(stored) > 0 {
+		keep = fmt.Sprintf(" Profile %s's paths shared by every workspace (%s) are kept: --profile-paths resets them.", rd.prof.Name, strings.Join(stored, ", "))
+	}
+	fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s, workspace %s)\nreset State Anchor(s): %s\nThe changes the sandbox made there are discarded; the image, the workspace, the Ignored Workspace State and other anchors are not touched.%s\n",
+		rd.paths.ID, rd.prof.Name, rd.workspace, strings.Join(scope, ", "), keep)
 	if err := confirm(c, yes, "Reset?"); err != nil {
 		return err
 	}
