@@ -1,12 +1,16 @@
 package integration
 
 import (
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lazaret/lazaret/pkg/config"
 	"time"
 )
 
@@ -209,6 +213,14 @@ func TestSpec35RecipeFailedStepLeavesNothing(t *testing.T) {
 // USER node claude codex`, else here, from the npm registry), in a second
 // workspace without rebuilding, as the agent user.
 func TestSpec35AgentProfiles(t *testing.T) {
+	// The agent profiles trust what the host trusts (host_ca): the host's
+	// bundle, read-only, named by the TLS clients' variables.
+	bundle := config.HostCABundle(func(string) string { return "" })
+	caBytes, err := os.ReadFile(bundle)
+	if bundle == "" || err != nil {
+		t.Fatalf("this host has no CA bundle (%q, %v): install ca-certificates (apt-get install ca-certificates)", bundle, err)
+	}
+	caSum := fmt.Sprintf("%x", sha256.Sum256(caBytes))
 	for _, c := range []struct{ profile, cmd, want string }{
 		{"node", "node --version", "v22."},
 		{"claude", "claude --version", "Claude Code"},
@@ -222,13 +234,17 @@ func TestSpec35AgentProfiles(t *testing.T) {
 			}
 			ws2 := workspace(t)
 			start := time.Now()
-			r = lzFor(t, 5*time.Minute, ws2, nil, nil, "run", "-p", c.profile, "--", "sh", "-c", "id -un; echo $PATH; "+c.cmd)
+			r = lzFor(t, 5*time.Minute, ws2, nil, nil, "run", "-p", c.profile, "--", "sh", "-c",
+				"id -un; echo $PATH; sha256sum \"$NODE_EXTRA_CA_CERTS\" | cut -d' ' -f1; echo \"$SSL_CERT_FILE $GIT_SSL_CAINFO\"; touch \"$SSL_CERT_FILE\" 2>/dev/null && echo ca-writable; "+c.cmd)
 			if r.code != 0 || !strings.Contains(r.stdout, c.want) || strings.Contains(r.stderr, "building") {
 				t.Fatalf("second workspace: %d %q\n%s", r.code, r.stdout, r.stderr)
 			}
 			lines := strings.Split(r.stdout, "\n")
 			if lines[0] != "agent" || !strings.HasSuffix(lines[1], ":/.lazaret/bin") {
 				t.Errorf("user and PATH: %q", r.stdout)
+			}
+			if len(lines) < 4 || lines[2] != caSum || lines[3] != config.HostCAGuestPath+" "+config.HostCAGuestPath || strings.Contains(r.stdout, "ca-writable") {
+				t.Errorf("host CA bundle (sha256 %s of %s) not given read-only through the TLS variables: %q", caSum, bundle, r.stdout)
 			}
 			t.Logf("%s in a second workspace (cold start, image reused): %s", c.cmd, time.Since(start))
 			noLeftovers(t)

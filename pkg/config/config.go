@@ -125,11 +125,44 @@ type Profile struct {
 	// UserID is User's uid and gid (DefaultUserID when not configured; 0
 	// for root).
 	UserID uint32 `json:"user_id"`
+	// HostCA gives the sandbox the host's CA bundle read-only at
+	// HostCAGuestPath (as a volume, so it is fingerprinted) with the
+	// variables that make TLS clients trust it: what the host trusts
+	// (e.g. a TLS-inspecting proxy's CA) the sandbox trusts too. On for the
+	// built-in node, claude and codex profiles.
+	HostCA bool `json:"host_ca"`
 	// Linger keeps the Domain up this long after its last session leaves,
 	// so that a following `lazaret run` joins it (0: stop at once; at most
 	// MaxLinger). It is not fingerprinted: it changes when the sandbox
 	// stops, not what it is, and travels with each session's request.
 	Linger time.Duration `json:"linger"`
+}
+
+// HostCAGuestPath is where a host_ca profile sees the host's CA bundle.
+const HostCAGuestPath = "/run/lazaret-host-ca.crt"
+
+// HostCAVariables are set to HostCAGuestPath in a host_ca profile: OpenSSL
+// (curl, Python, Rust's native TLS), curl, Git's GnuTLS, Node.js (npm,
+// Claude Code) and Python's requests.
+var HostCAVariables = []string{"SSL_CERT_FILE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE"}
+
+// HostCABundle is the host's CA bundle with symlinks resolved:
+// $SSL_CERT_FILE when absolute, else Debian's or Fedora's usual file; ""
+// when there is none.
+func HostCABundle(getenv func(string) string) string {
+	for _, p := range []string{getenv("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"} {
+		if p == "" || !filepath.IsAbs(p) {
+			continue
+		}
+		r, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			continue
+		}
+		if st, err := os.Stat(r); err == nil && st.Mode().IsRegular() {
+			return filepath.Clean(r)
+		}
+	}
+	return ""
 }
 
 // MaxLinger is the longest a Domain lingers after its last session.
@@ -357,6 +390,9 @@ type Options struct {
 	// expands to it, and it is refused as a volume source. When empty,
 	// `~/` is an error.
 	Home string
+	// HostCABundle is the host's CA bundle (HostCABundle) that host_ca
+	// profiles receive; "" gives them nothing.
+	HostCABundle string
 }
 
 // DefaultPath returns $XDG_CONFIG_HOME/lazaret/config.toml, or
@@ -394,8 +430,7 @@ func Load(explicitPath string, getenv func(string) string) (*Config, error) {
 	f, err := os.Open(abs)
 	if err != nil {
 		if os.IsNotExist(err) && explicitPath == "" {
-			c := Builtin()
-			return c, nil
+			return Parse("", nil, hostOptions(getenv))
 		}
 		return nil, errdefs.Mark(fmt.Errorf("read configuration: %w", err), errdefs.ErrInvalid)
 	}
@@ -417,5 +452,10 @@ func Load(explicitPath string, getenv func(string) string) (*Config, error) {
 	if len(data) > MaxFileSize {
 		return nil, errdefs.New(errdefs.ErrInvalid, "configuration %s is larger than %d bytes", abs, MaxFileSize)
 	}
-	return Parse(abs, data, Options{Home: getenv("HOME")})
+	return Parse(abs, data, hostOptions(getenv))
+}
+
+// hostOptions are the host facts Load parses with.
+func hostOptions(getenv func(string) string) Options {
+	return Options{Home: getenv("HOME"), HostCABundle: HostCABundle(getenv)}
 }

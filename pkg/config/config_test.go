@@ -983,3 +983,63 @@ func TestParseLinger(t *testing.T) {
 		}
 	}
 }
+
+func TestHostCA(t *testing.T) {
+	bundle := "/etc/ssl/certs/ca-certificates.crt"
+	c, err := Parse("c.toml", []byte(`
+[profiles.mine]
+image = "busybox"
+[profiles.ca]
+image = "busybox"
+host_ca = true
+env.SSL_CERT_FILE = "/etc/mine.pem"
+[profiles.clash]
+image = "busybox"
+host_ca = true
+`), Options{HostCABundle: bundle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasVolume := func(p *Profile) bool {
+		for _, v := range p.Volumes {
+			if v.Target == HostCAGuestPath && v.Source == bundle && v.ReadOnly {
+				return true
+			}
+		}
+		return false
+	}
+	for _, name := range []string{"claude", "codex", "node", "ca"} {
+		p, _ := c.Profile(name)
+		if !p.HostCA || !hasVolume(p) || p.Env["NODE_EXTRA_CA_CERTS"] != HostCAGuestPath || p.Env["GIT_SSL_CAINFO"] != HostCAGuestPath {
+			t.Errorf("%s: host_ca %v, volumes %v, env %v", name, p.HostCA, p.Volumes, p.Env)
+		}
+	}
+	if p, _ := c.Profile("ca"); p.Env["SSL_CERT_FILE"] != "/etc/mine.pem" {
+		t.Errorf("host_ca replaced the profile's own SSL_CERT_FILE: %v", p.Env)
+	}
+	for _, name := range []string{"mine", "default", "tiny"} {
+		p, _ := c.Profile(name)
+		if p.HostCA || hasVolume(p) || p.Env["SSL_CERT_FILE"] != "" {
+			t.Errorf("%s got the host CA without host_ca: %v %v", name, p.Volumes, p.Env)
+		}
+	}
+	// Without a bundle on the host, nothing is added (and the fingerprint
+	// is the one without it).
+	none, err := Parse("c.toml", []byte("[profiles.ca]\nimage = \"busybox\"\nhost_ca = true\n"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := none.Profile("ca"); len(p.Volumes) != 0 || len(p.Env) != 0 {
+		t.Errorf("no bundle, yet %v %v", p.Volumes, p.Env)
+	}
+	// The bundle's target is reserved.
+	_, err = Parse("c.toml", []byte(`
+[profiles.clash]
+image = "busybox"
+host_ca = true
+volumes = [{ source = "/srv/x.pem", target = "/run/lazaret-host-ca.crt", mode = "ro" }]
+`), Options{HostCABundle: bundle})
+	if err == nil || !strings.Contains(err.Error(), "host_ca") {
+		t.Errorf("a volume at the CA target: %v", err)
+	}
+}

@@ -40,6 +40,7 @@ type builtinProfile struct {
 	command                  []string
 	env                      map[string]string
 	profilePaths             []string
+	hostCA                   bool
 }
 
 // nodeSteps install Node.js 22 and npm 10 from the npm registry on Debian
@@ -64,20 +65,20 @@ var builtinProfiles = []builtinProfile{
 	{name: "default", image: "debian", description: "Debian 12 with bash, coreutils, git, curl, python3, less, procps"},
 	{name: "tiny", image: "busybox", description: "busybox, for quick checks"},
 	{name: "node", image: "debian", description: "Debian 12 with Node.js 22 and npm (built from a recipe on first use)",
-		recipe: withSteps(), user: "agent"},
+		recipe: withSteps(), user: "agent", hostCA: true},
 	{name: "claude", image: "debian", description: "Claude Code (npm @anthropic-ai/claude-code) on Debian 12 with Node.js 22, as user agent",
 		recipe: withSteps("npm install -g --no-fund --no-audit @anthropic-ai/claude-code && claude --version"), user: "agent",
 		command: []string{"claude"}, env: map[string]string{"DISABLE_AUTOUPDATER": "1", "CLAUDE_CONFIG_DIR": "/home/agent/.claude"},
-		profilePaths: []string{"~/.claude"}},
+		profilePaths: []string{"~/.claude"}, hostCA: true},
 	{name: "codex", image: "debian", description: "OpenAI Codex CLI (npm @openai/codex) on Debian 12 with Node.js 22, as user agent",
 		recipe: withSteps("npm install -g --no-fund --no-audit @openai/codex && codex --version"), user: "agent",
-		command: []string{"codex"}, profilePaths: []string{"~/.codex"}},
+		command: []string{"codex"}, profilePaths: []string{"~/.codex"}, hostCA: true},
 }
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 	recipeKeys   = []string{"base", "run"}
@@ -110,6 +111,7 @@ type layer struct {
 	user                 *entry[string]
 	userID               *entry[uint32]
 	linger               *entry[time.Duration]
+	hostCA               *entry[bool]
 	persistent           []entry[string]
 	profilePaths         []entry[string]
 	env                  map[string]entry[string]
@@ -199,6 +201,9 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 		for _, pp := range b.profilePaths {
 			bl.profilePaths = append(bl.profilePaths, entry[string]{v: pp, where: "built-in"})
 		}
+		if b.hostCA {
+			bl.hostCA = &entry[bool]{v: true, where: "built-in"}
+		}
 		p := d.merge(b.name, defaults, bl, fileProfiles[b.name])
 		p.Builtin = true
 		c.profiles[b.name] = p
@@ -210,6 +215,9 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 		}
 		c.profiles[name] = d.merge(name, defaults, nil, fileProfiles[name])
 	}
+	for _, p := range c.profiles {
+		d.applyHostCA(p, opt.HostCABundle)
+	}
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool {
 			a, b := d.errs[i], d.errs[j]
@@ -218,6 +226,29 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 		return nil, d.errs
 	}
 	return c, nil
+}
+
+// applyHostCA gives a host_ca profile the host's CA bundle: a read-only
+// volume at HostCAGuestPath and the variables that make OpenSSL, GnuTLS
+// (Git), Node.js, curl and Python's requests read it, unless a layer set
+// them. Without a bundle on the host it adds nothing.
+func (d *doc) applyHostCA(p *Profile, bundle string) {
+	if !p.HostCA || bundle == "" {
+		return
+	}
+	for _, v := range p.Volumes {
+		if v.Target == HostCAGuestPath {
+			d.errs = append(d.errs, &Error{File: d.file, Key: "profiles." + p.Name + ".volumes", Msg: fmt.Sprintf("profile %q: a volume targets %s, where host_ca puts the host's CA bundle: move the volume or set host_ca = false", p.Name, HostCAGuestPath)})
+			return
+		}
+	}
+	p.Volumes = append(p.Volumes, Volume{Source: bundle, Target: HostCAGuestPath, ReadOnly: true})
+	sort.Slice(p.Volumes, func(i, j int) bool { return p.Volumes[i].Target < p.Volumes[j].Target })
+	for _, k := range HostCAVariables {
+		if _, set := p.Env[k]; !set {
+			p.Env[k] = HostCAGuestPath
+		}
+	}
 }
 
 func suggestName(s string) string {
@@ -330,6 +361,10 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 				} else {
 					l.user = &entry[string]{s, p, d.entryWhere(p, defaults)}
 				}
+			}
+		case "host_ca":
+			if b, ok := d.boolean(p, v); ok {
+				l.hostCA = &entry[bool]{b, p, d.entryWhere(p, defaults)}
 			}
 		case "linger":
 			if s, ok := d.str(p, v); ok {
@@ -669,6 +704,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		if l.linger != nil {
 			p.Linger = l.linger.v
+		}
+		if l.hostCA != nil {
+			p.HostCA = l.hostCA.v
 		}
 		for k, e := range l.env {
 			p.Env[k] = e.v

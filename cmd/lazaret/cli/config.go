@@ -140,6 +140,11 @@ func showProfile(w io.Writer, v profileView) {
 	} else {
 		fmt.Fprintf(w, "user = %q\nuser_id = %d\n", u.Name, u.UID)
 	}
+	if p.HostCA {
+		fmt.Fprintf(w, "host_ca = true  # the host's CA bundle at %s (the volume below, when the host has one)\n", config.HostCAGuestPath)
+	} else {
+		fmt.Fprintln(w, "host_ca = false")
+	}
 	if p.Linger > 0 {
 		fmt.Fprintf(w, "linger = %q  # the Domain stays up this long after its last session\n", p.Linger.String())
 	} else {

@@ -32,10 +32,6 @@ import (
 // recipeBuildProfile names the build Domain's synthetic profile.
 const recipeBuildProfile = "recipe-build"
 
-// hostCAGuestPath is where a recipe build sees the host's CA bundle:
-// downloads through a TLS-inspecting proxy need the CAs the host trusts.
-const hostCAGuestPath = "/run/lazaret-host-ca.crt"
-
 // recipeBase resolves a recipe's base to its OCI layout and tag, and the
 // built-in image kind when it is one.
 func recipeBase(base, dataHome string) (dir, tag, kind string) {
@@ -207,35 +203,15 @@ func recipeBuildConfig(prof profile) ([]byte, error) {
 			net[k] = v
 		}
 	}
-	bp := map[string]any{"image": p.Recipe.Base, "description": "recipe build of profile " + prof.Name, "network": net}
-	if ca := hostCABundle(); ca != "" {
-		bp["volumes"] = []map[string]any{{"source": ca, "target": hostCAGuestPath, "mode": "ro"}}
-		for _, k := range []string{"SSL_CERT_FILE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"} {
-			if _, set := env[k]; !set {
-				env[k] = hostCAGuestPath
-			}
-		}
-	}
+	// host_ca: downloads through a TLS-inspecting proxy need the CAs the
+	// host trusts.
+	bp := map[string]any{"image": p.Recipe.Base, "description": "recipe build of profile " + prof.Name, "network": net, "host_ca": true}
 	bp["env"] = env
 	doc := map[string]any{"profiles": map[string]any{recipeBuildProfile: bp}}
 	if len(prof.Programs) > 0 {
 		doc["programs"] = prof.Programs
 	}
 	return toml.Marshal(doc)
-}
-
-// hostCABundle is the host's CA bundle ($SSL_CERT_FILE, else Debian's and
-// Fedora's usual files), "" when there is none.
-func hostCABundle() string {
-	for _, p := range []string{os.Getenv("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"} {
-		if p == "" || !filepath.IsAbs(p) {
-			continue
-		}
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			return filepath.Clean(p)
-		}
-	}
-	return ""
 }
 
 // runArgs is `lazaret run` of the build Domain with argv.
