@@ -129,18 +129,21 @@ type coordinator struct {
 	leasedArtifact   string
 	anchorsUnmounted []uint64
 
-	mu        sync.Mutex
-	st        state
-	failErr   error
-	ready     chan struct{} // closed when running or failed
-	progress  []string
-	changed   chan struct{} // closed and replaced on every progress line
-	active    int           // registered or waiting sessions
-	everHad   bool
-	sessions  map[string]*session
-	sessionWG sync.WaitGroup // sessions still writing to their clients
-	teardownC chan struct{}
-	stopped   chan struct{} // RS reported SupervisorStopped
+	mu       sync.Mutex
+	st       state
+	failErr  error
+	ready    chan struct{} // closed when running or failed
+	progress []string
+	changed  chan struct{} // closed and replaced on every progress line
+	active   int           // registered or waiting sessions
+	// stopRequested: `lazaret stop` is ending the sessions; no session
+	// registers any more (stop.go).
+	stopRequested bool
+	everHad       bool
+	sessions      map[string]*session
+	sessionWG     sync.WaitGroup // sessions still writing to their clients
+	teardownC     chan struct{}
+	stopped       chan struct{} // RS reported SupervisorStopped
 }
 
 // Main runs the Host Coordinator and returns its exit status.

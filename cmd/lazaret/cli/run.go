@@ -479,6 +479,10 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 				accepted = true
 				go relayStdin(fc)
 			case f.GetExit() != nil:
+				if f.GetExit().GetStopped() {
+					fmt.Fprintln(os.Stderr, stoppedMessage)
+					return ExitStopped, false, nil
+				}
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
 				e := f.GetError()

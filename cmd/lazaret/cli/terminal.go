@@ -334,6 +334,11 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 			case f.GetEscalationPromptEnd() != nil:
 				c.prompts.ended(f.GetEscalationPromptEnd())
 			case f.GetExit() != nil:
+				if f.GetExit().GetStopped() {
+					c.leave() // the terminal restored before the message
+					fmt.Fprintln(os.Stderr, stoppedMessage)
+					return ExitStopped, false, nil
+				}
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
 				e := f.GetError()
