@@ -45,6 +45,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
+	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
@@ -163,6 +164,9 @@ func Main(args []string) int {
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*level))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "hc", "pid", os.Getpid())
+	// The marker that starts this process's part of the Domain log
+	// (`lazaret logs` groups the log by it).
+	log.Info(hclog.StartMarker)
 	if *lockFD < 3 || *readyFD < 3 || *profileFD < 3 {
 		fmt.Fprintln(os.Stderr, "lazaret-hc is started by lazaret, not by hand (missing --lock-fd/--ready-fd/--profile-fd)")
 		return 2
