@@ -7,6 +7,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -101,10 +104,10 @@ func TestSpec32StopEndsEverySession(t *testing.T) {
 
 // startBackground starts `lazaret run ARGS` whose command prints "started"
 // first, and waits for that line; the returned function waits for the CLI.
-func startBackground(t *testing.T, ws string, args ...string) (wait func(time.Duration) (int, string)) {
+func startBackground(t *testing.T, ws string, extraEnv []string, args ...string) (wait func(time.Duration) (int, string)) {
 	t.Helper()
 	e := need(t)
-	bg := e.cmd(ws, nil, args...)
+	bg := e.cmd(ws, extraEnv, args...)
 	out, err := bg.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +155,7 @@ func TestDX5LogsRunningAndStopped(t *testing.T) {
 	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
 		t.Fatalf("first run: %+v", r)
 	}
-	wait := startBackground(t, ws, "run", "-p", "tiny", "--", "sh", "-c", "echo started; exec sleep 300")
+	wait := startBackground(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo started; exec sleep 300")
 
 	r := lz(t, ws, nil, "logs", "-p", "tiny")
 	if r.code != 0 {
@@ -226,5 +229,144 @@ func TestDX5LogsRunningAndStopped(t *testing.T) {
 	// The stopped Domain: its last generation.
 	if r := lz(t, ws, nil, "logs", "-p", "tiny"); r.code != 0 || !strings.Contains(r.stdout, "--- generation 2") || !strings.Contains(r.stdout, "domain stopped") {
 		t.Errorf("logs of the stopped Domain: %+v", r)
+	}
+}
+
+// TestSpec38ListAndRemoveOldDomains (§3.8, FR-11, DX-6): `lazaret ls` lists
+// every Domain, running or stopped, with its last use and the disk use of
+// its State Anchors and Ignored Workspace State (files of subordinate ids
+// in directories the developer cannot traverse included) and the profiles'
+// login state; `lazaret rm --older-than` lists the stopped Domains not used
+// for that long, asks, removes them and never a running one.
+func TestSpec38ListAndRemoveOldDomains(t *testing.T) {
+	r := newRmEnv(t)
+	e := r.e
+	ws1, ws2 := workspace(t), workspace(t)
+	ignoredRepo(t, e, ws1, "lazaret-marker-"+randHex(6))
+	// 3,000,000 bytes under /root (0700, the guest root's: a subordinate
+	// id) and 2,000,000 in the ignored node_modules.
+	res := r.run(t, ws1, "run", "-p", "tiny", "--", "sh", "-c",
+		"mkdir -p /root/big && head -c 3000000 /dev/zero > /root/big/f && mkdir -p /workspace/node_modules/x && head -c 2000000 /dev/zero > /workspace/node_modules/x/g && echo ok")
+	if res.code != 0 || !strings.HasSuffix(res.stdout, "ok\n") {
+		t.Fatalf("run ws1: %+v", res)
+	}
+	if res = r.run(t, ws2, "run", "-p", "tiny", "--", "true"); res.code != 0 {
+		t.Fatalf("run ws2: %+v", res)
+	}
+	// A profile's login state (written by the profile-paths mechanism).
+	prof := filepath.Join(r.storageRoot, "profiles", "claude", "paths", ".claude")
+	os.MkdirAll(prof, 0o700)
+	os.WriteFile(filepath.Join(prof, "token"), make([]byte, 100000), 0o600)
+	for _, p := range []string{filepath.Join(r.storageRoot, "profiles"), filepath.Dir(filepath.Dir(prof)), filepath.Dir(prof), prof, filepath.Join(prof, "token")} {
+		os.Chown(p, e.uid, e.gid)
+	}
+	noLeftovers(t)
+	id1, id2 := string(domainOf(ws1, "tiny")), string(domainOf(ws2, "tiny"))
+
+	type usage struct {
+		Bytes int64 `json:"bytes"`
+		Files int64 `json:"files"`
+	}
+	var rep struct {
+		Domains []struct {
+			DomainID  string    `json:"domain_id"`
+			Profile   string    `json:"profile"`
+			Workspace string    `json:"workspace"`
+			State     string    `json:"state"`
+			LastUse   time.Time `json:"last_use"`
+			Anchors   usage     `json:"state_anchors"`
+			Ignored   usage     `json:"ignored_state"`
+		} `json:"domains"`
+		Profiles []struct {
+			Profile string `json:"profile"`
+			Bytes   int64  `json:"bytes"`
+		} `json:"profiles"`
+	}
+	res = r.run(t, ws1, "ls", "--json")
+	if err := json.Unmarshal([]byte(res.stdout), &rep); res.code != 0 || err != nil || len(rep.Domains) != 2 {
+		t.Fatalf("ls --json: %v %+v", err, res)
+	}
+	for _, d := range rep.Domains {
+		if d.State != "stopped" || d.Profile != "tiny" || time.Since(d.LastUse) > 5*time.Minute {
+			t.Errorf("Domain %+v", d)
+		}
+		switch d.DomainID {
+		case id1:
+			if d.Anchors.Bytes < 3000000 || d.Anchors.Bytes > 3500000 || d.Ignored.Bytes < 2000000 || d.Ignored.Bytes > 2300000 {
+				t.Errorf("ws1's sizes are implausible: anchors %d ignored %d", d.Anchors.Bytes, d.Ignored.Bytes)
+			}
+		case id2:
+			if d.Anchors.Bytes > 1000000 || d.Ignored.Bytes > 100000 {
+				t.Errorf("ws2's sizes are implausible: anchors %d ignored %d", d.Anchors.Bytes, d.Ignored.Bytes)
+			}
+		default:
+			t.Errorf("unknown Domain %+v", d)
+		}
+	}
+	if len(rep.Profiles) != 1 || rep.Profiles[0].Profile != "claude" || rep.Profiles[0].Bytes < 100000 || rep.Profiles[0].Bytes > 120000 {
+		t.Errorf("profiles %+v", rep.Profiles)
+	}
+	res = r.run(t, ws1, "ls")
+	for _, want := range []string{"STATE ANCHORS", "IGNORED STATE", "3.0 MiB", "1.9 MiB", ws1, "profile login state", "claude"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("ls lacks %q:\n%s", want, res.stdout)
+		}
+	}
+
+	// ws1 last used 40 days ago (its log, which its last use is read
+	// from, last written then); ws2 as old but running.
+	wait := startBackground(t, ws2, r.env, "run", "-p", "tiny", "--", "sh", "-c", "echo started; exec sleep 300")
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	for _, ws := range []string{ws1, ws2} {
+		if err := os.Chtimes(filepath.Join(r.domainRoot(ws), "hc.log"), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res = r.run(t, ws1, "ls"); !strings.Contains(res.stdout, "40d ago") || !strings.Contains(res.stdout, "running") {
+		t.Errorf("ls after aging:\n%s", res.stdout)
+	}
+	if res = r.run(t, ws1, "rm", "--older-than", "30d"); res.code != 2 || !strings.Contains(res.stderr, "--yes") || !strings.Contains(res.stderr, id1) {
+		t.Errorf("rm --older-than without --yes: %+v", res)
+	}
+	if res = r.run(t, ws1, "rm", "--older-than", "1y"); res.code != 2 || !strings.Contains(res.stderr, "30d, 12h") {
+		t.Errorf("rm --older-than 1y: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(r.domainRoot(ws1), "domain.json")); err != nil {
+		t.Fatalf("a refused rm touched the Domain Root: %v", err)
+	}
+	res = r.run(t, ws1, "rm", "--older-than", "30d", "--yes", "--json")
+	var rmRep struct {
+		Domains []struct {
+			DomainID string `json:"domain_id"`
+		} `json:"domains"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &rmRep); res.code != 0 || err != nil || len(rmRep.Domains) != 1 || rmRep.Domains[0].DomainID != id1 {
+		t.Errorf("rm --older-than 30d --yes: %v %+v", err, res)
+	}
+	if !strings.Contains(res.stderr, "not removing Domain "+id2) || !strings.Contains(res.stderr, "it is running") {
+		t.Errorf("rm did not say it keeps the running Domain: %s", res.stderr)
+	}
+	if _, err := os.Lstat(r.domainRoot(ws1)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ws1's Domain Root is still there: %v", err)
+	}
+	if left := r.trash(t); len(left) != 0 {
+		t.Errorf("the trash still holds %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(r.domainRoot(ws2), "domain.json")); err != nil {
+		t.Errorf("the running Domain was touched: %v", err)
+	}
+	if res = r.run(t, ws2, "stop", "-p", "tiny"); res.code != 0 {
+		t.Errorf("stop ws2: %+v", res)
+	}
+	if code, _ := wait(30 * time.Second); code != 143 {
+		t.Errorf("ws2's session exited %d after stop", code)
+	}
+	noLeftovers(t)
+	// A young Domain is kept.
+	if res = r.run(t, ws2, "rm", "--older-than", "1h", "--yes"); res.code != 0 || !strings.Contains(res.stdout, "nothing to remove") {
+		t.Errorf("rm --older-than 1h: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(r.domainRoot(ws2), "domain.json")); err != nil {
+		t.Errorf("a Domain used just now was removed: %v", err)
 	}
 }

@@ -45,6 +45,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/anchor"
+	"github.com/lazaret/lazaret/pkg/diskuse"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
@@ -71,6 +72,9 @@ const (
 	// on stdout (anchor.ExportLayer, owners as guest ids) and its
 	// ExportResult on descriptor 3: a recipe build's commit.
 	OpExportLayer = "export-layer"
+	// OpDiskUsage measures every Domain's state and the profiles' paths
+	// under --storage-root (diskuse.Storage), read-only.
+	OpDiskUsage = "disk-usage"
 )
 
 // ReportVersion is the version of Report; a newer one is refused.
@@ -192,6 +196,10 @@ func Main(args []string) int {
 	var out any
 	var err error
 	switch *op {
+	case OpDiskUsage:
+		res := DiskUsageResult{Version: ReportVersion}
+		res.Report, err = diskuse.Storage(*storageRoot)
+		out = res
 	case OpPurge:
 		res := PurgeResult{Version: ReportVersion}
 		res.Deleted, err = removal.PurgeTrash(*storageRoot, os.Getuid())
@@ -238,7 +246,7 @@ func Main(args []string) int {
 
 // checkArgs checks the role's arguments for op.
 func checkArgs(op, domainRoot, storageRoot string, count uint) error {
-	if op == OpPurge {
+	if op == OpPurge || op == OpDiskUsage {
 		if storageRoot == "" || !filepath.IsAbs(storageRoot) || domainRoot != "" {
 			return errdefs.New(errdefs.ErrInvalid, "--op=%s takes --storage-root (absolute) and no --domain-root", op)
 		}
@@ -415,6 +423,27 @@ func PurgeTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
 		return 0, err
 	}
 	return r.Deleted, nil
+}
+
+// DiskUsageResult is what the disk-usage operation prints.
+type DiskUsageResult struct {
+	Version int `json:"version"`
+	diskuse.Report
+}
+
+// DiskUsage measures the Storage Root's Domains and profile paths in the
+// developer's user namespace, where directories of subordinate ids the
+// developer cannot traverse are readable (read-only: no lock needed).
+func DiskUsage(ctx context.Context, rsPath, storageRoot string) (diskuse.Report, error) {
+	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpDiskUsage)
+	if err != nil {
+		return diskuse.Report{}, err
+	}
+	var r DiskUsageResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		return diskuse.Report{}, err
+	}
+	return r.Report, nil
 }
 
 // decodeResult decodes a role's result into v (whose version is read by
