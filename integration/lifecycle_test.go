@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -369,4 +370,107 @@ func TestSpec38ListAndRemoveOldDomains(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r.domainRoot(ws2), "domain.json")); err != nil {
 		t.Errorf("a Domain used just now was removed: %v", err)
 	}
+}
+
+// TestSR13IgnoredStateCopyOutAndImport (SR-13, §3.8, FR-4): `state ignored
+// cp` copies the sandbox's copy of an ignored tree out to the host — a
+// symlink pointing outside is copied as a link, modes kept, the copies the
+// developer's — and refuses to overwrite without --force; paths that are not
+// ignored state are refused with the reason; `state ignored import` puts a
+// host file at an ignored path, refused while the Domain runs, and the next
+// run finds it there, writable.
+func TestSR13IgnoredStateCopyOutAndImport(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	marker := "lazaret-marker-" + randHex(6)
+	ignoredRepo(t, e, ws, marker)
+	res := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c",
+		"cd /workspace && mkdir -p node_modules/pkg/sub && echo hello > node_modules/pkg/a.txt && chmod 640 node_modules/pkg/a.txt && echo deep > node_modules/pkg/sub/b && ln -s /etc/passwd node_modules/pkg/out && ln -s ../.. node_modules/pkg/up && echo ok")
+	if res.code != 0 || !strings.HasSuffix(res.stdout, "ok\n") {
+		t.Fatalf("run: %+v", res)
+	}
+	outDir := e.userDir("cp-out-" + randHex(3))
+	dest := filepath.Join(outDir, "pkg")
+	if res = lz(t, ws, nil, "state", "ignored", "cp", "-p", "tiny", "node_modules/pkg", dest); res.code != 0 {
+		t.Fatalf("cp: %+v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(dest, "a.txt")); err != nil || string(b) != "hello\n" {
+		t.Errorf("a.txt: %q %v", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "sub", "b")); string(b) != "deep\n" {
+		t.Errorf("sub/b: %q", b)
+	}
+	if l, err := os.Readlink(filepath.Join(dest, "out")); err != nil || l != "/etc/passwd" {
+		t.Errorf("out: %q %v (not copied as a symlink)", l, err)
+	}
+	if l, err := os.Readlink(filepath.Join(dest, "up")); err != nil || l != "../.." {
+		t.Errorf("up: %q %v", l, err)
+	}
+	for _, p := range []string{"", "a.txt", "sub", "sub/b", "out"} {
+		fi, err := os.Lstat(filepath.Join(dest, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != e.uid || int(st.Gid) != e.gid {
+			t.Errorf("%s is owned by %d:%d, not the developer", p, st.Uid, st.Gid)
+		}
+		if p == "a.txt" && fi.Mode().Perm() != 0o640 {
+			t.Errorf("a.txt mode %v, want 0640", fi.Mode().Perm())
+		}
+	}
+	// No overwrite without --force; with it the tree is replaced.
+	os.WriteFile(filepath.Join(dest, "a.txt"), []byte("mine\n"), 0o644)
+	if res = lz(t, ws, nil, "state", "ignored", "cp", "-p", "tiny", "node_modules/pkg", dest); res.code == 0 || !strings.Contains(res.stderr, "not overwriting it (--force replaces it)") {
+		t.Errorf("cp over an existing HOSTDEST: %+v", res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "a.txt")); string(b) != "mine\n" {
+		t.Errorf("a refused cp changed HOSTDEST: %q", b)
+	}
+	if res = lz(t, ws, nil, "state", "ignored", "cp", "-p", "tiny", "--force", "node_modules/pkg", dest); res.code != 0 {
+		t.Errorf("cp --force: %+v", res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "a.txt")); string(b) != "hello\n" {
+		t.Errorf("cp --force did not replace HOSTDEST: %q", b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(outDir, ".*")); len(left) != 0 {
+		t.Errorf("temporary entries left beside HOSTDEST: %v", left)
+	}
+	// Paths that are not ignored state, or have no copy.
+	if res = lz(t, ws, nil, "state", "ignored", "cp", "-p", "tiny", ".gitignore", filepath.Join(outDir, "gi")); res.code != 2 || !strings.Contains(res.stderr, "is not Ignored Workspace State") {
+		t.Errorf("cp of a non-ignored path: %+v", res)
+	}
+	if res = lz(t, ws, nil, "state", "ignored", "cp", "-p", "tiny", "node_modules/none", filepath.Join(outDir, "none")); res.code != 2 || !strings.Contains(res.stderr, "has no sandbox copy at node_modules/none") {
+		t.Errorf("cp of a path without state: %+v", res)
+	}
+	if res = lz(t, ws, nil, "state", "ignored", "cp", "-p", "tiny", "../x", filepath.Join(outDir, "x")); res.code != 2 {
+		t.Errorf("cp of ../x: %+v", res)
+	}
+
+	// Import: refused while the Domain runs.
+	src := filepath.Join(outDir, "env.sandbox")
+	writeAs(t, e, src, "IMPORTED="+marker+"\n")
+	wait := startBackground(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo started; exec sleep 300")
+	if res = lz(t, ws, nil, "state", "ignored", "import", "-p", "tiny", src, ".env"); res.code == 0 || !strings.Contains(res.stderr, "is active") {
+		t.Errorf("import while running: %+v", res)
+	}
+	if res = lz(t, ws, nil, "stop", "-p", "tiny"); res.code != 0 {
+		t.Fatalf("stop: %+v", res)
+	}
+	wait(30 * time.Second)
+	noLeftovers(t)
+	if res = lz(t, ws, nil, "state", "ignored", "import", "-p", "tiny", src, ".env"); res.code != 0 {
+		t.Fatalf("import: %+v", res)
+	}
+	if res = lz(t, ws, nil, "state", "ignored", "import", "-p", "tiny", src, ".env"); res.code == 0 || !strings.Contains(res.stderr, "--force replaces it") {
+		t.Errorf("import over an existing copy: %+v", res)
+	}
+	res = lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "cat /workspace/.env && echo more >> /workspace/.env && tail -1 /workspace/.env")
+	if res.code != 0 || res.stdout != "IMPORTED="+marker+"\nmore\n" {
+		t.Errorf("the next run does not find the import at .env, writable: %+v", res)
+	}
+	// The host's own .env is untouched.
+	if b, _ := os.ReadFile(filepath.Join(ws, ".env")); string(b) != marker+"\n" {
+		t.Errorf("host .env changed: %q", b)
+	}
+	noLeftovers(t)
 }
