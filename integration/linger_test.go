@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,6 +124,37 @@ func TestSpec32Linger(t *testing.T) {
 		t.Errorf("lingering Domain %v, want profile lg", d["profile"])
 	}
 	waitStopped(t, ws, 60*time.Second)
+	noLeftovers(t)
+
+	// lazaret stop ends a lingering Domain at once, and a Domain whose
+	// sessions it ends does not linger.
+	if r = lz(t, ws, nil, "run", "-p", "tiny", "--linger", "10m", "--", "true"); r.code != 0 {
+		t.Fatalf("run --linger 10m: %d\n%s", r.code, r.stderr)
+	}
+	waitLingering(t, ws)
+	if r = lz(t, ws, nil, "stop", "-p", "tiny"); r.code != 0 {
+		t.Fatalf("stop of a lingering Domain: %d\n%s", r.code, r.stderr)
+	}
+	if lingerStatus(t, ws) != nil {
+		t.Fatal("the lingering Domain still runs after lazaret stop returned")
+	}
+	noLeftovers(t)
+	hold := e.cmd(ws, nil, "run", "-p", "tiny", "--linger", "10m", "--", "sh", "-c", "echo up; exec sleep 600")
+	out, _ := hold.StdoutPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(out, buf); err != nil {
+		t.Fatalf("held session: %v", err)
+	}
+	if r = lz(t, ws, nil, "stop", "-p", "tiny"); r.code != 0 {
+		t.Fatalf("stop with a session: %d\n%s", r.code, r.stderr)
+	}
+	hold.Wait()
+	if lingerStatus(t, ws) != nil {
+		t.Fatal("a Domain lazaret stop ended lingers")
+	}
 	noLeftovers(t)
 
 	// Bad values.

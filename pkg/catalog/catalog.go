@@ -148,9 +148,13 @@ type fatalLogger struct {
 func (l fatalLogger) attrs() []any {
 	return []any{"storage_root", l.root, "operation", l.op, "component", "storage-catalog"}
 }
+
+// Infof is pebble's informational messages (WAL replay, compactions):
+// internal to the storage engine, so at debug level.
 func (l fatalLogger) Infof(format string, args ...any) {
-	l.log.Info(fmt.Sprintf(format, args...), l.attrs()...)
+	l.log.Debug(fmt.Sprintf(format, args...), l.attrs()...)
 }
+
 func (l fatalLogger) Errorf(format string, args ...any) {
 	l.log.Error(fmt.Sprintf(format, args...), l.attrs()...)
 }

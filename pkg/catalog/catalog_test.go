@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -507,4 +508,16 @@ func TestExclusive(t *testing.T) {
 		t.Fatalf("fn's error: %v", err)
 	}
 	must(t, "after", c.View(ctx, func(*Tx) error { return nil }))
+}
+
+// Pebble's informational messages are at debug level (errors stay errors).
+func TestPebbleInfoIsDebug(t *testing.T) {
+	var buf bytes.Buffer
+	l := fatalLogger{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	l.Infof("Found %d WALs", 1)
+	l.Errorf("disk %s", "trouble")
+	out := buf.String()
+	if !strings.Contains(out, `level=DEBUG msg="Found 1 WALs"`) || !strings.Contains(out, `level=ERROR msg="disk trouble"`) {
+		t.Errorf("log %q", out)
+	}
 }

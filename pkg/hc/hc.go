@@ -45,6 +45,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
+	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
@@ -131,24 +132,27 @@ type coordinator struct {
 	leasedArtifact   string
 	anchorsUnmounted []uint64
 
-	mu        sync.Mutex
-	st        state
-	failErr   error
-	ready     chan struct{} // closed when running or failed
-	progress  []string
-	changed   chan struct{} // closed and replaced on every progress line
-	active    int           // registered or waiting sessions
-	everHad   bool
+	mu       sync.Mutex
+	st       state
+	failErr  error
+	ready    chan struct{} // closed when running or failed
+	progress []string
+	changed  chan struct{} // closed and replaced on every progress line
+	active   int           // registered or waiting sessions
+	// stopRequested: `lazaret stop` is ending the sessions; no session
+	// registers any more (stop.go).
+	stopRequested bool
+	everHad       bool
 	// linger is the longest time any session of this generation asked the
 	// Domain to stay up after its last session leaves; while it lingers,
 	// lingerTimer ends it at lingerUntil unless a session joins.
 	linger      time.Duration
 	lingerTimer *time.Timer
 	lingerUntil time.Time
-	sessions  map[string]*session
-	sessionWG sync.WaitGroup // sessions still writing to their clients
-	teardownC chan struct{}
-	stopped   chan struct{} // RS reported SupervisorStopped
+	sessions    map[string]*session
+	sessionWG   sync.WaitGroup // sessions still writing to their clients
+	teardownC   chan struct{}
+	stopped     chan struct{} // RS reported SupervisorStopped
 }
 
 // Main runs the Host Coordinator and returns its exit status.
@@ -170,6 +174,9 @@ func Main(args []string) int {
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*level))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "hc", "pid", os.Getpid())
+	// The marker that starts this process's part of the Domain log
+	// (`lazaret logs` groups the log by it).
+	log.Info(hclog.StartMarker)
 	if *lockFD < 3 || *readyFD < 3 || *profileFD < 3 {
 		fmt.Fprintln(os.Stderr, "lazaret-hc is started by lazaret, not by hand (missing --lock-fd/--ready-fd/--profile-fd)")
 		return 2

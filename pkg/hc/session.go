@@ -37,16 +37,41 @@ type session struct {
 	mu         sync.Mutex
 	child      *proc.Child
 	tty        bool // interactive: escalation prompts go to its terminal
+	// killed: the exec client is killed as soon as it exists (teardown or
+	// stop reached the session before its command started); stopped: by
+	// `lazaret stop`, which the Exit frame reports.
+	killed, stopped bool
 }
 
-// kill stops the session's exec client (Domain teardown).
+// kill stops the session's exec client (Domain teardown, lazaret stop),
+// now or, if the command is still starting, as soon as it exists.
 func (s *session) kill() {
 	s.mu.Lock()
+	s.killed = true
 	child := s.child
 	s.mu.Unlock()
 	if child != nil {
 		child.Signal(unix.SIGKILL)
 	}
+}
+
+// setChild records the session's exec client, killing it at once when the
+// session was killed while the command started.
+func (s *session) setChild(child *proc.Child) {
+	s.mu.Lock()
+	s.child = child
+	killed := s.killed
+	s.mu.Unlock()
+	if killed {
+		child.Signal(unix.SIGKILL)
+	}
+}
+
+// wasStopped reports whether `lazaret stop` ended the session.
+func (s *session) wasStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
 }
 
 func (c *coordinator) acceptLoop() {
@@ -134,9 +159,13 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		c.serveStatus(conn, st)
 		return
 	}
+	if st := first.GetStop(); st != nil {
+		c.serveStop(conn, st)
+		return
+	}
 	req := first.GetRun()
 	if req == nil {
-		refuse(conn, errdefs.New(errdefs.ErrInvalid, "first frame must be a RunRequest or StatusRequest"))
+		refuse(conn, errdefs.New(errdefs.ErrInvalid, "first frame must be a RunRequest, StatusRequest or StopRequest"))
 		return
 	}
 	if err := c.validate(req); err != nil {
@@ -155,8 +184,11 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		return
 	}
 	c.mu.Lock()
-	if c.st == stateStopping || c.st == stateFailed {
+	if c.st == stateStopping || c.st == stateFailed || c.stopRequested {
 		err := c.failErr
+		if c.stopRequested && c.st != stateFailed {
+			err = errStopping // the CLI retries and starts the next generation
+		}
 		c.mu.Unlock()
 		refuse(conn, err)
 		return
@@ -193,12 +225,16 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	if !c.waitReady(conn, frames) {
 		return
 	}
+	if s.wasStopped() {
+		s.refuseOrStopped(nil)
+		return
+	}
 	c.mu.Lock()
 	failed := c.st != stateRunning
 	failErr := c.failErr
 	c.mu.Unlock()
 	if failed {
-		refuse(conn, failErr)
+		s.refuseOrStopped(failErr)
 		return
 	}
 	// `lazaret run -P`: forwarded by the running helper before the
@@ -253,7 +289,7 @@ func (c *coordinator) leave(s *session) {
 	c.active--
 	last := c.active == 0
 	switch {
-	case last && c.linger > 0 && c.st == stateRunning:
+	case last && c.linger > 0 && c.st == stateRunning && !c.stopRequested:
 		c.lingerUntil = time.Now().Add(c.linger)
 		c.lingerTimer = time.AfterFunc(c.linger, c.lingerExpired)
 		c.log.Info("last session left: the Domain lingers", "linger", c.linger.String())
@@ -389,9 +425,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 		refuse(s.conn, fmt.Errorf("start session command: %w", err))
 		return
 	}
-	s.mu.Lock()
-	s.child = child
-	s.mu.Unlock()
+	s.setChild(child)
 	c.timing.Mark("session started")
 	log.Info("session started", "argv0", req.Argv[0], "joined", joined)
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
@@ -519,8 +553,8 @@ loop:
 		code = 125
 	}
 	c.timing.Mark("session command exited")
-	log.Info("session ended", "status", st.String())
-	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}})
+	log.Info("session ended", "status", st.String(), "stopped", s.wasStopped())
+	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.wasStopped()}}})
 }
 
 // groupSignalQueue bounds a non-interactive session's pending group events.

@@ -220,9 +220,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 	}
 	t.child = child
 	t.id.ExecClient = child.Identity()
-	s.mu.Lock()
-	s.child = child
-	s.mu.Unlock()
+	s.setChild(child)
 	// 3. The guest process group and its leader.
 	admitted := false
 	if err := t.identify(ctx, pidFile); err != nil {
@@ -654,10 +652,10 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		code = 125
 	}
 	t.s.c.timing.Mark("session command exited")
-	t.log.Info("session ended", "status", st.String())
+	t.log.Info("session ended", "status", st.String(), "stopped", s.wasStopped())
 	// Exactly one Exit, after the last forwarded byte (the pump has ended).
 	s.raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))
-	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig)}}})
+	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.wasStopped()}}})
 	return false
 }
 

@@ -37,6 +37,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/anchor"
+	"github.com/lazaret/lazaret/pkg/diskuse"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
@@ -55,6 +57,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/removal"
 	"github.com/lazaret/lazaret/pkg/statetree"
+	"github.com/lazaret/lazaret/pkg/treecopy"
 )
 
 // Arg selects the state-maintenance role of lazaret-rs.
@@ -75,6 +78,13 @@ const (
 	// OpProfileSizes measures a profile's stored profile paths
 	// (profilestate.Sizes). It takes --storage-root and --profile.
 	OpProfileSizes = "profile-sizes"
+	// OpDiskUsage measures every Domain's state and the profiles' paths
+	// under --storage-root (diskuse.Storage), read-only.
+	OpDiskUsage = "disk-usage"
+	// OpIgnoredCopy copies an ignored path out of the Ignored Workspace
+	// State to a host path (--direction=out) or a host path into it
+	// (--direction=in), with package treecopy.
+	OpIgnoredCopy = "ignored-copy"
 )
 
 // ReportVersion is the version of Report; a newer one is refused.
@@ -182,6 +192,9 @@ func Main(args []string) int {
 	scope := fl.String("scope", ScopeAnchors, "verify: anchors or ignored")
 	rel := fl.String("path", "", "ignored-reset: the workspace-relative ignored path")
 	all := fl.Bool("all", false, "ignored-reset: the whole Ignored Workspace State")
+	hostPath := fl.String("host-path", "", "ignored-copy: the absolute host path (destination out, source in)")
+	direction := fl.String("direction", "", "ignored-copy: out or in")
+	force := fl.Bool("force", false, "ignored-copy: replace an existing destination")
 	hostUID := fl.Int("host-uid", -1, "the developer's host uid (for reports)")
 	hostGID := fl.Int("host-gid", -1, "the developer's host gid (for reports)")
 	uidStart := fl.Uint("uid-start", 0, "first subordinate uid")
@@ -197,6 +210,14 @@ func Main(args []string) int {
 	var out any
 	var err error
 	switch *op {
+	case OpIgnoredCopy:
+		res := CopyResult{Version: ReportVersion}
+		res.Stats, err = ignoredCopy(*root, *rel, *hostPath, *direction, *force)
+		out = res
+	case OpDiskUsage:
+		res := DiskUsageResult{Version: ReportVersion}
+		res.Report, err = diskuse.Storage(*storageRoot)
+		out = res
 	case OpPurge:
 		res := PurgeResult{Version: ReportVersion}
 		res.Deleted, err = removal.PurgeTrash(*storageRoot, os.Getuid())
@@ -247,7 +268,7 @@ func Main(args []string) int {
 
 // checkArgs checks the role's arguments for op.
 func checkArgs(op, domainRoot, storageRoot string, count uint) error {
-	if op == OpPurge || op == OpProfileSizes {
+	if op == OpPurge || op == OpProfileSizes || op == OpDiskUsage {
 		if storageRoot == "" || !filepath.IsAbs(storageRoot) || domainRoot != "" {
 			return errdefs.New(errdefs.ErrInvalid, "--op=%s takes --storage-root (absolute) and no --domain-root", op)
 		}
@@ -445,6 +466,113 @@ func ProfileSizes(ctx context.Context, rsPath, storageRoot, profile string) ([]p
 		return nil, err
 	}
 	return r.Paths, nil
+}
+
+// CopyResult is what the ignored-copy operation prints.
+type CopyResult struct {
+	Version int `json:"version"`
+	treecopy.Stats
+}
+
+// ignoredCopy copies between <domainRoot>/ignored-state/<rel> (opened
+// beneath the Domain Root without following any symlink) and hostPath (the
+// developer's own choice, resolved as given).
+func ignoredCopy(domainRoot, rel, hostPath, direction string, force bool) (treecopy.Stats, error) {
+	if rel == "" || path.IsAbs(rel) || path.Clean(rel) != rel || rel == ".." || strings.HasPrefix(rel, "../") || !filepath.IsAbs(hostPath) {
+		return treecopy.Stats{}, errdefs.New(errdefs.ErrInvalid, "ignored-copy takes a workspace-relative --path and an absolute --host-path (got %q, %q)", rel, hostPath)
+	}
+	rootFD, err := unix.Open(domainRoot, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return treecopy.Stats{}, fmt.Errorf("open the Domain Root: %w", err)
+	}
+	defer unix.Close(rootFD)
+	stateFD, err := statetree.MkdirBeneath(rootFD, ignoredstate.Dir, 0o700)
+	if err != nil {
+		return treecopy.Stats{}, err
+	}
+	defer unix.Close(stateFD)
+	hostDir, err := unix.Open(filepath.Dir(hostPath), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return treecopy.Stats{}, fmt.Errorf("open %s: %w", filepath.Dir(hostPath), err)
+	}
+	defer unix.Close(hostDir)
+	parent, name := path.Split(rel)
+	switch direction {
+	case "out":
+		sd := stateFD
+		if parent != "" {
+			if sd, err = statetree.OpenDir(stateFD, strings.TrimSuffix(parent, "/")); err != nil {
+				return treecopy.Stats{}, err
+			}
+			defer unix.Close(sd)
+		}
+		return treecopy.Copy(sd, name, hostDir, filepath.Base(hostPath), force)
+	case "in":
+		// The mirror directories above the path, as the routing daemon
+		// creates them on demand.
+		dd := stateFD
+		for _, c := range strings.Split(strings.TrimSuffix(parent, "/"), "/") {
+			if c == "" {
+				continue
+			}
+			next, err := statetree.MkdirBeneath(dd, c, 0o755)
+			if dd != stateFD {
+				unix.Close(dd)
+			}
+			if err != nil {
+				return treecopy.Stats{}, err
+			}
+			dd = next
+		}
+		if dd != stateFD {
+			defer unix.Close(dd)
+		}
+		return treecopy.Copy(hostDir, filepath.Base(hostPath), dd, name, force)
+	}
+	return treecopy.Stats{}, errdefs.New(errdefs.ErrInvalid, "--direction %q: out or in", direction)
+}
+
+// IgnoredCopy runs ignoredCopy in the developer's user namespace, where
+// files of subordinate ids with private modes are readable and the copies
+// belong to the developer (spec §3.8: confined to the Domain Root).
+//
+// Preconditions: direction in: the caller holds the Domain's lifecycle
+// lock and has established that the Domain is inactive.
+func IgnoredCopy(ctx context.Context, rsPath, domainRoot, rel, hostPath, direction string, force bool) (treecopy.Stats, error) {
+	args := []string{"--domain-root=" + domainRoot, "--op=" + OpIgnoredCopy, "--path=" + rel, "--host-path=" + hostPath, "--direction=" + direction}
+	if force {
+		args = append(args, "--force")
+	}
+	out, err := run(ctx, rsPath, args...)
+	if err != nil {
+		return treecopy.Stats{}, err
+	}
+	var r CopyResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		return treecopy.Stats{}, err
+	}
+	return r.Stats, nil
+}
+
+// DiskUsageResult is what the disk-usage operation prints.
+type DiskUsageResult struct {
+	Version int `json:"version"`
+	diskuse.Report
+}
+
+// DiskUsage measures the Storage Root's Domains and profile paths in the
+// developer's user namespace, where directories of subordinate ids the
+// developer cannot traverse are readable (read-only: no lock needed).
+func DiskUsage(ctx context.Context, rsPath, storageRoot string) (diskuse.Report, error) {
+	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpDiskUsage)
+	if err != nil {
+		return diskuse.Report{}, err
+	}
+	var r DiskUsageResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		return diskuse.Report{}, err
+	}
+	return r.Report, nil
 }
 
 // decodeResult decodes a role's result into v (whose version is read by

@@ -94,8 +94,10 @@ func (l fatalLogger) attrs() []any {
 	return []any{"domain_id", string(l.domain), "generation", l.gen.Load(), "component", "domain-store"}
 }
 
+// Infof is pebble's informational messages (WAL replay, compactions):
+// internal to the storage engine, so at debug level.
 func (l fatalLogger) Infof(format string, args ...any) {
-	l.log.Info(fmt.Sprintf(format, args...), l.attrs()...)
+	l.log.Debug(fmt.Sprintf(format, args...), l.attrs()...)
 }
 
 func (l fatalLogger) Errorf(format string, args ...any) {

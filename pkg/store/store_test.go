@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -900,3 +901,16 @@ func TestFatalLoggerPanicsWithDomainAndGeneration(t *testing.T) {
 }
 
 var _ vfs.FS = vfs.Default
+
+// Pebble's informational messages (WAL replay) are the storage engine's
+// own: debug level, so the Domain log at its default level has none.
+func TestPebbleInfoIsDebug(t *testing.T) {
+	var buf bytes.Buffer
+	l := fatalLogger{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), domain: testID.ID, gen: new(atomic.Uint64)}
+	l.Infof("Found %d WALs", 1)
+	l.Errorf("disk %s", "trouble")
+	out := buf.String()
+	if !strings.Contains(out, `level=DEBUG msg="Found 1 WALs"`) || !strings.Contains(out, `level=ERROR msg="disk trouble"`) {
+		t.Errorf("log %q", out)
+	}
+}

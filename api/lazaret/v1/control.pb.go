@@ -144,6 +144,7 @@ type ClientFrame struct {
 	//	*ClientFrame_Enroll
 	//	*ClientFrame_Status
 	//	*ClientFrame_Continue
+	//	*ClientFrame_Stop
 	//	*ClientFrame_EscalationDecision
 	//	*ClientFrame_HostProcessCancel
 	Msg           isClientFrame_Msg `protobuf_oneof:"msg"`
@@ -287,6 +288,15 @@ func (x *ClientFrame) GetContinue() *Continue {
 	return nil
 }
 
+func (x *ClientFrame) GetStop() *StopRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ClientFrame_Stop); ok {
+			return x.Stop
+		}
+	}
+	return nil
+}
+
 func (x *ClientFrame) GetEscalationDecision() *SignedDecision {
 	if x != nil {
 		if x, ok := x.Msg.(*ClientFrame_EscalationDecision); ok {
@@ -357,6 +367,11 @@ type ClientFrame_Continue struct {
 	Continue *Continue `protobuf:"bytes,11,opt,name=continue,proto3,oneof"`
 }
 
+type ClientFrame_Stop struct {
+	// First and only frame of a stop connection (`lazaret stop`).
+	Stop *StopRequest `protobuf:"bytes,12,opt,name=stop,proto3,oneof"`
+}
+
 type ClientFrame_EscalationDecision struct {
 	// The developer's answer to an EscalationPrompt (escalation.proto).
 	EscalationDecision *SignedDecision `protobuf:"bytes,40,opt,name=escalation_decision,json=escalationDecision,proto3,oneof"`
@@ -389,6 +404,8 @@ func (*ClientFrame_Enroll) isClientFrame_Msg() {}
 func (*ClientFrame_Status) isClientFrame_Msg() {}
 
 func (*ClientFrame_Continue) isClientFrame_Msg() {}
+
+func (*ClientFrame_Stop) isClientFrame_Msg() {}
 
 func (*ClientFrame_EscalationDecision) isClientFrame_Msg() {}
 
@@ -585,6 +602,109 @@ func (x *Status) GetJson() []byte {
 	return nil
 }
 
+// StopRequest asks the Host Coordinator to end every Client Session of the
+// Domain (as if each had closed: pending escalation prompts cancelled, host
+// processes killed) and then to tear the generation down as after its last
+// session. New sessions are refused with retry meanwhile.
+type StopRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ProtocolVersion ProtocolVersion        `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3,enum=lazaret.v1.ProtocolVersion" json:"protocol_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *StopRequest) Reset() {
+	*x = StopRequest{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopRequest) ProtoMessage() {}
+
+func (x *StopRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
+func (*StopRequest) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StopRequest) GetProtocolVersion() ProtocolVersion {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return ProtocolVersion_PROTOCOL_VERSION_UNSPECIFIED
+}
+
+// Stopping answers StopRequest: the generation being stopped and how many
+// sessions it ends. The coordinator exits (and releases the Domain lock)
+// when the teardown is complete.
+type Stopping struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Sessions      uint32                 `protobuf:"varint,2,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Stopping) Reset() {
+	*x = Stopping{}
+	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stopping) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stopping) ProtoMessage() {}
+
+func (x *Stopping) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stopping.ProtoReflect.Descriptor instead.
+func (*Stopping) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Stopping) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Stopping) GetSessions() uint32 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
 // RunRequest registers a Client Session running one command in the Agent
 // Sandbox. It is the first frame on a connection.
 type RunRequest struct {
@@ -640,7 +760,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	mi := &file_lazaret_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +772,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[5]
+	mi := &file_lazaret_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +785,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunRequest) GetProtocolVersion() ProtocolVersion {
@@ -794,7 +914,7 @@ type WindowSize struct {
 
 func (x *WindowSize) Reset() {
 	*x = WindowSize{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	mi := &file_lazaret_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +926,7 @@ func (x *WindowSize) String() string {
 func (*WindowSize) ProtoMessage() {}
 
 func (x *WindowSize) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[6]
+	mi := &file_lazaret_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +939,7 @@ func (x *WindowSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
 func (*WindowSize) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WindowSize) GetRows() uint32 {
@@ -862,7 +982,7 @@ type Resize struct {
 
 func (x *Resize) Reset() {
 	*x = Resize{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[7]
+	mi := &file_lazaret_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +994,7 @@ func (x *Resize) String() string {
 func (*Resize) ProtoMessage() {}
 
 func (x *Resize) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[7]
+	mi := &file_lazaret_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1007,7 @@ func (x *Resize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resize.ProtoReflect.Descriptor instead.
 func (*Resize) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Resize) GetSize() *WindowSize {
@@ -912,7 +1032,7 @@ type Interrupt struct {
 
 func (x *Interrupt) Reset() {
 	*x = Interrupt{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[8]
+	mi := &file_lazaret_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1044,7 @@ func (x *Interrupt) String() string {
 func (*Interrupt) ProtoMessage() {}
 
 func (x *Interrupt) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[8]
+	mi := &file_lazaret_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1057,7 @@ func (x *Interrupt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupt.ProtoReflect.Descriptor instead.
 func (*Interrupt) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 type Quit struct {
@@ -948,7 +1068,7 @@ type Quit struct {
 
 func (x *Quit) Reset() {
 	*x = Quit{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[9]
+	mi := &file_lazaret_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1080,7 @@ func (x *Quit) String() string {
 func (*Quit) ProtoMessage() {}
 
 func (x *Quit) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[9]
+	mi := &file_lazaret_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1093,7 @@ func (x *Quit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quit.ProtoReflect.Descriptor instead.
 func (*Quit) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 type Suspend struct {
@@ -984,7 +1104,7 @@ type Suspend struct {
 
 func (x *Suspend) Reset() {
 	*x = Suspend{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[10]
+	mi := &file_lazaret_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1116,7 @@ func (x *Suspend) String() string {
 func (*Suspend) ProtoMessage() {}
 
 func (x *Suspend) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[10]
+	mi := &file_lazaret_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1129,7 @@ func (x *Suspend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Suspend.ProtoReflect.Descriptor instead.
 func (*Suspend) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 type Continue struct {
@@ -1020,7 +1140,7 @@ type Continue struct {
 
 func (x *Continue) Reset() {
 	*x = Continue{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[11]
+	mi := &file_lazaret_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1152,7 @@ func (x *Continue) String() string {
 func (*Continue) ProtoMessage() {}
 
 func (x *Continue) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[11]
+	mi := &file_lazaret_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1165,7 @@ func (x *Continue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Continue.ProtoReflect.Descriptor instead.
 func (*Continue) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 // StdinData carries bytes for the session command's standard input.
@@ -1058,7 +1178,7 @@ type StdinData struct {
 
 func (x *StdinData) Reset() {
 	*x = StdinData{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[12]
+	mi := &file_lazaret_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1190,7 @@ func (x *StdinData) String() string {
 func (*StdinData) ProtoMessage() {}
 
 func (x *StdinData) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[12]
+	mi := &file_lazaret_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1203,7 @@ func (x *StdinData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinData.ProtoReflect.Descriptor instead.
 func (*StdinData) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StdinData) GetData() []byte {
@@ -1102,7 +1222,7 @@ type StdinClose struct {
 
 func (x *StdinClose) Reset() {
 	*x = StdinClose{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[13]
+	mi := &file_lazaret_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1234,7 @@ func (x *StdinClose) String() string {
 func (*StdinClose) ProtoMessage() {}
 
 func (x *StdinClose) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[13]
+	mi := &file_lazaret_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1247,7 @@ func (x *StdinClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinClose.ProtoReflect.Descriptor instead.
 func (*StdinClose) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 // SignalRequest asks HC to deliver a signal to the session command because
@@ -1141,7 +1261,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[14]
+	mi := &file_lazaret_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1273,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[14]
+	mi := &file_lazaret_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1286,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SignalRequest) GetSignal() int32 {
@@ -1188,6 +1308,7 @@ type ServerFrame struct {
 	//	*ServerFrame_Progress
 	//	*ServerFrame_Enrollment
 	//	*ServerFrame_Status
+	//	*ServerFrame_Stopping
 	//	*ServerFrame_EscalationPrompt
 	//	*ServerFrame_EscalationPromptEnd
 	//	*ServerFrame_HostProcessStarted
@@ -1199,7 +1320,7 @@ type ServerFrame struct {
 
 func (x *ServerFrame) Reset() {
 	*x = ServerFrame{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[15]
+	mi := &file_lazaret_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1332,7 @@ func (x *ServerFrame) String() string {
 func (*ServerFrame) ProtoMessage() {}
 
 func (x *ServerFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[15]
+	mi := &file_lazaret_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1345,7 @@ func (x *ServerFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerFrame.ProtoReflect.Descriptor instead.
 func (*ServerFrame) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ServerFrame) GetMsg() isServerFrame_Msg {
@@ -1292,6 +1413,15 @@ func (x *ServerFrame) GetStatus() *Status {
 	if x != nil {
 		if x, ok := x.Msg.(*ServerFrame_Status); ok {
 			return x.Status
+		}
+	}
+	return nil
+}
+
+func (x *ServerFrame) GetStopping() *Stopping {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerFrame_Stopping); ok {
+			return x.Stopping
 		}
 	}
 	return nil
@@ -1365,6 +1495,10 @@ type ServerFrame_Status struct {
 	Status *Status `protobuf:"bytes,7,opt,name=status,proto3,oneof"`
 }
 
+type ServerFrame_Stopping struct {
+	Stopping *Stopping `protobuf:"bytes,8,opt,name=stopping,proto3,oneof"`
+}
+
 type ServerFrame_EscalationPrompt struct {
 	// Host escalation prompt at the requesting session's terminal
 	// (escalation.proto); the prompt's end without an answer.
@@ -1400,6 +1534,8 @@ func (*ServerFrame_Enrollment) isServerFrame_Msg() {}
 
 func (*ServerFrame_Status) isServerFrame_Msg() {}
 
+func (*ServerFrame_Stopping) isServerFrame_Msg() {}
+
 func (*ServerFrame_EscalationPrompt) isServerFrame_Msg() {}
 
 func (*ServerFrame_EscalationPromptEnd) isServerFrame_Msg() {}
@@ -1424,7 +1560,7 @@ type Accepted struct {
 
 func (x *Accepted) Reset() {
 	*x = Accepted{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[16]
+	mi := &file_lazaret_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1572,7 @@ func (x *Accepted) String() string {
 func (*Accepted) ProtoMessage() {}
 
 func (x *Accepted) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[16]
+	mi := &file_lazaret_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1585,7 @@ func (x *Accepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accepted.ProtoReflect.Descriptor instead.
 func (*Accepted) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Accepted) GetSessionId() string {
@@ -1491,7 +1627,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[17]
+	mi := &file_lazaret_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1639,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[17]
+	mi := &file_lazaret_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1652,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Output) GetStream() Stream {
@@ -1539,14 +1675,17 @@ type Exit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	// Signal number when the command was killed by a signal, else 0.
-	Signal        int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	Signal int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// The session was ended by `lazaret stop`: the CLI reports that and
+	// exits with its own stated status instead of code.
+	Stopped       bool `protobuf:"varint,3,opt,name=stopped,proto3" json:"stopped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Exit) Reset() {
 	*x = Exit{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[18]
+	mi := &file_lazaret_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1697,7 @@ func (x *Exit) String() string {
 func (*Exit) ProtoMessage() {}
 
 func (x *Exit) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[18]
+	mi := &file_lazaret_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1710,7 @@ func (x *Exit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exit.ProtoReflect.Descriptor instead.
 func (*Exit) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Exit) GetCode() int32 {
@@ -1586,6 +1725,13 @@ func (x *Exit) GetSignal() int32 {
 		return x.Signal
 	}
 	return 0
+}
+
+func (x *Exit) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
+	}
+	return false
 }
 
 // Error ends a session that could not run. Category is a stable word
@@ -1603,7 +1749,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[19]
+	mi := &file_lazaret_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1761,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[19]
+	mi := &file_lazaret_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1774,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Error) GetCategory() string {
@@ -1663,7 +1809,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lazaret_v1_control_proto_msgTypes[20]
+	mi := &file_lazaret_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1821,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_control_proto_msgTypes[20]
+	mi := &file_lazaret_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1834,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_lazaret_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Progress) GetMessage() string {
@@ -1703,7 +1849,7 @@ var File_lazaret_v1_control_proto protoreflect.FileDescriptor
 const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazaret/v1/control.proto\x12\n" +
-	"lazaret.v1\x1a\x1blazaret/v1/escalation.proto\"\xdb\x05\n" +
+	"lazaret.v1\x1a\x1blazaret/v1/escalation.proto\"\x8a\x06\n" +
 	"\vClientFrame\x12*\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.lazaret.v1.RunRequestH\x00R\x03run\x12-\n" +
 	"\x05stdin\x18\x02 \x01(\v2\x15.lazaret.v1.StdinDataH\x00R\x05stdin\x129\n" +
@@ -1717,7 +1863,8 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x06enroll\x18\t \x01(\v2\x19.lazaret.v1.EnrollRequestH\x00R\x06enroll\x123\n" +
 	"\x06status\x18\n" +
 	" \x01(\v2\x19.lazaret.v1.StatusRequestH\x00R\x06status\x122\n" +
-	"\bcontinue\x18\v \x01(\v2\x14.lazaret.v1.ContinueH\x00R\bcontinue\x12M\n" +
+	"\bcontinue\x18\v \x01(\v2\x14.lazaret.v1.ContinueH\x00R\bcontinue\x12-\n" +
+	"\x04stop\x18\f \x01(\v2\x17.lazaret.v1.StopRequestH\x00R\x04stop\x12M\n" +
 	"\x13escalation_decision\x18( \x01(\v2\x1a.lazaret.v1.SignedDecisionH\x00R\x12escalationDecision\x12O\n" +
 	"\x13host_process_cancel\x18) \x01(\v2\x1d.lazaret.v1.HostProcessCancelH\x00R\x11hostProcessCancelB\x05\n" +
 	"\x03msg\"(\n" +
@@ -1730,7 +1877,14 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\rStatusRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"\x1c\n" +
 	"\x06Status\x12\x12\n" +
-	"\x04json\x18\x01 \x01(\fR\x04json\"\x94\x06\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\"U\n" +
+	"\vStopRequest\x12F\n" +
+	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"F\n" +
+	"\bStopping\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x1a\n" +
+	"\bsessions\x18\x02 \x01(\rR\bsessions\"\x94\x06\n" +
 	"\n" +
 	"RunRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\x12\x1b\n" +
@@ -1775,7 +1929,7 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"StdinClose\"'\n" +
 	"\rSignalRequest\x12\x16\n" +
-	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\xab\x05\n" +
+	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\xdf\x05\n" +
 	"\vServerFrame\x122\n" +
 	"\baccepted\x18\x01 \x01(\v2\x14.lazaret.v1.AcceptedH\x00R\baccepted\x12,\n" +
 	"\x06output\x18\x02 \x01(\v2\x12.lazaret.v1.OutputH\x00R\x06output\x12&\n" +
@@ -1785,7 +1939,8 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"enrollment\x18\x06 \x01(\v2\x16.lazaret.v1.EnrollmentH\x00R\n" +
 	"enrollment\x12,\n" +
-	"\x06status\x18\a \x01(\v2\x12.lazaret.v1.StatusH\x00R\x06status\x12K\n" +
+	"\x06status\x18\a \x01(\v2\x12.lazaret.v1.StatusH\x00R\x06status\x122\n" +
+	"\bstopping\x18\b \x01(\v2\x14.lazaret.v1.StoppingH\x00R\bstopping\x12K\n" +
 	"\x11escalation_prompt\x18( \x01(\v2\x1c.lazaret.v1.EscalationPromptH\x00R\x10escalationPrompt\x12U\n" +
 	"\x15escalation_prompt_end\x18) \x01(\v2\x1f.lazaret.v1.EscalationPromptEndH\x00R\x13escalationPromptEnd\x12R\n" +
 	"\x14host_process_started\x18* \x01(\v2\x1e.lazaret.v1.HostProcessStartedH\x00R\x12hostProcessStarted\x12L\n" +
@@ -1801,10 +1956,11 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x12session_capability\x18\x04 \x01(\fR\x11sessionCapability\"H\n" +
 	"\x06Output\x12*\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x12.lazaret.v1.StreamR\x06stream\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"2\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"L\n" +
 	"\x04Exit\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
-	"\x06signal\x18\x02 \x01(\x05R\x06signal\"S\n" +
+	"\x06signal\x18\x02 \x01(\x05R\x06signal\x12\x18\n" +
+	"\astopped\x18\x03 \x01(\bR\astopped\"S\n" +
 	"\x05Error\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
@@ -1833,7 +1989,7 @@ func file_lazaret_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_lazaret_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_lazaret_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_lazaret_v1_control_proto_goTypes = []any{
 	(ProtocolVersion)(0),        // 0: lazaret.v1.ProtocolVersion
 	(Stream)(0),                 // 1: lazaret.v1.Stream
@@ -1842,68 +1998,73 @@ var file_lazaret_v1_control_proto_goTypes = []any{
 	(*Enrollment)(nil),          // 4: lazaret.v1.Enrollment
 	(*StatusRequest)(nil),       // 5: lazaret.v1.StatusRequest
 	(*Status)(nil),              // 6: lazaret.v1.Status
-	(*RunRequest)(nil),          // 7: lazaret.v1.RunRequest
-	(*WindowSize)(nil),          // 8: lazaret.v1.WindowSize
-	(*Resize)(nil),              // 9: lazaret.v1.Resize
-	(*Interrupt)(nil),           // 10: lazaret.v1.Interrupt
-	(*Quit)(nil),                // 11: lazaret.v1.Quit
-	(*Suspend)(nil),             // 12: lazaret.v1.Suspend
-	(*Continue)(nil),            // 13: lazaret.v1.Continue
-	(*StdinData)(nil),           // 14: lazaret.v1.StdinData
-	(*StdinClose)(nil),          // 15: lazaret.v1.StdinClose
-	(*SignalRequest)(nil),       // 16: lazaret.v1.SignalRequest
-	(*ServerFrame)(nil),         // 17: lazaret.v1.ServerFrame
-	(*Accepted)(nil),            // 18: lazaret.v1.Accepted
-	(*Output)(nil),              // 19: lazaret.v1.Output
-	(*Exit)(nil),                // 20: lazaret.v1.Exit
-	(*Error)(nil),               // 21: lazaret.v1.Error
-	(*Progress)(nil),            // 22: lazaret.v1.Progress
-	nil,                         // 23: lazaret.v1.RunRequest.EnvEntry
-	nil,                         // 24: lazaret.v1.RunRequest.CredentialsEntry
-	(*SignedDecision)(nil),      // 25: lazaret.v1.SignedDecision
-	(*HostProcessCancel)(nil),   // 26: lazaret.v1.HostProcessCancel
-	(*EscalationPrompt)(nil),    // 27: lazaret.v1.EscalationPrompt
-	(*EscalationPromptEnd)(nil), // 28: lazaret.v1.EscalationPromptEnd
-	(*HostProcessStarted)(nil),  // 29: lazaret.v1.HostProcessStarted
-	(*HostProcessEnded)(nil),    // 30: lazaret.v1.HostProcessEnded
+	(*StopRequest)(nil),         // 7: lazaret.v1.StopRequest
+	(*Stopping)(nil),            // 8: lazaret.v1.Stopping
+	(*RunRequest)(nil),          // 9: lazaret.v1.RunRequest
+	(*WindowSize)(nil),          // 10: lazaret.v1.WindowSize
+	(*Resize)(nil),              // 11: lazaret.v1.Resize
+	(*Interrupt)(nil),           // 12: lazaret.v1.Interrupt
+	(*Quit)(nil),                // 13: lazaret.v1.Quit
+	(*Suspend)(nil),             // 14: lazaret.v1.Suspend
+	(*Continue)(nil),            // 15: lazaret.v1.Continue
+	(*StdinData)(nil),           // 16: lazaret.v1.StdinData
+	(*StdinClose)(nil),          // 17: lazaret.v1.StdinClose
+	(*SignalRequest)(nil),       // 18: lazaret.v1.SignalRequest
+	(*ServerFrame)(nil),         // 19: lazaret.v1.ServerFrame
+	(*Accepted)(nil),            // 20: lazaret.v1.Accepted
+	(*Output)(nil),              // 21: lazaret.v1.Output
+	(*Exit)(nil),                // 22: lazaret.v1.Exit
+	(*Error)(nil),               // 23: lazaret.v1.Error
+	(*Progress)(nil),            // 24: lazaret.v1.Progress
+	nil,                         // 25: lazaret.v1.RunRequest.EnvEntry
+	nil,                         // 26: lazaret.v1.RunRequest.CredentialsEntry
+	(*SignedDecision)(nil),      // 27: lazaret.v1.SignedDecision
+	(*HostProcessCancel)(nil),   // 28: lazaret.v1.HostProcessCancel
+	(*EscalationPrompt)(nil),    // 29: lazaret.v1.EscalationPrompt
+	(*EscalationPromptEnd)(nil), // 30: lazaret.v1.EscalationPromptEnd
+	(*HostProcessStarted)(nil),  // 31: lazaret.v1.HostProcessStarted
+	(*HostProcessEnded)(nil),    // 32: lazaret.v1.HostProcessEnded
 }
 var file_lazaret_v1_control_proto_depIdxs = []int32{
-	7,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
-	14, // 1: lazaret.v1.ClientFrame.stdin:type_name -> lazaret.v1.StdinData
-	15, // 2: lazaret.v1.ClientFrame.stdin_close:type_name -> lazaret.v1.StdinClose
-	16, // 3: lazaret.v1.ClientFrame.signal:type_name -> lazaret.v1.SignalRequest
-	9,  // 4: lazaret.v1.ClientFrame.resize:type_name -> lazaret.v1.Resize
-	10, // 5: lazaret.v1.ClientFrame.interrupt:type_name -> lazaret.v1.Interrupt
-	11, // 6: lazaret.v1.ClientFrame.quit:type_name -> lazaret.v1.Quit
-	12, // 7: lazaret.v1.ClientFrame.suspend:type_name -> lazaret.v1.Suspend
+	9,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
+	16, // 1: lazaret.v1.ClientFrame.stdin:type_name -> lazaret.v1.StdinData
+	17, // 2: lazaret.v1.ClientFrame.stdin_close:type_name -> lazaret.v1.StdinClose
+	18, // 3: lazaret.v1.ClientFrame.signal:type_name -> lazaret.v1.SignalRequest
+	11, // 4: lazaret.v1.ClientFrame.resize:type_name -> lazaret.v1.Resize
+	12, // 5: lazaret.v1.ClientFrame.interrupt:type_name -> lazaret.v1.Interrupt
+	13, // 6: lazaret.v1.ClientFrame.quit:type_name -> lazaret.v1.Quit
+	14, // 7: lazaret.v1.ClientFrame.suspend:type_name -> lazaret.v1.Suspend
 	3,  // 8: lazaret.v1.ClientFrame.enroll:type_name -> lazaret.v1.EnrollRequest
 	5,  // 9: lazaret.v1.ClientFrame.status:type_name -> lazaret.v1.StatusRequest
-	13, // 10: lazaret.v1.ClientFrame.continue:type_name -> lazaret.v1.Continue
-	25, // 11: lazaret.v1.ClientFrame.escalation_decision:type_name -> lazaret.v1.SignedDecision
-	26, // 12: lazaret.v1.ClientFrame.host_process_cancel:type_name -> lazaret.v1.HostProcessCancel
-	0,  // 13: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	0,  // 14: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	23, // 15: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
-	8,  // 16: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
-	24, // 17: lazaret.v1.RunRequest.credentials:type_name -> lazaret.v1.RunRequest.CredentialsEntry
-	8,  // 18: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
-	18, // 19: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
-	19, // 20: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
-	20, // 21: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
-	21, // 22: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
-	22, // 23: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
-	4,  // 24: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
-	6,  // 25: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
-	27, // 26: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
-	28, // 27: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
-	29, // 28: lazaret.v1.ServerFrame.host_process_started:type_name -> lazaret.v1.HostProcessStarted
-	30, // 29: lazaret.v1.ServerFrame.host_process_ended:type_name -> lazaret.v1.HostProcessEnded
-	1,  // 30: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	15, // 10: lazaret.v1.ClientFrame.continue:type_name -> lazaret.v1.Continue
+	7,  // 11: lazaret.v1.ClientFrame.stop:type_name -> lazaret.v1.StopRequest
+	27, // 12: lazaret.v1.ClientFrame.escalation_decision:type_name -> lazaret.v1.SignedDecision
+	28, // 13: lazaret.v1.ClientFrame.host_process_cancel:type_name -> lazaret.v1.HostProcessCancel
+	0,  // 14: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	0,  // 15: lazaret.v1.StopRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	0,  // 16: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	25, // 17: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
+	10, // 18: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
+	26, // 19: lazaret.v1.RunRequest.credentials:type_name -> lazaret.v1.RunRequest.CredentialsEntry
+	10, // 20: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
+	20, // 21: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
+	21, // 22: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
+	22, // 23: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
+	23, // 24: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
+	24, // 25: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
+	4,  // 26: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
+	6,  // 27: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
+	8,  // 28: lazaret.v1.ServerFrame.stopping:type_name -> lazaret.v1.Stopping
+	29, // 29: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
+	30, // 30: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
+	31, // 31: lazaret.v1.ServerFrame.host_process_started:type_name -> lazaret.v1.HostProcessStarted
+	32, // 32: lazaret.v1.ServerFrame.host_process_ended:type_name -> lazaret.v1.HostProcessEnded
+	1,  // 33: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_control_proto_init() }
@@ -1924,10 +2085,11 @@ func file_lazaret_v1_control_proto_init() {
 		(*ClientFrame_Enroll)(nil),
 		(*ClientFrame_Status)(nil),
 		(*ClientFrame_Continue)(nil),
+		(*ClientFrame_Stop)(nil),
 		(*ClientFrame_EscalationDecision)(nil),
 		(*ClientFrame_HostProcessCancel)(nil),
 	}
-	file_lazaret_v1_control_proto_msgTypes[15].OneofWrappers = []any{
+	file_lazaret_v1_control_proto_msgTypes[17].OneofWrappers = []any{
 		(*ServerFrame_Accepted)(nil),
 		(*ServerFrame_Output)(nil),
 		(*ServerFrame_Exit)(nil),
@@ -1935,6 +2097,7 @@ func file_lazaret_v1_control_proto_init() {
 		(*ServerFrame_Progress)(nil),
 		(*ServerFrame_Enrollment)(nil),
 		(*ServerFrame_Status)(nil),
+		(*ServerFrame_Stopping)(nil),
 		(*ServerFrame_EscalationPrompt)(nil),
 		(*ServerFrame_EscalationPromptEnd)(nil),
 		(*ServerFrame_HostProcessStarted)(nil),
@@ -1946,7 +2109,7 @@ func file_lazaret_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_control_proto_rawDesc), len(file_lazaret_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +48,7 @@ and the next ` + "`lazaret rm`" + ` or ` + "`lazaret run`" + ` finishes the dele
 Examples:
    lazaret rm                          this workspace's Domain of the default profile
    lazaret rm -p claude -C ~/src/app --yes
+   lazaret rm --older-than 30d         every stopped Domain not used for 30 days
    lazaret rm --all --yes              every Domain, the prepared images, the Storage Catalog
    lazaret rm --all --images --yes     and the built images (before uninstalling)`,
 	Flags: []cli.Flag{
@@ -54,6 +56,7 @@ Examples:
 		&cli.StringFlag{Name: "dir", Aliases: []string{"C"}, Usage: "a directory of the Agent Workspace (default: the current directory)"},
 		&cli.BoolFlag{Name: "all", Usage: "remove every Domain's state and everything else under the Storage Root"},
 		&cli.BoolFlag{Name: "images", Usage: "with --all: also remove the images built by lazaret image build ($XDG_DATA_HOME/lazaret/images)"},
+		&cli.StringFlag{Name: "older-than", Usage: "remove every stopped Domain not used for `AGE` (e.g. 30d, 12h, 2w; see lazaret ls)"},
 		&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (the safety checks still apply)"},
 		&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
 	},
@@ -68,12 +71,13 @@ var quietCatalog = catalog.Options{Logger: slog.New(slog.DiscardHandler)}
 type rmOptions struct {
 	all, images, yes, json bool
 	profile                string
+	olderThan              time.Duration // > 0: rm --older-than
 }
 
 // rmFlags are the parsed flags and the arguments of `lazaret rm`.
 type rmFlags struct {
 	all, images, yes, json bool
-	profile                string
+	profile, olderThan     string
 	profileSet, dirSet     bool
 	args                   []string
 }
@@ -82,6 +86,13 @@ type rmFlags struct {
 // (urfave/cli stops parsing there) are accepted: `lazaret rm --all --yes`.
 func parseRm(f rmFlags) (rmOptions, error) {
 	o := rmOptions{all: f.all, images: f.images, yes: f.yes, json: f.json, profile: f.profile}
+	if f.olderThan != "" {
+		d, err := parseAge(f.olderThan)
+		if err != nil {
+			return rmOptions{}, err
+		}
+		o.olderThan = d
+	}
 	for _, a := range f.args {
 		switch a {
 		case "--all":
@@ -97,6 +108,8 @@ func parseRm(f rmFlags) (rmOptions, error) {
 		}
 	}
 	switch {
+	case o.olderThan > 0 && (o.all || f.profileSet || f.dirSet):
+		return rmOptions{}, errdefs.New(errdefs.ErrInvalid, "--older-than selects Domains by their last use: give no --all, --profile or --dir with it")
 	case o.images && !o.all:
 		return rmOptions{}, errdefs.New(errdefs.ErrInvalid, "--images goes with --all (the images are shared by every Domain): lazaret rm --all --images")
 	case o.all && (f.profileSet || f.dirSet):
@@ -137,7 +150,7 @@ func rmAction(c *cli.Context) error {
 		return errdefs.New(errdefs.ErrRefused, "run lazaret rm as the user whose Lazaret state you want to remove, not as root (root's own files are not Lazaret's)")
 	}
 	o, err := parseRm(rmFlags{all: c.Bool("all"), images: c.Bool("images"), yes: c.Bool("yes"), json: c.Bool("json"),
-		profile: c.String("profile"), profileSet: c.IsSet("profile"), dirSet: c.IsSet("dir"), args: c.Args().Slice()})
+		profile: c.String("profile"), olderThan: c.String("older-than"), profileSet: c.IsSet("profile"), dirSet: c.IsSet("dir"), args: c.Args().Slice()})
 	if err != nil {
 		return err
 	}
@@ -146,9 +159,12 @@ func rmAction(c *cli.Context) error {
 		return err
 	}
 	rep := &rmReport{Version: 1, All: o.all, Domains: []rmDomainView{}, StorageRoot: roots.Storage}
-	if o.all {
+	switch {
+	case o.olderThan > 0:
+		err = rmOlder(c, o, roots, rep, time.Now())
+	case o.all:
 		err = rmAll(c, o, roots, rep)
-	} else {
+	default:
 		err = rmDomain(c, o, roots, rep)
 	}
 	if err != nil {
@@ -176,7 +192,9 @@ func rmAction(c *cli.Context) error {
 		fmt.Fprintf(w, "removed the built images in %s\n", rep.Images)
 	}
 	if len(rep.Domains) == 0 && !rep.StorageRootRemoved && !rep.ImagesRemoved {
-		if rep.TrashDeleted > 0 {
+		if o.olderThan > 0 {
+			fmt.Fprintf(w, "no stopped Domain was last used more than %s ago: nothing to remove\n", c.String("older-than"))
+		} else if rep.TrashDeleted > 0 {
 			fmt.Fprintf(w, "finished an interrupted removal (%d tree(s) deleted)\n", rep.TrashDeleted)
 		} else if o.all {
 			fmt.Fprintln(w, "nothing to remove")
@@ -242,6 +260,100 @@ func rmDomain(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport) er
 	removal.Moved()
 	rep.Domains = append(rep.Domains, rmDomainView{DomainID: rd.paths.ID, Profile: rd.prof.Name, Workspace: rd.workspace})
 	return purgeRemoved(c, root, rep)
+}
+
+// rmOlder removes every stopped Domain last used (lazaret ls) before
+// now-o.olderThan, after listing them and asking; a running one is never
+// selected (and said so), one needing recovery is refused as by rmDomain.
+func rmOlder(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport, now time.Time) error {
+	root, found, err := removal.Open(roots.Storage, os.Getuid())
+	if err != nil || !found {
+		return err
+	}
+	defer root.Close()
+	rds, err := storedDomains(roots)
+	if err != nil {
+		return err
+	}
+	cutoff := now.Add(-o.olderThan)
+	var old []resolvedDomain
+	var locks []*os.File
+	defer func() {
+		for _, l := range locks {
+			l.Close()
+		}
+	}()
+	var leases map[domain.ID]int
+	w := c.App.ErrWriter
+	for _, rd := range rds {
+		last := lastUse(rd.paths)
+		if !last.Before(cutoff) {
+			continue
+		}
+		if domainRunning(rd.paths) {
+			fmt.Fprintf(w, "not removing Domain %s (profile %s, workspace %s): it is running (lazaret stop, then rm)\n", rd.paths.ID, orUnknown(rd.prof.Name), orUnknown(rd.workspace))
+			continue
+		}
+		lock, err := lockForMaintenance(rd, "run lazaret rm --older-than again")
+		if err != nil {
+			return err
+		}
+		locks = append(locks, lock)
+		if leases == nil {
+			if leases, err = leasesByDomain(c, roots.Storage); err != nil {
+				return err
+			}
+		}
+		if err := needsRecovery(rd, leases); err != nil {
+			return err
+		}
+		old = append(old, rd)
+	}
+	if len(old) == 0 {
+		return purgeRemoved(c, root, rep)
+	}
+	if _, err := rmHelper(); err != nil {
+		return err // before anything is moved
+	}
+	fmt.Fprintf(w, "remove the state of %d Domain(s) not used for %s (State Anchors, Ignored Workspace State, store and log):\n", len(old), c.String("older-than"))
+	for _, rd := range old {
+		fmt.Fprintf(w, "  Domain %s (profile %s, workspace %s), last used %s\n", rd.paths.ID, orUnknown(rd.prof.Name), orUnknown(rd.workspace), lastUse(rd.paths).Format(time.DateTime))
+	}
+	fmt.Fprintln(w, "Your workspaces, the images and other Domains are not touched.")
+	if err := confirmOr(c, o.yes, "Remove?", "nothing was removed"); err != nil {
+		return err
+	}
+	for i, rd := range old {
+		if _, _, err := root.MoveDomain(rd.paths.ID, locks[i], now); err != nil {
+			return err
+		}
+		rep.Domains = append(rep.Domains, rmDomainView{DomainID: rd.paths.ID, Profile: rd.prof.Name, Workspace: rd.workspace})
+	}
+	removal.Moved()
+	return purgeRemoved(c, root, rep)
+}
+
+// parseAge parses an age for --older-than: a whole number with a unit of
+// m (minutes), h (hours), d (days) or w (weeks), or a Go duration (90m,
+// 1h30m); it must be positive.
+func parseAge(s string) (time.Duration, error) {
+	bad := errdefs.New(errdefs.ErrInvalid, "--older-than %q: give a positive age such as 30d, 12h, 90m or 2w", s)
+	if n := len(s); n >= 2 && (s[n-1] == 'd' || s[n-1] == 'w') {
+		v, err := strconv.ParseUint(s[:n-1], 10, 32)
+		if err != nil || v == 0 {
+			return 0, bad
+		}
+		unit := 24 * time.Hour
+		if s[n-1] == 'w' {
+			unit *= 7
+		}
+		return time.Duration(v) * unit, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, bad
+	}
+	return d, nil
 }
 
 // rmAll removes every Domain's state and everything else under the Storage

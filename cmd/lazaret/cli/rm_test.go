@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -32,6 +33,10 @@ func TestParseRm(t *testing.T) {
 		{f: rmFlags{profile: "tiny", all: true, profileSet: true}, err: "give no --profile or --dir"},
 		{f: rmFlags{profile: "default", all: true, dirSet: true}, err: "give no --profile or --dir"},
 		{f: rmFlags{profile: "../x"}, err: "not a profile name"},
+		{f: rmFlags{profile: "default", olderThan: "30d", yes: true}, want: rmOptions{profile: "default", olderThan: 30 * 24 * time.Hour, yes: true}},
+		{f: rmFlags{profile: "default", olderThan: "30d", all: true}, err: "give no --all, --profile or --dir"},
+		{f: rmFlags{profile: "tiny", olderThan: "12h", profileSet: true}, err: "give no --all, --profile or --dir"},
+		{f: rmFlags{profile: "default", olderThan: "soon"}, err: "give a positive age such as 30d"},
 	} {
 		got, err := parseRm(c.f)
 		if c.err != "" {
@@ -209,5 +214,30 @@ func asNobody(t *testing.T, pattern string) {
 	out, err := c.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: ") {
 		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+}
+
+func TestParseAge(t *testing.T) {
+	for in, want := range map[string]time.Duration{"30d": 30 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "12h": 12 * time.Hour, "90m": 90 * time.Minute, "1h30m": 90 * time.Minute, "1d": 24 * time.Hour} {
+		if got, err := parseAge(in); err != nil || got != want {
+			t.Errorf("parseAge(%q) = %v %v, want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0d", "-3d", "d", "3x", "3.5d", "0s", "-1h", "30 d", "99999999999d"} {
+		if _, err := parseAge(in); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("parseAge(%q): %v, want ErrInvalid", in, err)
+		}
+	}
+}
+
+func TestAgo(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{10 * time.Second: "just now", 5 * time.Minute: "5m ago", 3 * time.Hour: "3h ago", 47 * time.Hour: "47h ago", 40 * 24 * time.Hour: "40d ago"} {
+		if got := ago(now, now.Add(-d)); got != want {
+			t.Errorf("ago(%s) = %q, want %q", d, got, want)
+		}
+	}
+	if got := ago(now, time.Time{}); got != "unknown" {
+		t.Errorf("ago(zero) = %q", got)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -404,9 +405,11 @@ func (s *starter) startCoordinator(lock *os.File) error {
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(s.paths.Log(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	// Appended: earlier generations stay readable (`lazaret logs
+	// --generation N`) until the log is rotated.
+	logf, err := hclog.OpenForStart(s.paths.Log())
 	if err != nil {
-		return fmt.Errorf("open coordinator log: %w", err)
+		return err
 	}
 	defer logf.Close()
 	readyR, readyW, err := os.Pipe()
@@ -538,6 +541,10 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 				go relayStdin(fc)
 			case f.GetExit() != nil:
 				runTiming.Mark("exit status received")
+				if f.GetExit().GetStopped() {
+					fmt.Fprintln(os.Stderr, stoppedMessage)
+					return ExitStopped, false, nil
+				}
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
 				e := f.GetError()

@@ -40,7 +40,9 @@ Examples:
    lazaret state ignored verify
    lazaret state ignored reset node_modules      (asks first)
    lazaret state ignored reset --all --yes
-   lazaret state ignored release .venv           (asks first)`,
+   lazaret state ignored release .venv           (asks first)
+   lazaret state ignored cp dist ~/out/dist      (copy the sandbox's dist out)
+   lazaret state ignored import ./seed.db data/seed.db`,
 	Subcommands: []*cli.Command{
 		{
 			Name:  "list",
@@ -116,6 +118,8 @@ Examples:
 				&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (the safety checks still apply)"}),
 			Action: stateIgnoredRelease,
 		},
+		stateIgnoredCpCommand,
+		stateIgnoredImportCommand,
 	},
 }
 

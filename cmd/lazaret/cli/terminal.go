@@ -336,6 +336,11 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 				c.prompts.ended(f.GetEscalationPromptEnd())
 			case f.GetExit() != nil:
 				runTiming.Mark("exit status received")
+				if f.GetExit().GetStopped() {
+					c.leave() // the terminal restored before the message
+					fmt.Fprintln(os.Stderr, stoppedMessage)
+					return ExitStopped, false, nil
+				}
 				return int(f.GetExit().GetCode()), false, nil
 			case f.GetError() != nil:
 				e := f.GetError()
