@@ -74,8 +74,8 @@ var builtinProfiles = []builtinProfile{
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
+	defaultsKeys = []string{"image", "persistent_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 	recipeKeys   = []string{"base", "run"}
@@ -108,6 +108,8 @@ type layer struct {
 	user                 *entry[string]
 	userID               *entry[uint32]
 	linger               *entry[time.Duration]
+	memory, processes    *entry[uint64]
+	openFiles            *entry[uint64]
 	persistent           []entry[string]
 	env                  map[string]entry[string]
 	allow, deny          []entry[netip.Prefix]
@@ -383,6 +385,8 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 				}
 				l.env[name] = entry[string]{val, np, d.entryWhere(np, defaults)}
 			}
+		case "limits":
+			d.decodeLimits(p, v, l, defaults)
 		case "env_pass":
 			d.decodeEnvPass(p, v, l, defaults)
 		case "secrets":
@@ -661,6 +665,15 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		if l.linger != nil {
 			p.Linger = l.linger.v
+		}
+		if l.memory != nil {
+			p.Limits.Memory = l.memory.v
+		}
+		if l.processes != nil {
+			p.Limits.Processes = l.processes.v
+		}
+		if l.openFiles != nil {
+			p.Limits.OpenFiles = l.openFiles.v
 		}
 		for k, e := range l.env {
 			p.Env[k] = e.v
