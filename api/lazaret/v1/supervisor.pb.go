@@ -571,9 +571,13 @@ type StartSandbox struct {
 	TapGateway string `protobuf:"bytes,14,opt,name=tap_gateway,json=tapGateway,proto3" json:"tap_gateway,omitempty"`
 	// The Git-routing daemon (SR-4's Git directory name policy, SR-13's
 	// Ignored Workspace State); absent when neither is needed.
-	GitRouting    *GitRoutingStart `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GitRouting *GitRoutingStart `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
+	// The sandbox's memory limit in bytes (limits.memory): RS kills the
+	// sandbox, through its proven pidfd, once the sentry's memory file
+	// commits more. 0: no limit.
+	MemoryLimitBytes uint64 `protobuf:"varint,21,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StartSandbox) Reset() {
@@ -709,6 +713,13 @@ func (x *StartSandbox) GetGitRouting() *GitRoutingStart {
 		return x.GitRouting
 	}
 	return nil
+}
+
+func (x *StartSandbox) GetMemoryLimitBytes() uint64 {
+	if x != nil {
+		return x.MemoryLimitBytes
+	}
+	return 0
 }
 
 // GitRoutingStart tells RS to acquire the Git-routing daemon (participant
@@ -1665,7 +1676,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12B\n" +
 	"\rnet_namespace\x18\x03 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12D\n" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
-	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xbf\x04\n" +
+	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xed\x04\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1690,7 +1701,8 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\vtap_gateway\x18\x0e \x01(\tR\n" +
 	"tapGateway\x12<\n" +
 	"\vgit_routing\x18\x14 \x01(\v2\x1b.lazaret.v1.GitRoutingStartR\n" +
-	"gitRouting\"\xee\x02\n" +
+	"gitRouting\x12,\n" +
+	"\x12memory_limit_bytes\x18\x15 \x01(\x04R\x10memoryLimitBytes\"\xee\x02\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +
