@@ -22,10 +22,12 @@ import (
 
 var statusCommand = &cli.Command{
 	Name:  "status",
-	Usage: "list your Domains and, for running ones, their generation, processes and sessions",
+	Usage: "list your Domains and, for running ones, their generation, processes, sessions and use against limits",
 	Description: `Only a Domain's Host Coordinator opens its store: for a running Domain the
 state comes from it over the control socket; a stopped Domain shows its
-identity and last generation.
+identity and last generation. MEMORY and TASKS are a running Domain's
+memory and guest tasks against limits.memory and limits.processes, as the
+sandbox's kernel accounts them.
 
 Examples:
    lazaret status
