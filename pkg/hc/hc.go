@@ -132,24 +132,24 @@ type coordinator struct {
 	leasedArtifact   string
 	anchorsUnmounted []uint64
 
-	mu        sync.Mutex
-	st        state
-	failErr   error
-	ready     chan struct{} // closed when running or failed
-	progress  []string
-	changed   chan struct{} // closed and replaced on every progress line
-	active    int           // registered or waiting sessions
-	everHad   bool
+	mu       sync.Mutex
+	st       state
+	failErr  error
+	ready    chan struct{} // closed when running or failed
+	progress []string
+	changed  chan struct{} // closed and replaced on every progress line
+	active   int           // registered or waiting sessions
+	everHad  bool
 	// linger is the longest time any session of this generation asked the
 	// Domain to stay up after its last session leaves; while it lingers,
 	// lingerTimer ends it at lingerUntil unless a session joins.
 	linger      time.Duration
 	lingerTimer *time.Timer
 	lingerUntil time.Time
-	sessions  map[string]*session
-	sessionWG sync.WaitGroup // sessions still writing to their clients
-	teardownC chan struct{}
-	stopped   chan struct{} // RS reported SupervisorStopped
+	sessions    map[string]*session
+	sessionWG   sync.WaitGroup // sessions still writing to their clients
+	teardownC   chan struct{}
+	stopped     chan struct{} // RS reported SupervisorStopped
 }
 
 // Main runs the Host Coordinator and returns its exit status.
