@@ -107,10 +107,17 @@ type memoryExceeded struct {
 
 func (e memoryExceeded) Error() string {
 	return fmt.Sprintf("the sandbox committed %s of memory, over its limit of %s (limits.memory): it was stopped. Raise limits.memory in the profile, or find what grew (a leak, a runaway build) and run it with less",
-		mib(e.used), mib(e.limit))
+		mib(e.used, true), mib(e.limit, false))
 }
 
-func mib(n uint64) string { return fmt.Sprintf("%d MiB", n>>20) }
+// mib renders bytes in MiB, rounded up when up (so that a use just over
+// the limit never reads as equal to it).
+func mib(n uint64, up bool) string {
+	if up {
+		n += 1<<20 - 1
+	}
+	return fmt.Sprintf("%d MiB", n>>20)
+}
 
 // watchMemory samples the sandbox's memory until done is closed or the
 // sandbox is gone; over the limit it SIGKILLs the sandbox and gofer

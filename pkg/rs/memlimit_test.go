@@ -62,8 +62,8 @@ func TestSandboxMemoryCountsCommittedPages(t *testing.T) {
 }
 
 func TestMemoryExceededMessageNamesTheKey(t *testing.T) {
-	msg := memoryExceeded{used: 1025 << 20, limit: 1 << 30}.Error()
-	for _, want := range []string{"1025 MiB", "1024 MiB", "limits.memory", "Raise"} {
+	msg := memoryExceeded{used: 1<<30 + 4096, limit: 1 << 30}.Error()
+	for _, want := range []string{"committed 1025 MiB", "limit of 1024 MiB", "limits.memory", "Raise"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q lacks %q", msg, want)
 		}
