@@ -136,6 +136,9 @@ type Profile struct {
 	// MaxLinger). It is not fingerprinted: it changes when the sandbox
 	// stops, not what it is, and travels with each session's request.
 	Linger time.Duration `json:"linger"`
+	// Limits are the configured resource limits (zero: the default, see
+	// Limits.Effective).
+	Limits Limits `json:"limits"`
 }
 
 // HostCAGuestPath is where a host_ca profile sees the host's CA bundle.

@@ -58,6 +58,9 @@ type canonicalProfile struct {
 	// shared state: what the sandbox mounts. Omitted when empty, so a
 	// profile without them keeps its fingerprint.
 	ProfilePaths []string `json:"profile_paths,omitempty"`
+	// Limits holds only the configured limits, and is omitted when none
+	// is: defaults (which follow the host) are not fingerprinted.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 func (p *Profile) canonical() canonicalProfile {
@@ -105,6 +108,10 @@ func (p *Profile) canonical() canonicalProfile {
 	}
 	c.ProfilePaths = append([]string(nil), p.ProfilePaths...)
 	sort.Strings(c.ProfilePaths)
+	if !p.Limits.IsZero() {
+		l := p.Limits
+		c.Limits = &l
+	}
 	ports := append([]Port(nil), p.Ports...)
 	SortPorts(ports)
 	for _, pt := range ports {
@@ -193,6 +200,9 @@ func FromCanonical(b []byte) (*Profile, error) {
 	}
 	if c.User != "" {
 		p.User = c.User
+	}
+	if c.Limits != nil {
+		p.Limits = *c.Limits
 	}
 	p.EnvPass = append([]string{}, c.EnvPass...)
 	p.ProfilePaths = append([]string{}, c.ProfilePaths...)
@@ -313,6 +323,10 @@ func Diff(a, b *Profile) []string {
 	scalar("share_editor_config", fmt.Sprint(ca.ShareEditorConfig), fmt.Sprint(cb.ShareEditorConfig))
 	scalar("git_common_dir", fmt.Sprint(ca.GitCommonDir), fmt.Sprint(cb.GitCommonDir))
 	scalar("user", userOf(ca), userOf(cb))
+	la, lb := limitsOf(ca), limitsOf(cb)
+	scalar("limits.memory", limitText(la.Memory, FormatSize), limitText(lb.Memory, FormatSize))
+	scalar("limits.processes", limitText(la.Processes, nil), limitText(lb.Processes, nil))
+	scalar("limits.open_files", limitText(la.OpenFiles, nil), limitText(lb.OpenFiles, nil))
 	var volA, volB []string
 	for _, v := range ca.Volumes {
 		volA = append(volA, v.String())
@@ -391,4 +405,23 @@ func recipeOf(c canonicalProfile) string {
 		return "none"
 	}
 	return short(c.Recipe)
+}
+
+// limitsOf returns a canonical profile's configured limits.
+func limitsOf(c canonicalProfile) Limits {
+	if c.Limits == nil {
+		return Limits{}
+	}
+	return *c.Limits
+}
+
+// limitText renders one configured limit for a diff ("default" when unset).
+func limitText(n uint64, format func(uint64) string) string {
+	switch {
+	case n == 0:
+		return "default"
+	case format != nil:
+		return format(n)
+	}
+	return fmt.Sprint(n)
 }

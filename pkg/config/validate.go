@@ -77,8 +77,8 @@ var builtinProfiles = []builtinProfile{
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
-	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes"}
+	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
+	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
 	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
 	volumeKeys   = []string{"source", "target", "mode"}
 	recipeKeys   = []string{"base", "run"}
@@ -112,6 +112,8 @@ type layer struct {
 	userID               *entry[uint32]
 	linger               *entry[time.Duration]
 	hostCA               *entry[bool]
+	memory, processes    *entry[uint64]
+	openFiles            *entry[uint64]
 	persistent           []entry[string]
 	profilePaths         []entry[string]
 	env                  map[string]entry[string]
@@ -426,6 +428,8 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 				}
 				l.env[name] = entry[string]{val, np, d.entryWhere(np, defaults)}
 			}
+		case "limits":
+			d.decodeLimits(p, v, l, defaults)
 		case "env_pass":
 			d.decodeEnvPass(p, v, l, defaults)
 		case "secrets":
@@ -707,6 +711,15 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		if l.hostCA != nil {
 			p.HostCA = l.hostCA.v
+		}
+		if l.memory != nil {
+			p.Limits.Memory = l.memory.v
+		}
+		if l.processes != nil {
+			p.Limits.Processes = l.processes.v
+		}
+		if l.openFiles != nil {
+			p.Limits.OpenFiles = l.openFiles.v
 		}
 		for k, e := range l.env {
 			p.Env[k] = e.v

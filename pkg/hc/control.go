@@ -119,7 +119,9 @@ func (c *coordinator) serveStatus(conn *control.Conn, req *lv1.StatusRequest) {
 		refuse(conn, errdefs.New(errdefs.ErrRefused, "control protocol version %d is not supported", req.ProtocolVersion))
 		return
 	}
-	b, err := json.MarshalIndent(c.statusDocument(), "", "  ")
+	doc := c.statusDocument()
+	doc["limits"] = c.limitsStatus()
+	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		refuse(conn, err)
 		return

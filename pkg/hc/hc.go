@@ -86,6 +86,7 @@ type coordinator struct {
 	timing    *timing.Recorder // nil unless LAZARET_DEBUG=timing
 	profileFD int
 	profile   *config.Profile // the validated Agent Profile of this generation
+	limits    config.Limits   // the effective resource limits of this generation
 	log       *slog.Logger
 	broker    *proc.Broker
 	paths     domain.Paths
@@ -1048,7 +1049,9 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		// The init creates the profile's user if the image lacks it.
 		initArgs = append(initArgs, fmt.Sprintf("--user=%s:%d:%d", u.Name, u.UID, u.GID))
 	}
-	spec, err := ocispec.Spec(sb, ocispec.Process{Args: initArgs, Env: c.baseEnv, Cwd: "/"})
+	c.limits = c.profile.Limits.Effective(hostMemTotal("/proc/meminfo"))
+	c.log.Info("resource limits", "memory_bytes", c.limits.Memory, "processes", c.limits.Processes, "open_files", c.limits.OpenFiles)
+	spec, err := ocispec.Spec(sb, ocispec.Process{Args: initArgs, Env: c.baseEnv, Cwd: "/", Rlimits: c.rlimits()})
 	if err != nil {
 		return nil, err
 	}
@@ -1062,6 +1065,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
 		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.addr.Gateway.String(), GitRouting: routing,
 		Profile: c.profile.Name, ProfilePaths: c.profile.ProfilePaths, SessionUid: c.profile.SessionUser().UID, SessionGid: c.profile.SessionUser().GID,
+		MemoryLimitBytes: c.limits.Memory,
 	}, nil
 }
 

@@ -370,7 +370,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 		refuse(s.conn, err)
 		return
 	}
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, UID: u.UID, GID: u.GID})
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, UID: u.UID, GID: u.GID, Rlimits: c.rlimits()})
 	if err != nil {
 		refuse(s.conn, errdefs.Mark(err, errdefs.ErrInvalid))
 		return
@@ -554,6 +554,12 @@ loop:
 	}
 	c.timing.Mark("session command exited")
 	log.Info("session ended", "status", st.String(), "stopped", s.wasStopped())
+	if sig == int(unix.SIGKILL) || code == 128+int(unix.SIGKILL) {
+		// SIGKILLed: say so if it was the sandbox that stopped (a limit).
+		if note := c.failureNote(time.Second); note != "" && !s.wasStopped() {
+			s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(note)}}})
+		}
+	}
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.wasStopped()}}})
 }
 

@@ -178,7 +178,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 		fail(err)
 		return
 	}
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, Terminal: true, UID: u.UID, GID: u.GID})
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, Terminal: true, UID: u.UID, GID: u.GID, Rlimits: c.rlimits()})
 	if err != nil {
 		fail(errdefs.Mark(err, errdefs.ErrInvalid))
 		return
@@ -319,7 +319,7 @@ func parseStat(line string, pid int) (guestStat, error) {
 // time: `runsc ps` shows it to the minute). An absent process is an error.
 func (t *terminal) guestStat(ctx context.Context, pid int) (guestStat, error) {
 	c := t.s.c
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs([]string{"cat", fmt.Sprintf("/proc/%d/stat", pid)}), Env: c.baseEnv, Cwd: "/"})
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs([]string{"cat", fmt.Sprintf("/proc/%d/stat", pid)}), Env: c.baseEnv, Cwd: "/", Rlimits: c.rlimits()})
 	if err != nil {
 		return guestStat{}, err
 	}

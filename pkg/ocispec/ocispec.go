@@ -219,6 +219,33 @@ type Process struct {
 	// no capability beyond the bounding set: it runs like a login of that
 	// user, so files it creates are its own.
 	UID, GID uint32
+	// Rlimits are the process's resource limits (zero: DefaultRlimits).
+	Rlimits Rlimits
+}
+
+// Rlimits are the limits every guest process starts with, soft equal to
+// hard. The sentry enforces both itself: RLIMIT_NPROC per guest user on
+// every fork and clone (guest processes hold neither CAP_SYS_ADMIN nor
+// CAP_SYS_RESOURCE, the capabilities that exempt a task and that raising a
+// hard limit needs), RLIMIT_NOFILE per process.
+type Rlimits struct {
+	NProc, NoFile uint64
+}
+
+// DefaultRlimits are the limits of a Process that sets none.
+var DefaultRlimits = Rlimits{NProc: 4096, NoFile: 65536}
+
+func (r Rlimits) posix() []specs.POSIXRlimit {
+	if r.NProc == 0 {
+		r.NProc = DefaultRlimits.NProc
+	}
+	if r.NoFile == 0 {
+		r.NoFile = DefaultRlimits.NoFile
+	}
+	return []specs.POSIXRlimit{
+		{Type: "RLIMIT_NOFILE", Hard: r.NoFile, Soft: r.NoFile},
+		{Type: "RLIMIT_NPROC", Hard: r.NProc, Soft: r.NProc},
+	}
 }
 
 func (s Sandbox) validate() error {
@@ -288,7 +315,7 @@ func process(p Process) *specs.Process {
 		Env:             append([]string(nil), p.Env...),
 		Cwd:             p.Cwd,
 		Capabilities:    lc,
-		Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1048576, Soft: 1048576}},
+		Rlimits:         p.Rlimits.posix(),
 		NoNewPrivileges: true,
 	}
 }

@@ -443,3 +443,38 @@ func TestProfilePathBinds(t *testing.T) {
 		}
 	}
 }
+
+func TestRlimits(t *testing.T) {
+	rlimit := func(b []byte) map[string][2]uint64 {
+		var p specs.Process
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string][2]uint64{}
+		for _, r := range p.Rlimits {
+			m[r.Type] = [2]uint64{r.Soft, r.Hard}
+		}
+		return m
+	}
+	b, err := ProcessJSON(Process{Args: []string{"sh"}, Cwd: "/", Rlimits: Rlimits{NProc: 256, NoFile: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rlimit(b)
+	if got["RLIMIT_NPROC"] != [2]uint64{256, 256} || got["RLIMIT_NOFILE"] != [2]uint64{1024, 1024} {
+		t.Fatalf("rlimits %v, want NPROC 256 and NOFILE 1024, soft = hard", got)
+	}
+	b, _ = ProcessJSON(Process{Args: []string{"sh"}, Cwd: "/"})
+	got = rlimit(b)
+	if got["RLIMIT_NPROC"][1] != DefaultRlimits.NProc || got["RLIMIT_NOFILE"][1] != DefaultRlimits.NoFile {
+		t.Fatalf("default rlimits %v, want %+v", got, DefaultRlimits)
+	}
+	sp, err := Spec(sandbox(), Process{Args: []string{"init"}, Cwd: "/", Rlimits: Rlimits{NProc: 300, NoFile: 2048}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := json.Marshal(sp.Process)
+	if got := rlimit(js); got["RLIMIT_NPROC"] != [2]uint64{300, 300} {
+		t.Fatalf("init rlimits %v, want NPROC 300", got)
+	}
+}

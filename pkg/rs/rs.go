@@ -533,7 +533,18 @@ func identityProto(id pidfs.Identity) *lv1.PidfsProcessIdentityV1 {
 }
 
 func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
+	var memHit <-chan memoryExceeded // nil: no limit, never ready
+	if lim := s.start.GetMemoryLimitBytes(); lim > 0 && s.kids != nil {
+		memDone := make(chan struct{})
+		defer close(memDone)
+		memHit = s.watchMemory(s.kids, lim, memDone)
+	}
+	overLimit := func(e memoryExceeded) {
+		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: e.Error()}}})
+	}
 	select {
+	case e := <-memHit:
+		overLimit(e)
 	case <-s.stop:
 		s.log.Info("stop requested")
 		failpoint.Hit("lazaret-rs:stop-requested")
@@ -542,9 +553,14 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 		s.log.Error("git-routing daemon exited unexpectedly: tearing down")
 		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the Git-routing daemon stopped unexpectedly"}}})
 	case <-sandbox.Done():
-		st, _ := sandbox.Status()
-		s.log.Error("attached runsc exited unexpectedly", "status", st.String())
-		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the sandbox stopped unexpectedly (" + st.String() + ")"}}})
+		select {
+		case e := <-memHit: // the watchdog's kill, seen from the client's side
+			overLimit(e)
+		default:
+			st, _ := sandbox.Status()
+			s.log.Error("attached runsc exited unexpectedly", "status", st.String())
+			s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the sandbox stopped unexpectedly (" + st.String() + ")"}}})
+		}
 	}
 	s.teardown(sandbox, stdin)
 	s.awaitPurge()

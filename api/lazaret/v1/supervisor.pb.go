@@ -576,12 +576,16 @@ type StartSandbox struct {
 	// path, RS creates (if missing) the profile's stored directory, owned by
 	// the session user's guest uid and gid, before runsc starts, and holds
 	// the profile's lock while the sandbox runs. The spec binds each one.
-	Profile       string   `protobuf:"bytes,21,opt,name=profile,proto3" json:"profile,omitempty"`
-	ProfilePaths  []string `protobuf:"bytes,22,rep,name=profile_paths,json=profilePaths,proto3" json:"profile_paths,omitempty"`
-	SessionUid    uint32   `protobuf:"varint,23,opt,name=session_uid,json=sessionUid,proto3" json:"session_uid,omitempty"`
-	SessionGid    uint32   `protobuf:"varint,24,opt,name=session_gid,json=sessionGid,proto3" json:"session_gid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Profile      string   `protobuf:"bytes,21,opt,name=profile,proto3" json:"profile,omitempty"`
+	ProfilePaths []string `protobuf:"bytes,22,rep,name=profile_paths,json=profilePaths,proto3" json:"profile_paths,omitempty"`
+	SessionUid   uint32   `protobuf:"varint,23,opt,name=session_uid,json=sessionUid,proto3" json:"session_uid,omitempty"`
+	SessionGid   uint32   `protobuf:"varint,24,opt,name=session_gid,json=sessionGid,proto3" json:"session_gid,omitempty"`
+	// The sandbox's memory limit in bytes (limits.memory): RS kills the
+	// sandbox, through its proven pidfd, once the sentry's memory file
+	// commits more. 0: no limit.
+	MemoryLimitBytes uint64 `protobuf:"varint,25,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StartSandbox) Reset() {
@@ -743,6 +747,13 @@ func (x *StartSandbox) GetSessionUid() uint32 {
 func (x *StartSandbox) GetSessionGid() uint32 {
 	if x != nil {
 		return x.SessionGid
+	}
+	return 0
+}
+
+func (x *StartSandbox) GetMemoryLimitBytes() uint64 {
+	if x != nil {
+		return x.MemoryLimitBytes
 	}
 	return 0
 }
@@ -1701,7 +1712,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12B\n" +
 	"\rnet_namespace\x18\x03 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12D\n" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
-	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xc0\x05\n" +
+	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xee\x05\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1732,7 +1743,8 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\vsession_uid\x18\x17 \x01(\rR\n" +
 	"sessionUid\x12\x1f\n" +
 	"\vsession_gid\x18\x18 \x01(\rR\n" +
-	"sessionGid\"\xee\x02\n" +
+	"sessionGid\x12,\n" +
+	"\x12memory_limit_bytes\x18\x19 \x01(\x04R\x10memoryLimitBytes\"\xee\x02\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +

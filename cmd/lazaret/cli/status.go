@@ -22,10 +22,12 @@ import (
 
 var statusCommand = &cli.Command{
 	Name:  "status",
-	Usage: "list your Domains and, for running ones, their generation, processes and sessions",
+	Usage: "list your Domains and, for running ones, their generation, processes, sessions and use against limits",
 	Description: `Only a Domain's Host Coordinator opens its store: for a running Domain the
 state comes from it over the control socket; a stopped Domain shows its
-identity and last generation.
+identity and last generation. MEMORY and TASKS are a running Domain's
+memory and guest tasks against limits.memory and limits.processes, as the
+sandbox's kernel accounts them.
 
 Examples:
    lazaret status
@@ -53,13 +55,14 @@ Examples:
 			return nil
 		}
 		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "DOMAIN\tPROFILE\tSTATE\tGENERATION\tSESSIONS\tPORTS\tLINGER\tWORKSPACE")
+		fmt.Fprintln(w, "DOMAIN\tPROFILE\tSTATE\tGENERATION\tSESSIONS\tMEMORY\tTASKS\tPORTS\tLINGER\tWORKSPACE")
 		for _, d := range docs {
 			sessions := 0
 			if s, ok := d["sessions"].([]any); ok {
 				sessions = len(s)
 			}
-			fmt.Fprintf(w, "%s\t%v\t%v\t%v\t%d\t%s\t%s\t%v\n", d["domain_id"], d["profile"], d["state"], d["generation"], sessions, portsText(d), lingerText(d), d["workspace"])
+			mem, tasks := limitsText(d)
+			fmt.Fprintf(w, "%s\t%v\t%v\t%v\t%d\t%s\t%s\t%s\t%s\t%v\n", d["domain_id"], d["profile"], d["state"], d["generation"], sessions, mem, tasks, portsText(d), lingerText(d), d["workspace"])
 		}
 		return w.Flush()
 	},
@@ -159,4 +162,39 @@ func portsText(d map[string]any) string {
 		return "-"
 	}
 	return strings.Join(out, ",")
+}
+
+// limitsText renders a running Domain's memory and guest tasks against
+// their limits ("72MiB/1GiB", "9/4096"); "-" when unknown.
+func limitsText(d map[string]any) (mem, tasks string) {
+	mem, tasks = "-", "-"
+	l, _ := d["limits"].(map[string]any)
+	m, _ := l["memory"].(map[string]any)
+	p, _ := l["processes"].(map[string]any)
+	if used, ok := m["used_bytes"].(float64); ok {
+		if limit, ok := m["limit_bytes"].(float64); ok {
+			mem = humanBytes(uint64(used)) + "/" + humanBytes(uint64(limit))
+		}
+	}
+	if n, ok := p["tasks"].(float64); ok {
+		if limit, ok := p["limit"].(float64); ok {
+			tasks = fmt.Sprintf("%d/%d", uint64(n), uint64(limit))
+		}
+	}
+	return mem, tasks
+}
+
+// humanBytes renders a size in the largest binary unit it reaches, with
+// one decimal below 10 ("9.5MiB", "12GiB").
+func humanBytes(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	v, i := float64(n), 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if v < 10 && i > 0 && v != float64(uint64(v)) {
+		return fmt.Sprintf("%.1f%s", v, units[i])
+	}
+	return fmt.Sprintf("%.0f%s", v, units[i])
 }

@@ -33,7 +33,8 @@ var stopCommand = &cli.Command{
 	Description: `Ends every session of the Domain (each ` + "`lazaret run`" + ` attached to it prints
 "` + stoppedMessage + `", restores its terminal and exits
 with status 143), cancels their pending escalation prompts and host commands,
-and tears the Domain down as after its last session. It returns once the
+and tears the Domain down as after its last session, without its linger (a
+lingering Domain, with no session, stops at once). It returns once the
 teardown is complete. A stopped Domain is left as it is (success).
 
 Examples:

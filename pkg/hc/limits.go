@@ -1,0 +1,124 @@
+package hc
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/proc"
+)
+
+// rlimits are the resource limits of every guest process of the
+// generation (limits.processes and limits.open_files).
+func (c *coordinator) rlimits() ocispec.Rlimits {
+	return ocispec.Rlimits{NProc: c.limits.Processes, NoFile: c.limits.OpenFiles}
+}
+
+// hostMemTotal reads MemTotal from a meminfo file, in bytes (0 when it
+// cannot be read: the memory limit then takes its fixed fallback).
+func hostMemTotal(path string) uint64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0
+		}
+		kb, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil || kb > 1<<44 {
+			return 0
+		}
+		return kb << 10
+	}
+	return 0
+}
+
+// runscStats is the part of `runsc events --stats` Lazaret reads: the
+// sentry's own accounting, which needs no cgroup.
+type runscStats struct {
+	Data struct {
+		Memory struct {
+			Usage struct {
+				Usage uint64 `json:"usage"`
+			} `json:"usage"`
+		} `json:"memory"`
+		Pids struct {
+			Current uint64 `json:"current"`
+		} `json:"pids"`
+	} `json:"data"`
+}
+
+func parseRunscStats(b []byte) (memory, tasks uint64, err error) {
+	var st runscStats
+	if err := json.Unmarshal(b, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Data.Memory.Usage.Usage, st.Data.Pids.Current, nil
+}
+
+// limitsStatus is the `limits` entry of the status document: each limit
+// and, while the sandbox runs, its use (memory and guest tasks as the
+// sentry accounts them).
+func (c *coordinator) limitsStatus() map[string]any {
+	c.mu.Lock()
+	lim, container, running := c.limits, c.container, c.st == stateRunning
+	c.mu.Unlock()
+	mem := map[string]any{"limit_bytes": lim.Memory}
+	procs := map[string]any{"limit": lim.Processes}
+	doc := map[string]any{"memory": mem, "processes": procs, "open_files": map[string]any{"limit": lim.OpenFiles}}
+	if !running || container == "" {
+		return doc
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	argv := append(append([]string{c.rt.Path}, c.rt.GlobalFlags()...), "events", "--stats", container)
+	out, stderr, st, err := c.broker.Output(ctx, "runsc_events", proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/"}, 1<<20)
+	if err == nil && st.ShellCode() != 0 {
+		err = errdefs.New(errdefs.ErrUnavailable, "runsc events: %s: %s", st.String(), strings.TrimSpace(string(stderr)))
+	}
+	var used, tasks uint64
+	if err == nil {
+		used, tasks, err = parseRunscStats(out)
+	}
+	if err != nil {
+		doc["error"] = "usage unavailable: " + err.Error()
+		return doc
+	}
+	mem["used_bytes"] = used
+	procs["tasks"] = tasks
+	return doc
+}
+
+// failureNote waits up to wait for the generation to be marked failed
+// (a Runtime Supervisor's report, such as the memory limit's kill, can
+// arrive just after a session's runsc exec saw its process die) and
+// returns the reason as a line for the session's standard error, or "".
+func (c *coordinator) failureNote(wait time.Duration) string {
+	deadline := time.Now().Add(wait)
+	for {
+		c.mu.Lock()
+		err := c.failErr // kept once set, also while the generation tears down
+		c.mu.Unlock()
+		if err != nil {
+			return "lazaret: the sandbox stopped: " + err.Error() + "\n"
+		}
+		if time.Now().After(deadline) {
+			return ""
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
