@@ -26,3 +26,10 @@ test-model:
 	  $(GO) vet ./pkg/model/... && \
 	  $(GO) test -count=1 -timeout 170s ./pkg/model/... && \
 	  $(GO) test -count=1 -timeout 170s -run "^TestModel$$" $(MODEL_PKGS) -args -full -max-heap-mib=3072'
+
+# Teeth: every property of tla/*.cfg replaced in turn by TRUE (in a private
+# copy of the module) must make at least one model test fail. Slow (a build
+# and the model package's tests per property); not part of test-model.
+.PHONY: model-teeth
+model-teeth:
+	$(GO) run ./cmd/model-teeth

@@ -90,7 +90,7 @@ func checkTooth(t *testing.T, th tooth) {
 	if !ok {
 		t.Fatalf("the transcription has no property %s", th.prop)
 	}
-	res := check.Run(sp, check.Options{Liveness: true, MaxStates: 3_000_000, MaxHeapBytes: 2 << 30})
+	res := check.Run(sp, check.Options{Liveness: true, MaxStates: 1_000_000, MaxHeapBytes: 2 << 30})
 	v := res.First()
 	if v == nil {
 		t.Fatalf("%v: %s not violated (%d states, complete %v)", th.muts, th.prop, res.Distinct, res.Complete)
