@@ -1,20 +1,24 @@
 // Package teeth measures whether the model tests can tell each property of
 // the TLA+ models from TRUE: for every invariant and liveness property that
-// tla/*.cfg lists, it rewrites the property's Go transcription so that it
-// always holds (an invariant's method body becomes `return true`; a liveness
-// property's Avoid predicate becomes `false`, so no behaviour can violate it),
-// in a private copy of the module, runs that model package's tests there and
-// records which tests fail. A property whose rewrite fails no test is a
+// tla/*.cfg lists, it makes the property's Go transcription always hold (an
+// invariant's method returns true; a liveness property's Avoid predicate
+// returns false, so no behaviour can violate it), runs that model package's
+// tests and records which fail. A property whose blanking fails no test is a
 // survivor: the tests would not notice a wrong or weakened transcription of
-// it. The rewrite is applied to the source the checker compiles, so no test
-// can see or sidestep it.
+// it.
+//
+// The blanking is a source rewrite in a private copy of the module: every
+// property body gets a first statement that returns TRUE when the hook
+// variable names it, and a generated file sets that variable from the
+// environment variable BlankEnv. One test binary per model is built from the
+// copy and run once per property with BlankEnv naming it, which replaces the
+// body the checker evaluates without rebuilding each time; the tests never
+// see the hook (it exists only in the copy).
 package teeth
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/format"
@@ -24,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,7 +84,7 @@ func Targets(root string) ([]Target, error) {
 					if err != nil {
 						return nil, err
 					}
-					if _, ok, err := Blank(src, p, kind); err != nil {
+					if _, ok, err := Hook(src, p, kind); err != nil {
 						return nil, fmt.Errorf("teeth: %s: %w", f, err)
 					} else if ok {
 						found = f
@@ -104,29 +109,46 @@ func Targets(root string) ([]Target, error) {
 	return out, nil
 }
 
-// Blank returns src with the body of the named property replaced by TRUE,
-// and whether src holds that body. For an invariant the body is the method
-// `func (m *Model) Name(st *State) bool`; for a liveness property it is the
-// check.Property composite literal whose Name starts with "Name[", whose
-// Avoid predicate becomes `func(State) bool { return false }`.
-func Blank(src []byte, prop, kind string) ([]byte, bool, error) {
+// BlankEnv names the property that the hooked test binary blanks.
+const BlankEnv = "LAZARET_MODEL_TEETH_BLANK"
+
+// hookVar and hookFile are the hook's identifiers in the copy.
+const (
+	hookVar   = "teethBlank"
+	hookAvoid = "teethAvoid"
+	hookFile  = "zz_teeth_hook.go"
+)
+
+// Hook returns src with the named property hooked, and whether src holds
+// its body. For an invariant the body is the method `func (m *Model)
+// Name(st *State) bool`, which gets the first statement
+// `if teethBlank == "Name" { return true }`; for a liveness property it is
+// each check.Property composite literal whose Name starts with "Name[",
+// whose Avoid value f becomes teethAvoid("Name", f) (the predicate false
+// when blanked; a literal without Avoid gets one).
+func Hook(src []byte, prop, kind string) ([]byte, bool, error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "", src, parser.ParseComments)
 	if err != nil {
 		return nil, false, err
 	}
 	found := false
+	name := &ast.BasicLit{Kind: token.STRING, Value: strconv.Quote(prop)}
 	switch kind {
 	case "invariant":
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Recv == nil || fd.Name.Name != prop || fd.Type.Results == nil || len(fd.Type.Results.List) != 1 {
+			if !ok || fd.Recv == nil || fd.Name.Name != prop || fd.Body == nil || fd.Type.Results == nil || len(fd.Type.Results.List) != 1 {
 				continue
 			}
 			if id, ok := fd.Type.Results.List[0].Type.(*ast.Ident); !ok || id.Name != "bool" {
 				continue
 			}
-			fd.Body = &ast.BlockStmt{List: []ast.Stmt{&ast.ReturnStmt{Results: []ast.Expr{ast.NewIdent("true")}}}}
+			guard := &ast.IfStmt{
+				Cond: &ast.BinaryExpr{X: ast.NewIdent(hookVar), Op: token.EQL, Y: name},
+				Body: &ast.BlockStmt{List: []ast.Stmt{&ast.ReturnStmt{Results: []ast.Expr{ast.NewIdent("true")}}}},
+			}
+			fd.Body.List = append([]ast.Stmt{guard}, fd.Body.List...)
 			found = true
 		}
 	case "property":
@@ -158,21 +180,18 @@ func Blank(src []byte, prop, kind string) ([]byte, bool, error) {
 			if !named {
 				return true
 			}
-			never := &ast.FuncLit{
-				Type: &ast.FuncType{
-					Params:  &ast.FieldList{List: []*ast.Field{{Type: ast.NewIdent("State")}}},
-					Results: &ast.FieldList{List: []*ast.Field{{Type: ast.NewIdent("bool")}}},
-				},
-				Body: &ast.BlockStmt{List: []ast.Stmt{&ast.ReturnStmt{Results: []ast.Expr{ast.NewIdent("false")}}}},
+			var orig ast.Expr = ast.NewIdent("nil")
+			if avoid >= 0 {
+				orig = cl.Elts[avoid].(*ast.KeyValueExpr).Value
 			}
-			kv := &ast.KeyValueExpr{Key: ast.NewIdent("Avoid"), Value: never}
+			kv := &ast.KeyValueExpr{Key: ast.NewIdent("Avoid"), Value: &ast.CallExpr{Fun: ast.NewIdent(hookAvoid), Args: []ast.Expr{name, orig}}}
 			if avoid >= 0 {
 				cl.Elts[avoid] = kv
 			} else {
 				cl.Elts = append(cl.Elts, kv)
 			}
 			found = true
-			return true
+			return false
 		})
 	default:
 		return nil, false, fmt.Errorf("unknown kind %q", kind)
@@ -185,6 +204,25 @@ func Blank(src []byte, prop, kind string) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	return buf.Bytes(), true, nil
+}
+
+// hookSource is the generated file of a hooked model package.
+func hookSource(pkg string) []byte {
+	return []byte(`// Code generated by pkg/model/teeth in a private copy; DO NOT EDIT.
+
+package ` + pkg + `
+
+import "os"
+
+var ` + hookVar + ` = os.Getenv("` + BlankEnv + `")
+
+func ` + hookAvoid + `(name string, f func(State) bool) func(State) bool {
+	if ` + hookVar + ` == name {
+		return func(State) bool { return false }
+	}
+	return f
+}
+`)
 }
 
 // isPropertyType matches check.Property[State] (or Property[State] inside
@@ -253,66 +291,83 @@ func Copy(root, tmp string) (string, error) {
 	return dst, nil
 }
 
+// Prepare hooks every target in the copy at dir and builds one test binary
+// per model package there; it returns the binaries by model name.
+func Prepare(ctx context.Context, goTool, dir string, targets []Target) (map[string]string, error) {
+	byFile := map[string][]Target{}
+	for _, t := range targets {
+		byFile[t.File] = append(byFile[t.File], t)
+	}
+	for file, ts := range byFile {
+		path := filepath.Join(dir, file)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			var ok bool
+			if src, ok, err = Hook(src, t.Prop, t.Kind); err != nil || !ok {
+				return nil, fmt.Errorf("teeth: hook %s in %s: found %v, %v", t.Prop, file, ok, err)
+			}
+		}
+		if err := os.WriteFile(path, src, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	bins := map[string]string{}
+	for _, t := range targets {
+		if _, ok := bins[t.Model.Name]; ok {
+			continue
+		}
+		pkg := filepath.Base(t.Model.Dir)
+		if err := os.WriteFile(filepath.Join(dir, t.Model.Dir, hookFile), hookSource(pkg), 0o644); err != nil {
+			return nil, err
+		}
+		bin := filepath.Join(dir, pkg+".test")
+		cmd := exec.CommandContext(ctx, goTool, "test", "-c", "-o", bin, "./"+t.Model.Dir+"/")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("teeth: build the hooked tests of %s: %v\n%s", t.Model.Dir, err, out)
+		}
+		bins[t.Model.Name] = bin
+	}
+	return bins, nil
+}
+
 // Result is the outcome of running a model's tests with one property
-// blanked.
+// blanked (or none, for the baseline).
 type Result struct {
 	Target   Target
 	Failed   []string // failing tests (top-level and subtests)
-	Build    string   // non-empty when the blanked package did not build
+	Err      string   // the binary failed without a failing test (crash, timeout)
 	Duration time.Duration
 }
 
 // Survived reports whether no test noticed the blanked property.
-func (r Result) Survived() bool { return len(r.Failed) == 0 && r.Build == "" }
+func (r Result) Survived() bool { return len(r.Failed) == 0 && r.Err == "" }
 
-// Run blanks t in the copy at dir, runs `go test` on its model package
-// there with the given extra arguments, restores the file and returns which
-// tests failed.
-func Run(ctx context.Context, goTool, dir string, t Target, args ...string) (Result, error) {
+var failLine = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
+
+// Run runs the hooked test binary of t's model, in its package directory
+// of the copy at dir, with t blanked (blank == "" runs the baseline) and
+// returns which tests failed.
+func Run(ctx context.Context, bin, dir string, t Target, blank string, args ...string) Result {
 	res := Result{Target: t}
-	path := filepath.Join(dir, t.File)
-	orig, err := os.ReadFile(path)
-	if err != nil {
-		return res, err
-	}
-	blank, ok, err := Blank(orig, t.Prop, t.Kind)
-	if err != nil || !ok {
-		return res, fmt.Errorf("teeth: blank %s in %s: found %v, %v", t.Prop, t.File, ok, err)
-	}
-	if err := os.WriteFile(path, blank, 0o644); err != nil {
-		return res, err
-	}
-	defer os.WriteFile(path, orig, 0o644)
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, goTool, append([]string{"test", "-count=1", "-json"}, append(args, "./"+t.Model.Dir+"/")...)...)
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, runErr := cmd.Output()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-test.count=1", "-test.v", "-test.timeout=10m"}, args...)...)
+	cmd.Dir = filepath.Join(dir, t.Model.Dir)
+	cmd.Env = append(os.Environ(), BlankEnv+"="+blank)
+	out, err := cmd.CombinedOutput()
 	res.Duration = time.Since(start)
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	var buildOut strings.Builder
-	for sc.Scan() {
-		var ev struct {
-			Action, Test, Output string
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
-			buildOut.WriteString(sc.Text() + "\n")
-			continue
-		}
-		if ev.Action == "fail" && ev.Test != "" {
-			res.Failed = append(res.Failed, ev.Test)
-		}
-		if ev.Action == "build-fail" {
-			res.Build = "build failed"
-		}
+	for _, m := range failLine.FindAllStringSubmatch(string(out), -1) {
+		res.Failed = append(res.Failed, m[1])
 	}
-	if runErr != nil && len(res.Failed) == 0 {
-		res.Build = strings.TrimSpace(stderr.String() + buildOut.String())
-		if res.Build == "" {
-			res.Build = runErr.Error()
+	if err != nil && len(res.Failed) == 0 {
+		tail := string(out)
+		if len(tail) > 2000 {
+			tail = tail[len(tail)-2000:]
 		}
+		res.Err = fmt.Sprintf("%v: %s", err, tail)
 	}
-	return res, nil
+	return res
 }

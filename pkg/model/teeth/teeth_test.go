@@ -26,25 +26,25 @@ func (m *Model) Properties() []check.Property[State] {
 }
 `
 
-func TestBlankInvariant(t *testing.T) {
-	out, ok, err := Blank([]byte(sample), "Guarded", "invariant")
+func TestHookInvariant(t *testing.T) {
+	out, ok, err := Hook([]byte(sample), "Guarded", "invariant")
 	if err != nil || !ok {
-		t.Fatalf("Blank: %v %v", ok, err)
+		t.Fatalf("Hook: %v %v", ok, err)
 	}
-	if !strings.Contains(string(out), "Guarded(st *State) bool { return true }") || strings.Contains(string(out), "st.X == 1") {
-		t.Fatalf("body not replaced:\n%s", out)
+	if !strings.Contains(string(out), "if teethBlank == \"Guarded\" {\n\t\treturn true\n\t}\n\treturn st.X == 1") {
+		t.Fatalf("body not hooked:\n%s", out)
 	}
 }
 
-func TestBlankProperty(t *testing.T) {
-	out, ok, err := Blank([]byte(sample), "Eventually", "property")
+func TestHookProperty(t *testing.T) {
+	out, ok, err := Hook([]byte(sample), "Eventually", "property")
 	if err != nil || !ok {
-		t.Fatalf("Blank: %v %v", ok, err)
+		t.Fatalf("Hook: %v %v", ok, err)
 	}
-	if !strings.Contains(string(out), "Avoid: func(State) bool {\n\t\t\t\treturn false") || strings.Contains(string(out), "s.X != 2") {
-		t.Fatalf("Avoid not replaced:\n%s", out)
+	if !strings.Contains(string(out), "Avoid: teethAvoid(\"Eventually\", func(s State) bool { return s.X != 2 })") {
+		t.Fatalf("Avoid not hooked:\n%s", out)
 	}
-	if _, ok, _ := Blank([]byte(sample), "Eventual", "property"); ok {
+	if _, ok, _ := Hook([]byte(sample), "Eventual", "property"); ok {
 		t.Fatal("a prefix of the name matched")
 	}
 }
