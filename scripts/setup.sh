@@ -15,6 +15,8 @@
 #   scripts/setup.sh images NAME KIND...  build images (debian, busybox; node, claude, codex: recipes) as user NAME
 #   scripts/setup.sh demo-workspace NAME  a small Git project owned by NAME (for make run as root)
 #   scripts/setup.sh protoc               protobuf-compiler (for make proto / proto-check)
+#   scripts/setup.sh tlc                  a Java runtime and tla2tools.jar (for make tlc); prints
+#                                         the jar's path
 #   scripts/setup.sh kernel [--force]     qualify the running kernel build when it has no
 #                                         record (always with --force): `lazaret kernel qualify`
 set -euo pipefail
@@ -22,6 +24,13 @@ set -euo pipefail
 RUNSC_VERSION="${RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237}"
 DEPS_DIR="${LAZARET_DEPS_DIR:-/var/cache/lazaret}"
 RUNSC_DIR="$DEPS_DIR/runsc/$RUNSC_VERSION"
+# tla2tools.jar for `make tlc`: Maven coordinates org.lamport:tla2tools.
+# TLA2TOOLS_SHA256 pins the jar; a downloaded jar that does not match (or
+# with no pin set) is refused. TLA2TOOLS_JAR=/path/to/tla2tools.jar uses a
+# jar obtained otherwise (a release download, or built from source).
+TLA2TOOLS_VERSION="${TLA2TOOLS_VERSION:-1.8.0}"
+TLA2TOOLS_SHA256="${TLA2TOOLS_SHA256:-}"
+TLA2TOOLS_DIR="$DEPS_DIR/tla2tools/$TLA2TOOLS_VERSION"
 here="$(cd "$(dirname "$0")/.." && pwd)"
 TABLE="$here/pkg/hostcheck/packages.tsv"
 
@@ -310,6 +319,52 @@ test_debs() {
 	say "test packages in $dir"
 }
 
+# java_major prints the major version of `java` on PATH (0 when absent).
+java_major() {
+	local v
+	v="$(java -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\)[."].*/\1/p' | head -n1)"
+	printf '%s\n' "${v:-0}"
+}
+
+# tlc makes `make tlc` possible: a Java runtime of version 11 or later
+# (TLC's minimum) from the distribution's packages, and tla2tools.jar. It
+# prints the jar's path on standard output.
+tlc() {
+	if [ "$(java_major)" -lt 11 ]; then
+		install_step tlc
+		[ "$(java_major)" -ge 11 ] || die "java $(java_major) after installing the tlc packages: TLC needs Java 11 or later on PATH"
+	fi
+	if [ -n "${TLA2TOOLS_JAR:-}" ]; then
+		[ -r "$TLA2TOOLS_JAR" ] || die "TLA2TOOLS_JAR=$TLA2TOOLS_JAR is not a readable file"
+		case "$(unzip -Z1 "$TLA2TOOLS_JAR" 2>/dev/null)" in
+		*tlc2/TLC.class*) ;;
+		*) die "TLA2TOOLS_JAR=$TLA2TOOLS_JAR has no tlc2/TLC.class: point it at tla2tools.jar" ;;
+		esac
+		say "using TLA2TOOLS_JAR=$TLA2TOOLS_JAR (sha256 $(sha256sum "$TLA2TOOLS_JAR" | cut -d' ' -f1))"
+		printf '%s\n' "$TLA2TOOLS_JAR"
+		return
+	fi
+	local jar="$TLA2TOOLS_DIR/tla2tools.jar"
+	if [ ! -r "$jar" ]; then
+		command -v mvn >/dev/null || die "tla2tools.jar is not cached in $TLA2TOOLS_DIR and mvn is not installed to fetch org.lamport:tla2tools:$TLA2TOOLS_VERSION: install maven, or set TLA2TOOLS_JAR=/path/to/tla2tools.jar"
+		local tmp; tmp="$(mktemp -d)"
+		say "fetching org.lamport:tla2tools:$TLA2TOOLS_VERSION with mvn"
+		if ! (cd "$tmp" && mvn -B -q dependency:copy -Dartifact="org.lamport:tla2tools:$TLA2TOOLS_VERSION" -DoutputDirectory="$tmp/out" >&2); then
+			rm -rf "$tmp"
+			die "mvn could not fetch org.lamport:tla2tools:$TLA2TOOLS_VERSION (is the Maven registry reachable from this machine?): set TLA2TOOLS_JAR=/path/to/tla2tools.jar to use a jar obtained otherwise"
+		fi
+		local got; got="$(sha256sum "$tmp/out/tla2tools-$TLA2TOOLS_VERSION.jar" | cut -d' ' -f1)"
+		if [ -z "$TLA2TOOLS_SHA256" ] || [ "$got" != "$TLA2TOOLS_SHA256" ]; then
+			rm -rf "$tmp"
+			die "org.lamport:tla2tools:$TLA2TOOLS_VERSION has sha256 $got, pinned ${TLA2TOOLS_SHA256:-nothing}: check the jar and set TLA2TOOLS_SHA256 in scripts/setup.sh"
+		fi
+		as_root mkdir -p "$TLA2TOOLS_DIR"
+		as_root install -m 0644 "$tmp/out/tla2tools-$TLA2TOOLS_VERSION.jar" "$jar"
+		rm -rf "$tmp"
+	fi
+	printf '%s\n' "$jar"
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
 deps) deps ;;
@@ -320,5 +375,6 @@ demo-workspace) demo_workspace "$@" ;;
 kernel) kernel "$@" ;;
 test-debs) test_debs ;;
 protoc) install_step protoc ;;
-*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | test-debs | protoc" ;;
+tlc) tlc ;;
+*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | test-debs | protoc | tlc" ;;
 esac

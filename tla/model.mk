@@ -1,5 +1,6 @@
 # Model checking of tla/*.tla through their Go transcriptions (pkg/model/...).
-# Included by the top-level Makefile; defines only `model` and `test-model`.
+# Included by the top-level Makefile; defines `model`, `test-model`,
+# `model-teeth` and `tlc`.
 #
 #   make model                 full tla/Lazaret.cfg and tla/PreparedLower.cfg fixtures:
 #                              every invariant, every liveness property, state counts
@@ -26,3 +27,18 @@ test-model:
 	  $(GO) vet ./pkg/model/... && \
 	  $(GO) test -count=1 -timeout 170s ./pkg/model/... && \
 	  $(GO) test -count=1 -timeout 170s -run "^TestModel$$" $(MODEL_PKGS) -args -full -max-heap-mib=3072'
+
+# Teeth: every property of tla/*.cfg replaced in turn by TRUE (in a private
+# copy of the module) must make at least one model test fail. Slow (a build
+# and the model package's tests per property); not part of test-model.
+.PHONY: model-teeth
+model-teeth:
+	$(GO) run ./cmd/model-teeth
+
+# TLC on tla/*.tla with tla/*.cfg, when a Java runtime and tla2tools.jar can
+# be had (scripts/setup.sh tlc; TLA2TOOLS_JAR=/path/to/tla2tools.jar), and
+# TLC's distinct-state counts compared with the Go checker's.
+# TLC_MODE=safety checks the invariants only.
+.PHONY: tlc
+tlc:
+	scripts/tlc.sh

@@ -66,6 +66,7 @@ type Package struct {
 const (
 	StepDeps   = "deps"
 	StepProtoc = "protoc"
+	StepTLC    = "tlc"
 )
 
 var packageName = regexp.MustCompile(`^[a-z0-9][a-z0-9+._-]*$`)
@@ -98,8 +99,8 @@ func ParsePackages(tsv string) ([]Package, error) {
 			return nil, bad("dependency %q is listed twice", p.Dependency)
 		}
 		seen[p.Dependency] = true
-		if p.Step != StepDeps && p.Step != StepProtoc {
-			return nil, bad("step %q is not %s or %s", p.Step, StepDeps, StepProtoc)
+		if p.Step != StepDeps && p.Step != StepProtoc && p.Step != StepTLC {
+			return nil, bad("step %q is not %s, %s or %s", p.Step, StepDeps, StepProtoc, StepTLC)
 		}
 		for j, m := range Managers {
 			name := f[2+j]

@@ -59,6 +59,9 @@ func TestPackagesDebianList(t *testing.T) {
 	if !slices.Equal(got, debianDeps) || len(lacking) != 0 {
 		t.Fatalf("apt deps %q (lacking %v), want exactly %q", got, lacking, debianDeps)
 	}
+	if got, _ := PackagesFor(StepTLC, Apt); !slices.Equal(got, []string{"default-jre-headless"}) {
+		t.Fatalf("apt tlc %q", got)
+	}
 	if got, _ := PackagesFor(StepProtoc, Apt); !slices.Equal(got, []string{"protobuf-compiler"}) {
 		t.Fatalf("apt protoc %q", got)
 	}

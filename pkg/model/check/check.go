@@ -117,8 +117,12 @@ type Violation[S any] struct {
 
 // Result summarises a run.
 type Result[S any] struct {
-	Distinct   int
-	Edges      int
+	Distinct int
+	Edges    int
+	// Generated counts every state produced, as TLC's "states generated"
+	// does: each initial state and each successor of an explored state,
+	// stuttering successors and duplicates included.
+	Generated  int
 	Depth      int
 	Complete   bool   // false when a bound stopped exploration
 	Bound      string // which bound stopped exploration, if any
@@ -323,6 +327,7 @@ func (c *Checker[S]) run() *Result[S] {
 		if violation != nil {
 			return
 		}
+		res.Generated++
 		id, fresh, _ := insert(s, ^uint32(0), ^uint16(0), 0)
 		if fresh {
 			checkInv(id, s)
@@ -368,6 +373,7 @@ func (c *Checker[S]) run() *Result[S] {
 			if violation != nil {
 				return
 			}
+			res.Generated++
 			tid, fresh, ok := insert(t, id, uint16(a), d+1)
 			if !ok {
 				return

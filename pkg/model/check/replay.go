@@ -135,3 +135,26 @@ func ReplaySteps[S any](sp *Spec[S], init S, steps []Step[S]) ([]S, error) {
 	}
 	return states, sp.checkInvariants(len(steps), cur)
 }
+
+// Only returns a copy of sp that checks a single property: the invariant
+// called name, or every instance (name or name[...]) of the liveness
+// property called name, with no other invariant or property. kind is
+// "invariant" or "property"; ok is false when sp has no such property.
+// Checking one property alone shows that it, and not another property that
+// a defect happens to violate first, catches the defect.
+func Only[S any](sp *Spec[S], name string) (only *Spec[S], kind string, ok bool) {
+	c := *sp
+	c.Invariants, c.Properties = nil, nil
+	for _, inv := range sp.Invariants {
+		if inv.Name == name {
+			c.Invariants = append(c.Invariants, inv)
+			return &c, "invariant", true
+		}
+	}
+	for _, p := range sp.Properties {
+		if p.Name == name || (len(p.Name) > len(name) && p.Name[:len(name)+1] == name+"[") {
+			c.Properties = append(c.Properties, p)
+		}
+	}
+	return &c, "property", len(c.Properties) > 0
+}

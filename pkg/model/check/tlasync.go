@@ -55,27 +55,7 @@ func TLASync[S any](sp *Spec[S], actions []string, tlaPath, cfgPath, mappingPath
 		}
 	}
 	section := func(name string) []string {
-		var out []string
-		in := false
-		for _, line := range strings.Split(string(cfg), "\n") {
-			t := strings.TrimSpace(line)
-			if t == "" || strings.HasPrefix(t, `\*`) {
-				continue
-			}
-			if t == name {
-				in = true
-				continue
-			}
-			if in && strings.ToUpper(t) == t && !strings.Contains(t, " ") {
-				break // next section keyword
-			}
-			if in {
-				if strings.Contains(t, " ") {
-					break
-				}
-				out = append(out, t)
-			}
-		}
+		out := CfgSection(cfg, name)
 		sort.Strings(out)
 		return out
 	}
@@ -133,4 +113,31 @@ func TLADisjuncts(tlaPath, def string) ([]string, error) {
 		out = append(out, d[1])
 	}
 	return out, nil
+}
+
+// CfgSection returns the names listed under a section keyword of a TLC
+// configuration (e.g. INVARIANTS or PROPERTIES), in file order.
+func CfgSection(cfg []byte, name string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(string(cfg), "\n") {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, `\*`) {
+			continue
+		}
+		if t == name {
+			in = true
+			continue
+		}
+		if in && strings.ToUpper(t) == t && !strings.Contains(t, " ") {
+			break // next section keyword
+		}
+		if in {
+			if strings.Contains(t, " ") {
+				break
+			}
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -12,7 +12,7 @@ package lazaret
 func (m *Model) StartNewDomain(st *State, s int) (State, bool) {
 	d := m.Dom(s)
 	if !(st.SessionPhase[s] == SNew &&
-		m.C.ConfigSafe[d] &&
+		(m.C.ConfigSafe[d] || m.mut(MutStartUnsafeConfig)) &&
 		st.DomainPhase[d] == Absent &&
 		RuntimeGenerationAbsent(st, d) &&
 		int(st.DomainGeneration[d]) < m.C.MaxDomainGeneration) {
@@ -20,7 +20,9 @@ func (m *Model) StartNewDomain(st *State, s int) (State, bool) {
 	}
 	t := *st
 	t.DomainPhase[d] = Starting
-	t.DomainGeneration[d] = st.DomainGeneration[d] + 1
+	if !m.mut(MutGenerationNotBumped) {
+		t.DomainGeneration[d] = st.DomainGeneration[d] + 1
+	}
 	t.LockOwner[d] = uint8(s)
 	t.DomainLockHeld[d] = true
 	t.HostCoordinatorProc[d] = ProcAlive
@@ -58,7 +60,7 @@ func (m *Model) WaitForDomain(st *State, s int) (State, bool) {
 func (m *Model) RestartWaitingDomain(st *State, s int) (State, bool) {
 	d := m.Dom(s)
 	if !(st.SessionPhase[s] == SWaiting &&
-		m.C.ConfigSafe[d] &&
+		(m.C.ConfigSafe[d] || m.mut(MutStartUnsafeConfig)) &&
 		st.DomainPhase[d] == Absent &&
 		RuntimeGenerationAbsent(st, d) &&
 		int(st.DomainGeneration[d]) < m.C.MaxDomainGeneration) {
@@ -97,7 +99,9 @@ func (m *Model) StartRuntimeSupervisor(st *State, d int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	t.RuntimeSupervisorProc[d] = ProcAlive
+	if !m.mut(MutLeaseBeforeSupervisorSpawn) {
+		t.RuntimeSupervisorProc[d] = ProcAlive
+	}
 	t.SupervisorLease[d] = LeaseHeld
 	return t, true
 }
@@ -152,11 +156,11 @@ func (m *Model) StartSandbox(st *State, d int) (State, bool) {
 		HostCoordinatorAlive(st, d) &&
 		RuntimeSupervisorAlive(st, d) &&
 		st.SupervisorLease[d] == LeaseHeld &&
-		st.RuntimeCausalEdge[d] == Armed &&
+		(st.RuntimeCausalEdge[d] == Armed || m.mut(MutSandboxWithoutCausalEdge)) &&
 		(st.SidecarState[d] == ResReady || m.mut(MutSandboxWithoutNetworkReadiness)) &&
 		st.SandboxState[d] == ResStopped &&
 		st.AttachedRunscProc[d] == ProcAbsent &&
-		m.C.SandboxIsolationSafe[d] &&
+		(m.C.SandboxIsolationSafe[d] || m.mut(MutSandboxUnsafeIsolation)) &&
 		m.C.SandboxCertificateValid[d] &&
 		!st.DurableSandboxIntent[d] &&
 		!st.PathMismatch[d]) {
@@ -188,9 +192,13 @@ func (m *Model) PublishDomain(st *State, d int) (State, bool) {
 	}
 	t := *st
 	t.DomainPhase[d] = Ready
-	t.LockOwner[d] = None
+	if !m.mut(MutPublishKeepsLockOwner) {
+		t.LockOwner[d] = None
+	}
 	t.Published = st.Published | 1<<uint(d)
-	t.DurableDecision[d] = DecPublished
+	if !m.mut(MutPublishKeepsDecision) {
+		t.DurableDecision[d] = DecPublished
+	}
 	return t, true
 }
 
@@ -246,16 +254,18 @@ func (m *Model) DisconnectSession(st *State, s int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	t.Registered[d] = st.Registered[d] &^ (1 << uint(s))
+	if !m.mut(MutDisconnectKeepsRegistered) {
+		t.Registered[d] = st.Registered[d] &^ (1 << uint(s))
+	}
 	t.Connected[d] = st.Connected[d] &^ (1 << uint(s))
 	t.SessionPhase[s] = SClosed
 	t.TerminalRoute[s] = Detached
 	t.ConnectionState[s] = Disconnected
 	t.ActiveRequest[s] = None
-	if r != None && !IsTerminalRequest(st, int(r)) {
+	if r != None && !IsTerminalRequest(st, int(r)) && !m.mut(MutDisconnectKeepsRequest) {
 		t.RequestPhase[r] = Cancelled
 	}
-	if r != None {
+	if r != None && !m.mut(MutDisconnectKeepsHostProcess) {
 		t.HostRunning = st.HostRunning &^ (1 << r)
 	}
 	if leaderLost {
@@ -280,7 +290,9 @@ func (m *Model) BeginTeardown(st *State, d int) (State, bool) {
 	}
 	t := *st
 	t.DomainPhase[d] = Stopping
-	t.Published = st.Published &^ (1 << uint(d))
+	if !m.mut(MutTeardownKeepsPublished) {
+		t.Published = st.Published &^ (1 << uint(d))
+	}
 	return t, true
 }
 
@@ -336,7 +348,7 @@ func (m *Model) GracefulSupervisorExit(st *State, d int) (State, bool) {
 		st.SupervisorLease[d] == LeaseHeld &&
 		st.SandboxState[d] == ResStopped &&
 		st.SidecarState[d] == ResStopped &&
-		st.StateAnchorState[d] == Unmounted &&
+		(st.StateAnchorState[d] == Unmounted || m.mut(MutSupervisorExitWhileMounted)) &&
 		st.AttachedRunscProc[d] == ProcAbsent &&
 		st.RuntimeCausalEdge[d] == Unarmed) {
 		return State{}, false
@@ -364,7 +376,9 @@ func (m *Model) FinishTeardown(st *State, d int) (State, bool) {
 	t.DomainPhase[d] = Absent
 	t.TrustReady[d] = false
 	t.LockOwner[d] = None
-	t.DomainLockHeld[d] = false
+	if !m.mut(MutFinishTeardownKeepsLock) {
+		t.DomainLockHeld[d] = false
+	}
 	t.HostCoordinatorProc[d] = ProcAbsent
 	t.RuntimeSupervisorProc[d] = ProcAbsent
 	t.AttachedRunscProc[d] = ProcAbsent
@@ -405,7 +419,7 @@ func (m *Model) AutoApprove(st *State, r int) (State, bool) {
 	if !(st.RequestPhase[r] == Verified &&
 		HostCoordinatorAlive(st, d) &&
 		m.C.AutoRuleMatches[r] &&
-		!m.C.CommandRequiresShell[m.C.RequestCommand[r]]) {
+		(!m.C.CommandRequiresShell[m.C.RequestCommand[r]] || m.mut(MutAutoApproveShell))) {
 		return State{}, false
 	}
 	t := *st
@@ -438,7 +452,9 @@ func (m *Model) BeginPrompt(st *State, r int) (State, bool) {
 	}
 	t := *st
 	t.SessionPhase[s] = SPrompting
-	t.TerminalRoute[s] = Prompt
+	if !m.mut(MutBeginPromptKeepsRoute) {
+		t.TerminalRoute[s] = Prompt
+	}
 	return t, true
 }
 
@@ -450,7 +466,7 @@ func (m *Model) DeveloperApprove(st *State, r, cmd int) (State, bool) {
 		st.SessionPhase[s] == SPrompting &&
 		m.ApprovalIdentityTupleMatches(r) &&
 		cmd >= 0 && cmd < len(m.C.Commands) &&
-		cmd == m.C.ApprovalCommand[r]) {
+		(cmd == m.C.ApprovalCommand[r] || m.mut(MutApproveAnyCommand))) {
 		return State{}, false
 	}
 	t := *st
@@ -592,7 +608,9 @@ func (m *Model) DeliverResult(st *State, r int) (State, bool) {
 	}
 	t := *st
 	t.RequestPhase[r] = DeliveredResultPhase(st.RequestPhase[r])
-	t.ActiveRequest[s] = None
+	if !m.mut(MutDeliverKeepsActiveRequest) {
+		t.ActiveRequest[s] = None
+	}
 	return t, true
 }
 
@@ -606,10 +624,14 @@ func (m *Model) FailDomain(st *State, d int) (State, bool) {
 	}
 	t := *st
 	t.DomainPhase[d] = Failed
-	t.TrustReady[d] = false
+	if !m.mut(MutFailKeepsTrust) {
+		t.TrustReady[d] = false
+	}
 	t.LockOwner[d] = None
 	t.Published = st.Published &^ (1 << uint(d))
-	m.FailOpenSessionsAndRequests(st, &t, d)
+	if !m.mut(MutFailDomainKeepsSessions) {
+		m.FailOpenSessionsAndRequests(st, &t, d)
+	}
 	return t, true
 }
 
@@ -620,13 +642,15 @@ func (m *Model) HardLoseHostCoordinator(st *State, d int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	if !ConsumeRuntimeFault(st, &t, d) {
+	if !m.consumeRuntimeFault(st, &t, d) {
 		return State{}, false
 	}
 	t.DomainPhase[d] = Failed
 	t.TrustReady[d] = false
 	t.LockOwner[d] = None
-	t.Published = st.Published &^ (1 << uint(d))
+	if !m.mut(MutHcLossKeepsPublished) {
+		t.Published = st.Published &^ (1 << uint(d))
+	}
 	m.FailOpenSessionsAndRequests(st, &t, d)
 	t.HostCoordinatorProc[d] = ProcDead
 	if st.SupervisorLease[d] == LeaseHeld && !m.mut(MutHcLossKeepsLeaseHeld) {
@@ -642,7 +666,7 @@ func (m *Model) HardLoseRuntimeSupervisor(st *State, d int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	if !ConsumeRuntimeFault(st, &t, d) {
+	if !m.consumeRuntimeFault(st, &t, d) {
 		return State{}, false
 	}
 	t.DomainPhase[d] = Failed
@@ -657,7 +681,9 @@ func (m *Model) HardLoseRuntimeSupervisor(st *State, d int) (State, bool) {
 	if st.RuntimeCausalEdge[d] == Armed {
 		t.SandboxState[d] = ResStopped
 	}
-	t.RuntimeCausalEdge[d] = Unarmed
+	if !m.mut(MutRsLossKeepsCausalEdge) {
+		t.RuntimeCausalEdge[d] = Unarmed
+	}
 	t.SupervisorLease[d] = LeaseUnarmed
 	return t, true
 }
@@ -669,7 +695,7 @@ func (m *Model) HardLoseAttachedRunsc(st *State, d int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	if !ConsumeRuntimeFault(st, &t, d) {
+	if !m.consumeRuntimeFault(st, &t, d) {
 		return State{}, false
 	}
 	t.DomainPhase[d] = Failed
@@ -690,7 +716,7 @@ func (m *Model) StopHostCoordinatorProcess(st *State, d int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	if !ConsumeRuntimeFault(st, &t, d) {
+	if !m.consumeRuntimeFault(st, &t, d) {
 		return State{}, false
 	}
 	t.HostCoordinatorProc[d] = ProcStopped
@@ -711,7 +737,7 @@ func (m *Model) StopRuntimeSupervisorProcess(st *State, d int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	if !ConsumeRuntimeFault(st, &t, d) {
+	if !m.consumeRuntimeFault(st, &t, d) {
 		return State{}, false
 	}
 	t.RuntimeSupervisorProc[d] = ProcStopped
@@ -732,7 +758,7 @@ func (m *Model) StopAttachedRunscProcess(st *State, d int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	if !ConsumeRuntimeFault(st, &t, d) {
+	if !m.consumeRuntimeFault(st, &t, d) {
 		return State{}, false
 	}
 	t.AttachedRunscProc[d] = ProcStopped
@@ -802,7 +828,7 @@ func (m *Model) LeaseTeardownStopSidecar(st *State, d int) (State, bool) {
 	if !(st.DomainPhase[d] == Failed &&
 		st.SupervisorLease[d] == LeaseLost &&
 		RuntimeSupervisorAlive(st, d) &&
-		st.SandboxState[d] == ResStopped &&
+		(st.SandboxState[d] == ResStopped || m.mut(MutLeaseTeardownSidecarFirst)) &&
 		st.SidecarState[d] == ResReady) {
 		return State{}, false
 	}
@@ -858,7 +884,7 @@ func (m *Model) ExternalReapStoppedSupervisorAfterHcLoss(st *State, d int) (Stat
 	if ProcessPresent(st.AttachedRunscProc[d]) {
 		t.AttachedRunscProc[d] = ProcDead
 	}
-	if st.RuntimeCausalEdge[d] == Armed || st.SandboxState[d] == ResReady {
+	if (st.RuntimeCausalEdge[d] == Armed || st.SandboxState[d] == ResReady) && !m.mut(MutReapKeepsSandbox) {
 		t.SandboxState[d] = ResStopped
 	}
 	t.RuntimeCausalEdge[d] = Unarmed
@@ -883,7 +909,9 @@ func (m *Model) BootstrapRecoveryCoordinator(st *State, d int) (State, bool) {
 	t := *st
 	t.DomainPhase[d] = Recovering
 	t.DomainLockHeld[d] = true
-	t.HostCoordinatorProc[d] = ProcAlive
+	if !m.mut(MutBootstrapKeepsDeadHc) {
+		t.HostCoordinatorProc[d] = ProcAlive
+	}
 	return t, true
 }
 
@@ -945,7 +973,7 @@ func (m *Model) RecoverStateAnchor(st *State, d int) (State, bool) {
 		st.AttachedRunscProc[d] == ProcAbsent &&
 		st.RuntimeCausalEdge[d] == Unarmed &&
 		!ProcessPresent(st.RuntimeSupervisorProc[d]) &&
-		st.SidecarState[d] == ResStopped &&
+		(st.SidecarState[d] == ResStopped || m.mut(MutRecoverAnchorBeforeSidecar)) &&
 		st.StateAnchorState[d] == Mounted) {
 		return State{}, false
 	}
@@ -957,7 +985,7 @@ func (m *Model) RecoverStateAnchor(st *State, d int) (State, bool) {
 func (m *Model) FinishRecovery(st *State, d int) (State, bool) {
 	if !(st.DomainPhase[d] == Recovering &&
 		HostCoordinatorAlive(st, d) &&
-		st.StateAnchorState[d] == Unmounted &&
+		(st.StateAnchorState[d] == Unmounted || m.mut(MutFinishRecoveryWhileMounted)) &&
 		st.SidecarState[d] == ResStopped &&
 		st.SandboxState[d] == ResStopped &&
 		(st.AttachedRunscProc[d] == ProcAbsent || st.AttachedRunscProc[d] == ProcDead) &&
@@ -991,8 +1019,7 @@ func (m *Model) FinishRecovery(st *State, d int) (State, bool) {
 
 func (m *Model) ObservePathMismatch(st *State, d int) (State, bool) {
 	if !((st.DomainPhase[d] == Failed || st.DomainPhase[d] == Recovering) &&
-		st.SandboxState[d] == ResStopped &&
-		st.AttachedRunscProc[d] == ProcAbsent &&
+		((st.SandboxState[d] == ResStopped && st.AttachedRunscProc[d] == ProcAbsent) || m.mut(MutObserveMismatchWhileRunning)) &&
 		!st.PathMismatch[d]) {
 		return State{}, false
 	}

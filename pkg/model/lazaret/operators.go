@@ -129,6 +129,17 @@ func ConsumeRuntimeFault(st, t *State, d int) bool {
 	return true
 }
 
+// consumeRuntimeFault is ConsumeRuntimeFault(d) of the model, which a
+// mutant may weaken (MutFaultBudgetUnchecked: the budget is decremented
+// without its guard, so it wraps below zero).
+func (m *Model) consumeRuntimeFault(st, t *State, d int) bool {
+	if m.mut(MutFaultBudgetUnchecked) {
+		t.RuntimeFaultsRemaining[d] = st.RuntimeFaultsRemaining[d] - 1
+		return true
+	}
+	return ConsumeRuntimeFault(st, t, d)
+}
+
 // RuntimeIdentityTupleAuthorized(d)
 func (m *Model) RuntimeIdentityTupleAuthorized(st *State, d int) bool {
 	c := m.C

@@ -357,6 +357,9 @@ func (m *Model) Init() State {
 		st.ApprovedCommand[r] = None
 	}
 	st.HostRunning = 0
+	if m.mut(MutInitDomainRunning) {
+		m.runningDomain(&st, 0)
+	}
 	return st
 }
 

@@ -48,7 +48,9 @@ func (m *Model) PublishArtifact(st *State, a int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	t.Trees = (st.Trees &^ StageTree(a)) | PubTree(a)
+	if !m.mut(MutPublishWithoutRename) {
+		t.Trees = (st.Trees &^ StageTree(a)) | PubTree(a)
+	}
 	t.Artifact[a] = ArtPublished
 	t.Preparer[a] = PrepNone
 	return t, true
@@ -56,7 +58,7 @@ func (m *Model) PublishArtifact(st *State, a int) (State, bool) {
 
 func (m *Model) PreparerCrash(st *State, a int) (State, bool) {
 	if !((st.Preparer[a] == PrepRunning || st.Preparer[a] == PrepStaging) &&
-		st.Faults > 0) {
+		(st.Faults > 0 || m.mut(MutFaultBudgetUnchecked))) {
 		return State{}, false
 	}
 	t := *st
@@ -71,7 +73,9 @@ func (m *Model) RecoverStage(st *State, a int) (State, bool) {
 		return State{}, false
 	}
 	t := *st
-	t.Trees = st.Trees &^ StageTree(a)
+	if !m.mut(MutRecoverStageKeepsTree) {
+		t.Trees = st.Trees &^ StageTree(a)
+	}
 	t.Artifact[a] = ArtAbsent
 	if st.Preparer[a] == PrepCrashed {
 		t.Preparer[a] = PrepNone
@@ -154,7 +158,9 @@ func (m *Model) SpawnSupervisor(st *State, g int) (State, bool) {
 	}
 	t := *st
 	t.Rs[g] = RsAlive
-	t.RsSlot[g] = Staged
+	if !m.mut(MutSpawnWithoutSlot) {
+		t.RsSlot[g] = Staged
+	}
 	return t, true
 }
 
@@ -173,7 +179,7 @@ func (m *Model) CommitSupervisor(st *State, g int) (State, bool) {
 func (m *Model) AnchorIntent(st *State, g int) (State, bool) {
 	if !(st.Phase[g] == Starting &&
 		st.Hc[g] == HcAlive &&
-		st.Lower[g] == PActive &&
+		(st.Lower[g] == PActive || m.mut(MutAnchorBeforeLease)) &&
 		st.Anchor[g] == PNone) {
 		return State{}, false
 	}
@@ -311,7 +317,7 @@ func (m *Model) RemoveLease(st *State, g int) (State, bool) {
 func (m *Model) LowerClean(st *State, g int) (State, bool) {
 	if !(st.Hc[g] == HcAlive &&
 		st.Lower[g] == PReleaseIntent &&
-		!inLease(st, m.A(g), g)) {
+		(!inLease(st, m.A(g), g) || m.mut(MutLowerCleanWhileLeased))) {
 		return State{}, false
 	}
 	t := *st
@@ -346,7 +352,7 @@ func (m *Model) ClearSupervisorSlot(st *State, g int) (State, bool) {
 func (m *Model) FinishGeneration(st *State, g int) (State, bool) {
 	if !(releasing(st.Phase[g]) &&
 		st.Hc[g] == HcAlive &&
-		(st.Lower[g] == PNone || st.Lower[g] == PClean) &&
+		(st.Lower[g] == PNone || st.Lower[g] == PClean || m.mut(MutFinishWithLeasedLower)) &&
 		(st.Anchor[g] == PNone || st.Anchor[g] == PClean) &&
 		st.Mount[g] == MountAbsent &&
 		RuntimeAbsent(st, g) &&
@@ -412,14 +418,16 @@ func (m *Model) HardLoseSupervisor(st *State, g int) (State, bool) {
 	t := *st
 	t.Faults = st.Faults - 1
 	t.Rs[g] = RsDead
-	t.Phase[g] = Failed
+	if !m.mut(MutRsLossKeepsPhase) {
+		t.Phase[g] = Failed
+	}
 	return t, true
 }
 
 func (m *Model) BootstrapRecoveryCoordinator(st *State, g int) (State, bool) {
 	if !(st.Phase[g] == Failed &&
 		st.Hc[g] == HcDead &&
-		RuntimeAbsent(st, g)) {
+		(RuntimeAbsent(st, g) || m.mut(MutBootstrapWhileRsAlive))) {
 		return State{}, false
 	}
 	t := *st

@@ -34,8 +34,8 @@ func TestModel(t *testing.T) {
 		MaxStates: *maxStates, MaxDepth: *maxDepth, Liveness: *liveness, MaxHeapBytes: *maxHeap << 20,
 		Progress: os.Stderr, ProgressEvery: 30 * time.Second,
 	})
-	t.Logf("%s: %d distinct states, %d edges, depth %d, deadlock states %d, complete %v%s, liveness checked %v, %s",
-		cfg.Name, res.Distinct, res.Edges, res.Depth, res.Deadlocks, res.Complete, boundNote(res.Bound), res.Liveness, res.Duration.Round(time.Millisecond))
+	t.Logf("%s: %d distinct states, %d states generated, %d edges, depth %d, deadlock states %d, complete %v%s, liveness checked %v, %s",
+		cfg.Name, res.Distinct, res.Generated, res.Edges, res.Depth, res.Deadlocks, res.Complete, boundNote(res.Bound), res.Liveness, res.Duration.Round(time.Millisecond))
 	if !res.Complete {
 		t.Logf("exploration stopped by a bound (%s): the result is partial and liveness was not checked", res.Bound)
 	}

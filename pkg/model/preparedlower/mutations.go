@@ -42,9 +42,55 @@ const (
 	MutRemoveLeaseOnlyWhileReclaiming Mutation = "RemoveLease: wrong guard artifact[A(g)] = \"Reclaiming\""
 )
 
+// Mutations that give each remaining property a defect of the actions that
+// only it names; TestEveryPropertyHasTeeth pairs each property with one.
+const (
+	// MutFaultBudgetUnchecked drops the guard faults > 0 of PreparerCrash:
+	// the fault budget is decremented past zero.
+	MutFaultBudgetUnchecked Mutation = "PreparerCrash: remove guard faults > 0"
+	// MutPublishWithoutRename commits the catalog row Published without
+	// renaming the stage tree to the published tree.
+	MutPublishWithoutRename Mutation = "PublishArtifact: trees UNCHANGED"
+	// MutRecoverStageKeepsTree resets the catalog row of an abandoned
+	// preparation without deleting its stage tree.
+	MutRecoverStageKeepsTree Mutation = "RecoverStage: trees UNCHANGED"
+	// MutLowerCleanWhileLeased marks the prepared_lower participant Clean
+	// while the catalog lease still exists (removes g \notin lease[A(g)]).
+	MutLowerCleanWhileLeased Mutation = "LowerClean: remove guard g \\notin lease[A(g)]"
+	// MutAnchorBeforeLease records State Anchor intent before the lease is
+	// held (removes lower[g] = "LeaseHeld" from AnchorIntent).
+	MutAnchorBeforeLease Mutation = "AnchorIntent: remove guard lower[g] = \"LeaseHeld\""
+	// MutRsLossKeepsPhase: a supervisor crash does not fail the generation.
+	MutRsLossKeepsPhase Mutation = "HardLoseSupervisor: phase UNCHANGED instead of Failed"
+	// MutSpawnWithoutSlot spawns the supervisor without staging its
+	// ownership slot.
+	MutSpawnWithoutSlot Mutation = "SpawnSupervisor: rsSlot UNCHANGED instead of Staged"
+	// MutBootstrapWhileRsAlive bootstraps a recovery coordinator while the
+	// surviving supervisor still runs (removes RuntimeAbsent(g)).
+	MutBootstrapWhileRsAlive Mutation = "BootstrapRecoveryCoordinator: remove guard RuntimeAbsent(g)"
+	// MutFinishWithLeasedLower finishes a generation whose prepared_lower
+	// participant is not clean (removes lower[g] \in {"None", "Clean"}).
+	MutFinishWithLeasedLower Mutation = "FinishGeneration: remove guard lower[g] \\in {\"None\", \"Clean\"}"
+
+	// Liveness-only mutations.
+
+	// MutPublishGenerationUnfair removes PublishGeneration from
+	// GenerationProgress.
+	MutPublishGenerationUnfair Mutation = "PublishGeneration not weakly fair"
+	// MutCommitLeaseHeldUnfair removes CommitLeaseHeld from
+	// GenerationProgress.
+	MutCommitLeaseHeldUnfair Mutation = "CommitLeaseHeld not weakly fair"
+	// MutReclaimArtifactUnfair removes ReclaimArtifact from
+	// PreparationProgress.
+	MutReclaimArtifactUnfair Mutation = "ReclaimArtifact not weakly fair"
+)
+
 func (m *Model) unfair(name string) bool {
 	return (name == "RecoverStage" && m.mut(MutRecoverStageUnfair)) ||
-		(name == "BootstrapRecoveryCoordinator" && m.mut(MutBootstrapUnfair))
+		(name == "BootstrapRecoveryCoordinator" && m.mut(MutBootstrapUnfair)) ||
+		(name == "PublishGeneration" && m.mut(MutPublishGenerationUnfair)) ||
+		(name == "CommitLeaseHeld" && m.mut(MutCommitLeaseHeldUnfair)) ||
+		(name == "ReclaimArtifact" && m.mut(MutReclaimArtifactUnfair))
 }
 
 // havoc returns, for an action instance whose UNCHANGED list a mutation
