@@ -15,7 +15,7 @@ import (
 // is enabled and keeps D1 Ready (the join a linger exists for), and
 // BeginTeardown stays enabled for as long as no session comes, so the
 // weak fairness of BeginTeardown, which a linger's bounded wait honours,
-// still makes EmptyDomainEventuallyStops hold (TestModel checks it).
+// still makes EmptyDomainEventuallyStopsAlways hold (TestModel checks it).
 func TestLingerIsAModelBehaviour(t *testing.T) {
 	m := New(Reduced())
 	spec := m.Spec()
