@@ -16,6 +16,8 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
 // Usage is what one tree uses.
@@ -63,7 +65,7 @@ type walker struct {
 
 // dir adds the entries of the open directory fd (which it does not close).
 func (w *walker) dir(fd, depth int) {
-	names, err := readNames(fd)
+	names, err := statetree.ReadNames(fd)
 	if err != nil {
 		w.u.Unreadable++
 		return
@@ -103,25 +105,6 @@ func (w *walker) dir(fd, depth int) {
 		}
 		w.dir(cfd, depth+1)
 		unix.Close(cfd)
-	}
-}
-
-// readNames lists the directory fd (without . and ..).
-func readNames(fd int) ([]string, error) {
-	if _, err := unix.Seek(fd, 0, 0); err != nil {
-		return nil, err
-	}
-	var names []string
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
 }
 
@@ -227,7 +210,7 @@ func subdirs(dir string) ([]string, error) {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	names, err := readNames(fd)
+	names, err := statetree.ReadNames(fd)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}

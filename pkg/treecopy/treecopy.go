@@ -25,6 +25,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/pkg/statetree"
+
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 )
@@ -187,7 +189,7 @@ func copyEntry(sd int, sn string, dd int, dn string, st *Stats, depth int) error
 			return &os.PathError{Op: "open", Path: dn, Err: err}
 		}
 		defer unix.Close(out)
-		names, err := readNames(in)
+		names, err := statetree.ReadNames(in)
 		if err != nil {
 			return fmt.Errorf("list %s: %w", sn, err)
 		}
@@ -221,22 +223,6 @@ func readlinkat(dirfd int, name string) (string, error) {
 		if size > 1<<16 {
 			return "", errdefs.New(errdefs.ErrRefused, "%s: symlink target too long", name)
 		}
-	}
-}
-
-// readNames lists the directory fd (without . and ..).
-func readNames(fd int) ([]string, error) {
-	var names []string
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
 }
 
