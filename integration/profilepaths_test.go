@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -102,23 +101,7 @@ echo '{}' > ~/.login/c.json.tmp && mv ~/.login/c.json.tmp ~/.login/c.json && ech
 	}
 
 	// A running sandbox of the profile, in workspace A, holds its paths.
-	c := e.cmd(wsA, r.env, "run", "--config", cfg, "-p", "pp", "--", "sleep", "60")
-	var errb bytes.Buffer
-	c.Stderr = &errb
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(e.runtime, "lazaret", string(domainOf(wsA, "pp")), "control.sock")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session never started: %s", errb.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(2 * time.Second)
+	c := holdDomainWith(t, wsA, "pp", r.env, "run", "--config", cfg, "-p", "pp", "--", "sleep", "60")
 	res = r.run(t, wsB, "state", "reset", "--config", cfg, "-p", "pp", "--profile-paths", "--yes")
 	if res.code == 0 || !strings.Contains(res.stderr, "a sandbox of profile pp is running") {
 		t.Errorf("reset while a sandbox of the profile runs elsewhere: %+v", res)

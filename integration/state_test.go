@@ -138,30 +138,14 @@ func TestSpec35StateAnchorsPersistDebian(t *testing.T) {
 // Domain is active (and --yes does not bypass it) and without --yes off a
 // terminal; the trash is deleted by the next run.
 func TestSpec38StateResetScopes(t *testing.T) {
-	e := need(t)
+	need(t)
 	ws := workspace(t)
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "mkdir -p /usr/local/bin && echo a > /usr/local/bin/a && echo b > /root/b && rm /etc/passwd && echo ok")
 	if r.code != 0 || r.stdout != "ok\n" {
 		t.Fatalf("write: %+v", r)
 	}
 	// Active Domain: a session holds it.
-	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sleep", "60")
-	var errb bytes.Buffer
-	c.Stderr = &errb
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(e.runtime, "lazaret", string(domainOf(ws, "tiny")), "control.sock")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session never started: %s", errb.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(2 * time.Second)
+	c := holdDomainWith(t, ws, "tiny", nil, "run", "-p", "tiny", "--", "sleep", "60")
 	r = lz(t, ws, nil, "state", "reset", "-p", "tiny", "--all", "--yes")
 	if r.code == 0 || !strings.Contains(r.stderr, "is active") {
 		t.Errorf("reset of an active Domain: %+v", r)
@@ -201,6 +185,32 @@ func TestSpec38StateResetScopes(t *testing.T) {
 		t.Errorf("reset of an unknown path: %+v", r)
 	}
 	noLeftovers(t)
+}
+
+// holdDomainWith starts `lazaret run ARGS` in ws (a session that keeps
+// the Domain of ws and profile up) and waits until that Domain's control
+// socket exists, then a little longer for the generation to settle.
+func holdDomainWith(t *testing.T, ws, profile string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	e := need(t)
+	c := e.cmd(ws, env, args...)
+	var errb bytes.Buffer
+	c.Stderr = &errb
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(e.runtime, "lazaret", string(domainOf(ws, profile)), "control.sock")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session never started: %s", errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	return c
 }
 
 func domainOf(ws, profile string) domain.ID {
