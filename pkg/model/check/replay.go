@@ -158,3 +158,26 @@ func Only[S any](sp *Spec[S], name string) (only *Spec[S], kind string, ok bool)
 	}
 	return &c, "property", len(c.Properties) > 0
 }
+
+// Confirm checks that v, reported by checking only (a spec from Only) for
+// a property of kind, is a real counterexample: of that kind, a behaviour
+// of only's actions, ending in a state that falsifies the invariant, or,
+// for a liveness property, a lasso that closes (compared by format).
+func Confirm[S any](only *Spec[S], kind string, v *Violation[S], format func(S) string) error {
+	if v.Kind != kind || len(v.Trace) == 0 {
+		return fmt.Errorf("want a %s counterexample, got %s %s with %d states", kind, v.Kind, v.Name, len(v.Trace))
+	}
+	beh := *only
+	beh.Invariants, beh.Properties = nil, nil
+	if _, err := ReplayStates(&beh, v.Trace); err != nil {
+		return fmt.Errorf("counterexample is not a behaviour: %w", err)
+	}
+	last := v.Trace[len(v.Trace)-1]
+	if kind == "invariant" && only.Invariants[0].Holds(last) {
+		return fmt.Errorf("the last state of the counterexample satisfies %s", only.Invariants[0].Name)
+	}
+	if kind == "property" && !v.Stutter && v.Loop >= 0 && format(last) != format(v.Trace[v.Loop]) {
+		return fmt.Errorf("lasso does not close")
+	}
+	return nil
+}

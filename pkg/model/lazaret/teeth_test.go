@@ -160,20 +160,8 @@ func checkTooth(t *testing.T, th tooth) {
 	if v == nil {
 		t.Fatalf("%v: %s not violated (%d states, complete %v)", th.muts, th.prop, res.Distinct, res.Complete)
 	}
-	if v.Kind != kind || len(v.Trace) == 0 {
-		t.Fatalf("%v: want a %s counterexample for %s, got %s %s with %d states", th.muts, kind, th.prop, v.Kind, v.Name, len(v.Trace))
-	}
-	// The counterexample is a behaviour of the defective model.
-	beh := *sp
-	beh.Invariants, beh.Properties = nil, nil
-	if _, err := check.ReplayStates(&beh, v.Trace); err != nil {
-		t.Fatalf("%v: counterexample is not a behaviour: %v", th.muts, err)
-	}
-	if kind == "invariant" && sp.Invariants[0].Holds(v.Trace[len(v.Trace)-1]) {
-		t.Fatalf("%v: the last state of the counterexample satisfies %s", th.muts, th.prop)
-	}
-	if kind == "property" && !v.Stutter && v.Loop >= 0 && m.Format(v.Trace[len(v.Trace)-1]) != m.Format(v.Trace[v.Loop]) {
-		t.Fatalf("%v: lasso does not close", th.muts)
+	if err := check.Confirm(sp, kind, v, m.Format); err != nil {
+		t.Fatalf("%v: %s: %v", th.muts, th.prop, err)
 	}
 	t.Logf("%v: %s %s violated after %d states; counterexample of %d states", th.muts, v.Kind, v.Name, res.Distinct, len(v.Trace))
 }
