@@ -212,29 +212,29 @@ const (
 	unreachable                        // HTTP 502, SOCKS 0x04 (0x05 when refused)
 )
 
-// Refusal is why a request did not get a connection.
-type Refusal struct {
+// refusal is why a request did not get a connection.
+type refusal struct {
 	kind    refusalKind
 	Message string // for the client
 	err     error  // the dial error, for unreachable
 }
 
-func (r *Refusal) Error() string { return r.Message }
+func (r *refusal) Error() string { return r.Message }
 
 // open decides req and, when allowed, connects to a checked address.
-func (s *server) open(ctx context.Context, req request) (net.Conn, *Refusal) {
+func (s *server) open(ctx context.Context, req request) (net.Conn, *refusal) {
 	p := s.cfg.Policy
-	deny := func(reason, decision, addr, message string) (net.Conn, *Refusal) {
+	deny := func(reason, decision, addr, message string) (net.Conn, *refusal) {
 		d := Denial{Session: req.session, Host: req.host, Port: req.port, Addr: addr, Via: req.via, Reason: reason, Decision: decision, Time: s.now()}
 		if err := s.cfg.Denials.Record(d); err != nil {
 			s.log.Warn("record a denial", "err", err)
 		}
 		s.log.Info("egress denied", "session", req.session, "host", req.host, "port", req.port, "addr", addr, "via", req.via, "reason", reason, "decision", decision)
-		return nil, &Refusal{kind: refusedByPolicy, Message: message}
+		return nil, &refusal{kind: refusedByPolicy, Message: message}
 	}
 	target := fmt.Sprintf("%s:%d", req.host, req.port)
 	if req.port == 0 {
-		return nil, &Refusal{kind: badRequest, Message: fmt.Sprintf("lazaret: egress to %s: port 0 is not a destination", req.host)}
+		return nil, &refusal{kind: badRequest, Message: fmt.Sprintf("lazaret: egress to %s: port 0 is not a destination", req.host)}
 	}
 	if a, err := netip.ParseAddr(req.host); err == nil {
 		a = a.Unmap()
@@ -249,7 +249,7 @@ func (s *server) open(ctx context.Context, req request) (net.Conn, *Refusal) {
 	}
 	host := netpolicy.NormalizeHost(req.host)
 	if _, err := netpolicy.ParseHostRule(host); err != nil || strings.HasPrefix(host, "*") {
-		return nil, &Refusal{kind: badRequest, Message: fmt.Sprintf("lazaret: egress to %q: not a host name", req.host)}
+		return nil, &refusal{kind: badRequest, Message: fmt.Sprintf("lazaret: egress to %q: not a host name", req.host)}
 	}
 	req.host = host
 	target = fmt.Sprintf("%s:%d", host, req.port)
@@ -300,7 +300,7 @@ func (s *server) open(ctx context.Context, req request) (net.Conn, *Refusal) {
 			err = errors.New("no IPv4 address")
 		}
 		s.log.Info("egress unresolvable", "host", host, "port", req.port, "session", req.session, "err", err)
-		return nil, &Refusal{kind: unresolvable, Message: fmt.Sprintf("lazaret: egress to %s: cannot resolve %s: %v", target, host, err)}
+		return nil, &refusal{kind: unresolvable, Message: fmt.Sprintf("lazaret: egress to %s: cannot resolve %s: %v", target, host, err)}
 	}
 	for _, a := range v4 {
 		if p.Permits(a) {
@@ -319,7 +319,7 @@ func (s *server) open(ctx context.Context, req request) (net.Conn, *Refusal) {
 }
 
 // dial connects to the first of the checked addrs that answers.
-func (s *server) dial(ctx context.Context, req request, addrs []netip.Addr) (net.Conn, *Refusal) {
+func (s *server) dial(ctx context.Context, req request, addrs []netip.Addr) (net.Conn, *refusal) {
 	var last error
 	for _, a := range addrs {
 		dctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
@@ -332,7 +332,7 @@ func (s *server) dial(ctx context.Context, req request, addrs []netip.Addr) (net
 		last = err
 	}
 	s.log.Info("egress connect failed", "host", req.host, "port", req.port, "session", req.session, "err", last)
-	return nil, &Refusal{kind: unreachable, err: last, Message: fmt.Sprintf("lazaret: egress to %s: connect: %v", net.JoinHostPort(req.host, strconv.Itoa(int(req.port))), last)}
+	return nil, &refusal{kind: unreachable, err: last, Message: fmt.Sprintf("lazaret: egress to %s: connect: %v", net.JoinHostPort(req.host, strconv.Itoa(int(req.port))), last)}
 }
 
 // connRefused reports whether err is a refused connection.

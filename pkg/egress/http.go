@@ -75,7 +75,7 @@ func writeText(w io.Writer, code int, denied bool, msg string) bool {
 	return err == nil
 }
 
-func writeRefusal(w io.Writer, r *Refusal) {
+func writeRefusal(w io.Writer, r *refusal) {
 	switch r.kind {
 	case refusedByPolicy:
 		writeText(w, http.StatusForbidden, true, r.Message)
