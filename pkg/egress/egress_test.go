@@ -379,7 +379,7 @@ func echoServer(t *testing.T) (uint16, func()) {
 func TestSOCKS5(t *testing.T) {
 	port, stop := echoServer(t)
 	defer stop()
-	px := startProxy(t, policy(t, true, false, fmt.Sprintf("ssh.test:%d", port)), nil)
+	px := startProxy(t, policy(t, true, false, fmt.Sprintf("ssh.test:%d", port), "nx.none.test"), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, user := range []string{"s-5", ""} {
@@ -409,6 +409,10 @@ func TestSOCKS5(t *testing.T) {
 	_, err = DialSOCKS(ctx, px.socks, "", "ssh.test", port+1)
 	if !errors.As(err, &se) || se.Code != RepNotAllowed {
 		t.Fatalf("other port: %v", err)
+	}
+	_, err = DialSOCKS(ctx, px.socks, "s-5", "nx.none.test", 22)
+	if !errors.As(err, &se) || se.Code != RepHostUnreachable || errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("unresolvable: %v", err)
 	}
 	ds := denials(t, px)
 	if len(ds) != 2 || ds[0].Session != "s-5" || ds[0].Via != "socks" || ds[0].Host != "other.test" || ds[1].Session != "" || ds[1].Port != port+1 {
