@@ -39,6 +39,8 @@ type egressProxy struct {
 	stdin *os.File // closing it ends the proxy
 	ask   *os.File // RS's end of the ask socket
 	mu    sync.Mutex
+	// closed: the ask socket is closed (under mu).
+	closed bool
 }
 
 // peekPolicyMode reads the policy memfd's mode without consuming the
@@ -135,6 +137,7 @@ func (s *supervisor) startEgress() error {
 	}
 	failpoint.Hit("lazaret-rs:egress-acquired")
 	s.egress = &egressProxy{child: child, stdin: inW, ask: mine}
+	s.asks = s.egress
 	ready := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(outR)
@@ -187,9 +190,10 @@ func (s *supervisor) relayAsks(f *os.File) {
 	}
 }
 
-// answerAsk writes HC's decision to the proxy.
+// answerAsk writes HC's decision to the proxy (the coordinator-message
+// goroutine; s.asks is set before any ask can arrive and never changes).
 func (s *supervisor) answerAsk(d *lv1.NetworkDecision) {
-	e := s.egress
+	e := s.asks
 	if e == nil {
 		return
 	}
@@ -199,6 +203,9 @@ func (s *supervisor) answerAsk(d *lv1.NetworkDecision) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
 	if _, err := e.ask.Write(append(b, '\n')); err != nil {
 		s.log.Warn("egress proxy ask socket", "err", err)
 	}
@@ -234,7 +241,10 @@ func (s *supervisor) stopEgress() {
 		e.child.Signal(unix.SIGKILL)
 		<-e.child.Done()
 	}
+	e.mu.Lock()
+	e.closed = true
 	e.ask.Close()
+	e.mu.Unlock()
 }
 
 // egressIdentity is the proxy's identity for SandboxReady.

@@ -147,6 +147,7 @@ type supervisor struct {
 	// namespace and egress proxy (egress.go); nil in the deny mode.
 	sandboxNS     *netsetup.SandboxNamespace
 	egress        *egressProxy
+	asks          *egressProxy // the proxy whose asks HC answers (answerAsk)
 	sandboxRoutes []netsetup.Route
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/netpolicy"
 )
 
 var configFlag = &cli.StringFlag{Name: "config", Usage: "configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml)"}
@@ -165,6 +166,15 @@ func showProfile(w io.Writer, v profileView) {
 	fmt.Fprintf(w, "network.allow = %s\n", tomlStrings(stringsOf(p.Network.Allow)))
 	fmt.Fprintf(w, "network.deny = %s  # includes the built-in denies\n", tomlStrings(stringsOf(p.Network.Deny)))
 	fmt.Fprintf(w, "network.dns = %s\n", tomlStrings(stringsOf(p.Network.DNS)))
+	fmt.Fprintf(w, "network.mode = %q\n", p.Network.Mode)
+	fmt.Fprintf(w, "network.allow_hosts = %s\n", tomlStrings(p.Network.AllowHosts))
+	if p.Network.Mode == config.ModeAllowlist {
+		fmt.Fprintf(w, "network.allow_presets = %s\n", tomlStrings(p.Network.AllowPresets))
+		for _, n := range p.Network.AllowPresets {
+			fmt.Fprintf(w, "#   preset %s: %s\n", n, strings.Join(netpolicy.Presets[n], ", "))
+		}
+		fmt.Fprintf(w, "network.ask = %t\n", p.Network.Ask)
+	}
 	for _, k := range sortedKeys(p.Env) {
 		fmt.Fprintf(w, "env.%s = %q\n", k, p.Env[k])
 	}
