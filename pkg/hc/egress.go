@@ -165,7 +165,8 @@ func (c *coordinator) policyRoutes(observed []string) []string {
 func proxyEnv(label string) map[string]string {
 	user := ""
 	if label != "" {
-		user = label + "@"
+		// An explicit empty password: git (libcurl) otherwise asks for one.
+		user = label + ":@"
 	}
 	httpProxy := fmt.Sprintf("http://%s%s", user, netip.AddrPortFrom(netpolicy.ProxyAddr, netpolicy.HTTPPort))
 	socks := fmt.Sprintf("socks5h://%s%s", user, netip.AddrPortFrom(netpolicy.ProxyAddr, netpolicy.SOCKSPort))

@@ -41,29 +41,45 @@ type SandboxNamespace struct {
 func NewSandboxNamespace() (*SandboxNamespace, error) {
 	n := &SandboxNamespace{calls: make(chan func())}
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the process
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare the sandbox network namespace: %w", err)
-			return
-		}
-		n.tid = unix.Gettid()
-		var st unix.Stat_t
-		if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-			errc <- fmt.Errorf("stat the sandbox network namespace: %w", err)
-			return
-		}
-		n.dev, n.ino = st.Dev, st.Ino
-		errc <- nil
-		for f := range n.calls {
-			f()
-		}
-		select {} // keep the thread (and the namespace) alive
-	}()
+	go n.hold(errc)
 	if err := <-errc; err != nil {
 		return nil, err
 	}
 	return n, nil
+}
+
+// hold moves a locked thread other than the thread-group leader into a
+// new network namespace and serves Do on it forever. The leader must stay
+// in the process's namespace: /proc/<pid>/ns/net and the process's pidfd
+// name the leader's, and the coordinator verifies the Runtime Supervisor's
+// namespace through them. A goroutine that finds itself on the leader keeps
+// it locked (so nothing else can run there) while another one tries.
+func (n *SandboxNamespace) hold(errc chan error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		inner := make(chan error, 1)
+		go n.hold(inner)
+		err := <-inner // the other goroutine is on another thread now
+		runtime.UnlockOSThread()
+		errc <- err
+		return
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		errc <- fmt.Errorf("unshare the sandbox network namespace: %w", err)
+		return
+	}
+	n.tid = unix.Gettid()
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		errc <- fmt.Errorf("stat the sandbox network namespace: %w", err)
+		return
+	}
+	n.dev, n.ino = st.Dev, st.Ino
+	errc <- nil
+	for f := range n.calls {
+		f()
+	}
+	select {} // keep the thread (and the namespace) alive; never unlocked
 }
 
 // Path names the namespace for runsc.

@@ -16,7 +16,7 @@ import (
 // ConnectMain is the allowlist network mode's ssh ProxyCommand (`ssh -o
 // ProxyCommand='lazaret-escalate __lazaret-connect %h %p'`, which
 // GIT_SSH_COMMAND names): it connects to HOST PORT through the egress
-// proxy's SOCKS5 port named by ALL_PROXY (socks5h://LABEL@ADDR:PORT) and
+// proxy's SOCKS5 port named by ALL_PROXY (socks5h://LABEL:@ADDR:PORT) and
 // relays stdin and stdout. A refusal is printed with the proxy's reason.
 func ConnectMain(args []string) int {
 	if len(args) != 2 {
@@ -53,7 +53,7 @@ func ConnectMain(args []string) int {
 	return 0
 }
 
-// socksProxy parses ALL_PROXY (socks5h://[LABEL@]ADDR:PORT).
+// socksProxy parses ALL_PROXY (socks5h://[LABEL:@]ADDR:PORT).
 func socksProxy(v string) (addr, user string, err error) {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "socks5h" && u.Scheme != "socks5") || u.Host == "" {
