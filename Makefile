@@ -30,7 +30,7 @@ DATADIR = $(PREFIX)/share
 DIST_DIR ?= dist
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build build-failpoints install install-files uninstall dist dist-files test-debian setup run test unit integration bench proto proto-check vet clean qualify-kernel kernel-qualified
+.PHONY: all build build-failpoints install install-files uninstall dist dist-files test-debian setup run test unit check integration bench proto proto-check vet clean qualify-kernel kernel-qualified
 
 all: build
 
@@ -120,8 +120,18 @@ vet:
 # tests that run the product as the non-root $(TEST_USER) against real runsc.
 test: setup build kernel-qualified proto-check vet unit test-model integration
 
+# Unit tests; the model packages run in test-model (its bounds apply).
+UNIT_PKGS = ./api/... ./cmd/... $(shell $(GO) list -tags '$(TAGS)' ./pkg/... | grep -v '/pkg/model')
+
 unit:
-	$(GO) test -tags '$(TAGS)' -count=1 ./api/... ./pkg/... ./cmd/...
+	$(GO) test -tags '$(TAGS)' -count=1 $(UNIT_PKGS)
+
+# The fast inner loop: vet and every unit test in -short mode (the long
+# crash matrices, property runs and kernel suites are skipped; make unit
+# and make test run them). No setup, no root-only integration tier.
+check:
+	$(GO) vet -tags '$(TAGS)' ./...
+	$(GO) test -tags '$(TAGS)' -short -count=1 ./api/... ./pkg/... ./cmd/...
 
 # The Debian image build and preparation as unit tests (network, minutes).
 test-debian:

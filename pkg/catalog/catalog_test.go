@@ -425,6 +425,9 @@ func checkSerialized(t *testing.T, c *Catalog, total int) {
 }
 
 func TestConcurrentGoroutines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long test: make unit and make test run it, make check (-short) does not")
+	}
 	root := t.TempDir()
 	c := newCatalog(t, root)
 	publish(t, c, "pl-1")

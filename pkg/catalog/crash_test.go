@@ -82,6 +82,9 @@ func equalDump(a, b map[string]string) bool {
 // the last operation that returned or after the one in flight, and the
 // catalog keeps working on it.
 func TestCrashDuringOperations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long test: make unit and make test run it, make check (-short) does not")
+	}
 	ctx := context.Background()
 	always := func(LeaseKey) error { return nil }
 	k1 := LeaseKey{ArtifactID: "pl-1", DomainID: domA, Generation: 1}

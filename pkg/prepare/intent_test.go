@@ -307,6 +307,9 @@ func checkSettled(t *testing.T, root string) {
 // prepare intent: afterwards exactly one Published artifact, no Running
 // intent, no staging tree, nothing in the trash after PurgeTrash.
 func TestCrashAtEachPrepareStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long test: make unit and make test run it, make check (-short) does not")
+	}
 	requireRoot(t)
 	ref := busyboxRef(t)
 	for _, step := range PrepareSteps {
@@ -357,6 +360,9 @@ func TestCrashAtEachPrepareStep(t *testing.T) {
 // preparer, or the next gc completes or rolls back deterministically, and
 // never blocks a lease.
 func TestCrashAtEachGCStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long test: make unit and make test run it, make check (-short) does not")
+	}
 	requireRoot(t)
 	ref := busyboxRef(t)
 	ctx := context.Background()

@@ -219,6 +219,9 @@ func preservesEvidence(old, next participant.View) bool {
 // only ReleaseIntent or a bare Intent, every current identity names the
 // generation's boot, and a live state anchor always has a held lease.
 func TestRandomStoreTransitions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long test: make unit and make test run it, make check (-short) does not")
+	}
 	roles := append(append([]participant.Role{}, participant.Roles...), participant.SessionTerminal)
 	reached := map[participant.Role]map[participant.Phase]int{}
 	for _, r := range roles {
