@@ -49,6 +49,7 @@ image = "debian"
 network.dns = [%q]
 `, n.ip("api"))+n.allowlistProfile("egallow", []string{n.name("api")}, ""))
 	env := n.caEnv()
+	checkConfig(t, ws, cfg, env)
 	curlLoop := func(label, url string) string {
 		return fmt.Sprintf(`for i in $(seq %d); do echo "%s $(curl -s -o /dev/null --max-time 5 -w '%%{http_code}/%%{http_connect} %%{time_total}' %s)"; done
 `, curls, label, url)
