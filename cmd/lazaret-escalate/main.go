@@ -20,6 +20,8 @@ func main() {
 			os.Exit(sandboxinit.Main(os.Args[2:]))
 		case ocispec.ExecArg:
 			os.Exit(sandboxinit.ExecMain(os.Args[2:]))
+		case ocispec.ConnectArg:
+			os.Exit(sandboxinit.ConnectMain(os.Args[2:]))
 		}
 	}
 	os.Exit(escalate.Main(os.Args[1:], os.Stderr))

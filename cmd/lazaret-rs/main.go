@@ -2,6 +2,7 @@
 // lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
 // role gives the attached runsc its parent-death edge (package proc); its
 // hidden Git-routing role is the git_routing daemon (package gitroute); its
+// hidden egress role is the allowlist mode's egress proxy (package egress); its
 // hidden state-maintenance role verifies a Domain's state, resets its
 // Ignored Workspace State and deletes what `lazaret rm` moved into the
 // Storage Root's trash, in the user namespace `lazaret state` and
@@ -13,6 +14,7 @@ import (
 
 	"go.podman.io/storage/pkg/reexec"
 
+	"github.com/lazaret/lazaret/pkg/egress"
 	"github.com/lazaret/lazaret/pkg/gitroute"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
@@ -30,6 +32,9 @@ func main() {
 	proc.MaybeRunWrapper()
 	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
 		os.Exit(gitroute.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == egress.Arg {
+		os.Exit(egress.Main(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == statemaint.Arg {
 		os.Exit(statemaint.Main(os.Args[2:]))

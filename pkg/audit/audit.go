@@ -34,6 +34,9 @@ const (
 	EventDecision = "decision" // approved (by the developer or a rule) or denied
 	EventExecute  = "execute"  // the host process started
 	EventResult   = "result"   // the one terminal result
+	// EventNetworkDecision: a network ask of the allowlist mode (Argv
+	// holds HOST:PORT) was approved (Reason: its scope) or denied.
+	EventNetworkDecision = "network_decision"
 )
 
 // Entry is one audit line.
@@ -184,7 +187,10 @@ func Format(e Entry) string {
 			fmt.Fprintf(&b, " signal=%d", e.Signal)
 		}
 	}
-	if len(e.Argv) > 0 {
+	switch {
+	case e.Event == EventNetworkDecision && len(e.Argv) == 1:
+		fmt.Fprintf(&b, " host=%q", e.Argv[0])
+	case len(e.Argv) > 0:
 		q, _ := json.Marshal(e.Argv)
 		fmt.Fprintf(&b, " argv=%s", q)
 	}

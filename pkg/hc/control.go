@@ -74,23 +74,23 @@ func (c *coordinator) enroll(conn *control.Conn) {
 
 // admit checks a RunRequest against the generation's configuration and
 // issues the session's Session Request Capability.
-func (c *coordinator) admit(req *lv1.RunRequest, client *trust.ClientIdentity) ([]byte, string, error) {
+func (c *coordinator) admit(req *lv1.RunRequest, client *trust.ClientIdentity) ([]byte, *trust.CapabilityClaims, error) {
 	if req.ConfigurationFingerprint != c.profile.Fingerprint() {
 		joining, err := config.FromCanonical(req.CanonicalProfile)
 		if err != nil || joining.Fingerprint() != req.ConfigurationFingerprint {
-			return nil, "", errdefs.New(errdefs.ErrRefused, "the running Domain uses another configuration (fingerprint %s, yours %s)", c.profile.Fingerprint(), req.ConfigurationFingerprint)
+			return nil, nil, errdefs.New(errdefs.ErrRefused, "the running Domain uses another configuration (fingerprint %s, yours %s)", c.profile.Fingerprint(), req.ConfigurationFingerprint)
 		}
-		return nil, "", config.MismatchError(c.profile, joining)
+		return nil, nil, config.MismatchError(c.profile, joining)
 	}
 	reg, err := trust.DecodeSigned(req.SessionRegistration)
 	if err != nil {
-		return nil, "", errdefs.Mark(fmt.Errorf("session registration: %w", err), errdefs.ErrRefused)
+		return nil, nil, errdefs.Mark(fmt.Errorf("session registration: %w", err), errdefs.ErrRefused)
 	}
 	capability, claims, err := c.anchor.IssueSessionCapability(reg, client)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	return capability.Encode(), claims.SessionID, nil
+	return capability.Encode(), claims, nil
 }
 
 // publish writes the publication file CLIs pin (0600, by rename).

@@ -124,6 +124,7 @@ type coordinator struct {
 	portsMu      sync.Mutex // serialises port forwards (ports.go)
 	routing      gitRouting
 	wantRouting  bool // the generation asked RS for a Git-routing daemon
+	egress       egressState
 	sticky       stickyState
 	// gitGuard is what host Git runs or reads from the workspace
 	// (gitconfig.go), kept read-only by the Git-routing daemon.
@@ -514,6 +515,15 @@ func (c *coordinator) guestEnv(gitIdentity []gitSetting) []string {
 	for _, k := range names {
 		env = setEnv(env, k, c.profile.Env[k])
 	}
+	if c.profile.Network.Mode == config.ModeAllowlist {
+		// Every guest process finds the egress proxy (sessions add their
+		// label); a variable the profile sets wins.
+		for k, v := range proxyEnv("") {
+			if _, set := c.profile.Env[k]; !set {
+				env = setEnv(env, k, v)
+			}
+		}
+	}
 	if len(gitIdentity) > 0 {
 		env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(gitIdentity)))
 		for i, g := range gitIdentity {
@@ -800,6 +810,8 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 				c.setState(stateFailed, err)
 				return
 			}
+		case m.GetNetworkAsk() != nil:
+			go c.decideNetworkAsk(m.GetNetworkAsk())
 		case m.GetStaged() != nil:
 			if err := c.commitStaged(m.GetStaged()); err != nil {
 				c.setState(stateFailed, err)
@@ -821,7 +833,7 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 			}
 			// The supervisor's evidence — the routes it observed — must
 			// enforce the policy this coordinator derived, whatever it echoes.
-			if err := c.policy.VerifyRoutes(r.ObservedRoutes, slirp.Tap, c.net.addr.Gateway); err != nil {
+			if err := c.policy.VerifyRoutes(c.policyRoutes(r.ObservedRoutes), slirp.Tap, c.net.addr.Gateway); err != nil {
 				c.setState(stateFailed, errdefs.Mark(fmt.Errorf("the runtime supervisor's observed routes do not enforce the derived network policy: %w", err), errdefs.ErrRefused))
 				return
 			}
@@ -837,6 +849,10 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 				return
 			}
 			if err := c.readyRouting(r, c.wantRouting); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
+			if err := c.readyEgress(r); err != nil {
 				c.setState(stateFailed, err)
 				return
 			}
@@ -940,6 +956,9 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 		}
 		return c.commitStagedRouting(s)
 	}
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "egress_proxy" && c.allowlist() {
+		return c.commitStagedEgress(s)
+	}
 	if s.DomainId != string(c.paths.ID) || s.Generation != c.generation || s.CoordinatorId != c.coordinator || s.Slot != "attached_runsc" {
 		return errdefs.New(errdefs.ErrRefused, "staged ownership for %s/%d/%s/%s does not match this generation", s.DomainId, s.Generation, s.CoordinatorId, s.Slot)
 	}
@@ -1011,6 +1030,10 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	if !proto.Equal(netns, c.net.netns) {
 		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor netns %d:%d is not the one the connectivity helper joins (%v)", dev, ino, c.net.netns)
 	}
+	sandboxNS, err := c.sandboxNetNS(hello, nsPath, netns)
+	if err != nil {
+		return nil, err
+	}
 	probe, err := netprobe.EncodeSpec(c.net.probe)
 	if err != nil {
 		return nil, err
@@ -1030,7 +1053,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		Hostname:      c.hostname,
 		Workspace:     c.ws,
 		ControlSource: c.paths.ControlMountSource(),
-		NetNSPath:     nsPath,
+		NetNSPath:     sandboxNS,
 		Env:           c.baseEnv,
 		Volumes:       c.volumes(),
 		ControlFiles:  c.credentialMounts(),
@@ -1065,7 +1088,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
 		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.addr.Gateway.String(), GitRouting: routing,
 		Profile: c.profile.Name, ProfilePaths: c.profile.ProfilePaths, SessionUid: c.profile.SessionUser().UID, SessionGid: c.profile.SessionUser().GID,
-		MemoryLimitBytes: c.limits.Memory,
+		MemoryLimitBytes: c.limits.Memory, Egress: c.egressSpec(),
 	}, nil
 }
 
@@ -1082,7 +1105,13 @@ func (c *coordinator) derivePolicy() (netpolicy.Policy, error) {
 		in.Resolvers = resolvers
 	}
 	src := "profile " + c.profile.Name
-	in.Allow = append(in.Allow, c.resolveAllowHosts(in.Resolvers)...)
+	if c.profile.Network.Mode == config.ModeAllowlist {
+		// The egress proxy admits the host names and resolves them
+		// itself, at each request: nothing is pinned.
+		in.Mode, in.Hosts, in.Ask = netpolicy.ModeAllowlist, c.profile.Network.HostRules(c.profile.Name), c.profile.Network.Ask
+	} else {
+		in.Allow = append(in.Allow, c.resolveAllowHosts(in.Resolvers)...)
+	}
 	for _, a := range c.profile.Network.Allow {
 		in.Allow = append(in.Allow, netpolicy.Rule{Prefix: a, Source: src + " network.allow"})
 	}

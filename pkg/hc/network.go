@@ -104,12 +104,29 @@ func (c *coordinator) prepareNetwork(netns *lv1.NamespaceIdentity) error {
 		Deny: c.policy.Deny, Allow: c.policy.Allow, Connected: addr.CIDR,
 		Gateway: addr.Gateway, Guest: addr.Guest, DNS: addr.DNS, DNSBound: dnsProbeBound,
 	}
+	resolver := addr.DNS
+	if c.allowlist() {
+		// The sandbox's namespace routes only to the egress proxy: every
+		// prefix the policy names, and both halves of the address space,
+		// must be unreachable there.
+		probe := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/1"), netip.MustParsePrefix("128.0.0.0/1")}
+		probe = append(append(probe, c.policy.Deny...), c.policy.Allow...)
+		c.net.probe = netprobe.Spec{
+			Version: netprobe.Version, Fingerprint: hex.EncodeToString(c.net.fingerprint[:]), Mode: netprobe.ModeAllowlist,
+			Deny: probe, Connected: netpolicy.ProxyPrefix,
+			Proxy: netip.AddrPortFrom(netpolicy.ProxyAddr, netpolicy.HTTPPort),
+		}
+		// No resolver inside: names are the proxy's to resolve. A lookup
+		// goes to the proxy's address, where nothing answers DNS, and
+		// fails at once.
+		resolver = netpolicy.ProxyAddr
+	}
 	dir := filepath.Join(c.paths.RuntimeDir, "etc")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	files := map[string][]byte{
-		"resolv.conf":        fmt.Appendf(nil, "# Lazaret: the connectivity helper's DNS forwarder (generation %d)\nnameserver %s\n", c.generation, addr.DNS),
+		"resolv.conf":        fmt.Appendf(nil, "# Lazaret: the connectivity helper's DNS forwarder (generation %d)\nnameserver %s\n", c.generation, resolver),
 		"hosts":              fmt.Appendf(nil, "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n", c.hostname),
 		"hostname":           []byte(c.hostname + "\n"),
 		"helper-resolv.conf": slirp.ResolvConf(c.policy.Resolvers),

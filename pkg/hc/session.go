@@ -25,12 +25,14 @@ import (
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/secretenv"
+	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // session is one Client Session: a connection and its `runsc exec` client.
 type session struct {
 	id         string
 	capability []byte // the Session Request Capability (pkg/trust encoding)
+	claims     *trust.CapabilityClaims
 	c          *coordinator
 	conn       *control.Conn
 	raw        net.Conn
@@ -172,11 +174,12 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		refuse(conn, err)
 		return
 	}
-	capability, sessionID, err := c.admit(req, client)
+	capability, claims, err := c.admit(req, client)
 	if err != nil {
 		refuse(conn, err)
 		return
 	}
+	sessionID := claims.SessionID
 	// After admission: a changed configuration is explained by the
 	// mismatch above, not by a credential name it added.
 	if err := secretenv.Check(c.profile, req.Credentials); err != nil {
@@ -200,7 +203,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		c.linger = l
 	}
 	c.endLingerLocked()
-	s := &session{id: sessionID, capability: capability, c: c, conn: conn, raw: tconn, tty: req.Tty}
+	s := &session{id: sessionID, capability: capability, claims: claims, c: c, conn: conn, raw: tconn, tty: req.Tty}
 	c.sessions[s.id] = s
 	c.sessionWG.Add(1)
 	c.mu.Unlock()
@@ -326,6 +329,14 @@ func (s *session) env(req *lv1.RunRequest, u config.GuestUser) []string {
 	if !u.IsRoot() {
 		// The session user's identity, unless the profile sets its own.
 		for k, v := range map[string]string{"HOME": u.Home, "USER": u.Name, "LOGNAME": u.Name} {
+			if _, set := s.c.profile.Env[k]; !set {
+				env = setEnv(env, k, v)
+			}
+		}
+	}
+	if s.c.allowlist() {
+		// The session's label on its proxied requests (denial log, asks).
+		for k, v := range proxyEnv(sessionLabel(s.id)) {
 			if _, set := s.c.profile.Env[k]; !set {
 				env = setEnv(env, k, v)
 			}

@@ -17,6 +17,11 @@
 //     resolver inside a denied range stays reachable;
 //   - an allow and a deny of the same prefix is a configuration error that
 //     names both entries (never silently resolved).
+//
+// In allowlist mode (Mode, hosts.go) the policy also carries host rules:
+// the sandbox then reaches only the egress proxy, which connects to a name
+// only when a host rule matches it and every address it resolves to is
+// permitted by the prefixes above (Permits).
 package netpolicy
 
 import (
@@ -27,10 +32,17 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
-// Version of the canonical encoding; a newer one is refused.
-const Version = 1
+// Version of the canonical encoding; a newer one is refused. A policy in
+// deny mode is still encoded as version 1 (VersionDeny), byte for byte as
+// before host rules existed, so its digest does not change.
+const (
+	Version     = 2
+	VersionDeny = 1
+)
 
 // DefaultDeny are the built-in deny prefixes (why each: pkg/config and
 // docs/CONFIG.md).
@@ -53,6 +65,9 @@ type Input struct {
 	Allow     []Rule
 	Deny      []Rule
 	Resolvers []netip.Addr
+	Mode      Mode
+	Hosts     []HostRuleSource // allowlist mode only
+	Ask       bool             // allowlist mode only: approve new hosts at the terminal
 }
 
 // Policy is the derived, canonical policy.
@@ -60,6 +75,9 @@ type Policy struct {
 	Deny      []netip.Prefix
 	Allow     []netip.Prefix
 	Resolvers []netip.Addr
+	Mode      Mode
+	Hosts     []HostRule // sorted, without duplicates or rules a portless rule of the same pattern subsumes
+	Ask       bool
 }
 
 // ConflictError reports an equal-prefix allow/deny pair.
@@ -105,6 +123,28 @@ func Derive(in Input) (Policy, error) {
 		allow[r.Prefix] = r.Source
 	}
 	var p Policy
+	switch in.Mode {
+	case ModeDeny:
+		if len(in.Hosts) > 0 {
+			return Policy{}, errdefs.New(errdefs.ErrInvalid, "%s: host rules need network.mode = \"allowlist\"", in.Hosts[0].Source)
+		}
+		if in.Ask {
+			return Policy{}, errdefs.New(errdefs.ErrInvalid, "network.ask = true needs network.mode = \"allowlist\"")
+		}
+	case ModeAllowlist:
+		p.Mode, p.Ask = ModeAllowlist, in.Ask
+		for _, h := range in.Hosts {
+			r, err := ParseHostRule(h.Rule.String())
+			if err != nil || r != h.Rule {
+				return Policy{}, errdefs.New(errdefs.ErrInvalid, "%s: host rule %q is not in canonical form (%v)", h.Source, h.Rule.String(), err)
+			}
+			p.Hosts = append(p.Hosts, r)
+		}
+		sortHostRules(p.Hosts)
+		p.Hosts = compactHostRules(p.Hosts)
+	default:
+		return Policy{}, errdefs.New(errdefs.ErrInvalid, "network.mode %q is not \"deny\" or \"allowlist\"", in.Mode)
+	}
 	for _, a := range in.Resolvers {
 		if !a.Is4() {
 			return Policy{}, fmt.Errorf("DNS resolver %v is not IPv4 (IPv6 is disabled in the sandbox)", a)
@@ -150,10 +190,22 @@ func compactAddrs(as []netip.Addr) []netip.Addr {
 
 // Canonical is the policy's canonical encoding: a version line, then one
 // line per entry in sorted order.
+//
+// A deny-mode policy is version 1; an allowlist policy is version 2, with
+// a "mode allowlist" line after the address-family line, a "host" line per
+// host rule after the resolvers, and a final "ask" line when new hosts are
+// approved at the terminal.
 func (p Policy) Canonical() []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "lazaret-network-policy v%d\n", Version)
+	if p.Mode == ModeDeny {
+		fmt.Fprintf(&b, "lazaret-network-policy v%d\n", VersionDeny)
+	} else {
+		fmt.Fprintf(&b, "lazaret-network-policy v%d\n", Version)
+	}
 	b.WriteString("ipv6 disabled\n")
+	if p.Mode != ModeDeny {
+		fmt.Fprintf(&b, "mode %s\n", p.Mode)
+	}
 	for _, q := range p.Deny {
 		fmt.Fprintf(&b, "deny %s\n", q)
 	}
@@ -162,6 +214,14 @@ func (p Policy) Canonical() []byte {
 	}
 	for _, a := range p.Resolvers {
 		fmt.Fprintf(&b, "dns %s\n", a)
+	}
+	if p.Mode != ModeDeny {
+		for _, h := range p.Hosts {
+			fmt.Fprintf(&b, "host %s\n", h)
+		}
+		if p.Ask {
+			b.WriteString("ask\n")
+		}
 	}
 	return b.Bytes()
 }
@@ -173,6 +233,7 @@ func (p Policy) Digest() [32]byte { return sha256.Sum256(p.Canonical()) }
 // Canonical (unknown lines, a newer version, unsorted or duplicate entries).
 func Decode(b []byte) (Policy, error) {
 	var p Policy
+	version := 0
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	line := 0
 	for sc.Scan() {
@@ -184,13 +245,22 @@ func Decode(b []byte) (Policy, error) {
 			if _, err := fmt.Sscanf(text, "lazaret-network-policy v%d", &v); err != nil {
 				return Policy{}, fmt.Errorf("network policy: bad header %q", text)
 			}
-			if v != Version {
-				return Policy{}, fmt.Errorf("network policy version %d is not %d: use matching Lazaret binaries", v, Version)
+			if v > Version {
+				return Policy{}, fmt.Errorf("network policy version %d is newer than %d: use matching Lazaret binaries", v, Version)
 			}
+			if v < VersionDeny {
+				return Policy{}, fmt.Errorf("network policy: bad version %d", v)
+			}
+			version = v
 		case line == 2:
 			if text != "ipv6 disabled" {
 				return Policy{}, fmt.Errorf("network policy: bad address-family line %q", text)
 			}
+		case text == "ask":
+			if version < 2 {
+				return Policy{}, fmt.Errorf("network policy line %d: %q in a version %d policy", line, text, version)
+			}
+			p.Ask = true
 		default:
 			kind, val, ok := strings.Cut(text, " ")
 			if !ok {
@@ -213,6 +283,22 @@ func Decode(b []byte) (Policy, error) {
 					return Policy{}, fmt.Errorf("network policy line %d: %v", line, err)
 				}
 				p.Resolvers = append(p.Resolvers, a)
+			case "mode", "host":
+				if version < 2 {
+					return Policy{}, fmt.Errorf("network policy line %d: %q in a version %d policy", line, kind, version)
+				}
+				if kind == "mode" {
+					if Mode(val) != ModeAllowlist || line != 3 {
+						return Policy{}, fmt.Errorf("network policy line %d: bad mode line %q", line, text)
+					}
+					p.Mode = ModeAllowlist
+					continue
+				}
+				r, err := ParseHostRule(val)
+				if err != nil {
+					return Policy{}, fmt.Errorf("network policy line %d: %v", line, err)
+				}
+				p.Hosts = append(p.Hosts, r)
 			default:
 				return Policy{}, fmt.Errorf("network policy line %d: unknown entry %q", line, kind)
 			}
@@ -220,7 +306,13 @@ func Decode(b []byte) (Policy, error) {
 	}
 	// Canonical form is sorted and duplicate-free: re-derive the order and
 	// compare, so any other arrangement is refused.
-	q := Policy{Deny: append([]netip.Prefix(nil), p.Deny...), Allow: append([]netip.Prefix(nil), p.Allow...), Resolvers: append([]netip.Addr(nil), p.Resolvers...)}
+	if version == 2 && p.Mode != ModeAllowlist {
+		return Policy{}, fmt.Errorf("network policy version 2 without a mode line")
+	}
+	q := Policy{Deny: append([]netip.Prefix(nil), p.Deny...), Allow: append([]netip.Prefix(nil), p.Allow...), Resolvers: append([]netip.Addr(nil), p.Resolvers...),
+		Mode: p.Mode, Hosts: append([]HostRule(nil), p.Hosts...), Ask: p.Ask}
+	sortHostRules(q.Hosts)
+	q.Hosts = compactHostRules(q.Hosts)
 	sortPrefixes(q.Deny)
 	sortPrefixes(q.Allow)
 	sort.Slice(q.Resolvers, func(i, j int) bool { return q.Resolvers[i].Less(q.Resolvers[j]) })

@@ -65,7 +65,7 @@ func TestDecodeRefusesNonCanonical(t *testing.T) {
 	p, _ := Derive(Input{})
 	good := string(p.Canonical())
 	for name, bad := range map[string]string{
-		"newer":    strings.Replace(good, "v1", "v2", 1),
+		"newer":    strings.Replace(good, "v1", "v3", 1),
 		"unknown":  good + "route 1.2.3.0/24\n",
 		"unsorted": strings.Replace(good, "deny 10.0.0.0/8\ndeny 100.64.0.0/10\n", "deny 100.64.0.0/10\ndeny 10.0.0.0/8\n", 1),
 		"ipv6":     strings.Replace(good, "ipv6 disabled", "ipv6 enabled", 1),

@@ -27,6 +27,9 @@ func Judge(s Spec, r Report) Verdict {
 		v.Problems = append(v.Problems, fmt.Sprintf("the probe report is for readiness fingerprint %.16s…, not this generation's %.16s…", r.Fingerprint, s.Fingerprint))
 		return v
 	}
+	if s.Mode == ModeAllowlist {
+		return judgeAllowlist(s, r, v)
+	}
 	check := func(kind string, want []Route, prefixes int, ok func(Route) bool, expect string) bool {
 		if len(want) != prefixes {
 			v.Problems = append(v.Problems, fmt.Sprintf("the probe reports %d %s prefixes, the policy has %d", len(want), kind, prefixes))
@@ -87,3 +90,26 @@ func Judge(s Spec, r Report) Verdict {
 
 // Ready reports whether the verdict allows publication.
 func (v Verdict) Ready() bool { return v.DenyObserved && v.PermitObserved && len(v.Problems) == 0 }
+
+// judgeAllowlist: every probed prefix is unreachable (no route: the
+// sandbox's namespace routes only to the proxy) and the proxy accepts.
+func judgeAllowlist(s Spec, r Report, v Verdict) Verdict {
+	if len(r.Deny) != len(s.Deny) {
+		v.Problems = append(v.Problems, fmt.Sprintf("the probe reports %d prefixes, the spec has %d", len(r.Deny), len(s.Deny)))
+	}
+	for i, rt := range r.Deny {
+		if i < len(s.Deny) && rt.Prefix != s.Deny[i] {
+			v.Problems = append(v.Problems, fmt.Sprintf("entry %d is %s, not %s", i, rt.Prefix, s.Deny[i]))
+			continue
+		}
+		if !rt.Prefix.Contains(rt.Probe) || !strings.Contains(rt.Error, "network is unreachable") {
+			v.Problems = append(v.Problems, fmt.Sprintf("%s: a connection to %s is not unreachable in the sandbox (source %s, %s): only the egress proxy may be routed", rt.Prefix, rt.Probe, rt.Source, rt.Error))
+		}
+	}
+	if r.Proxy != "connected" {
+		v.Problems = append(v.Problems, fmt.Sprintf("the egress proxy %s did not accept a connection: %s", s.Proxy, r.Proxy))
+	}
+	v.DenyObserved = len(v.Problems) == 0
+	v.PermitObserved = r.Proxy == "connected"
+	return v
+}

@@ -65,7 +65,17 @@ type Spec struct {
 	DNS       netip.Addr   `json:"dns"`
 	// DNSBound is how long the forwarder may take to answer.
 	DNSBound time.Duration `json:"dns_bound"`
+	// Mode "allowlist": the sandbox's own network namespace routes only
+	// to the egress proxy. Every Deny prefix (the policy's denies and
+	// allows and both halves of the address space) must then be
+	// unreachable, and Proxy must accept a TCP connect; there is no
+	// gateway or DNS forwarder to check.
+	Mode  string         `json:"mode,omitempty"`
+	Proxy netip.AddrPort `json:"proxy,omitzero"`
 }
+
+// ModeAllowlist is Spec.Mode of the allowlist network mode.
+const ModeAllowlist = "allowlist"
 
 // Route is the observed source address for one prefix's probe address.
 type Route struct {
@@ -97,6 +107,8 @@ type Report struct {
 	DNSRcode    int    `json:"dns_rcode"`
 	DNSMillis   int64  `json:"dns_ms"`
 	DNSError    string `json:"dns_error,omitempty"`
+	// Proxy is how the egress proxy answered a TCP connect (allowlist).
+	Proxy string `json:"proxy,omitempty"`
 }
 
 // EncodeSpec is the spec as one argument word (base64 of JSON).
@@ -223,6 +235,13 @@ func unroutable(a netip.Addr) bool {
 // Run executes the probe in the caller's network view.
 func Run(ctx context.Context, s Spec) Report {
 	r := Report{Version: Version, Fingerprint: s.Fingerprint}
+	if s.Mode == ModeAllowlist {
+		for _, p := range s.Deny {
+			r.Deny = append(r.Deny, routeOf(p, s.Deny, s.Connected))
+		}
+		r.Proxy, _ = connectAnswerAt(ctx, s.Proxy, 2*time.Second)
+		return r
+	}
 	all := append(append([]netip.Prefix(nil), s.Deny...), s.Allow...)
 	type dnsResult struct {
 		rcode int
@@ -292,11 +311,15 @@ func SourceFor(dst netip.Addr) (netip.Addr, error) {
 // connectAnswer connects to a's discard port and says how it was answered
 // and how fast.
 func connectAnswer(ctx context.Context, a netip.Addr, bound time.Duration) (string, int64) {
+	return connectAnswerAt(ctx, netip.AddrPortFrom(a, 9), bound)
+}
+
+func connectAnswerAt(ctx context.Context, ap netip.AddrPort, bound time.Duration) (string, int64) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	start := time.Now()
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp4", netip.AddrPortFrom(a, 9).String())
+	c, err := d.DialContext(ctx, "tcp4", ap.String())
 	ms := time.Since(start).Milliseconds()
 	switch {
 	case err == nil:

@@ -155,3 +155,34 @@ func TestDNSCodec(t *testing.T) {
 		t.Fatal("short reply accepted")
 	}
 }
+
+// TestJudgeAllowlist: in the allowlist mode every probed prefix must be
+// unreachable and the egress proxy must accept; a route anywhere else, a
+// missing entry or a silent proxy refuses publication.
+func TestJudgeAllowlist(t *testing.T) {
+	spec := Spec{Version: Version, Fingerprint: "f", Mode: ModeAllowlist,
+		Deny:  []netip.Prefix{netip.MustParsePrefix("0.0.0.0/1"), netip.MustParsePrefix("128.0.0.0/1")},
+		Proxy: netip.MustParseAddrPort("10.0.3.1:3128")}
+	unreachable := func(p string, a string) Route {
+		return Route{Prefix: netip.MustParsePrefix(p), Probe: netip.MustParseAddr(a), Error: "dial udp4 " + a + ":9: connect: network is unreachable"}
+	}
+	good := Report{Version: Version, Fingerprint: "f", Deny: []Route{unreachable("0.0.0.0/1", "64.0.0.1"), unreachable("128.0.0.0/1", "128.0.0.1")}, Proxy: "connected"}
+	if v := Judge(spec, good); !v.Ready() || len(v.Warnings) != 0 {
+		t.Fatalf("good report: %+v", v)
+	}
+	routed := good
+	routed.Deny = []Route{unreachable("0.0.0.0/1", "64.0.0.1"), {Prefix: netip.MustParsePrefix("128.0.0.0/1"), Probe: netip.MustParseAddr("128.0.0.1"), Source: netip.MustParseAddr("10.0.3.2")}}
+	if v := Judge(spec, routed); v.Ready() || !strings.Contains(strings.Join(v.Problems, ";"), "not unreachable") {
+		t.Errorf("a routed prefix: %+v", v)
+	}
+	short := good
+	short.Deny = good.Deny[:1]
+	if v := Judge(spec, short); v.Ready() {
+		t.Errorf("a missing entry: %+v", v)
+	}
+	silent := good
+	silent.Proxy = "connection refused"
+	if v := Judge(spec, silent); v.Ready() || !strings.Contains(strings.Join(v.Problems, ";"), "egress proxy") {
+		t.Errorf("a silent proxy: %+v", v)
+	}
+}

@@ -87,6 +87,10 @@ const InitErrorPrefix = "lazaret-init-error: "
 // ExecArg selects the session launcher role of the in-sandbox binary.
 const ExecArg = "__lazaret-exec"
 
+// ConnectArg selects the in-sandbox binary's SOCKS5 connect role (the
+// allowlist network mode's ssh ProxyCommand: ConnectArg HOST PORT).
+const ConnectArg = "__lazaret-connect"
+
 // SessionArgs wraps a session command in the in-sandbox launcher, which
 // execs it in place (same pid) or reports 127/126 like a shell.
 func SessionArgs(argv []string) []string {
@@ -111,7 +115,9 @@ type Sandbox struct {
 	Workspace string
 	// ControlSource is the host directory mounted read-only at ControlDir.
 	ControlSource string
-	// NetNSPath is the verified Runtime Supervisor network namespace path.
+	// NetNSPath is the verified network namespace path: the Runtime
+	// Supervisor's (/proc/<pid>/ns/net), or in the allowlist network mode
+	// the sandbox's own, held by an RS thread (/proc/<pid>/task/<tid>/ns/net).
 	NetNSPath string
 	// Env is the base environment of every guest process.
 	Env []string
@@ -297,7 +303,7 @@ func (s Sandbox) validate() error {
 		}
 	}
 	if !strings.HasPrefix(s.NetNSPath, "/proc/") || !strings.HasSuffix(s.NetNSPath, "/ns/net") {
-		return fmt.Errorf("ocispec: netns path %q is not a /proc/<pid>/ns/net path", s.NetNSPath)
+		return fmt.Errorf("ocispec: netns path %q is not a /proc/<pid>[/task/<tid>]/ns/net path", s.NetNSPath)
 	}
 	return nil
 }

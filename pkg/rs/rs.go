@@ -143,6 +143,11 @@ type supervisor struct {
 	// profileHold is the profile's shared lock while its profile paths
 	// are bound (package profilestate).
 	profileHold *os.File
+	// sandboxNS and egress: the allowlist network mode's sandbox network
+	// namespace and egress proxy (egress.go); nil in the deny mode.
+	sandboxNS     *netsetup.SandboxNamespace
+	egress        *egressProxy
+	sandboxRoutes []netsetup.Route
 }
 
 func (s *supervisor) watchLifetime(f *os.File) {
@@ -187,6 +192,20 @@ func (s *supervisor) run() int {
 			return s.fail(err)
 		}
 	}
+	mode, err := peekPolicyMode(s.policyFD)
+	if err != nil {
+		return s.fail(err)
+	}
+	if mode == netpolicy.ModeAllowlist {
+		// The sandbox gets its own network namespace, whose only way out
+		// is the egress proxy here (egress.go).
+		if s.sandboxNS, err = netsetup.NewSandboxNamespace(); err != nil {
+			return s.fail(err)
+		}
+		dev, ino := s.sandboxNS.Identity()
+		hello.SandboxNetNamespace = &lv1.NamespaceIdentity{Dev: dev, Ino: ino}
+		hello.SandboxNetnsTid = uint32(s.sandboxNS.TID())
+	}
 	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Hello{Hello: hello}}); err != nil {
 		s.log.Error("send hello", "err", err)
 		return 1
@@ -215,6 +234,7 @@ func (s *supervisor) run() int {
 	sandbox, stdin, err := s.launch()
 	if err != nil {
 		s.stopGitRouting()
+		s.stopEgress()
 		return s.fail(err)
 	}
 	code := s.serve(sandbox, stdin)
@@ -256,6 +276,8 @@ func (s *supervisor) receive() {
 			}
 		case m.GetStop() != nil:
 			closeOnce(s.stop)
+		case m.GetNetworkDecision() != nil:
+			s.answerAsk(m.GetNetworkDecision())
 		default:
 			s.log.Error("unexpected coordinator message", "msg", m.String())
 		}
@@ -291,6 +313,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.checkPolicy(); err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkEgress(); err != nil {
+		return nil, nil, err
+	}
 	s.timing.Mark("start received")
 	art, err := s.holdLower()
 	if err != nil {
@@ -324,6 +349,15 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	}
 	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
 		return nil, nil, err
+	}
+	if s.sandboxNS != nil {
+		if err := s.startEgress(); err != nil {
+			return nil, nil, err
+		}
+		if s.sandboxRoutes, err = s.readSandboxRoutes(); err != nil {
+			return nil, nil, err
+		}
+		s.timing.Mark("egress proxy listening")
 	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -423,6 +457,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		RunscSandbox: identityProto(kids.sandbox.Identity()), RunscGofer: identityProto(kids.gofer.Identity()),
 		PolicyDigest: st.PolicyDigest, ObservedRoutes: routeStrings(s.routes),
 		NetworkProbeReport: s.probe, ObservedTapAddress: s.tapAddr.String(), GitRouting: s.routed,
+		EgressProxy: s.egressIdentity(), ObservedSandboxRoutes: routeStrings(s.sandboxRoutes),
 	}}}); err != nil {
 		s.teardown(child, inW)
 		return nil, nil, err
@@ -470,7 +505,11 @@ func (s *supervisor) installPolicy() error {
 	}
 	s.tapAddr = tapAddr
 	p := s.policy
-	routes, err := netsetup.InstallPolicy(p, s.start.TapDevice, gw, p.FailFast(tapAddr.Masked()))
+	exclude := []netip.Prefix{tapAddr.Masked()}
+	if s.sandboxNS != nil {
+		exclude = append(exclude, netpolicy.ProxyPrefix) // the egress proxy's veth
+	}
+	routes, err := netsetup.InstallPolicy(p, s.start.TapDevice, gw, p.FailFast(exclude...))
 	if err != nil {
 		return err
 	}
@@ -549,6 +588,9 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 		s.log.Info("stop requested")
 		failpoint.Hit("lazaret-rs:stop-requested")
 	case <-s.hcGone:
+	case <-s.egressDone():
+		s.log.Error("egress proxy exited unexpectedly: tearing down")
+		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the egress proxy stopped unexpectedly"}}})
 	case <-s.routingDone():
 		s.log.Error("git-routing daemon exited unexpectedly: tearing down")
 		s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the Git-routing daemon stopped unexpectedly"}}})
@@ -605,6 +647,7 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 		}
 	}
 	failpoint.Hit("lazaret-rs:sandbox-stopped")
+	s.stopEgress() // nothing can reach it any more
 	if err := s.runscChildrenGone(s.kids); err != nil {
 		s.log.Error("runsc sandbox or gofer not proven gone: runsc state kept for the coordinator's check", "container", id, "err", err)
 	} else {

@@ -442,7 +442,9 @@ type DeveloperDecision struct {
 	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	Decision   DecisionKind           `protobuf:"varint,4,opt,name=decision,proto3,enum=lazaret.v1.DecisionKind" json:"decision,omitempty"`
 	// The argv to run (the request's or the developer's edit); empty on deny.
-	ApprovedArgv  []string `protobuf:"bytes,5,rep,name=approved_argv,json=approvedArgv,proto3" json:"approved_argv,omitempty"`
+	ApprovedArgv []string `protobuf:"bytes,5,rep,name=approved_argv,json=approvedArgv,proto3" json:"approved_argv,omitempty"`
+	// A network ask's approval scope: "once" or "domain".
+	NetworkScope  string `protobuf:"bytes,6,opt,name=network_scope,json=networkScope,proto3" json:"network_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -510,6 +512,13 @@ func (x *DeveloperDecision) GetApprovedArgv() []string {
 		return x.ApprovedArgv
 	}
 	return nil
+}
+
+func (x *DeveloperDecision) GetNetworkScope() string {
+	if x != nil {
+		return x.NetworkScope
+	}
+	return ""
 }
 
 // ResultChunk carries host process output; sequences start at 1.
@@ -710,8 +719,12 @@ type EscalationPrompt struct {
 	Justification string `protobuf:"bytes,7,opt,name=justification,proto3" json:"justification,omitempty"`
 	// Seconds the developer has to decide.
 	TimeoutSeconds uint32 `protobuf:"varint,8,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A network ask (allowlist mode, network.ask = true) instead of a host
+	// command: the host and port the sandbox asked the egress proxy for.
+	NetworkHost   string `protobuf:"bytes,9,opt,name=network_host,json=networkHost,proto3" json:"network_host,omitempty"`
+	NetworkPort   uint32 `protobuf:"varint,10,opt,name=network_port,json=networkPort,proto3" json:"network_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EscalationPrompt) Reset() {
@@ -796,6 +809,20 @@ func (x *EscalationPrompt) GetJustification() string {
 func (x *EscalationPrompt) GetTimeoutSeconds() uint32 {
 	if x != nil {
 		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *EscalationPrompt) GetNetworkHost() string {
+	if x != nil {
+		return x.NetworkHost
+	}
+	return ""
+}
+
+func (x *EscalationPrompt) GetNetworkPort() uint32 {
+	if x != nil {
+		return x.NetworkPort
 	}
 	return 0
 }
@@ -1147,7 +1174,7 @@ const file_lazaret_v1_escalation_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
 	"\bsequence\x18\x03 \x01(\x04R\bsequence\x12\x14\n" +
-	"\x05final\x18\x04 \x01(\bR\x05final\"\xcc\x01\n" +
+	"\x05final\x18\x04 \x01(\bR\x05final\"\xf1\x01\n" +
 	"\x11DeveloperDecision\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -1157,7 +1184,8 @@ const file_lazaret_v1_escalation_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x124\n" +
 	"\bdecision\x18\x04 \x01(\x0e2\x18.lazaret.v1.DecisionKindR\bdecision\x12#\n" +
-	"\rapproved_argv\x18\x05 \x03(\tR\fapprovedArgv\"\xb2\x01\n" +
+	"\rapproved_argv\x18\x05 \x03(\tR\fapprovedArgv\x12#\n" +
+	"\rnetwork_scope\x18\x06 \x01(\tR\fnetworkScope\"\xb2\x01\n" +
 	"\vResultChunk\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1e\n" +
@@ -1178,7 +1206,7 @@ const file_lazaret_v1_escalation_proto_rawDesc = "" +
 	"\x06signal\x18\x05 \x01(\x05R\x06signal\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12#\n" +
 	"\rlast_sequence\x18\a \x01(\x04R\flastSequence\x12#\n" +
-	"\rapproved_argv\x18\b \x03(\tR\fapprovedArgv\"\xff\x01\n" +
+	"\rapproved_argv\x18\b \x03(\tR\fapprovedArgv\"\xc5\x02\n" +
 	"\x10EscalationPrompt\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
@@ -1191,7 +1219,10 @@ const file_lazaret_v1_escalation_proto_rawDesc = "" +
 	"\x04argv\x18\x05 \x03(\tR\x04argv\x12\x10\n" +
 	"\x03cwd\x18\x06 \x01(\tR\x03cwd\x12$\n" +
 	"\rjustification\x18\a \x01(\tR\rjustification\x12'\n" +
-	"\x0ftimeout_seconds\x18\b \x01(\rR\x0etimeoutSeconds\"L\n" +
+	"\x0ftimeout_seconds\x18\b \x01(\rR\x0etimeoutSeconds\x12!\n" +
+	"\fnetwork_host\x18\t \x01(\tR\vnetworkHost\x12!\n" +
+	"\fnetwork_port\x18\n" +
+	" \x01(\rR\vnetworkPort\"L\n" +
 	"\x13EscalationPromptEnd\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +

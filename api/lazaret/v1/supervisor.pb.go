@@ -185,6 +185,7 @@ type SupervisorMessage struct {
 	//	*SupervisorMessage_Progress
 	//	*SupervisorMessage_Artifact
 	//	*SupervisorMessage_AnchorsMounted
+	//	*SupervisorMessage_NetworkAsk
 	Msg           isSupervisorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -299,6 +300,15 @@ func (x *SupervisorMessage) GetAnchorsMounted() *AnchorsMounted {
 	return nil
 }
 
+func (x *SupervisorMessage) GetNetworkAsk() *NetworkAsk {
+	if x != nil {
+		if x, ok := x.Msg.(*SupervisorMessage_NetworkAsk); ok {
+			return x.NetworkAsk
+		}
+	}
+	return nil
+}
+
 type isSupervisorMessage_Msg interface {
 	isSupervisorMessage_Msg()
 }
@@ -335,6 +345,10 @@ type SupervisorMessage_AnchorsMounted struct {
 	AnchorsMounted *AnchorsMounted `protobuf:"bytes,8,opt,name=anchors_mounted,json=anchorsMounted,proto3,oneof"`
 }
 
+type SupervisorMessage_NetworkAsk struct {
+	NetworkAsk *NetworkAsk `protobuf:"bytes,9,opt,name=network_ask,json=networkAsk,proto3,oneof"`
+}
+
 func (*SupervisorMessage_Hello) isSupervisorMessage_Msg() {}
 
 func (*SupervisorMessage_Staged) isSupervisorMessage_Msg() {}
@@ -351,6 +365,8 @@ func (*SupervisorMessage_Artifact) isSupervisorMessage_Msg() {}
 
 func (*SupervisorMessage_AnchorsMounted) isSupervisorMessage_Msg() {}
 
+func (*SupervisorMessage_NetworkAsk) isSupervisorMessage_Msg() {}
+
 // CoordinatorMessage is one HC -> RS packet.
 type CoordinatorMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -360,6 +376,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Ack
 	//	*CoordinatorMessage_Stop
 	//	*CoordinatorMessage_LeaseRecorded
+	//	*CoordinatorMessage_NetworkDecision
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -438,6 +455,15 @@ func (x *CoordinatorMessage) GetLeaseRecorded() *LeaseRecorded {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetNetworkDecision() *NetworkDecision {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_NetworkDecision); ok {
+			return x.NetworkDecision
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -458,6 +484,10 @@ type CoordinatorMessage_LeaseRecorded struct {
 	LeaseRecorded *LeaseRecorded `protobuf:"bytes,4,opt,name=lease_recorded,json=leaseRecorded,proto3,oneof"`
 }
 
+type CoordinatorMessage_NetworkDecision struct {
+	NetworkDecision *NetworkDecision `protobuf:"bytes,5,opt,name=network_decision,json=networkDecision,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Start) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
@@ -465,6 +495,8 @@ func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_Stop) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_LeaseRecorded) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_NetworkDecision) isCoordinatorMessage_Msg() {}
 
 // SupervisorHello is RS's first packet: what it observes of itself.
 type SupervisorHello struct {
@@ -474,8 +506,13 @@ type SupervisorHello struct {
 	NetNamespace   *NamespaceIdentity     `protobuf:"bytes,3,opt,name=net_namespace,json=netNamespace,proto3" json:"net_namespace,omitempty"`
 	UserNamespace  *NamespaceIdentity     `protobuf:"bytes,4,opt,name=user_namespace,json=userNamespace,proto3" json:"user_namespace,omitempty"`
 	MountNamespace *NamespaceIdentity     `protobuf:"bytes,5,opt,name=mount_namespace,json=mountNamespace,proto3" json:"mount_namespace,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The allowlist network mode's sandbox network namespace (only lo and
+	// the egress proxy's veth), held by RS's thread sandbox_netns_tid: runsc
+	// joins it by /proc/<RS>/task/<tid>/ns/net. Absent in the deny mode.
+	SandboxNetNamespace *NamespaceIdentity `protobuf:"bytes,6,opt,name=sandbox_net_namespace,json=sandboxNetNamespace,proto3" json:"sandbox_net_namespace,omitempty"`
+	SandboxNetnsTid     uint32             `protobuf:"varint,7,opt,name=sandbox_netns_tid,json=sandboxNetnsTid,proto3" json:"sandbox_netns_tid,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SupervisorHello) Reset() {
@@ -543,6 +580,20 @@ func (x *SupervisorHello) GetMountNamespace() *NamespaceIdentity {
 	return nil
 }
 
+func (x *SupervisorHello) GetSandboxNetNamespace() *NamespaceIdentity {
+	if x != nil {
+		return x.SandboxNetNamespace
+	}
+	return nil
+}
+
+func (x *SupervisorHello) GetSandboxNetnsTid() uint32 {
+	if x != nil {
+		return x.SandboxNetnsTid
+	}
+	return 0
+}
+
 // StartSandbox carries everything RS needs to launch the attached runsc.
 type StartSandbox struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -584,8 +635,10 @@ type StartSandbox struct {
 	// sandbox, through its proven pidfd, once the sentry's memory file
 	// commits more. 0: no limit.
 	MemoryLimitBytes uint64 `protobuf:"varint,25,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The egress proxy of the allowlist network mode; absent in the deny mode.
+	Egress        *EgressProxySpec `protobuf:"bytes,26,opt,name=egress,proto3" json:"egress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartSandbox) Reset() {
@@ -756,6 +809,13 @@ func (x *StartSandbox) GetMemoryLimitBytes() uint64 {
 		return x.MemoryLimitBytes
 	}
 	return 0
+}
+
+func (x *StartSandbox) GetEgress() *EgressProxySpec {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
 }
 
 // GitRoutingStart tells RS to acquire the Git-routing daemon (participant
@@ -1095,9 +1155,13 @@ type SandboxReady struct {
 	RunscGofer   *PidfsProcessIdentityV1 `protobuf:"bytes,10,opt,name=runsc_gofer,json=runscGofer,proto3" json:"runsc_gofer,omitempty"`
 	// The Git-routing daemon, when StartSandbox asked for it: its staged
 	// (and acknowledged) identity and the mount it serves.
-	GitRouting    *GitRoutingReady `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GitRouting *GitRoutingReady `protobuf:"bytes,20,opt,name=git_routing,json=gitRouting,proto3" json:"git_routing,omitempty"`
+	// The egress proxy (allowlist mode): its staged identity, and the
+	// routes of the sandbox's own network namespace read back by RS.
+	EgressProxy           *PidfsProcessIdentityV1 `protobuf:"bytes,21,opt,name=egress_proxy,json=egressProxy,proto3" json:"egress_proxy,omitempty"`
+	ObservedSandboxRoutes []string                `protobuf:"bytes,22,rep,name=observed_sandbox_routes,json=observedSandboxRoutes,proto3" json:"observed_sandbox_routes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SandboxReady) Reset() {
@@ -1207,6 +1271,206 @@ func (x *SandboxReady) GetGitRouting() *GitRoutingReady {
 	return nil
 }
 
+func (x *SandboxReady) GetEgressProxy() *PidfsProcessIdentityV1 {
+	if x != nil {
+		return x.EgressProxy
+	}
+	return nil
+}
+
+func (x *SandboxReady) GetObservedSandboxRoutes() []string {
+	if x != nil {
+		return x.ObservedSandboxRoutes
+	}
+	return nil
+}
+
+// EgressProxySpec is what RS needs to run the egress proxy.
+type EgressProxySpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The connectivity helper's DNS forwarder the proxy resolves through.
+	Dns string `protobuf:"bytes,1,opt,name=dns,proto3" json:"dns,omitempty"`
+	// The Domain's bounded denial log, opened by RS and handed to the proxy.
+	DenialsPath   string `protobuf:"bytes,2,opt,name=denials_path,json=denialsPath,proto3" json:"denials_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressProxySpec) Reset() {
+	*x = EgressProxySpec{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressProxySpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressProxySpec) ProtoMessage() {}
+
+func (x *EgressProxySpec) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressProxySpec.ProtoReflect.Descriptor instead.
+func (*EgressProxySpec) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *EgressProxySpec) GetDns() string {
+	if x != nil {
+		return x.Dns
+	}
+	return ""
+}
+
+func (x *EgressProxySpec) GetDenialsPath() string {
+	if x != nil {
+		return x.DenialsPath
+	}
+	return ""
+}
+
+// NetworkAsk relays the egress proxy's question (allowlist mode, ask =
+// true): may this session reach host:port?
+type NetworkAsk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Session       string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	Host          string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	Port          uint32                 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	Via           string                 `protobuf:"bytes,5,opt,name=via,proto3" json:"via,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkAsk) Reset() {
+	*x = NetworkAsk{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkAsk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkAsk) ProtoMessage() {}
+
+func (x *NetworkAsk) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkAsk.ProtoReflect.Descriptor instead.
+func (*NetworkAsk) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *NetworkAsk) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *NetworkAsk) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *NetworkAsk) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *NetworkAsk) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *NetworkAsk) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+// NetworkDecision answers a NetworkAsk: "once", "domain" or "deny".
+type NetworkDecision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Decision      string                 `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkDecision) Reset() {
+	*x = NetworkDecision{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkDecision) ProtoMessage() {}
+
+func (x *NetworkDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkDecision.ProtoReflect.Descriptor instead.
+func (*NetworkDecision) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *NetworkDecision) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *NetworkDecision) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
 // GitRoutingReady is the git_routing participant's readiness evidence.
 type GitRoutingReady struct {
 	state  protoimpl.MessageState  `protogen:"open.v1"`
@@ -1224,7 +1488,7 @@ type GitRoutingReady struct {
 
 func (x *GitRoutingReady) Reset() {
 	*x = GitRoutingReady{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1500,7 @@ func (x *GitRoutingReady) String() string {
 func (*GitRoutingReady) ProtoMessage() {}
 
 func (x *GitRoutingReady) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1513,7 @@ func (x *GitRoutingReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitRoutingReady.ProtoReflect.Descriptor instead.
 func (*GitRoutingReady) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{10}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GitRoutingReady) GetDaemon() *PidfsProcessIdentityV1 {
@@ -1305,7 +1569,7 @@ type SupervisorFailure struct {
 
 func (x *SupervisorFailure) Reset() {
 	*x = SupervisorFailure{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1581,7 @@ func (x *SupervisorFailure) String() string {
 func (*SupervisorFailure) ProtoMessage() {}
 
 func (x *SupervisorFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1594,7 @@ func (x *SupervisorFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorFailure.ProtoReflect.Descriptor instead.
 func (*SupervisorFailure) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{11}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SupervisorFailure) GetCategory() string {
@@ -1356,7 +1620,7 @@ type StopSandbox struct {
 
 func (x *StopSandbox) Reset() {
 	*x = StopSandbox{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1632,7 @@ func (x *StopSandbox) String() string {
 func (*StopSandbox) ProtoMessage() {}
 
 func (x *StopSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1645,7 @@ func (x *StopSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopSandbox.ProtoReflect.Descriptor instead.
 func (*StopSandbox) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{12}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{15}
 }
 
 // SupervisorStopped reports that the sandbox is gone and runsc state deleted.
@@ -1396,7 +1660,7 @@ type SupervisorStopped struct {
 
 func (x *SupervisorStopped) Reset() {
 	*x = SupervisorStopped{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1672,7 @@ func (x *SupervisorStopped) String() string {
 func (*SupervisorStopped) ProtoMessage() {}
 
 func (x *SupervisorStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1685,7 @@ func (x *SupervisorStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorStopped.ProtoReflect.Descriptor instead.
 func (*SupervisorStopped) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{13}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SupervisorStopped) GetAnchorsUnmounted() []uint64 {
@@ -1446,7 +1710,7 @@ type ArtifactReady struct {
 
 func (x *ArtifactReady) Reset() {
 	*x = ArtifactReady{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1722,7 @@ func (x *ArtifactReady) String() string {
 func (*ArtifactReady) ProtoMessage() {}
 
 func (x *ArtifactReady) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1735,7 @@ func (x *ArtifactReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactReady.ProtoReflect.Descriptor instead.
 func (*ArtifactReady) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{14}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ArtifactReady) GetPreparedArtifactId() string {
@@ -1507,7 +1771,7 @@ type LeaseRecorded struct {
 
 func (x *LeaseRecorded) Reset() {
 	*x = LeaseRecorded{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1783,7 @@ func (x *LeaseRecorded) String() string {
 func (*LeaseRecorded) ProtoMessage() {}
 
 func (x *LeaseRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1796,7 @@ func (x *LeaseRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecorded.ProtoReflect.Descriptor instead.
 func (*LeaseRecorded) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{15}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseRecorded) GetPreparedArtifactId() string {
@@ -1555,7 +1819,7 @@ type AnchorsMounted struct {
 
 func (x *AnchorsMounted) Reset() {
 	*x = AnchorsMounted{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1831,7 @@ func (x *AnchorsMounted) String() string {
 func (*AnchorsMounted) ProtoMessage() {}
 
 func (x *AnchorsMounted) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1844,7 @@ func (x *AnchorsMounted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorsMounted.ProtoReflect.Descriptor instead.
 func (*AnchorsMounted) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{16}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AnchorsMounted) GetPreparedArtifactId() string {
@@ -1616,7 +1880,7 @@ type AnchorMount struct {
 
 func (x *AnchorMount) Reset() {
 	*x = AnchorMount{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1892,7 @@ func (x *AnchorMount) String() string {
 func (*AnchorMount) ProtoMessage() {}
 
 func (x *AnchorMount) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1905,7 @@ func (x *AnchorMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorMount.ProtoReflect.Descriptor instead.
 func (*AnchorMount) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{17}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AnchorMount) GetGuestPath() string {
@@ -1688,7 +1952,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x10start_time_ticks\x18\x05 \x01(\x04R\x0estartTimeTicks\"7\n" +
 	"\x11NamespaceIdentity\x12\x10\n" +
 	"\x03dev\x18\x01 \x01(\x04R\x03dev\x12\x10\n" +
-	"\x03ino\x18\x02 \x01(\x04R\x03ino\"\xe9\x03\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\"\xa4\x04\n" +
 	"\x11SupervisorMessage\x123\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1b.lazaret.v1.SupervisorHelloH\x00R\x05hello\x12<\n" +
 	"\x06staged\x18\x02 \x01(\v2\".lazaret.v1.StagedProcessOwnershipH\x00R\x06staged\x120\n" +
@@ -1697,14 +1961,17 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\astopped\x18\x05 \x01(\v2\x1d.lazaret.v1.SupervisorStoppedH\x00R\astopped\x122\n" +
 	"\bprogress\x18\x06 \x01(\v2\x14.lazaret.v1.ProgressH\x00R\bprogress\x127\n" +
 	"\bartifact\x18\a \x01(\v2\x19.lazaret.v1.ArtifactReadyH\x00R\bartifact\x12E\n" +
-	"\x0fanchors_mounted\x18\b \x01(\v2\x1a.lazaret.v1.AnchorsMountedH\x00R\x0eanchorsMountedB\x05\n" +
-	"\x03msg\"\xfb\x01\n" +
+	"\x0fanchors_mounted\x18\b \x01(\v2\x1a.lazaret.v1.AnchorsMountedH\x00R\x0eanchorsMounted\x129\n" +
+	"\vnetwork_ask\x18\t \x01(\v2\x16.lazaret.v1.NetworkAskH\x00R\n" +
+	"networkAskB\x05\n" +
+	"\x03msg\"\xc5\x02\n" +
 	"\x12CoordinatorMessage\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x18.lazaret.v1.StartSandboxH\x00R\x05start\x129\n" +
 	"\x03ack\x18\x02 \x01(\v2%.lazaret.v1.ProcessOwnershipCommitAckH\x00R\x03ack\x12-\n" +
 	"\x04stop\x18\x03 \x01(\v2\x17.lazaret.v1.StopSandboxH\x00R\x04stop\x12B\n" +
-	"\x0elease_recorded\x18\x04 \x01(\v2\x19.lazaret.v1.LeaseRecordedH\x00R\rleaseRecordedB\x05\n" +
-	"\x03msg\"\xa0\x02\n" +
+	"\x0elease_recorded\x18\x04 \x01(\v2\x19.lazaret.v1.LeaseRecordedH\x00R\rleaseRecorded\x12H\n" +
+	"\x10network_decision\x18\x05 \x01(\v2\x1b.lazaret.v1.NetworkDecisionH\x00R\x0fnetworkDecisionB\x05\n" +
+	"\x03msg\"\x9f\x03\n" +
 	"\x0fSupervisorHello\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1712,7 +1979,9 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"generation\x12B\n" +
 	"\rnet_namespace\x18\x03 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\fnetNamespace\x12D\n" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
-	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\"\xee\x05\n" +
+	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\x12Q\n" +
+	"\x15sandbox_net_namespace\x18\x06 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x13sandboxNetNamespace\x12*\n" +
+	"\x11sandbox_netns_tid\x18\a \x01(\rR\x0fsandboxNetnsTid\"\xa3\x06\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -1744,7 +2013,8 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"sessionUid\x12\x1f\n" +
 	"\vsession_gid\x18\x18 \x01(\rR\n" +
 	"sessionGid\x12,\n" +
-	"\x12memory_limit_bytes\x18\x19 \x01(\x04R\x10memoryLimitBytes\"\xee\x02\n" +
+	"\x12memory_limit_bytes\x18\x19 \x01(\x04R\x10memoryLimitBytes\x123\n" +
+	"\x06egress\x18\x1a \x01(\v2\x1b.lazaret.v1.EgressProxySpecR\x06egress\"\xee\x02\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +
@@ -1776,7 +2046,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x0ecoordinator_id\x18\x03 \x01(\tR\rcoordinatorId\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\tR\x04slot\x12>\n" +
 	"\bidentity\x18\x05 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\bidentity\x12\x1c\n" +
-	"\tsignature\x18\x06 \x01(\fR\tsignature\"\xcf\x04\n" +
+	"\tsignature\x18\x06 \x01(\fR\tsignature\"\xce\x05\n" +
 	"\fSandboxReady\x120\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12\x1b\n" +
 	"\timage_ref\x18\x02 \x01(\tR\bimageRef\x12'\n" +
@@ -1791,7 +2061,22 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	" \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\n" +
 	"runscGofer\x12<\n" +
 	"\vgit_routing\x18\x14 \x01(\v2\x1b.lazaret.v1.GitRoutingReadyR\n" +
-	"gitRouting\"\xed\x01\n" +
+	"gitRouting\x12E\n" +
+	"\fegress_proxy\x18\x15 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\vegressProxy\x126\n" +
+	"\x17observed_sandbox_routes\x18\x16 \x03(\tR\x15observedSandboxRoutes\"F\n" +
+	"\x0fEgressProxySpec\x12\x10\n" +
+	"\x03dns\x18\x01 \x01(\tR\x03dns\x12!\n" +
+	"\fdenials_path\x18\x02 \x01(\tR\vdenialsPath\"p\n" +
+	"\n" +
+	"NetworkAsk\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\rR\x04port\x12\x10\n" +
+	"\x03via\x18\x05 \x01(\tR\x03via\"=\n" +
+	"\x0fNetworkDecision\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1a\n" +
+	"\bdecision\x18\x02 \x01(\tR\bdecision\"\xed\x01\n" +
 	"\x0fGitRoutingReady\x12:\n" +
 	"\x06daemon\x18\x01 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\x06daemon\x12\x19\n" +
 	"\bmount_id\x18\x02 \x01(\x04R\amountId\x12\x15\n" +
@@ -1836,7 +2121,7 @@ func file_lazaret_v1_supervisor_proto_rawDescGZIP() []byte {
 	return file_lazaret_v1_supervisor_proto_rawDescData
 }
 
-var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*PidfsProcessIdentityV1)(nil),    // 0: lazaret.v1.PidfsProcessIdentityV1
 	(*NamespaceIdentity)(nil),         // 1: lazaret.v1.NamespaceIdentity
@@ -1848,48 +2133,56 @@ var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*StagedProcessOwnership)(nil),    // 7: lazaret.v1.StagedProcessOwnership
 	(*ProcessOwnershipCommitAck)(nil), // 8: lazaret.v1.ProcessOwnershipCommitAck
 	(*SandboxReady)(nil),              // 9: lazaret.v1.SandboxReady
-	(*GitRoutingReady)(nil),           // 10: lazaret.v1.GitRoutingReady
-	(*SupervisorFailure)(nil),         // 11: lazaret.v1.SupervisorFailure
-	(*StopSandbox)(nil),               // 12: lazaret.v1.StopSandbox
-	(*SupervisorStopped)(nil),         // 13: lazaret.v1.SupervisorStopped
-	(*ArtifactReady)(nil),             // 14: lazaret.v1.ArtifactReady
-	(*LeaseRecorded)(nil),             // 15: lazaret.v1.LeaseRecorded
-	(*AnchorsMounted)(nil),            // 16: lazaret.v1.AnchorsMounted
-	(*AnchorMount)(nil),               // 17: lazaret.v1.AnchorMount
-	(*Progress)(nil),                  // 18: lazaret.v1.Progress
+	(*EgressProxySpec)(nil),           // 10: lazaret.v1.EgressProxySpec
+	(*NetworkAsk)(nil),                // 11: lazaret.v1.NetworkAsk
+	(*NetworkDecision)(nil),           // 12: lazaret.v1.NetworkDecision
+	(*GitRoutingReady)(nil),           // 13: lazaret.v1.GitRoutingReady
+	(*SupervisorFailure)(nil),         // 14: lazaret.v1.SupervisorFailure
+	(*StopSandbox)(nil),               // 15: lazaret.v1.StopSandbox
+	(*SupervisorStopped)(nil),         // 16: lazaret.v1.SupervisorStopped
+	(*ArtifactReady)(nil),             // 17: lazaret.v1.ArtifactReady
+	(*LeaseRecorded)(nil),             // 18: lazaret.v1.LeaseRecorded
+	(*AnchorsMounted)(nil),            // 19: lazaret.v1.AnchorsMounted
+	(*AnchorMount)(nil),               // 20: lazaret.v1.AnchorMount
+	(*Progress)(nil),                  // 21: lazaret.v1.Progress
 }
 var file_lazaret_v1_supervisor_proto_depIdxs = []int32{
 	4,  // 0: lazaret.v1.SupervisorMessage.hello:type_name -> lazaret.v1.SupervisorHello
 	7,  // 1: lazaret.v1.SupervisorMessage.staged:type_name -> lazaret.v1.StagedProcessOwnership
 	9,  // 2: lazaret.v1.SupervisorMessage.ready:type_name -> lazaret.v1.SandboxReady
-	11, // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
-	13, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
-	18, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
-	14, // 6: lazaret.v1.SupervisorMessage.artifact:type_name -> lazaret.v1.ArtifactReady
-	16, // 7: lazaret.v1.SupervisorMessage.anchors_mounted:type_name -> lazaret.v1.AnchorsMounted
-	5,  // 8: lazaret.v1.CoordinatorMessage.start:type_name -> lazaret.v1.StartSandbox
-	8,  // 9: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
-	12, // 10: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
-	15, // 11: lazaret.v1.CoordinatorMessage.lease_recorded:type_name -> lazaret.v1.LeaseRecorded
-	1,  // 12: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 13: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 14: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 15: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	6,  // 16: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
-	0,  // 17: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 18: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 19: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 20: lazaret.v1.SandboxReady.runsc_sandbox:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 21: lazaret.v1.SandboxReady.runsc_gofer:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	10, // 22: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
-	0,  // 23: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	1,  // 24: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	17, // 25: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	14, // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
+	16, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
+	21, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
+	17, // 6: lazaret.v1.SupervisorMessage.artifact:type_name -> lazaret.v1.ArtifactReady
+	19, // 7: lazaret.v1.SupervisorMessage.anchors_mounted:type_name -> lazaret.v1.AnchorsMounted
+	11, // 8: lazaret.v1.SupervisorMessage.network_ask:type_name -> lazaret.v1.NetworkAsk
+	5,  // 9: lazaret.v1.CoordinatorMessage.start:type_name -> lazaret.v1.StartSandbox
+	8,  // 10: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
+	15, // 11: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
+	18, // 12: lazaret.v1.CoordinatorMessage.lease_recorded:type_name -> lazaret.v1.LeaseRecorded
+	12, // 13: lazaret.v1.CoordinatorMessage.network_decision:type_name -> lazaret.v1.NetworkDecision
+	1,  // 14: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 15: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 16: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 17: lazaret.v1.SupervisorHello.sandbox_net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 18: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	6,  // 19: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
+	10, // 20: lazaret.v1.StartSandbox.egress:type_name -> lazaret.v1.EgressProxySpec
+	0,  // 21: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 22: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 23: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 24: lazaret.v1.SandboxReady.runsc_sandbox:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 25: lazaret.v1.SandboxReady.runsc_gofer:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	13, // 26: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
+	0,  // 27: lazaret.v1.SandboxReady.egress_proxy:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 28: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	1,  // 29: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	20, // 30: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_supervisor_proto_init() }
@@ -1907,12 +2200,14 @@ func file_lazaret_v1_supervisor_proto_init() {
 		(*SupervisorMessage_Progress)(nil),
 		(*SupervisorMessage_Artifact)(nil),
 		(*SupervisorMessage_AnchorsMounted)(nil),
+		(*SupervisorMessage_NetworkAsk)(nil),
 	}
 	file_lazaret_v1_supervisor_proto_msgTypes[3].OneofWrappers = []any{
 		(*CoordinatorMessage_Start)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_Stop)(nil),
 		(*CoordinatorMessage_LeaseRecorded)(nil),
+		(*CoordinatorMessage_NetworkDecision)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1920,7 +2215,7 @@ func file_lazaret_v1_supervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_supervisor_proto_rawDesc), len(file_lazaret_v1_supervisor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

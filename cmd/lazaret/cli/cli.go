@@ -24,7 +24,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // appCommands are lazaret's verbs.
 func appCommands() []*cli.Command {
-	return []*cli.Command{runCommand, stopCommand, logsCommand, lsCommand, statusCommand, auditCommand, stateCommand, gcCommand, rmCommand, doctorCommand, kernelCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand}
+	return []*cli.Command{runCommand, stopCommand, logsCommand, lsCommand, statusCommand, networkCommand, auditCommand, stateCommand, gcCommand, rmCommand, doctorCommand, kernelCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand}
 }
 
 // Main runs the CLI and returns the process exit status.

@@ -165,6 +165,10 @@ func say(format string, a ...any) {
 
 func (p *escalationPrompts) run(pr *lv1.EscalationPrompt, in chan []byte, end chan struct{}) {
 	defer p.close(in)
+	if pr.NetworkHost != "" {
+		p.runNetwork(pr, in, end)
+		return
+	}
 	say("\n[lazaret] host escalation request\n")
 	say("  profile: %s\n  session: %s\n", record.EscapeText(pr.Profile), pr.SessionId)
 	say("  command: %s\n", record.QuoteArgv(pr.Argv))
@@ -271,4 +275,41 @@ func readLine(in <-chan []byte, end <-chan struct{}, prefill string) (string, bo
 			}
 		}
 	}
+}
+
+// runNetwork asks about a host outside the profile's allowlist (network.ask).
+func (p *escalationPrompts) runNetwork(pr *lv1.EscalationPrompt, in chan []byte, end chan struct{}) {
+	target := fmt.Sprintf("%s:%d", record.EscapeText(pr.NetworkHost), pr.NetworkPort)
+	say("\n[lazaret] network request\n")
+	say("  profile: %s\n  session: %s\n", record.EscapeText(pr.Profile), pr.SessionId)
+	say("  host:    %s (not in the profile's network.allow_hosts)\n", target)
+	scope := ""
+	for scope == "" {
+		say("Allow it? [o]nce, [d]omain (until this Domain stops), [n]o (%ds): ", pr.TimeoutSeconds)
+		ans, ok := readLine(in, end, "")
+		if !ok {
+			return
+		}
+		switch strings.ToLower(strings.TrimSpace(ans)) {
+		case "o", "once":
+			scope = "once"
+		case "d", "domain":
+			scope = "domain"
+		case "n", "no", "\x03":
+			scope = "deny"
+		}
+	}
+	d := &lv1.DeveloperDecision{RequestId: pr.RequestId, SessionId: pr.SessionId, Generation: pr.Generation, Decision: lv1.DecisionKind_DECISION_KIND_DENY}
+	if scope != "deny" {
+		d.Decision, d.NetworkScope = lv1.DecisionKind_DECISION_KIND_APPROVE, scope
+		say("  allowed (%s); to allow it always add %q to network.allow_hosts\n", scope, pr.NetworkHost)
+	} else {
+		say("  denied\n")
+	}
+	sd, err := record.SignDecision(d, func(name string, payload []byte) ([]byte, error) { return p.anchor.Sign(name, payload), nil })
+	if err != nil {
+		say("  cannot sign the decision: %v\n", err)
+		return
+	}
+	p.c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_EscalationDecision{EscalationDecision: sd}})
 }

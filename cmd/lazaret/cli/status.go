@@ -17,8 +17,12 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/egress"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
+
+// recentDenials is how many egress refusals status shows per Domain.
+const recentDenials = 5
 
 var statusCommand = &cli.Command{
 	Name:  "status",
@@ -64,7 +68,21 @@ Examples:
 			mem, tasks := limitsText(d)
 			fmt.Fprintf(w, "%s\t%v\t%v\t%v\t%d\t%s\t%s\t%s\t%s\t%v\n", d["domain_id"], d["profile"], d["state"], d["generation"], sessions, mem, tasks, portsText(d), lingerText(d), d["workspace"])
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		// The last refusals of each Domain's egress proxy (allowlist mode).
+		for _, d := range docs {
+			ds, _ := d["recent_denials"].([]egress.Denial)
+			if len(ds) == 0 {
+				continue
+			}
+			fmt.Fprintf(c.App.Writer, "\nrecent egress refusals of %s (%v), newest last; all: lazaret network log -p %v -C %v\n", d["domain_id"], d["profile"], d["profile"], d["workspace"])
+			for _, x := range ds {
+				fmt.Fprintln(c.App.Writer, "  "+denialText(x))
+			}
+		}
+		return nil
 	},
 }
 
@@ -99,6 +117,9 @@ func domainStatuses(roots domain.Roots) ([]map[string]any, error) {
 				doc["state"] = "unreachable"
 				doc["error"] = err.Error()
 			}
+		}
+		if ds, err := egress.ReadDenials(paths.NetworkDenials()); err == nil && len(ds) > 0 {
+			doc["recent_denials"] = ds[max(0, len(ds)-recentDenials):]
 		}
 		out = append(out, doc)
 	}
