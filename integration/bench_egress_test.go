@@ -57,12 +57,14 @@ network.dns = [%q]
 	uploads := func(cmd string) string {
 		return fmt.Sprintf("for i in 1 2 3; do python3 egress_probe.py %s %d; sleep 0.3; done\n", cmd, mib)
 	}
+	var last result
 	run := func(profile, script string) map[string][]string {
 		t.Helper()
 		r := lzFor(t, 10*time.Minute, ws, env, nil, "run", "--config", cfg, "-p", profile, "--", "bash", "-c", script)
 		if r.code != 0 {
 			t.Fatalf("%s: %+v", profile, r)
 		}
+		last = r
 		out := map[string][]string{}
 		for _, l := range strings.Split(r.stdout, "\n") {
 			if k, v, ok := strings.Cut(l, " "); ok {
@@ -116,7 +118,7 @@ network.dns = [%q]
 		time.Sleep(500 * time.Millisecond)
 		d := n.doneMiBps(sinkIP, mib)
 		if len(d) != 3 {
-			t.Fatalf("%s: %d completed uploads of %d MiB at the test host, want 3; arrivals:\n%s", what, len(d), mib, strings.Join(n.arrivedAt(sinkIP), "\n"))
+			t.Fatalf("%s: %d completed uploads of %d MiB at the test host, want 3; arrivals:\n%s\nsandbox stderr:\n%s", what, len(d), mib, strings.Join(n.arrivedAt(sinkIP), "\n"), last.stderr)
 		}
 		n.mu.Lock()
 		n.arrivals = nil
