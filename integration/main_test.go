@@ -62,6 +62,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(fakeModelEnv); cfg != "" {
 		runFakeModel(cfg) // the agent tests' model API, inside its netns
 	}
+	if cfg := os.Getenv(egressServerEnv); cfg != "" {
+		runEgressServer(cfg) // the allowlist tests' named services, inside its netns
+	}
 	flag.Parse()
 	E, setupErr = setup()
 	code := m.Run()

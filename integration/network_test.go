@@ -69,9 +69,11 @@ func newTestNet(t *testing.T) *testNet {
 // (each A.B.C.D/24, the host side of the veth pair holding A.B.C.1/24),
 // runs this test binary inside it with envVar=cfg (TestMain then runs the
 // server that envVar selects), waits for the server's "ready" line and
-// hands every later line of its stdout to onLine. Cleanup stops the
-// server and removes the namespace and the link.
-func serveOnTestHost(t *testing.T, hosts []string, envVar, cfg string, onLine func(string)) {
+// hands every later line of its stdout to onLine. Several hosts may share
+// a /24 (the host side gets its .1 once). It returns the namespace's name
+// (for `ip netns exec`). Cleanup stops the server and removes the
+// namespace and the link.
+func serveOnTestHost(t *testing.T, hosts []string, envVar, cfg string, onLine func(string)) string {
 	t.Helper()
 	ns, hostIf, peer := "lzt-"+randHex(3), "lzh"+randHex(3), "lzp"+randHex(3)
 	run := func(args ...string) {
@@ -92,9 +94,13 @@ func serveOnTestHost(t *testing.T, hosts []string, envVar, cfg string, onLine fu
 	})
 	run("link", "add", hostIf, "type", "veth", "peer", "name", peer)
 	run("link", "set", peer, "netns", ns)
+	hostSide := map[string]bool{}
 	for _, h := range hosts {
 		pfx := h[:strings.LastIndex(h, ".")]
-		run("addr", "add", pfx+".1/24", "dev", hostIf)
+		if !hostSide[pfx] {
+			hostSide[pfx] = true
+			run("addr", "add", pfx+".1/24", "dev", hostIf)
+		}
 		run("-n", ns, "addr", "add", h+"/24", "dev", peer)
 	}
 	run("link", "set", hostIf, "up")
@@ -130,6 +136,7 @@ func serveOnTestHost(t *testing.T, hosts []string, envVar, cfg string, onLine fu
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the test host's server (%s) did not start", envVar)
 	}
+	return ns
 }
 
 // arrivedAt lists the arrivals recorded for address a.
