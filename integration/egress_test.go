@@ -1087,6 +1087,16 @@ c direct --noproxy '*' http://` + n.ip("api") + `/h17
 python3 egress_probe.py direct direct-py ` + n.ip("api") + ` 80
 python3 egress_probe.py direct direct-py-private ` + n.ip("private") + ` 80
 ` + n.proxiedProbes()
+	// `lazaret network log --follow` prints refusals as they happen and
+	// ends when the Domain stops.
+	follow := e.cmd(ws, env, "network", "log", "-p", "egress", "--follow", "--json")
+	var followOut bytes.Buffer
+	follow.Stdout = &followOut
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	followDone := make(chan error, 1)
+	go func() { followDone <- follow.Wait() }()
 	r := lzEnv(t, ws, env, nil, "run", "--config", cfg, "-p", "egress", "--", "bash", "-c", script)
 	t.Logf("probes:\n%s\nstderr: %s", r.stdout, r.stderr)
 	if r.code != 0 {
@@ -1143,6 +1153,19 @@ python3 egress_probe.py direct direct-py-private ` + n.ip("private") + ` 80
 	}
 	release(hold)
 	released = true
+	select {
+	case err := <-followDone:
+		if err != nil {
+			t.Errorf("network log --follow: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		follow.Process.Kill()
+		<-followDone
+		t.Errorf("network log --follow did not end when the Domain stopped")
+	}
+	if !strings.Contains(followOut.String(), `"host":"`+n.name("outside")+`"`) {
+		t.Errorf("network log --follow did not print the refusal of %s:\n%s", n.name("outside"), followOut.String())
+	}
 	noLeftovers(t)
 	allClean(t, ws, "egress")
 }
