@@ -24,6 +24,7 @@ import (
 // a signal, 127/126 for a command that cannot run (DX-5).
 func TestRunExitStatus(t *testing.T) {
 	ws := workspace(t)
+	recordModelTrace(t)
 	for _, c := range []struct {
 		cmd  []string
 		want int
