@@ -66,5 +66,3 @@ func replayModelTrace(t *testing.T, path string) []trace.DomainReplay {
 	}
 	return reps
 }
-
-
