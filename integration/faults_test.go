@@ -71,6 +71,7 @@ func TestFaultInjectionRecovery(t *testing.T) {
 	for _, stage := range stages {
 		t.Run(strings.ReplaceAll(stage, ":", "_"), func(t *testing.T) {
 			ws := workspace(t)
+			recordModelTrace(t) // the faulted run and the recovering one
 			c := e.cmdWith(e.binFP, ws, []string{failpoint.Env + "=" + stage}, "run", "-p", "tiny", "--", "echo", "hi")
 			var out, errb bytes.Buffer
 			c.Stdout, c.Stderr = &out, &errb

@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 )
 
 var (
@@ -197,6 +199,9 @@ func (e *env) cmdWith(bin, dir string, extraEnv []string, args ...string) *exec.
 		"XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime,
 		"LAZARET_RUNSC=" + e.runsc, "LANG=C.UTF-8",
 	}, extraEnv...)
+	if activeModelTrace != "" {
+		c.Env = append(c.Env, modeltrace.Env+"="+activeModelTrace)
+	}
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setpgid: true}
 	return c
 }

@@ -24,6 +24,7 @@ import (
 // a signal, 127/126 for a command that cannot run (DX-5).
 func TestRunExitStatus(t *testing.T) {
 	ws := workspace(t)
+	recordModelTrace(t)
 	for _, c := range []struct {
 		cmd  []string
 		want int
@@ -278,6 +279,7 @@ func TestSandboxPrivileges(t *testing.T) {
 // same Domain joins the running generation rather than starting another
 // Host Coordinator; both exit with their own status.
 func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
+	recordModelTrace(t)
 	e := need(t)
 	ws := workspace(t)
 	first := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo first; sleep 3; exit 3")
@@ -349,6 +351,7 @@ func TestSignalsReachTheCommand(t *testing.T) {
 // the Runtime Supervisor takes down the attached runsc, the sandbox and the
 // session; the next run starts cleanly.
 func TestSupervisorLossTearsDown(t *testing.T) {
+	recordModelTrace(t)
 	for _, victim := range []string{"lazaret-rs", "lazaret-hc"} {
 		t.Run(victim, func(t *testing.T) {
 			e := need(t)

@@ -48,6 +48,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/ocispec"
@@ -155,6 +156,9 @@ type coordinator struct {
 	sessionWG   sync.WaitGroup // sessions still writing to their clients
 	teardownC   chan struct{}
 	stopped     chan struct{} // RS reported SupervisorStopped
+	// mt is what this coordinator recorded in the model trace
+	// (modelsteps.go); untouched unless LAZARET_MODEL_TRACE is set.
+	mt modelSteps
 }
 
 // Main runs the Host Coordinator and returns its exit status.
@@ -173,6 +177,9 @@ func Main(args []string) int {
 	}
 	rec := timing.FromEnv("hc", os.Getenv, time.Now)
 	rec.Mark("coordinator started")
+	if err := modeltrace.Start("hc", os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "lazaret-hc:", err)
+	}
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*level))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "hc", "pid", os.Getpid())
@@ -298,6 +305,7 @@ func (c *coordinator) init() error {
 	if err := c.beginGeneration(); err != nil {
 		return err
 	}
+	c.mtStartDomain(c.generation-1, os.Getenv)
 	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
 	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
 	c.log = c.log.With("generation", c.generation)
@@ -331,6 +339,7 @@ func (c *coordinator) init() error {
 	}, c.sandboxID, trust.Options{}); err != nil {
 		return err
 	}
+	c.emit("CreateTrustAnchor", c.dom())
 	if c.tlsConfig, err = c.anchor.ServerTLSConfig(); err != nil {
 		return err
 	}
@@ -544,6 +553,12 @@ func (c *coordinator) setState(s state, err error) {
 	if err != nil {
 		c.failErr = err
 	}
+	if prev == stateStarting && s == stateRunning {
+		c.mtPublishLocked()
+	}
+	if s == stateFailed {
+		c.mtFailLocked()
+	}
 	if prev == stateStarting && (s == stateRunning || s == stateFailed) {
 		close(c.ready)
 	}
@@ -556,6 +571,7 @@ func (c *coordinator) setState(s state, err error) {
 // requestTeardownLocked moves the generation to stopping (unless failed):
 // from now on no session registers. c.mu is held.
 func (c *coordinator) requestTeardownLocked() {
+	c.mtTeardownLocked()
 	if c.st == stateStarting {
 		close(c.ready)
 	}
@@ -712,7 +728,15 @@ func (c *coordinator) launchSupervisor() error {
 		},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			c.log.Debug("staged ownership", "slot", "rs", "identity", id.String())
-			return c.recordSandbox(participant.Intent, store.StagedSlot(id), unassignedSlot(), nil)
+			if err := c.recordSandbox(participant.Intent, store.StagedSlot(id), unassignedSlot(), nil); err != nil {
+				return err
+			}
+			// RS exists (held at the barrier) under the lifetime lease.
+			c.mu.Lock()
+			c.emit("StartRuntimeSupervisor", c.dom())
+			c.mt.rs = true
+			c.mu.Unlock()
+			return nil
 		},
 	})
 	peer.Close()
@@ -735,6 +759,9 @@ func (c *coordinator) supervisorEnv() []string {
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME")}
 	if p := os.Getenv(timing.EnvFile); p != "" && c.timing != nil {
 		env = append(env, timing.EnvFile+"="+p)
+	}
+	if modeltrace.On() {
+		env = append(append(env, modeltrace.Environ()...), modeltrace.GenerationEnv(c.dom(), c.generation))
 	}
 	return env
 }
@@ -994,6 +1021,13 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	}
 	// What the connectivity helper adds to the start-up's critical path.
 	c.log.Info("connectivity helper awaited", "helper_wait", time.Since(waitStart))
+	// The Network Sidecar role is ready (the helper configured RS's
+	// network namespace): recorded before the acknowledgement that lets
+	// RS arm the causal edge and release runsc.
+	c.mu.Lock()
+	c.emit("StartSidecar", c.dom())
+	c.mt.sidecar = true
+	c.mu.Unlock()
 	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
 	ackPayload, err := fdpass.SigningPayload(ack)
 	if err != nil {
@@ -1199,8 +1233,23 @@ func (c *coordinator) teardown() {
 		case <-rsChild.Done():
 		case <-time.After(rsStopWait):
 			c.log.Error("runtime supervisor did not stop: SIGKILL through its pidfd")
+			c.mu.Lock()
+			c.mt.rsKilled = true
+			c.mu.Unlock()
 			rsChild.Signal(unix.SIGKILL)
 			<-rsChild.Done()
+		}
+		if modeltrace.On() {
+			// SupervisorStopped is read by superviseMessages, which may
+			// lag behind the exit.
+			stopped := false
+			select {
+			case <-c.stopped:
+				stopped = true
+			case <-time.After(time.Second):
+			}
+			st, _ := rsChild.Status()
+			c.mtSupervisorGone(st, stopped)
 		}
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
@@ -1220,6 +1269,7 @@ func (c *coordinator) teardown() {
 	}
 	c.cleanupRuntime() // after finishSandbox: it removes runsc state only once its processes are proven gone
 	c.endSticky()
+	c.mtFinish()
 	c.log.Info("domain stopped")
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -31,6 +32,7 @@ import (
 // session is one Client Session: a connection and its `runsc exec` client.
 type session struct {
 	id         string
+	mtKey      string // the Client Session's model-trace key (modeltrace.SessionKey)
 	capability []byte // the Session Request Capability (pkg/trust encoding)
 	claims     *trust.CapabilityClaims
 	c          *coordinator
@@ -131,9 +133,11 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	defer raw.Close()
 	// Only the developer can reach the 0700 runtime directory; check the
 	// peer uid anyway (defence in depth, not protocol identity).
-	if cred, err := peerCred(raw); err != nil || int(cred.Uid) != os.Getuid() {
+	cred, err := peerCred(raw)
+	if err != nil || int(cred.Uid) != os.Getuid() {
 		return
 	}
+	mtKey := modeltrace.SessionKey(int(cred.Pid))
 	// Raw non-blocking socket I/O, one write per frame: terminal output is
 	// relayed in thousands of frames a second (package rawio says why).
 	rconn, err := rawio.NewConn(raw)
@@ -203,7 +207,8 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		c.linger = l
 	}
 	c.endLingerLocked()
-	s := &session{id: sessionID, capability: capability, claims: claims, c: c, conn: conn, raw: tconn, tty: req.Tty}
+	c.mtAdmitLocked(mtKey, joined)
+	s := &session{id: sessionID, capability: capability, claims: claims, c: c, conn: conn, raw: tconn, tty: req.Tty, mtKey: mtKey}
 	c.sessions[s.id] = s
 	c.sessionWG.Add(1)
 	c.mu.Unlock()
@@ -235,6 +240,9 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	c.mu.Lock()
 	failed := c.st != stateRunning
 	failErr := c.failErr
+	if !failed {
+		c.mtRegisterLocked(mtKey)
+	}
 	c.mu.Unlock()
 	if failed {
 		s.refuseOrStopped(failErr)
@@ -289,6 +297,7 @@ func (c *coordinator) leave(s *session) {
 	defer c.esc.sessionGone(s.id) // after it left c.sessions
 	c.mu.Lock()
 	delete(c.sessions, s.id)
+	c.mtDisconnectLocked(s.mtKey)
 	c.active--
 	last := c.active == 0
 	switch {

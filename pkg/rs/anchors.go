@@ -73,6 +73,8 @@ func (s *supervisor) mountAnchors(lowerRoot string) error {
 	}
 	failpoint.Hit("lazaret-rs:anchors-mounted")
 	// state_anchor = Prepared needs the exact identity of every mount.
+	s.emit("MountStateAnchor")
+	s.mt.mounted = true
 	msg := &lv1.AnchorsMounted{PreparedArtifactId: s.art.ID, MountNamespace: s.mountNS}
 	for _, id := range s.anchors {
 		msg.Anchors = append(msg.Anchors, &lv1.AnchorMount{GuestPath: id.GuestPath, MountId: id.MountID, Target: id.Target, Upper: id.Upper})

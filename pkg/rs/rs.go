@@ -39,6 +39,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netprobe"
@@ -73,6 +74,9 @@ func Main(args []string) int {
 	}
 	rec := timing.FromEnv("rs", os.Getenv, time.Now)
 	rec.Mark("supervisor started")
+	if err := modeltrace.Start("rs", os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "lazaret-rs:", err)
+	}
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*logLevel))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "rs", "pid", os.Getpid())
@@ -110,12 +114,57 @@ func Main(args []string) int {
 		return 2
 	}
 	s := &supervisor{timing: rec, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s.mt.domain, s.mt.gen = modeltrace.Generation(os.Getenv)
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
-	return s.run()
+	code := s.run()
+	s.mtLeaseLoss()
+	return code
+}
+
+// mtSteps is what this supervisor recorded in the model trace.
+type mtSteps struct {
+	domain  string
+	gen     uint64
+	mounted bool // MountStateAnchor
+	sandbox bool // ArmRuntimeCausalEdge, StartSandbox (the coordinator recorded StartSidecar before its ack)
+}
+
+func (s *supervisor) emit(action string) { modeltrace.Emit(s.mt.domain, s.mt.gen, action, s.mt.domain) }
+
+// mtLeaseLoss records, as RS exits, the coordinator's loss RS observed
+// (lifetime EOF or channel loss without a stop request) and the ordered
+// lease-loss teardown RS ran. They are recorded at exit, not as each step
+// is taken: no other process records for the Domain meanwhile (its
+// coordinator is gone and the next one needs the Domain lock RS holds
+// until it exits), so the order is the same.
+func (s *supervisor) mtLeaseLoss() {
+	if !modeltrace.On() {
+		return
+	}
+	select {
+	case <-s.stop:
+		return
+	default:
+	}
+	select {
+	case <-s.hcGone:
+	default:
+		return
+	}
+	s.emit("HardLoseHostCoordinator")
+	if s.mt.sandbox {
+		s.emit("LeaseTeardownStopSandbox")
+		s.emit("LeaseTeardownStopSidecar")
+	}
+	if s.mt.mounted {
+		s.emit("LeaseTeardownUnmountStateAnchor")
+	}
+	s.emit("LeaseTeardownSupervisorExit")
 }
 
 type supervisor struct {
 	timing    *timing.Recorder // nil unless LAZARET_DEBUG=timing
+	mt        mtSteps
 	policyFD  int
 	cred      credential
 	policy    netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
@@ -382,6 +431,12 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 			if err := s.stageWithCoordinator(ctx, id); err != nil {
 				return err
 			}
+			// The acknowledgement came after the coordinator recorded
+			// the sidecar ready: the client's parent-death edge to RS is
+			// armed at the barrier, and runsc is released below.
+			s.emit("ArmRuntimeCausalEdge")
+			s.emit("StartSandbox")
+			s.mt.sandbox = true
 			s.timing.Mark("runsc ownership acknowledged (helper ready)")
 			return s.installPolicy()
 		},

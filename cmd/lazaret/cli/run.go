@@ -26,6 +26,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
@@ -108,6 +109,9 @@ func startTiming() (func(), error) {
 }
 
 func runAction(c *cli.Context) error {
+	if err := modeltrace.Start("cli", os.Getenv); err != nil {
+		return err
+	}
 	if timing.Requested(os.Getenv) {
 		done, err := startTiming()
 		if err != nil {
@@ -434,6 +438,10 @@ func (s *starter) startCoordinator(lock *os.File) error {
 		}
 	}
 	env = append(env, programEnv(s.prof.Programs, os.Getenv)...)
+	if modeltrace.On() {
+		// This session is the one the new generation starts for.
+		env = append(append(env, modeltrace.Environ()...), modeltrace.EnvSession+"="+modeltrace.SessionKey(os.Getpid()))
+	}
 	// The validated profile goes to the coordinator as canonical bytes in a
 	// sealed memfd (never a path it would re-read, never mounted).
 	profileFile, err := fdpass.SealedMemfd("lazaret-profile", s.prof.Config.Canonical())

@@ -22,8 +22,8 @@ import (
 // Maximum fixture sizes supported by the fixed-size State.
 const (
 	MaxDomains  = 2
-	MaxSessions = 3
-	MaxRequests = 4
+	MaxSessions = 8
+	MaxRequests = 8
 )
 
 // None is the index used for NoSession, NoRequest and NoCommand.

@@ -59,7 +59,7 @@ func recorded() []Event {
 		ev(2, "hc", "CreateTrustAnchor", nil, "dom-7f3a9c"),
 		ev(3, "hc", "StartRuntimeSupervisor", map[string]string{"supervisorLease[D1]": `"Held"`}, "dom-7f3a9c"),
 		ev(4, "rs", "MountStateAnchor", map[string]string{"stateAnchorState[D1]": `"Mounted"`}, "dom-7f3a9c"),
-		ev(5, "rs", "StartSidecar", map[string]string{"sidecarState[D1]": `"Ready"`}, "dom-7f3a9c"),
+		ev(5, "hc", "StartSidecar", map[string]string{"sidecarState[D1]": `"Ready"`}, "dom-7f3a9c"),
 		ev(6, "rs", "ArmRuntimeCausalEdge", nil, "dom-7f3a9c"),
 		ev(7, "rs", "StartSandbox", map[string]string{"durableSandboxIntent[D1]": "TRUE", "sandboxState[D1]": `"Ready"`}, "dom-7f3a9c"),
 		ev(8, "hc", "PublishDomain", map[string]string{"published": "{D1}"}, "dom-7f3a9c"),

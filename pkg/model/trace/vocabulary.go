@@ -33,12 +33,17 @@ func k(model, action, role string, params ...ParamKind) Kind {
 }
 
 // Vocabulary is the complete event vocabulary: every action of Next of both
-// models (TestVocabularyMatchesModels keeps it in sync).
+// models (TestVocabularyMatchesModels keeps it in sync). For the Lazaret
+// actions the products emit (package modeltrace), the role is the process
+// that records them: the Host Coordinator records the steps RS attests in
+// SupervisorStopped (StopSandbox, StopSidecar, UnmountStateAnchor) and RS's
+// exit, and, as the next generation's coordinator, bootstrap recovery;
+// tla/MAPPING.md names each emission point.
 var Vocabulary = []Kind{
 	// Lazaret.tla — Domain and Session lifecycle.
 	k("Lazaret", "StartNewDomain", "hc", Session),
 	k("Lazaret", "StartReadySession", "hc", Session),
-	k("Lazaret", "WaitForDomain", "cli", Session),
+	k("Lazaret", "WaitForDomain", "hc", Session),
 	k("Lazaret", "RestartWaitingDomain", "hc", Session),
 	k("Lazaret", "AdvanceWaitingSession", "hc", Session),
 	k("Lazaret", "RejectConfigurationMismatch", "hc cli", Session),
@@ -47,15 +52,15 @@ var Vocabulary = []Kind{
 	k("Lazaret", "CreateTrustAnchor", "hc", Domain),
 	k("Lazaret", "StartRuntimeSupervisor", "hc", Domain),
 	k("Lazaret", "MountStateAnchor", "rs", Domain),
-	k("Lazaret", "StartSidecar", "rs", Domain),
+	k("Lazaret", "StartSidecar", "hc", Domain),
 	k("Lazaret", "ArmRuntimeCausalEdge", "rs", Domain),
 	k("Lazaret", "StartSandbox", "rs", Domain),
 	k("Lazaret", "PublishDomain", "hc", Domain),
 	k("Lazaret", "BeginTeardown", "hc", Domain),
-	k("Lazaret", "StopSandbox", "rs", Domain),
-	k("Lazaret", "StopSidecar", "rs", Domain),
-	k("Lazaret", "UnmountStateAnchor", "rs", Domain),
-	k("Lazaret", "GracefulSupervisorExit", "rs hc", Domain),
+	k("Lazaret", "StopSandbox", "hc", Domain),
+	k("Lazaret", "StopSidecar", "hc", Domain),
+	k("Lazaret", "UnmountStateAnchor", "hc", Domain),
+	k("Lazaret", "GracefulSupervisorExit", "hc", Domain),
 	k("Lazaret", "FinishTeardown", "hc", Domain),
 	k("Lazaret", "HostCoordinatorTerminateUnresponsiveRuntime", "hc", Domain),
 	k("Lazaret", "LeaseTeardownStopSandbox", "rs", Domain),
@@ -63,7 +68,7 @@ var Vocabulary = []Kind{
 	k("Lazaret", "LeaseTeardownUnmountStateAnchor", "rs", Domain),
 	k("Lazaret", "LeaseTeardownSupervisorExit", "rs", Domain),
 	k("Lazaret", "ExternalReapStoppedSupervisorAfterHcLoss", "env/bootstrap", Domain),
-	k("Lazaret", "BootstrapRecoveryCoordinator", "bootstrap", Domain),
+	k("Lazaret", "BootstrapRecoveryCoordinator", "hc bootstrap", Domain),
 	k("Lazaret", "BeginRecovery", "hc", Domain),
 	k("Lazaret", "RecoverSandbox", "hc bootstrap", Domain),
 	k("Lazaret", "RecoverSidecar", "hc bootstrap", Domain),
