@@ -114,11 +114,6 @@ func (c *coordinator) serveStatus(conn *control.Conn, req *lv1.StatusRequest) {
 		return
 	}
 	doc := c.statusDocument()
-	doc["limits"] = c.limitsStatus()
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		refuse(conn, err)
-		return
-	}
-	conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Status{Status: &lv1.Status{Json: b}}})
+	doc.Limits = c.limitsStatus()
+	conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Status{Status: &lv1.Status{Domain: doc}}})
 }
