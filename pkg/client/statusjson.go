@@ -11,8 +11,10 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 )
 
-// alwaysRendered are the list fields a present document renders even when
-// empty: scripts read them without checking for the key.
+// alwaysRendered are the list fields a coordinator's document (one with
+// coordinator_id) renders even when empty: scripts read them without
+// checking for the key. A document the CLI built (a stopped Domain) has
+// only what it sets.
 var alwaysRendered = map[protoreflect.FullName]bool{
 	"lazaret.v1.DomainStatus.sessions":         true,
 	"lazaret.v1.NetworkStatus.forwarded_ports": true,
@@ -36,7 +38,7 @@ func MarshalStatusJSON(docs []*lv1.DomainStatus) ([]byte, error) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, err
 		}
-		if err := numbers(d.ProtoReflect().Descriptor(), v); err != nil {
+		if err := numbers(d.ProtoReflect().Descriptor(), v, d.CoordinatorId != nil); err != nil {
 			return nil, err
 		}
 		out = append(out, v)
@@ -52,8 +54,8 @@ func MarshalStatusJSON(docs []*lv1.DomainStatus) ([]byte, error) {
 
 // numbers rewrites, in obj (protojson's rendering of a message of type
 // md), every 64-bit integer from its JSON string to a JSON number and adds
-// the empty always-rendered lists.
-func numbers(md protoreflect.MessageDescriptor, obj map[string]any) error {
+// (when always) the empty always-rendered lists.
+func numbers(md protoreflect.MessageDescriptor, obj map[string]any, always bool) error {
 	if md.FullName().Parent() == "google.protobuf" {
 		return nil // well-known types have their own JSON forms
 	}
@@ -63,7 +65,7 @@ func numbers(md protoreflect.MessageDescriptor, obj map[string]any) error {
 		name := string(fd.Name())
 		v, ok := obj[name]
 		if !ok {
-			if fd.IsList() && alwaysRendered[fd.FullName()] {
+			if always && fd.IsList() && alwaysRendered[fd.FullName()] {
 				obj[name] = []any{}
 			}
 			continue
@@ -73,19 +75,19 @@ func numbers(md protoreflect.MessageDescriptor, obj map[string]any) error {
 		case fd.IsList():
 			l, _ := v.([]any)
 			for j := range l {
-				if l[j], err = value(fd, l[j]); err != nil {
+				if l[j], err = value(fd, l[j], always); err != nil {
 					return err
 				}
 			}
 		case fd.IsMap():
 			m, _ := v.(map[string]any)
 			for k := range m {
-				if m[k], err = value(fd.MapValue(), m[k]); err != nil {
+				if m[k], err = value(fd.MapValue(), m[k], always); err != nil {
 					return err
 				}
 			}
 		default:
-			if obj[name], err = value(fd, v); err != nil {
+			if obj[name], err = value(fd, v, always); err != nil {
 				return err
 			}
 		}
@@ -95,7 +97,7 @@ func numbers(md protoreflect.MessageDescriptor, obj map[string]any) error {
 
 // value is v, one rendered value of field fd, with 64-bit integers as
 // numbers.
-func value(fd protoreflect.FieldDescriptor, v any) (any, error) {
+func value(fd protoreflect.FieldDescriptor, v any, always bool) (any, error) {
 	switch fd.Kind() {
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
 		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
@@ -106,7 +108,7 @@ func value(fd protoreflect.FieldDescriptor, v any) (any, error) {
 		return json.Number(s), nil
 	case protoreflect.MessageKind:
 		if m, ok := v.(map[string]any); ok {
-			return v, numbers(fd.Message(), m)
+			return v, numbers(fd.Message(), m, always)
 		}
 	}
 	return v, nil

@@ -60,9 +60,24 @@ func TestMarshalStatusJSONAsBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stoppedDoc := map[string]any{"domain_id": "d2", "state": "stopped", "profile": "p", "workspace": "/x", "sessions": []any{}}
+	stoppedDoc := map[string]any{"domain_id": "d2", "state": "stopped", "profile": "p", "workspace": "/x"}
 	if want := encodeUntyped(t, []map[string]any{untyped("/w"), stoppedDoc}); !bytes.Equal(got, want) {
 		t.Errorf("status --json changed:\n got %s\nwant %s", got, want)
+	}
+	// A running Domain with no session and no port: the lists are there,
+	// empty (the untyped document had null for sessions).
+	idle := running("/w")
+	idle.Sessions, idle.Network.ForwardedPorts = nil, nil
+	b, err := MarshalStatusJSON([]*lv1.DomainStatus{idle})
+	var docs []map[string]any
+	if err != nil || json.Unmarshal(b, &docs) != nil {
+		t.Fatalf("idle: %v %s", err, b)
+	}
+	if s, ok := docs[0]["sessions"].([]any); !ok || len(s) != 0 {
+		t.Errorf("idle sessions: %v", docs[0]["sessions"])
+	}
+	if p, ok := docs[0]["network"].(map[string]any)["forwarded_ports"].([]any); !ok || len(p) != 0 {
+		t.Errorf("idle forwarded_ports: %v", docs[0]["network"])
 	}
 	if got, _ := MarshalStatusJSON(nil); string(got) != "null\n" {
 		t.Errorf("no Domains: %q", got)
@@ -88,7 +103,7 @@ func TestMarshalStatusJSONDenials(t *testing.T) {
 	}
 	var gotV, wantV any
 	json.Unmarshal(got, &gotV)
-	json.Unmarshal(encodeUntyped(t, []map[string]any{{"domain_id": "d", "state": "stopped", "sessions": []any{}, "recent_denials": ds}}), &wantV)
+	json.Unmarshal(encodeUntyped(t, []map[string]any{{"domain_id": "d", "state": "stopped", "recent_denials": ds}}), &wantV)
 	if !reflect.DeepEqual(gotV, wantV) {
 		t.Errorf("denials:\n got %s\nwant %v", got, wantV)
 	}
