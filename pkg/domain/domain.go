@@ -204,8 +204,23 @@ func PathsFor(r Roots, id ID) (Paths, error) {
 	return p, nil
 }
 
+// Names in the Domain runtime directory that the Host Coordinator creates
+// and a Client CLI opens (beneath the verified directory descriptor, so by
+// name rather than by path).
+const (
+	// ControlSocketName is the Host Coordinator's control socket.
+	ControlSocketName = "control.sock"
+	// PublicationName is the generation's publication (CA, Trust Manifest
+	// and coordinator leaf): what CLIs pin to authenticate the Host
+	// Coordinator. It holds no private key.
+	PublicationName = "publication.json"
+)
+
 // ControlSocket is the Host Coordinator's protocol face.
-func (p Paths) ControlSocket() string { return filepath.Join(p.RuntimeDir, "control.sock") }
+func (p Paths) ControlSocket() string { return filepath.Join(p.RuntimeDir, ControlSocketName) }
+
+// Publication is the generation's publication file.
+func (p Paths) Publication() string { return filepath.Join(p.RuntimeDir, PublicationName) }
 
 // LockFile is the Domain lifecycle lock.
 func (p Paths) LockFile() string { return filepath.Join(p.DomainRoot, "lifecycle.lock") }

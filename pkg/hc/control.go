@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -24,11 +23,6 @@ var handshakeTimeout = 10 * time.Second
 // enrollFrameMax bounds the one frame an unauthenticated connection may
 // send: a CSR of at most trust.MaxCSRBytes plus protobuf framing.
 const enrollFrameMax = trust.MaxCSRBytes + 64
-
-// PublicationFile is the name, in the Domain runtime directory, of the
-// generation's publication (CA, Trust Manifest and coordinator leaf): what
-// CLIs pin to authenticate the Host Coordinator. It holds no private key.
-const PublicationFile = "publication.json"
 
 // handshake runs TLS 1.3 on a control connection and authenticates the
 // client: nil client (and no error) means the connection presented no
@@ -99,7 +93,7 @@ func (c *coordinator) publish() error {
 	if err != nil {
 		return err
 	}
-	file := filepath.Join(c.paths.RuntimeDir, PublicationFile)
+	file := c.paths.Publication()
 	tmp := file + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
@@ -110,7 +104,7 @@ func (c *coordinator) publish() error {
 // withdraw removes the publication (teardown withdraws it before the keys
 // are dropped).
 func (c *coordinator) withdraw() {
-	os.Remove(filepath.Join(c.paths.RuntimeDir, PublicationFile))
+	os.Remove(c.paths.Publication())
 }
 
 // serveStatus answers a StatusRequest with the Domain's state document.
@@ -120,11 +114,6 @@ func (c *coordinator) serveStatus(conn *control.Conn, req *lv1.StatusRequest) {
 		return
 	}
 	doc := c.statusDocument()
-	doc["limits"] = c.limitsStatus()
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		refuse(conn, err)
-		return
-	}
-	conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Status{Status: &lv1.Status{Json: b}}})
+	doc.Limits = c.limitsStatus()
+	conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Status{Status: &lv1.Status{Domain: doc}}})
 }

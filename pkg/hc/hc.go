@@ -1370,31 +1370,30 @@ func (c *coordinator) credentialMounts() []ocispec.ControlFile {
 }
 
 // statusDocument is the Domain's state for `lazaret status`.
-func (c *coordinator) statusDocument() map[string]any {
+func (c *coordinator) statusDocument() *lv1.DomainStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	states := map[state]string{stateStarting: "starting", stateRunning: "running", stateFailed: "failed", stateStopping: "stopping"}
-	var sessions []map[string]any
-	for id := range c.sessions {
-		sessions = append(sessions, map[string]any{"session_id": id})
+	doc := &lv1.DomainStatus{
+		DomainId: proto.String(string(c.paths.ID)), Profile: proto.String(c.prof), Workspace: proto.String(c.ws),
+		Generation: proto.Uint64(c.generation), State: proto.String(states[c.st]), CoordinatorId: proto.String(c.coordinator),
+		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.container),
+		Image: proto.String(c.image),
 	}
-	doc := map[string]any{
-		"domain_id": string(c.paths.ID), "profile": c.prof, "workspace": c.ws,
-		"generation": c.generation, "state": states[c.st], "coordinator_id": c.coordinator,
-		"configuration_fingerprint": c.profile.Fingerprint(), "container_id": c.container,
-		"sessions": sessions, "image": c.image,
+	for id := range c.sessions {
+		doc.Sessions = append(doc.Sessions, &lv1.SessionStatus{SessionId: proto.String(id)})
 	}
 	if c.failErr != nil && c.st == stateFailed {
-		doc["failure"] = c.failErr.Error()
+		doc.Failure = proto.String(c.failErr.Error())
 	}
 	if c.linger > 0 {
-		doc["linger_ms"] = c.linger.Milliseconds()
+		doc.LingerMs = proto.Int64(c.linger.Milliseconds())
 	}
 	if !c.lingerUntil.IsZero() && c.st == stateRunning {
-		doc["linger_left_ms"] = max(time.Until(c.lingerUntil).Milliseconds(), 0)
+		doc.LingerLeftMs = proto.Int64(max(time.Until(c.lingerUntil).Milliseconds(), 0))
 	}
-	if len(c.retained) > 0 {
-		doc["retained"] = c.retained
+	for _, r := range c.retained {
+		doc.Retained = append(doc.Retained, &lv1.RetainedRecord{Generation: proto.Uint64(r.Generation), Record: proto.String(r.Record), Reason: proto.String(r.Reason)})
 	}
 	if c.store != nil {
 		parts := map[string]string{}
@@ -1405,21 +1404,21 @@ func (c *coordinator) statusDocument() map[string]any {
 			}
 			return err
 		})
-		doc["participants"] = parts
+		doc.Participants = parts
 	}
 	if c.rsChild != nil {
-		doc["runtime_supervisor"] = c.rsChild.Identity().String()
+		doc.RuntimeSupervisor = proto.String(c.rsChild.Identity().String())
 	}
 	if c.stagedRunsc != nil {
-		doc["attached_runsc_pid"] = c.stagedRunsc.Identity.GetHostPid()
+		doc.AttachedRunscPid = proto.Uint32(c.stagedRunsc.Identity.GetHostPid())
 	}
 	if c.sandboxReady != nil {
-		doc["prepared_artifact"] = c.sandboxReady.PreparedArtifactId
-		doc["routes"] = c.sandboxReady.ObservedRoutes
+		doc.PreparedArtifact = proto.String(c.sandboxReady.PreparedArtifactId)
+		doc.Routes = c.sandboxReady.ObservedRoutes
 	}
 	d := c.policy.Digest()
-	doc["network_policy_digest"] = fmt.Sprintf("%x", d[:])
-	doc["network"] = c.networkStatusLocked()
+	doc.NetworkPolicyDigest = proto.String(fmt.Sprintf("%x", d[:]))
+	doc.Network = c.networkStatusLocked()
 	return doc
 }
 

@@ -9,6 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -73,13 +77,13 @@ func parseRunscStats(b []byte) (memory, tasks uint64, err error) {
 // limitsStatus is the `limits` entry of the status document: each limit
 // and, while the sandbox runs, its use (memory and guest tasks as the
 // sentry accounts them).
-func (c *coordinator) limitsStatus() map[string]any {
+func (c *coordinator) limitsStatus() *lv1.LimitsStatus {
 	c.mu.Lock()
 	lim, container, running := c.limits, c.container, c.st == stateRunning
 	c.mu.Unlock()
-	mem := map[string]any{"limit_bytes": lim.Memory}
-	procs := map[string]any{"limit": lim.Processes}
-	doc := map[string]any{"memory": mem, "processes": procs, "open_files": map[string]any{"limit": lim.OpenFiles}}
+	mem := &lv1.MemoryStatus{LimitBytes: proto.Uint64(lim.Memory)}
+	procs := &lv1.ProcessesStatus{Limit: proto.Uint64(lim.Processes)}
+	doc := &lv1.LimitsStatus{Memory: mem, Processes: procs, OpenFiles: &lv1.OpenFilesStatus{Limit: proto.Uint64(lim.OpenFiles)}}
 	if !running || container == "" {
 		return doc
 	}
@@ -95,11 +99,10 @@ func (c *coordinator) limitsStatus() map[string]any {
 		used, tasks, err = parseRunscStats(out)
 	}
 	if err != nil {
-		doc["error"] = "usage unavailable: " + err.Error()
+		doc.Error = proto.String("usage unavailable: " + err.Error())
 		return doc
 	}
-	mem["used_bytes"] = used
-	procs["tasks"] = tasks
+	mem.UsedBytes, procs.Tasks = proto.Uint64(used), proto.Uint64(tasks)
 	return doc
 }
 

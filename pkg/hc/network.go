@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -486,24 +488,29 @@ func (c *coordinator) resolveAllowHosts(resolvers []netip.Addr) []netpolicy.Rule
 }
 
 // networkStatusLocked is the network part of `lazaret status`.
-func (c *coordinator) networkStatusLocked() map[string]any {
-	n := map[string]any{"helper_cidr": slirp.DefaultCIDR.String()}
+func (c *coordinator) networkStatusLocked() *lv1.NetworkStatus {
+	n := &lv1.NetworkStatus{HelperCidr: proto.String(slirp.DefaultCIDR.String())}
 	if c.net.helper != nil {
-		n["connectivity_helper"] = c.net.helper.Identity().String()
+		n.ConnectivityHelper = proto.String(c.net.helper.Identity().String())
 	}
 	if c.net.fingerprint != ([32]byte{}) {
-		n["readiness_fingerprint"] = hex.EncodeToString(c.net.fingerprint[:])
+		n.ReadinessFingerprint = proto.String(hex.EncodeToString(c.net.fingerprint[:]))
 	}
 	if v := c.net.verdict; v != nil {
-		n["deny_observed"], n["permit_observed"], n["dns_observed"] = v.DenyObserved, v.PermitObserved, v.DNSObserved
-		if len(v.Warnings) > 0 {
-			n["warnings"] = v.Warnings
-		}
-		n["fail_fast"] = v.FailFast
+		n.DenyObserved, n.PermitObserved, n.DnsObserved = proto.Bool(v.DenyObserved), proto.Bool(v.PermitObserved), proto.Bool(v.DNSObserved)
+		n.Warnings = v.Warnings
+		n.FailFast = v.FailFast
 	}
 	if c.net.pinnedHosts != nil {
-		n["allow_hosts_pinned"] = c.net.pinnedHosts
+		n.AllowHostsPinned = map[string]*structpb.ListValue{}
+		for host, addrs := range c.net.pinnedHosts {
+			l := &structpb.ListValue{}
+			for _, a := range addrs {
+				l.Values = append(l.Values, structpb.NewStringValue(a))
+			}
+			n.AllowHostsPinned[host] = l
+		}
 	}
-	n["forwarded_ports"] = c.portsStatusLocked()
+	n.ForwardedPorts = c.portsStatusLocked()
 	return n
 }

@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/slirp"
@@ -102,10 +106,10 @@ func (c *coordinator) forwardSessionPorts(ports []string, sessionID string) erro
 }
 
 // portsStatusLocked lists the forwarded ports for `lazaret status`.
-func (c *coordinator) portsStatusLocked() []map[string]any {
-	out := []map[string]any{}
+func (c *coordinator) portsStatusLocked() []*lv1.ForwardedPort {
+	var out []*lv1.ForwardedPort
 	for _, f := range c.net.ports {
-		out = append(out, map[string]any{"host": f.port.Host(), "sandbox_port": f.port.GuestPort, "from": f.from})
+		out = append(out, &lv1.ForwardedPort{Host: proto.String(f.port.Host()), SandboxPort: proto.Uint32(uint32(f.port.GuestPort)), From: proto.String(f.from)})
 	}
 	return out
 }

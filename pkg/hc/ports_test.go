@@ -90,7 +90,7 @@ func TestForwardPortsAndRefusals(t *testing.T) {
 		t.Fatalf("refused forwards reached the helper: %v", *reqs)
 	}
 	st := c.portsStatusLocked()
-	if len(st) != 1 || st[0]["host"] != netip.AddrPortFrom(config.LoopbackAddr, uint16(port)).String() || st[0]["from"] != "profile" {
+	if len(st) != 1 || st[0].GetHost() != netip.AddrPortFrom(config.LoopbackAddr, uint16(port)).String() || st[0].GetFrom() != "profile" {
 		t.Fatalf("status %v", st)
 	}
 }

@@ -557,10 +557,14 @@ func (x *StatusRequest) GetProtocolVersion() ProtocolVersion {
 	return ProtocolVersion_PROTOCOL_VERSION_UNSPECIFIED
 }
 
-// Status is the Domain's state document as JSON (see lazaret status --json).
+// Status answers StatusRequest with the Domain's state document
+// (status.proto).
 type Status struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Json          []byte                 `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document as JSON, as coordinators before the typed document sent
+	// it; a CLI reads it only when domain is absent.
+	Json          []byte        `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	Domain        *DomainStatus `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +602,13 @@ func (*Status) Descriptor() ([]byte, []int) {
 func (x *Status) GetJson() []byte {
 	if x != nil {
 		return x.Json
+	}
+	return nil
+}
+
+func (x *Status) GetDomain() *DomainStatus {
+	if x != nil {
+		return x.Domain
 	}
 	return nil
 }
@@ -1849,7 +1860,7 @@ var File_lazaret_v1_control_proto protoreflect.FileDescriptor
 const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18lazaret/v1/control.proto\x12\n" +
-	"lazaret.v1\x1a\x1blazaret/v1/escalation.proto\"\x8a\x06\n" +
+	"lazaret.v1\x1a\x1blazaret/v1/escalation.proto\x1a\x17lazaret/v1/status.proto\"\x8a\x06\n" +
 	"\vClientFrame\x12*\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.lazaret.v1.RunRequestH\x00R\x03run\x12-\n" +
 	"\x05stdin\x18\x02 \x01(\v2\x15.lazaret.v1.StdinDataH\x00R\x05stdin\x129\n" +
@@ -1875,9 +1886,10 @@ const file_lazaret_v1_control_proto_rawDesc = "" +
 	"\x0fcertificate_der\x18\x01 \x01(\fR\x0ecertificateDer\x12\"\n" +
 	"\rclient_cli_id\x18\x02 \x01(\tR\vclientCliId\"W\n" +
 	"\rStatusRequest\x12F\n" +
-	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"\x1c\n" +
+	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"N\n" +
 	"\x06Status\x12\x12\n" +
-	"\x04json\x18\x01 \x01(\fR\x04json\"U\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\x120\n" +
+	"\x06domain\x18\x02 \x01(\v2\x18.lazaret.v1.DomainStatusR\x06domain\"U\n" +
 	"\vStopRequest\x12F\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\x1b.lazaret.v1.ProtocolVersionR\x0fprotocolVersion\"F\n" +
 	"\bStopping\x12\x1e\n" +
@@ -2020,10 +2032,11 @@ var file_lazaret_v1_control_proto_goTypes = []any{
 	nil,                         // 26: lazaret.v1.RunRequest.CredentialsEntry
 	(*SignedDecision)(nil),      // 27: lazaret.v1.SignedDecision
 	(*HostProcessCancel)(nil),   // 28: lazaret.v1.HostProcessCancel
-	(*EscalationPrompt)(nil),    // 29: lazaret.v1.EscalationPrompt
-	(*EscalationPromptEnd)(nil), // 30: lazaret.v1.EscalationPromptEnd
-	(*HostProcessStarted)(nil),  // 31: lazaret.v1.HostProcessStarted
-	(*HostProcessEnded)(nil),    // 32: lazaret.v1.HostProcessEnded
+	(*DomainStatus)(nil),        // 29: lazaret.v1.DomainStatus
+	(*EscalationPrompt)(nil),    // 30: lazaret.v1.EscalationPrompt
+	(*EscalationPromptEnd)(nil), // 31: lazaret.v1.EscalationPromptEnd
+	(*HostProcessStarted)(nil),  // 32: lazaret.v1.HostProcessStarted
+	(*HostProcessEnded)(nil),    // 33: lazaret.v1.HostProcessEnded
 }
 var file_lazaret_v1_control_proto_depIdxs = []int32{
 	9,  // 0: lazaret.v1.ClientFrame.run:type_name -> lazaret.v1.RunRequest
@@ -2041,30 +2054,31 @@ var file_lazaret_v1_control_proto_depIdxs = []int32{
 	27, // 12: lazaret.v1.ClientFrame.escalation_decision:type_name -> lazaret.v1.SignedDecision
 	28, // 13: lazaret.v1.ClientFrame.host_process_cancel:type_name -> lazaret.v1.HostProcessCancel
 	0,  // 14: lazaret.v1.StatusRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	0,  // 15: lazaret.v1.StopRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	0,  // 16: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
-	25, // 17: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
-	10, // 18: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
-	26, // 19: lazaret.v1.RunRequest.credentials:type_name -> lazaret.v1.RunRequest.CredentialsEntry
-	10, // 20: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
-	20, // 21: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
-	21, // 22: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
-	22, // 23: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
-	23, // 24: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
-	24, // 25: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
-	4,  // 26: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
-	6,  // 27: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
-	8,  // 28: lazaret.v1.ServerFrame.stopping:type_name -> lazaret.v1.Stopping
-	29, // 29: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
-	30, // 30: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
-	31, // 31: lazaret.v1.ServerFrame.host_process_started:type_name -> lazaret.v1.HostProcessStarted
-	32, // 32: lazaret.v1.ServerFrame.host_process_ended:type_name -> lazaret.v1.HostProcessEnded
-	1,  // 33: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	29, // 15: lazaret.v1.Status.domain:type_name -> lazaret.v1.DomainStatus
+	0,  // 16: lazaret.v1.StopRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	0,  // 17: lazaret.v1.RunRequest.protocol_version:type_name -> lazaret.v1.ProtocolVersion
+	25, // 18: lazaret.v1.RunRequest.env:type_name -> lazaret.v1.RunRequest.EnvEntry
+	10, // 19: lazaret.v1.RunRequest.window_size:type_name -> lazaret.v1.WindowSize
+	26, // 20: lazaret.v1.RunRequest.credentials:type_name -> lazaret.v1.RunRequest.CredentialsEntry
+	10, // 21: lazaret.v1.Resize.size:type_name -> lazaret.v1.WindowSize
+	20, // 22: lazaret.v1.ServerFrame.accepted:type_name -> lazaret.v1.Accepted
+	21, // 23: lazaret.v1.ServerFrame.output:type_name -> lazaret.v1.Output
+	22, // 24: lazaret.v1.ServerFrame.exit:type_name -> lazaret.v1.Exit
+	23, // 25: lazaret.v1.ServerFrame.error:type_name -> lazaret.v1.Error
+	24, // 26: lazaret.v1.ServerFrame.progress:type_name -> lazaret.v1.Progress
+	4,  // 27: lazaret.v1.ServerFrame.enrollment:type_name -> lazaret.v1.Enrollment
+	6,  // 28: lazaret.v1.ServerFrame.status:type_name -> lazaret.v1.Status
+	8,  // 29: lazaret.v1.ServerFrame.stopping:type_name -> lazaret.v1.Stopping
+	30, // 30: lazaret.v1.ServerFrame.escalation_prompt:type_name -> lazaret.v1.EscalationPrompt
+	31, // 31: lazaret.v1.ServerFrame.escalation_prompt_end:type_name -> lazaret.v1.EscalationPromptEnd
+	32, // 32: lazaret.v1.ServerFrame.host_process_started:type_name -> lazaret.v1.HostProcessStarted
+	33, // 33: lazaret.v1.ServerFrame.host_process_ended:type_name -> lazaret.v1.HostProcessEnded
+	1,  // 34: lazaret.v1.Output.stream:type_name -> lazaret.v1.Stream
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_control_proto_init() }
@@ -2073,6 +2087,7 @@ func file_lazaret_v1_control_proto_init() {
 		return
 	}
 	file_lazaret_v1_escalation_proto_init()
+	file_lazaret_v1_status_proto_init()
 	file_lazaret_v1_control_proto_msgTypes[0].OneofWrappers = []any{
 		(*ClientFrame_Run)(nil),
 		(*ClientFrame_Stdin)(nil),

@@ -112,7 +112,7 @@ func (p *escalationPrompts) hostInput(b []byte) bool {
 	}
 	if !sent && bytes.IndexByte(b, 3) >= 0 {
 		say("^C\n[lazaret] cancelling the host command\n")
-		p.c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_HostProcessCancel{HostProcessCancel: &lv1.HostProcessCancel{RequestId: id}}})
+		p.c.sess.CancelHostProcess(id)
 	}
 	return true
 }
@@ -222,7 +222,7 @@ func (p *escalationPrompts) run(pr *lv1.EscalationPrompt, in chan []byte, end ch
 		say("  cannot sign the decision: %v\n", err)
 		return
 	}
-	p.c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_EscalationDecision{EscalationDecision: sd}})
+	p.c.sess.Decide(sd)
 }
 
 // plain reports whether argv can be edited as space-separated words.
@@ -311,5 +311,5 @@ func (p *escalationPrompts) runNetwork(pr *lv1.EscalationPrompt, in chan []byte,
 		say("  cannot sign the decision: %v\n", err)
 		return
 	}
-	p.c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_EscalationDecision{EscalationDecision: sd}})
+	p.c.sess.Decide(sd)
 }

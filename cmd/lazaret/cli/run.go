@@ -1,12 +1,8 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,15 +11,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/config"
-	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/fdpass"
-	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
@@ -31,14 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/timing"
-	"github.com/lazaret/lazaret/pkg/trust"
 )
-
-// maxAttempts bounds joins refused because the Domain was stopping.
-const maxAttempts = 100
-
-// startTimeout bounds how long a CLI waits to start or join a Domain.
-const startTimeout = 3 * time.Minute
 
 var runCommand = &cli.Command{
 	Name:      "run",
@@ -263,227 +249,41 @@ func runAction(c *cli.Context) error {
 			req.Env[k] = v
 		}
 	}
-	s := &starter{paths: paths, prof: prof, ws: ws.Root, image: image, broker: broker}
-	runTiming.Mark("request prepared (credentials, workspace, kernel)")
-	for attempt := 1; ; attempt++ {
-		raw, err := s.connectOrSignal(sigs)
-		if err != nil {
-			return err
-		}
-		runTiming.Mark("connected to the coordinator")
-		auth, err := authenticate(raw, paths, prof.Name)
-		if errors.Is(err, errNotPublished) && attempt < maxAttempts {
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		// A fresh Session Anchor per attempt: its key binds the Session ID.
-		anchor, err := trust.NewSessionAnchor(nil)
-		if err != nil {
-			auth.conn.Close()
-			return err
-		}
-		req.SessionRegistration = anchor.Registration(auth.identity, auth.clientID).Encode()
-		conn := auth.conn
-		run := session
-		if req.Tty {
-			run = func(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (int, bool, error) {
-				return terminalSession(conn, req, sigs, anchor)
-			}
-		}
-		code, retry, err := run(conn, req, sigs)
-		if retry && attempt < maxAttempts {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if retry {
-			return errdefs.New(errdefs.ErrUnavailable, "the Domain kept stopping while this session tried to join (%d attempts); see %s", attempt, paths.Log())
-		}
-		if err != nil {
-			return err
-		}
-		return exitError{code}
-	}
-}
-
-// starter connects to the Domain's Host Coordinator, starting it when this
-// CLI wins the Domain lock.
-type starter struct {
-	started bool // this CLI already started a coordinator
-	paths   domain.Paths
-	prof    profile
-	ws      string
-	image   string
-	broker  *proc.Broker
-}
-
-// connectOrSignal is connect, abandoned with 128+n on a terminal signal.
-func (s *starter) connectOrSignal(sigs <-chan os.Signal) (*net.UnixConn, error) {
-	type result struct {
-		conn *net.UnixConn
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		conn, err := s.connect()
-		done <- result{conn, err}
-	}()
-	select {
-	case r := <-done:
-		return r.conn, r.err
-	case sig := <-sigs:
-		return nil, exitError{128 + int(sig.(syscall.Signal))}
-	}
-}
-
-func (s *starter) connect() (*net.UnixConn, error) {
-	deadline := time.Now().Add(startTimeout)
-	for time.Now().Before(deadline) {
-		conn, err := dialControl(s.paths)
-		if err == nil {
-			return conn, nil
-		}
-		if errors.Is(err, errdefs.ErrRefused) {
-			return nil, err
-		}
-		lock, err := os.OpenFile(s.paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
-		if errors.Is(err, fs.ErrNotExist) {
-			// `lazaret rm` removed the Domain Root meanwhile: start afresh.
-			if err = domain.EnsurePrivateDir(s.paths.DomainRoot, os.Getuid()); err == nil {
-				continue
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("open Domain lock: %w", err)
-		}
-		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil && !lockedAtPath(lock, s.paths.LockFile()) {
-			// Locked after `lazaret rm` moved its Domain Root aside: that
-			// lock guards nothing any more; take the one at the path.
-			lock.Close()
-			continue
-		}
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			// A coordinator is starting or stopping: wait for its socket or
-			// for the lock.
-			lock.Close()
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			lock.Close()
-			return nil, fmt.Errorf("lock Domain: %w", err)
-		}
-		if s.started {
-			// The coordinator this CLI started is gone before serving.
-			lock.Close()
-			return nil, errdefs.New(errdefs.ErrUnavailable, "the Host Coordinator exited during start-up; see %s (the next lazaret run recovers what it left)", s.paths.Log())
-		}
-		s.started = true
-		err = s.startCoordinator(lock)
-		lock.Close() // the coordinator holds the lock through its own descriptor
-		if err != nil {
-			return nil, err
-		}
-	}
-	return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s; see %s", startTimeout, s.paths.Log())
-}
-
-// lockedAtPath reports whether the locked file f is still the file at
-// path: a lock file moved or removed since it was opened (`lazaret rm`)
-// excludes nobody.
-func lockedAtPath(f *os.File, path string) bool {
-	var held, there unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &held) != nil || unix.Stat(path, &there) != nil {
-		return false
-	}
-	return held.Dev == there.Dev && held.Ino == there.Ino
-}
-
-// startCoordinator spawns lazaret-hc holding our locked descriptor and waits
-// for it to report its socket or its start-up error.
-func (s *starter) startCoordinator(lock *os.File) error {
-	hcPath, err := locate.Find(locate.HC, programGetenv(s.prof.Programs, os.Getenv))
-	if err != nil {
-		return err
-	}
-	// Appended: earlier generations stay readable (`lazaret logs
-	// --generation N`) until the log is rotated.
-	logf, err := hclog.OpenForStart(s.paths.Log())
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer readyR.Close()
-	broker := s.broker
 	level := "info"
 	if timing.DebugLogging(os.Getenv) {
 		level = "debug"
 	}
-	env := []string{}
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LAZARET_RUNSC", "LAZARET_RS", "LAZARET_ESCALATE", "TMPDIR", timing.EnvFile,
-			// Which Git configuration files the developer's Git reads
-			// (the coordinator reads them as host Git does).
-			"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM":
-			env = append(env, kv)
-		}
+	s := &client.Starter{
+		Paths: paths, Profile: prof.Name, CanonicalProfile: prof.Config.Canonical(),
+		Workspace: ws.Root, Image: image,
+		LocateHC: func() (string, error) { return locate.Find(locate.HC, programGetenv(prof.Programs, os.Getenv)) },
+		Environ:  os.Environ(), ExtraEnv: programEnv(prof.Programs, os.Getenv),
+		LogLevel: level, Broker: broker, Timing: runTiming,
 	}
-	env = append(env, programEnv(s.prof.Programs, os.Getenv)...)
 	if modeltrace.On() {
-		// This session is the one the new generation starts for.
-		env = append(append(env, modeltrace.Environ()...), modeltrace.EnvSession+"="+modeltrace.SessionKey(os.Getpid()))
+		// This session is the one a new generation starts for.
+		s.ExtraEnv = append(append(s.ExtraEnv, modeltrace.Environ()...), modeltrace.EnvSession+"="+modeltrace.SessionKey(os.Getpid()))
 	}
-	// The validated profile goes to the coordinator as canonical bytes in a
-	// sealed memfd (never a path it would re-read, never mounted).
-	profileFile, err := fdpass.SealedMemfd("lazaret-profile", s.prof.Config.Canonical())
+	runTiming.Mark("request prepared (credentials, workspace, kernel)")
+	attach := func(sess *client.Session) *client.End { return session(sess, sigs) }
+	if req.Tty {
+		attach = func(sess *client.Session) *client.End { return terminalSession(sess, sigs) }
+	}
+	end, err := s.Run(req, sigs, attach)
 	if err != nil {
-		readyW.Close()
 		return err
 	}
-	defer profileFile.Close()
-	runTiming.Mark("starting the coordinator")
-	_, err = broker.Start("lazaret-hc", proc.Command{
-		Path: hcPath,
-		Args: []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--profile-fd=5", "--workspace=" + s.ws, "--profile=" + s.prof.Name, "--image=" + s.image, "--log-level=" + level},
-		Env:  env,
-		Dir:  "/",
-		// Setsid: terminal signals for the CLI never reach the coordinator.
-		Files:  []*os.File{nil, logf, logf, lock, readyW, profileFile},
-		Setsid: true,
-	})
-	readyW.Close()
-	if err != nil {
-		return fmt.Errorf("start host coordinator: %w", err)
+	if end.Err != nil {
+		return end.Err
 	}
-	b, _ := io.ReadAll(io.LimitReader(readyR, 64<<10))
-	msg := strings.TrimSpace(string(b))
-	if msg == "ok" {
-		runTiming.Mark("coordinator ready")
-		return nil
-	}
-	if cat, text, ok := strings.Cut(msg, "\x00"); ok {
-		return errdefs.Mark(errors.New(text), errdefs.FromCategory(cat))
-	}
-	return errdefs.New(errdefs.ErrInternal, "host coordinator failed to start; see %s", s.paths.Log())
+	return exitError{end.Code}
 }
 
-// session runs one Client Session on conn. retry reports a Domain that was
-// stopping: the caller starts or joins again.
-func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code int, retry bool, err error) {
-	defer conn.Close()
-	fc := control.NewConn(conn)
-	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
-		return 0, true, nil // the coordinator closed between dial and request
-	}
+// session runs the CLI's side of a non-interactive Client Session: it
+// forwards signals, job control and stdin, and shows progress; the End it
+// returns has the command's exit status.
+func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
+	sess.Start(client.SessionOptions{Output: writeOutput})
 	// Job control of a non-interactive session: SIGTSTP sent to this CLI
 	// (Ctrl-Z in the outer shell, or another process) suspends the
 	// session's guest process group (Suspend) and then stops this CLI, so
@@ -496,27 +296,18 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 	if self != nil {
 		defer self.Close()
 	}
-	frames, readErr := readFrames(fc, nil, nil)
 	stderrTTY := isTerminal(2)
-	accepted, gotFrame, suspended := false, false, false
+	suspended := false
 	for {
 		select {
 		case sig := <-sigs:
-			if !accepted {
-				return 128 + int(sig.(syscall.Signal)), false, nil
-			}
-			switch sig {
-			case syscall.SIGINT: // to the guest group, as a host terminal's ^C
-				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Interrupt{Interrupt: &lv1.Interrupt{}}})
-			case syscall.SIGQUIT:
-				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Quit{Quit: &lv1.Quit{}}})
-			default: // SIGTERM, SIGHUP: to the exact guest process
-				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Signal{Signal: &lv1.SignalRequest{Signal: int32(sig.(syscall.Signal))}}})
+			if !sess.Forward(sig.(syscall.Signal)) {
+				return &client.End{Code: 128 + int(sig.(syscall.Signal))}
 			}
 		case sig := <-jobSigs:
 			switch {
 			case sig == syscall.SIGTSTP:
-				if accepted && fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Suspend{Suspend: &lv1.Suspend{}}}) == nil {
+				if sess.Accepted() && sess.Suspend() == nil {
 					suspended = true
 				}
 				if self != nil {
@@ -524,19 +315,20 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 				}
 			case sig == syscall.SIGCONT && suspended:
 				suspended = false
-				fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Continue{Continue: &lv1.Continue{}}})
+				sess.Continue()
 			}
-		case f, ok := <-frames:
-			if !ok {
-				err := <-readErr
-				if !accepted && !gotFrame {
-					// Closed before answering: the coordinator was stopping.
-					return 0, true, nil
+		case ev := <-sess.Events():
+			if e := ev.End; e != nil {
+				if !e.Retry && e.Err == nil {
+					runTiming.Mark("exit status received")
+					if e.Stopped {
+						fmt.Fprintln(os.Stderr, stoppedMessage)
+						return &client.End{Code: ExitStopped}
+					}
 				}
-				return 0, false, errdefs.Mark(fmt.Errorf("lost the connection to the Host Coordinator: %v", err), errdefs.ErrUnavailable)
+				return e
 			}
-			gotFrame = true
-			switch {
+			switch f := ev.Frame; {
 			case f.GetProgress() != nil:
 				// Progress is for a watching developer; warnings (e.g. DNS
 				// not answering) always reach stderr.
@@ -545,37 +337,23 @@ func session(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal) (code in
 				}
 			case f.GetAccepted() != nil:
 				runTiming.Mark("session accepted")
-				accepted = true
-				go relayStdin(fc)
-			case f.GetExit() != nil:
-				runTiming.Mark("exit status received")
-				if f.GetExit().GetStopped() {
-					fmt.Fprintln(os.Stderr, stoppedMessage)
-					return ExitStopped, false, nil
-				}
-				return int(f.GetExit().GetCode()), false, nil
-			case f.GetError() != nil:
-				e := f.GetError()
-				if e.Retry && !accepted {
-					return 0, true, nil
-				}
-				return 0, false, errdefs.Mark(errors.New(e.Message), errdefs.FromCategory(e.Category))
+				go relayStdin(sess)
 			}
 		}
 	}
 }
 
-func relayStdin(fc *control.Conn) {
+func relayStdin(sess *client.Session) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := os.Stdin.Read(buf)
 		if n > 0 {
-			if fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Stdin{Stdin: &lv1.StdinData{Data: append([]byte(nil), buf[:n]...)}}}) != nil {
+			if sess.Stdin(buf[:n]) != nil {
 				return
 			}
 		}
 		if err != nil {
-			fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_StdinClose{StdinClose: &lv1.StdinClose{}}})
+			sess.CloseStdin()
 			return
 		}
 	}
@@ -584,52 +362,6 @@ func relayStdin(fc *control.Conn) {
 func isTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	return err == nil
-}
-
-// readFrames reads server frames on their own goroutine: the channel closes
-// after the first read error, which readErr then holds. Output frames never
-// reach the channel: the reading goroutine writes their bytes itself, in
-// order, straight from the read buffer (ParseOutput: no copy, no decode, no
-// hand-off per frame), so every frame after them on the channel (Exit,
-// Error) comes after the last output byte was written. With a non-nil
-// accepted, the reader waits on it after handing over the Accepted frame,
-// so no output is written before the caller has set up its terminal.
-// inline, when not nil, is offered every other frame first, on the reading
-// goroutine, so what it writes keeps its place among the output bytes; it
-// reports whether it handled the frame.
-func readFrames(fc *control.Conn, accepted <-chan struct{}, inline func(*lv1.ServerFrame) bool) (<-chan *lv1.ServerFrame, <-chan error) {
-	frames := make(chan *lv1.ServerFrame, 16)
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			b, err := fc.ReadRaw(control.MaxFrame)
-			if err == nil {
-				if stream, data, ok := control.ParseOutput(b); ok {
-					writeOutput(stream, data)
-					continue
-				}
-				var f lv1.ServerFrame
-				if err = proto.Unmarshal(b, &f); err != nil {
-					err = errdefs.Mark(fmt.Errorf("decode frame: %w", err), errdefs.ErrCorrupt)
-				} else if o := f.GetOutput(); o != nil {
-					writeOutput(o.Stream, o.Data)
-					continue
-				} else if inline != nil && inline(&f) {
-					continue
-				} else {
-					frames <- &f
-					if accepted != nil && f.GetAccepted() != nil {
-						<-accepted
-					}
-					continue
-				}
-			}
-			readErr <- err
-			close(frames)
-			return
-		}
-	}()
-	return frames, readErr
 }
 
 // writeOutput writes session output: stderr bytes to stderr, stdout and

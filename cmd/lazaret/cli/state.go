@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/anchor"
+	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
@@ -367,7 +368,7 @@ func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return fmt.Errorf("lock Domain: %w", err)
 		}
-		conn, derr := dialControl(paths)
+		conn, derr := client.Dial(paths)
 		if errors.Is(derr, errdefs.ErrRefused) {
 			return derr
 		}
@@ -385,19 +386,15 @@ func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 // activeSessions describes a running Domain's sessions from its
 // coordinator's status (best effort).
 func activeSessions(paths domain.Paths, profile string) string {
-	doc, err := liveStatus(paths, profile)
+	doc, err := client.LiveStatus(paths, profile)
 	if err != nil {
 		return "its coordinator answers on " + paths.ControlSocket()
 	}
 	var ids []string
-	if ss, ok := doc["sessions"].([]any); ok {
-		for _, x := range ss {
-			if m, ok := x.(map[string]any); ok {
-				ids = append(ids, fmt.Sprint(m["session_id"]))
-			}
-		}
+	for _, x := range doc.GetSessions() {
+		ids = append(ids, x.GetSessionId())
 	}
-	desc := fmt.Sprintf("state %v, generation %v", doc["state"], doc["generation"])
+	desc := fmt.Sprintf("state %s, generation %d", doc.GetState(), doc.GetGeneration())
 	if len(ids) > 0 {
 		desc += ", running session(s) " + strings.Join(ids, ", ")
 	}

@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
-	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
-	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
@@ -133,61 +131,9 @@ func stopDomain(rd resolvedDomain) (stopView, error) {
 	if rd.prof.Name == "" {
 		return v, nil // no stored identity: never ran to publication
 	}
-	raw, err := dialControl(rd.paths)
-	if errors.Is(err, errNotPublished) {
-		return v, nil
+	st, err := client.Stop(rd.paths, rd.prof.Name, stopWait)
+	if st != nil {
+		v.WasRunning, v.Generation, v.Sessions = true, st.Generation, st.Sessions
 	}
-	if err != nil {
-		return v, err
-	}
-	auth, err := authenticate(raw, rd.paths, rd.prof.Name)
-	if errors.Is(err, errNotPublished) {
-		return v, waitUnlocked(rd) // stopping already
-	}
-	if err != nil {
-		return v, err
-	}
-	defer auth.conn.Close()
-	fc := control.NewConn(auth.conn)
-	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Stop{Stop: &lv1.StopRequest{ProtocolVersion: lv1.ProtocolVersion_PROTOCOL_VERSION_1}}}); err != nil {
-		return v, waitUnlocked(rd)
-	}
-	var f lv1.ServerFrame
-	if err := fc.Read(&f); err != nil {
-		return v, waitUnlocked(rd)
-	}
-	if e := f.GetError(); e != nil {
-		return v, errdefs.Mark(errors.New(e.Message), errdefs.FromCategory(e.Category))
-	}
-	st := f.GetStopping()
-	if st == nil {
-		return v, errdefs.New(errdefs.ErrCorrupt, "the Host Coordinator answered stop with %v", f.String())
-	}
-	v.WasRunning, v.Generation, v.Sessions = true, st.Generation, st.Sessions
-	return v, waitUnlocked(rd)
-}
-
-// waitUnlocked waits until nothing holds the Domain lock: the coordinator
-// holds it until its teardown is complete.
-func waitUnlocked(rd resolvedDomain) error {
-	lock, err := os.OpenFile(rd.paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("open Domain lock: %w", err)
-	}
-	defer lock.Close()
-	deadline := time.Now().Add(stopWait)
-	for {
-		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			unix.Flock(int(lock.Fd()), unix.LOCK_UN)
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("Domain lock: %w", err)
-		}
-		if time.Now().After(deadline) {
-			return errdefs.New(errdefs.ErrUnavailable, "Domain %s did not finish stopping within %s; see %s (lazaret logs)", rd.paths.ID, stopWait, rd.paths.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return v, err
 }

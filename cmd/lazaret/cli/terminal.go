@@ -22,9 +22,7 @@ package cli
 //   - The terminal is restored on every exit path the process survives.
 
 import (
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -34,11 +32,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
-	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/pty"
-	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // defaultShell is the command of `lazaret run` with no command on a
@@ -113,7 +110,7 @@ func (e *escapeFilter) feed(in []byte) (out []byte, act escapeAction, rest []byt
 
 // ttyClient is the client end of one interactive session.
 type ttyClient struct {
-	fc      *control.Conn
+	sess    *client.Session
 	term    *os.File // the terminal cons wraps (stdin)
 	cons    console.Console
 	raw     bool
@@ -162,7 +159,7 @@ func (c *ttyClient) restore() {
 
 func (c *ttyClient) sendSize() {
 	if ws, err := windowSize(0); err == nil {
-		c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Resize{Resize: &lv1.Resize{Size: ws}}})
+		c.sess.Resize(ws)
 	}
 }
 
@@ -194,7 +191,7 @@ func (c *ttyClient) relayInput() {
 			// While a host command runs the coordinator takes no input for
 			// the sandbox: none is sent (Ctrl-C cancels the command).
 			if len(out) > 0 && !c.prompts.hostInput(out) {
-				if c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Stdin{Stdin: &lv1.StdinData{Data: out}}}) != nil {
+				if c.sess.Stdin(out) != nil {
 					return
 				}
 			}
@@ -211,13 +208,13 @@ func (c *ttyClient) relayInput() {
 	}
 }
 
-// terminalSession runs one interactive Client Session on conn; like
-// session, retry reports a Domain that was stopping.
-func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, anchor *trust.SessionAnchor) (code int, retry bool, err error) {
-	defer conn.Close()
+// terminalSession runs the CLI's side of one interactive Client Session:
+// the terminal in raw mode, input with its escapes, signals, resizes and
+// escalation prompts.
+func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 	cons, err := console.ConsoleFromFile(os.Stdin)
 	if err != nil {
-		return 0, false, errdefs.Mark(fmt.Errorf("stdin terminal: %w", err), errdefs.ErrInvalid)
+		return &client.End{Err: errdefs.Mark(fmt.Errorf("stdin terminal: %w", err), errdefs.ErrInvalid)}
 	}
 	// The output writer keeps its processor while the user's terminal is
 	// full (rawio.TerminalWriter); a second one keeps input, signals and
@@ -225,8 +222,8 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 	if runtime.GOMAXPROCS(0) < 2 {
 		runtime.GOMAXPROCS(2)
 	}
-	c := &ttyClient{fc: control.NewConn(conn), term: os.Stdin, cons: cons, escapes: make(chan escapeAction, 1)}
-	c.prompts = &escalationPrompts{c: c, anchor: anchor}
+	c := &ttyClient{sess: sess, term: os.Stdin, cons: cons, escapes: make(chan escapeAction, 1)}
+	c.prompts = &escalationPrompts{c: c, anchor: sess.Anchor()}
 	// Restored on every return (normal exit, error, signal, lost
 	// coordinator) and on a panic unwinding through here.
 	defer c.restore()
@@ -238,39 +235,24 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 	signal.Notify(tsigs, syscall.SIGWINCH, syscall.SIGTSTP, syscall.SIGCONT)
 	defer signal.Stop(tsigs)
 
-	if err := c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}}); err != nil {
-		return 0, true, nil
-	}
 	// Output is written only once the terminal is in raw mode (or raw
-	// mode failed and the session ends).
-	rawReady := make(chan struct{})
-	defer func() {
-		select {
-		case <-rawReady:
-		default:
-			close(rawReady)
-		}
-	}()
-	// The host command's status lines are written where they occur in
-	// the output: the held PTY output follows its end line.
-	frames, readErr := readFrames(c.fc, rawReady, c.prompts.inline)
+	// mode failed and the session ends): HoldOutput. The host command's
+	// status lines are written where they occur in the output: the held
+	// PTY output follows its end line.
+	sess.Start(client.SessionOptions{Output: writeOutput, Inline: c.prompts.inline, HoldOutput: true})
 	stderrTTY := isTerminal(2)
-	accepted, gotFrame := false, false
+	accepted := false
 	for {
 		select {
 		case sig := <-sigs:
 			n := sig.(syscall.Signal)
 			if !accepted {
-				return 128 + int(n), false, nil
+				return &client.End{Code: 128 + int(n)}
 			}
-			switch n {
-			case syscall.SIGINT:
-				c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Interrupt{Interrupt: &lv1.Interrupt{}}})
-			case syscall.SIGQUIT:
-				c.fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Quit{Quit: &lv1.Quit{}}})
-			default: // SIGTERM, SIGHUP: leave; the coordinator releases the session
+			if !sess.Forward(n) {
+				// SIGTERM, SIGHUP: leave; the coordinator releases the session
 				c.leave()
-				return 128 + int(n), false, nil
+				return &client.End{Code: 128 + int(n)}
 			}
 		case sig := <-tsigs:
 			switch sig {
@@ -283,7 +265,7 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 			case syscall.SIGCONT:
 				if accepted {
 					if err := c.enterRaw(); err != nil {
-						return 0, false, err
+						return &client.End{Err: err}
 					}
 					c.sendSize()
 				}
@@ -295,19 +277,27 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 			case escapeDisconnect:
 				c.leave()
 				fmt.Fprintln(os.Stderr, "lazaret: disconnected; the session is closed")
-				return 128 + int(syscall.SIGHUP), false, nil
+				return &client.End{Code: 128 + int(syscall.SIGHUP)}
 			}
-		case f, ok := <-frames:
-			if !ok {
-				err := <-readErr
-				if !accepted && !gotFrame {
-					return 0, true, nil
+		case ev := <-sess.Events():
+			if e := ev.End; e != nil {
+				switch {
+				case e.Retry:
+				case e.Lost:
+					c.leave()
+				case e.Err != nil:
+					c.restore()
+				default:
+					runTiming.Mark("exit status received")
+					if e.Stopped {
+						c.leave() // the terminal restored before the message
+						fmt.Fprintln(os.Stderr, stoppedMessage)
+						return &client.End{Code: ExitStopped}
+					}
 				}
-				c.leave()
-				return 0, false, errdefs.Mark(fmt.Errorf("lost the connection to the Host Coordinator: %v", err), errdefs.ErrUnavailable)
+				return e
 			}
-			gotFrame = true
-			switch {
+			switch f := ev.Frame; {
 			case f.GetProgress() != nil:
 				if stderrTTY {
 					eol := "\n"
@@ -322,10 +312,10 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 				accepted = true
 				err := c.enterRaw()
 				if first {
-					close(rawReady)
+					sess.OutputReady()
 				}
 				if err != nil {
-					return 0, false, err
+					return &client.End{Err: err}
 				}
 				// The size may have changed while the Domain started.
 				c.sendSize()
@@ -334,21 +324,6 @@ func terminalSession(conn net.Conn, req *lv1.RunRequest, sigs <-chan os.Signal, 
 				c.prompts.show(f.GetEscalationPrompt())
 			case f.GetEscalationPromptEnd() != nil:
 				c.prompts.ended(f.GetEscalationPromptEnd())
-			case f.GetExit() != nil:
-				runTiming.Mark("exit status received")
-				if f.GetExit().GetStopped() {
-					c.leave() // the terminal restored before the message
-					fmt.Fprintln(os.Stderr, stoppedMessage)
-					return ExitStopped, false, nil
-				}
-				return int(f.GetExit().GetCode()), false, nil
-			case f.GetError() != nil:
-				e := f.GetError()
-				if e.Retry && !accepted {
-					return 0, true, nil
-				}
-				c.restore()
-				return 0, false, errdefs.Mark(errors.New(e.Message), errdefs.FromCategory(e.Category))
 			}
 		}
 	}

@@ -1,0 +1,235 @@
+// Package client is the Client CLI's half of the control protocol
+// (api/lazaret/v1/control.proto) with a Domain's Host Coordinator:
+//
+//   - Dial reaches the control socket through the verified, developer-owned
+//     runtime directory and checks the listener's uid;
+//   - Authenticate pins the generation's publication (the coordinator's CA
+//     and Trust Manifest), enrolls a fresh in-memory key on a
+//     certificate-less connection and dials again with the issued leaf;
+//   - Starter starts the Domain's coordinator when nothing serves it, or
+//     joins the running one, and runs a Client Session, retrying while the
+//     Domain is stopping (Session: the request, the frame reader and the
+//     client's frames);
+//   - Status and Stop are the one-request operations; Statuses builds the
+//     typed state document of every Domain under a Storage Root, which
+//     MarshalStatusJSON renders for `lazaret status --json`.
+//
+// Terminals, signals and rendering stay with the caller: this package sends
+// and interprets frames and never touches the user's terminal.
+package client
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/rawio"
+	"github.com/lazaret/lazaret/pkg/trust"
+	"github.com/lazaret/lazaret/pkg/trusteddir"
+)
+
+// ErrNotPublished means the Domain's coordinator is not serving: the Domain
+// is stopped, starting or stopping. A caller that wants it running dials
+// again (or starts it).
+var ErrNotPublished = errdefs.New(errdefs.ErrUnavailable, "the Domain is not published")
+
+// enrollTimeout bounds enrollment and the authenticated handshake.
+const enrollTimeout = 10 * time.Second
+
+// maxPublication bounds the publication file (a few KiB).
+const maxPublication = 1 << 20
+
+// ReadPublication reads and verifies the generation's publication in the
+// host-private runtime directory and returns it with the generation
+// identity its Trust Manifest names.
+func ReadPublication(paths domain.Paths, profile string) (trust.Publication, trust.GenerationIdentity, error) {
+	var pub trust.Publication
+	d, err := openRuntime(paths)
+	if err != nil {
+		return pub, trust.GenerationIdentity{}, err
+	}
+	b, err := d.ReadFile(domain.PublicationName, maxPublication)
+	d.Close()
+	if errors.Is(err, fs.ErrNotExist) {
+		return pub, trust.GenerationIdentity{}, ErrNotPublished
+	}
+	if err != nil {
+		return pub, trust.GenerationIdentity{}, err
+	}
+	if err := json.Unmarshal(b, &pub); err != nil {
+		return pub, trust.GenerationIdentity{}, errdefs.Mark(fmt.Errorf("publication %s: %w", domain.PublicationName, err), errdefs.ErrCorrupt)
+	}
+	id, err := pub.VerifiedIdentity(string(paths.ID), profile, time.Now())
+	return pub, id, err
+}
+
+// openRuntime opens the Domain's runtime directory only after verifying it
+// and the runtime root above it: real directories (never a symlink) owned by
+// the developer with mode 0700, each opened beneath the verified descriptor
+// of its parent (pkg/trusteddir). A missing one means the Domain is not
+// published; anything else is refused with the path and the fix before a
+// byte is read or sent.
+func openRuntime(paths domain.Paths) (*trusteddir.Dir, error) {
+	root, err := trusteddir.OpenPrivate(filepath.Dir(paths.RuntimeDir), os.Getuid())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotPublished
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runtime root: %w", err)
+	}
+	defer root.Close()
+	d, err := root.OpenPrivate(filepath.Base(paths.RuntimeDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotPublished
+	}
+	if err != nil {
+		return nil, fmt.Errorf("Domain runtime directory: %w", err)
+	}
+	return d, nil
+}
+
+// Dial connects to the Domain's control socket through the verified
+// runtime directory and checks that the listener runs as the developer
+// (SO_PEERCRED). ErrNotPublished when nothing listens; a refusal
+// (errdefs.ErrRefused) when the directory or the listener is not trusted.
+func Dial(paths domain.Paths) (*net.UnixConn, error) {
+	d, err := openRuntime(paths)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	conn, err := d.DialUnix(domain.ControlSocketName)
+	if errors.Is(err, errdefs.ErrRefused) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, ErrNotPublished
+	}
+	return conn, nil
+}
+
+// Conn is an authenticated (mutual TLS) control connection and the
+// generation and Client CLI identity it is bound to.
+type Conn struct {
+	conn net.Conn
+	fc   *control.Conn
+	// Identity is the generation the coordinator's Trust Manifest names.
+	Identity trust.GenerationIdentity
+	// ClientID is the Client CLI ID the coordinator issued at enrollment.
+	ClientID string
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.conn.Close() }
+
+// Connect dials the Domain and authenticates.
+func Connect(paths domain.Paths, profile string) (*Conn, error) {
+	raw, err := Dial(paths)
+	if err != nil {
+		return nil, err
+	}
+	return Authenticate(raw, paths, profile)
+}
+
+// Authenticate turns a dialed control connection into an authenticated
+// one: it pins the published coordinator, enrolls a fresh in-memory
+// Ed25519 key on this certificate-less connection (the only thing such a
+// connection may do), and dials again with the issued one-hour leaf. It
+// takes raw over, also on error. ErrNotPublished means the coordinator
+// withdrew meanwhile (it is stopping).
+func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn, error) {
+	pub, id, err := ReadPublication(paths, profile)
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	key, err := trust.NewClientKey(nil)
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	csr, err := trust.NewCSR(key)
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	cfg, err := trust.ClientTLSConfig(pub, nil, nil)
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	enrollConn := tls.Client(raw, cfg)
+	defer enrollConn.Close()
+	enrollConn.SetDeadline(time.Now().Add(enrollTimeout))
+	fc := control.NewConn(enrollConn)
+	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: csr}}}); err != nil {
+		return nil, fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished)
+	}
+	var f lv1.ServerFrame
+	if err := fc.Read(&f); err != nil {
+		return nil, fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished)
+	}
+	if e := f.GetError(); e != nil {
+		return nil, frameError(e)
+	}
+	en := f.GetEnrollment()
+	if en == nil {
+		return nil, errdefs.New(errdefs.ErrCorrupt, "the Host Coordinator answered enrollment with %v", f.String())
+	}
+	cert := trust.ClientCertificate(key, &trust.Enrollment{ClientID: en.ClientCliId, CertDER: en.CertificateDer})
+	raw2, err := Dial(paths)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err = trust.ClientTLSConfig(pub, &cert, nil)
+	if err != nil {
+		raw2.Close()
+		return nil, err
+	}
+	// Raw non-blocking socket I/O: a session's output arrives in thousands
+	// of reads a second (package rawio says why that matters).
+	rconn, err := rawio.NewConn(raw2)
+	if err != nil {
+		raw2.Close()
+		return nil, err
+	}
+	conn := tls.Client(rconn, cfg)
+	conn.SetDeadline(time.Now().Add(enrollTimeout))
+	if err := conn.Handshake(); err != nil {
+		conn.Close()
+		return nil, errdefs.Mark(fmt.Errorf("TLS with the Host Coordinator: %w", err), errdefs.ErrRefused)
+	}
+	conn.SetDeadline(time.Time{})
+	return &Conn{conn: conn, fc: control.NewConn(conn), Identity: id, ClientID: en.ClientCliId}, nil
+}
+
+// frameError is the error an Error frame reports, in its category.
+func frameError(e *lv1.Error) error {
+	return errdefs.Mark(errors.New(e.Message), errdefs.FromCategory(e.Category))
+}
+
+// request sends the one request of a status or stop connection and reads
+// its answer; an Error frame is returned as its error.
+func (c *Conn) request(m *lv1.ClientFrame) (*lv1.ServerFrame, error) {
+	if err := c.fc.Write(m); err != nil {
+		return nil, err
+	}
+	var f lv1.ServerFrame
+	if err := c.fc.Read(&f); err != nil {
+		return nil, err
+	}
+	if e := f.GetError(); e != nil {
+		return nil, frameError(e)
+	}
+	return &f, nil
+}

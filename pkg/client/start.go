@@ -1,0 +1,264 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/hclog"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/timing"
+	"github.com/lazaret/lazaret/pkg/trust"
+)
+
+// MaxAttempts bounds joins refused because the Domain was stopping.
+const MaxAttempts = 100
+
+// StartTimeout bounds how long a CLI waits to start or join a Domain.
+const StartTimeout = 3 * time.Minute
+
+// Starter starts or joins one Domain: it connects to the Domain's Host
+// Coordinator, and starts one when this CLI wins the Domain lock.
+type Starter struct {
+	Paths domain.Paths
+	// Profile is the Agent Profile's name, CanonicalProfile its validated
+	// canonical bytes (handed to a coordinator this CLI starts in a sealed
+	// memfd).
+	Profile          string
+	CanonicalProfile []byte
+	// Workspace is the Agent Workspace root; Image the sandbox image.
+	Workspace, Image string
+	// LocateHC finds the lazaret-hc program (only when one is started).
+	LocateHC func() (string, error)
+	// Environ is the CLI's environment: a coordinator it starts gets the
+	// variables it reads from it (see coordinatorEnv), and ExtraEnv.
+	Environ  []string
+	ExtraEnv []string
+	// LogLevel is the coordinator's --log-level.
+	LogLevel string
+	// Broker spawns the coordinator.
+	Broker *proc.Broker
+	// Timing records start-up stages (nil: none).
+	Timing *timing.Recorder
+
+	started bool // this CLI already started a coordinator
+}
+
+// Run starts or joins the Domain and runs one Client Session of req: each
+// attempt authenticates, registers a fresh Session Anchor (its key binds
+// the Session ID) and hands the session to attach, which starts it
+// (Session.Start) and runs it to its End. While the Domain is stopping
+// (not published, or End.Retry) it starts or joins again, up to
+// MaxAttempts. A signal on abort before a session exists ends Run with
+// 128+n; Run returns the session's End.
+func (s *Starter) Run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*Session) *End) (*End, error) {
+	for attempt := 1; ; attempt++ {
+		raw, err := s.connectOrSignal(abort)
+		var sig signalled
+		if errors.As(err, &sig) {
+			return &End{Code: 128 + int(sig)}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.Timing.Mark("connected to the coordinator")
+		c, err := Authenticate(raw, s.Paths, s.Profile)
+		if errors.Is(err, ErrNotPublished) && attempt < MaxAttempts {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		anchor, err := trust.NewSessionAnchor(nil)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		req.SessionRegistration = anchor.Registration(c.Identity, c.ClientID).Encode()
+		sess := c.Session(req, anchor)
+		end := attach(sess)
+		sess.Close()
+		if end.Retry && attempt < MaxAttempts {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if end.Retry {
+			return nil, errdefs.New(errdefs.ErrUnavailable, "the Domain kept stopping while this session tried to join (%d attempts); see %s", attempt, s.Paths.Log())
+		}
+		return end, nil
+	}
+}
+
+// signalled is a connect abandoned on a terminal signal.
+type signalled syscall.Signal
+
+func (s signalled) Error() string { return syscall.Signal(s).String() }
+
+// connectOrSignal is connect, abandoned on a signal.
+func (s *Starter) connectOrSignal(abort <-chan os.Signal) (*net.UnixConn, error) {
+	type result struct {
+		conn *net.UnixConn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		conn, err := s.connect()
+		done <- result{conn, err}
+	}()
+	select {
+	case r := <-done:
+		return r.conn, r.err
+	case sig := <-abort:
+		return nil, signalled(sig.(syscall.Signal))
+	}
+}
+
+// connect dials the Domain's coordinator; when nothing serves it and this
+// CLI takes the Domain lock, it starts one first.
+func (s *Starter) connect() (*net.UnixConn, error) {
+	deadline := time.Now().Add(StartTimeout)
+	for time.Now().Before(deadline) {
+		conn, err := Dial(s.Paths)
+		if err == nil {
+			return conn, nil
+		}
+		if errors.Is(err, errdefs.ErrRefused) {
+			return nil, err
+		}
+		lock, err := os.OpenFile(s.Paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+		if errors.Is(err, fs.ErrNotExist) {
+			// `lazaret rm` removed the Domain Root meanwhile: start afresh.
+			if err = domain.EnsurePrivateDir(s.Paths.DomainRoot, os.Getuid()); err == nil {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open Domain lock: %w", err)
+		}
+		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil && !lockedAtPath(lock, s.Paths.LockFile()) {
+			// Locked after `lazaret rm` moved its Domain Root aside: that
+			// lock guards nothing any more; take the one at the path.
+			lock.Close()
+			continue
+		}
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			// A coordinator is starting or stopping: wait for its socket or
+			// for the lock.
+			lock.Close()
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("lock Domain: %w", err)
+		}
+		if s.started {
+			// The coordinator this CLI started is gone before serving.
+			lock.Close()
+			return nil, errdefs.New(errdefs.ErrUnavailable, "the Host Coordinator exited during start-up; see %s (the next lazaret run recovers what it left)", s.Paths.Log())
+		}
+		s.started = true
+		err = s.startCoordinator(lock)
+		lock.Close() // the coordinator holds the lock through its own descriptor
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s; see %s", StartTimeout, s.Paths.Log())
+}
+
+// lockedAtPath reports whether the locked file f is still the file at
+// path: a lock file moved or removed since it was opened (`lazaret rm`)
+// excludes nobody.
+func lockedAtPath(f *os.File, path string) bool {
+	var held, there unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &held) != nil || unix.Stat(path, &there) != nil {
+		return false
+	}
+	return held.Dev == there.Dev && held.Ino == there.Ino
+}
+
+// coordinatorEnv is what a coordinator gets of the CLI's environment.
+func coordinatorEnv(environ []string) []string {
+	env := []string{}
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LAZARET_RUNSC", "LAZARET_RS", "LAZARET_ESCALATE", "TMPDIR", timing.EnvFile,
+			// Which Git configuration files the developer's Git reads
+			// (the coordinator reads them as host Git does).
+			"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM":
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// startCoordinator spawns lazaret-hc holding our locked descriptor and waits
+// for it to report its socket or its start-up error.
+func (s *Starter) startCoordinator(lock *os.File) error {
+	hcPath, err := s.LocateHC()
+	if err != nil {
+		return err
+	}
+	// Appended: earlier generations stay readable (`lazaret logs
+	// --generation N`) until the log is rotated.
+	logf, err := hclog.OpenForStart(s.Paths.Log())
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	env := append(coordinatorEnv(s.Environ), s.ExtraEnv...)
+	// The validated profile goes to the coordinator as canonical bytes in a
+	// sealed memfd (never a path it would re-read, never mounted).
+	profileFile, err := fdpass.SealedMemfd("lazaret-profile", s.CanonicalProfile)
+	if err != nil {
+		readyW.Close()
+		return err
+	}
+	defer profileFile.Close()
+	s.Timing.Mark("starting the coordinator")
+	_, err = s.Broker.Start("lazaret-hc", proc.Command{
+		Path: hcPath,
+		Args: []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--profile-fd=5", "--workspace=" + s.Workspace, "--profile=" + s.Profile, "--image=" + s.Image, "--log-level=" + s.LogLevel},
+		Env:  env,
+		Dir:  "/",
+		// Setsid: terminal signals for the CLI never reach the coordinator.
+		Files:  []*os.File{nil, logf, logf, lock, readyW, profileFile},
+		Setsid: true,
+	})
+	readyW.Close()
+	if err != nil {
+		return fmt.Errorf("start host coordinator: %w", err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(readyR, 64<<10))
+	msg := strings.TrimSpace(string(b))
+	if msg == "ok" {
+		s.Timing.Mark("coordinator ready")
+		return nil
+	}
+	if cat, text, ok := strings.Cut(msg, "\x00"); ok {
+		return errdefs.Mark(errors.New(text), errdefs.FromCategory(cat))
+	}
+	return errdefs.New(errdefs.ErrInternal, "host coordinator failed to start; see %s", s.Paths.Log())
+}
