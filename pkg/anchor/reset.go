@@ -93,6 +93,7 @@ func RecoverAll(domainRoot string, now func() time.Time) error {
 		if err != nil {
 			return err
 		}
+		var finishErr error
 		if _, err := openDirCheck(fd, swapName); err == nil {
 			if tfd < 0 {
 				if tfd, err = statetree.MkdirBeneath(afd, trashDir, 0o700); err != nil {
@@ -100,11 +101,11 @@ func RecoverAll(domainRoot string, now func() time.Time) error {
 					return err
 				}
 			}
-			err = statetree.FinishSwap(upperSwap(fd, tfd, n, now))
+			finishErr = statetree.FinishSwap(upperSwap(fd, tfd, n, now))
 		}
 		unix.Close(fd)
-		if err != nil {
-			return err
+		if finishErr != nil {
+			return finishErr
 		}
 	}
 	return nil
