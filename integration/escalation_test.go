@@ -32,6 +32,7 @@ func escalationConfig(t *testing.T) string {
 // a command no rule approves is denied at once (no terminal to ask);
 // `sh -c` never matches a rule; the audit log records each.
 func TestEscalationNonInteractive(t *testing.T) {
+	recordModelTrace(t, "ReceiveEscalation", "AutoApprove", "StartHostExecution", "CompleteHostExecution", "QueuePrompt", "DeveloperDeny", "DeliverResult")
 	cfg := escalationConfig(t)
 	ws := workspace(t)
 	run := func(args ...string) result {
@@ -82,6 +83,7 @@ func TestEscalationNonInteractive(t *testing.T) {
 // directory that is constrained exactly; the version-1 shorthand (a bare
 // argv, a prefix rule) still works.
 func TestEscalationRules(t *testing.T) {
+	recordModelTrace(t, "ReceiveEscalation", "AutoApprove", "QueuePrompt", "DeveloperDeny", "DeliverResult")
 	e := need(t)
 	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
 	body := `[profiles.rules]
@@ -97,19 +99,26 @@ auto_approve = [
 		t.Fatal(err)
 	}
 	os.Chown(cfg, e.uid, e.gid)
-	ws := workspace(t)
+	// Two workspaces (two Domains): the model's fixture holds at most
+	// lazaret.MaxRequests Escalation Requests per Domain.
+	ws, ws2 := workspace(t), workspace(t)
 	script := `mkdir -p sub/deeper sub2
 lazaret-escalate -- echo exact-ok; echo rc1=$?
 lazaret-escalate -- echo exact-ok extra; echo rc2=$?
 (cd sub/deeper && lazaret-escalate -- pwd; echo rc3=$?)
 (cd sub && lazaret-escalate -- pwd -P; echo rc4=$?)
 lazaret-escalate -- pwd; echo rc5=$?
+`
+	script2 := `mkdir -p sub/deeper sub2
 (cd sub2 && lazaret-escalate -- pwd; echo rc6=$?)
 (cd sub && lazaret-escalate -- echo here; echo rc7=$?)
 (cd sub/deeper && lazaret-escalate -- echo here; echo rc8=$?)
 lazaret-escalate -- true; echo rc9=$?
 `
 	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "rules", "--", "sh", "-c", script)
+	r2 := lz(t, ws2, nil, "run", "--config", cfg, "-p", "rules", "--", "sh", "-c", script2)
+	r.stdout += r2.stdout
+	r.stderr += r2.stderr
 	want := []string{
 		"exact-ok\nrc1=0\n",
 		"rc2=77\n",
@@ -212,6 +221,7 @@ func rssKiB(pid int) int {
 // edit-and-approve runs the edited argv; Ctrl-C inside cancels and the host
 // process is killed and reaped.
 func TestEscalationTerminal(t *testing.T) {
+	recordModelTrace(t, "BeginPrompt", "DeveloperApprove", "DeveloperDeny", "StartHostExecution", "CompleteHostExecution", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)
@@ -413,6 +423,7 @@ func tail(s string, n int) string {
 // cancels the prompt; the developer's "y" typed afterwards starts nothing
 // on the host, and the audit records the request as cancelled.
 func TestSpec37PromptCancelledWhenSessionCloses(t *testing.T) {
+	recordModelTrace(t, "BeginPrompt", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)
@@ -474,6 +485,7 @@ func waitHostProcess(t *testing.T, uid int, sub string, present bool, timeout ti
 // delivered, complete and in order, once the host process has ended; then
 // the terminal is the sandbox's again.
 func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
+	recordModelTrace(t, "AutoApprove", "StartHostExecution", "CompleteHostExecution", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)
@@ -563,6 +575,7 @@ func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
 // marker it would write after a delay never appears, and the audit log
 // records the request as cancelled because the session closed.
 func TestSpec33CloseKillsHostProcess(t *testing.T) {
+	recordModelTrace(t, "DeveloperApprove", "StartHostExecution", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)

@@ -20,8 +20,10 @@ var activeModelTrace string
 // relation when the test ends: a step the model does not allow fails the
 // test with the first illegal step, the steps before it and the model
 // state. The test must have let its Domains stop (noLeftovers) before it
-// returns; each traced Domain must end Absent. It returns the trace path.
-func recordModelTrace(t *testing.T) string {
+// returns; each traced Domain must end Absent. Each action named in want
+// must be among the replayed steps (the scenario's code path records it).
+// It returns the trace path.
+func recordModelTrace(t *testing.T, want ...string) string {
 	t.Helper()
 	e := need(t)
 	dir := e.userDir("model-traces")
@@ -33,7 +35,17 @@ func recordModelTrace(t *testing.T) string {
 	activeModelTrace = path
 	t.Cleanup(func() {
 		activeModelTrace = ""
-		replayModelTrace(t, path)
+		reps := replayModelTrace(t, path)
+		var all []string
+		for _, r := range reps {
+			all = append(all, r.Steps...)
+		}
+		steps := "\n" + strings.Join(all, "\n")
+		for _, w := range want {
+			if !strings.Contains(steps, "\n"+w+"(") {
+				t.Errorf("model trace %s: no %s step was recorded", path, w)
+			}
+		}
 	})
 	return path
 }

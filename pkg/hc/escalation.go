@@ -612,6 +612,7 @@ func (e *escalations) finishEarly(r *escRequest, outcome lv1.EscalationOutcome, 
 // audit entry is appended and fsynced.
 func (e *escalations) writeResult(r *escRequest, res *lv1.EscalationResult, bytes uint64, approved []string) {
 	res.RequestId, res.Generation = r.id(), e.gen.Generation
+	e.mtDeliver(r)
 	entry := audit.Entry{Event: audit.EventResult, Generation: e.gen.Generation, RequestID: r.id(), Outcome: outcomeName(res.Outcome),
 		Signal: int(res.Signal), Bytes: bytes, Reason: res.Reason, Argv: approved}
 	if r.sess != nil {
@@ -684,7 +685,9 @@ func (e *escalations) handle(s *escSession, r *escRequest) {
 	fail := func(o lv1.EscalationOutcome, reason string) {
 		e.writeResult(r, &lv1.EscalationResult{Outcome: o, ExitCode: -1, Reason: reason}, 0, nil)
 	}
+	e.mtReceive(s, r)
 	argv, by, ok := e.decide(s, r)
+	e.mtDecided(r, argv, by, ok)
 	if !ok {
 		switch by {
 		case "timeout":
@@ -730,6 +733,7 @@ func (e *escalations) decide(s *escSession, r *escRequest) (argv []string, by st
 		e.audit.AppendBuffered(dec) // synced by the execution's entry before release
 		return req.Argv, "auto-rule", true
 	}
+	e.mtQueuePrompt(r)
 	e.audit.Sync() // the request is durable before anyone is asked
 	port := e.awaitPort(s, r)
 	if port == nil {
@@ -981,6 +985,7 @@ type escOutput struct {
 func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by string) {
 	log := e.log.With("request_id", r.id(), "session_id", s.id)
 	failed := func(reason string) {
+		e.mtHostFailed(r)
 		e.writeResult(r, &lv1.EscalationResult{Outcome: lv1.EscalationOutcome_ESCALATION_OUTCOME_FAILED, ExitCode: -1, Reason: reason, ApprovedArgv: argv}, 0, argv)
 	}
 	// The working directory is held open and the child enters it through
@@ -1016,6 +1021,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 	// StartHostExecution: an interactive session's route is HostProcess
 	// before the process may run, and a closing session starts none.
 	run, refused := e.hostRoute(s, r, argv, by)
+	e.mtHostRouted(r, refused)
 	if refused != nil {
 		outR.Close()
 		outW.Close()
@@ -1048,6 +1054,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		errR.Close()
 		if errors.Is(err, errHostStopped) {
 			log.Info("host command not started", "reason", run.stopWhy)
+			e.mtHostStopped(r)
 			e.writeResult(r, &lv1.EscalationResult{Outcome: lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, ExitCode: -1, Reason: run.stopWhy, ApprovedArgv: argv}, 0, argv)
 			run.finish(lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED, -1, 0, run.stopWhy)
 			return
@@ -1102,6 +1109,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 		// The whole process group the command leads (Setsid), through its
 		// pidfd: a shell's children die with it rather than outlive the
 		// request (and its session).
+		e.mtHostKilled(r, outcome)
 		child.SignalGroup(unix.SIGKILL)
 		child.Signal(unix.SIGKILL)
 		<-child.Done() // reaped by the broker through the pidfd
@@ -1157,6 +1165,7 @@ func (e *escalations) execute(s *escSession, r *escRequest, argv []string, by st
 			// the sandbox route again (its output may still be draining
 			// to the requester).
 			st, _ := child.Status()
+			e.mtHostExited(r)
 			if st.Exited {
 				run.finish(lv1.EscalationOutcome_ESCALATION_OUTCOME_COMPLETED, int32(st.Code), 0, "")
 			} else {

@@ -68,6 +68,7 @@ func (p *terminalPrompts) channels(route terminalRoute, closing bool) routeChann
 // stops reading the PTY) and sends the prompt.
 func (p *terminalPrompts) begin(t *terminal, a *promptAsk) {
 	p.cur = a
+	t.s.c.mtBeginPrompt(a.prompt.RequestId)
 	t.setRoute(routePrompt)
 	t.log.Info("escalation prompt shown", "request_id", a.prompt.RequestId)
 	t.s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPrompt{EscalationPrompt: a.prompt}})

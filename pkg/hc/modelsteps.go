@@ -40,7 +40,8 @@ type modelSteps struct {
 	rs       bool   // StartRuntimeSupervisor recorded, RS not yet gone
 	sidecar  bool   // StartSidecar recorded (RS then arms the edge and starts the sandbox)
 	sessions map[string]mSession
-	rsKilled bool // this coordinator SIGKILLed RS
+	rsKilled bool                 // this coordinator SIGKILLed RS
+	requests map[string]*mRequest // Escalation Requests (modelsteps_escalation.go)
 }
 
 // emit records action(args) for this generation.

@@ -124,3 +124,95 @@ func TestReadRecordsRefusesNewerVersion(t *testing.T) {
 		t.Fatalf("newer record accepted: %v", err)
 	}
 }
+
+// recordEscalationRun emits, as the Host Coordinator does, one run whose
+// session escalates twice: a command the developer approves at the prompt
+// and runs on the host, then one a rule approves that is cancelled while it
+// runs.
+func recordEscalationRun(t *testing.T) []modeltrace.Record {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	t.Setenv(modeltrace.Env, path)
+	if err := modeltrace.Start("hc", os.Getenv); err != nil {
+		t.Fatal(err)
+	}
+	const dom, s1, r1, r2 = "8501ae07", "cli-101", "a1b2c3d4", "e5f6a7b8"
+	emit := func(steps ...[]string) {
+		for _, a := range steps {
+			modeltrace.Emit(dom, 1, a[0], a[1:]...)
+		}
+	}
+	emit([]string{"StartNewDomain", s1}, []string{"CreateTrustAnchor", dom}, []string{"StartRuntimeSupervisor", dom},
+		[]string{"MountStateAnchor", dom}, []string{"StartSidecar", dom}, []string{"ArmRuntimeCausalEdge", dom},
+		[]string{"StartSandbox", dom}, []string{"PublishDomain", dom}, []string{"AdvanceWaitingSession", s1},
+		[]string{"RegisterSession", s1})
+	modeltrace.EmitFacts(dom, 1, map[string]string{"session": s1}, "ReceiveEscalation", r1)
+	emit([]string{"QueuePrompt", r1}, []string{"BeginPrompt", r1}, []string{"DeveloperApprove", r1, "9f86d081884c7d65"},
+		[]string{"StartHostExecution", r1}, []string{"CompleteHostExecution", r1}, []string{"DeliverResult", r1})
+	modeltrace.EmitFacts(dom, 1, map[string]string{"session": s1}, "ReceiveEscalation", r2)
+	emit([]string{"AutoApprove", r2}, []string{"StartHostExecution", r2}, []string{"CancelRequest", r2}, []string{"DeliverResult", r2},
+		[]string{"DisconnectSession", s1}, []string{"BeginTeardown", dom}, []string{"StopSandbox", dom}, []string{"StopSidecar", dom},
+		[]string{"UnmountStateAnchor", dom}, []string{"GracefulSupervisorExit", dom}, []string{"FinishTeardown", dom})
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := ReadRecords(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range recs {
+		switch recs[i].Action {
+		case "MountStateAnchor", "ArmRuntimeCausalEdge", "StartSandbox":
+			recs[i].Role = "rs"
+		}
+	}
+	return recs
+}
+
+func TestReplayRecordedEscalations(t *testing.T) {
+	recs := recordEscalationRun(t)
+	reps, err := ReplayLazaret(recs)
+	if err != nil {
+		t.Fatalf("recorded escalations rejected:\n%v", err)
+	}
+	if len(reps) != 1 || len(reps[0].Steps) != len(recs) || len(reps[0].Config.Requests) != 2 {
+		t.Fatalf("replay %+v", reps)
+	}
+	if got := reps[0].Steps[13]; got != "DeveloperApprove(R1, Approved1)" {
+		t.Fatalf("the developer's approval replays as %q", got)
+	}
+	if !reps[0].Config.AutoRuleMatches[1] || reps[0].Config.AutoRuleMatches[0] {
+		t.Fatalf("auto-approval facts: %v", reps[0].Config.AutoRuleMatches)
+	}
+}
+
+// A host command started before the developer approved it — the two
+// emitted steps swapped — is rejected at the start, readably; so is a
+// result delivered while the command still runs.
+func TestReplayReorderedEscalationRejected(t *testing.T) {
+	recs := recordEscalationRun(t)
+	recs[13], recs[14] = recs[14], recs[13] // DeveloperApprove <-> StartHostExecution
+	_, err := ReplayLazaret(recs)
+	var re *RejectError
+	if !errors.As(err, &re) {
+		t.Fatalf("reordered trace: want a RejectError, got %v", err)
+	}
+	msg := err.Error()
+	t.Logf("%s", msg)
+	if re.Line != 14 || re.Label != "StartHostExecution(R1)" || len(re.Preceding) != 13 || re.Preceding[12] != "BeginPrompt(R1)" {
+		t.Fatalf("rejected at record %d (%s) after %v", re.Line, re.Label, re.Preceding)
+	}
+	for _, want := range []string{"rejected at record 14: StartHostExecution(R1) recorded by hc", "not enabled", "preceding steps (13)",
+		"   13 BeginPrompt(R1)", `/\ requestPhase = R1 :> "AwaitingApproval"`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q", want)
+		}
+	}
+	recs = recordEscalationRun(t)
+	recs[15], recs[16] = recs[16], recs[15] // CompleteHostExecution <-> DeliverResult
+	if _, err := ReplayLazaret(recs); !errors.As(err, &re) || re.Label != "DeliverResult(R1)" {
+		t.Fatalf("result before completion: %v", err)
+	}
+}
