@@ -75,7 +75,7 @@ func benchRepo(t *testing.T, e *env, ws string, n int, setups []string) {
 	_ = setups
 }
 
-// TestBenchGitRouting (spec §3.4, filesystem.md §5): warm `git status` of a
+// TestBenchGitRouting (spec §3.4): warm `git status` of a
 // 5,000-file repository and a 5,000-small-file untar into a non-ignored and
 // an ignored directory — on the host, inside bare runsc with a plain bind
 // of the workspace, and inside Lazaret with the Git-routing daemon — plus

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestBenchStateAnchors (make bench, issue #8): first launch of the default
+// TestBenchStateAnchors (make bench, spec §3.5): first launch of the default
 // (Debian) image including its preparation, a second launch reusing the
 // prepared lower, and the cold start of the tiny image with its six default
 // State Anchors mounted against the same image with none (target: anchors

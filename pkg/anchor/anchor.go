@@ -3,9 +3,9 @@
 // the shared, read-only prepared lower.
 //
 // One kernel overlay (always with `userxattr`: without it the mount degrades
-// and a later rm of a merged directory fails with EIO, design note
-// filesystem.md §3) is mounted per persistent guest path, in the Runtime
-// Supervisor's private mount namespace, with
+// and a later rm of a merged directory fails with EIO) is mounted per
+// persistent guest path, in the Runtime Supervisor's private mount
+// namespace, with
 //
 //	lowerdir = <the read-only bind of the prepared rootfs>/<guest path>
 //	upperdir = <DomainRoot>/anchors/<name>/upper

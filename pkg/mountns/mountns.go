@@ -21,7 +21,7 @@ func MakePrivate() error {
 }
 
 // BindReadOnly binds src at dst and remounts the bind read-only, so the
-// prepared lower cannot be written through dst (filesystem.md §3).
+// prepared lower cannot be written through dst (spec §3.5).
 func BindReadOnly(src, dst string) error {
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return &os.PathError{Op: "bind", Path: dst, Err: err}
