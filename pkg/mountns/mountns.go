@@ -48,15 +48,6 @@ func Unmount(dst string) error {
 	return nil
 }
 
-// IsReadOnly reports whether the filesystem at p is mounted read-only.
-func IsReadOnly(p string) (bool, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		return false, &os.PathError{Op: "statfs", Path: p, Err: err}
-	}
-	return st.Flags&unix.ST_RDONLY != 0, nil
-}
-
 // EnterPrivateWithFile gives the calling OS thread a new mount namespace in
 // which src is bound over dst (read-only), e.g. a chosen resolv.conf for a
 // process that is exec'd from this thread next. The caller must have locked
