@@ -98,7 +98,6 @@ type coordinator struct {
 
 	rt           runsc.Runtime
 	rsPath       string
-	logFile      *os.File
 	lockFile     *os.File
 	generation   uint64
 	coordinator  string
