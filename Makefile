@@ -121,7 +121,7 @@ vet:
 test: setup build kernel-qualified proto-check vet unit test-model integration
 
 unit:
-	$(GO) test -tags '$(TAGS)' -count=1 ./api/... ./pkg/... ./cmd/...
+	$(GO) test -tags '$(TAGS)' -count=1 ./api/... ./pkg/... ./cmd/... ./scripts/...
 
 # The Debian image build and preparation as unit tests (network, minutes).
 test-debian:
@@ -133,11 +133,16 @@ integration: build-failpoints
 	scripts/setup.sh test-debs
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 30m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
 
+# make bench records each benchmark's report in
+# bench/results/<date>-<commit>.json (pkg/benchresult; commit it) and renders
+# docs/BENCHMARKS.md from the newest such file; figures are never written
+# into prose.
 bench: setup build
 	scripts/setup.sh user $(TEST_USER)
 	scripts/setup.sh images $(TEST_USER) busybox debian claude
 	@mkdir -p bench/results
 	LAZARET_COMMIT=$(VERSION) $(GO) test -tags '$(TAGS) lazaret_bench' -count=1 -v -timeout 40m -run '^TestBench(Network|StateAnchors|GitRouting|Escalation|Recipe|Scale)?$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results
+	$(GO) run ./scripts/benchtable
 
 PROTOC_GEN_GO := $(DEPS_DIR)/bin/protoc-gen-go
 $(PROTOC_GEN_GO):
