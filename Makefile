@@ -19,8 +19,8 @@ BINS := lazaret lazaret-hc lazaret-rs lazaret-escalate
 
 # make install: lazaret in $(PREFIX)/bin; lazaret-hc, lazaret-rs,
 # lazaret-escalate (and the pinned runsc, when built) in
-# $(PREFIX)/libexec/lazaret, where lazaret finds them (docs/ARCHITECTURE.md,
-# "Finding the binaries"); the man page and bash/zsh/fish completions.
+# $(PREFIX)/libexec/lazaret, where lazaret finds them (README, "Install";
+# pkg/locate); the man page and bash/zsh/fish completions.
 PREFIX ?= /usr/local
 DESTDIR ?=
 INSTALL_RUNSC ?= 1

@@ -19,7 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
-// The allowlist network mode (docs/ARCHITECTURE.md, Egress proxy): the
+// The allowlist network mode (package netpolicy's doc, "Egress proxy"): the
 // sandbox runs in its own network namespace, held by a thread of RS, whose
 // only route leads to the egress proxy, a child of RS in RS's namespace;
 // the proxy admits only the profile's host names and connects through the
