@@ -19,8 +19,8 @@ BINS := lazaret lazaret-hc lazaret-rs lazaret-escalate
 
 # make install: lazaret in $(PREFIX)/bin; lazaret-hc, lazaret-rs,
 # lazaret-escalate (and the pinned runsc, when built) in
-# $(PREFIX)/libexec/lazaret, where lazaret finds them (docs/ARCHITECTURE.md,
-# "Finding the binaries"); the man page and bash/zsh/fish completions.
+# $(PREFIX)/libexec/lazaret, where lazaret finds them (README, "Install";
+# pkg/locate); the man page and bash/zsh/fish completions.
 PREFIX ?= /usr/local
 DESTDIR ?=
 INSTALL_RUNSC ?= 1
@@ -124,7 +124,7 @@ test: setup build kernel-qualified proto-check vet unit test-model integration
 UNIT_PKGS = ./api/... ./cmd/... $(shell $(GO) list -tags '$(TAGS)' ./pkg/... | grep -v '/pkg/model')
 
 unit:
-	$(GO) test -tags '$(TAGS)' -count=1 $(UNIT_PKGS)
+	$(GO) test -tags '$(TAGS)' -count=1 $(UNIT_PKGS) ./scripts/...
 
 # The fast inner loop: vet and every unit test in -short mode (the long
 # crash matrices, property runs and kernel suites are skipped; make unit
@@ -143,11 +143,16 @@ integration: build-failpoints
 	scripts/setup.sh test-debs
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 30m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
 
+# make bench records each benchmark's report in
+# bench/results/<date>-<commit>.json (pkg/benchresult; commit it) and renders
+# docs/BENCHMARKS.md from the newest such file; figures are never written
+# into prose.
 bench: setup build
 	scripts/setup.sh user $(TEST_USER)
 	scripts/setup.sh images $(TEST_USER) busybox debian claude
 	@mkdir -p bench/results
 	LAZARET_COMMIT=$(VERSION) $(GO) test -tags '$(TAGS) lazaret_bench' -count=1 -v -timeout 40m -run '^TestBench(Network|Egress|StateAnchors|GitRouting|Escalation|Recipe|Scale)?$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results
+	$(GO) run ./scripts/benchtable
 
 PROTOC_GEN_GO := $(DEPS_DIR)/bin/protoc-gen-go
 $(PROTOC_GEN_GO):

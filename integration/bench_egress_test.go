@@ -177,4 +177,5 @@ network.dns = [%q]
 		os.WriteFile(f, js, 0o644)
 		fmt.Printf("written %s\n", f)
 	}
+	recordBench(t, "egress", "", rep)
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // benchEscalation measures the round trip of an auto-approved host
@@ -133,5 +134,7 @@ func TestBenchEscalation(t *testing.T) {
 	m, mp99, base, rt, rtp99 := benchEscalation(t, e, ws, *flagEscRuns)
 	fmt.Printf("auto-approved escalation of true over %d runs: protocol round trip (measured by the client) median %.1f ms, p99 %.1f ms (target median <= 50 ms); wall time including the client's process start median %.1f ms, p99 %.1f ms; in-sandbox /bin/true timed the same way: median %.1f ms\n",
 		len(m.RunsMS), rt.MedianMS, rtp99, m.MedianMS, mp99, base.MedianMS)
+	recordBench(t, "escalation", "", benchReport{When: time.Now().UTC(), Commit: os.Getenv("LAZARET_COMMIT"),
+		Measurements: []measurement{m, base, rt}, Ratios: map[string]float64{"roundtrip_p99_ms": mp99, "protocol_roundtrip_p99_ms": rtp99}})
 	noLeftovers(t)
 }

@@ -80,6 +80,10 @@ for i in $(seq %d); do s=${EPOCHREALTIME/./}; exec 3<>/dev/tcp/%s/7777; read -r 
 	fmt.Printf("\n%-34s %10s %10s %8s\n", "network (same test host)", "host", "sandbox", "ratio")
 	fmt.Printf("%-34s %10.0f %10.0f %7.0f%%\n", "TCP throughput MiB/s (median of 3)", median(hostMiBps), median(sbMiBps), 100*median(sbMiBps)/median(hostMiBps))
 	fmt.Printf("%-34s %10.3f %10.3f %7.1fx\n", "TCP connect+line ms (median of 50)", median(hostConnect), median(sbConnect), median(sbConnect)/median(hostConnect))
+	recordBench(t, "network", "", map[string]any{
+		"host_tcp_mibps": hostMiBps, "sandbox_tcp_mibps": sbMiBps,
+		"host_connect_line_ms": hostConnect, "sandbox_connect_line_ms": sbConnect,
+		"ratios": map[string]float64{"tcp_throughput_vs_host": median(sbMiBps) / median(hostMiBps), "connect_line_vs_host": median(sbConnect) / median(hostConnect)}})
 	noLeftovers(t)
 }
 

@@ -14,7 +14,7 @@ package integration
 // framing, no TLS, no event loop, system calls entered raw. `make bench`
 // runs it beside the host and Lazaret runs, so Lazaret's throughput can
 // be read against what the architecture itself costs here
-// (docs/ARCHITECTURE.md, Terminals). The sandbox runs as root, not
+// (package hc's doc, "Terminals"). The sandbox runs as root, not
 // rootless: the bytes take the same path (the sentry writes to the host
 // PTY slave it was handed).
 

@@ -135,6 +135,7 @@ func TestBenchScale(t *testing.T) {
 		js, _ := json.MarshalIndent(rep, "", "  ")
 		os.WriteFile(filepath.Join(*flagBenchOut, "scale-latest.json"), js, 0o644)
 	}
+	recordBench(t, "scale", "", rep)
 	if len(failures) > 0 {
 		t.Errorf("%d of %d Domains did not start:\n%s", len(failures), n, strings.Join(failures, "\n"))
 	}

@@ -216,4 +216,5 @@ done`, rootfs, bundle, n, e.runsc)
 		os.WriteFile(filepath.Join(*flagBenchOut, "latest.json"), js, 0o644)
 		fmt.Printf("written %s\n", f)
 	}
+	recordBench(t, "startup", "ms", rep)
 }

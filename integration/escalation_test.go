@@ -361,7 +361,7 @@ func TestEscalationHCMemoryBounded(t *testing.T) {
 	noLeftovers(t)
 }
 
-// TestSpec37EscalationCwdSwapStaysInWorkspace (§3.7, SR-2): the working
+// TestSpec37EscalationCwdSwapStaysInWorkspace (§3.7): the working
 // directory of an approved host command is checked once and entered
 // through the held descriptor. The attack: while an auto-approved `pwd`
 // is asked for 1,000 times from /workspace/sub, the sandbox swaps sub for

@@ -347,7 +347,7 @@ func TestSignalsReachTheCommand(t *testing.T) {
 	noLeftovers(t)
 }
 
-// TestSupervisorLossTearsDown (spec §3.3 hard loss, runtime.md §6): killing
+// TestSupervisorLossTearsDown (spec §3.3 hard loss): killing
 // the Runtime Supervisor takes down the attached runsc, the sandbox and the
 // session; the next run starts cleanly.
 func TestSupervisorLossTearsDown(t *testing.T) {

@@ -516,7 +516,7 @@ func assertGroupStopped(t *testing.T, ws string) {
 	t.Fatalf("guest group %s not stopped (Suspend not delivered to the group): %s", pgid, states)
 }
 
-// TestNonInteractiveJobControl (§3.3, FR-15, issue #5 item 3): without a terminal
+// TestNonInteractiveJobControl (§3.3, FR-15): without a terminal
 // session the Interrupt, Quit and Suspend events are what the CLI sends
 // when it receives SIGINT, SIGQUIT or SIGTSTP. Ctrl-Z typed in the outer
 // shell (or SIGTSTP from another process) stops the guest process group

@@ -188,7 +188,7 @@ deps() {
 		as_root mkdir -p "$RUNSC_DIR"
 		local tmp; tmp="$(mktemp -d)"
 		# CGO_ENABLED=0 is required: a cgo build re-execs /proc/self/exe after
-		# chroot and fails (shared/design/runtime.md §1).
+		# chroot and fails.
 		(cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS=-buildvcs=false go install -trimpath "gvisor.dev/gvisor/runsc@$RUNSC_VERSION")
 		as_root install -m 0755 "$tmp/runsc" "$RUNSC_DIR/runsc"
 		rm -rf "$tmp"

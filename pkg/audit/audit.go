@@ -1,5 +1,5 @@
 // Package audit is the per-Domain host escalation audit log (beyond the
-// spec, issue #9): one JSON object per line in <Domain Root>/audit.jsonl,
+// spec): one JSON object per line in <Domain Root>/audit.jsonl,
 // appended by the Host Coordinator and fsynced before each event's
 // consequence (an execution, a delivered result, a prompt), read by
 // `lazaret audit`. Every request, decision (who decided: session, Client

@@ -1,26 +1,3 @@
-// Package config reads the trusted host configuration and its Agent Profiles
-// (spec §1.1, §2 "Agent Profile", FR-9), validates it, derives each profile's
-// Configuration Fingerprint, and checks configuration confinement.
-//
-// The configuration is a TOML file, by default
-// $XDG_CONFIG_HOME/lazaret/config.toml (~/.config/lazaret/config.toml), or
-// the file named by --config. With no file, the built-in profiles `default`
-// (the locally built Debian image) and `tiny` (busybox) are available. The
-// file has a [defaults] table, applied to every profile, and one
-// [profiles.NAME] table per profile; docs/CONFIG.md describes every key.
-//
-// Layering of one effective profile, from lowest to highest precedence:
-//
-//	Lazaret defaults → [defaults] → built-in profile NAME → [profiles.NAME]
-//
-// Scalars (image, booleans) take the highest layer that sets them. Lists
-// (persistent paths, network prefixes, DNS, auto-approve rules, volumes) are
-// the union of [defaults] and the profile; env is merged by name, the profile
-// winning. The built-in network denies are always part of the policy.
-//
-// Everything in this package is pure except Load (reads the file) and
-// Confine (resolves paths on the host file system). Validation reports every
-// problem at once, each with file:line:column and the fix.
 package config
 
 import (

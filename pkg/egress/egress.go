@@ -219,8 +219,6 @@ type refusal struct {
 	err     error  // the dial error, for unreachable
 }
 
-func (r *refusal) Error() string { return r.Message }
-
 // open decides req and, when allowed, connects to a checked address.
 func (s *server) open(ctx context.Context, req request) (net.Conn, *refusal) {
 	p := s.cfg.Policy

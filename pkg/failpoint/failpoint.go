@@ -1,12 +1,3 @@
-// Package failpoint is Lazaret's fault-injection seam. Production builds
-// compile every Hit to nothing; binaries built with the build tag
-// `lazaret_failpoints` (integration tests only) read LAZARET_FAILPOINT and
-// SIGKILL their own process, through its pidfd, when execution reaches the
-// named stage. A hit is logged first, so a test can prove the stage was
-// reached rather than passing vacuously.
-//
-// Stage names are "<process>:<stage>", e.g. "lazaret-hc:acquire:rs:staged",
-// "lazaret-rs:runsc-ready", "wrapper:session_exec:armed".
 package failpoint
 
 // Env is the variable that arms a stage (or a comma-separated list of

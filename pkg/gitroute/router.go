@@ -1,34 +1,3 @@
-// Package gitroute is the Git-routing daemon (spec §3.4, SR-13): a FUSE
-// filesystem that presents the Agent Workspace to the sandbox and serves
-// every Git-ignored path from Domain-scoped Ignored Workspace State
-// instead of the host.
-//
-// Routing. Each path is classified once per generation by the immutable
-// ignorerules snapshot taken at daemon start (plus: any ".git" below the
-// top level is treated as ignored, so a nested repository or gitfile the
-// sandbox plants is never seen by host Git; so is a top-level ".git" the
-// host did not have). With ignored-path isolation disabled the daemon
-// still serves the whole workspace, with no ignore rules: only those Git
-// names and the hidden names go to state. An ignored path lives below
-// the state directory, everything else below the host workspace. A
-// directory listing merges the host's non-ignored entries with the state's
-// ignored ones; existing host content at ignored paths is never opened.
-//
-// Git Sentry name policy. New Git-directory files host Git would obey
-// (denied) are refused with EPERM; the generation's host Git configuration
-// guard (Guard, guard.go) keeps what host Git reads or runs from the
-// workspace read-only (EROFS).
-//
-// Confinement. The daemon holds one O_PATH descriptor for each backend root
-// and resolves every path with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
-// RESOLVE_NO_MAGICLINKS), then acts with *at calls on a single name in the
-// resolved parent (AT_SYMLINK_NOFOLLOW where the call follows). Symlinks
-// are served as symlinks for the sandbox's kernel to resolve inside the
-// sandbox; the daemon never follows one, so no symlink or rename race makes
-// it touch a path outside the workspace or the state directory.
-//
-// Directory handles re-list on rewind (seekdir 0): gVisor's gofer rewinds
-// open directory descriptors, and a snapshot per handle would hide new files.
 package gitroute
 
 import (

@@ -4,7 +4,7 @@
 // hooks that host Git would obey, while Git operations inside keep working
 // on the shared index, HEAD, references and objects.
 //
-// The plan, parents first (filesystem.md §4):
+// The plan, parents first:
 //
 //	/workspace/.git                  its own read-write bind: renaming,
 //	                                 replacing or deleting .git fails (EBUSY)

@@ -289,10 +289,9 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 }
 
 // terminalRecorder returns the Domain Store's Session Terminal recorder.
+// The store is open before the control socket accepts a session (init
+// fails without it).
 func (c *coordinator) terminalRecorder() TerminalRecorder {
-	if c.store == nil {
-		return newMemoryTerminals(c.log)
-	}
 	return storeTerminals{c: c}
 }
 

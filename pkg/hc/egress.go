@@ -19,7 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
-// The allowlist network mode (docs/ARCHITECTURE.md, Egress proxy): the
+// The allowlist network mode (package netpolicy's doc, "Egress proxy"): the
 // sandbox runs in its own network namespace, held by a thread of RS, whose
 // only route leads to the egress proxy, a child of RS in RS's namespace;
 // the proxy admits only the profile's host names and connects through the
@@ -27,12 +27,9 @@ import (
 
 // egressState is the generation's egress proxy as HC knows it.
 type egressState struct {
-	want    bool                        // the policy is in the allowlist mode
-	staged  *lv1.StagedProcessOwnership // RS's staged proxy ownership, acknowledged
-	ready   *lv1.PidfsProcessIdentityV1 // the proxy SandboxReady reported
-	netns   *lv1.NamespaceIdentity      // the sandbox's own network namespace
-	pending map[uint64]*lv1.NetworkAsk  // asks being decided
-	allowed map[string]string           // host:port → decision ("once"/"domain"), for status
+	staged *lv1.StagedProcessOwnership // RS's staged proxy ownership, acknowledged
+	ready  *lv1.PidfsProcessIdentityV1 // the proxy SandboxReady reported
+	netns  *lv1.NamespaceIdentity      // the sandbox's own network namespace
 }
 
 func (c *coordinator) allowlist() bool { return c.policy.Mode == netpolicy.ModeAllowlist }

@@ -1,6 +1,6 @@
 package hc
 
-// Host escalation (spec §3.7, issue #9): the Escalation Mailbox watcher,
+// Host escalation (spec §3.7): the Escalation Mailbox watcher,
 // per-session decision routing, host execution through the causal broker
 // and chunked, acknowledged result delivery. Model actions (tla/MAPPING.md):
 // ReceiveEscalation (ingest), AutoApprove / QueuePrompt / BeginPrompt /

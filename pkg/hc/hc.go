@@ -1,17 +1,3 @@
-// Package hc is the Host Coordinator role: the constitutive Session
-// Coordinator process in the host user and mount namespaces. It holds the
-// Domain lock (inherited from the CLI that started it), the control socket
-// (the protocol face), the generation's identity, and lifetime authority over
-// the Runtime Supervisor, which it spawns through its broker into new
-// user+mount+network namespaces with the developer's full subordinate id map.
-// Sessions run as non-detached `runsc exec` clients started from the host
-// namespaces, their stdio relayed to the Client CLI.
-//
-// Lifecycle of one generation:
-//
-//	starting ──RS SandboxReady──▶ running ──last session leaves──▶ stopping ──▶ exit
-//	    │                            │
-//	    └──RS failure / RS exit──────┴──────────────▶ failed ──▶ stopping
 package hc
 
 import (
@@ -99,7 +85,6 @@ type coordinator struct {
 
 	rt           runsc.Runtime
 	rsPath       string
-	logFile      *os.File
 	lockFile     *os.File
 	generation   uint64
 	coordinator  string

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -283,16 +282,4 @@ func (h Host) checks(kernel func() error) error {
 	}
 	_, _, err := h.IDMapTools()
 	return err
-}
-
-// ExecutableDir is the directory of the running binary.
-func ExecutableDir() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	if r, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = r
-	}
-	return filepath.Dir(exe)
 }

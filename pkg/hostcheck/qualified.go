@@ -87,9 +87,3 @@ func (h Host) qualification(u Uname) (Qualification, error) {
 	}
 	return q, errdefs.New(errdefs.ErrUnsupportedHost, "%s", b.String())
 }
-
-// QualifiedLine is the line of the embedded list for u (`make
-// qualify-kernel` prints it for builds the project registers).
-func QualifiedLine(u Uname, record string) string {
-	return strings.Join([]string{u.Release, u.Version, u.Machine, record}, "\t")
-}

@@ -1,6 +1,6 @@
 // Package locate finds Lazaret's own binaries and the pinned runsc.
 //
-// Search order for a program NAME (documented in README and docs/ARCHITECTURE.md):
+// Search order for a program NAME (documented in README, "Install"):
 //  1. an explicit override: the environment variable LAZARET_<NAME> (e.g.
 //     LAZARET_RUNSC), else the host configuration's [programs] table — the
 //     CLI folds the table into the getenv it passes to Find, and hands

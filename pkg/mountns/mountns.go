@@ -21,7 +21,7 @@ func MakePrivate() error {
 }
 
 // BindReadOnly binds src at dst and remounts the bind read-only, so the
-// prepared lower cannot be written through dst (filesystem.md §3).
+// prepared lower cannot be written through dst (spec §3.5).
 func BindReadOnly(src, dst string) error {
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return &os.PathError{Op: "bind", Path: dst, Err: err}
@@ -46,15 +46,6 @@ func Unmount(dst string) error {
 		return &os.PathError{Op: "unmount", Path: dst, Err: err}
 	}
 	return nil
-}
-
-// IsReadOnly reports whether the filesystem at p is mounted read-only.
-func IsReadOnly(p string) (bool, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		return false, &os.PathError{Op: "statfs", Path: p, Err: err}
-	}
-	return st.Flags&unix.ST_RDONLY != 0, nil
 }
 
 // EnterPrivateWithFile gives the calling OS thread a new mount namespace in

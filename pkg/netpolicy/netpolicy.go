@@ -1,27 +1,3 @@
-// Package netpolicy derives a Domain generation's network policy from
-// trusted host configuration (spec §3.6, FR-19, SR-6). It is pure: no
-// syscalls. The Runtime Supervisor installs exactly this document, which
-// reaches it as canonical bytes in a write-sealed memfd; the digest of those
-// bytes is an input of the network readiness fingerprint.
-//
-// Policy shape (IPv4 only; IPv6 is disabled in the enforcement namespace and
-// in the sandbox, so every enabled family is covered):
-//
-//   - default permit, except the deny prefixes: the built-in defaults
-//     (RFC 1918 10/8, 172.16/12, 192.168/16 as the spec requires, plus
-//     link-local 169.254/16 — cloud metadata services — and shared address
-//     space 100.64/10) and the profile's own deny prefixes;
-//   - allow prefixes, which take effect where more specific than a deny
-//     (Linux longest-prefix routing);
-//   - the Domain's DNS resolvers, each given a /32 allow route so that a
-//     resolver inside a denied range stays reachable;
-//   - an allow and a deny of the same prefix is a configuration error that
-//     names both entries (never silently resolved).
-//
-// In allowlist mode (Mode, hosts.go) the policy also carries host rules:
-// the sandbox then reaches only the egress proxy, which connects to a name
-// only when a host rule matches it and every address it resolves to is
-// permitted by the prefixes above (Permits).
 package netpolicy
 
 import (

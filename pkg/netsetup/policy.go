@@ -17,7 +17,7 @@ import (
 // loopbackGateway is where deny routes send traffic: a loopback unicast
 // address. gVisor imports routes per interface and ignores routes without
 // one (blackhole, unreachable, prohibit), so this is the only deny form it
-// honours (shared/design/runtime.md §3, SR-6).
+// honours (spec §3.6, SR-6).
 var loopbackGateway = net.IPv4(127, 0, 0, 1)
 
 // Route is one observed IPv4 route of the enforcement namespace.

@@ -241,13 +241,4 @@ func (st *store) settleIntent(tx *catalog.Tx, op *v1.PreparationOperationRecordV
 	return "quarantined into prepared/.trash/" + q + " and abandoned", nil
 }
 
-// stagingIntents maps staging names to their Running intents.
-func stagingIntents(ops []*v1.PreparationOperationRecordV1) map[string]*v1.PreparationOperationRecordV1 {
-	m := map[string]*v1.PreparationOperationRecordV1{}
-	for _, op := range ops {
-		m[op.GetStagingName()] = op
-	}
-	return m
-}
-
 func isQuarantine(name string) bool { return strings.HasPrefix(name, quarantinePrefix) }

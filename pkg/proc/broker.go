@@ -2,7 +2,7 @@
 // CausalChildAcquisitionV1) and the wrapper role that gives every acquired
 // child its parent-death edge.
 //
-// Rules the rest of the code base follows (and issue 3's analyzer enforces):
+// Rules the rest of the code base follows (and pkg/procguard's analyzer enforces):
 // no code outside this package starts, waits for, reaps or signals a child,
 // and nothing signals a process by number. Every child is spawned from the
 // broker's locked OS thread, which never exits, so that a wrapper's

@@ -159,7 +159,7 @@ func TestWrapperFailsClosed(t *testing.T) {
 	}
 }
 
-// TestParentDeathKillsTarget (runtime.md §4, §6): when the broker process
+// TestParentDeathKillsTarget (spec §3.2, causal acquisition): when the broker process
 // dies, the acquired target dies with it — the qualification suite's step.
 func TestParentDeathKillsTarget(t *testing.T) {
 	for _, mode := range BarrierModes {

@@ -1,18 +1,3 @@
-// Package rs is the Runtime Supervisor role: the constitutive Session
-// Coordinator process that runs in the Domain generation's own user, mount
-// and network namespaces under a Host Coordinator lifetime lease.
-//
-// It prepares the filesystem (prepared lower, read-only bind, OCI bundle) and
-// the network namespace, launches the attached, non-detached `runsc run`
-// through its broker (the runsc client gets a parent-death edge to RS, and
-// runsc's own sandbox and gofer processes have one to the client), proves
-// the sandbox and gofer children of that exact client through their own
-// pidfds and reports their identities, and tears everything down — by
-// pidfd only, never through a runsc command that signals a state file's
-// numeric pid — when HC asks, when the lifetime pipe reaches EOF (HC loss:
-// the lease-loss path), or when runsc exits.
-//
-// The message sequence with HC is drawn in api/lazaret/v1/supervisor.proto.
 package rs
 
 import (

@@ -1,7 +1,7 @@
 // Package runsc builds runsc command lines for the attached sandbox and
-// session execs, with the flags measured to work rootless on this kernel
-// (shared/design/runtime.md §2, filesystem.md §3–§4). It spawns nothing: the
-// broker of the calling process (package proc) does.
+// session execs, with the flags measured to work rootless on the qualified
+// kernels (docs/SUPPORT.md). It spawns nothing: the broker of the calling
+// process (package proc) does.
 //
 // Lazaret never runs `runsc delete` or `runsc kill --all`. Both make runsc
 // SIGKILL the host pids its state file names (the sandbox's and the

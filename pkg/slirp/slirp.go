@@ -15,7 +15,7 @@
 // The API socket (api.go) adds host port forwards to the running helper;
 // it lives in the Domain's 0700 runtime directory.
 //
-// Why the chain (measured, shared/design/runtime.md §3): slirp4netns's
+// Why the chain (measured on the qualified kernels): slirp4netns's
 // built-in DNS forwarder forwards to the nameservers of the /etc/resolv.conf
 // it sees, and its --enable-sandbox binds /etc from its mount namespace; an
 // unprivileged host process cannot have a private mount namespace. Entering

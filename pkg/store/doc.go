@@ -78,4 +78,85 @@
 // through the injected slog.Logger and then panics with *FatalError. Pebble
 // calls Fatalf only when it cannot continue and assumes Fatalf does not
 // return, so returning is not an option; the store never calls os.Exit.
+//
+// The sections below are the design of this package in detail; docs/ARCHITECTURE.md is the map.
+//
+// # Process identity and durable state
+//
+// `pkg/pidfs`: `PidfsProcessIdentityV1` = boot ID + pidfs `st_dev`/`st_ino`
+// (authority), host pid (locator), start time (negative evidence). A retained
+// pidfd is the only handle used to wait, signal or query a process; waits go
+// through Go's poller on the pidfd and reap with `waitid(P_PIDFD)`, so no reap
+// can take another child's status. `pkg/proc` is the single spawn/reap broker
+// of each process; `pkg/procguard` proves no other code spawns, waits or
+// signals. `pidfs.RecoveryMatch` is PidfsRecoveryMatch: boot fence, host PID
+// namespace check, one `pidfd_open`, exact `fstat` comparison, start time as
+// negative evidence only. The only numeric-pid operations left are `runsc
+// kill --pid/--pgid` of a guest pid inside the sandbox's own PID namespace
+// (the sentry delivers it to the guest) and `newuidmap <pid>` of an
+// unreaped, barrier-held child.
+//
+// runsc's own host processes are no exception. `runsc kill --all` (for a
+// container runsc believes Created) and `runsc delete` (always, with or
+// without `-force`) SIGKILL the sandbox and gofer pids of runsc's state file,
+// so Lazaret never runs them (`pkg/runsc` cannot build them; `pkg/procguard`
+// rejects such an argv anywhere). The sandbox (sentry, the init of its own
+// PID namespace, so the systrap stubs die with it) and the gofer are direct
+// children of the attached `runsc run` client. Once the init is ready, RS
+// reads their pids from the state file as locators only and proves each with
+// `pidfs.OpenChildOf`: its parent pid, read through its own pidfd
+// (`PIDFD_GET_INFO`), is the client's, and a later non-reaping `waitid` on
+// the client's pidfd shows the client was still RS's unreaped child, so its
+// pid named nobody else. RS keeps those pidfds, reports the identities in
+// `SandboxReady`, and at teardown signals them only through the pidfds; HC
+// records them on the sandbox participant's descendant-edge slots
+// (`runsc_sandbox`, `runsc_gofer`: never staged, committed with the
+// committed client). When the three are proven gone (handles, or
+// PidfsRecoveryMatch of the recorded identities), the state and lock files
+// and the control socket are removed by `runsc.RemoveState` — all `runsc
+// delete` removes for Lazaret's sandboxes. A generation that crashed before
+// `SandboxReady` recorded them (or a record of an earlier build) is checked
+// by `pidfs.AwaitLocatorsGone` only: after the boot fence, each state pid
+// must become free within the bounded recovery wait; a pid still held is
+// never signalled (it may be the sandbox or a process that reused the
+// number), the record is retained with the pid and the fix, and the runsc
+// state is kept (the runtime directory's cleanup keeps it too) until a later
+// start finds the pid free.
+//
+// The Domain Store (`pkg/store`, pebble, one instance in the Domain Root,
+// opened only by the HC holding the Domain lock; schema in its package doc and
+// docs/SCHEMA.md) records, one synced batch per transition, and refuses every
+// illegal transition itself (`pkg/participant`):
+//
+//  1. at start: the generation (number, fingerprint, coordinator ID, minted
+//     sandbox ID, HC's own identity) and the sandbox participant's bare Intent,
+//     before any resource of the generation exists;
+//  2. the RS wrapper's identity as Staged (acquisition step 6) before its
+//     barrier is released; the attached runsc's identity, sent by RS in
+//     `StagedProcessOwnership`, as Staged before HC acknowledges it;
+//  3. on `SandboxReady`: one transaction promoting both to Committed with the
+//     container ID, and recording runsc's sandbox and gofer Committed
+//     (descendant edge) — Staged never satisfies the active phase;
+//  4. each interactive session's Session Terminal: Intent, the exec client
+//     Staged, Running with PTY, container and guest group, ReleaseIntent,
+//     Clean after the group, exec client and PTY are gone;
+//  5. at teardown: ReleaseIntent (identities kept) before RS is stopped, Clean
+//     with an absence proof naming every recorded authority once RS is reaped
+//     and the attached runsc, its sandbox and gofer are matched absent.
+//
+// Bootstrap recovery (`pkg/hc/durable.go`): a new HC (it holds the Domain lock,
+// which RS also holds until it exits, so no supervisor of the Domain lives)
+// walks every earlier generation whose sandbox is not Clean, proves each
+// recorded process absent through PidfsRecoveryMatch (waiting, bounded, for a
+// matched survivor, then stopping it through the matched pidfd) — the
+// runsc sandbox and gofer included, or, if they were never recorded, their
+// state pids proven free (above) —, removes the container's runsc state,
+// cleans its Session Terminals and records Clean. Legacy, ambiguous or
+// unprovable records are retained and shown by `lazaret status` (and
+// hc.log); their runsc state stays; nothing is signalled by number. The Storage Catalog
+// (`pkg/catalog`, schema 2: prepared artifacts with their source image
+// identity, prepare intents / preparation operations and
+// `(artifact, Domain, generation)` leases under `storage-catalog.lock`, one
+// transaction per open) implements the §3.5 orderings; HC calls it for the
+// prepared-lower lease (package anchor's doc) and `lazaret gc` for reclamation.
 package store

@@ -163,8 +163,6 @@ func ok(t testing.TB, what string, err error) {
 	}
 }
 
-func update(s *Store, fn func(tx *Tx) error) error { return s.Update(fn) }
-
 // --- snapshot builders ---
 
 func fp(s string) []byte { return []byte("fp-" + s) }

@@ -196,7 +196,7 @@ func TestLifecycle(t *testing.T) {
 	}))
 }
 
-// TestRefusals: every illegal transition of the brief is refused by the
+// TestRefusals: every illegal transition of the participant rules is refused by the
 // store API and leaves the store byte-for-byte unchanged.
 func TestRefusals(t *testing.T) {
 	e := newEnv(t, nil)

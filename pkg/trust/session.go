@@ -42,9 +42,6 @@ func (s *SessionAnchor) Public() ed25519.PublicKey { return s.key.Public().(ed25
 // Sign signs a developer decision (or any record) as record name.
 func (s *SessionAnchor) Sign(name string, payload []byte) []byte { return Sign(s.key, name, payload) }
 
-// Destroy wipes the key.
-func (s *SessionAnchor) Destroy() { wipe(s.key) }
-
 // RegistrationClaims are a session's self-signed registration.
 type RegistrationClaims struct {
 	Identity        GenerationIdentity `json:"identity"`

@@ -1,33 +1,3 @@
-// Package trust is the per-generation Trust Anchor (spec §3.2 "Protocol
-// cryptography refinement"): the Host Coordinator's ephemeral TLS CA and
-// protocol-issuer keys, the signed Trust Manifest binding both to the
-// generation identity, the Session Coordinator's TLS and protocol leaf
-// keys, the Agent Sandbox request-signing key, Protocol Credentials, Client
-// CLI enrollment (CSR → one-hour clientAuth leaf), client certificate
-// verification, Session Anchors and Session Request Capabilities, and the
-// TLS 1.3 configurations of the control socket. It is pure crypto: no
-// files, processes or sockets; time and randomness are injected.
-//
-// Keys (all Ed25519, all generated per generation, none persisted):
-//
-//	TLS CA key              signs the coordinator TLS leaf and client leaves
-//	protocol-issuer key     signs Protocol Credentials
-//	coordinator TLS key     the control socket's serverAuth leaf
-//	coordinator protocol key signs Session Request Capabilities (credential
-//	                        role session-coordinator)
-//	sandbox key             the Agent Sandbox's request-signing key
-//	                        (credential role agent-sandbox); the only
-//	                        private key that may enter the sandbox
-//	Session Anchor key      per session, generated and held by the CLI
-//	client TLS key          per CLI, generated and held by the CLI
-//
-// Signed records are JSON claims carried as exact bytes with their
-// signatures and verified before they are parsed. Each signature covers
-//
-//	"lazaret/v1/" + record name (lower kebab) || uint64 big-endian length || bytes
-//
-// (spec §3.7), so a signature over one record type never verifies as
-// another.
 package trust
 
 import (

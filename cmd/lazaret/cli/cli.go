@@ -1,6 +1,3 @@
-// Package cli implements the lazaret command: one file per verb. It talks to
-// a Domain only through its Host Coordinator's control socket; it starts the
-// Host Coordinator when it is the first session of a Domain.
 package cli
 
 import (

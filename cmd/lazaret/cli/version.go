@@ -21,8 +21,8 @@ import (
 var versionCommand = &cli.Command{
 	Name:  "version",
 	Usage: "print the versions of all four Lazaret binaries, runsc and the control protocol",
-	Description: `Each helper binary is found as lazaret run finds it (docs/ARCHITECTURE.md,
-"Finding the binaries") and asked for its own version, so a mismatched
+	Description: `Each helper binary is found as lazaret run finds it (README,
+"Install") and asked for its own version, so a mismatched
 installation shows. Exit status 1 when a binary is missing or unreadable.
 
 Examples:
