@@ -899,6 +899,9 @@ func (n *egressNet) proxiedProbes() string {
 		"python3 egress_probe.py socks socks-rawip " + outsideIP + " 22",
 		"python3 egress_probe.py socks socks-gone " + N("gone") + " 22",
 		`echo "telnet $(curl -sS --max-time 5 telnet://` + N("git") + `:22 </dev/null 2>&1 | tr -d '\r' | head -n1)"`,
+		// GIT_SSH_COMMAND's ProxyCommand: the in-sandbox connect role.
+		`echo "ssh-connect $(timeout 10 lazaret-escalate __lazaret-connect ` + N("git") + ` 22 </dev/null 2>&1 | tr -d '\r' | head -n1)"`,
+		`timeout 10 lazaret-escalate __lazaret-connect ` + N("outside") + ` 22 </dev/null 2>/tmp/ce; echo "ssh-connect-outside rc=$? $(head -c 300 /tmp/ce)"`,
 		`if git clone -q https://` + N("git") + `/repo.git /tmp/clone-$$ 2>/tmp/ge; then echo "git-clone $(cat /tmp/clone-$$/README)"; else echo "git-clone failed $(tr '\n' ' ' </tmp/ge)"; fi; rm -rf /tmp/clone-$$ /tmp/ge`,
 		"c outside-last http://" + N("outside") + "/last",
 	}, "\n") + "\n"
@@ -984,6 +987,12 @@ func (n *egressNet) checkProxied(t *testing.T, got map[string]string, dl []denia
 	}
 	if l := got["telnet"]; l != sshBanner {
 		t.Errorf("curl telnet://%s:22 through ALL_PROXY: %q, want the banner", N("git"), l)
+	}
+	if l := got["ssh-connect"]; l != sshBanner {
+		t.Errorf("the ssh ProxyCommand role to %s:22: %q, want the banner", N("git"), l)
+	}
+	if l := got["ssh-connect-outside"]; !strings.HasPrefix(l, "rc=1 ") || !strings.Contains(l, "not allowed") {
+		t.Errorf("the ssh ProxyCommand role to %s:22: %q, want exit 1 and the proxy's refusal", N("outside"), l)
 	}
 	if l := got["git-clone"]; l != n.gitMarker {
 		t.Errorf("git clone over HTTPS through the proxy: %q, want the README %q", l, n.gitMarker)
