@@ -55,17 +55,7 @@ type logRecord struct {
 }
 
 func logsAction(c *cli.Context) error {
-	if os.Geteuid() == 0 {
-		return errdefs.New(errdefs.ErrRefused, "run lazaret logs as the user whose Domain it is, not as root")
-	}
-	if c.Args().Len() > 0 {
-		return errdefs.New(errdefs.ErrInvalid, "lazaret logs takes no arguments (got %q): the Domain is that of -p PROFILE and -C DIR", c.Args().First())
-	}
-	name := c.String("profile")
-	if !domain.ValidProfileName(name) {
-		return errdefs.New(errdefs.ErrInvalid, "%q is not a profile name (1–63 of a-z 0-9 . _ - starting with a letter or digit)", name)
-	}
-	rd, err := resolveDomainOf(c, profile{Name: name})
+	rd, name, err := flagDomain(c, "lazaret logs")
 	if err != nil {
 		return err
 	}
@@ -261,4 +251,21 @@ func (v *logView) record(gen uint64, r hclog.Record) {
 		return
 	}
 	fmt.Fprintln(v.w, hclog.Format(r))
+}
+
+// flagDomain is the Domain of a command that reads one Domain's files:
+// refused as root and with arguments; the Domain of -p PROFILE and -C DIR.
+func flagDomain(c *cli.Context, command string) (resolvedDomain, string, error) {
+	if os.Geteuid() == 0 {
+		return resolvedDomain{}, "", errdefs.New(errdefs.ErrRefused, "run %s as the user whose Domain it is, not as root", command)
+	}
+	if c.Args().Len() > 0 {
+		return resolvedDomain{}, "", errdefs.New(errdefs.ErrInvalid, "%s takes no arguments (got %q): the Domain is that of -p PROFILE and -C DIR", command, c.Args().First())
+	}
+	name := c.String("profile")
+	if !domain.ValidProfileName(name) {
+		return resolvedDomain{}, "", errdefs.New(errdefs.ErrInvalid, "%q is not a profile name (1–63 of a-z 0-9 . _ - starting with a letter or digit)", name)
+	}
+	rd, err := resolveDomainOf(c, profile{Name: name})
+	return rd, name, err
 }

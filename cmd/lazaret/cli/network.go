@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/egress"
-	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
 var networkCommand = &cli.Command{
@@ -43,17 +40,7 @@ Examples:
 }
 
 func networkLogAction(c *cli.Context) error {
-	if os.Geteuid() == 0 {
-		return errdefs.New(errdefs.ErrRefused, "run lazaret network log as the user whose Domain it is, not as root")
-	}
-	if c.Args().Len() > 0 {
-		return errdefs.New(errdefs.ErrInvalid, "lazaret network log takes no arguments (got %q): the Domain is that of -p PROFILE and -C DIR", c.Args().First())
-	}
-	name := c.String("profile")
-	if !domain.ValidProfileName(name) {
-		return errdefs.New(errdefs.ErrInvalid, "%q is not a profile name (1–63 of a-z 0-9 . _ - starting with a letter or digit)", name)
-	}
-	rd, err := resolveDomainOf(c, profile{Name: name})
+	rd, name, err := flagDomain(c, "lazaret network log")
 	if err != nil {
 		return err
 	}

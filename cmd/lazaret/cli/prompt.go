@@ -217,12 +217,7 @@ func (p *escalationPrompts) run(pr *lv1.EscalationPrompt, in chan []byte, end ch
 	} else {
 		say("  denied\n")
 	}
-	sd, err := record.SignDecision(d, func(name string, payload []byte) ([]byte, error) { return p.anchor.Sign(name, payload), nil })
-	if err != nil {
-		say("  cannot sign the decision: %v\n", err)
-		return
-	}
-	p.c.sess.Decide(sd)
+	p.decide(d)
 }
 
 // plain reports whether argv can be edited as space-separated words.
@@ -306,6 +301,12 @@ func (p *escalationPrompts) runNetwork(pr *lv1.EscalationPrompt, in chan []byte,
 	} else {
 		say("  denied\n")
 	}
+	p.decide(d)
+}
+
+// decide signs the developer's decision with the session's anchor and
+// sends it to the coordinator.
+func (p *escalationPrompts) decide(d *lv1.DeveloperDecision) {
 	sd, err := record.SignDecision(d, func(name string, payload []byte) ([]byte, error) { return p.anchor.Sign(name, payload), nil })
 	if err != nil {
 		say("  cannot sign the decision: %v\n", err)
