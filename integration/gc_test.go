@@ -41,6 +41,11 @@ func TestOR7GCKeepsHeldRemovesUnheld(t *testing.T) {
 	if r := lz(t, ws, nil, "run", "--", "true"); r.code != 0 { // debian
 		t.Fatalf("debian run: %+v", r)
 	}
+	// The debian Domain's coordinator releases its catalog lease after its
+	// CLI exits; the next start must not race that teardown, or a release
+	// that fails closed (kept until that Domain's next run recovers it)
+	// would look like gc misjudging a lease.
+	noLeftovers(t)
 	if r := lz(t, ws2, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
 		t.Fatalf("tiny run: %+v", r)
 	}
@@ -78,7 +83,14 @@ func TestOR7GCKeepsHeldRemovesUnheld(t *testing.T) {
 		}
 	}
 	if !strings.HasPrefix(actions["busybox"], "keep: in use") || actions["debian"] != "reclaim" || actions["foreign"] != "keep" {
-		t.Fatalf("dry run: %v (%+v)", actions, dry)
+		lg := lz(t, ws, nil, "logs", "--debug")
+		var why []string
+		for _, l := range strings.Split(lg.stdout+lg.stderr, "\n") {
+			if strings.Contains(l, "lease") {
+				why = append(why, l)
+			}
+		}
+		t.Fatalf("dry run: %v (%+v); the debian Domain's log on leases:\n%s", actions, dry, strings.Join(why, "\n"))
 	}
 	// Everything unused is reclaimed: debian's artifact, and those of
 	// earlier tests (e.g. the agent profiles' recipe images).
