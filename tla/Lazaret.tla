@@ -1081,8 +1081,11 @@ FailDomain(d) ==
            supervisorLease, runtimeFaultsRemaining, domainGeneration,
            durableDecision, durableSandboxIntent, pathMismatch >>
 
+\* The coordinator may die at any point of its generation, also while it
+\* tears down or recovers a failed generation (Failed, Recovering): the next
+\* coordinator's bootstrap recovery takes over.
 HardLoseHostCoordinator(d) ==
-    /\ domainPhase[d] \in {"Starting", "Ready", "Stopping"}
+    /\ domainPhase[d] \in {"Starting", "Ready", "Stopping", "Failed", "Recovering"}
     /\ HostCoordinatorPresent(d)
     /\ ConsumeRuntimeFault(d)
     /\ domainPhase' = [domainPhase EXCEPT ![d] = "Failed"]

@@ -637,7 +637,7 @@ func (m *Model) FailDomain(st *State, d int) (State, bool) {
 
 func (m *Model) HardLoseHostCoordinator(st *State, d int) (State, bool) {
 	p := st.DomainPhase[d]
-	if !((p == Starting || p == Ready || p == Stopping) &&
+	if !((p == Starting || p == Ready || p == Stopping || p == Failed || p == Recovering) &&
 		HostCoordinatorPresent(st, d)) {
 		return State{}, false
 	}

@@ -165,3 +165,31 @@ func TestIllegalStateTracesRejected(t *testing.T) {
 		t.Fatal("step whose recorded state differs from the action's effect accepted")
 	}
 }
+
+// A coordinator may die while it tears down a failed generation (two
+// faults: the fixture's budget, not the reduced one's): the next
+// coordinator's bootstrap recovery takes over. This is
+// TestSpec32RecoveryNeverSignalsRecycledPID/recorded's trace: RS killed at
+// teardown, then the coordinator killed while it recovers.
+func TestCoordinatorLossInFailedGeneration(t *testing.T) {
+	tr := concat(startupToPublish, []string{
+		"AdvanceWaitingSession(S1)", "RegisterSession(S1)", "DisconnectSession(S1)", "BeginTeardown(D1)",
+		"HardLoseRuntimeSupervisor(D1)", "HardLoseHostCoordinator(D1)",
+		"BootstrapRecoveryCoordinator(D1)", "RecoverSandbox(D1)", "RecoverSidecar(D1)", "RecoverStateAnchor(D1)",
+		"FinishRecovery(D1)", "StartNewDomain(S2)",
+	})
+	m := New(Fixture())
+	if _, err := check.ReplaySteps(m.Spec(), m.Init(), steps(tr...)); err != nil {
+		t.Fatalf("legal trace rejected: %v", err)
+	}
+	// And while recovering: the bootstrap coordinator dies too.
+	tr = concat(startupToPublish, []string{
+		"HardLoseHostCoordinator(D1)", "LeaseTeardownStopSandbox(D1)", "LeaseTeardownStopSidecar(D1)",
+		"LeaseTeardownUnmountStateAnchor(D1)", "LeaseTeardownSupervisorExit(D1)",
+		"BootstrapRecoveryCoordinator(D1)", "RecoverSandbox(D1)", "HardLoseHostCoordinator(D1)",
+		"BootstrapRecoveryCoordinator(D1)", "FinishRecovery(D1)", "StartNewDomain(S2)",
+	})
+	if _, err := check.ReplaySteps(m.Spec(), m.Init(), steps(tr...)); err != nil {
+		t.Fatalf("legal trace rejected: %v", err)
+	}
+}
