@@ -47,6 +47,9 @@ type DomainReplay struct {
 	Steps []string
 	// Config is the model configuration the run instantiated.
 	Config *lazaret.Config
+	// Windows is the number of request windows the Domain's records were
+	// replayed in (0: replayed whole; see replayWindows).
+	Windows int
 }
 
 // RejectError is a recorded trace that is not a behaviour of the model.
@@ -116,7 +119,7 @@ func ReplayLazaret(recs []modeltrace.Record) ([]DomainReplay, error) {
 	}
 	var out []DomainReplay
 	for _, d := range order {
-		rep, err := replayDomain(d, by[d])
+		rep, err := replayWindows(d, by[d])
 		if err != nil {
 			return out, err
 		}
@@ -252,6 +255,82 @@ func ConfigFor(domain string, recs []modeltrace.Record) (*lazaret.Config, Bindin
 		return nil, nil, fmt.Errorf("Domain %s's trace has too many commands", domain)
 	}
 	return c, b, c.Validate()
+}
+
+// Request windows. The model state holds lazaret.MaxRequests Escalation
+// Requests; a Domain whose trace has more (a scenario sending a thousand
+// escalations) is replayed as overlapping projections: requests numbered
+// in order of first appearance, windows of MaxRequests consecutive ones
+// starting every MaxRequests/2, each replayed with every record that names
+// no request (Domain and session steps) and the records of its own
+// requests. Distinct requests' actions touch only their own variables
+// except the session's activeRequest and terminalRoute and hostRunning, so
+// a projection of an accepted trace is accepted; and every pair of
+// requests whose records interleave (the only ones whose shared variables
+// can constrain each other) must be less than MaxRequests/2 apart in that
+// numbering — so that some window holds both — or the replay refuses the
+// trace as beyond the model's bounds.
+const windowStride = lazaret.MaxRequests / 2
+
+// requestOf returns the Escalation Request a record names ("" for none).
+func requestOf(r modeltrace.Record) string {
+	kind, ok := Lookup(r.Model, r.Action)
+	if !ok || len(kind.Params) == 0 || kind.Params[0] != Request || len(r.Args) == 0 {
+		return ""
+	}
+	return r.Args[0]
+}
+
+func replayWindows(domain string, recs []modeltrace.Record) (DomainReplay, error) {
+	index := map[string]int{}
+	var first, last []int
+	for i, r := range recs {
+		q := requestOf(r)
+		if q == "" {
+			continue
+		}
+		n, ok := index[q]
+		if !ok {
+			n = len(first)
+			index[q] = n
+			first, last = append(first, i), append(last, i)
+		}
+		last[n] = i
+	}
+	if len(first) <= lazaret.MaxRequests {
+		return replayDomain(domain, recs)
+	}
+	for a := range first {
+		for b := a + windowStride; b < len(first); b++ {
+			if first[b] < last[a] {
+				return DomainReplay{Domain: domain}, fmt.Errorf("Domain %s's trace has %d Escalation Requests; requests %d and %d (in order of first appearance) interleave but are %d apart (a replay window holds any two less than %d apart): beyond the model's bounds (record fewer concurrent requests per workspace)",
+					domain, len(first), a+1, b+1, b-a, windowStride)
+			}
+		}
+	}
+	var rep DomainReplay
+	for start := 0; ; start += windowStride {
+		end := min(start+lazaret.MaxRequests, len(first))
+		var proj []modeltrace.Record
+		for _, r := range recs {
+			if q := requestOf(r); q == "" || index[q] >= start && index[q] < end {
+				proj = append(proj, r)
+			}
+		}
+		var err error
+		rep, err = replayDomain(domain, proj)
+		rep.Windows++
+		if err != nil {
+			if re, ok := err.(*RejectError); ok {
+				re.Reason += fmt.Sprintf(" (in the replay window of requests %d-%d of %d, in order of first appearance)", start+1, end, len(first))
+			}
+			return rep, err
+		}
+		if end == len(first) {
+			rep.Windows = start/windowStride + 1
+			return rep, nil
+		}
+	}
 }
 
 func replayDomain(domain string, recs []modeltrace.Record) (DomainReplay, error) {

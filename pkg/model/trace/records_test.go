@@ -2,6 +2,7 @@ package trace
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -214,5 +215,90 @@ func TestReplayReorderedEscalationRejected(t *testing.T) {
 	recs[15], recs[16] = recs[16], recs[15] // CompleteHostExecution <-> DeliverResult
 	if _, err := ReplayLazaret(recs); !errors.As(err, &re) || re.Label != "DeliverResult(R1)" {
 		t.Fatalf("result before completion: %v", err)
+	}
+}
+
+// recordManyRequests emits one run whose session escalates n times, each
+// request auto-approved and run to completion before the next (the shape
+// of TestSpec37EscalationCwdSwapStaysInWorkspace's thousand requests);
+// with open, request 1 stays open while the others run.
+func recordManyRequests(t *testing.T, n int, open bool) []modeltrace.Record {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	t.Setenv(modeltrace.Env, path)
+	if err := modeltrace.Start("hc", os.Getenv); err != nil {
+		t.Fatal(err)
+	}
+	const dom, s1 = "8501ae07", "cli-101"
+	emit := func(a ...string) { modeltrace.Emit(dom, 1, a[0], a[1:]...) }
+	for _, a := range [][]string{{"StartNewDomain", s1}, {"CreateTrustAnchor", dom}, {"StartRuntimeSupervisor", dom},
+		{"MountStateAnchor", dom}, {"StartSidecar", dom}, {"ArmRuntimeCausalEdge", dom}, {"StartSandbox", dom},
+		{"PublishDomain", dom}, {"AdvanceWaitingSession", s1}, {"RegisterSession", s1}} {
+		emit(a...)
+	}
+	req := func(i int) string { return fmt.Sprintf("req-%03d", i) }
+	for i := 1; i <= n; i++ {
+		modeltrace.EmitFacts(dom, 1, map[string]string{"session": s1}, "ReceiveEscalation", req(i))
+		emit("AutoApprove", req(i))
+		emit("StartHostExecution", req(i))
+		if open && i == 1 {
+			continue
+		}
+		emit("CompleteHostExecution", req(i))
+		emit("DeliverResult", req(i))
+	}
+	if open {
+		emit("CompleteHostExecution", req(1))
+		emit("DeliverResult", req(1))
+	}
+	for _, a := range [][]string{{"DisconnectSession", s1}, {"BeginTeardown", dom}, {"StopSandbox", dom}, {"StopSidecar", dom},
+		{"UnmountStateAnchor", dom}, {"GracefulSupervisorExit", dom}, {"FinishTeardown", dom}} {
+		emit(a...)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := ReadRecords(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range recs {
+		switch recs[i].Action {
+		case "MountStateAnchor", "ArmRuntimeCausalEdge", "StartSandbox":
+			recs[i].Role = "rs"
+		}
+	}
+	return recs
+}
+
+// More requests than the model state holds replay in overlapping request
+// windows; a swapped step in a late request is still rejected, naming
+// its window; requests that interleave too far apart are refused as
+// beyond the model's bounds rather than replayed apart.
+func TestReplayRequestWindows(t *testing.T) {
+	recs := recordManyRequests(t, 20, false)
+	reps, err := ReplayLazaret(recs)
+	if err != nil {
+		t.Fatalf("20 sequential requests rejected:\n%v", err)
+	}
+	if reps[0].Windows != 4 || reps[0].Steps[len(reps[0].Steps)-1] != "FinishTeardown(D1)" {
+		t.Fatalf("windows %d, steps %v", reps[0].Windows, reps[0].Steps)
+	}
+	// Request 17: StartHostExecution before AutoApprove.
+	for i := range recs {
+		if recs[i].Action == "AutoApprove" && recs[i].Args[0] == "req-017" {
+			recs[i], recs[i+1] = recs[i+1], recs[i]
+			break
+		}
+	}
+	_, err = ReplayLazaret(recs)
+	var re *RejectError
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Label, "StartHostExecution(") || !strings.Contains(err.Error(), "replay window of requests 13-20 of 20") {
+		t.Fatalf("swapped step in request 17: %v", err)
+	}
+	if _, err := ReplayLazaret(recordManyRequests(t, 12, true)); err == nil || !strings.Contains(err.Error(), "beyond the model's bounds") {
+		t.Fatalf("interleaving requests 11 apart: %v", err)
 	}
 }
