@@ -60,7 +60,17 @@ func (c *coordinator) mtStartDomain(prev uint64, getenv func(string) string) {
 	}
 	c.mt.sessions = map[string]mSession{}
 	c.mt.leader = getenv(modeltrace.EnvSession)
-	if prev > 0 && !c.isRetained(prev) {
+	switch {
+	case prev == 0:
+	case c.isRetained(prev):
+		// Recovery began but retained a record of the previous
+		// generation (fail closed: nothing unproven is signalled or
+		// removed), and this generation starts anyway. The model keeps a
+		// Domain in recovery until every resource is recovered, so the
+		// StartNewDomain below is rejected: tla/MAPPING.md "Gaps",
+		// retained generation.
+		modeltrace.EmitReconcile(c.dom(), prev, "BootstrapRecoveryCoordinator", c.dom())
+	default:
 		for _, a := range []string{"BootstrapRecoveryCoordinator", "RecoverSandbox", "RecoverSidecar", "RecoverStateAnchor", "FinishRecovery"} {
 			modeltrace.EmitReconcile(c.dom(), prev, a, c.dom())
 		}
@@ -136,6 +146,24 @@ func (c *coordinator) mtAdmitLocked(key string, running bool) {
 	if _, ok := c.mt.sessions[key]; !ok {
 		c.emit("WaitForDomain", key)
 		c.mt.sessions[key] = msWaiting
+	}
+}
+
+// mtRejectMismatch records RejectConfigurationMismatch for a session
+// admit refused because its configuration fingerprint differs from the
+// running generation's. The model rejects a mismatched session only once
+// the Domain is Ready; a refusal while the generation starts (or stops)
+// takes no model step: the session never entered the model (it stays New,
+// a stutter), which tla/MAPPING.md records as a gap.
+func (c *coordinator) mtRejectMismatch(key string) {
+	if !modeltrace.On() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, seen := c.mt.sessions[key]; c.mt.phase == mReady && !seen {
+		c.emit("RejectConfigurationMismatch", key)
+		c.mt.sessions[key] = msClosed
 	}
 }
 

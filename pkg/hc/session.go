@@ -180,6 +180,9 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	}
 	capability, claims, err := c.admit(req, client)
 	if err != nil {
+		if req.ConfigurationFingerprint != c.profile.Fingerprint() {
+			c.mtRejectMismatch(mtKey)
+		}
 		refuse(conn, err)
 		return
 	}
