@@ -9,6 +9,10 @@
 // missing prerequisite fails with the fix in the message; only
 // LAZARET_ALLOW_SKIP=1 (a developer's machine, never CI) turns that into a
 // skip.
+//
+// Every scenario records the protocol steps of the Domains it starts in the
+// model's vocabulary (LAZARET_MODEL_TRACE) and replays them through the
+// model's Next relation when it ends (modeltrace_test.go).
 package integration
 
 import (
@@ -27,8 +31,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/lazaret/lazaret/pkg/modeltrace"
 )
 
 var (
@@ -70,6 +72,16 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	E, setupErr = setup()
 	code := m.Run()
+	if E != nil {
+		problems, summary := checkModelTraces()
+		fmt.Println(summary)
+		for _, p := range problems {
+			fmt.Fprintln(os.Stderr, "FAIL model trace:", p)
+		}
+		if len(problems) > 0 && code == 0 {
+			code = 1
+		}
+	}
 	if E != nil && code == 0 {
 		os.RemoveAll(E.base)
 	}
@@ -124,6 +136,7 @@ func setup() (*env, error) {
 			return nil, err
 		}
 	}
+	e.startModelTraces()
 	e.stateHome = e.userDir("state")
 	e.runtime = e.userDir("run")
 	os.Chmod(e.runtime, 0o700)
@@ -164,6 +177,7 @@ func need(t *testing.T) *env {
 		}
 		t.Fatalf("integration prerequisites: %v", setupErr)
 	}
+	traceFor(t, E)
 	return E
 }
 
@@ -199,9 +213,7 @@ func (e *env) cmdWith(bin, dir string, extraEnv []string, args ...string) *exec.
 		"XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime,
 		"LAZARET_RUNSC=" + e.runsc, "LANG=C.UTF-8",
 	}, extraEnv...)
-	if activeModelTrace != "" {
-		c.Env = append(c.Env, modeltrace.Env+"="+activeModelTrace)
-	}
+	c.Env = append(c.Env, modelTraceEnv()...) // later entries win: always this test's trace
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setpgid: true}
 	return c
 }

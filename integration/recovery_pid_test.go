@@ -50,6 +50,9 @@ func TestSpec32RecoveryNeverSignalsRecycledPID(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := workspace(t)
+			if !tc.recorded {
+				expectModelGap(t, gapRetainedGeneration)
+			}
 			stages := tc.rsStage + ",lazaret-hc:rs-stopped"
 			c := e.cmdWith(e.binFP, ws, []string{failpoint.Env + "=" + stages}, "run", "-p", "tiny", "--", "echo", "hi")
 			var errb bytes.Buffer

@@ -351,9 +351,9 @@ func TestSignalsReachTheCommand(t *testing.T) {
 // the Runtime Supervisor takes down the attached runsc, the sandbox and the
 // session; the next run starts cleanly.
 func TestSupervisorLossTearsDown(t *testing.T) {
-	recordModelTrace(t)
 	for _, victim := range []string{"lazaret-rs", "lazaret-hc"} {
 		t.Run(victim, func(t *testing.T) {
+			recordModelTrace(t)
 			e := need(t)
 			ws := workspace(t)
 			c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo ready; sleep 60")

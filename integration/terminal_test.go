@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/lazaret/lazaret/pkg/modeltrace"
 )
 
 // tmuxTerm is a real terminal: a private tmux server of the test user (its
@@ -42,8 +40,8 @@ func (m *tmuxTerm) newSession(name, ws string, w, h int) {
 	outer := strings.Join([]string{"env", "-i", "HOME=" + m.e.home, "USER=" + *flagUser, "PATH=" + m.e.bin + ":/usr/local/bin:/usr/bin:/bin",
 		"XDG_STATE_HOME=" + m.e.stateHome, "XDG_RUNTIME_DIR=" + m.e.runtime, "LAZARET_RUNSC=" + m.e.runsc, "LANG=C.UTF-8", "TERM=xterm-256color",
 		"PS1='OUTER$ '", "bash", "--norc", "--noprofile"}, " ")
-	if activeModelTrace != "" { // recordModelTrace
-		outer = strings.Replace(outer, "env -i ", "env -i "+modeltrace.Env+"="+activeModelTrace+" ", 1)
+	if tr := modelTraceEnv(); len(tr) > 0 {
+		outer = strings.Replace(outer, "env -i ", "env -i "+tr[0]+" ", 1)
 	}
 	m.tmux("new-session", "-d", "-s", name, "-x", itoa(w), "-y", itoa(h), "-c", ws, outer)
 	m.waitFor(name, "OUTER$", 10*time.Second)
