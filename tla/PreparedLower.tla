@@ -100,10 +100,18 @@ Init ==
 (***************************************************************************)
 
 \* Durable prepare intent is committed before the preparer creates anything;
-\* preparation is demand-driven by a generation holding lease intent.
+\* preparation is demand-driven by a generation that holds lease intent or is
+\* starting and has not recorded it yet: the Runtime Supervisor prepares (or
+\* reuses) the artifact before the coordinator records the intent with the
+\* artifact's identity. Safety does not rest on this order: InsertLease
+\* needs the artifact Published in the same catalog transaction.
 BeginPrepare(a) ==
     /\ artifact[a] = "Absent"
-    /\ \E g \in Generations : A(g) = a /\ lower[g] = "Intent" /\ hc[g] = "Alive"
+    /\ \E g \in Generations :
+          /\ A(g) = a
+          /\ hc[g] = "Alive"
+          /\ \/ lower[g] = "Intent"
+             \/ lower[g] = "None" /\ phase[g] = "Starting"
     /\ artifact' = [artifact EXCEPT ![a] = "Preparing"]
     /\ preparer' = [preparer EXCEPT ![a] = "Running"]
     /\ UNCHANGED << trees, lease, phase, hc, rs, rsSlot, lower, anchor, mount,

@@ -18,7 +18,7 @@ func inLease(st *State, a, g int) bool { return st.Lease[a]&(1<<uint(g)) != 0 }
 func (m *Model) BeginPrepare(st *State, a int) (State, bool) {
 	demand := false
 	for g := range m.C.Generations {
-		if m.A(g) == a && st.Lower[g] == PIntent && st.Hc[g] == HcAlive {
+		if m.A(g) == a && st.Hc[g] == HcAlive && (st.Lower[g] == PIntent || st.Lower[g] == PNone && st.Phase[g] == Starting) {
 			demand = true
 		}
 	}
