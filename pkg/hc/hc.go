@@ -994,7 +994,7 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	if err != nil {
 		return err
 	}
-	if err := c.recordSandbox(participant.Intent, store.StagedSlot(c.rsChild.Identity()), store.StagedSlot(runscID), nil); err != nil {
+	if err := c.recordSandbox(participant.Intent, store.CommittedSlot(c.rsChild.Identity()), store.StagedSlot(runscID), nil); err != nil {
 		return err
 	}
 	failpoint.Hit("lazaret-hc:staged-recorded")

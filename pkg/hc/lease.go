@@ -24,8 +24,10 @@ import (
 //  1. prepared_lower = Intent{artifact, lease_state=Intent}     (Domain Store)
 //  2. the exact (artifact, Domain, generation) lease            (Storage Catalog, under its lock)
 //  3. prepared_lower = LeaseHeld{lease_state=Held}
-//  4. state_anchor = Intent{artifact}; LeaseRecorded → RS mounts; AnchorsMounted →
-//     state_anchor = Prepared{artifact, mounts}
+//  4. RS's sandbox slot Committed and state_anchor = Intent{artifact} (one
+//     transaction); LeaseRecorded → RS mounts; AnchorsMounted →
+//     state_anchor = Prepared{artifact, mounts} (the store refuses it unless
+//     RS's slot is Committed)
 //
 // Release (teardown, and bootstrap recovery of a dead generation):
 //
@@ -127,7 +129,18 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 	if ns.GetDev() == 0 || ns.GetIno() == 0 {
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor's hello names no mount namespace")
 	}
+	// RS is about to create the mounts: its slot is promoted to Committed
+	// first, in the same transaction as the anchor intent (staged ownership
+	// never satisfies dependent-resource creation: the model's
+	// CommitSupervisor before MountAnchor, StagedOwnershipNoDependents).
+	// Its target-specific readiness is proven by now: RS answered the
+	// hello under its staged identity and holds the artifact it names.
 	if err := c.store.Update(func(tx *store.Tx) error {
+		if err := tx.PutParticipant(c.generation, participant.Sandbox, participant.Intent, sandboxSnapshot(&lv1.SandboxSnapshotV1{
+			Coordinator: store.CommittedSlot(c.self), Supervisor: store.CommittedSlot(c.rsChild.Identity()), Runsc: unassignedSlot(),
+		})); err != nil {
+			return err
+		}
 		if err := tx.PutParticipant(c.generation, participant.StateAnchor, participant.Intent, nil); err != nil {
 			return err
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/config"
@@ -19,6 +21,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -57,11 +60,30 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	art := prepare.ArtifactID(md)
 	ready := &lv1.ArtifactReady{PreparedArtifactId: art, ImageRef: c.image, ManifestDigest: md}
 	hello0 := &lv1.SupervisorHello{MountNamespace: &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno}}
+	// A real process stands in for RS: its slot is staged at spawn, and
+	// recordLease commits it before the anchors are mounted.
+	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.rsChild, err = broker.Start("rs", proc.Command{Path: "/bin/sleep", Args: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.rsChild.Signal(unix.SIGKILL); c.rsChild.Wait(context.Background()) })
 	newGen := func(gen uint64) {
 		t.Helper()
 		c.generation = gen
 		if err := c.store.Update(func(tx *store.Tx) error {
-			return tx.CreateGeneration(store.NewGeneration{Number: gen, ConfigurationFingerprint: []byte("f"), CoordinatorID: "hc", Coordinator: c.self})
+			if err := tx.CreateGeneration(store.NewGeneration{Number: gen, ConfigurationFingerprint: []byte("f"), CoordinatorID: "hc", Coordinator: c.self}); err != nil {
+				return err
+			}
+			return tx.PutParticipant(gen, participant.Sandbox, participant.Intent, nil)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.store.Update(func(tx *store.Tx) error {
+			return tx.PutParticipant(gen, participant.Sandbox, participant.Intent, sandboxSnapshot(&lv1.SandboxSnapshotV1{
+				Coordinator: store.CommittedSlot(c.self), Supervisor: store.StagedSlot(c.rsChild.Identity()), Runsc: unassignedSlot()}))
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -87,6 +109,19 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	newGen(9)
 	if err := c.recordLease(ctx, ready, hello0); err != nil {
 		t.Fatalf("lease after an interrupted reclamation: %v", err)
+	}
+	// RS's slot was promoted before LeaseRecorded lets it mount.
+	if err := c.store.View(func(tx *store.Tx) error {
+		p, err := tx.Participant(9, participant.Sandbox)
+		if err != nil {
+			return err
+		}
+		if sl, _ := store.SlotFromProto(p.Snapshot.GetSandbox().GetSupervisor()); sl.State != participant.CommittedSlot || sl.Identity != c.rsChild.Identity() {
+			return fmt.Errorf("sandbox supervisor slot after the lease is %s, want Committed(%s)", sl, c.rsChild.Identity())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.releaseAnchorIntent(); err != nil {
 		t.Fatal(err)

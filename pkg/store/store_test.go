@@ -313,6 +313,12 @@ func TestRefusals(t *testing.T) {
 			}
 			return tx.PutParticipant(2, participant.StateAnchor, participant.Prepared, saSnap("pl-other", anchorMount, CommittedSlot(anchorD)))
 		}},
+		{"anchor prepared while its supervisor is only staged", func(tx *Tx) error {
+			if err := tx.PutParticipant(2, participant.StateAnchor, participant.Intent, saSnap("pl-1", nil, StagedSlot(anchorD))); err != nil {
+				return err
+			}
+			return tx.PutParticipant(2, participant.StateAnchor, participant.Prepared, saSnap("pl-1", anchorMount, CommittedSlot(anchorD)))
+		}},
 		{"lower release under a live anchor", func(tx *Tx) error { return tx.ReleaseParticipant(1, participant.PreparedLower) }},
 		{"lower release with anchor in release intent", func(tx *Tx) error {
 			if err := tx.ReleaseParticipant(1, participant.StateAnchor); err != nil {

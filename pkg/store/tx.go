@@ -501,7 +501,8 @@ func (tx *Tx) directOwner(g *Generation, slot string) (pidfs.Identity, error) {
 
 // activationRules are the cross-record preconditions of entering a role's
 // active phase:
-//   - state_anchor Prepared: prepared_lower is LeaseHeld for the same artifact.
+//   - state_anchor Prepared: prepared_lower is LeaseHeld for the same artifact,
+//     and the sandbox participant's supervisor slot is Committed(current).
 //   - network Committed: the readiness evidence names this generation and
 //     matches the snapshot's fingerprint, policy digest, namespace and
 //     committed RS; the helper participant is Committed with the same RS.
@@ -524,6 +525,11 @@ func (tx *Tx) activationRules(g *Generation, role participant.Role, m proto.Mess
 		}
 		if pl.Snapshot.GetPreparedLower().GetPreparedArtifactId() != sa.GetPreparedArtifactId() {
 			return refuse("artifact %q is not the leased artifact %q", sa.GetPreparedArtifactId(), pl.Snapshot.GetPreparedLower().GetPreparedArtifactId())
+		}
+		// The mounts were created by RS: staged ownership never satisfies
+		// dependent-resource creation, so RS's slot is Committed(current).
+		if _, err := tx.directOwner(g, "supervisor"); err != nil {
+			return refuse("Prepared needs the supervisor that mounted it committed: %v", err)
 		}
 	case participant.Network:
 		n := m.(*v1.NetworkSnapshotV1)
