@@ -347,10 +347,27 @@ func TestJoinDuringStartup(t *testing.T) {
 	first.Stdout = &out1
 	first.Start()
 	time.Sleep(100 * time.Millisecond) // the coordinator is starting
+	// A session with another configuration arriving meanwhile is refused
+	// at once, whether the generation is still starting or already runs
+	// (the model's RejectConfigurationMismatch in either phase).
+	recordModelTrace(t, "RejectConfigurationMismatch")
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	os.WriteFile(cfg, []byte("[profiles.tiny]\nenv = { EXTRA = \"1\" }\n"), 0o600)
+	os.Chown(cfg, e.uid, e.gid)
+	mismatched := e.cmd(ws, nil, "run", "--config", cfg, "-p", "tiny", "--", "true")
+	var mErr bytes.Buffer
+	mismatched.Stderr = &mErr
+	if err := mismatched.Start(); err != nil {
+		t.Fatal(err)
+	}
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "second")
 	first.Wait()
+	mismatched.Wait()
 	if r.code != 0 || r.stdout != "second\n" || out1.String() != "first\n" {
 		t.Fatalf("join during start-up: %+v / %q", r, out1.String())
+	}
+	if code := mismatched.ProcessState.ExitCode(); code != 125 || !strings.Contains(mErr.String(), "EXTRA") {
+		t.Errorf("mismatched session during start-up: exit %d, stderr %q", code, mErr.String())
 	}
 	logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
 	for _, l := range logs {

@@ -647,7 +647,8 @@ AdvanceWaitingSession(s) ==
 RejectConfigurationMismatch(s) ==
     LET d == Dom(s)
     IN  /\ sessionPhase[s] \in {"New", "Waiting"}
-        /\ domainPhase[d] = "Ready"
+        /\ domainPhase[d] \in {"Starting", "Ready", "Stopping"}
+        /\ lockOwner[d] # s
         /\ SessionFingerprint[s] # DomainFingerprint[d]
         /\ sessionPhase' = [sessionPhase EXCEPT ![s] = "Failed"]
         /\ terminalRoute' = [terminalRoute EXCEPT ![s] = "Detached"]

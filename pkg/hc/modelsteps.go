@@ -151,17 +151,16 @@ func (c *coordinator) mtAdmitLocked(key string, running bool) {
 
 // mtRejectMismatch records RejectConfigurationMismatch for a session
 // admit refused because its configuration fingerprint differs from the
-// running generation's. The model rejects a mismatched session only once
-// the Domain is Ready; a refusal while the generation starts (or stops)
-// takes no model step: the session never entered the model (it stays New,
-// a stutter), which tla/MAPPING.md records as a gap.
+// generation's, while the generation starts, runs or stops (the model's
+// guard). A refusal once the generation failed takes no model step: the
+// session never entered the model (it stays New, a stutter).
 func (c *coordinator) mtRejectMismatch(key string) {
 	if !modeltrace.On() {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, seen := c.mt.sessions[key]; c.mt.phase == mReady && !seen {
+	if _, seen := c.mt.sessions[key]; !seen && (c.mt.phase == mStarting || c.mt.phase == mReady || c.mt.phase == mStopping) {
 		c.emit("RejectConfigurationMismatch", key)
 		c.mt.sessions[key] = msClosed
 	}

@@ -218,7 +218,8 @@ func (m *Model) AdvanceWaitingSession(st *State, s int) (State, bool) {
 func (m *Model) RejectConfigurationMismatch(st *State, s int) (State, bool) {
 	d := m.Dom(s)
 	if !((st.SessionPhase[s] == SNew || st.SessionPhase[s] == SWaiting) &&
-		st.DomainPhase[d] == Ready &&
+		(st.DomainPhase[d] == Starting || st.DomainPhase[d] == Ready || st.DomainPhase[d] == Stopping) &&
+		st.LockOwner[d] != uint8(s) &&
 		m.C.SessionFingerprint[s] != m.C.DomainFingerprint[d]) {
 		return State{}, false
 	}

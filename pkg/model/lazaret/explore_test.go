@@ -83,3 +83,31 @@ func boundNote(b string) string {
 	}
 	return " (" + b + ")"
 }
+
+// TestModelMismatchedSession explores the full fixture with S2 on another
+// configuration (the fixture never fires RejectConfigurationMismatch): a
+// mismatched session is refused while the Domain starts, runs or stops,
+// and every invariant and liveness property still holds.
+func TestModelMismatchedSession(t *testing.T) {
+	cfg := Fixture()
+	cfg.Name = "Lazaret.cfg with S2 mismatched"
+	cfg.SessionFingerprint = append([]string(nil), cfg.SessionFingerprint...)
+	cfg.SessionFingerprint[1] = "config-b"
+	m := New(cfg)
+	sp := m.Spec()
+	res := check.Run(sp, check.Options{Liveness: true, MaxHeapBytes: *maxHeap << 20})
+	for _, v := range res.Violations {
+		t.Errorf("%s", v.String(m.Format))
+	}
+	if !res.Complete {
+		t.Fatalf("exploration stopped by a bound (%s)", res.Bound)
+	}
+	fired := map[string]int{}
+	for i, a := range sp.Actions {
+		fired[a.Name] = res.Fired[i]
+	}
+	if fired["RejectConfigurationMismatch(S2)"] == 0 || fired["RegisterSession(S2)"] != 0 {
+		t.Errorf("S2 mismatched: RejectConfigurationMismatch fired %d times, RegisterSession %d times", fired["RejectConfigurationMismatch(S2)"], fired["RegisterSession(S2)"])
+	}
+	t.Logf("%s: %d distinct states, liveness checked %v", cfg.Name, res.Distinct, res.Liveness)
+}
