@@ -36,23 +36,7 @@ func recordRun(t *testing.T) []modeltrace.Record {
 		modeltrace.EmitReconcile(dom, 1, a, dom)
 	}
 	modeltrace.Emit(dom, 2, "StartNewDomain", s2)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := ReadRecords(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The trace's roles are the recording processes'.
-	for i := range recs {
-		switch recs[i].Action {
-		case "MountStateAnchor", "ArmRuntimeCausalEdge", "StartSandbox":
-			recs[i].Role = "rs"
-		}
-	}
-	return recs
+	return readRecorded(t, path)
 }
 
 func TestReplayRecordedRun(t *testing.T) {
@@ -154,22 +138,7 @@ func recordEscalationRun(t *testing.T) []modeltrace.Record {
 	emit([]string{"AutoApprove", r2}, []string{"StartHostExecution", r2}, []string{"CancelRequest", r2}, []string{"DeliverResult", r2},
 		[]string{"DisconnectSession", s1}, []string{"BeginTeardown", dom}, []string{"StopSandbox", dom}, []string{"StopSidecar", dom},
 		[]string{"UnmountStateAnchor", dom}, []string{"GracefulSupervisorExit", dom}, []string{"FinishTeardown", dom})
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := ReadRecords(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range recs {
-		switch recs[i].Action {
-		case "MountStateAnchor", "ArmRuntimeCausalEdge", "StartSandbox":
-			recs[i].Role = "rs"
-		}
-	}
-	return recs
+	return readRecorded(t, path)
 }
 
 func TestReplayRecordedEscalations(t *testing.T) {
@@ -255,22 +224,7 @@ func recordManyRequests(t *testing.T, n int, open bool) []modeltrace.Record {
 		{"UnmountStateAnchor", dom}, {"GracefulSupervisorExit", dom}, {"FinishTeardown", dom}} {
 		emit(a...)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := ReadRecords(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range recs {
-		switch recs[i].Action {
-		case "MountStateAnchor", "ArmRuntimeCausalEdge", "StartSandbox":
-			recs[i].Role = "rs"
-		}
-	}
-	return recs
+	return readRecorded(t, path)
 }
 
 // More requests than the model state holds replay in overlapping request
@@ -301,4 +255,27 @@ func TestReplayRequestWindows(t *testing.T) {
 	if _, err := ReplayLazaret(recordManyRequests(t, 12, true)); err == nil || !strings.Contains(err.Error(), "beyond the model's bounds") {
 		t.Fatalf("interleaving requests 11 apart: %v", err)
 	}
+}
+
+// readRecorded reads the trace a test recorded at path, with the role of
+// the process that records each step in a real run (this test process
+// recorded them all).
+func readRecorded(t *testing.T, path string) []modeltrace.Record {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := ReadRecords(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range recs {
+		switch recs[i].Action {
+		case "MountStateAnchor", "ArmRuntimeCausalEdge", "StartSandbox":
+			recs[i].Role = "rs"
+		}
+	}
+	return recs
 }
