@@ -130,9 +130,12 @@ func (c *coordinator) recoverGenerations() {
 			var live bool
 			c.store.View(func(tx *store.Tx) error { live = leaseLive(tx, g); return nil })
 			if live {
+				c.plBootstrap(g)
 				if refusals := c.recoverLower(g); len(refusals) > 0 {
 					c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
+					continue
 				}
+				c.plRecovered(g)
 			}
 			continue
 		}
@@ -157,6 +160,9 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "sandbox", strings.Join(refusals, "; "))
 			continue
 		}
+		// Every recorded process of g is proven gone: this coordinator,
+		// holding the Domain lock, recovers it.
+		c.plBootstrap(g)
 		container := p.View.Fields["container_id"]
 		if container == "" {
 			container = runsc.ContainerID(string(c.paths.ID), g) // crashed before SandboxReady recorded it
@@ -191,6 +197,7 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "sandbox", err.Error())
 			continue
 		}
+		c.plRecovered(g)
 		c.log.Info("recovered generation", "recovered_generation", g)
 	}
 }
@@ -285,7 +292,14 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 	}
 	if err := c.cleanSandbox(c.generation, "normal teardown: runtime supervisor reaped, attached runsc absent", absent); err != nil {
 		c.log.Error("record sandbox clean", "err", err)
+		return
 	}
+	c.plStep(func(p *plSteps) {
+		if p.slot && !p.rs {
+			p.slot = false
+			c.plEmit("ClearSupervisorSlot")
+		}
+	})
 }
 
 // terminalRecorder returns the Domain Store's Session Terminal recorder.

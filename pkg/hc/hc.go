@@ -144,6 +144,11 @@ type coordinator struct {
 	// mt is what this coordinator recorded in the model trace
 	// (modelsteps.go); untouched unless LAZARET_MODEL_TRACE is set.
 	mt modelSteps
+	pl plSteps // the PreparedLower steps recorded (modelsteps_lower.go)
+	// leaseMu serialises lease and anchor acquisition (lease.go) with
+	// teardown's start of release: once teardown began releasing
+	// (pl.releasing), no acquisition step is taken.
+	leaseMu sync.Mutex
 }
 
 // Main runs the Host Coordinator and returns its exit status.
@@ -540,6 +545,7 @@ func (c *coordinator) setState(s state, err error) {
 	}
 	if prev == stateStarting && s == stateRunning {
 		c.mtPublishLocked()
+		c.plPublishLocked()
 	}
 	if s == stateFailed {
 		c.mtFailLocked()
@@ -720,6 +726,10 @@ func (c *coordinator) launchSupervisor() error {
 			c.mu.Lock()
 			c.emit("StartRuntimeSupervisor", c.dom())
 			c.mt.rs = true
+			if modeltrace.On() {
+				c.plEmit("SpawnSupervisor")
+				c.pl.rs, c.pl.slot = true, true
+			}
 			c.mu.Unlock()
 			return nil
 		},
@@ -1194,6 +1204,14 @@ func (c *coordinator) teardown() {
 	case <-done:
 	case <-time.After(drainTimeout + closeGrace):
 	}
+	// No lease or anchor acquisition step after this point (lease.go):
+	// the generation is released from here on (the model's BeginRelease).
+	c.leaseMu.Lock()
+	c.pl.releasing = true
+	c.mu.Lock()
+	c.plBeginReleaseLocked()
+	c.mu.Unlock()
+	c.leaseMu.Unlock()
 	if c.store != nil {
 		if err := c.withdrawPublication(c.generation, "teardown: publication file removed, listener closed"); err != nil {
 			c.log.Error("record publication withdrawal", "err", err)
@@ -1201,8 +1219,10 @@ func (c *coordinator) teardown() {
 		if err := c.releaseSandbox(); err != nil {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
-		if err := c.releaseAnchorIntent(); err != nil {
+		if released, err := c.releaseAnchorIntent(); err != nil {
 			c.log.Error("record state anchor release intent", "err", err)
+		} else if released {
+			c.plStep(nil, "AnchorReleaseIntent")
 		}
 		failpoint.Hit("lazaret-hc:anchor-release-intent")
 		c.releaseNetworkRecords()
@@ -1235,7 +1255,17 @@ func (c *coordinator) teardown() {
 			}
 			st, _ := rsChild.Status()
 			c.mtSupervisorGone(st, stopped)
+			c.plSupervisorGone(stopped)
 		}
+	} else if modeltrace.On() {
+		// Staged by the broker, whose acquisition then failed: the broker
+		// stopped it before anything of it was used.
+		c.plStep(func(p *plSteps) {
+			if p.rs && p.phase == plStopping {
+				p.rs = false
+				c.plEmit("StopSupervisor")
+			}
+		})
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
 	c.stopHelper()
@@ -1255,6 +1285,7 @@ func (c *coordinator) teardown() {
 	c.cleanupRuntime() // after finishSandbox: it removes runsc state only once its processes are proven gone
 	c.endSticky()
 	c.mtFinish()
+	c.plFinish()
 	c.log.Info("domain stopped")
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/prepare"
@@ -86,6 +87,13 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor prepared image %q, not the configured %q", a.GetImageRef(), c.image)
 	}
 	source := a.GetManifestDigest()
+	// Acquisition is not begun, nor continued, once teardown began
+	// releasing the generation (the model acquires only while Starting).
+	c.leaseMu.Lock()
+	defer c.leaseMu.Unlock()
+	if c.pl.releasing {
+		return errdefs.New(errdefs.ErrUnavailable, "the generation is being torn down: not leasing %s", id)
+	}
 	if err := c.store.Update(func(tx *store.Tx) error {
 		if err := tx.PutParticipant(c.generation, participant.PreparedLower, participant.Intent, nil); err != nil {
 			return err
@@ -94,6 +102,7 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 	}); err != nil {
 		return err
 	}
+	c.plStep(func(p *plSteps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent")
 	failpoint.Hit("lazaret-hc:lower-intent")
 	cat, err := c.storageCatalog()
 	if err != nil {
@@ -112,7 +121,12 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 		if err := verifyArtifact(tx, c.paths.StorageRoot, id, source); err != nil {
 			return err
 		}
-		return tx.AcquireLease(key)
+		if err := tx.AcquireLease(key); err != nil {
+			return err
+		}
+		// Under storage-catalog.lock, before the lease is visible.
+		c.plStep(nil, "InsertLease")
+		return nil
 	}); err != nil {
 		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
 	}
@@ -122,6 +136,7 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 	}); err != nil {
 		return err
 	}
+	c.plStep(nil, "CommitLeaseHeld")
 	failpoint.Hit("lazaret-hc:lease-held")
 	// state_anchor is recorded even without persistent paths: its mount
 	// namespace is where the read-only lower is bound too.
@@ -148,6 +163,7 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 	}); err != nil {
 		return err
 	}
+	c.plStep(func(p *plSteps) { p.anchor = true }, "CommitSupervisor", "AnchorIntent")
 	failpoint.Hit("lazaret-hc:anchor-intent")
 	c.mu.Lock()
 	c.leasedArtifact = id
@@ -220,19 +236,31 @@ func (c *coordinator) recordAnchorsMounted(m *lv1.AnchorsMounted, hello *lv1.Sup
 	if !slices.Equal(want, got) {
 		return errdefs.New(errdefs.ErrRefused, "anchors mounted for %v, the profile's persistent paths are %v", got, want)
 	}
+	c.leaseMu.Lock()
+	defer c.leaseMu.Unlock()
+	if c.pl.releasing {
+		return errdefs.New(errdefs.ErrUnavailable, "the generation is being torn down: state_anchor stays in Intent")
+	}
 	if err := c.store.Update(func(tx *store.Tx) error {
 		return tx.PutParticipant(c.generation, participant.StateAnchor, participant.Prepared, saSnapshot(leased, ns, mounts))
 	}); err != nil {
 		return err
 	}
+	c.plStep(func(p *plSteps) {
+		for _, a := range mounts.Anchors {
+			p.mounts = append(p.mounts, a.GetMountId())
+		}
+	}, "CommitAnchorPrepared")
 	failpoint.Hit("lazaret-hc:anchor-prepared")
 	return nil
 }
 
 // releaseAnchorIntent is release step 1: state_anchor = ReleaseIntent with
-// every identity kept, before RS is asked to stop.
-func (c *coordinator) releaseAnchorIntent() error {
-	return c.store.Update(func(tx *store.Tx) error {
+// every identity kept, before RS is asked to stop. It reports whether it
+// recorded it.
+func (c *coordinator) releaseAnchorIntent() (bool, error) {
+	released := false
+	err := c.store.Update(func(tx *store.Tx) error {
 		p, err := tx.Participant(c.generation, participant.StateAnchor)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
@@ -240,8 +268,10 @@ func (c *coordinator) releaseAnchorIntent() error {
 		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
 			return err
 		}
+		released = true
 		return tx.ReleaseParticipant(c.generation, participant.StateAnchor)
 	})
+	return released && err == nil, err
 }
 
 // mountsAbsent proves every mount of a state_anchor record absent without
@@ -279,7 +309,11 @@ func mountsAbsent(sa *store.Participant, unmounted []uint64) error {
 // and prepared_lower ReleaseIntent once the mounts are proven absent, the
 // exact catalog lease removed, prepared_lower Clean. It returns why it
 // stopped, leaving every unproven record (and the lease) in place.
-func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []uint64, detail string) error {
+//
+// recovering says whether the release is recovery (bootstrap, or after the
+// supervisor's loss) for the model trace: its anchor mount may have died
+// with the supervisor's mount namespace (RecoveryUnmountAnchor).
+func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []uint64, detail string, recovering bool) error {
 	var sa, pl *store.Participant
 	if err := c.store.View(func(tx *store.Tx) error {
 		var err error
@@ -339,6 +373,28 @@ func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []
 	}); err != nil {
 		return err
 	}
+	artifact := pl.Snapshot.GetPreparedLower().GetPreparedArtifactId()
+	if modeltrace.On() {
+		// One transaction: in the model, the anchor's release intent (if
+		// not recorded before), the recovery's unmount (its mount
+		// namespace is proven gone), and the anchor's Clean with the
+		// lower's release intent.
+		switch {
+		case sa != nil && sa.Phase != participant.Clean && pl.Phase != participant.ReleaseIntent:
+			if sa.Phase == participant.Intent || sa.Phase == participant.Prepared {
+				c.plGen(gen, artifact, "AnchorReleaseIntent", false)
+			}
+			if recovering {
+				c.plGen(gen, artifact, "RecoveryUnmountAnchor", true)
+			}
+			c.plGen(gen, artifact, "AnchorClean", false)
+		case pl.Snapshot != nil && (pl.Phase == participant.Intent || pl.Phase == participant.LeaseHeld):
+			c.plGen(gen, artifact, "ReleaseUnanchoredLower", false)
+		}
+		if gen == c.generation {
+			c.plStep(func(p *plSteps) { p.anchor = false })
+		}
+	}
 	failpoint.Hit("lazaret-hc:anchor-clean")
 	if pl.Snapshot != nil {
 		artifact := pl.Snapshot.GetPreparedLower().GetPreparedArtifactId()
@@ -361,16 +417,28 @@ func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []
 		if err != nil {
 			return err
 		}
+		if res == catalog.Removed {
+			c.plGen(gen, artifact, "RemoveLease", false)
+		}
 		c.log.Info("prepared-lower lease released", "lease", key.String(), "found", res == catalog.Removed)
 		failpoint.Hit("lazaret-hc:lease-released")
 	}
-	return c.store.Update(func(tx *store.Tx) error {
+	if err := c.store.Update(func(tx *store.Tx) error {
 		p, err := tx.Participant(gen, participant.PreparedLower)
 		if err != nil {
 			return err
 		}
 		return cleanRecorded(tx, gen, participant.PreparedLower, p, detail+"; catalog lease removed")
-	})
+	}); err != nil {
+		return err
+	}
+	if modeltrace.On() {
+		c.plGen(gen, artifact, "LowerClean", false)
+		if gen == c.generation {
+			c.plStep(func(p *plSteps) { p.lower = false })
+		}
+	}
+	return nil
 }
 
 // cleanRecorded records role Clean with a proof covering every recorded
@@ -399,7 +467,7 @@ func (c *coordinator) finishLower(rs *proc.Child) {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), catalog.DefaultLockTimeout)
 	defer cancel()
-	if err := c.releaseLower(ctx, c.generation, unmounted, "normal teardown: runtime supervisor unmounted the anchors and was reaped"); err != nil {
+	if err := c.releaseLower(ctx, c.generation, unmounted, "normal teardown: runtime supervisor unmounted the anchors and was reaped", c.plRecovering()); err != nil {
 		c.log.Error("prepared-lower lease retained", "err", err)
 	}
 }
@@ -409,7 +477,7 @@ func (c *coordinator) finishLower(rs *proc.Child) {
 func (c *coordinator) recoverLower(g uint64) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), catalog.DefaultLockTimeout)
 	defer cancel()
-	if err := c.releaseLower(ctx, g, nil, "bootstrap recovery: the dead generation's mount namespace has no process or bind left"); err != nil {
+	if err := c.releaseLower(ctx, g, nil, "bootstrap recovery: the dead generation's mount namespace has no process or bind left", true); err != nil {
 		return []string{err.Error()}
 	}
 	return nil

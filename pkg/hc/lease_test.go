@@ -123,10 +123,10 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.releaseAnchorIntent(); err != nil {
+	if _, err := c.releaseAnchorIntent(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.releaseLower(ctx, 9, nil, "test"); !errors.Is(err, errdefs.ErrRefused) {
+	if err := c.releaseLower(ctx, 9, nil, "test", false); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("release of generation 9 with its namespace held: %v", err)
 	}
 
@@ -163,7 +163,7 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 		if err := c.recordAnchorsMounted(mounted, hello); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.releaseAnchorIntent(); err != nil {
+		if _, err := c.releaseAnchorIntent(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -181,7 +181,7 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	// Generation 1: its mount namespace is still held (by this process).
 	run(10, &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno})
 	all := []uint64{100, 101, 102, 103, 104, 105, 106, 107}
-	if err := c.releaseLower(ctx, 10, all, "test"); !errors.Is(err, errdefs.ErrRefused) {
+	if err := c.releaseLower(ctx, 10, all, "test", false); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("release with the mount namespace held: %v", err)
 	}
 	if pl, sa := phases(10); pl != participant.LeaseHeld || sa != participant.ReleaseIntent {
@@ -193,7 +193,7 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 
 	// Generation 2: its namespace (an inode no namespace has) is gone.
 	run(11, &lv1.NamespaceIdentity{Dev: ownDev, Ino: 1})
-	if err := c.releaseLower(ctx, 11, nil, "test"); err != nil {
+	if err := c.releaseLower(ctx, 11, nil, "test", false); err != nil {
 		t.Fatal(err)
 	}
 	if pl, sa := phases(11); pl != participant.Clean || sa != participant.Clean {
@@ -212,7 +212,7 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.releaseLower(ctx, 12, nil, "test"); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "has no lease") {
+	if err := c.releaseLower(ctx, 12, nil, "test", false); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "has no lease") {
 		t.Fatalf("release of a LeaseHeld record without its catalog lease: %v", err)
 	}
 	if pl, _ := phases(12); pl != participant.LeaseHeld {

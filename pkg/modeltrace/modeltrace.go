@@ -186,3 +186,57 @@ func (r *recorder) write(rec Record) {
 		fmt.Fprintf(os.Stderr, "lazaret: model trace %s: %v\n", r.path, err)
 	}
 }
+
+// The PreparedLower model (tla/PreparedLower.tla). Its records carry
+// Model PreparedLower. A generation step names its generation by the
+// record's Domain and Generation (the single argument is GenerationKey, the
+// vocabulary's Generation parameter) and, where the recorder knows it, the
+// prepared artifact the generation leases in the fact FactArtifact. An
+// artifact step's argument is the prepared-artifact ID; when a generation's
+// process takes it (preparation by the Runtime Supervisor) the record
+// names that generation too, whose demand the preparation serves.
+const (
+	// PreparedLower is the Model of the records below.
+	PreparedLower = "PreparedLower"
+	// FactArtifact names the prepared artifact of a generation step.
+	FactArtifact = "artifact"
+)
+
+// GenerationKey is the trace's name for Domain domain's generation gen.
+func GenerationKey(domain string, gen uint64) string {
+	return domain + "/" + strconv.FormatUint(gen, 10)
+}
+
+// EmitGeneration records PreparedLower step action of Domain domain's
+// generation gen; artifact is the prepared artifact the generation leases
+// ("" when the recorder does not know it yet).
+func EmitGeneration(domain string, gen uint64, artifact, action string) {
+	if r := active.Load(); r != nil {
+		r.write(plGeneration(domain, gen, artifact, action, false))
+	}
+}
+
+// EmitGenerationReconcile is EmitGeneration for a recovery step that may
+// find its work already done (see Record.Reconcile).
+func EmitGenerationReconcile(domain string, gen uint64, artifact, action string) {
+	if r := active.Load(); r != nil {
+		r.write(plGeneration(domain, gen, artifact, action, true))
+	}
+}
+
+func plGeneration(domain string, gen uint64, artifact, action string, reconcile bool) Record {
+	rec := Record{Model: PreparedLower, Action: action, Args: []string{GenerationKey(domain, gen)}, Domain: domain, Generation: gen, Reconcile: reconcile}
+	if artifact != "" {
+		rec.Facts = map[string]string{FactArtifact: artifact}
+	}
+	return rec
+}
+
+// EmitArtifact records PreparedLower step action of prepared artifact
+// artifact, taken for Domain domain's generation gen ("" and 0 when no
+// generation's process takes it: `lazaret gc`).
+func EmitArtifact(domain string, gen uint64, action, artifact string) {
+	if r := active.Load(); r != nil {
+		r.write(Record{Model: PreparedLower, Action: action, Args: []string{artifact}, Domain: domain, Generation: gen})
+	}
+}

@@ -120,6 +120,11 @@ type GCPolicy struct {
 	Catalog *catalog.Catalog
 	// Ctx bounds the catalog operations (nil: context.Background()).
 	Ctx context.Context
+	// Step, when set, is called at each step of tla/PreparedLower.tla gc
+	// takes (BeginReclaim, ReclaimArtifact; RecoverStage or
+	// PublishArtifact for a dead preparer's intent), inside the Storage
+	// Catalog transaction that records it (see Options.Step).
+	Step func(action, artifactID string)
 }
 
 // GCSteps are gc's crash points, in order (failpoint "gc:<step>").
@@ -175,6 +180,7 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 		return res, err
 	}
 	defer st.close()
+	st.step = p.Step
 	if p.Ctx == nil {
 		p.Ctx = context.Background()
 	}
@@ -208,6 +214,9 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 					return err
 				}
 				res.Recovered = append(res.Recovered, fmt.Sprintf("%s: interrupted reclamation %s", a.GetArtifactId(), out))
+				if out == catalog.Completed {
+					st.record("ReclaimArtifact", a.GetArtifactId())
+				}
 			}
 			ops, err := tx.RunningOperations()
 			if err != nil {
@@ -409,7 +418,11 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 				return err
 			}
 			recorded = true
-			return tx.BeginReclaim(id, dst)
+			if err := tx.BeginReclaim(id, dst); err != nil {
+				return err
+			}
+			st.record("BeginReclaim", id)
+			return nil
 		}); err != nil {
 			return fmt.Errorf("the Storage Catalog refused reclamation: %w", err)
 		}
@@ -432,7 +445,13 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 	unix.Unlinkat(st.preparedFD, usedDir+"/"+id, 0)
 	h.gcHit("renamed")
 	if recorded {
-		if err := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error { return tx.RemoveArtifact(id) }); err != nil {
+		if err := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error {
+			if err := tx.RemoveArtifact(id); err != nil {
+				return err
+			}
+			st.record("ReclaimArtifact", id)
+			return nil
+		}); err != nil {
 			return fmt.Errorf("reclaimed, but the Storage Catalog record stays Reclaiming until the next gc or preparation: %w", err)
 		}
 	}

@@ -207,6 +207,9 @@ func (st *store) settleIntent(tx *catalog.Tx, op *v1.PreparationOperationRecordV
 			if err := tx.PublishArtifact(op.GetOperationId(), rec.RootfsBytes); err != nil {
 				return "", err
 			}
+			// The dead preparer's rename and this record are the model's
+			// publication.
+			st.record("PublishArtifact", id)
 			return "published (the tree was renamed into place before the preparer died)", nil
 		}
 	}
@@ -235,6 +238,7 @@ func (st *store) settleIntent(tx *catalog.Tx, op *v1.PreparationOperationRecordV
 	if _, err := tx.AbandonPreparation(op.GetOperationId(), q); err != nil {
 		return "", err
 	}
+	st.record("RecoverStage", id)
 	if q == "" {
 		return "abandoned (its staging tree was never created or was already quarantined)", nil
 	}

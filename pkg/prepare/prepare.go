@@ -82,6 +82,15 @@ type Options struct {
 	// prepare intent in the Storage Catalog.
 	DomainID   domain.ID
 	Generation uint64
+	// Step, when set, is called at each step of tla/PreparedLower.tla the
+	// preparation takes, with the action and the prepared-artifact ID,
+	// before the step's effect is visible to another process (inside the
+	// Storage Catalog transaction that records it): BeginPrepare,
+	// CreateStageTree, PublishArtifact, RecoverStage (a dead or failed
+	// preparer's intent settled), BeginReclaim and ReclaimArtifact (a
+	// Published record whose tree is missing; an interrupted reclamation
+	// completed). The Runtime Supervisor records them in the model trace.
+	Step func(action, artifactID string)
 }
 
 // SourceIdentity identifies the image an artifact was prepared from.
@@ -199,6 +208,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 		return fail(err)
 	}
 	defer st.close()
+	st.step = opts.Step
 	cat, err := catalog.New(opts.StorageRoot, catalog.Options{Logger: opts.Logger})
 	if err != nil {
 		return fail(err)
@@ -287,6 +297,9 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 			if out != catalog.NotReclaiming {
 				log.Warn("recovered an interrupted reclamation", "outcome", out.String())
 			}
+			if out == catalog.Completed {
+				st.record("ReclaimArtifact", id)
+			}
 			rec, found, err := st.lookup(id, img.source.ManifestDigest)
 			if err != nil {
 				return err
@@ -306,6 +319,8 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 				if err := tx.RemoveArtifact(id); err != nil {
 					return err
 				}
+				st.record("BeginReclaim", id)
+				st.record("ReclaimArtifact", id)
 				log.Warn("removed the record of an artifact whose tree is missing; preparing it again")
 			case err == nil:
 				return fmt.Errorf("the Storage Catalog records %s as %v but prepared/%s %s: run `lazaret gc` and retry", id, art.GetState(), id,
@@ -326,9 +341,13 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 				return err
 			}
 			prepareNow = true
-			return tx.BeginPreparation(catalog.Preparation{OperationID: opID, ArtifactID: id, PreparerVersion: preparerVersion(),
+			if err := tx.BeginPreparation(catalog.Preparation{OperationID: opID, ArtifactID: id, PreparerVersion: preparerVersion(),
 				DomainID: opts.DomainID, Generation: opts.Generation, StagingName: stagingName, Source: img.sourceImage(),
-				Lock: lock.id, Preparer: self})
+				Lock: lock.id, Preparer: self}); err != nil {
+				return err
+			}
+			st.record("BeginPrepare", id)
+			return nil
 		})
 		if err != nil {
 			return fail(err)
@@ -363,6 +382,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 	if err != nil {
 		return fail(errors.Join(err, st.abandon(ctx, cat, opID, lock, h, log)))
 	}
+	st.record("CreateStageTree", id)
 	published := false
 	defer func() {
 		if !published {
@@ -418,7 +438,13 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 	}
 	published = true
 	h.hit("renamed")
-	if err := cat.Update(ctx, func(tx *catalog.Tx) error { return tx.PublishArtifact(opID, counts.bytes) }); err != nil {
+	if err := cat.Update(ctx, func(tx *catalog.Tx) error {
+		if err := tx.PublishArtifact(opID, counts.bytes); err != nil {
+			return err
+		}
+		st.record("PublishArtifact", id)
+		return nil
+	}); err != nil {
 		// The tree is in place; the next preparer (or gc) rolls the intent
 		// forward once this process's lock is released.
 		return fail(fmt.Errorf("record publication of %s: %w", id, err))

@@ -36,6 +36,15 @@ type store struct {
 	preparedFD  int
 	stagingFD   int
 	preparedDir string // path hint for messages and the chroot fallback
+	// step records a PreparedLower step (Options.Step, GCPolicy.Step).
+	step func(action, artifactID string)
+}
+
+// record calls st.step when set.
+func (st *store) record(action, id string) {
+	if st.step != nil {
+		st.step(action, id)
+	}
 }
 
 // openStore opens the Storage Root (its last component must not be a

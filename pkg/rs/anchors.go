@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/removal"
@@ -74,6 +75,7 @@ func (s *supervisor) mountAnchors(lowerRoot string) error {
 	failpoint.Hit("lazaret-rs:anchors-mounted")
 	// state_anchor = Prepared needs the exact identity of every mount.
 	s.emit("MountStateAnchor")
+	s.plEmit("MountAnchor")
 	s.mt.mounted = true
 	msg := &lv1.AnchorsMounted{PreparedArtifactId: s.art.ID, MountNamespace: s.mountNS}
 	for _, id := range s.anchors {
@@ -121,6 +123,15 @@ func (s *supervisor) unmountAnchors() {
 		s.log.Info("State Anchor unmounted", "guest_path", id.GuestPath, "mount_id", id.MountID)
 		s.unmounted = append(s.unmounted, id.MountID)
 	}
+	if s.mt.mounted && len(s.anchors) == len(s.unmounted) {
+		select {
+		case <-s.stop:
+			// Released by the coordinator (not a lease-loss teardown,
+			// which RS records as it exits).
+			s.plEmit("UnmountAnchor")
+		default:
+		}
+	}
 	s.anchors = nil
 	failpoint.Hit("lazaret-rs:anchors-unmounted")
 }
@@ -136,7 +147,7 @@ func (s *supervisor) holdLower() (prepare.Artifact, error) {
 		// it (once across concurrent Domains), recording every step in the
 		// Storage Catalog.
 		art, err := prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log,
-			Progress: progressWriter{s}, DomainID: domain.ID(st.DomainId), Generation: st.Generation})
+			Progress: progressWriter{s}, DomainID: domain.ID(st.DomainId), Generation: st.Generation, Step: s.prepareStep})
 		if err != nil {
 			return prepare.Artifact{}, err
 		}
@@ -181,4 +192,10 @@ func (s *supervisor) awaitPurge() {
 	case <-time.After(30 * time.Second):
 		s.log.Warn("reclaimed prepared artifacts still being deleted at exit; the next start continues")
 	}
+}
+
+// prepareStep records a preparation step (package prepare's Options.Step)
+// for this supervisor's generation, whose start demands the artifact.
+func (s *supervisor) prepareStep(action, artifact string) {
+	modeltrace.EmitArtifact(s.mt.domain, s.mt.gen, action, artifact)
 }

@@ -116,6 +116,24 @@ type mtSteps struct {
 
 func (s *supervisor) emit(action string) { modeltrace.Emit(s.mt.domain, s.mt.gen, action, s.mt.domain) }
 
+// plEmit records PreparedLower step action of this supervisor's generation.
+func (s *supervisor) plEmit(action string) {
+	modeltrace.EmitGeneration(s.mt.domain, s.mt.gen, s.art.ID, action)
+}
+
+// released reports whether the coordinator asked RS to stop (after it
+// recorded state_anchor ReleaseIntent) or is gone (lease-loss teardown).
+func (s *supervisor) released() bool {
+	select {
+	case <-s.stop:
+		return true
+	case <-s.hcGone:
+		return true
+	default:
+		return false
+	}
+}
+
 // mtLeaseLoss records, as RS exits, the coordinator's loss RS observed
 // (lifetime EOF or channel loss without a stop request) and the ordered
 // lease-loss teardown RS ran. They are recorded at exit, not as each step
@@ -145,6 +163,13 @@ func (s *supervisor) mtLeaseLoss() {
 		s.emit("LeaseTeardownUnmountStateAnchor")
 	}
 	s.emit("LeaseTeardownSupervisorExit")
+	// PreparedLower: the anchors mounted are gone (unmounted by the
+	// teardown, or with RS's mount namespace as it exits); the catalog
+	// lease and the Domain records stay for the next coordinator.
+	if s.mt.mounted {
+		s.plEmit("LeaseLossUnmount")
+	}
+	s.plEmit("LeaseLossExit")
 }
 
 type supervisor struct {
@@ -645,7 +670,7 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 			s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unavailable", Message: "the sandbox stopped unexpectedly (" + st.String() + ")"}}})
 		}
 	}
-	s.teardown(sandbox, stdin)
+	s.teardown(sandbox, stdin, true)
 	s.awaitPurge()
 	s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Stopped{Stopped: &lv1.SupervisorStopped{AnchorsUnmounted: s.unmounted}}})
 	return 0
@@ -658,7 +683,14 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 // removed only once all three are proven gone; no runsc command signals
 // anything (`runsc kill --all` and `runsc delete` SIGKILL the state file's
 // numeric pids).
-func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
+//
+// The State Anchors are unmounted only once the coordinator asked RS to
+// stop (having recorded state_anchor ReleaseIntent first: the release
+// ordering) or is gone (lease-loss teardown). await says RS has reported
+// its failure and waits for that; otherwise (a start-up failure RS
+// reports after this teardown) the anchors are left to the end of RS's
+// mount namespace as RS exits, which the coordinator proves.
+func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File, await ...bool) {
 	stdin.Close()
 	id := s.start.ContainerId
 	wait := func(d time.Duration) bool {
@@ -700,7 +732,17 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File) {
 	}
 	s.kids.close()
 	failpoint.Hit("lazaret-rs:deleted")
-	s.unmountAnchors()
+	if len(await) > 0 && await[0] {
+		select {
+		case <-s.stop:
+		case <-s.hcGone:
+		}
+	}
+	if s.released() {
+		s.unmountAnchors()
+	} else if len(s.anchors) > 0 {
+		s.log.Warn("State Anchors left mounted until RS exits: the coordinator has not recorded their release intent", "count", len(s.anchors))
+	}
 	rootfs := filepath.Join(s.start.BundleDir, "rootfs")
 	if err := mountns.Unmount(rootfs); err != nil && !errors.Is(err, unix.EINVAL) {
 		s.log.Warn("unmount rootfs", "err", err)

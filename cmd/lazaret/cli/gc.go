@@ -15,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/recipe"
 )
@@ -88,6 +89,14 @@ Examples:
 			return err
 		}
 		policy := prepare.GCPolicy{Keep: c.Int("keep"), MinAge: c.Duration("min-age"), MaxBytes: c.Int64("max-size")}
+		// The reclaim steps of tla/PreparedLower.tla, in the model trace
+		// when LAZARET_MODEL_TRACE names one.
+		if err := modeltrace.Start("cli", os.Getenv); err != nil {
+			return err
+		}
+		if modeltrace.On() {
+			policy.Step = func(action, id string) { modeltrace.EmitArtifact("", 0, action, id) }
+		}
 		if _, err := os.Stat(roots.Storage); err == nil {
 			cat, err := catalog.New(roots.Storage, catalog.Options{})
 			if err != nil {

@@ -95,6 +95,9 @@ var (
 	mountNames    = []string{"Absent", "Mounted"}
 )
 
+// PhaseName is the TLA+ value of GenPhases p.
+func PhaseName(p uint8) string { return phaseNames[p] }
+
 // Tree bits in State.Trees.
 func StageTree(a int) uint8 { return 1 << uint(2*a) }
 func PubTree(a int) uint8   { return 1 << uint(2*a+1) }

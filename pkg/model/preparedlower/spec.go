@@ -407,3 +407,34 @@ func (m *Model) Properties() []check.Property[State] {
 	}
 	return ps
 }
+
+// Act applies the action of Next named name to instance x (an artifact
+// index for the actions of PreparationProgress and PreparerCrash,
+// BeginReclaim; a generation index otherwise), as trace replay needs it:
+// the successor, whether the action is enabled, and whether Next has an
+// action of that name at all. An artifact's actions are reported by
+// ArtifactAction.
+func (m *Model) Act(name string, st *State, x int) (next State, enabled, known bool) {
+	for _, l := range [][]actionDef{preparationProgress, generationProgress, environmentArtifact, environmentGeneration} {
+		for _, d := range l {
+			if d.name == name {
+				next, enabled = d.fn(m, st, x)
+				return next, enabled, true
+			}
+		}
+	}
+	return State{}, false, false
+}
+
+// ArtifactAction reports whether the action of Next named name takes an
+// artifact (rather than a generation).
+func ArtifactAction(name string) bool {
+	for _, l := range [][]actionDef{preparationProgress, environmentArtifact} {
+		for _, d := range l {
+			if d.name == name {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -54,8 +54,11 @@ type DomainReplay struct {
 
 // RejectError is a recorded trace that is not a behaviour of the model.
 type RejectError struct {
+	// Model is the rejecting model ("" for Lazaret, whose records are
+	// replayed per Domain; "PreparedLower", replayed whole).
+	Model     string
 	Domain    string
-	Line      int // 1-based position among the Domain's records
+	Line      int // 1-based position among the Domain's records (PreparedLower: among all its records)
 	Record    modeltrace.Record
 	Label     string
 	Reason    string
@@ -65,8 +68,13 @@ type RejectError struct {
 
 func (e *RejectError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "model trace of Domain %s rejected at record %d: %s recorded by %s (pid %d, generation %d, seq %d): %s\n",
-		e.Domain, e.Line, e.Label, e.Record.Role, e.Record.PID, e.Record.Generation, e.Record.Seq, e.Reason)
+	if e.Model != "" {
+		fmt.Fprintf(&b, "%s model trace rejected at record %d: %s recorded by %s (pid %d, Domain %s, generation %d, seq %d): %s\n",
+			e.Model, e.Line, e.Label, e.Record.Role, e.Record.PID, e.Record.Domain, e.Record.Generation, e.Record.Seq, e.Reason)
+	} else {
+		fmt.Fprintf(&b, "model trace of Domain %s rejected at record %d: %s recorded by %s (pid %d, generation %d, seq %d): %s\n",
+			e.Domain, e.Line, e.Label, e.Record.Role, e.Record.PID, e.Record.Generation, e.Record.Seq, e.Reason)
+	}
 	fmt.Fprintf(&b, "preceding steps (%d):\n", len(e.Preceding))
 	for i, s := range e.Preceding {
 		fmt.Fprintf(&b, "  %3d %s\n", i+1, s)
