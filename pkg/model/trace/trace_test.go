@@ -161,9 +161,9 @@ func TestPreparedLowerTrace(t *testing.T) {
 	}
 	events := []Event{
 		ev(1, "hc", "AcquireLeaseIntent", "dom-7f3a9c/3", nil),
-		ev(2, "hc", "BeginPrepare", "sha256:rootfs", nil),
-		ev(3, "hc", "CreateStageTree", "sha256:rootfs", nil),
-		ev(4, "hc", "PublishArtifact", "sha256:rootfs", map[string]string{"artifact[A1]": `"Published"`}),
+		ev(2, "rs", "BeginPrepare", "sha256:rootfs", nil),
+		ev(3, "rs", "CreateStageTree", "sha256:rootfs", nil),
+		ev(4, "rs", "PublishArtifact", "sha256:rootfs", map[string]string{"artifact[A1]": `"Published"`}),
 		ev(5, "hc", "InsertLease", "dom-7f3a9c/3", map[string]string{"lease[A1]": `{"G1"}`}),
 		ev(6, "hc", "CommitLeaseHeld", "dom-7f3a9c/3", nil),
 		ev(7, "hc", "SpawnSupervisor", "dom-7f3a9c/3", map[string]string{"rsSlot[G1]": `"Staged"`}),

@@ -1,0 +1,229 @@
+package trace
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lazaret/lazaret/pkg/modeltrace"
+)
+
+// plTrace builds PreparedLower records the way the products emit them
+// (package modeltrace): generation steps name their Domain and generation,
+// artifact steps the artifact.
+type plTrace struct{ recs []modeltrace.Record }
+
+func (p *plTrace) gen(role, domain string, gen uint64, artifact string, actions ...string) *plTrace {
+	for _, a := range actions {
+		r := modeltrace.Record{V: 1, Seq: uint64(len(p.recs) + 1), Model: modeltrace.PreparedLower, Action: a,
+			Args: []string{modeltrace.GenerationKey(domain, gen)}, Role: role, Domain: domain, Generation: gen}
+		if artifact != "" {
+			r.Facts = map[string]string{modeltrace.FactArtifact: artifact}
+		}
+		p.recs = append(p.recs, r)
+	}
+	return p
+}
+
+func (p *plTrace) reconcile(domain string, gen uint64, actions ...string) *plTrace {
+	for _, a := range actions {
+		p.recs = append(p.recs, modeltrace.Record{V: 1, Seq: uint64(len(p.recs) + 1), Model: modeltrace.PreparedLower, Action: a,
+			Args: []string{modeltrace.GenerationKey(domain, gen)}, Role: "hc", Domain: domain, Generation: gen, Reconcile: true})
+	}
+	return p
+}
+
+func (p *plTrace) art(role, domain string, gen uint64, artifact string, actions ...string) *plTrace {
+	for _, a := range actions {
+		p.recs = append(p.recs, modeltrace.Record{V: 1, Seq: uint64(len(p.recs) + 1), Model: modeltrace.PreparedLower, Action: a,
+			Args: []string{artifact}, Role: role, Domain: domain, Generation: gen})
+	}
+	return p
+}
+
+// start is a generation's start as recorded by coordinator and supervisor
+// (TestRunExitStatus): spawn, (preparation), lease, anchor, publication.
+func (p *plTrace) start(domain string, gen uint64, artifact string, prepare bool) *plTrace {
+	p.gen("hc", domain, gen, "", "SpawnSupervisor")
+	if prepare {
+		p.art("rs", domain, gen, artifact, "BeginPrepare", "CreateStageTree", "PublishArtifact")
+	}
+	p.gen("hc", domain, gen, artifact, "AcquireLeaseIntent", "InsertLease", "CommitLeaseHeld", "CommitSupervisor", "AnchorIntent")
+	p.gen("rs", domain, gen, artifact, "MountAnchor")
+	return p.gen("hc", domain, gen, artifact, "CommitAnchorPrepared", "PublishGeneration")
+}
+
+// stop is the ordered release of a published generation.
+func (p *plTrace) stop(domain string, gen uint64, artifact string) *plTrace {
+	p.gen("hc", domain, gen, artifact, "BeginRelease", "AnchorReleaseIntent")
+	p.gen("rs", domain, gen, artifact, "UnmountAnchor")
+	return p.gen("hc", domain, gen, artifact, "StopSupervisor", "AnchorClean", "RemoveLease", "LowerClean", "ClearSupervisorSlot", "FinishGeneration")
+}
+
+const (
+	domA = "4f83651b9aab340ce72c5ce66766ddee"
+	domB = "45b836a75d1c3cb6abcf047cb719ff5e"
+	art1 = "pl-768debaa8d70b5672c281443db706d01"
+	art2 = "pl-0123456789abcdef0123456789abcdef"
+)
+
+func replayPL(t *testing.T, p *plTrace) PLReplay {
+	t.Helper()
+	rep, err := ReplayPreparedLower(p.recs)
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if len(rep.Open) > 0 {
+		t.Fatalf("generations not Done: %v", rep.Open)
+	}
+	return rep
+}
+
+// A recorded normal run: the first start prepares the artifact, six
+// generations of one Domain follow each other (more than the state holds:
+// Done slots are recycled), then gc reclaims the unleased artifact.
+func TestReplayPreparedLowerNormalRun(t *testing.T) {
+	p := &plTrace{}
+	p.start(domA, 1, art1, true).stop(domA, 1, art1)
+	for g := uint64(2); g <= 6; g++ {
+		p.start(domA, g, art1, false).stop(domA, g, art1)
+	}
+	// The next coordinator's bootstrap of a generation that ended (and
+	// whose slot was recycled) is a stutter.
+	p.reconcile(domA, 1, "BootstrapRecoveryCoordinator")
+	p.art("cli", "", 0, art1, "BeginReclaim", "ReclaimArtifact")
+	rep := replayPL(t, p)
+	if rep.Recycled != 2 || len(rep.Generations) != 6 || len(rep.Artifacts) != 1 {
+		t.Fatalf("replay: %d recycled, generations %v, artifacts %v", rep.Recycled, rep.Generations, rep.Artifacts)
+	}
+	if last := rep.Steps[len(rep.Steps)-1]; !strings.HasPrefix(last, "ReclaimArtifact(A1") {
+		t.Fatalf("last step %s", last)
+	}
+}
+
+// An artifact published before the trace began starts Published.
+func TestReplayPreparedLowerArtifactPublishedBefore(t *testing.T) {
+	p := (&plTrace{}).start(domA, 3, art1, false).stop(domA, 3, art1)
+	replayPL(t, p)
+}
+
+// The coordinator's loss (TestSupervisorLossTearsDown/lazaret-hc): RS's
+// lease-loss teardown unmounts and exits, the next coordinator's bootstrap
+// recovers the generation (its loss is inferred), then starts the next.
+func TestReplayPreparedLowerCoordinatorLoss(t *testing.T) {
+	p := (&plTrace{}).start(domA, 1, art1, true)
+	p.gen("rs", domA, 1, art1, "LeaseLossUnmount", "LeaseLossExit")
+	p.reconcile(domA, 1, "BootstrapRecoveryCoordinator")
+	p.gen("hc", domA, 1, art1, "AnchorReleaseIntent")
+	p.reconcile(domA, 1, "RecoveryUnmountAnchor")
+	p.gen("hc", domA, 1, art1, "AnchorClean", "RemoveLease", "LowerClean")
+	p.reconcile(domA, 1, "ClearSupervisorSlot")
+	p.gen("hc", domA, 1, "", "FinishGeneration")
+	p.start(domA, 2, art1, false).stop(domA, 2, art1)
+	rep := replayPL(t, p)
+	joined := strings.Join(rep.Steps, "\n")
+	for _, want := range []string{"inferred: HardLoseHostCoordinator(G1", "stutter: RecoveryUnmountAnchor(G1"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no %s step in:\n%s", want, joined)
+		}
+	}
+}
+
+// The supervisor's loss during release: recovery by the surviving
+// coordinator.
+func TestReplayPreparedLowerSupervisorLoss(t *testing.T) {
+	p := (&plTrace{}).start(domA, 1, art1, true)
+	p.gen("hc", domA, 1, art1, "BeginRelease", "AnchorReleaseIntent", "HardLoseSupervisor", "BeginRecovery")
+	p.reconcile(domA, 1, "RecoveryUnmountAnchor")
+	p.gen("hc", domA, 1, art1, "AnchorClean", "RemoveLease", "LowerClean", "ClearSupervisorSlot", "FinishGeneration")
+	replayPL(t, p)
+}
+
+// Two Domains share one artifact: the second leases it while the first
+// holds it, gc cannot reclaim it until both released it.
+func TestReplayPreparedLowerSharedArtifact(t *testing.T) {
+	p := (&plTrace{}).start(domA, 1, art1, true).start(domB, 1, art1, false)
+	p.stop(domA, 1, art1)
+	bad := append([]modeltrace.Record(nil), p.recs...)
+	p.stop(domB, 1, art1)
+	p.art("cli", "", 0, art1, "BeginReclaim", "ReclaimArtifact")
+	rep := replayPL(t, p)
+	if len(rep.Generations) != 2 || len(rep.Artifacts) != 1 {
+		t.Fatalf("generations %v, artifacts %v", rep.Generations, rep.Artifacts)
+	}
+	// gc while Domain B still holds its lease is not a behaviour of the
+	// model (NoReclaimWhileLeased: BeginReclaim is not enabled).
+	q := &plTrace{recs: bad}
+	q.art("cli", "", 0, art1, "BeginReclaim")
+	_, err := ReplayPreparedLower(q.recs)
+	var rej *RejectError
+	if !errors.As(err, &rej) || !strings.HasPrefix(rej.Label, "BeginReclaim(A1") {
+		t.Fatalf("reclaim while leased: %v", err)
+	}
+}
+
+// A generation whose preparation failed: the preparer's crash is
+// inferred, its stage recovered, the next attempt publishes.
+func TestReplayPreparedLowerPreparerFailure(t *testing.T) {
+	p := &plTrace{}
+	p.gen("hc", domA, 1, "", "SpawnSupervisor")
+	p.art("rs", domA, 1, art2, "BeginPrepare", "CreateStageTree", "RecoverStage")
+	p.gen("hc", domA, 1, "", "BeginRelease", "HardLoseSupervisor", "BeginRecovery", "ClearSupervisorSlot", "FinishGeneration")
+	p.start(domA, 2, art2, true).stop(domA, 2, art2)
+	rep := replayPL(t, p)
+	if !strings.Contains(strings.Join(rep.Steps, "\n"), "inferred: PreparerCrash(A1") {
+		t.Fatalf("no inferred preparer crash:\n%s", strings.Join(rep.Steps, "\n"))
+	}
+}
+
+// Swapping two recorded steps is rejected, readably, at the first step
+// the model does not allow: the supervisor mounting before the
+// coordinator recorded the anchor's intent, and releasing the lease
+// before the anchor is clean.
+func TestReplayPreparedLowerSwappedStepsRejected(t *testing.T) {
+	for _, tc := range []struct {
+		a, b   string
+		reject string
+	}{
+		{"AnchorIntent", "MountAnchor", "MountAnchor(G1"},
+		{"UnmountAnchor", "AnchorReleaseIntent", "UnmountAnchor(G1"},
+		{"AnchorClean", "RemoveLease", "RemoveLease(G1"},
+		{"InsertLease", "AcquireLeaseIntent", "InsertLease(G1"},
+	} {
+		p := (&plTrace{}).start(domA, 1, art1, true).stop(domA, 1, art1)
+		i, j := -1, -1
+		for k, r := range p.recs {
+			switch r.Action {
+			case tc.a:
+				i = k
+			case tc.b:
+				j = k
+			}
+		}
+		p.recs[i], p.recs[j] = p.recs[j], p.recs[i]
+		_, err := ReplayPreparedLower(p.recs)
+		var rej *RejectError
+		if !errors.As(err, &rej) {
+			t.Fatalf("%s swapped with %s: replay %v, want a rejection", tc.a, tc.b, err)
+		}
+		if !strings.HasPrefix(rej.Label, tc.reject) || !strings.Contains(err.Error(), "PreparedLower model trace rejected at record") ||
+			!strings.Contains(err.Error(), "preceding steps") || !strings.Contains(err.Error(), "/\\ mount = ") {
+			t.Fatalf("%s swapped with %s: rejection\n%v\nwant it at %s with the preceding steps and the state", tc.a, tc.b, err, tc.reject)
+		}
+	}
+}
+
+// A record the recorder's role may not take, and a generation step of
+// a generation that finished, are rejected.
+func TestReplayPreparedLowerRefusesMisrecorded(t *testing.T) {
+	p := (&plTrace{}).start(domA, 1, art1, true)
+	p.recs[len(p.recs)-1].Role = "rs" // PublishGeneration by the supervisor
+	if _, err := ReplayPreparedLower(p.recs); err == nil || !strings.Contains(err.Error(), "is recorded by hc, not rs") {
+		t.Fatalf("PublishGeneration by rs: %v", err)
+	}
+	q := (&plTrace{}).start(domA, 1, art1, true).stop(domA, 1, art1)
+	q.gen("hc", domA, 1, art1, "BeginRelease")
+	if _, err := ReplayPreparedLower(q.recs); err == nil || !strings.Contains(err.Error(), "not enabled") {
+		t.Fatalf("BeginRelease after FinishGeneration: %v", err)
+	}
+}
