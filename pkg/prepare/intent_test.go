@@ -321,8 +321,12 @@ func TestCrashAtEachPrepareStep(t *testing.T) {
 				if step == "locked" && len(ops) != 0 || step != "locked" && len(ops) != 1 {
 					t.Fatalf("intents after a crash at %s: %v", step, ops)
 				}
+				// The PreparedLower steps the settlement and the next
+				// preparation take (Options.Step, GCPolicy.Step).
+				var steps []string
+				record := func(action, id string) { steps = append(steps, action) }
 				if by == "gc" {
-					res, err := GC(root, GCPolicy{Keep: 5}, false, time.Now())
+					res, err := GC(root, GCPolicy{Keep: 5, Step: record}, false, time.Now())
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -330,9 +334,19 @@ func TestCrashAtEachPrepareStep(t *testing.T) {
 					checkSettled(t, root)
 				}
 				var progress strings.Builder
-				a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 2, Progress: &progress})
+				a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 2, Progress: &progress, Step: record})
 				if err != nil {
 					t.Fatal(err)
+				}
+				want := map[string]string{
+					"locked":    "BeginPrepare CreateStageTree PublishArtifact",
+					"intent":    "RecoverStage BeginPrepare CreateStageTree PublishArtifact",
+					"staged":    "RecoverStage BeginPrepare CreateStageTree PublishArtifact",
+					"renamed":   "PublishArtifact", // the dead preparer's rename rolled forward
+					"published": "",
+				}[step]
+				if got := strings.Join(steps, " "); got != want {
+					t.Errorf("PreparedLower steps after a crash at %s settled by %s: %q, want %q", step, by, got, want)
 				}
 				reused := strings.Contains(progress.String(), "reusing")
 				if wantReuse := step == "renamed" || step == "published"; reused != wantReuse {
