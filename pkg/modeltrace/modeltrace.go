@@ -1,7 +1,8 @@
 // Package modeltrace records the protocol steps a Lazaret process takes, in
-// the vocabulary of the TLA+ model (tla/Lazaret.tla; the event kinds are
-// those of pkg/model/trace), so that a real run can be replayed through the
-// model's Next relation.
+// the vocabulary of the TLA+ models (tla/Lazaret.tla, and
+// tla/PreparedLower.tla for the prepared lower, its leases and State
+// Anchor mounts; the event kinds are those of pkg/model/trace), so that a
+// real run can be replayed through each model's Next relation.
 //
 // The switch is the environment variable Env naming a trace file. The CLI
 // passes it to the Host Coordinator it starts, and the Host Coordinator to
