@@ -21,8 +21,8 @@ type PLReplay struct {
 	// appearance.
 	Generations, Artifacts []string
 	// Recycled counts generation slots reused after their generation
-	// reached Done.
-	Recycled int
+	// reached Done; Evicted artifact slots given to another artifact.
+	Recycled, Evicted int
 	// Open lists the generations that did not reach Done, with their
 	// model phase (a generation whose records recovery retained).
 	Open []string
@@ -69,8 +69,12 @@ var plReconciled = map[string]func(st *pl.State, x int) bool{
 // pl.MaxGenerations generations: a generation that reached Done is
 // recycled (its slot reset to the initial values for the next generation
 // to appear: Done is clean, DoneIsClean, so no lease or record of it
-// remains in the state) and so is an artifact that is Absent with no
-// tree, no lease, no preparer and no unfinished generation leasing it.
+// remains in the state). An idle artifact — Absent or Published, no
+// preparer, no stage tree, no lease, no unfinished generation leasing it —
+// is evicted when a slot is needed and restored as it was when its next
+// record comes: only its own actions read or write its variables while no
+// generation leases it, so the replay is the model's behaviour projected
+// on the artifacts in use.
 // A later reconcile record of a recycled generation is a stutter (a
 // bootstrap finding it done); any other record of it is rejected.
 //
@@ -84,7 +88,7 @@ var plReconciled = map[string]func(st *pl.State, x int) bool{
 // record that is not explained is reported as a *RejectError.
 func ReplayPreparedLower(recs []modeltrace.Record) (PLReplay, error) {
 	r := &plReplayer{genSlot: map[string]int{}, artSlot: map[string]int{}, genArt: map[string]string{},
-		firstArt: map[string]string{}, seenArt: map[string]bool{}, retired: map[string]bool{}}
+		firstArt: map[string]string{}, seenArt: map[string]bool{}, retired: map[string]bool{}, saved: map[string]uint8{}}
 	r.cfg = &pl.Config{Name: "trace", MaxFaults: 250, MaxReclaims: 250}
 	r.m = &pl.Model{C: r.cfg}
 	r.inv = r.m.Invariants()
@@ -140,6 +144,7 @@ type plReplayer struct {
 	firstArt map[string]string // artifact ID -> the action of its first record
 	seenArt  map[string]bool
 	retired  map[string]bool // generation keys whose Done slot was recycled
+	saved    map[string]uint8 // evicted idle artifacts' state (Absent or Published)
 	rep      PLReplay
 }
 
@@ -166,7 +171,7 @@ func (r *plReplayer) allocArt(id string) (int, error) {
 	search:
 		for a := range r.slotArt {
 			st := &r.st
-			if st.Artifact[a] != pl.ArtAbsent || st.Preparer[a] != pl.PrepNone || st.Lease[a] != 0 || st.Trees&(pl.StageTree(a)|pl.PubTree(a)) != 0 {
+			if (st.Artifact[a] != pl.ArtAbsent && st.Artifact[a] != pl.ArtPublished) || st.Preparer[a] != pl.PrepNone || st.Lease[a] != 0 || st.Trees&pl.StageTree(a) != 0 {
 				continue
 			}
 			for g := range r.slotGen {
@@ -176,10 +181,12 @@ func (r *plReplayer) allocArt(id string) (int, error) {
 			}
 			s = a
 			delete(r.artSlot, r.slotArt[a])
+			r.saved[r.slotArt[a]] = st.Artifact[a]
+			r.rep.Evicted++
 			break
 		}
 		if s < 0 {
-			return 0, fmt.Errorf("the trace uses more than %d prepared artifacts at once (none Absent and unleased to recycle): beyond the PreparedLower model's bounds", pl.MaxArtifacts)
+			return 0, fmt.Errorf("the trace uses more than %d prepared artifacts at once (none idle to evict): beyond the PreparedLower model's bounds", pl.MaxArtifacts)
 		}
 	}
 	r.slotArt[s] = id
@@ -187,7 +194,14 @@ func (r *plReplayer) allocArt(id string) (int, error) {
 	st := &r.st
 	st.Artifact[s], st.Preparer[s], st.Lease[s] = pl.ArtAbsent, pl.PrepNone, 0
 	st.Trees &^= pl.StageTree(s) | pl.PubTree(s)
-	if !r.seenArt[id] && id != placeholder && r.firstArt[id] != "BeginPrepare" {
+	if v, ok := r.saved[id]; ok {
+		// Evicted idle: its own variables, as they were.
+		delete(r.saved, id)
+		if v == pl.ArtPublished {
+			st.Artifact[s] = pl.ArtPublished
+			st.Trees |= pl.PubTree(s)
+		}
+	} else if !r.seenArt[id] && id != placeholder && r.firstArt[id] != "BeginPrepare" {
 		// Published before the trace began.
 		st.Artifact[s] = pl.ArtPublished
 		st.Trees |= pl.PubTree(s)

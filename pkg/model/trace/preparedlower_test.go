@@ -227,3 +227,35 @@ func TestReplayPreparedLowerRefusesMisrecorded(t *testing.T) {
 		t.Fatalf("BeginRelease after FinishGeneration: %v", err)
 	}
 }
+
+// More artifacts than the state holds: idle ones are evicted and come
+// back as they were (a Published artifact is leased again, a reclaimed
+// one prepared again).
+func TestReplayPreparedLowerManyArtifacts(t *testing.T) {
+	p := &plTrace{}
+	arts := []string{"pl-00000000000000000000000000000001", "pl-00000000000000000000000000000002", "pl-00000000000000000000000000000003",
+		"pl-00000000000000000000000000000004", "pl-00000000000000000000000000000005"}
+	g := uint64(0)
+	for _, a := range arts {
+		g++
+		p.start(domA, g, a, true).stop(domA, g, a)
+	}
+	g++
+	p.start(domA, g, arts[0], false).stop(domA, g, arts[0])
+	p.art("cli", "", 0, arts[1], "BeginReclaim", "ReclaimArtifact")
+	g++
+	p.start(domA, g, arts[1], true).stop(domA, g, arts[1])
+	rep := replayPL(t, p)
+	if rep.Evicted == 0 || len(rep.Artifacts) != 5 {
+		t.Fatalf("evicted %d, artifacts %v", rep.Evicted, rep.Artifacts)
+	}
+	// Preparing a Published artifact again is not a behaviour.
+	q := (&plTrace{}).start(domA, 1, arts[0], true).stop(domA, 1, arts[0])
+	for i, a := range arts[1:] {
+		q.start(domA, uint64(i+2), a, true).stop(domA, uint64(i+2), a)
+	}
+	q.start(domA, 9, arts[0], true)
+	if _, err := ReplayPreparedLower(q.recs); err == nil || !strings.Contains(err.Error(), "BeginPrepare(") {
+		t.Fatalf("preparing an evicted Published artifact again: %v", err)
+	}
+}

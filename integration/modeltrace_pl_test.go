@@ -1,0 +1,76 @@
+package integration
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/model/trace"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
+)
+
+// TestModelTracePreparedLowerSwappedStepRejected: a recorded run replays
+// through PreparedLower.tla, and the same trace with the supervisor's
+// MountAnchor swapped before the coordinator's AnchorIntent (a mount with
+// no durable anchor intent) is rejected at that step, readably.
+func TestModelTracePreparedLowerSwappedStepRejected(t *testing.T) {
+	ws := workspace(t)
+	path := recordModelTrace(t, "StartSandbox")
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	noLeftovers(t)
+	for i := 0; i < 100 && !traceSettled(path); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := trace.ReadRecords(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := trace.ReplayPreparedLower(recs)
+	if err != nil {
+		t.Fatalf("the recorded trace is rejected:\n%v", err)
+	}
+	steps := strings.Join(rep.Steps, "\n")
+	for _, want := range []string{"SpawnSupervisor(G1", "AcquireLeaseIntent(G1", "InsertLease(G1", "MountAnchor(G1", "PublishGeneration(G1", "UnmountAnchor(G1", "RemoveLease(G1", "FinishGeneration(G1"} {
+		if !strings.Contains(steps, want) {
+			t.Errorf("recorded PreparedLower steps lack %s:\n%s", want, steps)
+		}
+	}
+	intent, mount := -1, -1
+	for i, r := range recs {
+		if r.Model != modeltrace.PreparedLower {
+			continue
+		}
+		switch r.Action {
+		case "AnchorIntent":
+			intent = i
+		case "MountAnchor":
+			mount = i
+		}
+	}
+	if intent < 0 || mount < intent {
+		t.Fatalf("recorded trace lacks AnchorIntent before MountAnchor: %+v", recs)
+	}
+	swapped := append([]modeltrace.Record(nil), recs...)
+	swapped[intent], swapped[mount] = swapped[mount], swapped[intent]
+	_, err = trace.ReplayPreparedLower(swapped)
+	var rej *trace.RejectError
+	if !errors.As(err, &rej) {
+		t.Fatalf("swapped trace: want a rejection, got %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"PreparedLower model trace rejected at record", "MountAnchor(G1", "recorded by rs", "not enabled", "preceding steps", "CommitSupervisor(G1", `anchor = "G1" :> "None"`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("rejection message lacks %q:\n%s", want, msg)
+		}
+	}
+	t.Logf("swapped trace rejected:\n%s", msg)
+}
