@@ -143,7 +143,7 @@ type plReplayer struct {
 	genArt   map[string]string // generation key -> the artifact its records name
 	firstArt map[string]string // artifact ID -> the action of its first record
 	seenArt  map[string]bool
-	retired  map[string]bool // generation keys whose Done slot was recycled
+	retired  map[string]bool  // generation keys whose Done slot was recycled
 	saved    map[string]uint8 // evicted idle artifacts' state (Absent or Published)
 	rep      PLReplay
 }
