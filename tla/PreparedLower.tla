@@ -174,6 +174,16 @@ ReclaimArtifact(a) ==
     /\ UNCHANGED << preparer, lease, phase, hc, rs, rsSlot, lower, anchor,
                     mount, faults, reclaims >>
 
+\* An interrupted reclamation whose published tree never left is rolled
+\* back (by the next gc, preparer or lease acquisition, under the lock).
+RollbackReclaim(a) ==
+    /\ artifact[a] = "Reclaiming"
+    /\ lease[a] = {}
+    /\ PubTree(a) \in trees
+    /\ artifact' = [artifact EXCEPT ![a] = "Published"]
+    /\ UNCHANGED << preparer, trees, lease, phase, hc, rs, rsSlot, lower, anchor,
+                    mount, faults, reclaims >>
+
 (***************************************************************************)
 (* Lease acquisition, supervisor acquisition, mount and publication        *)
 (***************************************************************************)
@@ -501,7 +511,7 @@ GenerationProgress(g) ==
     \/ RecoveryUnmountAnchor(g)
 
 Environment ==
-    \/ \E a \in Artifacts : PreparerCrash(a) \/ BeginReclaim(a)
+    \/ \E a \in Artifacts : PreparerCrash(a) \/ BeginReclaim(a) \/ RollbackReclaim(a)
     \/ \E g \in Generations :
           BeginRelease(g) \/ HardLoseHostCoordinator(g) \/ HardLoseSupervisor(g)
 
@@ -667,7 +677,8 @@ LeaseIntentEventuallyResolves ==
 PreparationEventuallyResolves ==
     \A a \in Artifacts : artifact[a] = "Preparing" ~> artifact[a] \in {"Published", "Absent"}
 
+\* (or is rolled back, its tree never having left: RollbackReclaim).
 ReclaimEventuallyCompletes ==
-    \A a \in Artifacts : artifact[a] = "Reclaiming" ~> artifact[a] = "Absent"
+    \A a \in Artifacts : artifact[a] = "Reclaiming" ~> artifact[a] \in {"Absent", "Published"}
 
 =============================================================================

@@ -117,6 +117,7 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 			return err
 		} else if out != catalog.NotReclaiming {
 			c.log.Warn("recovered an interrupted reclamation before leasing", "artifact_id", id, "outcome", out.String())
+			c.plArtifact(out, id)
 		}
 		if err := verifyArtifact(tx, c.paths.StorageRoot, id, source); err != nil {
 			return err

@@ -12,6 +12,7 @@ package hc
 import (
 	"slices"
 
+	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 )
 
@@ -156,5 +157,18 @@ func (c *coordinator) plRecovered(gen uint64) {
 	if modeltrace.On() {
 		c.plGen(gen, "", "ClearSupervisorSlot", true)
 		c.plGen(gen, "", "FinishGeneration", false)
+	}
+}
+
+// plArtifact records how RecoverReclaim settled an interrupted
+// reclamation of artifact id before this generation leases it (inside
+// the catalog transaction): completed (ReclaimArtifact) or rolled back,
+// its tree never having left (RollbackReclaim).
+func (c *coordinator) plArtifact(out catalog.ReclaimOutcome, id string) {
+	switch out {
+	case catalog.Completed:
+		modeltrace.EmitArtifact(c.dom(), c.generation, "ReclaimArtifact", id)
+	case catalog.RolledBack:
+		modeltrace.EmitArtifact(c.dom(), c.generation, "RollbackReclaim", id)
 	}
 }

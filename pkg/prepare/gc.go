@@ -214,9 +214,7 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 					return err
 				}
 				res.Recovered = append(res.Recovered, fmt.Sprintf("%s: interrupted reclamation %s", a.GetArtifactId(), out))
-				if out == catalog.Completed {
-					st.record("ReclaimArtifact", a.GetArtifactId())
-				}
+				st.recordReclaim(out, a.GetArtifactId())
 			}
 			ops, err := tx.RunningOperations()
 			if err != nil {
@@ -431,7 +429,13 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 	if err := unix.Renameat2(st.preparedFD, id, tfd, dst, unix.RENAME_NOREPLACE); err != nil {
 		err = fmt.Errorf("reclaim %s: %w", id, &os.PathError{Op: "renameat2", Path: dst, Err: err})
 		if recorded { // the tree never moved: back to Published
-			if rerr := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error { return tx.RollbackReclaim(id) }); rerr != nil {
+			if rerr := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error {
+				if err := tx.RollbackReclaim(id); err != nil {
+					return err
+				}
+				st.record("RollbackReclaim", id)
+				return nil
+			}); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
 		}

@@ -297,9 +297,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (Artifact, error) {
 			if out != catalog.NotReclaiming {
 				log.Warn("recovered an interrupted reclamation", "outcome", out.String())
 			}
-			if out == catalog.Completed {
-				st.record("ReclaimArtifact", id)
-			}
+			st.recordReclaim(out, id)
 			rec, found, err := st.lookup(id, img.source.ManifestDigest)
 			if err != nil {
 				return err

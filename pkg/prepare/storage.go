@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/catalog"
 )
 
 // resolveBeneath confines every lookup below a directory descriptor and
@@ -38,6 +40,18 @@ type store struct {
 	preparedDir string // path hint for messages and the chroot fallback
 	// step records a PreparedLower step (Options.Step, GCPolicy.Step).
 	step func(action, artifactID string)
+}
+
+// recordReclaim records how RecoverReclaim settled an interrupted
+// reclamation: completed (ReclaimArtifact) or rolled back, the tree never
+// having left (RollbackReclaim).
+func (st *store) recordReclaim(out catalog.ReclaimOutcome, id string) {
+	switch out {
+	case catalog.Completed:
+		st.record("ReclaimArtifact", id)
+	case catalog.RolledBack:
+		st.record("RollbackReclaim", id)
+	}
 }
 
 // record calls st.step when set.

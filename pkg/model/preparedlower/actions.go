@@ -109,6 +109,17 @@ func (m *Model) ReclaimArtifact(st *State, a int) (State, bool) {
 	return t, true
 }
 
+func (m *Model) RollbackReclaim(st *State, a int) (State, bool) {
+	if !(st.Artifact[a] == ArtReclaiming &&
+		st.Lease[a] == 0 &&
+		st.Trees&PubTree(a) != 0) {
+		return State{}, false
+	}
+	t := *st
+	t.Artifact[a] = ArtPublished
+	return t, true
+}
+
 // ---------------------------------------------------------------------------
 // Lease acquisition, supervisor acquisition, mount and publication
 

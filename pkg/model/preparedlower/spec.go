@@ -49,6 +49,7 @@ var (
 	environmentArtifact = []actionDef{
 		{"PreparerCrash", (*Model).PreparerCrash},
 		{"BeginReclaim", (*Model).BeginReclaim},
+		{"RollbackReclaim", (*Model).RollbackReclaim},
 	}
 	environmentGeneration = []actionDef{
 		{"BeginRelease", (*Model).BeginRelease},
@@ -402,7 +403,7 @@ func (m *Model) Properties() []check.Property[State] {
 		ps = append(ps, check.Property[State]{
 			Name:  "ReclaimEventuallyCompletes[" + c.Artifacts[a] + "]",
 			Start: func(s State) bool { return s.Artifact[a] == ArtReclaiming },
-			Avoid: func(s State) bool { return s.Artifact[a] != ArtAbsent },
+			Avoid: func(s State) bool { return !(s.Artifact[a] == ArtAbsent || s.Artifact[a] == ArtPublished) },
 		})
 	}
 	return ps

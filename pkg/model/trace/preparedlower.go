@@ -87,7 +87,7 @@ var plReconciled = map[string]func(st *pl.State, x int) bool{
 // enabled, each intermediate state keeping the invariants. The first
 // record that is not explained is reported as a *RejectError.
 func ReplayPreparedLower(recs []modeltrace.Record) (PLReplay, error) {
-	r := &plReplayer{genSlot: map[string]int{}, artSlot: map[string]int{}, genArt: map[string]string{},
+	r := &plReplayer{inc: incarnations{}, genSlot: map[string]int{}, artSlot: map[string]int{}, genArt: map[string]string{},
 		firstArt: map[string]string{}, seenArt: map[string]bool{}, retired: map[string]bool{}, saved: map[string]uint8{}}
 	r.cfg = &pl.Config{Name: "trace", MaxFaults: 250, MaxReclaims: 250}
 	r.m = &pl.Model{C: r.cfg}
@@ -95,6 +95,7 @@ func ReplayPreparedLower(recs []modeltrace.Record) (PLReplay, error) {
 	r.st.Trees = pl.Foreign
 	r.st.Faults, r.st.Reclaims = 250, 250
 	var mine []modeltrace.Record
+	scan := incarnations{}
 	for _, rec := range recs {
 		if rec.Model != modeltrace.PreparedLower {
 			continue
@@ -106,13 +107,17 @@ func ReplayPreparedLower(recs []modeltrace.Record) (PLReplay, error) {
 					r.firstArt[rec.Args[0]] = rec.Action
 				}
 				if rec.Domain != "" && rec.Action == "BeginPrepare" {
-					r.noteArt(modeltrace.GenerationKey(rec.Domain, rec.Generation), rec.Args[0])
+					r.noteArt(scan.key(modeltrace.GenerationKey(rec.Domain, rec.Generation), ""), rec.Args[0])
 				}
 			}
 			continue
 		}
-		if a := rec.Facts[modeltrace.FactArtifact]; a != "" && len(rec.Args) == 1 {
-			r.noteArt(rec.Args[0], a)
+		if len(rec.Args) != 1 {
+			continue
+		}
+		k := scan.key(rec.Args[0], rec.Action)
+		if a := rec.Facts[modeltrace.FactArtifact]; a != "" {
+			r.noteArt(k, a)
 			if _, ok := r.firstArt[a]; !ok {
 				r.firstArt[a] = rec.Action
 			}
@@ -131,7 +136,31 @@ func ReplayPreparedLower(recs []modeltrace.Record) (PLReplay, error) {
 	return r.rep, nil
 }
 
+// incarnations names the incarnations of a generation key: a Domain's
+// generation numbers restart when its Domain Store is removed (`lazaret
+// rm`), so a SpawnSupervisor record of a key already spawned starts its
+// next incarnation ("key#n"). SpawnSupervisor is the first step of every
+// generation whose supervisor was staged, and the replay admits a new
+// incarnation only once the previous one is Done (a second spawn within
+// one generation stays rejected: the model's guard needs rs Absent).
+type incarnations map[string]int
+
+func (in incarnations) key(key, action string) string {
+	n, seen := in[key]
+	if action == "SpawnSupervisor" {
+		if seen {
+			n++
+		}
+		in[key] = n
+	}
+	if n == 0 {
+		return key
+	}
+	return fmt.Sprintf("%s#%d", key, n)
+}
+
 type plReplayer struct {
+	inc      incarnations
 	m        *pl.Model
 	cfg      *pl.Config
 	st       pl.State
@@ -147,6 +176,9 @@ type plReplayer struct {
 	saved    map[string]uint8 // evicted idle artifacts' state (Absent or Published)
 	rep      PLReplay
 }
+
+// incKey is key's current incarnation.
+func (r *plReplayer) incKey(key string) string { return r.inc.key(key, "") }
 
 func (r *plReplayer) noteArt(key, a string) {
 	if _, ok := r.genArt[key]; !ok {
@@ -296,7 +328,7 @@ func (r *plReplayer) step(i int, rec modeltrace.Record) error {
 	var label string
 	if artifactStep {
 		if rec.Domain != "" {
-			if _, err := r.allocGen(modeltrace.GenerationKey(rec.Domain, rec.Generation)); err != nil {
+			if _, err := r.allocGen(r.incKey(modeltrace.GenerationKey(rec.Domain, rec.Generation))); err != nil {
 				return reject(raw, err.Error())
 			}
 		}
@@ -310,7 +342,14 @@ func (r *plReplayer) step(i int, rec modeltrace.Record) error {
 		if rec.Domain == "" || rec.Args[0] != modeltrace.GenerationKey(rec.Domain, rec.Generation) {
 			return reject(raw, "a generation step must name its record's Domain and generation")
 		}
-		s, err := r.allocGen(rec.Args[0])
+		prev := r.incKey(rec.Args[0])
+		key := r.inc.key(rec.Args[0], rec.Action)
+		if key != prev {
+			if s, ok := r.genSlot[prev]; ok && r.st.Phase[s] != pl.Done {
+				return reject(raw, "a SpawnSupervisor of a generation that has not finished")
+			}
+		}
+		s, err := r.allocGen(key)
 		if err != nil {
 			return reject(raw, err.Error())
 		}

@@ -259,3 +259,44 @@ func TestReplayPreparedLowerManyArtifacts(t *testing.T) {
 		t.Fatalf("preparing an evicted Published artifact again: %v", err)
 	}
 }
+
+// `lazaret rm` removes a Domain's store: its generation numbers restart,
+// and a finished generation's key starts a new incarnation at its next
+// SpawnSupervisor; one that has not finished may not be spawned again.
+func TestReplayPreparedLowerGenerationNumbersRestart(t *testing.T) {
+	p := (&plTrace{}).start(domA, 1, art1, true).stop(domA, 1, art1)
+	p.start(domA, 1, art1, false).stop(domA, 1, art1)
+	rep := replayPL(t, p)
+	if len(rep.Generations) != 2 {
+		t.Fatalf("generations %v", rep.Generations)
+	}
+	q := (&plTrace{}).start(domA, 1, art1, true)
+	q.gen("hc", domA, 1, "", "SpawnSupervisor")
+	if _, err := ReplayPreparedLower(q.recs); err == nil || !strings.Contains(err.Error(), "has not finished") {
+		t.Fatalf("second spawn of a running generation: %v", err)
+	}
+}
+
+// An interrupted reclamation whose tree never left is rolled back before
+// the next lease (TestOR7GCCrashRecovery's gc killed after Reclaiming).
+func TestReplayPreparedLowerReclaimRolledBack(t *testing.T) {
+	p := (&plTrace{}).start(domA, 1, art1, true).stop(domA, 1, art1)
+	p.art("cli", "", 0, art1, "BeginReclaim")
+	p.gen("hc", domA, 2, "", "SpawnSupervisor")
+	p.art("hc", domA, 2, art1, "RollbackReclaim")
+	p.gen("hc", domA, 2, art1, "AcquireLeaseIntent", "InsertLease", "CommitLeaseHeld", "CommitSupervisor", "AnchorIntent")
+	p.gen("rs", domA, 2, art1, "MountAnchor")
+	p.gen("hc", domA, 2, art1, "CommitAnchorPrepared", "PublishGeneration")
+	p.stop(domA, 2, art1)
+	replayPL(t, p)
+	// Without the rollback the lease is refused (the artifact Reclaiming).
+	q := &plTrace{}
+	for _, r := range p.recs {
+		if r.Action != "RollbackReclaim" {
+			q.recs = append(q.recs, r)
+		}
+	}
+	if _, err := ReplayPreparedLower(q.recs); err == nil || !strings.Contains(err.Error(), "InsertLease(") {
+		t.Fatalf("lease of a Reclaiming artifact: %v", err)
+	}
+}
