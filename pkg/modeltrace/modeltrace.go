@@ -32,7 +32,10 @@
 // completes before b's starts and a precedes b in the file; steps with no
 // happens-before edge between them are concurrent and commute in the model
 // (their guards and effects touch variables only they own), so any order
-// the file gives them is a valid linearisation.
+// the file gives them is a valid linearisation. A PreparedLower step that
+// changes the Storage Catalog (a preparation, a lease, a reclamation) is
+// recorded inside the catalog transaction, under storage-catalog.lock,
+// which orders it with every other process's catalog steps.
 package modeltrace
 
 import (
