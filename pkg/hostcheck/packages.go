@@ -67,6 +67,9 @@ const (
 	StepDeps   = "deps"
 	StepProtoc = "protoc"
 	StepTLC    = "tlc"
+	// StepBenchDeps installs what `make bench` compares Lazaret with
+	// (srt's own dependencies).
+	StepBenchDeps = "bench-deps"
 )
 
 var packageName = regexp.MustCompile(`^[a-z0-9][a-z0-9+._-]*$`)
@@ -99,8 +102,8 @@ func ParsePackages(tsv string) ([]Package, error) {
 			return nil, bad("dependency %q is listed twice", p.Dependency)
 		}
 		seen[p.Dependency] = true
-		if p.Step != StepDeps && p.Step != StepProtoc && p.Step != StepTLC {
-			return nil, bad("step %q is not %s, %s or %s", p.Step, StepDeps, StepProtoc, StepTLC)
+		if p.Step != StepDeps && p.Step != StepProtoc && p.Step != StepTLC && p.Step != StepBenchDeps {
+			return nil, bad("step %q is not %s, %s, %s or %s", p.Step, StepDeps, StepProtoc, StepTLC, StepBenchDeps)
 		}
 		for j, m := range Managers {
 			name := f[2+j]
