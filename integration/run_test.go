@@ -543,9 +543,10 @@ func TestDX5TimingTrace(t *testing.T) {
 	if r.code != 0 || r.stdout != "timed-out-put\n" {
 		t.Fatalf("run: %d %q\n%s", r.code, r.stdout, r.stderr)
 	}
-	want := []string{"cli lazaret run started", "cli starting the coordinator", "hc coordinator started", "hc starting the runtime supervisor",
-		"rs supervisor started", "hc runtime supervisor hello verified", "rs State Anchors and Git routing mounted; starting runsc",
-		"rs runsc sandbox started", "hc sandbox ready", "hc Domain published", "hc session started", "cli session accepted",
+	want := []string{"cli lazaret run started", "cli starting the coordinator", "hc coordinator started", "hc store open", "hc recovery done",
+		"hc generation recorded", "hc starting the runtime supervisor", "rs supervisor started", "hc runtime supervisor hello verified",
+		"rs prepared lower held", "rs lease recorded by the coordinator", "rs State Anchors mounted", "rs starting runsc",
+		"rs runsc ready (sandbox init running)", "hc sandbox ready", "hc Domain published", "hc session started", "cli session accepted",
 		"hc session command exited", "cli exit status received", "cli lazaret run exits"}
 	var got []string
 	last := -1.0
