@@ -46,7 +46,7 @@ type collect struct {
 }
 
 func (c *collect) write(b []byte) { c.mu.Lock(); c.out = append(c.out, b...); c.mu.Unlock() }
-func (c *collect) get() string     { c.mu.Lock(); defer c.mu.Unlock(); return string(c.out) }
+func (c *collect) get() string    { c.mu.Lock(); defer c.mu.Unlock(); return string(c.out) }
 
 // TestStderrGate: stderr is held until the pid file names the guest
 // process, then passed on in order; what the command writes is never held
