@@ -115,19 +115,19 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
 	}
 	failpoint.Hit("lazaret-hc:lease-acquired")
-	if err := c.store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(c.generation, participant.PreparedLower, participant.LeaseHeld, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_HELD))
-	}); err != nil {
-		return err
-	}
-	failpoint.Hit("lazaret-hc:lease-held")
 	// state_anchor is recorded even without persistent paths: its mount
 	// namespace is where the read-only lower is bound too.
 	ns := hello.GetMountNamespace()
 	if ns.GetDev() == 0 || ns.GetIno() == 0 {
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor's hello names no mount namespace")
 	}
+	// prepared_lower LeaseHeld and state_anchor Intent in one transaction:
+	// one synced write on the start-up path instead of two; a crash leaves
+	// both or neither (recovery handles either state).
 	if err := c.store.Update(func(tx *store.Tx) error {
+		if err := tx.PutParticipant(c.generation, participant.PreparedLower, participant.LeaseHeld, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_HELD)); err != nil {
+			return err
+		}
 		if err := tx.PutParticipant(c.generation, participant.StateAnchor, participant.Intent, nil); err != nil {
 			return err
 		}
@@ -135,6 +135,7 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 	}); err != nil {
 		return err
 	}
+	failpoint.Hit("lazaret-hc:lease-held")
 	failpoint.Hit("lazaret-hc:anchor-intent")
 	c.mu.Lock()
 	c.leasedArtifact = id
