@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
@@ -72,7 +73,7 @@ const (
 	StepBenchDeps = "bench-deps"
 )
 
-var packageName = regexp.MustCompile(`^[a-z0-9][a-z0-9+._-]*$`)
+var packageName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9+._-]*$`) })
 
 // ParsePackages parses the table: tab-separated rows of dependency,
 // provides, the apt, dnf, pacman and zypper names (or "-"), step and
@@ -110,7 +111,7 @@ func ParsePackages(tsv string) ([]Package, error) {
 			if name == "-" {
 				continue
 			}
-			if !packageName.MatchString(name) {
+			if !packageName().MatchString(name) {
 				return nil, bad("%s package name %q is not one package name", m, name)
 			}
 			p.Names[m] = name
@@ -123,21 +124,22 @@ func ParsePackages(tsv string) ([]Package, error) {
 	return out, nil
 }
 
-// packages is the embedded table, parsed once; a malformed table is a
-// build defect that every test of this package reports.
-var packages = func() []Package {
+// packages is the embedded table, parsed once when first needed (not at
+// start-up: every lazaret process imports this package); a malformed table
+// is a build defect that every test of this package reports.
+var packages = sync.OnceValue(func() []Package {
 	ps, err := ParsePackages(packagesTSV)
 	if err != nil {
 		panic(err)
 	}
 	return ps
-}()
+})
 
 // Packages returns the embedded table's rows in order.
-func Packages() []Package { return slices.Clone(packages) }
+func Packages() []Package { return slices.Clone(packages()) }
 
 func lookupPackage(dep string) (Package, bool) {
-	for _, p := range packages {
+	for _, p := range packages() {
 		if p.Dependency == dep {
 			return p, true
 		}
@@ -149,7 +151,7 @@ func lookupPackage(dep string) (Package, bool) {
 // install, in table order, and the rows the distribution does not package.
 // It is what `scripts/setup.sh packages M` prints.
 func PackagesFor(step string, m Manager) (names []string, lacking []Package) {
-	for _, p := range packages {
+	for _, p := range packages() {
 		if p.Step != step {
 			continue
 		}
