@@ -475,12 +475,17 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 				ready <- nil
 				continue
 			}
+			if line == ocispec.InitStartedLine {
+				s.timing.Mark("sandbox init started")
+				continue
+			}
 			if msg, ok := strings.CutPrefix(line, ocispec.InitErrorPrefix); ok {
 				s.log.Error("sandbox init failed", "err", msg)
 				ready <- errdefs.New(errdefs.ErrInvalid, "the sandbox's init cannot start it: %s", msg)
 				continue
 			}
 			if strings.HasPrefix(line, netprobe.LinePrefix) && s.probe == "" {
+				s.timing.Mark("sandbox init: network probe reported")
 				s.probe = line // read before ReadyLine is sent: no race
 				continue
 			}
