@@ -189,7 +189,7 @@ func Main(args []string) int {
 		c.cleanupRuntime()
 		return 1
 	}
-	c.timing.Mark("store open, control socket bound")
+	c.timing.Mark("control socket bound")
 	fmt.Fprintln(ready, "ok")
 	ready.Close()
 	failpoint.Hit("lazaret-hc:started")
@@ -282,14 +282,17 @@ func (c *coordinator) init() error {
 	if err := c.openStore(); err != nil {
 		return err
 	}
+	c.timing.Mark("store open")
 	c.recoverGenerations()
 	c.recoverStaleRuntime()
+	c.timing.Mark("recovery done")
 	c.coordinator = randomID()
 	c.sandboxID = randomID()
 	c.net.sidecarID = randomID()
 	if err := c.beginGeneration(); err != nil {
 		return err
 	}
+	c.timing.Mark("generation recorded")
 	c.mtStartDomain(c.generation-1, os.Getenv)
 	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
 	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))

@@ -80,6 +80,11 @@ const InitArg = "__lazaret-init"
 // Runtime Supervisor) once it runs.
 const ReadyLine = "lazaret-init-ready"
 
+// InitStartedLine is what the guest init prints on its stdout first, as
+// soon as it runs (the timing trace's boundary between runsc's boot and
+// the init's own start-up work).
+const InitStartedLine = "lazaret-init-started"
+
 // InitErrorPrefix starts the line the guest init prints on its stdout when
 // it cannot start the sandbox (the rest is the error for the developer).
 const InitErrorPrefix = "lazaret-init-error: "

@@ -357,6 +357,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	s.art = art
+	s.timing.Mark("prepared lower held")
 	failpoint.Hit("lazaret-rs:prepared")
 	if err := s.awaitLease(); err != nil {
 		return nil, nil, err
@@ -373,14 +374,16 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	failpoint.Hit("lazaret-rs:rootfs-mounted")
-	s.timing.Mark("prepared lower held, root mounted")
+	s.timing.Mark("root mounted")
 	if err := s.mountAnchors(rootfs); err != nil {
 		return nil, nil, err
 	}
+	s.timing.Mark("State Anchors mounted")
 	if st.GitRouting != nil {
 		if s.routing, s.routed, err = s.startGitRouting(); err != nil {
 			return nil, nil, err
 		}
+		s.timing.Mark("Git routing mounted")
 	}
 	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
 		return nil, nil, err
@@ -403,7 +406,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	argv := s.rt.Run(st.BundleDir, st.ContainerId)
-	s.timing.Mark("State Anchors and Git routing mounted; starting runsc")
+	s.timing.Mark("starting runsc")
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "attached_runsc",
 		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
@@ -442,12 +445,17 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 				ready <- nil
 				continue
 			}
+			if line == ocispec.InitStartedLine {
+				s.timing.Mark("sandbox init started")
+				continue
+			}
 			if msg, ok := strings.CutPrefix(line, ocispec.InitErrorPrefix); ok {
 				s.log.Error("sandbox init failed", "err", msg)
 				ready <- errdefs.New(errdefs.ErrInvalid, "the sandbox's init cannot start it: %s", msg)
 				continue
 			}
 			if strings.HasPrefix(line, netprobe.LinePrefix) && s.probe == "" {
+				s.timing.Mark("sandbox init: network probe reported")
 				s.probe = line // read before ReadyLine is sent: no race
 				continue
 			}
@@ -478,7 +486,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	// The sandbox and gofer exist once the init runs: prove them children
 	// of this exact client now, while it is our unreaped child, and report
 	// their identities — the only handles by which anything may stop them.
-	s.timing.Mark("runsc sandbox started")
+	s.timing.Mark("runsc ready (sandbox init running)")
 	kids, err := s.identifyRunscChildren(child)
 	if err != nil {
 		s.teardown(child, inW)
