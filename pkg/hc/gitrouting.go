@@ -3,6 +3,7 @@ package hc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -54,6 +55,9 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 	if isolate {
 		if err := c.awaitSticky(); err != nil { // the daemon reads the record
 			return nil, err
+		}
+		if err := c.ignoredBinds(sb); err != nil {
+			return nil, fmt.Errorf("bind ignored directories from Ignored Workspace State: %w", err)
 		}
 	}
 	mnt := c.paths.RoutedWorkspace()
