@@ -276,7 +276,8 @@
 // `target/`, `dist/`), creating a pattern's state directory when missing:
 // the daemon then lists that state directory at the routed path, which is
 // the bind's mount point, so nothing is created on the host. Not bound, and
-// so still routed: `.git` and anything in it, a path whose parent is not a
+// so still routed: `.git` and anything in it, a path overlapping a Git
+// Sentry mount (editor configuration), a path whose parent is not a
 // plain host directory (runsc would create the missing chain through the
 // daemon, on the host), a directory beneath another bound one, and anything
 // beyond 64 binds (logged). `ocispec.Check` accepts such a bind only from the

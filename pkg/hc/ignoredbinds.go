@@ -23,7 +23,9 @@ const scanResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOL
 // ignoredbind), creating the state directories of the ignore rules'
 // top-level directory patterns that have none, and adds them to sb. It
 // runs after the sticky start scan (awaitSticky), whose findings are the
-// ignored directories with state, and only with ignored-path isolation.
+// ignored directories with state, and after the Git Sentry's mounts are in
+// sb (nothing overlapping them is bound), only with ignored-path
+// isolation.
 // The Runtime Supervisor re-checks every source before runsc starts.
 func (c *coordinator) ignoredBinds(sb *ocispec.Sandbox) error {
 	rules := c.sticky.rules
@@ -54,6 +56,10 @@ func (c *coordinator) ignoredBinds(sb *ocispec.Sandbox) error {
 			withState = append(withState, f.Path)
 		}
 	}
+	var reserved []string
+	for _, p := range sb.Protected {
+		reserved = append(reserved, p.Rel)
+	}
 	var patterns []string
 	for _, p := range rules.TopDirPatterns() {
 		// A pattern's name taken by a state file or symlink stays with
@@ -71,7 +77,8 @@ func (c *coordinator) ignoredBinds(sb *ocispec.Sandbox) error {
 			}
 			return rules.Ignored(rel, isDir)
 		},
-		HostDir: func(rel string) bool { return rel == "" || typeBeneath(hfd, rel) == unix.S_IFDIR },
+		HostDir:  func(rel string) bool { return rel == "" || typeBeneath(hfd, rel) == unix.S_IFDIR },
+		Reserved: reserved,
 	})
 	for _, d := range dropped {
 		if d.Reason == ignoredbind.ReasonLimit || d.Reason == ignoredbind.ReasonNested || d.Reason == ignoredbind.ReasonNoParent {

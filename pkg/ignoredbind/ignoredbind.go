@@ -15,7 +15,8 @@
 //     ignorerules.Rules.TopDirPatterns); its state directory is created
 //     when missing.
 //
-// Never bound: ".git" or anything inside one, a path the generation's
+// Never bound: ".git" or anything inside one, a path overlapping another
+// Lazaret mount of the workspace (the Git Sentry's), a path the generation's
 // routing does not send to state, a path whose parent is not a host
 // directory (the sandbox's runtime would create the missing mount point
 // chain through the router, on the host), a directory beneath another
@@ -49,6 +50,10 @@ type Input struct {
 	// HostDir reports whether a workspace-relative path is a directory on
 	// the host, reached without a symlink ("" is the workspace).
 	HostDir func(rel string) bool
+	// Reserved are workspace-relative paths other mounts cover (the Git
+	// Sentry's: Git directories, editor configuration); a candidate equal
+	// to one, inside one or holding one is left to them.
+	Reserved []string
 }
 
 // Bind is one ignored directory served as a direct bind.
@@ -72,6 +77,7 @@ const (
 	ReasonNoParent  = "its parent is not a directory on the host"
 	ReasonNested    = "beneath another bound directory"
 	ReasonLimit     = "more than the bind limit"
+	ReasonReserved  = "overlaps a Git Sentry mount"
 )
 
 // Decide returns the binds, sorted by path, and the candidates left to
@@ -100,6 +106,8 @@ func Decide(in Input) ([]Bind, []Dropped) {
 			why = ReasonInvalid
 		case HasGitComponent(rel):
 			why = ReasonGit
+		case overlapsAny(rel, in.Reserved):
+			why = ReasonReserved
 		case in.Routed == nil || !in.Routed(rel, true):
 			why = ReasonNotRouted
 		case in.HostDir == nil || !in.HostDir(parent(rel)):
@@ -147,6 +155,16 @@ func parent(rel string) string {
 		return d
 	}
 	return ""
+}
+
+// overlapsAny reports whether rel is, lies in or holds one of paths.
+func overlapsAny(rel string, paths []string) bool {
+	for _, p := range paths {
+		if rel == p || strings.HasPrefix(rel, p+"/") || strings.HasPrefix(p, rel+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // within reports whether rel lies beneath one of binds (sorted, so a

@@ -57,6 +57,24 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+func TestDecideReserved(t *testing.T) {
+	binds, dropped := Decide(Input{
+		WithState: []string{".vscode", "tools/.idea/cache", "out"},
+		Patterns:  []string{"tools"},
+		Routed:    func(string, bool) bool { return true },
+		HostDir:   func(string) bool { return true },
+		Reserved:  []string{".vscode", "tools/.idea"},
+	})
+	if len(binds) != 1 || binds[0].Rel != "out" || len(dropped) != 3 {
+		t.Fatalf("binds %v dropped %v", binds, dropped)
+	}
+	for _, d := range dropped {
+		if d.Reason != ReasonReserved {
+			t.Errorf("%s dropped for %q", d.Rel, d.Reason)
+		}
+	}
+}
+
 func TestDecideNestedAndLimit(t *testing.T) {
 	var state []string
 	for i := 0; i < MaxBinds+5; i++ {

@@ -216,6 +216,11 @@ func (s Sandbox) validIgnoredBind(b IgnoredBind) error {
 	if s.RouterSource == "" || s.workspaceSource() != s.RouterSource {
 		return fmt.Errorf("ocispec: ignored bind %q needs the routed workspace (its daemon provides the mount point)", b.Rel)
 	}
+	for _, p := range s.Protected {
+		if p.Rel == b.Rel || strings.HasPrefix(b.Rel, p.Rel+"/") || strings.HasPrefix(p.Rel, b.Rel+"/") {
+			return fmt.Errorf("ocispec: ignored bind %q overlaps the Git Sentry mount %q", b.Rel, p.Rel)
+		}
+	}
 	return nil
 }
 

@@ -531,6 +531,12 @@ func TestIgnoredBinds(t *testing.T) {
 	if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
 		t.Error("ignored bind without a Domain root accepted")
 	}
+	s = base
+	s.Protected = []Protected{{Rel: ".vscode", Transient: true}}
+	s.IgnoredBinds = []IgnoredBind{{Rel: ".vscode", Source: st + "/.vscode"}}
+	if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
+		t.Error("ignored bind over a Git Sentry mount accepted")
+	}
 	s = sandbox() // the plain workspace bind: no daemon to provide mount points
 	s.DomainRoot = base.DomainRoot
 	s.IgnoredBinds = []IgnoredBind{{Rel: "node_modules", Source: st + "/node_modules"}}
