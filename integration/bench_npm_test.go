@@ -159,13 +159,13 @@ for i in $(seq %[2]d); do
   echo "plain_bind $(t inst /vol/p$i vol$i)"
   echo "router $(t inst /workspace/r$i r$i)"
 done
-ls /workspace/p1/node_modules | wc -l | sed 's/^/PACKAGES /'`, base, n)
+ls /workspace/p1/node_modules | wc -l | sed 's/^/PACKAGES=/'`, base, n)
 	r := lzFor(t, 30*time.Minute, ws, nil, nil, "run", "--config", cfg, "-p", "node", "--", "sh", "-c", script)
 	if r.code != 0 {
 		t.Fatalf("npm install: %+v", r)
 	}
 	times := parseTimes(t, r.stdout)
-	if len(times["bind_ignored"]) != n || len(times["plain_bind"]) != n || len(times["router"]) != n || !strings.Contains(r.stdout, "BOUND") || !strings.Contains(r.stdout, fmt.Sprintf("PACKAGES %d", npmBenchPackages)) {
+	if len(times["bind_ignored"]) != n || len(times["plain_bind"]) != n || len(times["router"]) != n || !strings.Contains(r.stdout, "BOUND") || !strings.Contains(r.stdout, fmt.Sprintf("PACKAGES=%d", npmBenchPackages)) {
 		t.Fatalf("npm install output: %s\n%s", r.stdout, r.stderr)
 	}
 	noLeftovers(t)
