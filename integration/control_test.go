@@ -236,6 +236,7 @@ func release(c *exec.Cmd) {
 // an oversized CSR is refused; a certificate of a previous generation is
 // refused; malformed frames never crash the coordinator.
 func TestControlPlaneAuthentication(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hold := holdDomain(t, e, ws)
@@ -272,6 +273,7 @@ func TestControlPlaneAuthentication(t *testing.T) {
 // sessions of one Domain run at once, each with its own exit status, and
 // the Domain stops when the last leaves.
 func TestConcurrentSessions(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	for _, n := range []int{2, 8} {
 		ws := workspace(t)
@@ -307,6 +309,7 @@ func TestConcurrentSessions(t *testing.T) {
 // with what changed; another user cannot reach the control socket; two
 // workspaces run two Domains at once.
 func TestJoinRefusals(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hold := holdDomain(t, e, ws)
@@ -340,6 +343,7 @@ func TestJoinRefusals(t *testing.T) {
 // TestJoinDuringStartup: a session that arrives while the Domain is still
 // starting waits and then joins the same generation.
 func TestJoinDuringStartup(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	first := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "sleep 2; echo first")
@@ -368,6 +372,7 @@ func ed25519Key(seed []byte) any { return ed25519.NewKeyFromSeed(seed) }
 // running Domain through its Host Coordinator (generation, state, sessions,
 // process identities) and a stopped one from its identity.
 func TestStatus(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hold := holdDomain(t, e, ws)

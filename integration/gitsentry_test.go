@@ -134,6 +134,7 @@ func checkAttacks(t *testing.T, out, where string, allowed ...string) {
 // Git never runs anything planted. Ordinary Git work inside (status, add,
 // commit, checkout -b, stash, rebase) is seen by the host at once.
 func TestSR4GitSentry(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	git := gitRepo(t, e, ws)
@@ -214,6 +215,7 @@ git log --format=%s -3 | tr '\n' '|'; echo`
 // TestSR3LinkedWorktreeRefused (SR-3): a workspace whose .git is a file
 // pointing outside it is refused with a message naming the opt-in.
 func TestSR3LinkedWorktreeRefused(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	git := gitRepo(t, e, ws)
@@ -238,6 +240,7 @@ func TestSR3LinkedWorktreeRefused(t *testing.T) {
 // root) and once below the developer's home (beneath the /home State
 // Anchor, whose persistent upper must not gain the mount point).
 func TestSR3LinkedWorktreeOptIn(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	for _, c := range []struct{ name, base string }{{"var-tmp", ""}, {"home", e.home}} {
 		t.Run(c.name, func(t *testing.T) {
@@ -371,6 +374,7 @@ func ignoredRepo(t *testing.T, e *env, ws, marker string) func(args ...string) s
 // pattern and non-ignored paths stay live both ways; symlinks swapped in a
 // tight loop never expose a host file outside the workspace.
 func TestSR13IgnoredWorkspaceState(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)
@@ -475,6 +479,7 @@ echo DONE`
 // ignored host content is visible and writable inside, while the Git
 // Sentry still holds.
 func TestFR9IgnoredIsolationOff(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)

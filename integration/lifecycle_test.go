@@ -60,7 +60,7 @@ func TestSpec32StopEndsEverySession(t *testing.T) {
 	}
 	t.Logf("lazaret stop took %s", time.Since(start))
 	// stop returns when the teardown is complete: nothing is left now.
-	if l := leftovers(e); strings.Contains(l, "runtime dir left") {
+	if l := leftoversOf(e, t); strings.Contains(l, "runtime dir left") {
 		t.Errorf("stop returned before the teardown was complete:\n%s", l)
 	}
 
@@ -152,6 +152,7 @@ func startBackground(t *testing.T, ws string, extraEnv []string, args ...string)
 // an earlier one; --follow ends when the Domain stops; a stopped Domain
 // shows its last generation.
 func TestDX5LogsRunningAndStopped(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
 		t.Fatalf("first run: %+v", r)
@@ -380,6 +381,7 @@ func TestSpec38ListAndRemoveOldDomains(t *testing.T) {
 // host file at an ignored path, refused while the Domain runs, and the next
 // run finds it there, writable.
 func TestSR13IgnoredStateCopyOutAndImport(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)

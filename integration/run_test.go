@@ -23,6 +23,7 @@ import (
 // TestRunExitStatus: `lazaret run -- CMD` exits with CMD's status, 128+n for
 // a signal, 127/126 for a command that cannot run (DX-5).
 func TestRunExitStatus(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	recordModelTrace(t)
 	for _, c := range []struct {
@@ -47,6 +48,7 @@ func TestRunExitStatus(t *testing.T) {
 // TestRunStdio: stdin, stdout and stderr are relayed separately and exactly
 // for non-interactive use.
 func TestRunStdio(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	r := lz(t, ws, strings.NewReader("hi\n"), "run", "-p", "tiny", "--", "cat")
 	if r.code != 0 || r.stdout != "hi\n" {
@@ -77,6 +79,7 @@ func TestRunStdio(t *testing.T) {
 // edits are visible both ways at once, files created inside belong to the
 // developer on the host, and the command runs in the matching subdirectory.
 func TestWorkspaceBidirectional(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hostGit(t, ws, "init", "-q") // the workspace is the repository's top level
@@ -117,6 +120,7 @@ func TestWorkspaceBidirectional(t *testing.T) {
 // TestGitCommitInside (DX-3): git status and commit inside the sandbox, with
 // the developer's identity, seen by the host's git at once.
 func TestGitCommitInside(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	git := func(args ...string) string { t.Helper(); return hostGit(t, ws, args...) }
@@ -148,6 +152,7 @@ func TestGitCommitInside(t *testing.T) {
 // read-only control mount is visible; the mount table inside names only
 // those host sources.
 func TestHostPathsInvisible(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)
@@ -216,6 +221,7 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 // the Runtime Supervisor holds no CAP_NET_ADMIN on any thread once the
 // sandbox is published.
 func TestSandboxPrivileges(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hold := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 30")
@@ -279,6 +285,7 @@ func TestSandboxPrivileges(t *testing.T) {
 // same Domain joins the running generation rather than starting another
 // Host Coordinator; both exit with their own status.
 func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t)
 	e := need(t)
 	ws := workspace(t)
@@ -326,6 +333,7 @@ func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
 // TestSignalsReachTheCommand: SIGINT/SIGTERM to the CLI are delivered to the
 // command, whose status becomes the CLI's; the Domain then tears down.
 func TestSignalsReachTheCommand(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", `trap 'echo got INT; exit 3' INT; echo ready; while :; do sleep 1; done`)
@@ -458,6 +466,7 @@ func findProcess(t *testing.T, uid int, name, ws string) int {
 // TestActionableErrors (DX-5): bad input and missing prerequisites produce an
 // error naming the fix, exit 2 or 125, and leave nothing behind.
 func TestActionableErrors(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	cases := []struct {
@@ -536,6 +545,7 @@ func TestDoctor(t *testing.T) {
 // after the command's own output, removes its trace file, and does not
 // turn on debug logging.
 func TestDX5TimingTrace(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	began := time.Now()

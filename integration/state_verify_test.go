@@ -96,6 +96,7 @@ func verifyOut(t *testing.T, r result) verifyJSON {
 // reported with the reset to run, and a symlink out of the Domain Root is
 // never followed; after `state reset` verify passes again.
 func TestSpec38StateVerify(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c",
@@ -220,6 +221,7 @@ func ignoredPaths(t *testing.T, ws string) (map[string]map[string]any, float64) 
 // copies stay, the sandbox then finds the path empty, and the reset refuses
 // while the Domain is active and without --yes off a terminal.
 func TestSR13IgnoredStateListInspectReset(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)

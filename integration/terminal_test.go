@@ -40,7 +40,7 @@ func (m *tmuxTerm) newSession(name, ws string, w, h int) {
 	outer := strings.Join([]string{"env", "-i", "HOME=" + m.e.home, "USER=" + *flagUser, "PATH=" + m.e.bin + ":/usr/local/bin:/usr/bin:/bin",
 		"XDG_STATE_HOME=" + m.e.stateHome, "XDG_RUNTIME_DIR=" + m.e.runtime, "LAZARET_RUNSC=" + m.e.runsc, "LANG=C.UTF-8", "TERM=xterm-256color",
 		"PS1='OUTER$ '", "bash", "--norc", "--noprofile"}, " ")
-	if tr := modelTraceEnv(); len(tr) > 0 {
+	if tr := modelTraceEnv(ws); len(tr) > 0 {
 		outer = strings.Replace(outer, "env -i ", "env -i "+tr[0]+" ", 1)
 	}
 	m.tmux("new-session", "-d", "-s", name, "-x", itoa(w), "-y", itoa(h), "-c", ws, outer)
@@ -422,7 +422,7 @@ func noProcessesOrMountsExcept(t *testing.T, names ...string) {
 	var last string
 	for i := 0; i < 100; i++ {
 		last = ""
-		for _, l := range strings.Split(leftovers(e), "\n") {
+		for _, l := range strings.Split(leftoversOf(e, t), "\n") {
 			if !strings.HasPrefix(l, "process ") && !strings.HasPrefix(l, "mount: ") {
 				continue
 			}
