@@ -141,12 +141,10 @@ func allClean(t *testing.T, ws, profile string) {
 	// A coordinator that is exiting may still hold the lock for a moment
 	// after its process stopped looking alive (its files close last).
 	var ferr error
-	for i := 0; i < 100; i++ {
-		if ferr = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); ferr == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(5*time.Second, 50*time.Millisecond, func() bool {
+		ferr = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		return ferr == nil
+	})
 	if ferr != nil {
 		t.Fatalf("Domain still locked after 5s: %v", ferr)
 	}

@@ -458,12 +458,16 @@ echo DONE`
 	// A restart (new generation) keeps Ignored Workspace State, and a host
 	// edit is seen inside while the sandbox runs.
 	c := e.cmd(ws, nil, "run", "--", "sh", "-c", `cd /workspace; cat node_modules/new-pkg/index.js .env build.log; i=0; while [ ! -f host-late.txt ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; cat host-late.txt; echo inside-late > inside-late.txt; sleep 1`)
-	var out strings.Builder
+	var out syncBuffer
 	c.Stdout, c.Stderr = &out, &out
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(8 * time.Second)
+	// The host edit comes once the guest has read the state of the new
+	// generation (and waits for the edit).
+	if !waitUntil(3*time.Minute, 100*time.Millisecond, func() bool { return strings.HasSuffix(out.String(), "debug\n") }) {
+		t.Fatalf("the second generation's reads never came: %q", out.String())
+	}
 	writeAs(t, e, filepath.Join(ws, "host-late.txt"), "host-late\n")
 	c.Wait()
 	if got := out.String(); got != "sandbox-module\nSANDBOX_ENV\ndebug\nhost-late\n" {

@@ -82,7 +82,6 @@ func TestSpec32StopEndsEverySession(t *testing.T) {
 		t.Errorf("interactive CLI after stop:\n%s", pane)
 	}
 	m.waitFor(p, "OUTER$", 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	m.sttySame("st.before", "st.after")
 	m.kill()
 	noLeftovers(t)
@@ -183,14 +182,17 @@ func TestDX5LogsRunningAndStopped(t *testing.T) {
 	// --follow --json until the Domain stops.
 	e := need(t)
 	follow := e.cmd(ws, nil, "logs", "-p", "tiny", "--follow", "--json")
-	var fout bytes.Buffer
+	var fout syncBuffer
 	follow.Stdout = &fout
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
 	}
 	fdone := make(chan struct{})
 	go func() { follow.Wait(); close(fdone) }()
-	time.Sleep(500 * time.Millisecond)
+	// Following: the running generation's log lines came.
+	if !waitUntil(30*time.Second, 50*time.Millisecond, func() bool { return fout.Len() > 0 }) {
+		t.Fatal("logs --follow printed nothing of the running Domain")
+	}
 	if r := lz(t, ws, nil, "stop", "-p", "tiny"); r.code != 0 {
 		t.Fatalf("stop: %+v", r)
 	}

@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,13 +77,7 @@ func TestMain(m *testing.M) {
 		// The scenarios' own checks are scoped when they run in
 		// parallel: at the end nothing at all may be left for the user.
 		var left string
-		for i := 0; i < 100; i++ {
-			if left = leftovers(E); left == "" {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if left != "" {
+		if !waitUntil(10*time.Second, 100*time.Millisecond, func() bool { left = leftovers(E); return left == "" }) {
 			fmt.Fprintf(os.Stderr, "FAIL leftovers after all scenarios:\n%s", left)
 			if code == 0 {
 				code = 1
@@ -280,12 +275,8 @@ func noLeftovers(t *testing.T) {
 	t.Helper()
 	e := need(t)
 	var last string
-	for i := 0; i < 100; i++ {
-		last = leftoversOf(e, t)
-		if last == "" {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if waitUntil(10*time.Second, 100*time.Millisecond, func() bool { last = leftoversOf(e, t); return last == "" }) {
+		return
 	}
 	t.Errorf("leftovers after the scenario:\n%s", last)
 }
@@ -295,11 +286,11 @@ func noProcessesOrMounts(t *testing.T) {
 	t.Helper()
 	e := need(t)
 	var last string
-	for i := 0; i < 100; i++ {
-		if last = leftoversOf(e, t); last == "" || !strings.Contains(last, "process ") && !strings.Contains(last, "mount: ") {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if waitUntil(10*time.Second, 100*time.Millisecond, func() bool {
+		last = leftoversOf(e, t)
+		return last == "" || !strings.Contains(last, "process ") && !strings.Contains(last, "mount: ")
+	}) {
+		return
 	}
 	t.Errorf("processes or mounts left:\n%s", last)
 }
@@ -308,3 +299,45 @@ func noProcessesOrMounts(t *testing.T) {
 // process of the user or its subordinate ids, every mount under the run's
 // directories or the user's home, every Domain runtime directory.
 func leftovers(e *env) string { return leftoversIn(e, nil) }
+
+// waitUntil polls cond every interval until it holds or limit passes, and
+// reports whether it held: the harness's one way to await a condition it
+// can observe but not be told of.
+func waitUntil(limit, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+}
+
+// syncBuffer is a buffer a test may read while a child process's output
+// is being copied into it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Len is the number of bytes written so far.
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
+}

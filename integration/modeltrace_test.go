@@ -164,9 +164,9 @@ func expectModelGap(t *testing.T, g modelGap) {
 // it still gets its whole trace), then replays it.
 func finishModelTrace(t *testing.T, e *env, mt *modelTrace) {
 	t.Helper()
-	for i := 0; i < 200 && !traceSettled(mt.path) && strings.Contains(leftoversOf(e, t), "process "); i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(20*time.Second, 100*time.Millisecond, func() bool {
+		return traceSettled(mt.path) || !strings.Contains(leftoversOf(e, t), "process ")
+	})
 	st, err := os.Stat(mt.path)
 	if err != nil {
 		t.Errorf("model trace: %v", err)
@@ -303,9 +303,7 @@ func TestModelTraceSwappedStepRejected(t *testing.T) {
 		t.Fatalf("run: %+v", r)
 	}
 	noLeftovers(t)
-	for i := 0; i < 100 && !traceSettled(path); i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(10*time.Second, 100*time.Millisecond, func() bool { return traceSettled(path) })
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
