@@ -182,21 +182,19 @@ func clientScenario(t *testing.T, user *env, ws, scenario, stateFile string) str
 	t.Helper()
 	self, _ := os.Executable()
 	dst := filepath.Join(user.base, "integration.test")
+	clientCopy.Lock() // scenarios in parallel: one copy, whole before use
 	if _, err := os.Stat(dst); err != nil {
 		data, err := os.ReadFile(self)
 		if err != nil {
+			clientCopy.Unlock()
 			t.Fatal(err)
 		}
-		os.WriteFile(dst, data, 0o755)
+		os.WriteFile(dst+".tmp", data, 0o755)
+		os.Rename(dst+".tmp", dst)
 	}
-	rts, _ := filepath.Glob(filepath.Join(user.runtime, "lazaret", "*"))
-	var rt string
-	for _, d := range rts {
-		if _, err := os.Stat(filepath.Join(d, "publication.json")); err == nil {
-			rt = d
-		}
-	}
-	if rt == "" {
+	clientCopy.Unlock()
+	rt := filepath.Join(user.runtime, "lazaret", string(domainOf(ws, "tiny")))
+	if _, err := os.Stat(filepath.Join(rt, "publication.json")); err != nil {
 		t.Fatalf("no published Domain for %s", ws)
 	}
 	c := exec.Command(dst, "-test.run=^$")
@@ -210,6 +208,9 @@ func clientScenario(t *testing.T, user *env, ws, scenario, stateFile string) str
 	}
 	return "no result: " + string(out)
 }
+
+// clientCopy serialises clientScenario's copy of the test binary.
+var clientCopy sync.Mutex
 
 // holdDomain starts a long session in ws and waits until it runs.
 func holdDomain(t *testing.T, e *env, ws string) *exec.Cmd {
@@ -243,7 +244,7 @@ func TestControlPlaneAuthentication(t *testing.T) {
 	// The sandbox key's host source is unlinked once the sandbox holds the
 	// mount; a session joining afterwards still reads the key inside, and
 	// no other private key is there.
-	if srcs, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", "*", "credentials", "sandbox.key")); len(srcs) != 0 {
+	if srcs, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", string(domainOf(ws, "tiny")), "credentials", "sandbox.key")); len(srcs) != 0 {
 		t.Errorf("sandbox key source still on the host: %v", srcs)
 	}
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "head -1 /.lazaret/credentials/sandbox.key; ls /.lazaret/credentials; grep -rl 'PRIVATE KEY' /.lazaret 2>/dev/null")
@@ -322,7 +323,7 @@ func TestJoinRefusals(t *testing.T) {
 	}
 	t.Logf("mismatch refusal: %s", strings.TrimSpace(r.stderr))
 	// Another uid (nobody) cannot even reach the socket.
-	rts, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", "*", "control.sock"))
+	rts, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", string(domainOf(ws, "tiny")), "control.sock"))
 	if len(rts) != 1 {
 		t.Fatalf("sockets: %v", rts)
 	}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,62 +61,58 @@ func faultStages() []string {
 // Lazaret process (or wrapper, or attached runsc) is SIGKILLed there leaves
 // no process or mount behind, and the next `lazaret run` recovers and
 // succeeds with nothing left afterwards.
+//
+// The stages run one by one: side by side, a Domain's recorded State
+// Anchor mount namespace (device and inode) can be reused by another
+// Domain's new namespace once it is freed, and the teardown that proves
+// the recorded namespace empty then finds the other Domain's processes in
+// it and keeps the lease (fail closed), so allClean would fail.
 func TestFaultInjectionRecovery(t *testing.T) {
 	e := need(t)
 	if e.binFP == "" {
 		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
 	}
 	stages := faultStages()
-	var (
-		mu         sync.Mutex
-		recoveries []time.Duration
-	)
-	// The stages run side by side (each in its own workspace, so its own
-	// Domain); the group returns when all of them ended.
-	t.Run("stage", func(t *testing.T) {
-		for _, stage := range stages {
-			t.Run(strings.ReplaceAll(stage, ":", "_"), func(t *testing.T) {
-				parallel(t)
-				ws := workspace(t)
-				recordModelTrace(t) // the faulted run and the recovering one
-				c := e.cmdWith(e.binFP, ws, []string{failpoint.Env + "=" + stage}, "run", "-p", "tiny", "--", "echo", "hi")
-				var out, errb bytes.Buffer
-				c.Stdout, c.Stderr = &out, &errb
-				c.Start()
-				done := make(chan struct{})
-				go func() { c.Wait(); close(done) }()
-				select {
-				case <-done:
-				case <-time.After(90 * time.Second):
-					c.Process.Kill()
-					<-done
-					t.Fatalf("faulted run did not end; stderr %q", errb.String())
+	var recoveries []time.Duration
+	for _, stage := range stages {
+		t.Run(strings.ReplaceAll(stage, ":", "_"), func(t *testing.T) {
+			ws := workspace(t)
+			recordModelTrace(t) // the faulted run and the recovering one
+			c := e.cmdWith(e.binFP, ws, []string{failpoint.Env + "=" + stage}, "run", "-p", "tiny", "--", "echo", "hi")
+			var out, errb bytes.Buffer
+			c.Stdout, c.Stderr = &out, &errb
+			c.Start()
+			done := make(chan struct{})
+			go func() { c.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(90 * time.Second):
+				c.Process.Kill()
+				<-done
+				t.Fatalf("faulted run did not end; stderr %q", errb.String())
+			}
+			noProcessesOrMounts(t)
+			logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+			hit := strings.Contains(errb.String(), "failpoint hit: "+stage)
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				if strings.Contains(string(b), "workspace="+ws) && strings.Contains(string(b), "failpoint hit: "+stage) {
+					hit = true
 				}
-				noProcessesOrMounts(t)
-				logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
-				hit := strings.Contains(errb.String(), "failpoint hit: "+stage)
-				for _, l := range logs {
-					b, _ := os.ReadFile(l)
-					if strings.Contains(string(b), "workspace="+ws) && strings.Contains(string(b), "failpoint hit: "+stage) {
-						hit = true
-					}
-				}
-				if !hit {
-					t.Fatalf("stage %s was never reached (exit %d, stderr %q)", stage, c.ProcessState.ExitCode(), errb.String())
-				}
-				start := time.Now()
-				r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "recovered")
-				mu.Lock()
-				recoveries = append(recoveries, time.Since(start))
-				mu.Unlock()
-				if r.code != 0 || r.stdout != "recovered\n" {
-					t.Fatalf("run after a kill at %s: %+v", stage, r)
-				}
-				noLeftovers(t)
-				allClean(t, ws, "tiny")
-			})
-		}
-	})
+			}
+			if !hit {
+				t.Fatalf("stage %s was never reached (exit %d, stderr %q)", stage, c.ProcessState.ExitCode(), errb.String())
+			}
+			start := time.Now()
+			r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "recovered")
+			recoveries = append(recoveries, time.Since(start))
+			if r.code != 0 || r.stdout != "recovered\n" {
+				t.Fatalf("run after a kill at %s: %+v", stage, r)
+			}
+			noLeftovers(t)
+			allClean(t, ws, "tiny")
+		})
+	}
 	sort.Slice(recoveries, func(i, j int) bool { return recoveries[i] < recoveries[j] })
 	if len(recoveries) > 0 {
 		t.Logf("%d stages; median recovering run %s (max %s)", len(stages), recoveries[len(recoveries)/2], recoveries[len(recoveries)-1])

@@ -222,6 +222,7 @@ func TestSR3LinkedWorktreeRefused(t *testing.T) {
 	wt := ws + "-wt"
 	git("worktree", "add", "-q", wt, "-b", "other")
 	t.Cleanup(func() { os.RemoveAll(wt) })
+	ownDir(t, wt)
 	r := lz(t, wt, nil, "run", "-p", "tiny", "--", "true")
 	if r.code != 125 || !strings.Contains(r.stderr, "linked Git worktree") || !strings.Contains(r.stderr, "git_common_dir") || !strings.Contains(r.stderr, "--git-common-dir") {
 		t.Errorf("linked worktree: %+v", r)
@@ -262,6 +263,8 @@ func linkedWorktreeOptIn(t *testing.T, e *env, ws string, viaFlag bool) {
 	wt := ws + "-wt"
 	git("worktree", "add", "-q", wt, "-b", "other")
 	t.Cleanup(func() { os.RemoveAll(wt) })
+	ownDir(t, ws)
+	ownDir(t, wt)
 	common := filepath.Join(ws, ".git")
 	W := filepath.Join(common, "worktrees", filepath.Base(wt))
 	wr := filepath.Join("worktrees", filepath.Base(wt))

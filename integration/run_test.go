@@ -221,7 +221,6 @@ cat /proc/self/mountinfo`, strings.Join(planted, " "), marker)
 // the Runtime Supervisor holds no CAP_NET_ADMIN on any thread once the
 // sandbox is published.
 func TestSandboxPrivileges(t *testing.T) {
-	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hold := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 30")

@@ -69,6 +69,13 @@ func addWorkspace(mt *modelTrace, ws string) {
 	wsOwner[ws] = mt
 }
 
+// ownDir makes dir, a directory the scenario runs lazaret in that
+// workspace(t) did not make, part of t's scope.
+func ownDir(t *testing.T, dir string) {
+	t.Helper()
+	addWorkspace(traceFor(t, need(t)), dir)
+}
+
 // traceForDir is the trace of the parallel scenario whose workspace holds
 // dir (nil if none).
 func traceForDir(dir string) *modelTrace {

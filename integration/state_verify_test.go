@@ -284,6 +284,7 @@ func TestSR13IgnoredStateListInspectReset(t *testing.T) {
 	if r = lz(t, ws, nil, "state", "ignored", "reset", "-p", "tiny", "node_modules"); r.code == 0 || !strings.Contains(r.stderr, "--yes") {
 		t.Errorf("reset without a terminal and --yes: %+v", r)
 	}
+	noLeftovers(t) // the Domain stopped: a reset refuses an active one
 	r = lz(t, ws, nil, "state", "ignored", "reset", "-p", "tiny", "node_modules", "--yes", "--json")
 	if r.code != 0 || !strings.Contains(r.stderr, "reset Ignored Workspace State: node_modules") || !strings.Contains(r.stderr, string(domainOf(ws, "tiny"))) {
 		t.Fatalf("reset node_modules: %+v", r)
@@ -300,6 +301,7 @@ func TestSR13IgnoredStateListInspectReset(t *testing.T) {
 	if _, trash = ignoredPaths(t, ws); trash != 0 {
 		t.Errorf("trash not deleted by the next run: %v", trash)
 	}
+	noLeftovers(t)
 	r = lz(t, ws, nil, "state", "ignored", "reset", "-p", "tiny", "--all", "--yes")
 	if r.code != 0 {
 		t.Fatalf("reset --all: %+v", r)
@@ -326,6 +328,7 @@ func TestSR13IgnoredStateListInspectReset(t *testing.T) {
 // one; a path reset killed after its one rename leaves the path discarded;
 // the next run finishes and deletes the rest, and a later reset completes.
 func TestSR13IgnoredStateResetCrashConsistency(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	if e.binFP == "" {
 		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")
