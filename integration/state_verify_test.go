@@ -363,6 +363,7 @@ func TestSR13IgnoredStateResetCrashConsistency(t *testing.T) {
 			if got := r.stdout == "v\nend\n"; got != prior || !strings.HasSuffix(r.stdout, "end\n") {
 				t.Errorf("after a kill at %s: stdout %q (previous state active: %v, want %v)", stage, r.stdout, got, prior)
 			}
+			noLeftovers(t) // the Domain stopped: verify and reset refuse an active one
 			r = lz(t, ws, nil, "state", "ignored", "list", "-p", "tiny", "--json")
 			if !strings.Contains(r.stdout, `"trash_entries": 0`) {
 				t.Errorf("trash left after the next run: %+v", r)
