@@ -23,6 +23,7 @@ import (
 // TestRunExitStatus: `lazaret run -- CMD` exits with CMD's status, 128+n for
 // a signal, 127/126 for a command that cannot run (DX-5).
 func TestRunExitStatus(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	recordModelTrace(t)
 	// A file of the workspace without the execute bit, and one that is
@@ -91,6 +92,7 @@ func TestStderrGate(t *testing.T) {
 // TestRunStdio: stdin, stdout and stderr are relayed separately and exactly
 // for non-interactive use.
 func TestRunStdio(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	r := lz(t, ws, strings.NewReader("hi\n"), "run", "-p", "tiny", "--", "cat")
 	if r.code != 0 || r.stdout != "hi\n" {
@@ -121,6 +123,7 @@ func TestRunStdio(t *testing.T) {
 // edits are visible both ways at once, files created inside belong to the
 // developer on the host, and the command runs in the matching subdirectory.
 func TestWorkspaceBidirectional(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hostGit(t, ws, "init", "-q") // the workspace is the repository's top level
@@ -161,6 +164,7 @@ func TestWorkspaceBidirectional(t *testing.T) {
 // TestGitCommitInside (DX-3): git status and commit inside the sandbox, with
 // the developer's identity, seen by the host's git at once.
 func TestGitCommitInside(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	git := func(args ...string) string { t.Helper(); return hostGit(t, ws, args...) }
@@ -192,6 +196,7 @@ func TestGitCommitInside(t *testing.T) {
 // read-only control mount is visible; the mount table inside names only
 // those host sources.
 func TestHostPathsInvisible(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)
@@ -323,6 +328,7 @@ func TestSandboxPrivileges(t *testing.T) {
 // same Domain joins the running generation rather than starting another
 // Host Coordinator; both exit with their own status.
 func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t)
 	e := need(t)
 	ws := workspace(t)
@@ -370,6 +376,7 @@ func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
 // TestSignalsReachTheCommand: SIGINT/SIGTERM to the CLI are delivered to the
 // command, whose status becomes the CLI's; the Domain then tears down.
 func TestSignalsReachTheCommand(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", `trap 'echo got INT; exit 3' INT; echo ready; while :; do sleep 1; done`)
@@ -502,6 +509,7 @@ func findProcess(t *testing.T, uid int, name, ws string) int {
 // TestActionableErrors (DX-5): bad input and missing prerequisites produce an
 // error naming the fix, exit 2 or 125, and leave nothing behind.
 func TestActionableErrors(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	cases := []struct {
@@ -580,6 +588,7 @@ func TestDoctor(t *testing.T) {
 // after the command's own output, removes its trace file, and does not
 // turn on debug logging.
 func TestDX5TimingTrace(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	began := time.Now()
