@@ -351,7 +351,21 @@ func TestJoinDuringStartup(t *testing.T) {
 	var out1 bytes.Buffer
 	first.Stdout = &out1
 	first.Start()
-	time.Sleep(100 * time.Millisecond) // the coordinator is starting
+	// The first CLI's coordinator holds the Domain: a later session joins
+	// (or, mismatched, is refused) instead of starting its own.
+	hcStarted := func() bool {
+		logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			if strings.Contains(string(b), "workspace="+ws) && strings.Contains(string(b), "host coordinator started") {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitUntil(time.Minute, 20*time.Millisecond, hcStarted) {
+		t.Fatal("the first session's coordinator did not start")
+	}
 	// A session with another configuration arriving meanwhile is refused
 	// at once, whether the generation is still starting or already runs
 	// (the model's RejectConfigurationMismatch in either phase).
