@@ -93,7 +93,8 @@
 // `StagedProcessOwnership` slot `git_routing`, exact echo), the wrapper
 // releases it, it mounts FUSE directly (ns-root of RS's userns, `allow_other`,
 // `/dev/fuse` must be usable) at `RuntimeDir/workspace` in RS's private mount
-// namespace, then keeps only `gitroute.FileCapabilities` (the file permission
+// namespace (it never touches its own mount, so a SIGKILL always reaps it:
+// see serve in daemon.go), then keeps only `gitroute.FileCapabilities` (the file permission
 // overrides; `capability.Keep` on every thread, `no_new_privs`) and prints a
 // ready line — RS, not the daemon, unmounts at teardown; RS reports the daemon identity and the
 // mount (statx mount ID, fs dev, mount point identity) in `SandboxReady`, and

@@ -15,6 +15,12 @@
 //     overlay above: runsc --overlay2=root:memory); the only host paths are
 //     the workspace at /workspace and Lazaret's fixed control mount at
 //     ControlDir, read-only.
+//
+// The number of mounts is not what a cold start pays for: with runsc's
+// --debug timeline, a typical spec (22 mounts, 16 of them binds) cost the
+// gofer 1.6 ms to bind and the sentry about 6 ms to mount, of a boot that
+// otherwise matched a one-mount bundle's (about 185 ms to "kernel started"
+// on the 2-core development machine, under load).
 package ocispec
 
 import (

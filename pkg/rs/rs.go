@@ -352,6 +352,39 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	s.timing.Mark("start received")
+	// The Git-routing daemon needs neither the lower nor the anchors: it
+	// starts now and mounts the workspace while the lower is held, the
+	// lease recorded and the State Anchors mounted; it is joined before
+	// runsc starts. Its staged ownership is the only one acknowledged
+	// meanwhile (runsc and the egress proxy are staged after the join).
+	joinRouting := func() error { return nil }
+	if st.GitRouting != nil {
+		done := make(chan struct{})
+		var (
+			child  *proc.Child
+			routed *lv1.GitRoutingReady
+			rerr   error
+		)
+		go func() {
+			defer close(done)
+			child, routed, rerr = s.startGitRouting()
+			if rerr == nil {
+				s.timing.Mark("Git routing mounted")
+			}
+		}()
+		joined := false
+		joinRouting = func() error {
+			if !joined {
+				joined = true
+				<-done
+				s.routing, s.routed = child, routed
+			}
+			return rerr
+		}
+		// Every failure below leaves the daemon recorded in s.routing,
+		// so that the caller's stopGitRouting stops it.
+		defer joinRouting()
+	}
 	art, err := s.holdLower()
 	if err != nil {
 		return nil, nil, err
@@ -382,11 +415,8 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	s.timing.Mark("State Anchors mounted")
-	if st.GitRouting != nil {
-		if s.routing, s.routed, err = s.startGitRouting(); err != nil {
-			return nil, nil, err
-		}
-		s.timing.Mark("Git routing mounted")
+	if err := joinRouting(); err != nil {
+		return nil, nil, err
 	}
 	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
 		return nil, nil, err
