@@ -5,20 +5,16 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
-	"path"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
@@ -28,11 +24,9 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hclog"
-	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
-	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -351,46 +345,6 @@ func (c *coordinator) init() error {
 	return nil
 }
 
-// hostSupport refuses an unqualified kernel and runs the per-boot
-// PidfsHostSupportProbe before the first generation of this boot, caching
-// success only under the current boot ID (spec §3.2).
-func (c *coordinator) hostSupport() error {
-	host := hostcheck.Real(nil)
-	for _, m := range c.profile.Mounts(c.ws) {
-		if !m.ReadOnly {
-			host.SandboxWritable = append(host.SandboxWritable, m.Source)
-		}
-	}
-	if err := host.Kernel(); err != nil {
-		return err
-	}
-	boot, err := pidfs.CurrentBootID()
-	if err != nil {
-		return errdefs.Mark(err, errdefs.ErrUnsupportedHost)
-	}
-	dir := filepath.Join(c.paths.StorageRoot, "host")
-	cache := filepath.Join(dir, "pidfs-probe."+boot.String())
-	if b, err := os.ReadFile(cache); err == nil && strings.TrimSpace(string(b)) == proc.ProbeVersion {
-		return nil
-	}
-	start := time.Now()
-	rep, err := c.broker.PidfsHostSupportProbe(context.Background())
-	if err != nil {
-		return err
-	}
-	c.log.Info("pidfs host support probe passed", "boot_id", boot.String(), "duration", time.Since(start), "observations", len(rep.Observations))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	// Entries of earlier boots are stale: only the current boot's counts.
-	if old, _ := filepath.Glob(filepath.Join(dir, "pidfs-probe.*")); len(old) > 0 {
-		for _, o := range old {
-			os.Remove(o)
-		}
-	}
-	return os.WriteFile(cache, []byte(proc.ProbeVersion+"\n"), 0o600)
-}
-
 func (c *coordinator) sessionDir() string { return filepath.Join(c.paths.RuntimeDir, "sessions") }
 
 // recoverStaleRuntime removes what a dead generation left in the runtime
@@ -459,69 +413,6 @@ func (c *coordinator) runscQuiet(argv []string) {
 	if err != nil || st.ShellCode() != 0 {
 		c.log.Debug("runsc", "argv", strings.Join(argv[1:], " "), "status", st.String(), "err", err, "stderr", strings.TrimSpace(string(stderr)))
 	}
-}
-
-func copyExecutable(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	tmp := dst + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
-}
-
-// guestEnv is the environment of every guest process: a standard PATH, and
-// the developer's Git identity as command-line-level Git configuration so
-// that `git commit` works inside without touching the host's ~/.gitconfig.
-func (c *coordinator) guestEnv(gitIdentity []gitSetting) []string {
-	env := []string{
-		// lazaret-escalate is found last, at its fixed path.
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + path.Dir(ocispec.InitPath),
-		"HOME=/root",
-		"USER=root",
-		"HOSTNAME=" + c.hostname,
-		"LAZARET=1",
-		"LAZARET_PROFILE=" + c.prof,
-		"LAZARET_DOMAIN_ID=" + string(c.paths.ID),
-	}
-	// The profile's environment (names Lazaret sets are refused at config
-	// check; PATH, HOME and USER may be overridden).
-	names := make([]string, 0, len(c.profile.Env))
-	for k := range c.profile.Env {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		env = setEnv(env, k, c.profile.Env[k])
-	}
-	if c.profile.Network.Mode == config.ModeAllowlist {
-		// Every guest process finds the egress proxy (sessions add their
-		// label); a variable the profile sets wins.
-		for k, v := range proxyEnv("") {
-			if _, set := c.profile.Env[k]; !set {
-				env = setEnv(env, k, v)
-			}
-		}
-	}
-	if len(gitIdentity) > 0 {
-		env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(gitIdentity)))
-		for i, g := range gitIdentity {
-			env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, g.key), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, g.value))
-		}
-	}
-	return env
 }
 
 func (c *coordinator) setState(s state, err error) {
@@ -691,150 +582,4 @@ func (c *coordinator) cleanupRuntime() {
 		return
 	}
 	c.removeRuntimeExceptRunscState()
-}
-
-// setEnv sets k=v in env, replacing an existing k.
-func setEnv(env []string, k, v string) []string {
-	for i, kv := range env {
-		if strings.HasPrefix(kv, k+"=") {
-			env[i] = k + "=" + v
-			return env
-		}
-	}
-	return append(env, k+"="+v)
-}
-
-// volumes are the profile's developer-configured volumes.
-func (c *coordinator) volumes() []ocispec.Volume {
-	var out []ocispec.Volume
-	for _, v := range c.profile.Volumes {
-		out = append(out, ocispec.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
-	}
-	return out
-}
-
-// CredentialsDir is the fixed credential path inside the sandbox.
-const CredentialsDir = ocispec.CredentialsDir
-
-// credentialDir holds the host sources of the sandbox credential mounts.
-func (c *coordinator) credentialDir() string { return filepath.Join(c.paths.RuntimeDir, "credentials") }
-
-// sandboxCredentialFiles are the files of the credential mount.
-var sandboxCredentialFiles = []string{"sandbox.key", "sandbox.cred", "manifest", "coordinator.cred"}
-
-// writeSandboxCredentials writes the sandbox's credential files (the only
-// private key that enters the sandbox is its request-signing key) and the
-// empty mount points for them in the control mount source. Each file is its
-// own read-only bind mount, so the key stays readable inside after HC
-// unlinks its source.
-func (c *coordinator) writeSandboxCredentials() error {
-	files, err := c.anchor.SandboxFiles()
-	if err != nil {
-		return err
-	}
-	points := filepath.Join(c.paths.ControlMountSource(), "credentials")
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{c.credentialDir(), 0o700}, {points, controlDirMode}} {
-		if err := os.MkdirAll(d.path, d.mode); err != nil {
-			return err
-		}
-		if err := os.Chmod(d.path, d.mode); err != nil {
-			return err
-		}
-	}
-	// Readable by every guest user: the sandbox is one principal (a
-	// request is bound to its session by the Session Request Capability),
-	// and a non-root session user must sign its requests too. Host side
-	// the sources stay in the private credential directory.
-	for _, name := range sandboxCredentialFiles {
-		if err := writeFileMode(filepath.Join(c.credentialDir(), name), files[name], 0o644); err != nil {
-			return err
-		}
-		if err := writeFileMode(filepath.Join(points, name), nil, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// controlDirMode is the mode of the control mount's directories.
-const controlDirMode = 0o755
-
-// writeFileMode writes data to path with exactly mode (not masked).
-func writeFileMode(path string, data []byte, mode os.FileMode) error {
-	if err := os.WriteFile(path, data, mode); err != nil {
-		return err
-	}
-	return os.Chmod(path, mode)
-}
-
-func (c *coordinator) credentialMounts() []ocispec.ControlFile {
-	var out []ocispec.ControlFile
-	for _, name := range sandboxCredentialFiles {
-		out = append(out, ocispec.ControlFile{Source: filepath.Join(c.credentialDir(), name), Target: CredentialsDir + "/" + name})
-	}
-	return out
-}
-
-// statusDocument is the Domain's state for `lazaret status`.
-func (c *coordinator) statusDocument() *lv1.DomainStatus {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	states := map[state]string{stateStarting: "starting", stateRunning: "running", stateFailed: "failed", stateStopping: "stopping"}
-	doc := &lv1.DomainStatus{
-		DomainId: proto.String(string(c.paths.ID)), Profile: proto.String(c.prof), Workspace: proto.String(c.ws),
-		Generation: proto.Uint64(c.generation), State: proto.String(states[c.st]), CoordinatorId: proto.String(c.coordinator),
-		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.container),
-		Image: proto.String(c.image),
-	}
-	for id := range c.sessions {
-		doc.Sessions = append(doc.Sessions, &lv1.SessionStatus{SessionId: proto.String(id)})
-	}
-	if c.failErr != nil && c.st == stateFailed {
-		doc.Failure = proto.String(c.failErr.Error())
-	}
-	if c.linger > 0 {
-		doc.LingerMs = proto.Int64(c.linger.Milliseconds())
-	}
-	if !c.lingerUntil.IsZero() && c.st == stateRunning {
-		doc.LingerLeftMs = proto.Int64(max(time.Until(c.lingerUntil).Milliseconds(), 0))
-	}
-	for _, r := range c.retained {
-		doc.Retained = append(doc.Retained, &lv1.RetainedRecord{Generation: proto.Uint64(r.Generation), Record: proto.String(r.Record), Reason: proto.String(r.Reason)})
-	}
-	if c.store != nil {
-		parts := map[string]string{}
-		c.store.View(func(tx *store.Tx) error {
-			ps, err := tx.Participants(c.generation)
-			for _, p := range ps {
-				parts[string(p.Role)] = string(p.Phase)
-			}
-			return err
-		})
-		doc.Participants = parts
-	}
-	if c.rsChild != nil {
-		doc.RuntimeSupervisor = proto.String(c.rsChild.Identity().String())
-	}
-	if c.stagedRunsc != nil {
-		doc.AttachedRunscPid = proto.Uint32(c.stagedRunsc.Identity.GetHostPid())
-	}
-	if c.sandboxReady != nil {
-		doc.PreparedArtifact = proto.String(c.sandboxReady.PreparedArtifactId)
-		doc.Routes = c.sandboxReady.ObservedRoutes
-	}
-	d := c.policy.Digest()
-	doc.NetworkPolicyDigest = proto.String(fmt.Sprintf("%x", d[:]))
-	doc.Network = c.networkStatusLocked()
-	return doc
-}
-
-// rsCredentialFile is what the Runtime Supervisor receives in its sealed
-// credential memfd: its own signing key and the coordinator's verification
-// key.
-type rsCredentialFile struct {
-	KeySeed              []byte `json:"key_seed"`
-	CoordinatorPublicKey []byte `json:"coordinator_public_key"`
 }
