@@ -1,12 +1,18 @@
 package hc
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/fdpass"
 )
 
 // TestSupervisorProtocolTable checks every phase × message kind against
@@ -133,6 +139,72 @@ func TestSupervisorProtocolSequences(t *testing.T) {
 			}
 			if !c.ok && err == nil {
 				t.Fatalf("accepted, ending in phase %s", p)
+			}
+		})
+	}
+}
+
+// TestSuperviseMessagesRefusesOutOfPhase drives superviseMessages over a
+// real SEQPACKET pair: a message the hello phase does not accept fails the
+// generation as a protocol error; an RS failure first fails it with RS's
+// category; a channel closed before the hello fails it naming the hello.
+func TestSuperviseMessagesRefusesOutOfPhase(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		send  *lv1.SupervisorMessage // nil: close the channel
+		want  error
+		words []string
+	}{
+		{"artifact first", &lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Artifact{Artifact: &lv1.ArtifactReady{}}},
+			errdefs.ErrCorrupt, []string{"ArtifactReady in phase hello", "accepted: SupervisorHello, SupervisorFailure"}},
+		{"stopped first", &lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Stopped{Stopped: &lv1.SupervisorStopped{}}},
+			errdefs.ErrCorrupt, []string{"SupervisorStopped in phase hello"}},
+		{"failure first", &lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "unsupported-host", Message: "no user namespaces"}}},
+			errdefs.ErrUnsupportedHost, []string{"no user namespaces"}},
+		{"closed before hello", nil, nil, []string{"runtime supervisor hello"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ch, peerFile, err := fdpass.Pair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd, err := unix.Dup(int(peerFile.Fd()))
+			peerFile.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peer, err := fdpass.FromFD(fd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ch.Close()
+			co := &coordinator{rsChan: ch, log: slog.New(slog.DiscardHandler), st: stateStarting,
+				ready: make(chan struct{}), teardownC: make(chan struct{}), stopped: make(chan struct{})}
+			if c.send != nil {
+				if err := peer.Send(context.Background(), c.send); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				peer.Close()
+			}
+			defer peer.Close()
+			done := make(chan struct{})
+			go func() { defer close(done); co.superviseMessages(make(chan error)) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("superviseMessages did not return")
+			}
+			if co.st != stateFailed {
+				t.Fatalf("state %v, want failed", co.st)
+			}
+			if c.want != nil && !errors.Is(co.failErr, c.want) {
+				t.Errorf("error %v is not %v", co.failErr, c.want)
+			}
+			for _, w := range c.words {
+				if !strings.Contains(co.failErr.Error(), w) {
+					t.Errorf("error %q lacks %q", co.failErr, w)
+				}
 			}
 		})
 	}
