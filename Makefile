@@ -137,11 +137,14 @@ check:
 test-debian:
 	LAZARET_TEST_DEBIAN_IMAGE=$(DEBIAN_IMAGE) $(GO) test -tags '$(TAGS) lazaret_debian' -count=1 -v -run 'Debian' ./pkg/imagebuild ./pkg/prepare
 
+# Scenarios marked parallel (integration/scope_test.go) run this many at a
+# time; the rest one by one.
+IT_PARALLEL ?= 3
 integration: build-failpoints
 	scripts/setup.sh user $(TEST_USER)
 	scripts/setup.sh images $(TEST_USER) busybox debian node claude codex
 	scripts/setup.sh test-debs
-	$(GO) test -tags '$(TAGS)' -count=1 -timeout 30m ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
+	$(GO) test -tags '$(TAGS)' -count=1 -timeout 30m -parallel $(IT_PARALLEL) ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bin-fp=$(CURDIR)/bin-fp
 
 # make bench records each benchmark's report in
 # bench/results/<date>-<commit>.json (pkg/benchresult; commit it) and renders
@@ -149,9 +152,9 @@ integration: build-failpoints
 # into prose.
 bench: setup build
 	scripts/setup.sh user $(TEST_USER)
-	scripts/setup.sh images $(TEST_USER) busybox debian claude
+	scripts/setup.sh images $(TEST_USER) busybox debian node claude
 	@mkdir -p bench/results
-	LAZARET_COMMIT=$(VERSION) $(GO) test -tags '$(TAGS) lazaret_bench' -count=1 -v -timeout 40m -run '^TestBench(Network|Egress|StateAnchors|GitRouting|Escalation|Recipe|Scale)?$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results
+	LAZARET_COMMIT=$(VERSION) $(GO) test -tags '$(TAGS) lazaret_bench' -count=1 -v -timeout 40m -run '^TestBench(Network|Egress|StateAnchors|GitRouting|NpmInstall|Escalation|Recipe|Scale)?$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results -srt=$$(scripts/setup.sh bench-deps)
 	$(GO) run ./scripts/benchtable
 
 PROTOC_GEN_GO := $(DEPS_DIR)/bin/protoc-gen-go

@@ -56,7 +56,7 @@ func benchTerminal(t *testing.T, e *env, ws string, runs int) []measurement {
 	os.Chown(big, e.uid, e.gid)
 	lazaret := filepath.Join(e.bin, "lazaret")
 
-	hold := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 600")
+	hold := untraced(e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; sleep 600"))
 	stdout, _ := hold.StdoutPipe()
 	if err := hold.Start(); err != nil {
 		t.Fatal(err)

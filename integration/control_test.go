@@ -182,21 +182,19 @@ func clientScenario(t *testing.T, user *env, ws, scenario, stateFile string) str
 	t.Helper()
 	self, _ := os.Executable()
 	dst := filepath.Join(user.base, "integration.test")
+	clientCopy.Lock() // scenarios in parallel: one copy, whole before use
 	if _, err := os.Stat(dst); err != nil {
 		data, err := os.ReadFile(self)
 		if err != nil {
+			clientCopy.Unlock()
 			t.Fatal(err)
 		}
-		os.WriteFile(dst, data, 0o755)
+		os.WriteFile(dst+".tmp", data, 0o755)
+		os.Rename(dst+".tmp", dst)
 	}
-	rts, _ := filepath.Glob(filepath.Join(user.runtime, "lazaret", "*"))
-	var rt string
-	for _, d := range rts {
-		if _, err := os.Stat(filepath.Join(d, "publication.json")); err == nil {
-			rt = d
-		}
-	}
-	if rt == "" {
+	clientCopy.Unlock()
+	rt := filepath.Join(user.runtime, "lazaret", string(domainOf(ws, "tiny")))
+	if _, err := os.Stat(filepath.Join(rt, "publication.json")); err != nil {
 		t.Fatalf("no published Domain for %s", ws)
 	}
 	c := exec.Command(dst, "-test.run=^$")
@@ -210,6 +208,9 @@ func clientScenario(t *testing.T, user *env, ws, scenario, stateFile string) str
 	}
 	return "no result: " + string(out)
 }
+
+// clientCopy serialises clientScenario's copy of the test binary.
+var clientCopy sync.Mutex
 
 // holdDomain starts a long session in ws and waits until it runs.
 func holdDomain(t *testing.T, e *env, ws string) *exec.Cmd {
@@ -236,13 +237,14 @@ func release(c *exec.Cmd) {
 // an oversized CSR is refused; a certificate of a previous generation is
 // refused; malformed frames never crash the coordinator.
 func TestControlPlaneAuthentication(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hold := holdDomain(t, e, ws)
 	// The sandbox key's host source is unlinked once the sandbox holds the
 	// mount; a session joining afterwards still reads the key inside, and
 	// no other private key is there.
-	if srcs, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", "*", "credentials", "sandbox.key")); len(srcs) != 0 {
+	if srcs, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", string(domainOf(ws, "tiny")), "credentials", "sandbox.key")); len(srcs) != 0 {
 		t.Errorf("sandbox key source still on the host: %v", srcs)
 	}
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "head -1 /.lazaret/credentials/sandbox.key; ls /.lazaret/credentials; grep -rl 'PRIVATE KEY' /.lazaret 2>/dev/null")
@@ -272,6 +274,7 @@ func TestControlPlaneAuthentication(t *testing.T) {
 // sessions of one Domain run at once, each with its own exit status, and
 // the Domain stops when the last leaves.
 func TestConcurrentSessions(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	for _, n := range []int{2, 8} {
 		ws := workspace(t)
@@ -307,6 +310,7 @@ func TestConcurrentSessions(t *testing.T) {
 // with what changed; another user cannot reach the control socket; two
 // workspaces run two Domains at once.
 func TestJoinRefusals(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hold := holdDomain(t, e, ws)
@@ -319,7 +323,7 @@ func TestJoinRefusals(t *testing.T) {
 	}
 	t.Logf("mismatch refusal: %s", strings.TrimSpace(r.stderr))
 	// Another uid (nobody) cannot even reach the socket.
-	rts, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", "*", "control.sock"))
+	rts, _ := filepath.Glob(filepath.Join(e.runtime, "lazaret", string(domainOf(ws, "tiny")), "control.sock"))
 	if len(rts) != 1 {
 		t.Fatalf("sockets: %v", rts)
 	}
@@ -340,13 +344,28 @@ func TestJoinRefusals(t *testing.T) {
 // TestJoinDuringStartup: a session that arrives while the Domain is still
 // starting waits and then joins the same generation.
 func TestJoinDuringStartup(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	first := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "sleep 2; echo first")
 	var out1 bytes.Buffer
 	first.Stdout = &out1
 	first.Start()
-	time.Sleep(100 * time.Millisecond) // the coordinator is starting
+	// The first CLI's coordinator holds the Domain: a later session joins
+	// (or, mismatched, is refused) instead of starting its own.
+	hcStarted := func() bool {
+		logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			if strings.Contains(string(b), "workspace="+ws) && strings.Contains(string(b), "host coordinator started") {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitUntil(time.Minute, 20*time.Millisecond, hcStarted) {
+		t.Fatal("the first session's coordinator did not start")
+	}
 	// A session with another configuration arriving meanwhile is refused
 	// at once, whether the generation is still starting or already runs
 	// (the model's RejectConfigurationMismatch in either phase).
@@ -385,6 +404,7 @@ func ed25519Key(seed []byte) any { return ed25519.NewKeyFromSeed(seed) }
 // running Domain through its Host Coordinator (generation, state, sessions,
 // process identities) and a stopped one from its identity.
 func TestStatus(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hold := holdDomain(t, e, ws)

@@ -39,6 +39,7 @@ func grepTree(t *testing.T, root string, needles ...string) []string {
 // value appears in `config show`, the Storage Root (Domain Store, hc.log,
 // audit log at debug level) or the runtime directory afterwards.
 func TestSpec11CredentialsAreNotConfiguration(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	dir := e.userDir("cred-" + randHex(3))

@@ -32,6 +32,7 @@ func escalationConfig(t *testing.T) string {
 // a command no rule approves is denied at once (no terminal to ask);
 // `sh -c` never matches a rule; the audit log records each.
 func TestEscalationNonInteractive(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "ReceiveEscalation", "AutoApprove", "StartHostExecution", "CompleteHostExecution", "QueuePrompt", "DeveloperDeny", "DeliverResult")
 	cfg := escalationConfig(t)
 	ws := workspace(t)
@@ -83,6 +84,7 @@ func TestEscalationNonInteractive(t *testing.T) {
 // directory that is constrained exactly; the version-1 shorthand (a bare
 // argv, a prefix rule) still works.
 func TestEscalationRules(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "ReceiveEscalation", "AutoApprove", "QueuePrompt", "DeveloperDeny", "DeliverResult")
 	e := need(t)
 	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
@@ -154,6 +156,7 @@ lazaret-escalate -- true; echo rc9=$?
 // TestEscalationStreams100MB (§3.7): 100 MB of host output streams
 // byte-exact into the sandbox through ≤ 8 unacknowledged 48 KiB chunks.
 func TestEscalationStreams100MB(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)

@@ -61,6 +61,12 @@ func faultStages() []string {
 // Lazaret process (or wrapper, or attached runsc) is SIGKILLed there leaves
 // no process or mount behind, and the next `lazaret run` recovers and
 // succeeds with nothing left afterwards.
+//
+// The stages run one by one: side by side, a Domain's recorded State
+// Anchor mount namespace (device and inode) can be reused by another
+// Domain's new namespace once it is freed, and the teardown that proves
+// the recorded namespace empty then finds the other Domain's processes in
+// it and keeps the lease (fail closed), so allClean would fail.
 func TestFaultInjectionRecovery(t *testing.T) {
 	e := need(t)
 	if e.binFP == "" {
@@ -130,12 +136,10 @@ func allClean(t *testing.T, ws, profile string) {
 	// A coordinator that is exiting may still hold the lock for a moment
 	// after its process stopped looking alive (its files close last).
 	var ferr error
-	for i := 0; i < 100; i++ {
-		if ferr = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); ferr == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(5*time.Second, 50*time.Millisecond, func() bool {
+		ferr = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		return ferr == nil
+	})
 	if ferr != nil {
 		t.Fatalf("Domain still locked after 5s: %v", ferr)
 	}

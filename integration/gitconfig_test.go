@@ -70,6 +70,7 @@ t() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name SUCCEEDED"; else
 // — append, `git config --worktree`, replace, delete — so host `git
 // status` and `git commit` never run a planted core.fsmonitor.
 func TestSR4WorktreeConfigReadOnly(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	m := markerDir(t, e)
@@ -210,6 +211,7 @@ exit 0`
 // works on it inside, and `lazaret state ignored list` shows it. With
 // isolation off the configuration guard holds too.
 func TestSR4GitInitStaysInDomain(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
 	writeAs(t, e, cfg, "[profiles.plain]\nimage = \"debian\"\nignored_path_isolation = false\n")

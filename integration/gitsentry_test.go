@@ -134,6 +134,7 @@ func checkAttacks(t *testing.T, out, where string, allowed ...string) {
 // Git never runs anything planted. Ordinary Git work inside (status, add,
 // commit, checkout -b, stash, rebase) is seen by the host at once.
 func TestSR4GitSentry(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	git := gitRepo(t, e, ws)
@@ -214,12 +215,14 @@ git log --format=%s -3 | tr '\n' '|'; echo`
 // TestSR3LinkedWorktreeRefused (SR-3): a workspace whose .git is a file
 // pointing outside it is refused with a message naming the opt-in.
 func TestSR3LinkedWorktreeRefused(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	git := gitRepo(t, e, ws)
 	wt := ws + "-wt"
 	git("worktree", "add", "-q", wt, "-b", "other")
 	t.Cleanup(func() { os.RemoveAll(wt) })
+	ownDir(t, wt)
 	r := lz(t, wt, nil, "run", "-p", "tiny", "--", "true")
 	if r.code != 125 || !strings.Contains(r.stderr, "linked Git worktree") || !strings.Contains(r.stderr, "git_common_dir") || !strings.Contains(r.stderr, "--git-common-dir") {
 		t.Errorf("linked worktree: %+v", r)
@@ -238,6 +241,7 @@ func TestSR3LinkedWorktreeRefused(t *testing.T) {
 // root) and once below the developer's home (beneath the /home State
 // Anchor, whose persistent upper must not gain the mount point).
 func TestSR3LinkedWorktreeOptIn(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	for _, c := range []struct{ name, base string }{{"var-tmp", ""}, {"home", e.home}} {
 		t.Run(c.name, func(t *testing.T) {
@@ -259,6 +263,8 @@ func linkedWorktreeOptIn(t *testing.T, e *env, ws string, viaFlag bool) {
 	wt := ws + "-wt"
 	git("worktree", "add", "-q", wt, "-b", "other")
 	t.Cleanup(func() { os.RemoveAll(wt) })
+	ownDir(t, ws)
+	ownDir(t, wt)
 	common := filepath.Join(ws, ".git")
 	W := filepath.Join(common, "worktrees", filepath.Base(wt))
 	wr := filepath.Join("worktrees", filepath.Base(wt))
@@ -371,6 +377,7 @@ func ignoredRepo(t *testing.T, e *env, ws, marker string) func(args ...string) s
 // pattern and non-ignored paths stay live both ways; symlinks swapped in a
 // tight loop never expose a host file outside the workspace.
 func TestSR13IgnoredWorkspaceState(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)
@@ -430,7 +437,10 @@ echo DONE`
 		t.Errorf("the symlink race did not run: %s", r.stdout)
 	}
 	list, _, _ := strings.Cut(r.stdout, "\n")
-	if !strings.HasPrefix(list, "LIST ") || strings.Contains(list, " .env ") || strings.Contains(list, "node_modules") || !strings.Contains(list, " keep.log ") {
+	// node_modules is there, empty: the ignore rules' top-level directory
+	// pattern makes it a bind of its (new, empty) Ignored Workspace State
+	// copy (package ignoredbind); the host's copy stays invisible.
+	if !strings.HasPrefix(list, "LIST ") || strings.Contains(list, " .env ") || !strings.Contains(list, " node_modules ") || !strings.Contains(list, " keep.log ") {
 		t.Errorf("listing inside: %q", list)
 	}
 	// Host side.
@@ -454,12 +464,16 @@ echo DONE`
 	// A restart (new generation) keeps Ignored Workspace State, and a host
 	// edit is seen inside while the sandbox runs.
 	c := e.cmd(ws, nil, "run", "--", "sh", "-c", `cd /workspace; cat node_modules/new-pkg/index.js .env build.log; i=0; while [ ! -f host-late.txt ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; cat host-late.txt; echo inside-late > inside-late.txt; sleep 1`)
-	var out strings.Builder
+	var out syncBuffer
 	c.Stdout, c.Stderr = &out, &out
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(8 * time.Second)
+	// The host edit comes once the guest has read the state of the new
+	// generation (and waits for the edit).
+	if !waitUntil(3*time.Minute, 100*time.Millisecond, func() bool { return strings.HasSuffix(out.String(), "debug\n") }) {
+		t.Fatalf("the second generation's reads never came: %q", out.String())
+	}
 	writeAs(t, e, filepath.Join(ws, "host-late.txt"), "host-late\n")
 	c.Wait()
 	if got := out.String(); got != "sandbox-module\nSANDBOX_ENV\ndebug\nhost-late\n" {
@@ -475,6 +489,7 @@ echo DONE`
 // ignored host content is visible and writable inside, while the Git
 // Sentry still holds.
 func TestFR9IgnoredIsolationOff(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)

@@ -134,6 +134,7 @@ func TestSR12AptInstallPersists(t *testing.T) {
 // runs as it; the owner survives a restart and is reported as the guest
 // id; the escape checks still hold.
 func TestSR12GuestUsersPersist(t *testing.T) {
+	parallel(t)
 	need(t)
 	ws := workspace(t)
 	r := lz(t, ws, nil, "run", "--", "sh", "-c", "set -e; useradd -m builder; mkdir -p /opt/x; chown -R builder /opt/x; su builder -c 'touch /opt/x/f'; stat -c %U /opt/x/f")
@@ -183,6 +184,7 @@ func hostOwners(t *testing.T, dir string) map[string]uint32 {
 // a workspace file — also in Ignored Workspace State — the host file
 // belongs to the developer.
 func TestSR12GuestChownKeepsHostOwner(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	os.WriteFile(filepath.Join(ws, ".gitignore"), []byte("build/\n"), 0o644)
@@ -231,6 +233,7 @@ func TestSR12GuestChownKeepsHostOwner(t *testing.T) {
 // every file is the developer's; `--user root` is guest root, and another
 // name is refused before anything starts.
 func TestSR12AgentUserOwnsWorkspace(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	cfg := netConfig(t, e, nil, "[profiles.agentp]\nimage = \"debian\"\nuser = \"agent\"\n")

@@ -77,7 +77,7 @@ func TestInstall(t *testing.T) {
 			"HOME=" + e.home, "USER=" + *flagUser, "PATH=" + filepath.Join(prefix, "bin") + ":/usr/local/bin:/usr/bin:/bin",
 			"XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "XDG_CONFIG_HOME=" + filepath.Dir(cfgDir), "LANG=C.UTF-8",
 		}
-		c.Env = append(c.Env, modelTraceEnv()...)
+		c.Env = append(c.Env, modelTraceEnv(c.Dir)...)
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setpgid: true}
 		var out, errb bytes.Buffer
 		c.Stdout, c.Stderr = &out, &errb

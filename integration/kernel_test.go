@@ -75,7 +75,7 @@ func TestSpec32KernelQualificationFromDist(t *testing.T) {
 			"XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "XDG_CONFIG_HOME=" + cfgHome,
 			"LAZARET_RUNSC=" + e.runsc, "LANG=C.UTF-8",
 		}
-		c.Env = append(c.Env, modelTraceEnv()...)
+		c.Env = append(c.Env, modelTraceEnv(c.Dir)...)
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setpgid: true}
 		var out, errb bytes.Buffer
 		c.Stdout, c.Stderr = &out, &errb

@@ -60,7 +60,7 @@ func TestSpec32StopEndsEverySession(t *testing.T) {
 	}
 	t.Logf("lazaret stop took %s", time.Since(start))
 	// stop returns when the teardown is complete: nothing is left now.
-	if l := leftovers(e); strings.Contains(l, "runtime dir left") {
+	if l := leftoversOf(e, t); strings.Contains(l, "runtime dir left") {
 		t.Errorf("stop returned before the teardown was complete:\n%s", l)
 	}
 
@@ -82,7 +82,6 @@ func TestSpec32StopEndsEverySession(t *testing.T) {
 		t.Errorf("interactive CLI after stop:\n%s", pane)
 	}
 	m.waitFor(p, "OUTER$", 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	m.sttySame("st.before", "st.after")
 	m.kill()
 	noLeftovers(t)
@@ -152,6 +151,7 @@ func startBackground(t *testing.T, ws string, extraEnv []string, args ...string)
 // an earlier one; --follow ends when the Domain stops; a stopped Domain
 // shows its last generation.
 func TestDX5LogsRunningAndStopped(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
 		t.Fatalf("first run: %+v", r)
@@ -182,14 +182,17 @@ func TestDX5LogsRunningAndStopped(t *testing.T) {
 	// --follow --json until the Domain stops.
 	e := need(t)
 	follow := e.cmd(ws, nil, "logs", "-p", "tiny", "--follow", "--json")
-	var fout bytes.Buffer
+	var fout syncBuffer
 	follow.Stdout = &fout
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
 	}
 	fdone := make(chan struct{})
 	go func() { follow.Wait(); close(fdone) }()
-	time.Sleep(500 * time.Millisecond)
+	// Following: the running generation's log lines came.
+	if !waitUntil(30*time.Second, 50*time.Millisecond, func() bool { return fout.Len() > 0 }) {
+		t.Fatal("logs --follow printed nothing of the running Domain")
+	}
 	if r := lz(t, ws, nil, "stop", "-p", "tiny"); r.code != 0 {
 		t.Fatalf("stop: %+v", r)
 	}
@@ -380,6 +383,7 @@ func TestSpec38ListAndRemoveOldDomains(t *testing.T) {
 // host file at an ignored path, refused while the Domain runs, and the next
 // run finds it there, writable.
 func TestSR13IgnoredStateCopyOutAndImport(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)

@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,6 +73,17 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	E, setupErr = setup()
 	code := m.Run()
+	if E != nil && setupErr == nil {
+		// The scenarios' own checks are scoped when they run in
+		// parallel: at the end nothing at all may be left for the user.
+		var left string
+		if !waitUntil(10*time.Second, 100*time.Millisecond, func() bool { left = leftovers(E); return left == "" }) {
+			fmt.Fprintf(os.Stderr, "FAIL leftovers after all scenarios:\n%s", left)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
 	if E != nil {
 		problems, summary := checkModelTraces()
 		fmt.Println(summary)
@@ -190,7 +202,9 @@ func randHex(n int) string {
 // workspace creates a fresh workspace directory owned by the test user.
 func workspace(t *testing.T) string {
 	e := need(t)
-	return e.userDir(filepath.Join("ws", strings.ReplaceAll(t.Name(), "/", "_")+"-"+randHex(3)))
+	ws := e.userDir(filepath.Join("ws", strings.ReplaceAll(t.Name(), "/", "_")+"-"+randHex(3)))
+	addWorkspace(traceFor(t, e), ws)
+	return ws
 }
 
 // result of one lazaret invocation.
@@ -213,7 +227,7 @@ func (e *env) cmdWith(bin, dir string, extraEnv []string, args ...string) *exec.
 		"XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime,
 		"LAZARET_RUNSC=" + e.runsc, "LANG=C.UTF-8",
 	}, extraEnv...)
-	c.Env = append(c.Env, modelTraceEnv()...) // later entries win: always this test's trace
+	c.Env = append(c.Env, modelTraceEnv(dir)...) // later entries win: always this test's trace
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}, Setpgid: true}
 	return c
 }
@@ -253,19 +267,16 @@ func lzFor(t *testing.T, limit time.Duration, dir string, extraEnv []string, std
 }
 
 // noLeftovers asserts (polling briefly: the coordinator finishes tearing
-// down after the CLI exits) that nothing of the test user's product is left:
-// no process of the user or its subordinate ids, no mount under the run's
-// directories or the user's state, no runtime directory of any Domain.
+// down after the CLI exits) that nothing of the scenario is left: no
+// process of the user or its subordinate ids, no mount under the run's
+// directories or the user's state, no runtime directory of any Domain —
+// of the scenario's own Domains when it runs in parallel (scope_test.go).
 func noLeftovers(t *testing.T) {
 	t.Helper()
 	e := need(t)
 	var last string
-	for i := 0; i < 100; i++ {
-		last = leftovers(e)
-		if last == "" {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if waitUntil(10*time.Second, 100*time.Millisecond, func() bool { last = leftoversOf(e, t); return last == "" }) {
+		return
 	}
 	t.Errorf("leftovers after the scenario:\n%s", last)
 }
@@ -275,42 +286,58 @@ func noProcessesOrMounts(t *testing.T) {
 	t.Helper()
 	e := need(t)
 	var last string
-	for i := 0; i < 100; i++ {
-		if last = leftovers(e); last == "" || !strings.Contains(last, "process ") && !strings.Contains(last, "mount: ") {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if waitUntil(10*time.Second, 100*time.Millisecond, func() bool {
+		last = leftoversOf(e, t)
+		return last == "" || !strings.Contains(last, "process ") && !strings.Contains(last, "mount: ")
+	}) {
+		return
 	}
 	t.Errorf("processes or mounts left:\n%s", last)
 }
 
-func leftovers(e *env) string {
-	var b strings.Builder
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		st, err := os.Stat(p)
-		if err != nil {
-			continue
+// leftovers is everything of the test user's product that is left: every
+// process of the user or its subordinate ids, every mount under the run's
+// directories or the user's home, every Domain runtime directory.
+func leftovers(e *env) string { return leftoversIn(e, nil) }
+
+// waitUntil polls cond every interval until it holds or limit passes, and
+// reports whether it held: the harness's one way to await a condition it
+// can observe but not be told of.
+func waitUntil(limit, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		if cond() {
+			return true
 		}
-		uid := int(st.Sys().(*syscall.Stat_t).Uid)
-		if uid == e.uid || (uid >= e.subStart && uid < e.subStart+65536) {
-			cmdline, _ := os.ReadFile(p + "/cmdline")
-			if len(cmdline) == 0 {
-				continue // a zombie being reaped
-			}
-			fmt.Fprintf(&b, "process %s uid %d: %s\n", filepath.Base(p), uid, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		if time.Now().After(deadline) {
+			return false
 		}
+		time.Sleep(interval)
 	}
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(mi), "\n") {
-		if strings.Contains(line, e.base) || strings.Contains(line, e.home) {
-			fmt.Fprintf(&b, "mount: %s\n", line)
-		}
-	}
-	if ents, _ := os.ReadDir(filepath.Join(e.runtime, "lazaret")); len(ents) > 0 {
-		for _, d := range ents {
-			fmt.Fprintf(&b, "runtime dir left: %s\n", d.Name())
-		}
-	}
-	return b.String()
+}
+
+// syncBuffer is a buffer a test may read while a child process's output
+// is being copied into it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Len is the number of bytes written so far.
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
 }

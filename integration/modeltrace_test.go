@@ -40,6 +40,10 @@ type modelTrace struct {
 	want     []string  // actions the scenario's code path must record
 	replayed int64     // the file's size when it was replayed (-1: not yet)
 	domains  int       // Domains replayed
+	// parallel: the test runs side by side with others (parallel(t));
+	// invocations find its trace through its workspaces, not the stack.
+	parallel   bool
+	workspaces []string // workspace(t)'s directories
 }
 
 var (
@@ -50,9 +54,15 @@ var (
 	strayTrace  string // where records made outside any test's trace land
 )
 
-// activeModelTrace is the trace file a lazaret invocation built now
-// records into: the innermost running test's, or the stray file.
-func activeModelTrace() string {
+// activeModelTrace is the trace file a lazaret invocation built now in
+// dir records into: the parallel scenario's whose workspace holds dir,
+// else the innermost running serial test's, or the stray file. (Serial
+// tests never run beside parallel ones: Go starts the parallel top-level
+// tests after the last serial one ended.)
+func activeModelTrace(dir string) string {
+	if mt := traceForDir(dir); mt != nil {
+		return mt.path
+	}
 	traceMu.Lock()
 	defer traceMu.Unlock()
 	if n := len(traceStack); n > 0 {
@@ -63,8 +73,8 @@ func activeModelTrace() string {
 
 // modelTraceEnv is the environment entry naming activeModelTrace (nothing
 // before the harness is set up).
-func modelTraceEnv() []string {
-	if p := activeModelTrace(); p != "" {
+func modelTraceEnv(dir string) []string {
+	if p := activeModelTrace(dir); p != "" {
 		return []string{modeltrace.Env + "=" + p}
 	}
 	return nil
@@ -89,14 +99,16 @@ func traceFor(t *testing.T, e *env) *modelTrace {
 		return mt
 	}
 	dir := e.userDir("model-traces")
-	mt = &modelTrace{test: t.Name(), path: filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+randHex(3)+".jsonl"), replayed: -1}
+	mt = &modelTrace{test: t.Name(), path: filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+randHex(3)+".jsonl"), replayed: -1, parallel: isParallel(t.Name())}
 	if err := os.WriteFile(mt.path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	os.Chown(mt.path, e.uid, e.gid)
 	traceMu.Lock()
 	traceByTest[t] = mt
-	traceStack = append(traceStack, mt)
+	if !mt.parallel {
+		traceStack = append(traceStack, mt)
+	}
 	traceAll = append(traceAll, mt)
 	traceMu.Unlock()
 	t.Cleanup(func() {
@@ -153,9 +165,9 @@ func expectModelGap(t *testing.T, g modelGap) {
 // it still gets its whole trace), then replays it.
 func finishModelTrace(t *testing.T, e *env, mt *modelTrace) {
 	t.Helper()
-	for i := 0; i < 200 && !traceSettled(mt.path) && strings.Contains(leftovers(e), "process "); i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(20*time.Second, 100*time.Millisecond, func() bool {
+		return traceSettled(mt.path) || !strings.Contains(leftoversOf(e, t), "process ")
+	})
 	st, err := os.Stat(mt.path)
 	if err != nil {
 		t.Errorf("model trace: %v", err)
@@ -293,15 +305,14 @@ func checkModelTraces() (problems []string, summary string) {
 // started before the sidecar was ready) is rejected at the first step the
 // model does not allow, with the steps before it and the model state.
 func TestModelTraceSwappedStepRejected(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	path := recordModelTrace(t, "StartSidecar", "StartSandbox")
 	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
 		t.Fatalf("run: %+v", r)
 	}
 	noLeftovers(t)
-	for i := 0; i < 100 && !traceSettled(path); i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(10*time.Second, 100*time.Millisecond, func() bool { return traceSettled(path) })
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

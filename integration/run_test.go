@@ -23,23 +23,68 @@ import (
 // TestRunExitStatus: `lazaret run -- CMD` exits with CMD's status, 128+n for
 // a signal, 127/126 for a command that cannot run (DX-5).
 func TestRunExitStatus(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	recordModelTrace(t)
+	// A file of the workspace without the execute bit, and one that is
+	// not an executable format. The cases that cannot run use a second
+	// workspace (the model holds 8 sessions per Domain).
+	ws2 := workspace(t)
+	os.WriteFile(filepath.Join(ws2, "noexec.sh"), []byte("#!/bin/sh\necho ran\n"), 0o644)
+	os.WriteFile(filepath.Join(ws2, "blob"), []byte("not a program\x00\x01"), 0o755)
 	for _, c := range []struct {
-		cmd  []string
-		want int
+		cmd    []string
+		want   int
+		stderr string // exact, when set
 	}{
-		{[]string{"true"}, 0},
-		{[]string{"false"}, 1},
-		{[]string{"sh", "-c", "exit 7"}, 7},
-		{[]string{"sh", "-c", "kill -TERM $$"}, 143},
-		{[]string{"no-such-command-xyz"}, 127},
-		{[]string{"/etc/passwd"}, 126},
+		{[]string{"true"}, 0, ""},
+		{[]string{"false"}, 1, ""},
+		{[]string{"sh", "-c", "exit 7"}, 7, ""},
+		{[]string{"sh", "-c", "kill -TERM $$"}, 143, ""},
+		{[]string{"no-such-command-xyz"}, 127, "lazaret: no-such-command-xyz: command not found in the sandbox\n"},
+		{[]string{"/no/such/path"}, 127, "lazaret: /no/such/path: command not found in the sandbox\n"},
+		{[]string{"/etc/passwd"}, 126, "lazaret: /etc/passwd: permission denied\n"},
+		{[]string{"./noexec.sh"}, 126, "lazaret: ./noexec.sh: permission denied\n"},
+		{[]string{"./blob"}, 126, ""},
+		{[]string{"/tmp"}, 126, ""},
 	} {
-		r := lz(t, ws, nil, append([]string{"run", "-p", "tiny", "--"}, c.cmd...)...)
+		dir := ws
+		if c.want >= 126 && c.want <= 127 {
+			dir = ws2
+		}
+		r := lz(t, dir, nil, append([]string{"run", "-p", "tiny", "--"}, c.cmd...)...)
 		if r.code != c.want {
 			t.Errorf("%v: exit %d, want %d (stderr %q)", c.cmd, r.code, c.want, r.stderr)
 		}
+		if c.stderr != "" && r.stderr != c.stderr {
+			t.Errorf("%v: stderr %q, want %q", c.cmd, r.stderr, c.stderr)
+		}
+		if (c.want == 126 || c.want == 127) && (!strings.HasPrefix(r.stderr, "lazaret: ") || strings.Contains(r.stderr, "runsc") || strings.Contains(r.stderr, "executing")) {
+			t.Errorf("%v: stderr %q is not the product's one-line message", c.cmd, r.stderr)
+		}
+	}
+	noLeftovers(t)
+}
+
+// TestStderrGate: a non-interactive session's stderr is held only until
+// the command is launched: what the command writes at once, a lot of it,
+// or text that looks like runsc's launch report with runsc's status, is
+// relayed exactly and keeps the command's status.
+func TestStderrGate(t *testing.T) {
+	ws := workspace(t)
+	recordModelTrace(t)
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo at-once >&2; exit 3")
+	if r.code != 3 || r.stderr != "at-once\n" {
+		t.Errorf("immediate stderr: %d %q", r.code, r.stderr)
+	}
+	fake := `executing processes for container: executing command "x" in sandbox: failed to load x: no such file or directory`
+	r = lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo '"+fake+"' >&2; exit 128")
+	if r.code != 128 || r.stderr != fake+"\n" {
+		t.Errorf("command's own runsc-like report rewritten: %d %q", r.code, r.stderr)
+	}
+	r = lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "head -c 300000 /dev/zero | tr '\\0' e >&2; echo done")
+	if r.code != 0 || r.stdout != "done\n" || r.stderr != strings.Repeat("e", 300000) {
+		t.Errorf("300000 bytes of stderr: code %d stdout %q, %d bytes of stderr", r.code, r.stdout, len(r.stderr))
 	}
 	noLeftovers(t)
 }
@@ -47,6 +92,7 @@ func TestRunExitStatus(t *testing.T) {
 // TestRunStdio: stdin, stdout and stderr are relayed separately and exactly
 // for non-interactive use.
 func TestRunStdio(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	r := lz(t, ws, strings.NewReader("hi\n"), "run", "-p", "tiny", "--", "cat")
 	if r.code != 0 || r.stdout != "hi\n" {
@@ -77,6 +123,7 @@ func TestRunStdio(t *testing.T) {
 // edits are visible both ways at once, files created inside belong to the
 // developer on the host, and the command runs in the matching subdirectory.
 func TestWorkspaceBidirectional(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	hostGit(t, ws, "init", "-q") // the workspace is the repository's top level
@@ -117,6 +164,7 @@ func TestWorkspaceBidirectional(t *testing.T) {
 // TestGitCommitInside (DX-3): git status and commit inside the sandbox, with
 // the developer's identity, seen by the host's git at once.
 func TestGitCommitInside(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	git := func(args ...string) string { t.Helper(); return hostGit(t, ws, args...) }
@@ -148,6 +196,7 @@ func TestGitCommitInside(t *testing.T) {
 // read-only control mount is visible; the mount table inside names only
 // those host sources.
 func TestHostPathsInvisible(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)
@@ -279,6 +328,7 @@ func TestSandboxPrivileges(t *testing.T) {
 // same Domain joins the running generation rather than starting another
 // Host Coordinator; both exit with their own status.
 func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t)
 	e := need(t)
 	ws := workspace(t)
@@ -326,6 +376,7 @@ func TestConcurrentSessionsShareOneCoordinator(t *testing.T) {
 // TestSignalsReachTheCommand: SIGINT/SIGTERM to the CLI are delivered to the
 // command, whose status becomes the CLI's; the Domain then tears down.
 func TestSignalsReachTheCommand(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", `trap 'echo got INT; exit 3' INT; echo ready; while :; do sleep 1; done`)
@@ -458,6 +509,7 @@ func findProcess(t *testing.T, uid int, name, ws string) int {
 // TestActionableErrors (DX-5): bad input and missing prerequisites produce an
 // error naming the fix, exit 2 or 125, and leave nothing behind.
 func TestActionableErrors(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	cases := []struct {
@@ -536,6 +588,7 @@ func TestDoctor(t *testing.T) {
 // after the command's own output, removes its trace file, and does not
 // turn on debug logging.
 func TestDX5TimingTrace(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	began := time.Now()
@@ -543,9 +596,10 @@ func TestDX5TimingTrace(t *testing.T) {
 	if r.code != 0 || r.stdout != "timed-out-put\n" {
 		t.Fatalf("run: %d %q\n%s", r.code, r.stdout, r.stderr)
 	}
-	want := []string{"cli lazaret run started", "cli starting the coordinator", "hc coordinator started", "hc starting the runtime supervisor",
-		"rs supervisor started", "hc runtime supervisor hello verified", "rs State Anchors and Git routing mounted; starting runsc",
-		"rs runsc sandbox started", "hc sandbox ready", "hc Domain published", "hc session started", "cli session accepted",
+	want := []string{"cli lazaret run started", "cli starting the coordinator", "hc coordinator started", "hc store open", "hc recovery done",
+		"hc generation recorded", "hc starting the runtime supervisor", "rs supervisor started", "hc runtime supervisor hello verified",
+		"rs prepared lower held", "rs lease recorded by the coordinator", "rs State Anchors mounted", "rs starting runsc",
+		"rs runsc ready (sandbox init running)", "hc sandbox ready", "hc Domain published", "hc session started", "cli session accepted",
 		"hc session command exited", "cli exit status received", "cli lazaret run exits"}
 	var got []string
 	last := -1.0

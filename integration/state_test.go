@@ -138,6 +138,7 @@ func TestSpec35StateAnchorsPersistDebian(t *testing.T) {
 // Domain is active (and --yes does not bypass it) and without --yes off a
 // terminal; the trash is deleted by the next run.
 func TestSpec38StateResetScopes(t *testing.T) {
+	parallel(t)
 	need(t)
 	ws := workspace(t)
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "mkdir -p /usr/local/bin && echo a > /usr/local/bin/a && echo b > /root/b && rm /etc/passwd && echo ok")
@@ -223,6 +224,7 @@ func domainOf(ws, profile string) domain.ID {
 // complete empty one; the next run succeeds and sees one of the two, and a
 // later reset completes.
 func TestSpec38ResetCrashConsistency(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	if e.binFP == "" {
 		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")

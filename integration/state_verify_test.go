@@ -96,6 +96,7 @@ func verifyOut(t *testing.T, r result) verifyJSON {
 // reported with the reset to run, and a symlink out of the Domain Root is
 // never followed; after `state reset` verify passes again.
 func TestSpec38StateVerify(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c",
@@ -220,6 +221,7 @@ func ignoredPaths(t *testing.T, ws string) (map[string]map[string]any, float64) 
 // copies stay, the sandbox then finds the path empty, and the reset refuses
 // while the Domain is active and without --yes off a terminal.
 func TestSR13IgnoredStateListInspectReset(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)
@@ -282,6 +284,7 @@ func TestSR13IgnoredStateListInspectReset(t *testing.T) {
 	if r = lz(t, ws, nil, "state", "ignored", "reset", "-p", "tiny", "node_modules"); r.code == 0 || !strings.Contains(r.stderr, "--yes") {
 		t.Errorf("reset without a terminal and --yes: %+v", r)
 	}
+	noLeftovers(t) // the Domain stopped: a reset refuses an active one
 	r = lz(t, ws, nil, "state", "ignored", "reset", "-p", "tiny", "node_modules", "--yes", "--json")
 	if r.code != 0 || !strings.Contains(r.stderr, "reset Ignored Workspace State: node_modules") || !strings.Contains(r.stderr, string(domainOf(ws, "tiny"))) {
 		t.Fatalf("reset node_modules: %+v", r)
@@ -298,6 +301,7 @@ func TestSR13IgnoredStateListInspectReset(t *testing.T) {
 	if _, trash = ignoredPaths(t, ws); trash != 0 {
 		t.Errorf("trash not deleted by the next run: %v", trash)
 	}
+	noLeftovers(t)
 	r = lz(t, ws, nil, "state", "ignored", "reset", "-p", "tiny", "--all", "--yes")
 	if r.code != 0 {
 		t.Fatalf("reset --all: %+v", r)
@@ -324,6 +328,7 @@ func TestSR13IgnoredStateListInspectReset(t *testing.T) {
 // one; a path reset killed after its one rename leaves the path discarded;
 // the next run finishes and deletes the rest, and a later reset completes.
 func TestSR13IgnoredStateResetCrashConsistency(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	if e.binFP == "" {
 		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")
@@ -358,6 +363,7 @@ func TestSR13IgnoredStateResetCrashConsistency(t *testing.T) {
 			if got := r.stdout == "v\nend\n"; got != prior || !strings.HasSuffix(r.stdout, "end\n") {
 				t.Errorf("after a kill at %s: stdout %q (previous state active: %v, want %v)", stage, r.stdout, got, prior)
 			}
+			noLeftovers(t) // the Domain stopped: verify and reset refuse an active one
 			r = lz(t, ws, nil, "state", "ignored", "list", "-p", "tiny", "--json")
 			if !strings.Contains(r.stdout, `"trash_entries": 0`) {
 				t.Errorf("trash left after the next run: %+v", r)

@@ -37,6 +37,7 @@ func stickyPaths(t *testing.T, ws string) map[string]map[string]any {
 // the developer releases .venv from the host does the next generation show
 // the host's .venv (.env, not released, stays isolated).
 func TestSR13GitignoreEditCannotUndoIsolation(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := "lazaret-marker-" + randHex(6)

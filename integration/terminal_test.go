@@ -40,7 +40,7 @@ func (m *tmuxTerm) newSession(name, ws string, w, h int) {
 	outer := strings.Join([]string{"env", "-i", "HOME=" + m.e.home, "USER=" + *flagUser, "PATH=" + m.e.bin + ":/usr/local/bin:/usr/bin:/bin",
 		"XDG_STATE_HOME=" + m.e.stateHome, "XDG_RUNTIME_DIR=" + m.e.runtime, "LAZARET_RUNSC=" + m.e.runsc, "LANG=C.UTF-8", "TERM=xterm-256color",
 		"PS1='OUTER$ '", "bash", "--norc", "--noprofile"}, " ")
-	if tr := modelTraceEnv(); len(tr) > 0 {
+	if tr := modelTraceEnv(ws); len(tr) > 0 {
 		outer = strings.Replace(outer, "env -i ", "env -i "+tr[0]+" ", 1)
 	}
 	m.tmux("new-session", "-d", "-s", name, "-x", itoa(w), "-y", itoa(h), "-c", ws, outer)
@@ -86,16 +86,24 @@ func (m *tmuxTerm) waitLine(target, want string, timeout time.Duration) string {
 	return m.waitMatch(target, regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(want)+`\s*$`), timeout)
 }
 
+// waitSize types stty size until the terminal reports size want ("rows
+// cols"): a resize reaches the foreground job asynchronously.
+func (m *tmuxTerm) waitSize(target, want string, timeout time.Duration) {
+	m.t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(want) + `\s*$`)
+	if !waitUntil(timeout, 300*time.Millisecond, func() bool {
+		m.line(target, "stty size")
+		return waitUntil(200*time.Millisecond, 50*time.Millisecond, func() bool { return re.MatchString(m.capture(target)) })
+	}) {
+		m.t.Fatalf("pane %s: the terminal size never became %s; pane:\n%s", target, want, m.capture(target))
+	}
+}
+
 func (m *tmuxTerm) waitMatch(target string, re *regexp.Regexp, timeout time.Duration) string {
 	m.t.Helper()
-	deadline := time.Now().Add(timeout)
 	var pane string
-	for time.Now().Before(deadline) {
-		pane = m.capture(target)
-		if re.MatchString(pane) {
-			return pane
-		}
-		time.Sleep(100 * time.Millisecond)
+	if waitUntil(timeout, 100*time.Millisecond, func() bool { pane = m.capture(target); return re.MatchString(pane) }) {
+		return pane
 	}
 	m.t.Fatalf("pane %s: no %q within %s; pane:\n%s", target, re.String(), timeout, pane)
 	return ""
@@ -105,12 +113,10 @@ func (m *tmuxTerm) waitMatch(target string, re *regexp.Regexp, timeout time.Dura
 func (m *tmuxTerm) kill() {
 	exec.Command("runuser", "-u", *flagUser, "--", "env", "-i", "HOME="+m.e.home, "PATH=/usr/bin:/bin", "tmux", "-L", m.sock, "kill-server").Run()
 	// The server exits asynchronously; wait until its socket is gone.
-	for i := 0; i < 50; i++ {
-		if _, err := os.Stat(filepath.Join("/tmp", "tmux-"+itoa(m.e.uid), m.sock)); err != nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(2500*time.Millisecond, 50*time.Millisecond, func() bool {
+		_, err := os.Stat(filepath.Join("/tmp", "tmux-"+itoa(m.e.uid), m.sock))
+		return err != nil
+	})
 }
 
 // sttySame asserts the outer terminal's modes are identical before and
@@ -122,12 +128,10 @@ func (m *tmuxTerm) sttySame(before, after string) {
 	// exit status the caller waited for: wait for it to be complete.
 	var a []byte
 	var err2 error
-	for i := 0; i < 100; i++ {
-		if a, err2 = os.ReadFile(filepath.Join(m.dir, after)); err2 == nil && len(a) > 0 && a[len(a)-1] == '\n' {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(5*time.Second, 50*time.Millisecond, func() bool {
+		a, err2 = os.ReadFile(filepath.Join(m.dir, after))
+		return err2 == nil && len(a) > 0 && a[len(a)-1] == '\n'
+	})
 	if err1 != nil || err2 != nil || len(b) == 0 {
 		m.t.Fatalf("stty snapshots: %v %v", err1, err2)
 	}
@@ -159,13 +163,11 @@ func TestTerminalInteractiveShell(t *testing.T) {
 	m.waitLine(p, "40 120", 10*time.Second)
 
 	m.tmux("resize-window", "-t", p, "-x", "100", "-y", "30")
-	time.Sleep(300 * time.Millisecond)
-	m.line(p, "stty size; echo cols=$(tput cols 2>/dev/null || echo ?)")
-	m.waitLine(p, "30 100", 10*time.Second)
+	m.waitSize(p, "30 100", 10*time.Second)
 
 	// Ctrl-C interrupts the foreground job, not the shell.
-	m.line(p, "sleep 100")
-	time.Sleep(time.Second)
+	m.line(p, "sh -c 'echo fg-up-$((3*11)); exec sleep 100'")
+	m.waitLine(p, "fg-up-33", 10*time.Second)
 	start := time.Now()
 	m.keys(p, "C-c")
 	m.line(p, "echo alive-$((1+1))")
@@ -181,14 +183,15 @@ func TestTerminalInteractiveShell(t *testing.T) {
 	// Job control: Ctrl-Z stops the job, fg resumes it, Ctrl-C ends it.
 	m.tmux("clear-history", "-t", p)
 	m.keys(p, "C-l")
-	m.line(p, "sleep 100")
-	time.Sleep(time.Second)
+	// The job says when it runs and when it is continued.
+	m.line(p, `sh -c 'trap "echo cont-\$((3*3))" CONT; echo job-up-$((4*11)); while :; do sleep 0.2; done'`)
+	m.waitLine(p, "job-up-44", 10*time.Second)
 	m.keys(p, "C-z")
 	m.waitFor(p, "Stopped", 10*time.Second)
 	m.line(p, "jobs; echo jobs-$((2+2))")
 	m.waitLine(p, "jobs-4", 10*time.Second)
 	m.line(p, "fg")
-	time.Sleep(time.Second)
+	m.waitLine(p, "cont-9", 10*time.Second)
 	m.keys(p, "C-c")
 	m.line(p, "echo fg-$((3+2)) $(jobs | wc -l)")
 	m.waitLine(p, "fg-5 0", 10*time.Second)
@@ -216,7 +219,6 @@ func TestTerminalInteractiveShell(t *testing.T) {
 	m.line(p, "exit 7")
 	m.waitLine(p, "RC-s=7", 30*time.Second)
 	m.waitFor(p, "OUTER$", 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	m.sttySame("s.before", "s.after")
 	m.kill()
 	noLeftovers(t)
@@ -252,7 +254,6 @@ func TestTerminalConcurrentSessions(t *testing.T) {
 	m.line("main", "exit")
 	m.waitLine("main", "RC-a=0", 30*time.Second)
 	m.waitFor("main", "OUTER$", 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	m.sttySame("a.before", "a.after")
 	m.sttySame("b.before", "b.after")
 	m.kill()
@@ -276,7 +277,6 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 	signalCLI(t, e, syscall.SIGINT)
 	m.waitLine(p, "RC-i=130", 20*time.Second)
 	m.waitFor(p, "OUTER$", 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	m.sttySame("i.before", "i.after")
 
 	// Local suspension and resume.
@@ -293,15 +293,13 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 	m.sttySame("z.before", "z.mid")
 	m.tmux("resize-window", "-t", p, "-x", "90", "-y", "25")
 	m.line(p, "fg")
-	time.Sleep(500 * time.Millisecond)
-	m.line(p, "stty size; echo back-$((6*6))")
+	m.line(p, "echo back-$((6*6))")
 	m.waitLine(p, "back-36", 15*time.Second)
-	m.waitLine(p, "25 90", 5*time.Second)
+	m.waitSize(p, "25 90", 5*time.Second)
 	m.line(p, "exit 3")
 	m.waitFor(p, "OUTER$", 30*time.Second)
 	m.line(p, "echo RC-z=$?; stty -g > "+m.dir+"/z.after")
 	m.waitLine(p, "RC-z=3", 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	m.sttySame("z.before", "z.after")
 
 	// SIGTERM: the CLI leaves; the coordinator releases the session.
@@ -312,7 +310,6 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 	signalCLI(t, e, syscall.SIGTERM)
 	m.waitLine(p, "RC-t=143", 30*time.Second)
 	m.waitFor(p, "OUTER$", 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
 	m.sttySame("t.before", "t.after")
 	noProcessesOrMountsExcept(t, "tmux", "bash")
 
@@ -353,7 +350,6 @@ func TestTerminalProcessKilled(t *testing.T) {
 				t.Errorf("CLI exited 0 after %s loss:\n%s", victim, pane)
 			}
 			m.waitFor(p, "OUTER$", 10*time.Second)
-			time.Sleep(300 * time.Millisecond)
 			m.sttySame("k.before", "k.after")
 			m.kill()
 			noProcessesOrMounts(t)
@@ -420,9 +416,9 @@ func noProcessesOrMountsExcept(t *testing.T, names ...string) {
 	t.Helper()
 	e := need(t)
 	var last string
-	for i := 0; i < 100; i++ {
+	if waitUntil(10*time.Second, 100*time.Millisecond, func() bool {
 		last = ""
-		for _, l := range strings.Split(leftovers(e), "\n") {
+		for _, l := range strings.Split(leftoversOf(e, t), "\n") {
 			if !strings.HasPrefix(l, "process ") && !strings.HasPrefix(l, "mount: ") {
 				continue
 			}
@@ -436,10 +432,9 @@ func noProcessesOrMountsExcept(t *testing.T, names ...string) {
 				last += l + "\n"
 			}
 		}
-		if last == "" {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+		return last == ""
+	}) {
+		return
 	}
 	t.Errorf("processes or mounts left:\n%s", last)
 }
@@ -462,12 +457,8 @@ func jobTick(t *testing.T, ws string) int {
 func waitTicking(t *testing.T, ws string, timeout time.Duration) {
 	t.Helper()
 	start := jobTick(t, ws)
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if jobTick(t, ws) > start {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if waitUntil(timeout, 100*time.Millisecond, func() bool { return jobTick(t, ws) > start }) {
+		return
 	}
 	t.Fatalf("the guest group does not run: counter stuck at %d", start)
 }

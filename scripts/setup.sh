@@ -17,6 +17,9 @@
 #   scripts/setup.sh protoc               protobuf-compiler (for make proto / proto-check)
 #   scripts/setup.sh tlc                  a Java runtime and tla2tools.jar (for make tlc); prints
 #                                         the jar's path
+#   scripts/setup.sh bench-deps           what `make bench` compares with: bubblewrap, socat,
+#                                         ripgrep (and Node.js/npm when not on PATH) and the
+#                                         pinned srt from the npm registry; prints srt's path
 #   scripts/setup.sh kernel [--force]     qualify the running kernel build when it has no
 #                                         record (always with --force): `lazaret kernel qualify`
 set -euo pipefail
@@ -31,6 +34,11 @@ RUNSC_DIR="$DEPS_DIR/runsc/$RUNSC_VERSION"
 TLA2TOOLS_VERSION="${TLA2TOOLS_VERSION:-1.8.0}"
 TLA2TOOLS_SHA256="${TLA2TOOLS_SHA256:-}"
 TLA2TOOLS_DIR="$DEPS_DIR/tla2tools/$TLA2TOOLS_VERSION"
+# srt (Anthropic's sandbox-runtime), the sandbox `make bench` measures
+# Lazaret's cold start against, pinned to one npm release.
+SRT_PACKAGE="@anthropic-ai/sandbox-runtime"
+SRT_VERSION="${SRT_VERSION:-0.0.83}"
+SRT_DIR="$DEPS_DIR/srt/$SRT_VERSION"
 here="$(cd "$(dirname "$0")/.." && pwd)"
 TABLE="$here/pkg/hostcheck/packages.tsv"
 
@@ -102,14 +110,15 @@ detect() {
 }
 
 # resolve STEP MANAGER DISTRO sets RESOLVED to the table's package names for
-# STEP under MANAGER, in table order, and says which dependencies DISTRO
+# STEP under MANAGER, in table order (RESOLVED_PROVIDES to the command or
+# file each provides), and says which dependencies DISTRO
 # does not package and what will not work without them
 # (hostcheck.PackagesFor and hostcheck.LacksStatement).
 resolve() {
 	local step="$1" mgr="$2" distro="$3" dep provides apt dnf pacman zypper s without name
 	[ -r "$TABLE" ] || die "$TABLE is missing: run setup from a Lazaret checkout"
 	manager_tool "$mgr" >/dev/null
-	RESOLVED=()
+	RESOLVED=() RESOLVED_PROVIDES=()
 	# Every field is non-empty (TestPackagesTableParses), so tabs never collapse.
 	while IFS=$'\t' read -r dep provides apt dnf pacman zypper s without; do
 		case "$dep" in '' | '#'*) continue ;; esac
@@ -124,6 +133,7 @@ resolve() {
 			say "$dep is not packaged for $distro: $without"
 		else
 			RESOLVED+=("$name")
+			RESOLVED_PROVIDES+=("$provides")
 		fi
 	done <"$TABLE"
 }
@@ -136,12 +146,20 @@ installed() {
 	esac
 }
 
-# install_step STEP installs the table's packages for STEP that are missing.
+# install_step STEP installs the table's packages for STEP that are missing:
+# a package is skipped when it is installed, or when the command it
+# provides is already on PATH (installed otherwise, e.g. Node.js from
+# nodesource or nvm).
 install_step() {
 	detect
 	resolve "$1" "$MANAGER" "$DISTRO"
-	local missing=() p
-	for p in "${RESOLVED[@]}"; do
+	local missing=() p i
+	for i in "${!RESOLVED[@]}"; do
+		p="${RESOLVED[$i]}"
+		case "${RESOLVED_PROVIDES[$i]}" in
+		/*) ;;
+		*) command -v "${RESOLVED_PROVIDES[$i]}" >/dev/null 2>&1 && continue ;;
+		esac
 		installed "$MANAGER" "$p" || missing+=("$p")
 	done
 	[ ${#missing[@]} -gt 0 ] || return 0
@@ -365,6 +383,26 @@ tlc() {
 	printf '%s\n' "$jar"
 }
 
+# bench_deps installs what `make bench` compares Lazaret with: srt's
+# dependencies from the table, then the pinned srt from the npm registry
+# into $SRT_DIR (once). It prints the srt executable's path on standard
+# output.
+bench_deps() {
+	install_step bench-deps
+	command -v npm >/dev/null || die "npm is not on PATH after installing the bench-deps packages: install Node.js and npm"
+	local srt="$SRT_DIR/node_modules/.bin/srt"
+	if [ ! -x "$srt" ]; then
+		say "installing $SRT_PACKAGE@$SRT_VERSION from the npm registry into $SRT_DIR"
+		as_root mkdir -p "$SRT_DIR"
+		as_root npm install --prefix "$SRT_DIR" --no-audit --no-fund --loglevel=error "$SRT_PACKAGE@$SRT_VERSION" >&2 ||
+			die "npm install $SRT_PACKAGE@$SRT_VERSION failed (is the npm registry reachable from this machine?)"
+		[ -x "$srt" ] || die "$SRT_PACKAGE@$SRT_VERSION installed no $srt"
+	fi
+	# The bench runs srt as the non-root test user.
+	as_root chmod -R a+rX "$DEPS_DIR/srt"
+	printf '%s\n' "$srt"
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
 deps) deps ;;
@@ -376,5 +414,6 @@ kernel) kernel "$@" ;;
 test-debs) test_debs ;;
 protoc) install_step protoc ;;
 tlc) tlc ;;
-*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | test-debs | protoc | tlc" ;;
+bench-deps) bench_deps ;;
+*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | test-debs | protoc | tlc | bench-deps" ;;
 esac

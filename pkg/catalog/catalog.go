@@ -7,6 +7,11 @@
 //	one batch, committed with pebble.Sync        (or discarded on error)
 //	Close, unlock
 //
+// A View opens pebble read-only: it writes nothing (no WAL, manifest,
+// options or marker file, no directory), so the reads on the start-up path
+// (preparation's reuse check) cost no fsync. A catalog that was never
+// written reads as empty.
+//
 // so that concurrent Domain coordinators never open it at the same time and
 // no handle outlives the call.
 //
@@ -53,6 +58,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -208,7 +214,8 @@ func (c *Catalog) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return c.run(ctx, "update", true, fn)
 }
 
-// View runs fn read-only under the same lock; mutators refuse.
+// View runs fn read-only under the same lock; mutators refuse. It opens
+// pebble read-only and writes nothing to the catalog's directory.
 func (c *Catalog) View(ctx context.Context, fn func(tx *Tx) error) error {
 	return c.run(ctx, "view", false, fn)
 }
@@ -233,11 +240,36 @@ func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx
 		return err
 	}
 	defer lf.Close() // closing the only descriptor releases the flock
-	db, err := pebble.Open(filepath.Join(c.root, Dir), &pebble.Options{
+	dir := filepath.Join(c.root, Dir)
+	po := &pebble.Options{
 		FS:                 c.opts.FS,
 		FormatMajorVersion: FormatMajorVersion,
 		Logger:             fatalLogger{log: c.opts.Logger, root: c.root, op: op},
-	})
+		ReadOnly:           !write,
+	}
+	if !write {
+		fs := c.opts.FS
+		if fs == nil {
+			// pebble's own LOCK file is created (truncated) on every
+			// open; storage-catalog.lock already serializes operations.
+			fs = viewFS{vfs.Default}
+			po.FS = fs
+		}
+		if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			// Never written: read an empty database held in memory, so
+			// that a View creates nothing.
+			po.FS, po.ReadOnly = vfs.NewMem(), false
+		} else if err != nil {
+			return errdefs.Mark(fmt.Errorf("storage catalog: %w", err), errdefs.ErrUnsupportedHost)
+		}
+	}
+	db, err := pebble.Open(dir, po)
+	if errors.Is(err, pebble.ErrDBDoesNotExist) {
+		// The directory exists but holds no database (a crash between
+		// its creation and the first manifest): read it as empty.
+		po.FS, po.ReadOnly = vfs.NewMem(), false
+		db, err = pebble.Open(dir, po)
+	}
 	if err != nil {
 		return errdefs.Mark(fmt.Errorf("storage catalog: open: %w", err), errdefs.ErrCorrupt)
 	}
@@ -273,6 +305,26 @@ func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx
 		return errdefs.Mark(fmt.Errorf("storage catalog: commit: %w", err), errdefs.ErrInternal)
 	}
 	return nil
+}
+
+// viewFS is the host file system for a read-only View: its Lock takes
+// pebble's LOCK file without creating or truncating it.
+type viewFS struct{ vfs.FS }
+
+func (v viewFS) Lock(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return v.FS.Lock(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &spec); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // --- keys and codec ---

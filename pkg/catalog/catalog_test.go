@@ -524,3 +524,72 @@ func TestPebbleInfoIsDebug(t *testing.T) {
 		t.Errorf("log %q", out)
 	}
 }
+
+// dirState is every entry of dir (recursively) with its size and mtime.
+func dirState(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		out[p] = fmt.Sprintf("%v %d %d", fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestViewWritesNothing: a View opens pebble read-only: the catalog
+// directory's entries, sizes and mtimes (the directory's own included) are
+// unchanged after it, including when its writes are still only in the WAL;
+// on a Storage Root whose catalog was never written it creates nothing
+// and reads an empty catalog.
+func TestViewWritesNothing(t *testing.T) {
+	root := t.TempDir()
+	c := newCatalog(t, root)
+	var found bool
+	must(t, "view of a fresh root", c.View(context.Background(), func(tx *Tx) error {
+		arts, err := tx.Artifacts()
+		found = len(arts) > 0
+		return err
+	}))
+	if found {
+		t.Fatal("a never-written catalog lists artifacts")
+	}
+	if _, err := os.Stat(filepath.Join(root, Dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("View created the catalog directory: %v", err)
+	}
+
+	publish(t, c, "art1")
+	before := dirState(t, root)
+	time.Sleep(20 * time.Millisecond) // a write would show a later mtime
+	for i := 0; i < 3; i++ {
+		must(t, "view", c.View(context.Background(), func(tx *Tx) error {
+			a, err := tx.Artifact("art1")
+			if err == nil && a.GetState() != Published {
+				err = fmt.Errorf("art1 is %v, want Published", a.GetState())
+			}
+			return err
+		}))
+	}
+	after := dirState(t, root)
+	for p, b := range before {
+		if a, ok := after[p]; !ok {
+			t.Errorf("View removed %s", p)
+		} else if a != b {
+			t.Errorf("View changed %s: %s → %s", p, b, a)
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			t.Errorf("View created %s", p)
+		}
+	}
+	// Mutators still refuse inside a View.
+	if err := c.View(context.Background(), func(tx *Tx) error { return tx.BeginPreparation(prep("op2", "art2", "stage2", domA, 1)) }); err == nil {
+		t.Fatal("a write inside a View succeeded")
+	}
+}

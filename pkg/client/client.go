@@ -23,10 +23,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -207,10 +209,24 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 	conn.SetDeadline(time.Now().Add(enrollTimeout))
 	if err := conn.Handshake(); err != nil {
 		conn.Close()
+		if peerGone(err) {
+			// The coordinator closed the connection unread after it
+			// enrolled this client: it is tearing down, as when the
+			// Domain's last session left just now. Like a failed
+			// enrollment, that is a Domain no longer published (Run
+			// starts or joins again); a TLS refusal is not.
+			return nil, fmt.Errorf("TLS with the Host Coordinator: %w (%v)", ErrNotPublished, err)
+		}
 		return nil, errdefs.Mark(fmt.Errorf("TLS with the Host Coordinator: %w", err), errdefs.ErrRefused)
 	}
 	conn.SetDeadline(time.Time{})
 	return &Conn{conn: conn, fc: control.NewConn(conn), Identity: id, ClientID: en.ClientCliId}, nil
+}
+
+// peerGone reports whether err is the peer closing the connection (end of
+// stream, reset, broken pipe) rather than a TLS alert.
+func peerGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // frameError is the error an Error frame reports, in its category.

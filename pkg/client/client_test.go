@@ -144,6 +144,24 @@ func TestAuthenticateRefusesAnotherDomain(t *testing.T) {
 	}
 }
 
+// TestAuthenticateCoordinatorStopping: a coordinator that stops between
+// the enrollment and the authenticated connection (it closes that
+// connection unread) is reported as not published, so that Run starts or
+// joins again instead of failing the session.
+func TestAuthenticateCoordinatorStopping(t *testing.T) {
+	roots := newRoots(t)
+	c := startCoordinator(t, roots, "/w", statusServer(&lv1.Status{Domain: running("/w")}))
+	c.stopAfterEnroll = true
+	raw, err := Dial(c.paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Authenticate(raw, c.paths, testProfile)
+	if !errors.Is(err, ErrNotPublished) {
+		t.Fatalf("a coordinator gone after the enrollment: %v, want ErrNotPublished", err)
+	}
+}
+
 // TestSession runs a session against the coordinator: the registration
 // binds the Session Anchor to the enrolled client (the real capability is
 // issued from it), progress and Accepted arrive as events, output through

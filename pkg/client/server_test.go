@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -29,6 +30,11 @@ type coordinator struct {
 	ln     *net.UnixListener
 	serve  handler
 	wg     sync.WaitGroup
+	// stopAfterEnroll makes the coordinator stop serving once it has
+	// answered an enrollment: later connections are closed unread, as a
+	// coordinator tearing down does.
+	stopAfterEnroll bool
+	stopping        atomic.Bool
 }
 
 // handler serves an authenticated connection after its first frame.
@@ -111,6 +117,9 @@ func startCoordinator(t *testing.T, roots domain.Roots, workspace string, serve 
 			go func() {
 				defer c.wg.Done()
 				defer conn.Close()
+				if c.stopping.Load() {
+					return
+				}
 				c.conn(tls.Server(conn, cfg))
 			}()
 		}
@@ -135,6 +144,7 @@ func (c *coordinator) conn(tconn *tls.Conn) {
 			fc.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Error{Error: &lv1.Error{Category: "refused", Message: err.Error()}}})
 			return
 		}
+		c.stopping.Store(c.stopAfterEnroll)
 		fc.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Enrollment{Enrollment: &lv1.Enrollment{CertificateDer: e.CertDER, ClientCliId: e.ClientID}}})
 		return
 	}

@@ -158,7 +158,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 		log.Warn("no inotify: host changes reach the sandbox within the short cache lifetime", "err", err, "short_timeout", shortTimeout)
 		r.watch, to = nil, shortTimeout
 	}
-	srv, err := fs.Mount(mnt, r.Root(), MountOptions(to))
+	srv, err := serve(mnt, r.Root(), MountOptions(to))
 	if err != nil {
 		r.Close()
 		return nil, nil, fmt.Errorf("mount the Git-routing filesystem at %s: %w (is /dev/fuse usable by this user? `lazaret doctor` checks it)", mnt, err)
@@ -174,6 +174,26 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 	}
 	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty(), "sticky_paths", len(sticky), "guarded_files", len(g.Files), "guarded_trees", len(g.Trees))
 	return srv, r, nil
+}
+
+// serve mounts root at mnt and serves it, like go-fuse's fs.Mount but
+// without its WaitMount: that probes the new mount from this very process
+// (it opens, polls and closes a magic file on it). A daemon SIGKILLed while
+// it has a file or a request outstanding on its own mount can never exit:
+// the close at exit (FLUSH) waits for a reply only its dead serve loop could
+// send, so it stays in D state until someone aborts the connection through
+// fusectl. The daemon therefore never touches its own mount. With a direct
+// mount, mount(2) has already succeeded when NewServer returns, and the
+// kernel holds every request until the serve loop answers INIT; the probe
+// exists for processes that poll their own FUSE files through Go's
+// netpoller, which this daemon does not do.
+func serve(mnt string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
+	srv, err := fuse.NewServer(fs.NewNodeFS(root, opts), mnt, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go srv.Serve()
+	return srv, nil
 }
 
 // names is a repeatable string flag.

@@ -249,6 +249,9 @@ func TestEscalationMailboxAdversarial(t *testing.T) {
 // TestEscalationFlood: 10,000 forged requests are each refused with bounded
 // memory and nothing admitted.
 func TestEscalationFlood(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") == "" {
+		t.Skip("-short: the flood of forged requests is long; make unit runs it")
+	}
 	f := newEscFixture(t)
 	s1 := f.session(true)
 	_, otherKey, _ := ed25519.GenerateKey(nil)

@@ -24,9 +24,10 @@ import (
 //
 //  1. prepared_lower = Intent{artifact, lease_state=Intent}     (Domain Store)
 //  2. the exact (artifact, Domain, generation) lease            (Storage Catalog, under its lock)
-//  3. prepared_lower = LeaseHeld{lease_state=Held}
-//  4. RS's sandbox slot Committed and state_anchor = Intent{artifact} (one
-//     transaction); LeaseRecorded → RS mounts; AnchorsMounted →
+//  3. prepared_lower = LeaseHeld{lease_state=Held}, and in the same
+//     transaction
+//  4. RS's sandbox slot Committed and state_anchor = Intent{artifact};
+//     LeaseRecorded → RS mounts; AnchorsMounted →
 //     state_anchor = Prepared{artifact, mounts} (the store refuses it unless
 //     RS's slot is Committed)
 //
@@ -132,26 +133,25 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
 	}
 	failpoint.Hit("lazaret-hc:lease-acquired")
-	if err := c.store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(c.generation, participant.PreparedLower, participant.LeaseHeld, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_HELD))
-	}); err != nil {
-		return err
-	}
-	c.plStep(nil, "CommitLeaseHeld")
-	failpoint.Hit("lazaret-hc:lease-held")
 	// state_anchor is recorded even without persistent paths: its mount
 	// namespace is where the read-only lower is bound too.
 	ns := hello.GetMountNamespace()
 	if ns.GetDev() == 0 || ns.GetIno() == 0 {
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor's hello names no mount namespace")
 	}
-	// RS is about to create the mounts: its slot is promoted to Committed
-	// first, in the same transaction as the anchor intent (staged ownership
-	// never satisfies dependent-resource creation: the model's
-	// CommitSupervisor before MountAnchor, StagedOwnershipNoDependents).
-	// Its target-specific readiness is proven by now: RS answered the
-	// hello under its staged identity and holds the artifact it names.
+	// prepared_lower LeaseHeld, RS's slot promoted to Committed and
+	// state_anchor Intent in one transaction: one synced write on the
+	// start-up path; a crash leaves all or none (recovery handles either).
+	// RS's slot is committed before LeaseRecorded lets it create the
+	// mounts: staged ownership never satisfies dependent-resource creation
+	// (the model's CommitSupervisor before MountAnchor,
+	// StagedOwnershipNoDependents). Its target-specific readiness is proven
+	// by now: RS answered the hello under its staged identity and holds the
+	// artifact it names.
 	if err := c.store.Update(func(tx *store.Tx) error {
+		if err := tx.PutParticipant(c.generation, participant.PreparedLower, participant.LeaseHeld, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_HELD)); err != nil {
+			return err
+		}
 		if err := tx.PutParticipant(c.generation, participant.Sandbox, participant.Intent, sandboxSnapshot(&lv1.SandboxSnapshotV1{
 			Coordinator: store.CommittedSlot(c.self), Supervisor: store.CommittedSlot(c.rsChild.Identity()), Runsc: unassignedSlot(),
 		})); err != nil {
@@ -164,7 +164,10 @@ func (c *coordinator) recordLease(ctx context.Context, a *lv1.ArtifactReady, hel
 	}); err != nil {
 		return err
 	}
-	c.plStep(func(p *plSteps) { p.anchor = true }, "CommitSupervisor", "AnchorIntent")
+	// One transaction: the model's CommitLeaseHeld, CommitSupervisor and
+	// AnchorIntent, recorded before LeaseRecorded lets RS mount.
+	c.plStep(func(p *plSteps) { p.anchor = true }, "CommitLeaseHeld", "CommitSupervisor", "AnchorIntent")
+	failpoint.Hit("lazaret-hc:lease-held")
 	failpoint.Hit("lazaret-hc:anchor-intent")
 	c.mu.Lock()
 	c.leasedArtifact = id

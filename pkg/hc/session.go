@@ -393,7 +393,10 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 		refuse(s.conn, err)
 		return
 	}
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, UID: u.UID, GID: u.GID, Rlimits: c.rlimits()})
+	// runsc exec starts the command itself (no launcher process in the
+	// sandbox); stderrGate and launchFailure give a command that cannot
+	// run the shell's 127/126 and the product's message.
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: req.Argv, Env: s.env(req, u), Cwd: cwd, UID: u.UID, GID: u.GID, Rlimits: c.rlimits()})
 	if err != nil {
 		refuse(s.conn, errdefs.Mark(err, errdefs.ErrInvalid))
 		return
@@ -454,13 +457,19 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
 
 	var outWG sync.WaitGroup
-	relay := func(r *os.File, stream lv1.Stream) {
+	send := func(stream lv1.Stream) func([]byte) {
+		return func(b []byte) {
+			s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: stream, Data: append([]byte(nil), b...)}}})
+		}
+	}
+	gate := &stderrGate{write: send(lv1.Stream_STREAM_STDERR), launched: launchedByPIDFile(pidFile)}
+	relay := func(r *os.File, out func([]byte)) {
 		defer outWG.Done()
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
-				s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: stream, Data: append([]byte(nil), buf[:n]...)}}})
+				out(buf[:n])
 			}
 			if err != nil {
 				return
@@ -468,8 +477,8 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 		}
 	}
 	outWG.Add(2)
-	go relay(outR, lv1.Stream_STREAM_STDOUT)
-	go relay(errR, lv1.Stream_STREAM_STDERR)
+	go relay(outR, send(lv1.Stream_STREAM_STDOUT))
+	go relay(errR, gate.Write)
 
 	// Stdin is written by its own goroutine so a guest that does not read
 	// cannot block signal delivery.
@@ -574,6 +583,15 @@ loop:
 	}
 	if werr != nil {
 		code = 125
+	}
+	if held, launched := gate.Close(); !launched {
+		if status, msg, ok := launchFailure(req.Argv[0], code, held); ok {
+			log.Info("session command cannot run", "argv0", req.Argv[0], "status", status, "runsc", strings.TrimSpace(string(held)))
+			code, held = status, []byte(msg)
+		}
+		if len(held) > 0 {
+			gate.write(held)
+		}
 	}
 	c.timing.Mark("session command exited")
 	log.Info("session ended", "status", st.String(), "stopped", s.wasStopped())

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
@@ -67,9 +68,12 @@ const (
 	StepDeps   = "deps"
 	StepProtoc = "protoc"
 	StepTLC    = "tlc"
+	// StepBenchDeps installs what `make bench` compares Lazaret with
+	// (srt's own dependencies).
+	StepBenchDeps = "bench-deps"
 )
 
-var packageName = regexp.MustCompile(`^[a-z0-9][a-z0-9+._-]*$`)
+var packageName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9+._-]*$`) })
 
 // ParsePackages parses the table: tab-separated rows of dependency,
 // provides, the apt, dnf, pacman and zypper names (or "-"), step and
@@ -99,15 +103,15 @@ func ParsePackages(tsv string) ([]Package, error) {
 			return nil, bad("dependency %q is listed twice", p.Dependency)
 		}
 		seen[p.Dependency] = true
-		if p.Step != StepDeps && p.Step != StepProtoc && p.Step != StepTLC {
-			return nil, bad("step %q is not %s, %s or %s", p.Step, StepDeps, StepProtoc, StepTLC)
+		if p.Step != StepDeps && p.Step != StepProtoc && p.Step != StepTLC && p.Step != StepBenchDeps {
+			return nil, bad("step %q is not %s, %s, %s or %s", p.Step, StepDeps, StepProtoc, StepTLC, StepBenchDeps)
 		}
 		for j, m := range Managers {
 			name := f[2+j]
 			if name == "-" {
 				continue
 			}
-			if !packageName.MatchString(name) {
+			if !packageName().MatchString(name) {
 				return nil, bad("%s package name %q is not one package name", m, name)
 			}
 			p.Names[m] = name
@@ -120,21 +124,22 @@ func ParsePackages(tsv string) ([]Package, error) {
 	return out, nil
 }
 
-// packages is the embedded table, parsed once; a malformed table is a
-// build defect that every test of this package reports.
-var packages = func() []Package {
+// packages is the embedded table, parsed once when first needed (not at
+// start-up: every lazaret process imports this package); a malformed table
+// is a build defect that every test of this package reports.
+var packages = sync.OnceValue(func() []Package {
 	ps, err := ParsePackages(packagesTSV)
 	if err != nil {
 		panic(err)
 	}
 	return ps
-}()
+})
 
 // Packages returns the embedded table's rows in order.
-func Packages() []Package { return slices.Clone(packages) }
+func Packages() []Package { return slices.Clone(packages()) }
 
 func lookupPackage(dep string) (Package, bool) {
-	for _, p := range packages {
+	for _, p := range packages() {
 		if p.Dependency == dep {
 			return p, true
 		}
@@ -146,7 +151,7 @@ func lookupPackage(dep string) (Package, bool) {
 // install, in table order, and the rows the distribution does not package.
 // It is what `scripts/setup.sh packages M` prints.
 func PackagesFor(step string, m Manager) (names []string, lacking []Package) {
-	for _, p := range packages {
+	for _, p := range packages() {
 		if p.Step != step {
 			continue
 		}

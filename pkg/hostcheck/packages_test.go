@@ -29,7 +29,7 @@ func TestPackagesTableParses(t *testing.T) {
 		// Each manager has a name or an explicit "-" (the parser rejects an
 		// empty field); count both.
 		for _, m := range Managers {
-			if n, ok := p.Names[m]; ok && !packageName.MatchString(n) {
+			if n, ok := p.Names[m]; ok && !packageName().MatchString(n) {
 				t.Errorf("%s: %s name %q", p.Dependency, m, n)
 			}
 		}
@@ -47,7 +47,7 @@ func TestPackagesTableParses(t *testing.T) {
 			t.Errorf("line %d: %q", i+1, f)
 		}
 		for _, name := range f[2:6] {
-			if name != "-" && !packageName.MatchString(name) {
+			if name != "-" && !packageName().MatchString(name) {
 				t.Errorf("line %d: package %q is neither a name nor -", i+1, name)
 			}
 		}

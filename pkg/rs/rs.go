@@ -377,17 +377,54 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	s.timing.Mark("start received")
+	// The Git-routing daemon needs neither the lower nor the anchors: it
+	// starts now and mounts the workspace while the lower is held, the
+	// lease recorded and the State Anchors mounted; it is joined before
+	// runsc starts. Its staged ownership is the only one acknowledged
+	// meanwhile (runsc and the egress proxy are staged after the join).
+	joinRouting := func() error { return nil }
+	if st.GitRouting != nil {
+		done := make(chan struct{})
+		var (
+			child  *proc.Child
+			routed *lv1.GitRoutingReady
+			rerr   error
+		)
+		go func() {
+			defer close(done)
+			child, routed, rerr = s.startGitRouting()
+			if rerr == nil {
+				s.timing.Mark("Git routing mounted")
+			}
+		}()
+		joined := false
+		joinRouting = func() error {
+			if !joined {
+				joined = true
+				<-done
+				s.routing, s.routed = child, routed
+			}
+			return rerr
+		}
+		// Every failure below leaves the daemon recorded in s.routing,
+		// so that the caller's stopGitRouting stops it.
+		defer joinRouting()
+	}
 	art, err := s.holdLower()
 	if err != nil {
 		return nil, nil, err
 	}
 	s.art = art
+	s.timing.Mark("prepared lower held")
 	failpoint.Hit("lazaret-rs:prepared")
 	if err := s.awaitLease(); err != nil {
 		return nil, nil, err
 	}
 	s.timing.Mark("lease recorded by the coordinator")
 	if err := s.prepareProfilePaths(); err != nil {
+		return nil, nil, err
+	}
+	if err := s.prepareIgnoredBinds(); err != nil {
 		return nil, nil, err
 	}
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
@@ -398,14 +435,13 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	failpoint.Hit("lazaret-rs:rootfs-mounted")
-	s.timing.Mark("prepared lower held, root mounted")
+	s.timing.Mark("root mounted")
 	if err := s.mountAnchors(rootfs); err != nil {
 		return nil, nil, err
 	}
-	if st.GitRouting != nil {
-		if s.routing, s.routed, err = s.startGitRouting(); err != nil {
-			return nil, nil, err
-		}
+	s.timing.Mark("State Anchors mounted")
+	if err := joinRouting(); err != nil {
+		return nil, nil, err
 	}
 	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
 		return nil, nil, err
@@ -428,7 +464,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	argv := s.rt.Run(st.BundleDir, st.ContainerId)
-	s.timing.Mark("State Anchors and Git routing mounted; starting runsc")
+	s.timing.Mark("starting runsc")
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "attached_runsc",
 		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
@@ -467,12 +503,17 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 				ready <- nil
 				continue
 			}
+			if line == ocispec.InitStartedLine {
+				s.timing.Mark("sandbox init started")
+				continue
+			}
 			if msg, ok := strings.CutPrefix(line, ocispec.InitErrorPrefix); ok {
 				s.log.Error("sandbox init failed", "err", msg)
 				ready <- errdefs.New(errdefs.ErrInvalid, "the sandbox's init cannot start it: %s", msg)
 				continue
 			}
 			if strings.HasPrefix(line, netprobe.LinePrefix) && s.probe == "" {
+				s.timing.Mark("sandbox init: network probe reported")
 				s.probe = line // read before ReadyLine is sent: no race
 				continue
 			}
@@ -503,7 +544,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	// The sandbox and gofer exist once the init runs: prove them children
 	// of this exact client now, while it is our unreaped child, and report
 	// their identities — the only handles by which anything may stop them.
-	s.timing.Mark("runsc sandbox started")
+	s.timing.Mark("runsc ready (sandbox init running)")
 	kids, err := s.identifyRunscChildren(child)
 	if err != nil {
 		s.teardown(child, inW)

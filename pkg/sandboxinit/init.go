@@ -40,6 +40,7 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "lazaret-init: not PID 1 of a sandbox; this role is started by Lazaret only")
 		return 2
 	}
+	fmt.Println(ocispec.InitStartedLine)
 	if *user != "" {
 		u, err := guestuser.Parse(*user)
 		if err == nil {

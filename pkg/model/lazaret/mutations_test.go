@@ -1,6 +1,7 @@
 package lazaret
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -12,6 +13,9 @@ import (
 // teeth). Liveness-only mutants must keep every invariant and fail only the
 // named liveness property.
 func TestMutationsCaught(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") == "" {
+		t.Skip("-short: the mutation runs (each a model check) are long; make test-model runs them")
+	}
 	cases := []struct {
 		mut          Mutation
 		kind         string // "invariant" or "property"

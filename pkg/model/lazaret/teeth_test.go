@@ -96,6 +96,9 @@ var teeth = []tooth{
 // defective model. A property listed in the .cfg without an entry in teeth
 // fails the test.
 func TestEveryPropertyHasTeeth(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") == "" {
+		t.Skip("-short: the teeth runs (a model check per property) are long; make test-model runs them")
+	}
 	cfg, err := os.ReadFile("../../../tla/Lazaret.cfg")
 	if err != nil {
 		t.Fatal(err)

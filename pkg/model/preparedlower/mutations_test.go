@@ -1,6 +1,7 @@
 package preparedlower
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -11,6 +12,9 @@ import (
 // requires the expected violation; liveness-only mutants must keep every
 // invariant.
 func TestMutationsCaught(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") == "" {
+		t.Skip("-short: the mutation runs (each a model check) are long; make test-model runs them")
+	}
 	cases := []struct {
 		mut          Mutation
 		kind, want   string

@@ -48,6 +48,9 @@ var teeth = []tooth{
 // when checked alone, with a counterexample that replays through the
 // defective model. A listed property without an entry in teeth fails.
 func TestEveryPropertyHasTeeth(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") == "" {
+		t.Skip("-short: the teeth runs (a model check per property) are long; make test-model runs them")
+	}
 	cfg, err := os.ReadFile("../../../tla/PreparedLower.cfg")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,356 @@
+package hc
+
+// Launching a generation's Runtime Supervisor and building the
+// StartSandbox that answers its hello.
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
+	"github.com/lazaret/lazaret/pkg/netpolicy"
+	"github.com/lazaret/lazaret/pkg/netprobe"
+	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/participant"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/slirp"
+	"github.com/lazaret/lazaret/pkg/store"
+	"github.com/lazaret/lazaret/pkg/timing"
+	"github.com/lazaret/lazaret/pkg/trust"
+)
+
+// startGeneration acquires the Runtime Supervisor and drives it to ready.
+func (c *coordinator) startGeneration() {
+	c.startSticky()
+	if err := c.launchSupervisor(); err != nil {
+		c.setState(stateFailed, err)
+		return
+	}
+	// The connectivity helper starts while RS starts up: it needs only RS's
+	// network namespace, which exists from the clone on (read through RS's
+	// pidfd). StartSandbox waits only for the network's identity
+	// (prepareNetwork); the helper's readiness gates the attached runsc
+	// (commitStaged), so the prepared lower, State Anchors and Git routing
+	// are set up while the helper starts.
+	prepared := make(chan error, 1)
+	helper := make(chan error, 1)
+	started := make(chan struct{})
+	c.mu.Lock()
+	c.net.started = started
+	c.net.helperReady = helper
+	c.mu.Unlock()
+	go func() {
+		defer close(started)
+		dev, ino, err := c.rsChild.Handle().NetNamespace()
+		if err == nil {
+			err = c.prepareNetwork(&lv1.NamespaceIdentity{Dev: dev, Ino: ino})
+		}
+		prepared <- err
+		if err == nil {
+			err = c.startHelper()
+		}
+		helper <- err
+	}()
+	c.superviseMessages(prepared)
+}
+
+func (c *coordinator) launchSupervisor() error {
+	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
+	uids, gids, err := host.SubIDs()
+	if err != nil {
+		return err
+	}
+	newuidmap, newgidmap, err := host.IDMapTools()
+	if err != nil {
+		return err
+	}
+	policy, err := c.derivePolicy()
+	if err != nil {
+		return err
+	}
+	c.policy = policy
+	policyFile, err := fdpass.SealedMemfd("lazaret-network-policy", policy.Canonical())
+	if err != nil {
+		return err
+	}
+	defer policyFile.Close()
+	// RS signs its ownership messages with its own protocol credential and
+	// verifies HC's with the coordinator's public key.
+	rsPub, rsKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
+	if c.rsCred, err = c.anchor.IssueCredential(trust.RoleRuntimeSupervisor, randomID(), rsPub); err != nil {
+		return err
+	}
+	credJSON, _ := json.Marshal(rsCredentialFile{KeySeed: rsKey.Seed(), CoordinatorPublicKey: c.anchor.CoordinatorCredential().Claims.PublicKey})
+	credFile, err := fdpass.SealedMemfd("lazaret-rs-credential", credJSON)
+	clear(rsKey)
+	if err != nil {
+		return err
+	}
+	defer credFile.Close()
+	ch, peer, err := fdpass.Pair()
+	if err != nil {
+		return err
+	}
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	c.rsChan, c.lifetimeW = ch, lifeW
+	uid, gid := os.Getuid(), os.Getgid()
+	c.timing.Mark("starting the runtime supervisor")
+	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
+		Slot: "rs",
+		Target: proc.Command{
+			Path: c.rsPath,
+			Args: []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--credential-fd=7", "--log-level=" + c.level},
+			Env:  c.supervisorEnv(),
+			Dir:  "/",
+			// stdin /dev/null; stdout/stderr to the coordinator log.
+			Files:      []*os.File{nil, os.Stderr, os.Stderr, peer, lifeR, c.lockFile, policyFile, credFile},
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET,
+		},
+		// Full subordinate map: 0 → the developer, 1..65536 → subordinate
+		// ids. The uid and gid maps are independent: both tools run at once.
+		Setup: func(ctx context.Context, h *pidfs.Handle) error {
+			pid := strconv.Itoa(h.PID())
+			maps := []struct {
+				tool, id string
+				r        hostcheck.SubIDRange
+			}{{newuidmap, strconv.Itoa(uid), uids}, {newgidmap, strconv.Itoa(gid), gids}}
+			errs := make([]error, len(maps))
+			var wg sync.WaitGroup
+			for i, m := range maps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					argv := []string{filepath.Base(m.tool), pid, "0", m.id, "1", "1", strconv.FormatUint(uint64(m.r.Start), 10), strconv.FormatUint(uint64(m.r.Count), 10)}
+					_, stderr, st, err := c.broker.Output(ctx, argv[0], proc.Command{Path: m.tool, Args: argv, Env: []string{"PATH=/usr/bin:/bin"}}, 4096)
+					if err == nil && st.ShellCode() != 0 {
+						err = errdefs.New(errdefs.ErrUnsupportedHost, "%s failed (%s): %s; check /etc/subuid and /etc/subgid for your user", argv[0], st, strings.TrimSpace(string(stderr)))
+					}
+					errs[i] = err
+				}()
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		},
+		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			c.log.Debug("staged ownership", "slot", "rs", "identity", id.String())
+			if err := c.recordSandbox(participant.Intent, store.StagedSlot(id), unassignedSlot(), nil); err != nil {
+				return err
+			}
+			// RS exists (held at the barrier) under the lifetime lease.
+			c.mu.Lock()
+			c.emit("StartRuntimeSupervisor", c.dom())
+			c.mt.rs = true
+			if modeltrace.On() {
+				c.plEmit("SpawnSupervisor")
+				c.pl.rs, c.pl.slot = true, true
+			}
+			c.mu.Unlock()
+			return nil
+		},
+	})
+	peer.Close()
+	lifeR.Close()
+	if err != nil {
+		return fmt.Errorf("start runtime supervisor: %w", err)
+	}
+	c.timing.Mark("runtime supervisor started (id maps written)")
+	c.mu.Lock()
+	c.rsChild = child
+	c.mu.Unlock()
+	c.failOnUnexpectedExit(child, "the runtime supervisor exited unexpectedly")
+	return nil
+}
+
+// failOnUnexpectedExit fails the generation (which tears it down) when
+// child exits while the Domain is neither stopping nor already failed.
+// supervisorEnv is the Runtime Supervisor's whole environment.
+func (c *coordinator) supervisorEnv() []string {
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME")}
+	if p := os.Getenv(timing.EnvFile); p != "" && c.timing != nil {
+		env = append(env, timing.EnvFile+"="+p)
+	}
+	if modeltrace.On() {
+		env = append(append(env, modeltrace.Environ()...), modeltrace.GenerationEnv(c.dom(), c.generation))
+	}
+	return env
+}
+
+func (c *coordinator) failOnUnexpectedExit(child *proc.Child, what string) {
+	go func() {
+		<-child.Done()
+		st, _ := child.Status()
+		c.mu.Lock()
+		stopping := c.st == stateStopping || c.st == stateFailed
+		c.mu.Unlock()
+		if !stopping {
+			c.setState(stateFailed, errdefs.New(errdefs.ErrUnavailable, "%s (%s); see %s", what, st, c.paths.Log()))
+		}
+	}()
+}
+
+// sandboxStart verifies RS's network namespace independently, through RS's
+// retained pidfd, and builds the sandbox spec that joins it by path.
+func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbox, error) {
+	h := c.rsChild.Handle()
+	dev, ino, err := h.NetNamespace()
+	if err != nil {
+		return nil, fmt.Errorf("read runtime supervisor netns through its pidfd: %w", err)
+	}
+	if hello.NetNamespace.GetDev() != dev || hello.NetNamespace.GetIno() != ino {
+		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor reports netns %d:%d but its pidfd shows %d:%d", hello.NetNamespace.GetDev(), hello.NetNamespace.GetIno(), dev, ino)
+	}
+	// RS is our unreaped child, so its pid cannot be reused: the path below
+	// names the namespace just verified. Check it anyway.
+	nsPath := fmt.Sprintf("/proc/%d/ns/net", h.PID())
+	pdev, pino, err := pidfs.NamespaceOfPath(nsPath)
+	if err != nil || pdev != dev || pino != ino {
+		return nil, errdefs.New(errdefs.ErrRefused, "netns path %s does not name the verified namespace", nsPath)
+	}
+	if host, hostIno, err := pidfs.NamespaceOfPath("/proc/self/ns/net"); err == nil && host == dev && hostIno == ino {
+		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor is in the host network namespace")
+	}
+	netns := &lv1.NamespaceIdentity{Dev: dev, Ino: ino}
+	if !proto.Equal(netns, c.net.netns) {
+		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor netns %d:%d is not the one the connectivity helper joins (%v)", dev, ino, c.net.netns)
+	}
+	sandboxNS, err := c.sandboxNetNS(hello, nsPath, netns)
+	if err != nil {
+		return nil, err
+	}
+	probe, err := netprobe.EncodeSpec(c.net.probe)
+	if err != nil {
+		return nil, err
+	}
+	digest := c.policy.Digest()
+	anchors, err := c.stateAnchors()
+	if err != nil {
+		return nil, err
+	}
+	profilePaths, err := c.profilePaths()
+	if err != nil {
+		return nil, err
+	}
+	sb := ocispec.Sandbox{
+		Anchors:       anchors,
+		ProfilePaths:  profilePaths,
+		Hostname:      c.hostname,
+		Workspace:     c.ws,
+		ControlSource: c.paths.ControlMountSource(),
+		NetNSPath:     sandboxNS,
+		Env:           c.baseEnv,
+		Volumes:       c.volumes(),
+		ControlFiles:  c.credentialMounts(),
+		EtcFiles:      c.net.etcFiles,
+
+		// Escalation Mailbox (escalation.go).
+		MailboxRequests: c.esc.hostReq, MailboxResults: c.esc.hostRes,
+	}
+	routing, err := c.gitSentryStart(&sb)
+	if err != nil {
+		return nil, err
+	}
+	c.wantRouting = routing != nil
+	initArgs := []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}
+	if u := c.profile.SessionUser(); !u.IsRoot() {
+		// The init creates the profile's user if the image lacks it.
+		initArgs = append(initArgs, fmt.Sprintf("--user=%s:%d:%d", u.Name, u.UID, u.GID))
+	}
+	c.limits = c.profile.Limits.Effective(hostMemTotal("/proc/meminfo"))
+	c.log.Info("resource limits", "memory_bytes", c.limits.Memory, "processes", c.limits.Processes, "open_files", c.limits.OpenFiles)
+	spec, err := ocispec.Spec(sb, ocispec.Process{Args: initArgs, Env: c.baseEnv, Cwd: "/", Rlimits: c.rlimits()})
+	if err != nil {
+		return nil, err
+	}
+	js, err := ocispec.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &lv1.StartSandbox{
+		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.container,
+		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
+		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
+		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.addr.Gateway.String(), GitRouting: routing,
+		Profile: c.profile.Name, ProfilePaths: c.profile.ProfilePaths, SessionUid: c.profile.SessionUser().UID, SessionGid: c.profile.SessionUser().GID,
+		MemoryLimitBytes: c.limits.Memory, Egress: c.egressSpec(),
+	}, nil
+}
+
+// derivePolicy derives the generation's network policy from trusted
+// configuration only (FR-19): the built-in defaults and the host's DNS
+// resolvers. The sandbox never supplies policy.
+func (c *coordinator) derivePolicy() (netpolicy.Policy, error) {
+	in := netpolicy.Input{Resolvers: c.profile.Network.DNS}
+	if len(in.Resolvers) == 0 {
+		resolvers, err := hostResolvers("/etc/resolv.conf")
+		if err != nil {
+			c.log.Warn("no usable DNS resolvers from the host", "err", err)
+		}
+		in.Resolvers = resolvers
+	}
+	src := "profile " + c.profile.Name
+	if c.profile.Network.Mode == config.ModeAllowlist {
+		// The egress proxy admits the host names and resolves them
+		// itself, at each request: nothing is pinned.
+		in.Mode, in.Hosts, in.Ask = netpolicy.ModeAllowlist, c.profile.Network.HostRules(c.profile.Name), c.profile.Network.Ask
+	} else {
+		in.Allow = append(in.Allow, c.resolveAllowHosts(in.Resolvers)...)
+	}
+	for _, a := range c.profile.Network.Allow {
+		in.Allow = append(in.Allow, netpolicy.Rule{Prefix: a, Source: src + " network.allow"})
+	}
+	for _, d := range c.profile.Network.Deny {
+		in.Deny = append(in.Deny, netpolicy.Rule{Prefix: d, Source: src + " network.deny"})
+	}
+	p, err := netpolicy.Derive(in)
+	if err != nil {
+		return p, errdefs.Mark(err, errdefs.ErrInvalid)
+	}
+	return p, nil
+}
+
+// hostResolvers reads the IPv4 nameservers of a resolv.conf, skipping
+// loopback ones (a host-local stub is not reachable from the sandbox).
+func hostResolvers(file string) ([]netip.Addr, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		a, err := netip.ParseAddr(f[1])
+		if err != nil || !a.Is4() || a.IsLoopback() {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}

@@ -1,0 +1,64 @@
+package hc
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/store"
+)
+
+// statusDocument is the Domain's state for `lazaret status`.
+func (c *coordinator) statusDocument() *lv1.DomainStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	states := map[state]string{stateStarting: "starting", stateRunning: "running", stateFailed: "failed", stateStopping: "stopping"}
+	doc := &lv1.DomainStatus{
+		DomainId: proto.String(string(c.paths.ID)), Profile: proto.String(c.prof), Workspace: proto.String(c.ws),
+		Generation: proto.Uint64(c.generation), State: proto.String(states[c.st]), CoordinatorId: proto.String(c.coordinator),
+		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.container),
+		Image: proto.String(c.image),
+	}
+	for id := range c.sessions {
+		doc.Sessions = append(doc.Sessions, &lv1.SessionStatus{SessionId: proto.String(id)})
+	}
+	if c.failErr != nil && c.st == stateFailed {
+		doc.Failure = proto.String(c.failErr.Error())
+	}
+	if c.linger > 0 {
+		doc.LingerMs = proto.Int64(c.linger.Milliseconds())
+	}
+	if !c.lingerUntil.IsZero() && c.st == stateRunning {
+		doc.LingerLeftMs = proto.Int64(max(time.Until(c.lingerUntil).Milliseconds(), 0))
+	}
+	for _, r := range c.retained {
+		doc.Retained = append(doc.Retained, &lv1.RetainedRecord{Generation: proto.Uint64(r.Generation), Record: proto.String(r.Record), Reason: proto.String(r.Reason)})
+	}
+	if c.store != nil {
+		parts := map[string]string{}
+		c.store.View(func(tx *store.Tx) error {
+			ps, err := tx.Participants(c.generation)
+			for _, p := range ps {
+				parts[string(p.Role)] = string(p.Phase)
+			}
+			return err
+		})
+		doc.Participants = parts
+	}
+	if c.rsChild != nil {
+		doc.RuntimeSupervisor = proto.String(c.rsChild.Identity().String())
+	}
+	if c.stagedRunsc != nil {
+		doc.AttachedRunscPid = proto.Uint32(c.stagedRunsc.Identity.GetHostPid())
+	}
+	if c.sandboxReady != nil {
+		doc.PreparedArtifact = proto.String(c.sandboxReady.PreparedArtifactId)
+		doc.Routes = c.sandboxReady.ObservedRoutes
+	}
+	d := c.policy.Digest()
+	doc.NetworkPolicyDigest = proto.String(fmt.Sprintf("%x", d[:]))
+	doc.Network = c.networkStatusLocked()
+	return doc
+}

@@ -1,0 +1,483 @@
+package hc
+
+// The HC side of the HC↔RS channel: one typed phase machine that states
+// which Runtime Supervisor message each phase of a generation's start-up
+// and run accepts, and the phase it leads to. The table follows RS's send
+// order (pkg/rs: run, launch, serve) including its fault paths:
+//
+//	hello     SupervisorHello → lower (HC answers StartSandbox)
+//	lower     ArtifactReady → anchors (HC records the lease, LeaseRecorded)
+//	anchors   AnchorsMounted → staging
+//	staging   Staged (git_routing, egress_proxy, attached_runsc), then
+//	          SandboxReady → running (committed and published)
+//	running   SupervisorStopped → done
+//	failed    after SupervisorFailure: RS tears down; SupervisorStopped → done
+//
+// Progress arrives in any phase after the hello (image preparation, State
+// Anchor notices). A Git-routing Staged report is accepted in any order
+// relative to the lease and anchor reports (RS has started the daemon
+// concurrently with them). NetworkAsk comes from the egress proxy, which
+// listens before the attached runsc is staged. SupervisorFailure is
+// accepted in every phase: before the hello it ends the generation, later
+// RS exits (before SandboxReady) or sends SupervisorStopped after its
+// teardown (from serve). Any other message is a protocol error: the
+// generation fails (ErrCorrupt) naming the phase and the message.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/participant"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/slirp"
+	"github.com/lazaret/lazaret/pkg/store"
+	"github.com/lazaret/lazaret/pkg/trust"
+)
+
+// supervisorPhase is where a generation's HC↔RS exchange stands.
+type supervisorPhase int
+
+const (
+	// phaseHello awaits RS's first message, SupervisorHello.
+	phaseHello supervisorPhase = iota
+	// phaseLower: StartSandbox sent; awaits ArtifactReady.
+	phaseLower
+	// phaseAnchors: the prepared-lower lease is recorded; awaits
+	// AnchorsMounted.
+	phaseAnchors
+	// phaseStaging: the anchors are recorded; RS stages its children and
+	// reports SandboxReady.
+	phaseStaging
+	// phaseRunning: the sandbox is committed and the Domain published.
+	phaseRunning
+	// phaseFailed: RS reported a failure and tears down.
+	phaseFailed
+	// phaseDone: the exchange is over (SupervisorStopped, or a failure
+	// before the hello); nothing more is read.
+	phaseDone
+)
+
+func (p supervisorPhase) String() string {
+	switch p {
+	case phaseHello:
+		return "hello"
+	case phaseLower:
+		return "lower"
+	case phaseAnchors:
+		return "anchors"
+	case phaseStaging:
+		return "staging"
+	case phaseRunning:
+		return "running"
+	case phaseFailed:
+		return "failed"
+	case phaseDone:
+		return "done"
+	}
+	return fmt.Sprintf("phase(%d)", int(p))
+}
+
+// supervisorKind is the kind of one RS→HC message; a Staged report's kind
+// includes its slot.
+type supervisorKind int
+
+const (
+	kindUnknown supervisorKind = iota
+	kindHello
+	kindProgress
+	kindArtifact
+	kindAnchorsMounted
+	kindStagedRouting
+	kindStagedEgress
+	kindStagedRunsc // attached_runsc, or a slot commitStaged refuses
+	kindNetworkAsk
+	kindReady
+	kindFailure
+	kindStopped
+	numSupervisorKinds
+)
+
+func (k supervisorKind) String() string {
+	switch k {
+	case kindHello:
+		return "SupervisorHello"
+	case kindProgress:
+		return "Progress"
+	case kindArtifact:
+		return "ArtifactReady"
+	case kindAnchorsMounted:
+		return "AnchorsMounted"
+	case kindStagedRouting:
+		return "StagedProcessOwnership(git_routing)"
+	case kindStagedEgress:
+		return "StagedProcessOwnership(egress_proxy)"
+	case kindStagedRunsc:
+		return "StagedProcessOwnership(attached_runsc)"
+	case kindNetworkAsk:
+		return "NetworkAsk"
+	case kindReady:
+		return "SandboxReady"
+	case kindFailure:
+		return "SupervisorFailure"
+	case kindStopped:
+		return "SupervisorStopped"
+	}
+	return "an unknown message"
+}
+
+// supervisorMessageKind classifies m.
+func supervisorMessageKind(m *lv1.SupervisorMessage) supervisorKind {
+	switch m.GetMsg().(type) {
+	case *lv1.SupervisorMessage_Hello:
+		return kindHello
+	case *lv1.SupervisorMessage_Progress:
+		return kindProgress
+	case *lv1.SupervisorMessage_Artifact:
+		return kindArtifact
+	case *lv1.SupervisorMessage_AnchorsMounted:
+		return kindAnchorsMounted
+	case *lv1.SupervisorMessage_Staged:
+		switch m.GetStaged().GetSlot() {
+		case "git_routing":
+			return kindStagedRouting
+		case "egress_proxy":
+			return kindStagedEgress
+		}
+		return kindStagedRunsc
+	case *lv1.SupervisorMessage_NetworkAsk:
+		return kindNetworkAsk
+	case *lv1.SupervisorMessage_Ready:
+		return kindReady
+	case *lv1.SupervisorMessage_Failure:
+		return kindFailure
+	case *lv1.SupervisorMessage_Stopped:
+		return kindStopped
+	}
+	return kindUnknown
+}
+
+// supervisorProtocol states, for each phase, the message kinds it accepts
+// and the phase each leads to. A kind absent from a phase's row is refused.
+var supervisorProtocol = map[supervisorPhase]map[supervisorKind]supervisorPhase{
+	phaseHello: {
+		kindHello:   phaseLower,
+		kindFailure: phaseDone,
+	},
+	phaseLower: {
+		kindProgress:      phaseLower,
+		kindStagedRouting: phaseLower,
+		kindArtifact:      phaseAnchors,
+		kindFailure:       phaseFailed,
+	},
+	phaseAnchors: {
+		kindProgress:       phaseAnchors,
+		kindStagedRouting:  phaseAnchors,
+		kindAnchorsMounted: phaseStaging,
+		kindFailure:        phaseFailed,
+	},
+	phaseStaging: {
+		kindProgress:      phaseStaging,
+		kindStagedRouting: phaseStaging,
+		kindStagedEgress:  phaseStaging,
+		kindStagedRunsc:   phaseStaging,
+		kindNetworkAsk:    phaseStaging,
+		kindReady:         phaseRunning,
+		kindFailure:       phaseFailed,
+	},
+	phaseRunning: {
+		kindProgress:   phaseRunning,
+		kindNetworkAsk: phaseRunning,
+		kindFailure:    phaseFailed,
+		kindStopped:    phaseDone,
+	},
+	phaseFailed: {
+		kindProgress:   phaseFailed,
+		kindNetworkAsk: phaseFailed,
+		kindFailure:    phaseFailed,
+		kindStopped:    phaseDone,
+	},
+	phaseDone: {},
+}
+
+// nextSupervisorPhase is the phase after a message of kind k in phase p,
+// or a protocol error (ErrCorrupt) when p does not accept k.
+func nextSupervisorPhase(p supervisorPhase, k supervisorKind) (supervisorPhase, error) {
+	if next, ok := supervisorProtocol[p][k]; ok {
+		return next, nil
+	}
+	var accepted []string
+	for kind := kindUnknown; kind < numSupervisorKinds; kind++ {
+		if _, ok := supervisorProtocol[p][kind]; ok {
+			accepted = append(accepted, kind.String())
+		}
+	}
+	return p, errdefs.New(errdefs.ErrCorrupt, "runtime supervisor protocol error: %s in phase %s (accepted: %s)", k, p, strings.Join(accepted, ", "))
+}
+
+// superviseMessages runs the generation's side of the HC↔RS exchange: it
+// reads RS's messages, refuses any its phase does not accept, and handles
+// the rest. Any error fails the generation.
+func (c *coordinator) superviseMessages(prepared <-chan error) {
+	var hello *lv1.SupervisorHello
+	for phase := phaseHello; phase != phaseDone; {
+		var m lv1.SupervisorMessage
+		if phase == phaseHello {
+			ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+			err := c.rsChan.Recv(ctx, &m)
+			cancel()
+			if err != nil {
+				c.setState(stateFailed, fmt.Errorf("runtime supervisor hello: %w", err))
+				return
+			}
+		} else if err := c.rsChan.Recv(context.Background(), &m); err != nil {
+			c.mu.Lock()
+			stopping := c.st == stateStopping
+			c.mu.Unlock()
+			if !stopping {
+				c.setState(stateFailed, fmt.Errorf("runtime supervisor channel: %w", err))
+			}
+			return
+		}
+		next, err := nextSupervisorPhase(phase, supervisorMessageKind(&m))
+		if err == nil {
+			err = c.supervisorMessage(&m, &hello, prepared)
+		}
+		if err != nil {
+			c.setState(stateFailed, err)
+			return
+		}
+		phase = next
+	}
+}
+
+// supervisorMessage handles one message its phase accepts; hello is the
+// generation's verified SupervisorHello, set by the first message.
+func (c *coordinator) supervisorMessage(m *lv1.SupervisorMessage, hello **lv1.SupervisorHello, prepared <-chan error) error {
+	switch m.GetMsg().(type) {
+	case *lv1.SupervisorMessage_Hello:
+		*hello = m.GetHello()
+		return c.supervisorHello(*hello, prepared)
+	case *lv1.SupervisorMessage_Progress:
+		c.addProgress(m.GetProgress().GetMessage())
+	case *lv1.SupervisorMessage_Artifact:
+		return c.acquireLower(context.Background(), m.GetArtifact(), *hello)
+	case *lv1.SupervisorMessage_AnchorsMounted:
+		return c.recordAnchorsMounted(m.GetAnchorsMounted(), *hello)
+	case *lv1.SupervisorMessage_NetworkAsk:
+		go c.decideNetworkAsk(m.GetNetworkAsk())
+	case *lv1.SupervisorMessage_Staged:
+		return c.commitStaged(m.GetStaged())
+	case *lv1.SupervisorMessage_Ready:
+		return c.supervisorReady(m.GetReady())
+	case *lv1.SupervisorMessage_Failure:
+		f := m.GetFailure()
+		c.setState(stateFailed, errdefs.Mark(errors.New(f.Message), errdefs.FromCategory(f.Category)))
+	case *lv1.SupervisorMessage_Stopped:
+		c.mu.Lock()
+		c.anchorsUnmounted = m.GetStopped().GetAnchorsUnmounted()
+		c.mu.Unlock()
+		close(c.stopped)
+	}
+	return nil
+}
+
+// supervisorHello verifies RS's hello once the network is prepared and
+// answers it with StartSandbox.
+func (c *coordinator) supervisorHello(hello *lv1.SupervisorHello, prepared <-chan error) error {
+	if err := <-prepared; err != nil {
+		return err
+	}
+	c.log.Info("runtime supervisor hello verified")
+	c.timing.Mark("runtime supervisor hello verified")
+	start, err := c.sandboxStart(hello)
+	if err != nil {
+		return err
+	}
+	failpoint.Hit("lazaret-hc:hello-verified")
+	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}})
+}
+
+// supervisorReady verifies SandboxReady against what was staged and
+// derived, commits the sandbox and publishes the Domain.
+func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
+	c.mu.Lock()
+	ok := c.stagedRunsc != nil && bytesEqualIdentity(c.stagedRunsc.Identity, r.AttachedRunsc)
+	c.sandboxReady = r
+	c.mu.Unlock()
+	if !ok {
+		return errdefs.New(errdefs.ErrRefused, "SandboxReady names an attached runsc that was not staged")
+	}
+	if d := c.policy.Digest(); string(r.PolicyDigest) != string(d[:]) {
+		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor attests network policy %x, not the derived %x", r.PolicyDigest, d[:])
+	}
+	// The supervisor's evidence — the routes it observed — must
+	// enforce the policy this coordinator derived, whatever it echoes.
+	if err := c.policy.VerifyRoutes(c.policyRoutes(r.ObservedRoutes), slirp.Tap, c.net.addr.Gateway); err != nil {
+		return errdefs.Mark(fmt.Errorf("the runtime supervisor's observed routes do not enforce the derived network policy: %w", err), errdefs.ErrRefused)
+	}
+	c.timing.Mark("sandbox ready")
+	c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
+	// Step 9: the sandbox is ready; one transaction commits the exact
+	// staged RS and attached runsc ownership with the container.
+	c.mu.Lock()
+	runscID, err := store.IdentityFromProto(c.stagedRunsc.Identity)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := c.readyRouting(r, c.wantRouting); err != nil {
+		return err
+	}
+	if err := c.readyEgress(r); err != nil {
+		return err
+	}
+	kids, err := runscChildren(r, runscID, c.rsChild.Identity())
+	if err != nil {
+		return err
+	}
+	if err := c.recordSandbox(participant.Committed, store.CommittedSlot(c.rsChild.Identity()), store.CommittedSlot(runscID), &c.container,
+		store.CommittedSlot(kids[0]), store.CommittedSlot(kids[1])); err != nil {
+		return err
+	}
+	if err := c.commitNetwork(r); err != nil {
+		return err
+	}
+	if err := c.recordPublication(); err != nil {
+		return err
+	}
+	// The running sandbox holds the credential mount: unlink the
+	// key's source and forget it (spec §3.2).
+	os.Remove(filepath.Join(c.credentialDir(), "sandbox.key"))
+	c.anchor.DropSandboxKey()
+	c.setState(stateRunning, nil)
+	c.timing.Mark("Domain published")
+	failpoint.Hit("lazaret-hc:published")
+	return nil
+}
+
+// runscChildren validates the runsc sandbox and gofer identities RS proved
+// and reported in SandboxReady: both present, of this boot, and distinct
+// from each other, from the attached runsc client and from RS. They are
+// recorded with the Committed client and are the only authority by which
+// any later Lazaret process acts on them.
+func runscChildren(r *lv1.SandboxReady, client, rs pidfs.Identity) ([2]pidfs.Identity, error) {
+	var out [2]pidfs.Identity
+	boot, err := pidfs.CurrentBootID()
+	if err != nil {
+		return out, err
+	}
+	seen := map[pidfs.Authority]string{client.Authority: "the attached runsc client", rs.Authority: "the runtime supervisor"}
+	for i, p := range []*lv1.PidfsProcessIdentityV1{r.GetRunscSandbox(), r.GetRunscGofer()} {
+		name := [2]string{"runsc sandbox", "runsc gofer"}[i]
+		if p == nil {
+			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady names no %s identity", name)
+		}
+		id, err := store.IdentityFromProto(p)
+		if err != nil {
+			return out, fmt.Errorf("SandboxReady %s: %w", name, err)
+		}
+		if err := participant.ValidIdentity(id); err != nil || id.BootID != boot {
+			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady %s identity %s is not a current pidfs identity of this boot (%v)", name, id, err)
+		}
+		if other, dup := seen[id.Authority]; dup {
+			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady %s identity %s is %s's", name, id, other)
+		}
+		seen[id.Authority] = name
+		out[i] = id
+	}
+	return out, nil
+}
+
+func bytesEqualIdentity(a, b *lv1.PidfsProcessIdentityV1) bool {
+	return a != nil && b != nil && string(a.BootId) == string(b.BootId) && a.PidfsStDev == b.PidfsStDev && a.PidfsStIno == b.PidfsStIno && a.HostPid == b.HostPid
+}
+
+// commitStaged validates RS's StagedProcessOwnership and acknowledges it
+// with an exact echo (CausalChildAcquisitionV1 step 6).
+func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
+	sig := s.Signature
+	unsigned := proto.Clone(s).(*lv1.StagedProcessOwnership)
+	unsigned.Signature = nil
+	payload, err := fdpass.SigningPayload(unsigned)
+	if err != nil {
+		return err
+	}
+	if err := trust.Verify(c.rsCred.Claims.PublicKey, trust.RecordStagedProcessOwnership, payload, sig); err != nil {
+		return errdefs.New(errdefs.ErrRefused, "StagedProcessOwnership is not signed by this generation's runtime supervisor credential")
+	}
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "git_routing" && c.wantRouting {
+		boot, err := pidfs.CurrentBootID()
+		if err != nil {
+			return err
+		}
+		if s.Identity == nil || string(s.Identity.BootId) != string(boot[:]) {
+			return errdefs.New(errdefs.ErrRefused, "staged git_routing identity is not of this boot")
+		}
+		return c.commitStagedRouting(s)
+	}
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "egress_proxy" && c.allowlist() {
+		return c.commitStagedEgress(s)
+	}
+	if s.DomainId != string(c.paths.ID) || s.Generation != c.generation || s.CoordinatorId != c.coordinator || s.Slot != "attached_runsc" {
+		return errdefs.New(errdefs.ErrRefused, "staged ownership for %s/%d/%s/%s does not match this generation", s.DomainId, s.Generation, s.CoordinatorId, s.Slot)
+	}
+	boot, err := pidfs.CurrentBootID()
+	if err != nil {
+		return err
+	}
+	if s.Identity == nil || string(s.Identity.BootId) != string(boot[:]) {
+		return errdefs.New(errdefs.ErrRefused, "staged attached runsc identity is not of this boot")
+	}
+	c.mu.Lock()
+	dup := c.stagedRunsc != nil
+	if !dup {
+		c.stagedRunsc = s
+	}
+	c.mu.Unlock()
+	if dup {
+		return errdefs.New(errdefs.ErrRefused, "duplicate staged attached runsc ownership")
+	}
+	runscID, err := store.IdentityFromProto(s.Identity)
+	if err != nil {
+		return err
+	}
+	if err := c.recordSandbox(participant.Intent, store.CommittedSlot(c.rsChild.Identity()), store.StagedSlot(runscID), nil); err != nil {
+		return err
+	}
+	failpoint.Hit("lazaret-hc:staged-recorded")
+	// The sandbox joins RS's network namespace at boot: runsc runs only once
+	// the connectivity helper has configured it.
+	waitStart := time.Now()
+	if err := <-c.net.helperReady; err != nil {
+		return err
+	}
+	// What the connectivity helper adds to the start-up's critical path.
+	c.log.Info("connectivity helper awaited", "helper_wait", time.Since(waitStart))
+	// The Network Sidecar role is ready (the helper configured RS's
+	// network namespace): recorded before the acknowledgement that lets
+	// RS arm the causal edge and release runsc.
+	c.mu.Lock()
+	c.emit("StartSidecar", c.dom())
+	c.mt.sidecar = true
+	c.mu.Unlock()
+	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
+	ackPayload, err := fdpass.SigningPayload(ack)
+	if err != nil {
+		return err
+	}
+	if ack.Signature, err = c.anchor.SignAsCoordinator(trust.RecordProcessOwnershipCommitAck, ackPayload); err != nil {
+		return err
+	}
+	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
+}
