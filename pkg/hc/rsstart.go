@@ -172,6 +172,12 @@ func (c *coordinator) launchSupervisor() error {
 	peer.Close()
 	lifeR.Close()
 	if err != nil {
+		// An acquisition that failed after staging killed and reaped RS
+		// itself (the broker's abort): the coordinator terminated it.
+		c.mu.Lock()
+		c.mt.rsKilled = true
+		c.mu.Unlock()
+		c.mtSupervisorGone(pidfs.ExitStatus{Signal: unix.SIGKILL}, false)
 		return fmt.Errorf("start runtime supervisor: %w", err)
 	}
 	c.timing.Mark("runtime supervisor started (id maps written)")
