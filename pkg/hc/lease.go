@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -214,6 +215,26 @@ func verifyArtifact(tx *catalog.Tx, storageRoot, id, manifest string) error {
 
 // recordAnchorsMounted is acquisition step 4's end: state_anchor =
 // Prepared with the exact identity of every anchor mount RS created.
+func sameNamespace(a, b *lv1.NamespaceIdentity) bool {
+	return a.GetDev() == b.GetDev() && a.GetIno() == b.GetIno() && a.GetMntnsId() == b.GetMntnsId()
+}
+
+// verifyMountNamespace checks the mount namespace RS reports in its hello
+// against the one its exact pidfd shows (PIDFD_GET_MNT_NAMESPACE): nsfs
+// (dev, ino) and the never-reused ID the holder scan of mountsAbsent will
+// compare. A kernel without NS_GET_MNTNS_ID reports no ID on either side.
+func verifyMountNamespace(h *pidfs.Handle, reported *lv1.NamespaceIdentity) error {
+	dev, ino, id, err := h.MountNamespace()
+	if err != nil {
+		return fmt.Errorf("read runtime supervisor mount namespace through its pidfd: %w", err)
+	}
+	if got := (&lv1.NamespaceIdentity{Dev: dev, Ino: ino, MntnsId: &id}); reported.GetDev() == 0 || !sameNamespace(reported, got) {
+		return errdefs.New(errdefs.ErrRefused, "runtime supervisor reports mount namespace %d:%d (ID %d) but its pidfd shows %d:%d (ID %d)",
+			reported.GetDev(), reported.GetIno(), reported.GetMntnsId(), dev, ino, id)
+	}
+	return nil
+}
+
 func (c *coordinator) recordAnchorsMounted(m *lv1.AnchorsMounted, hello *lv1.SupervisorHello) error {
 	c.mu.Lock()
 	leased := c.leasedArtifact
@@ -222,7 +243,7 @@ func (c *coordinator) recordAnchorsMounted(m *lv1.AnchorsMounted, hello *lv1.Sup
 		return errdefs.New(errdefs.ErrRefused, "anchors mounted over artifact %q, but the lease recorded is %q", m.GetPreparedArtifactId(), leased)
 	}
 	ns := m.GetMountNamespace()
-	if ns == nil || hello.GetMountNamespace() == nil || ns.Dev != hello.MountNamespace.Dev || ns.Ino != hello.MountNamespace.Ino {
+	if ns == nil || hello.GetMountNamespace() == nil || !sameNamespace(ns, hello.MountNamespace) {
 		return errdefs.New(errdefs.ErrRefused, "anchors mounted in mount namespace %v, not the runtime supervisor's %v", ns, hello.GetMountNamespace())
 	}
 	var got []string
@@ -283,8 +304,11 @@ func (c *coordinator) releaseAnchorIntent() (bool, error) {
 // the anchors and the read-only lower bind ever existed, has no process and
 // no nsfs bind left (pidfs.NamespaceHolders). Mounts RS reported verified
 // and unmounted are logged as the exact evidence; a namespace still held
-// refuses, whatever RS reported.
-func mountsAbsent(sa *store.Participant, unmounted []uint64) error {
+// refuses, whatever RS reported. The recorded namespace ID decides which
+// processes hold it: the kernel hands a freed namespace's inode to the next
+// one, often another Domain's RS or connectivity helper. Records without
+// an ID (older ones) are matched by (dev, ino).
+func mountsAbsent(log *slog.Logger, sa *store.Participant, unmounted []uint64) error {
 	if sa == nil || sa.Snapshot == nil || sa.Phase == participant.Clean {
 		return nil // bare Intent: nothing was mounted (RS mounts only after LeaseRecorded); Clean: proven before
 	}
@@ -299,12 +323,15 @@ func mountsAbsent(sa *store.Participant, unmounted []uint64) error {
 			left = append(left, fmt.Sprintf("%s (mount %d)", a.GetGuestPath(), a.GetMountId()))
 		}
 	}
-	pids, binds, _, err := pidfs.NamespaceHolders("mnt", ns.GetDev(), ns.GetIno())
+	if ns.GetMntnsId() == 0 {
+		log.Debug("state_anchor records no mount namespace ID: holders matched by nsfs dev/ino only", "mntns_ino", ns.GetIno())
+	}
+	pids, binds, _, err := pidfs.NamespaceHolders("mnt", ns.GetDev(), ns.GetIno(), ns.GetMntnsId())
 	if err != nil {
-		return fmt.Errorf("observe State Anchor mount namespace %d: %w", ns.GetIno(), err)
+		return fmt.Errorf("observe State Anchor mount namespace %d (ID %d): %w", ns.GetIno(), ns.GetMntnsId(), err)
 	}
 	if len(pids) > 0 || len(binds) > 0 {
-		return errdefs.New(errdefs.ErrRefused, "State Anchor mounts not proven absent (not unmounted by RS: %s): mount namespace %d still held by pids %v, nsfs binds %v", strings.Join(left, ", "), ns.GetIno(), pids, binds)
+		return errdefs.New(errdefs.ErrRefused, "State Anchor mounts not proven absent (not unmounted by RS: %s): mount namespace %d (ID %d) still held by pids %v, nsfs binds %v", strings.Join(left, ", "), ns.GetIno(), ns.GetMntnsId(), pids, binds)
 	}
 	return nil
 }
@@ -341,7 +368,7 @@ func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []
 	// mistaking an unrelated process for a holder.
 	proven := false
 	if sa != nil && sa.Phase != participant.Clean {
-		if err := mountsAbsent(sa, unmounted); err != nil {
+		if err := mountsAbsent(c.log, sa, unmounted); err != nil {
 			return err
 		}
 		proven = true
@@ -415,7 +442,7 @@ func (c *coordinator) releaseLower(ctx context.Context, gen uint64, unmounted []
 				if proven {
 					return nil
 				}
-				return mountsAbsent(sa, unmounted)
+				return mountsAbsent(c.log, sa, unmounted)
 			},
 		})
 		if err != nil {

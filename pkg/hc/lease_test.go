@@ -50,16 +50,17 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	c.paths.ID = domain.DeriveID("default", "/w")
 	c.paths.StorageRoot = storage
 	openTestStore(t, c, dir)
-	ownDev, ownIno, err := pidfs.NamespaceOfPath("/proc/self/ns/mnt")
-	if err != nil {
-		t.Fatal(err)
+	ownDev, ownIno, ownID, err := pidfs.MountNamespaceOfPath("/proc/self/ns/mnt")
+	if err != nil || ownID == 0 {
+		t.Fatalf("own mount namespace %d:%d ID %d: %v", ownDev, ownIno, ownID, err)
 	}
+	otherID := ownID + 1<<40 // a namespace ID this process's namespace does not have
 	cat, _ := c.storageCatalog()
 	ctx := context.Background()
 	md := "sha256:" + strings.Repeat("ab", 32)
 	art := prepare.ArtifactID(md)
 	ready := &lv1.ArtifactReady{PreparedArtifactId: art, ImageRef: c.image, ManifestDigest: md}
-	hello0 := &lv1.SupervisorHello{MountNamespace: &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno}}
+	hello0 := &lv1.SupervisorHello{MountNamespace: &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno, MntnsId: &ownID}}
 	// A real process stands in for RS: its slot is staged at spawn, and
 	// recordLease commits it before the anchors are mounted.
 	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), os.Args[0])
@@ -70,6 +71,19 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.rsChild.Signal(unix.SIGKILL); c.rsChild.Wait(context.Background()) })
+	// HC verifies the hello's mount namespace through RS's pidfd: (dev,
+	// ino) and the never-reused ID must both be the process's.
+	if err := verifyMountNamespace(c.rsChild.Handle(), hello0.MountNamespace); err != nil {
+		t.Fatal(err)
+	}
+	for name, ns := range map[string]*lv1.NamespaceIdentity{
+		"another ID": {Dev: ownDev, Ino: ownIno, MntnsId: &otherID}, "no ID": {Dev: ownDev, Ino: ownIno},
+		"another inode": {Dev: ownDev, Ino: ownIno + 1, MntnsId: &ownID}, "none": nil,
+	} {
+		if err := verifyMountNamespace(c.rsChild.Handle(), ns); !errors.Is(err, errdefs.ErrRefused) {
+			t.Fatalf("hello mount namespace with %s: %v", name, err)
+		}
+	}
 	newGen := func(gen uint64) {
 		t.Helper()
 		c.generation = gen
@@ -156,6 +170,11 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 		if err := c.recordAnchorsMounted(wrongNS, hello); !errors.Is(err, errdefs.ErrRefused) {
 			t.Fatalf("anchors in another namespace: %v", err)
 		}
+		wrongID := ns.GetMntnsId() + 1
+		reused := &lv1.AnchorsMounted{PreparedArtifactId: art, MountNamespace: &lv1.NamespaceIdentity{Dev: ns.Dev, Ino: ns.Ino, MntnsId: &wrongID}, Anchors: mounted.Anchors}
+		if err := c.recordAnchorsMounted(reused, hello); !errors.Is(err, errdefs.ErrRefused) {
+			t.Fatalf("anchors in a namespace with the same inode and another ID: %v", err)
+		}
 		short := &lv1.AnchorsMounted{PreparedArtifactId: art, MountNamespace: ns, Anchors: mounted.Anchors[1:]}
 		if err := c.recordAnchorsMounted(short, hello); !errors.Is(err, errdefs.ErrRefused) {
 			t.Fatalf("anchors missing a persistent path: %v", err)
@@ -179,7 +198,7 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 	}
 
 	// Generation 1: its mount namespace is still held (by this process).
-	run(10, &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno})
+	run(10, &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno, MntnsId: &ownID})
 	all := []uint64{100, 101, 102, 103, 104, 105, 106, 107}
 	if err := c.releaseLower(ctx, 10, all, "test", false); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("release with the mount namespace held: %v", err)
@@ -204,18 +223,30 @@ func TestLeaseOrderingAndProvenRelease(t *testing.T) {
 		t.Fatalf("leases after releasing generation 11: %+v (want only generation 9's and 10's)", ls)
 	}
 
-	// Generation 12 records LeaseHeld, but its catalog lease vanished:
+	// Generation 12 recorded a mount namespace since freed whose nsfs
+	// inode the kernel handed to a younger namespace (here: this
+	// process's, with another ID). That namespace's processes are not
+	// holders of the recorded one: the mounts are proven absent.
+	run(12, &lv1.NamespaceIdentity{Dev: ownDev, Ino: ownIno, MntnsId: &otherID})
+	if err := c.releaseLower(ctx, 12, nil, "test", false); err != nil {
+		t.Fatalf("release with the recorded namespace's inode reused by a live one: %v", err)
+	}
+	if pl, sa := phases(12); pl != participant.Clean || sa != participant.Clean {
+		t.Fatalf("released despite inode reuse: prepared_lower %s state_anchor %s", pl, sa)
+	}
+
+	// Generation 13 records LeaseHeld, but its catalog lease vanished:
 	// recovery fails closed and keeps every record.
-	run(12, &lv1.NamespaceIdentity{Dev: ownDev, Ino: 1})
-	if _, err := cat.ReleaseLease(ctx, c.leaseKey(12, art), catalog.ReleaseProof{
+	run(13, &lv1.NamespaceIdentity{Dev: ownDev, Ino: 1})
+	if _, err := cat.ReleaseLease(ctx, c.leaseKey(13, art), catalog.ReleaseProof{
 		ReleaseIntent: func(catalog.LeaseKey) error { return nil }, MountAbsent: func(catalog.LeaseKey) error { return nil },
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.releaseLower(ctx, 12, nil, "test", false); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "has no lease") {
+	if err := c.releaseLower(ctx, 13, nil, "test", false); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "has no lease") {
 		t.Fatalf("release of a LeaseHeld record without its catalog lease: %v", err)
 	}
-	if pl, _ := phases(12); pl != participant.LeaseHeld {
+	if pl, _ := phases(13); pl != participant.LeaseHeld {
 		t.Fatalf("prepared_lower %s after the refused release, want LeaseHeld kept", pl)
 	}
 }

@@ -176,6 +176,12 @@ func (c *coordinator) launchSupervisor() error {
 	peer.Close()
 	lifeR.Close()
 	if err != nil {
+		// An acquisition that failed after staging killed and reaped RS
+		// itself (the broker's abort): the coordinator terminated it.
+		c.mu.Lock()
+		c.mt.rsKilled = true
+		c.mu.Unlock()
+		c.mtSupervisorGone(pidfs.ExitStatus{Signal: unix.SIGKILL}, false)
 		return fmt.Errorf("start runtime supervisor: %w", err)
 	}
 	c.timing.Mark("runtime supervisor started (id maps written)")
@@ -213,8 +219,8 @@ func (c *coordinator) failOnUnexpectedExit(child *proc.Child, what string) {
 	}()
 }
 
-// sandboxStart verifies RS's network namespace independently, through RS's
-// retained pidfd, and builds the sandbox spec that joins it by path.
+// sandboxStart verifies RS's network and mount namespaces independently,
+// through RS's retained pidfd, and builds the sandbox spec that joins it by path.
 func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbox, error) {
 	h := c.rsChild.Handle()
 	dev, ino, err := h.NetNamespace()
@@ -223,6 +229,9 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	}
 	if hello.NetNamespace.GetDev() != dev || hello.NetNamespace.GetIno() != ino {
 		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor reports netns %d:%d but its pidfd shows %d:%d", hello.NetNamespace.GetDev(), hello.NetNamespace.GetIno(), dev, ino)
+	}
+	if err := verifyMountNamespace(h, hello.GetMountNamespace()); err != nil {
+		return nil, err
 	}
 	// RS is our unreaped child, so its pid cannot be reused: the path below
 	// names the namespace just verified. Check it anyway.

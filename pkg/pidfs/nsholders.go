@@ -22,9 +22,19 @@ import (
 // (another user's) cannot have joined a namespace owned by this user's
 // user namespace without CAP_SYS_ADMIN over it; they are counted in
 // unreadable, not trusted away silently.
-func NamespaceHolders(kind string, dev, ino uint64) (pids []int, binds []string, unreadable int, err error) {
+//
+// The kernel reuses a freed namespace's nsfs inode for the next new one, so
+// (dev, ino) alone may name another, younger namespace. A mount namespace's
+// never-reused ID (NS_GET_MNTNS_ID), when nonzero, decides: a process or
+// bind whose namespace has the same (dev, ino) but another ID is not a
+// holder. One whose ID cannot be read is counted as a holder (fail closed).
+// id must be 0 for kinds other than "mnt".
+func NamespaceHolders(kind string, dev, ino, id uint64) (pids []int, binds []string, unreadable int, err error) {
 	if dev == 0 || ino == 0 {
 		return nil, nil, 0, errdefs.New(errdefs.ErrInvalid, "namespace identity %d:%d is incomplete", dev, ino)
+	}
+	if id != 0 && kind != "mnt" {
+		return nil, nil, 0, errdefs.New(errdefs.ErrInvalid, "a namespace ID is only compared for mount namespaces, not %q", kind)
 	}
 	d, err := os.Open("/proc")
 	if err != nil {
@@ -47,7 +57,7 @@ func NamespaceHolders(kind string, dev, ino uint64) (pids []int, binds []string,
 			}
 			continue // ENOENT: the process exited meanwhile
 		}
-		if uint64(st.Dev) == dev && st.Ino == ino {
+		if uint64(st.Dev) == dev && st.Ino == ino && sameMountNamespace("/proc/"+n+"/ns/"+kind, dev, ino, id) {
 			pids = append(pids, pid)
 		}
 	}
@@ -72,9 +82,48 @@ func NamespaceHolders(kind string, dev, ino uint64) (pids []int, binds []string,
 		if sep < 0 || sep+1 >= len(fs) || len(fs) < 5 || fs[sep+1] != "nsfs" {
 			continue
 		}
-		if fs[3] == want || strings.HasSuffix(fs[3], "/"+want) {
+		if (fs[3] == want || strings.HasSuffix(fs[3], "/"+want)) && sameMountNamespace(unescapeMountinfo(fs[4]), dev, ino, id) {
 			binds = append(binds, fs[4])
 		}
 	}
 	return pids, binds, unreadable, sc.Err()
+}
+
+// sameMountNamespace reports whether the namespace file at path, already
+// seen with nsfs (dev, ino), is the namespace with unique ID id. With id 0
+// (no ID recorded) the (dev, ino) match stands. The file is reopened and
+// its (dev, ino) and ID are read through that one descriptor: a path that
+// has meanwhile vanished (the process exited) or names another namespace
+// is not a match; one whose ID cannot be read is (fail closed).
+func sameMountNamespace(path string, dev, ino, id uint64) bool {
+	if id == 0 {
+		return true
+	}
+	gdev, gino, gid, err := MountNamespaceOfPath(path)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+		return false
+	}
+	if err != nil || gid == 0 {
+		return true
+	}
+	return gdev == dev && gino == ino && gid == id
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

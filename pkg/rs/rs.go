@@ -244,13 +244,33 @@ func nsIdentity(path string) (*lv1.NamespaceIdentity, error) {
 	return &lv1.NamespaceIdentity{Dev: dev, Ino: ino}, nil
 }
 
+// mountNSIdentity is RS's own mount namespace with its never-reused ID,
+// which HC records for the State Anchor's mount-absence proof: its nsfs
+// inode alone may later name another Domain's new namespace.
+func mountNSIdentity(log *slog.Logger) (*lv1.NamespaceIdentity, error) {
+	dev, ino, id, err := pidfs.MountNamespaceOfPath("/proc/self/ns/mnt")
+	if err != nil {
+		return nil, err
+	}
+	ns := &lv1.NamespaceIdentity{Dev: dev, Ino: ino}
+	if id != 0 {
+		ns.MntnsId = &id
+	} else {
+		log.Debug("mount namespace has no unique ID: identified by nsfs dev/ino only", "err", pidfs.ErrNoNamespaceID)
+	}
+	return ns, nil
+}
+
 func (s *supervisor) run() int {
 	hello := &lv1.SupervisorHello{}
 	var err error
-	for path, dst := range map[string]**lv1.NamespaceIdentity{"/proc/self/ns/net": &hello.NetNamespace, "/proc/self/ns/user": &hello.UserNamespace, "/proc/self/ns/mnt": &hello.MountNamespace} {
+	for path, dst := range map[string]**lv1.NamespaceIdentity{"/proc/self/ns/net": &hello.NetNamespace, "/proc/self/ns/user": &hello.UserNamespace} {
 		if *dst, err = nsIdentity(path); err != nil {
 			return s.fail(err)
 		}
+	}
+	if hello.MountNamespace, err = mountNSIdentity(s.log); err != nil {
+		return s.fail(err)
 	}
 	mode, err := peekPolicyMode(s.policyFD)
 	if err != nil {

@@ -119,11 +119,17 @@ func (x *PidfsProcessIdentityV1) GetStartTimeTicks() uint64 {
 	return 0
 }
 
-// NamespaceIdentity is the (st_dev, st_ino) of an nsfs namespace file.
+// NamespaceIdentity is the (st_dev, st_ino) of an nsfs namespace file and,
+// for a mount namespace, the kernel's 64-bit namespace ID (NS_GET_MNTNS_ID).
+// The kernel reuses a freed namespace's inode for the next new namespace;
+// the ID is never reused, so where it is recorded it decides identity.
+// Absent (0) in records written before it existed and on kernels without
+// the ioctl: (dev, ino) alone is then compared.
 type NamespaceIdentity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Dev           uint64                 `protobuf:"varint,1,opt,name=dev,proto3" json:"dev,omitempty"`
 	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	MntnsId       *uint64                `protobuf:"varint,3,opt,name=mntns_id,json=mntnsId,proto3,oneof" json:"mntns_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -168,6 +174,13 @@ func (x *NamespaceIdentity) GetDev() uint64 {
 func (x *NamespaceIdentity) GetIno() uint64 {
 	if x != nil {
 		return x.Ino
+	}
+	return 0
+}
+
+func (x *NamespaceIdentity) GetMntnsId() uint64 {
+	if x != nil && x.MntnsId != nil {
+		return *x.MntnsId
 	}
 	return 0
 }
@@ -1949,10 +1962,12 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\fpidfs_st_ino\x18\x03 \x01(\x04R\n" +
 	"pidfsStIno\x12\x19\n" +
 	"\bhost_pid\x18\x04 \x01(\rR\ahostPid\x12(\n" +
-	"\x10start_time_ticks\x18\x05 \x01(\x04R\x0estartTimeTicks\"7\n" +
+	"\x10start_time_ticks\x18\x05 \x01(\x04R\x0estartTimeTicks\"d\n" +
 	"\x11NamespaceIdentity\x12\x10\n" +
 	"\x03dev\x18\x01 \x01(\x04R\x03dev\x12\x10\n" +
-	"\x03ino\x18\x02 \x01(\x04R\x03ino\"\xa4\x04\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x1e\n" +
+	"\bmntns_id\x18\x03 \x01(\x04H\x00R\amntnsId\x88\x01\x01B\v\n" +
+	"\t_mntns_id\"\xa4\x04\n" +
 	"\x11SupervisorMessage\x123\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1b.lazaret.v1.SupervisorHelloH\x00R\x05hello\x12<\n" +
 	"\x06staged\x18\x02 \x01(\v2\".lazaret.v1.StagedProcessOwnershipH\x00R\x06staged\x120\n" +
@@ -2191,6 +2206,7 @@ func file_lazaret_v1_supervisor_proto_init() {
 		return
 	}
 	file_lazaret_v1_control_proto_init()
+	file_lazaret_v1_supervisor_proto_msgTypes[1].OneofWrappers = []any{}
 	file_lazaret_v1_supervisor_proto_msgTypes[2].OneofWrappers = []any{
 		(*SupervisorMessage_Hello)(nil),
 		(*SupervisorMessage_Staged)(nil),
