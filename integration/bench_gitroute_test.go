@@ -20,23 +20,18 @@ import (
 )
 
 // gitRouteScript times, inside (or on the host), N warm `git status` runs
-// and N untars of the 5,000-file tarball into a non-ignored directory, an
-// ignored directory the ignore rules name by a top-level directory pattern
-// (ignored/: inside Lazaret a direct bind of its Ignored Workspace State
-// copy) and an ignored directory named by a wildcard pattern (*_router/:
-// inside Lazaret served by the Git-routing daemon); it prints
-// "status|plain|ignored|ignored_router MS" lines.
+// and N untars of the 5,000-file tarball into a non-ignored and an ignored
+// directory; it prints "status|plain|ignored MS" lines.
 func gitRouteScript(dir string, n int) string {
 	return fmt.Sprintf(`set -e
 cd %[1]s
 git status --porcelain >/dev/null
 t() { s=$(date +%%s%%N); "$@" >/dev/null; e=$(date +%%s%%N); echo $(( (e - s) / 1000 )); }
-for i in $(seq %[2]d); do mkdir -p untar-$i ignored/untar-$i ignored_router/untar-$i; done
+for i in $(seq %[2]d); do mkdir -p untar-$i ignored/untar-$i; done
 for i in $(seq %[2]d); do
   echo "status $(t git status --porcelain)"
   echo "plain $(t tar --no-same-owner -xf bench.tar -C untar-$i)"
   echo "ignored $(t tar --no-same-owner -xf bench.tar -C ignored/untar-$i)"
-  echo "ignored_router $(t tar --no-same-owner -xf bench.tar -C ignored_router/untar-$i)"
 done`, dir, n)
 }
 
@@ -57,7 +52,7 @@ func parseTimes(t *testing.T, out string) map[string][]float64 {
 // tarball and the untar target directories for n runs of each setup.
 func benchRepo(t *testing.T, e *env, ws string, n int, setups []string) {
 	git := gitRepo(t, e, ws)
-	writeAs(t, e, filepath.Join(ws, ".gitignore"), "ignored/\n*_router/\n")
+	writeAs(t, e, filepath.Join(ws, ".gitignore"), "ignored/\n")
 	for d := 0; d < 50; d++ {
 		for f := 0; f < 100; f++ {
 			writeAs(t, e, filepath.Join(ws, "src", fmt.Sprintf("d%02d", d), fmt.Sprintf("f%03d.txt", f)), fmt.Sprintf("file %d/%d\n", d, f))
@@ -105,7 +100,7 @@ func TestBenchGitRouting(t *testing.T) {
 	defer os.RemoveAll(trash)
 	moved := 0
 	run := func(name, ws string, argv ...string) {
-		for _, d := range []string{"ignored", "ignored_router", "untar-1", "untar-2", "untar-3", "untar-4", "untar-5"} {
+		for _, d := range []string{"ignored", "untar-1", "untar-2", "untar-3", "untar-4", "untar-5"} {
 			if _, err := os.Lstat(filepath.Join(ws, d)); err == nil {
 				moved++
 				if err := os.Rename(filepath.Join(ws, d), filepath.Join(trash, strconv.Itoa(moved))); err != nil {
@@ -122,7 +117,7 @@ func TestBenchGitRouting(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", name, err, out)
 		}
 		results[name] = parseTimes(t, string(out))
-		if len(results[name]["status"]) != n || len(results[name]["plain"]) != n || len(results[name]["ignored"]) != n || len(results[name]["ignored_router"]) != n {
+		if len(results[name]["status"]) != n || len(results[name]["plain"]) != n || len(results[name]["ignored"]) != n {
 			t.Fatalf("%s output: %s", name, out)
 		}
 	}
@@ -132,20 +127,7 @@ func TestBenchGitRouting(t *testing.T) {
 	// Lazaret with the router (default profile: Debian, isolation on). The
 	// first run prepares and warms; the cold start is measured after.
 	lzScript := gitRouteScript("/workspace", n)
-	// Inside Lazaret only: the same untar into a configured volume, a
-	// plain bind of a host directory in the same sandbox, beside the bound
-	// ignored directory: what the mount itself costs, apart from the
-	// sandbox around it (the bare runsc baseline has no daemon, helper or
-	// supervisor running beside it).
-	vol := e.userDir("bench-git-volume")
-	os.Chown(vol, e.uid, e.gid)
-	cfg := filepath.Join(e.userDir("bench-git-cfg"), "config.toml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[[profiles.default.volumes]]\nsource = %q\ntarget = \"/vol\"\nmode = \"rw\"\n", vol)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	volScript := fmt.Sprintf(`
-for i in $(seq %d); do mkdir -p /vol/untar-$i; echo "volume $(t tar --no-same-owner -xf /workspace/bench.tar -C /vol/untar-$i)"; done`, n)
-	run("lazaret_router", ws, lazaret, "run", "--config", cfg, "--", "sh", "-c", lzScript+volScript)
+	run("lazaret_router", ws, lazaret, "run", "--", "sh", "-c", lzScript)
 	noLeftovers(t)
 	var cold []float64
 	for i := 0; i < n; i++ {
@@ -204,18 +186,14 @@ d=$(( $(ulimit -Hn) / 4 )); [ $d -lt 1000 ] && d=1000; [ $d -gt 65536 ] && d=655
 	mnt := fuseLoopback(t, ws, e.userDir("bench-git-loopback"))
 	run("fuse_floor_host_loopback", ws, "sh", "-c", gitRouteScript(mnt, n))
 
-	fmt.Printf("\n%-34s %10s %10s %10s %10s   (median ms of %d)\n", "setup", "git status", "untar", "ign. bind", "ign. router", n)
+	fmt.Printf("\n%-34s %10s %10s %10s   (median ms of %d)\n", "setup", "git status", "untar", "untar ign.", n)
 	for _, name := range []string{"host", "fuse_floor_host_loopback", "bare_runsc_plain_bind", "lazaret_router"} {
 		r := results[name]
-		fmt.Printf("%-34s %10.1f %10.1f %10.1f %10.1f\n", name, median(r["status"]), median(r["plain"]), median(r["ignored"]), median(r["ignored_router"]))
+		fmt.Printf("%-34s %10.1f %10.1f %10.1f\n", name, median(r["status"]), median(r["plain"]), median(r["ignored"]))
 	}
 	b, l := results["bare_runsc_plain_bind"], results["lazaret_router"]
-	fmt.Printf("router / plain bind: git status %.2fx (target <= 1.3x), untar %.2fx (target <= 1.5x), untar into an ignored directory served by the router %.2fx\n",
-		median(l["status"])/median(b["status"]), median(l["plain"])/median(b["plain"]), median(l["ignored_router"])/median(b["ignored_router"]))
-	fmt.Printf("untar into an ignored directory bound from Ignored Workspace State / plain bind: %.2fx (target <= 1.3x)\n",
-		median(l["ignored"])/median(b["ignored"]))
-	fmt.Printf("inside Lazaret, untar into a configured volume (a plain bind in the same sandbox): %.1f ms; the bound ignored directory / that volume: %.2fx\n",
-		median(l["volume"]), median(l["ignored"])/median(l["volume"]))
+	fmt.Printf("router / plain bind: git status %.2fx (target <= 1.3x), untar %.2fx, untar into ignored %.2fx (targets <= 1.5x)\n",
+		median(l["status"])/median(b["status"]), median(l["plain"])/median(b["plain"]), median(l["ignored"])/median(b["ignored"]))
 	// An untar is one sequence of synchronous calls: inside gVisor a FUSE
 	// daemon adds its round trips (the loopback's time over the host's) to
 	// what the plain bind costs, so plain bind + that is a lower bound for

@@ -3,7 +3,6 @@ package hc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 
@@ -68,11 +67,6 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 		sb.Protected = append(sb.Protected, ocispec.Protected{Rel: m.Rel, Source: src, ReadOnly: m.Kind == gitsentry.ReadOnly, Transient: m.Kind == gitsentry.Transient})
 	}
 	sb.RouterSource, sb.WorkspaceSource = mnt, mnt
-	if isolate {
-		if err := c.ignoredBinds(sb); err != nil {
-			return nil, fmt.Errorf("bind ignored directories from Ignored Workspace State: %w", err)
-		}
-	}
 	if !isolate {
 		c.log.Info("ignored-path isolation disabled by the profile: Git-ignored paths are the host's; the Git-routing daemon still keeps Git directories the host lacks, absent editor configuration and the Git configuration guard")
 	}

@@ -19,9 +19,6 @@ type stickyState struct {
 	// rules is the generation's ignore-rules snapshot, read from the same
 	// host files the Git-routing daemon reads just after.
 	rules *ignorerules.Rules
-	// found is what the start scan found (ignoredBinds reads it after
-	// awaitSticky).
-	found []stickyignore.Found
 	// asked: the start scan succeeded and the daemon was asked for
 	// (guarded by coordinator.mu).
 	asked bool
@@ -106,9 +103,6 @@ func (c *coordinator) recordSticky(when string) error {
 	})
 	if err != nil {
 		return err
-	}
-	if when == "start" {
-		c.sticky.found = found
 	}
 	if added := rec.Add(found, c.generation, time.Now()); len(added) > 0 {
 		if err := stickyignore.Save(c.paths.DomainRoot, rec); err != nil {

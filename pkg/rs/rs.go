@@ -444,9 +444,6 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.prepareProfilePaths(); err != nil {
 		return nil, nil, err
 	}
-	if err := s.prepareIgnoredBinds(); err != nil {
-		return nil, nil, err
-	}
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
 		return nil, nil, err
