@@ -374,3 +374,32 @@ done`
 		}
 	}
 }
+
+// TestSR13RoutedRmAfterUntar: an ignored directory the Git-routing daemon
+// serves (not bound) can be removed with rm -rf right after an untar into
+// it: the directory descriptor runsc's gofer opened for tar -C and reads
+// for rm lists what was created meanwhile.
+func TestSR13RoutedRmAfterUntar(t *testing.T) {
+	e := need(t)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	writeAs(t, e, filepath.Join(ws, ".gitignore"), "*_router/\n")
+	git("add", ".gitignore")
+	git("commit", "-qm", "ignore")
+	r := lz(t, ws, nil, "run", "--", "sh", "-c", `set -e
+mkdir -p /tmp/src && cd /tmp/src && for d in $(seq 10); do mkdir p$d; for f in $(seq 50); do echo x > p$d/m$f.js; done; done
+tar -cf /tmp/x.tar -C /tmp/src . && cd /workspace
+for i in 1 2; do mkdir -p nm_router/u$i && tar --no-same-owner -xf /tmp/x.tar -C nm_router/u$i; done
+rm -rf nm_router/u1 && echo RM1-OK; rm -rf nm_router && echo RM-OK`)
+	if r.code != 0 || r.stdout != "RM1-OK\nRM-OK\n" {
+		t.Fatalf("rm -rf after untar through the router: %+v", r)
+	}
+	state := filepath.Join(e.stateHome, "lazaret", "domains", string(domainOf(ws, "default")), "ignored-state", "nm_router")
+	if _, err := os.Stat(filepath.Dir(state)); err != nil {
+		t.Fatalf("the Domain's Ignored Workspace State is not where expected: %v", err)
+	}
+	if _, err := os.Lstat(state); err == nil {
+		t.Errorf("nm_router left in Ignored Workspace State")
+	}
+	noLeftovers(t)
+}

@@ -113,13 +113,19 @@ func (r *Router) list(rel string) ([]fuse.DirEntry, syscall.Errno) {
 	return out, 0
 }
 
-// dirHandle is an open directory that re-lists on rewind.
+// dirHandle is an open directory that lists at its first read and
+// re-lists on rewind. Not at open: a handle may be opened long before it
+// is read (runsc's gofer keeps a directory's descriptor in its dentry, e.g.
+// from tar's -C directory, and reads it later for rm -rf), and go-fuse
+// asks for no rewind on the first read at offset 0, so a listing taken at
+// open would hide every entry created meanwhile.
 type dirHandle struct {
-	r   *Router
-	rel string
-	mu  sync.Mutex
-	es  []fuse.DirEntry
-	pos int
+	r      *Router
+	rel    string
+	mu     sync.Mutex
+	es     []fuse.DirEntry
+	pos    int
+	listed bool
 }
 
 var (
@@ -135,11 +141,7 @@ var (
 // directory's attributes on every host change of its names. A warm
 // `git status` then lists its directories without a request.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	h := &dirHandle{r: n.r, rel: n.rel()}
-	if e := h.refresh(); e != 0 {
-		return nil, 0, e
-	}
-	return h, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+	return &dirHandle{r: n.r, rel: n.rel()}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (h *dirHandle) refresh() syscall.Errno {
@@ -150,13 +152,18 @@ func (h *dirHandle) refresh() syscall.Errno {
 	for i := range es {
 		es[i].Off = uint64(i + 1)
 	}
-	h.es, h.pos = es, 0
+	h.es, h.pos, h.listed = es, 0, true
 	return 0
 }
 
 func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !h.listed {
+		if e := h.refresh(); e != 0 {
+			return nil, e
+		}
+	}
 	if h.pos >= len(h.es) {
 		return nil, 0
 	}
@@ -168,8 +175,10 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if off == 0 {
-		return h.refresh()
+	if off == 0 || !h.listed {
+		if e := h.refresh(); e != 0 || off == 0 {
+			return e
+		}
 	}
 	if off > uint64(len(h.es)) {
 		off = uint64(len(h.es))

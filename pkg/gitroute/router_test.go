@@ -2,6 +2,7 @@ package gitroute
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -102,6 +103,29 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	sort.Strings(names)
 	if got := strings.Join(names, " "); got != ".env .git .gitignore node_modules src tracked.log" {
 		t.Errorf("merged listing: %q", got)
+	}
+	// A directory descriptor opened before entries are created through
+	// the mount and read only afterwards (runsc's gofer keeps one in its
+	// dentry: tar -C DIR, then rm -rf DIR) lists them all, and they can
+	// all be removed.
+	late := filepath.Join(mnt, "node_modules/late")
+	if err := os.Mkdir(late, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	early, err := os.Open(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 300; i++ {
+		write(t, filepath.Join(late, fmt.Sprintf("file-with-a-long-name-%03d.js", i)), "x\n")
+	}
+	got, err := early.Readdirnames(-1)
+	early.Close()
+	if err != nil || len(got) != 300 {
+		t.Errorf("a directory handle opened before 300 creations lists %d entries (%v)", len(got), err)
+	}
+	if err := os.RemoveAll(late); err != nil {
+		t.Errorf("remove the directory: %v", err)
 	}
 	// A symlink planted inside is served as a symlink; the daemon never
 	// follows it (reads through it resolve in this namespace, which in the
