@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -44,33 +43,7 @@ func TestModelTracePreparedLowerSwappedStepRejected(t *testing.T) {
 			t.Errorf("recorded PreparedLower steps lack %s:\n%s", want, steps)
 		}
 	}
-	intent, mount := -1, -1
-	for i, r := range recs {
-		if r.Model != modeltrace.PreparedLower {
-			continue
-		}
-		switch r.Action {
-		case "AnchorIntent":
-			intent = i
-		case "MountAnchor":
-			mount = i
-		}
-	}
-	if intent < 0 || mount < intent {
-		t.Fatalf("recorded trace lacks AnchorIntent before MountAnchor: %+v", recs)
-	}
-	swapped := append([]modeltrace.Record(nil), recs...)
-	swapped[intent], swapped[mount] = swapped[mount], swapped[intent]
+	swapped, _ := swapRecorded(t, recs, modeltrace.PreparedLower, "AnchorIntent", "MountAnchor")
 	_, err = trace.ReplayPreparedLower(swapped)
-	var rej *trace.RejectError
-	if !errors.As(err, &rej) {
-		t.Fatalf("swapped trace: want a rejection, got %v", err)
-	}
-	msg := err.Error()
-	for _, want := range []string{"PreparedLower model trace rejected at record", "MountAnchor(G1", "recorded by rs", "not enabled", "preceding steps", "CommitSupervisor(G1", `anchor = "G1" :> "None"`} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("rejection message lacks %q:\n%s", want, msg)
-		}
-	}
-	t.Logf("swapped trace rejected:\n%s", msg)
+	wantRejection(t, err, "PreparedLower model trace rejected at record", "MountAnchor(G1", "recorded by rs", "not enabled", "preceding steps", "CommitSupervisor(G1", `anchor = "G1" :> "None"`)
 }

@@ -326,33 +326,53 @@ func TestModelTraceSwappedStepRejected(t *testing.T) {
 		t.Fatalf("the recorded trace is rejected:\n%v", err)
 	}
 	recs = slices.DeleteFunc(recs, func(r modeltrace.Record) bool { return r.Model != "Lazaret" }) // record numbers count the Domain's
-	sidecar, sandbox := -1, -1
+	swapped, sidecar := swapRecorded(t, recs, "Lazaret", "StartSidecar", "StartSandbox")
+	_, err = trace.ReplayLazaret(swapped)
+	rej := wantRejection(t, err, "rejected at record", "StartSandbox(D1) recorded by rs", "not enabled", "preceding steps", "StartRuntimeSupervisor(D1)", `sidecarState = D1 :> "Stopped"`)
+	if rej.Label != "StartSandbox(D1)" || rej.Line != sidecar+1 {
+		t.Errorf("rejected at record %d %s, want record %d StartSandbox(D1)", rej.Line, rej.Label, sidecar+1)
+	}
+}
+
+// swapRecorded returns recs with the last first and last second records
+// of model exchanged (the first must precede the second), and the index
+// where second now stands.
+func swapRecorded(t *testing.T, recs []modeltrace.Record, model, first, second string) ([]modeltrace.Record, int) {
+	t.Helper()
+	a, b := -1, -1
 	for i, r := range recs {
+		if r.Model != model {
+			continue
+		}
 		switch r.Action {
-		case "StartSidecar":
-			sidecar = i
-		case "StartSandbox":
-			sandbox = i
+		case first:
+			a = i
+		case second:
+			b = i
 		}
 	}
-	if sidecar < 0 || sandbox < sidecar {
-		t.Fatalf("recorded trace lacks StartSidecar before StartSandbox: %+v", recs)
+	if a < 0 || b < a {
+		t.Fatalf("recorded trace lacks %s before %s: %+v", first, second, recs)
 	}
 	swapped := append([]modeltrace.Record(nil), recs...)
-	swapped[sidecar], swapped[sandbox] = swapped[sandbox], swapped[sidecar]
-	_, err = trace.ReplayLazaret(swapped)
+	swapped[a], swapped[b] = swapped[b], swapped[a]
+	return swapped, a
+}
+
+// wantRejection checks that a replay of a swapped trace was rejected
+// with a message naming each of wants.
+func wantRejection(t *testing.T, err error, wants ...string) *trace.RejectError {
+	t.Helper()
 	var rej *trace.RejectError
 	if !errors.As(err, &rej) {
 		t.Fatalf("swapped trace: want a rejection, got %v", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"rejected at record", "StartSandbox(D1) recorded by rs", "not enabled", "preceding steps", "StartRuntimeSupervisor(D1)", `sidecarState = D1 :> "Stopped"`} {
+	for _, want := range wants {
 		if !strings.Contains(msg, want) {
 			t.Errorf("rejection message lacks %q:\n%s", want, msg)
 		}
 	}
-	if rej.Label != "StartSandbox(D1)" || rej.Line != sidecar+1 {
-		t.Errorf("rejected at record %d %s, want record %d StartSandbox(D1)", rej.Line, rej.Label, sidecar+1)
-	}
 	t.Logf("swapped trace rejected:\n%s", msg)
+	return rej
 }
