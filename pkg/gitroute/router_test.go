@@ -84,6 +84,7 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inProcess(t, srv)
 	defer func() { srv.Unmount(); r.Close() }()
 	if _, err := os.Stat(filepath.Join(mnt, ".env")); !os.IsNotExist(err) {
 		t.Errorf(".env visible through the router: %v", err)
@@ -358,6 +359,7 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inProcess(t, srv)
 	defer func() { srv.Unmount(); r.Close() }()
 	m := func(p string) string { return filepath.Join(mnt, p) }
 	want := func(what string, err, errno error) {
@@ -415,6 +417,7 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inProcess(t, srv2)
 	defer func() { srv2.Unmount(); r2.Close() }()
 	for _, d := range []string{".git", "sub/.git"} {
 		os.MkdirAll(filepath.Join(mnt2, d, "hooks"), 0o755)
@@ -462,5 +465,17 @@ func TestOwnershipKeepID(t *testing.T) {
 	r.chown(9, 1000, true, 1000, true)
 	if len(r.chowned) != 0 {
 		t.Errorf("remembered owners: %v", r.chowned)
+	}
+}
+
+// inProcess prepares a mount this test process itself reads: the daemon
+// never touches its own mount (Mount skips go-fuse's poll probe), but Go's
+// netpoller registers every file a process opens with epoll, and the
+// first POLL on a mount served by the same process deadlocks unless the
+// probe has taught the kernel that the file system does not poll.
+func inProcess(t *testing.T, srv interface{ WaitMount() error }) {
+	t.Helper()
+	if err := srv.WaitMount(); err != nil {
+		t.Fatal(err)
 	}
 }
