@@ -192,6 +192,7 @@ func TestSpec35RecipeFailedStepLeavesNothing(t *testing.T) {
 		t.Errorf("profile list: %s", r.stdout)
 	}
 	// image build names the image it would publish: it is absent.
+	firstErr := r.stderr
 	r = lzFor(t, 10*time.Minute, ws, nil, nil, "image", "build", "--config", cfg, "bad")
 	if r.code != 125 {
 		t.Fatalf("second failing build: %d", r.code)
@@ -203,7 +204,7 @@ func TestSpec35RecipeFailedStepLeavesNothing(t *testing.T) {
 		}
 	}
 	if left := buildDomains(t); len(left) > 0 {
-		t.Errorf("build Domain state left: %v", left)
+		t.Errorf("build Domain state left: %v\nfirst build:\n%s\nsecond build:\n%s", left, firstErr, r.stderr)
 	}
 	noLeftovers(t)
 }

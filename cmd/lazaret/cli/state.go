@@ -374,7 +374,12 @@ func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 		}
 		if derr == nil {
 			conn.Close()
-			return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs), then %s; --yes does not bypass this", paths.ID, activeSessions(paths, rd.prof.Name), what)
+			// A coordinator tearing down (its last session just left, or
+			// it failed) still answers until it exits: wait for it, as
+			// for the lock; only a starting or running one is active.
+			if st, err := client.LiveStatus(paths, rd.prof.Name); err != nil || st.GetState() != "stopping" && st.GetState() != "failed" {
+				return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs), then %s; --yes does not bypass this", paths.ID, activeSessions(paths, rd.prof.Name), what)
+			}
 		}
 		if time.Now().After(deadline) {
 			return errdefs.New(errdefs.ErrRefused, "Domain %s is still stopping (its lock is held by its coordinator or runtime supervisor): retry %s when `lazaret status` shows it stopped", paths.ID, what)
