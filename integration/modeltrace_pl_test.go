@@ -1,10 +1,8 @@
 package integration
 
 import (
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/lazaret/lazaret/pkg/model/trace"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
@@ -15,24 +13,7 @@ import (
 // MountAnchor swapped before the coordinator's AnchorIntent (a mount with
 // no durable anchor intent) is rejected at that step, readably.
 func TestModelTracePreparedLowerSwappedStepRejected(t *testing.T) {
-	ws := workspace(t)
-	path := recordModelTrace(t, "StartSandbox")
-	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
-		t.Fatalf("run: %+v", r)
-	}
-	noLeftovers(t)
-	for i := 0; i < 100 && !traceSettled(path); i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := trace.ReadRecords(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := runAndReadTrace(t, "StartSandbox")
 	rep, err := trace.ReplayPreparedLower(recs)
 	if err != nil {
 		t.Fatalf("the recorded trace is rejected:\n%v", err)

@@ -306,28 +306,13 @@ func checkModelTraces() (problems []string, summary string) {
 // model does not allow, with the steps before it and the model state.
 func TestModelTraceSwappedStepRejected(t *testing.T) {
 	parallel(t)
-	ws := workspace(t)
-	path := recordModelTrace(t, "StartSidecar", "StartSandbox")
-	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
-		t.Fatalf("run: %+v", r)
-	}
-	noLeftovers(t)
-	waitUntil(10*time.Second, 100*time.Millisecond, func() bool { return traceSettled(path) })
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := trace.ReadRecords(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := runAndReadTrace(t, "StartSidecar", "StartSandbox")
 	if _, err := trace.ReplayLazaret(recs); err != nil {
 		t.Fatalf("the recorded trace is rejected:\n%v", err)
 	}
 	recs = slices.DeleteFunc(recs, func(r modeltrace.Record) bool { return r.Model != "Lazaret" }) // record numbers count the Domain's
 	swapped, sidecar := swapRecorded(t, recs, "Lazaret", "StartSidecar", "StartSandbox")
-	_, err = trace.ReplayLazaret(swapped)
+	_, err := trace.ReplayLazaret(swapped)
 	rej := wantRejection(t, err, "rejected at record", "StartSandbox(D1) recorded by rs", "not enabled", "preceding steps", "StartRuntimeSupervisor(D1)", `sidecarState = D1 :> "Stopped"`)
 	if rej.Label != "StartSandbox(D1)" || rej.Line != sidecar+1 {
 		t.Errorf("rejected at record %d %s, want record %d StartSandbox(D1)", rej.Line, rej.Label, sidecar+1)
@@ -375,4 +360,28 @@ func wantRejection(t *testing.T, err error, wants ...string) *trace.RejectError 
 	}
 	t.Logf("swapped trace rejected:\n%s", msg)
 	return rej
+}
+
+// runAndReadTrace runs `lazaret run -p tiny -- true` in a new workspace,
+// recording a model trace that must contain want, and returns the trace's
+// records once every process has finished writing it.
+func runAndReadTrace(t *testing.T, want ...string) []modeltrace.Record {
+	t.Helper()
+	ws := workspace(t)
+	path := recordModelTrace(t, want...)
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	noLeftovers(t)
+	waitUntil(10*time.Second, 100*time.Millisecond, func() bool { return traceSettled(path) })
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := trace.ReadRecords(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
