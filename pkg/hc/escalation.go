@@ -8,6 +8,7 @@ package hc
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -69,7 +70,7 @@ func (m escModel) Emit(facts map[string]string, action string, args ...string) {
 // and returns the loop's side of escalation routing; a session whose
 // events are not admitted gets no port.
 func (t *terminal) prompts(admitted bool) *escalation.Routing {
-	return t.s.c.esc.Routing(t.s.id, escTerminal{t}, t.log, admitted)
+	return t.s.c.esc.Routing(t.s.id, admitted)
 }
 
 // escTerminal is a session terminal as the escalation role drives it.
@@ -88,4 +89,6 @@ func (a escTerminal) SetRoute(r escalation.Route) {
 
 func (a escTerminal) RouteName() string { return a.t.route.String() }
 
-func (a escTerminal) Send(f *lv1.ServerFrame) { a.t.s.conn.Write(f) }
+func (a escTerminal) Send(f *lv1.ServerFrame) error { return a.t.s.conn.Write(f) }
+
+func (a escTerminal) Log() *slog.Logger { return a.t.log }

@@ -579,7 +579,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 
 	var pendingIn []byte
 	closing := false
-	prompts := t.prompts(admitted)
+	prompts, et := t.prompts(admitted), escTerminal{t}
 	childDone := t.child.Done()
 	pumpDone := (<-chan struct{})(pumped)
 	for {
@@ -596,20 +596,20 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		ch := prompts.Channels(t.route == routeSandbox, closing)
 		select {
 		case a := <-ch.Ask:
-			prompts.Begin(a)
+			prompts.Begin(et, a)
 		case <-ch.AskDone:
-			prompts.End()
+			prompts.End(et)
 		case h := <-ch.Host:
-			prompts.StartHost(h)
+			prompts.StartHost(et, h)
 		case <-ch.HostDone:
-			prompts.EndHost()
+			prompts.EndHost(et)
 		case <-pumpDone:
 			pumpDone = nil
 			if !closing {
 				// PTY loss starts the same release: no prompt stays shown
 				// and no host process outlives it.
 				t.log.Debug("session terminal output ended before the exec client exited")
-				prompts.Close()
+				prompts.Close(et)
 			}
 		case inC <- pendingIn:
 			pendingIn = nil
@@ -621,7 +621,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 			// until EOF or the drain deadline.
 			childDone = nil
 			closing = true
-			prompts.Close()
+			prompts.Close(et)
 			t.master.SetReadDeadline(t.clock.Now().Add(drainTimeout))
 		case f, ok := <-frameC:
 			if !ok {
@@ -629,11 +629,11 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 				// the host process end first (the final frames go nowhere),
 				// then the caller performs the same physical release.
 				s.raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))
-				prompts.Close()
+				prompts.Close(et)
 				t.setRoute(routeNone)
 				return true
 			}
-			if prompts.Answer(f, closing) || prompts.CancelHost(f, closing) {
+			if prompts.Answer(et, f, closing) || prompts.CancelHost(et, f, closing) {
 				continue
 			}
 			if closing || !admitted || t.route != routeSandbox {

@@ -2,6 +2,7 @@ package escalation
 
 import (
 	"crypto/ed25519"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -360,7 +361,9 @@ func (t *fakeTerm) RouteName() string {
 	return t.name(t.route)
 }
 
-func (t *fakeTerm) Send(f *lv1.ServerFrame) { t.frames <- f }
+func (t *fakeTerm) Send(f *lv1.ServerFrame) error { t.frames <- f; return nil }
+
+func (t *fakeTerm) Log() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func (t *fakeTerm) sandbox() bool {
 	t.mu.Lock()
@@ -387,26 +390,26 @@ type termLoop struct {
 
 func (f *fixture) serve(sid string) *termLoop {
 	l := &termLoop{t: f.t, term: newFakeTerm(), frames: make(chan *lv1.ClientFrame), close: make(chan struct{}), done: make(chan struct{})}
-	p := f.e.Routing(sid, l.term, f.e.log, true)
+	p, term := f.e.Routing(sid, true), l.term
 	go func() {
 		defer close(l.done)
 		for {
 			ch := p.Channels(l.term.sandbox(), false)
 			select {
 			case a := <-ch.Ask:
-				p.Begin(a)
+				p.Begin(term, a)
 			case <-ch.AskDone:
-				p.End()
+				p.End(term)
 			case h := <-ch.Host:
-				p.StartHost(h)
+				p.StartHost(term, h)
 			case <-ch.HostDone:
-				p.EndHost()
+				p.EndHost(term)
 			case fr := <-l.frames:
-				if !p.Answer(fr, false) && !p.CancelHost(fr, false) {
+				if !p.Answer(term, fr, false) && !p.CancelHost(term, fr, false) {
 					f.t.Errorf("frame not taken by escalation routing: %v", fr)
 				}
 			case <-l.close:
-				p.Close()
+				p.Close(term)
 				return
 			}
 		}

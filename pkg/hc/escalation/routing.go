@@ -21,14 +21,18 @@ const (
 
 // Terminal is what Routing needs from an interactive session's terminal
 // loop: its route (a route other than the sandbox's closes the output gate,
-// so the PTY is no longer read) and its client connection.
+// so the PTY is no longer read), its client connection and its logger.
 type Terminal interface {
 	// SetRoute switches the session's terminal route.
 	SetRoute(Route)
 	// RouteName names the current route (for logs).
 	RouteName() string
-	// Send writes one frame to the session's client.
-	Send(*lv1.ServerFrame)
+	// Send writes one frame to the session's client; a lost client is
+	// the loop's to notice (its frame reader ends), so Routing ignores
+	// the error.
+	Send(*lv1.ServerFrame) error
+	// Log is the session terminal's logger.
+	Log() *slog.Logger
 }
 
 // Port connects a session's escalation worker to its terminal loop.
@@ -148,8 +152,6 @@ type PromptAsk struct {
 // output is drained. Other sessions' loops are unaffected.
 type Routing struct {
 	svc    *Service
-	term   Terminal
-	log    *slog.Logger
 	port   *Port
 	cur    *PromptAsk // the prompt shown (route Prompt)
 	run    *HostRun   // the host process running (route HostProcess)
@@ -159,9 +161,9 @@ type Routing struct {
 // Routing registers an interactive session's prompt port and returns the
 // terminal loop's side of escalation routing. A session whose events are
 // not admitted (it ended before it was identified) gets no port, so its
-// requests are treated as having no terminal. log is the terminal's logger.
-func (e *Service) Routing(sessionID string, term Terminal, log *slog.Logger, admitted bool) *Routing {
-	p := &Routing{svc: e, term: term, log: log}
+// requests are treated as having no terminal.
+func (e *Service) Routing(sessionID string, admitted bool) *Routing {
+	p := &Routing{svc: e}
 	if admitted {
 		p.port = e.attachTerminal(sessionID)
 	}
@@ -193,27 +195,27 @@ func (p *Routing) Channels(sandbox, closing bool) RouteChannels {
 
 // Begin switches the route to Prompt (the output gate closes, so the pump
 // stops reading the PTY) and sends the prompt.
-func (p *Routing) Begin(a *PromptAsk) {
+func (p *Routing) Begin(t Terminal, a *PromptAsk) {
 	p.cur = a
 	p.svc.mtBeginPrompt(a.prompt.RequestId)
-	p.term.SetRoute(RoutePrompt)
-	p.log.Info("escalation prompt shown", "request_id", a.prompt.RequestId)
-	p.term.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPrompt{EscalationPrompt: a.prompt}})
+	t.SetRoute(RoutePrompt)
+	t.Log().Info("escalation prompt shown", "request_id", a.prompt.RequestId)
+	t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPrompt{EscalationPrompt: a.prompt}})
 }
 
 // End closes a prompt that ended without an answer (timeout, cancellation).
-func (p *Routing) End() {
+func (p *Routing) End(t Terminal) {
 	a := p.cur
 	p.cur = nil
-	p.term.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPromptEnd{EscalationPromptEnd: &lv1.EscalationPromptEnd{RequestId: a.prompt.RequestId, Reason: a.reason}}})
-	p.term.SetRoute(RouteSandbox)
+	t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPromptEnd{EscalationPromptEnd: &lv1.EscalationPromptEnd{RequestId: a.prompt.RequestId, Reason: a.reason}}})
+	t.SetRoute(RouteSandbox)
 }
 
 // Cancel ends the shown prompt because the session is closing (its
 // command exited): the worker refuses whatever decision would follow and
 // audits the request as cancelled, and the CLI is told the prompt ended. A
 // decision can never start a host command for a closing session.
-func (p *Routing) Cancel(reason string) {
+func (p *Routing) Cancel(t Terminal, reason string) {
 	a := p.cur
 	if a == nil {
 		return
@@ -221,22 +223,22 @@ func (p *Routing) Cancel(reason string) {
 	p.cur = nil
 	a.reason = reason
 	a.cancelOnce.Do(func() { close(a.cancelled) })
-	p.log.Info("escalation prompt cancelled", "request_id", a.prompt.RequestId, "reason", reason)
-	p.term.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPromptEnd{EscalationPromptEnd: &lv1.EscalationPromptEnd{RequestId: a.prompt.RequestId, Reason: reason}}})
-	p.term.SetRoute(RouteSandbox)
+	t.Log().Info("escalation prompt cancelled", "request_id", a.prompt.RequestId, "reason", reason)
+	t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPromptEnd{EscalationPromptEnd: &lv1.EscalationPromptEnd{RequestId: a.prompt.RequestId, Reason: reason}}})
+	t.SetRoute(RouteSandbox)
 }
 
 // Answer takes a decision frame: it goes to the current ask's worker (which
 // verifies the signature) and the route returns to the sandbox. It reports
 // whether f was a decision frame. While the session closes no decision is
 // taken.
-func (p *Routing) Answer(f *lv1.ClientFrame, closing bool) bool {
+func (p *Routing) Answer(t Terminal, f *lv1.ClientFrame, closing bool) bool {
 	d := f.GetEscalationDecision()
 	if d == nil {
 		return false
 	}
 	if p.cur == nil || closing {
-		p.log.Warn("escalation decision without a prompt refused", "closing", closing)
+		t.Log().Warn("escalation decision without a prompt refused", "closing", closing)
 		return true
 	}
 	select {
@@ -244,44 +246,44 @@ func (p *Routing) Answer(f *lv1.ClientFrame, closing bool) bool {
 	default:
 	}
 	p.cur = nil
-	p.term.SetRoute(RouteSandbox)
+	t.SetRoute(RouteSandbox)
 	return true
 }
 
 // StartHost is StartHostExecution's route change: the output gate closes
 // (no output frame is in flight once it returns), the CLI is told, and only
 // then may the worker release the process.
-func (p *Routing) StartHost(h *HostRun) {
+func (p *Routing) StartHost(t Terminal, h *HostRun) {
 	p.run = h
-	p.term.SetRoute(RouteHostProcess)
-	p.log.Info("host process route", "request_id", h.started.RequestId, "decided_by", h.started.DecidedBy)
-	p.term.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_HostProcessStarted{HostProcessStarted: h.started}})
+	t.SetRoute(RouteHostProcess)
+	t.Log().Info("host process route", "request_id", h.started.RequestId, "decided_by", h.started.DecidedBy)
+	t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_HostProcessStarted{HostProcessStarted: h.started}})
 	close(h.routed)
 }
 
 // EndHost restores the sandbox route once the exact host process is gone:
 // the CLI is told first, then the held PTY output follows.
-func (p *Routing) EndHost() {
+func (p *Routing) EndHost(t Terminal) {
 	h := p.run
 	p.run = nil
-	p.log.Info("host process route ended", "request_id", h.end.RequestId, "outcome", outcomeName(h.end.Outcome), "exit_code", h.end.ExitCode, "signal", h.end.Signal)
-	p.term.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_HostProcessEnded{HostProcessEnded: h.end}})
-	p.term.SetRoute(RouteSandbox)
+	t.Log().Info("host process route ended", "request_id", h.end.RequestId, "outcome", outcomeName(h.end.Outcome), "exit_code", h.end.ExitCode, "signal", h.end.Signal)
+	t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_HostProcessEnded{HostProcessEnded: h.end}})
+	t.SetRoute(RouteSandbox)
 }
 
 // CancelHost takes the developer's HostProcessCancel (the model's
 // CancelRequest): admitted only while the route is HostProcess for that
 // request. It reports whether f was such a frame.
-func (p *Routing) CancelHost(f *lv1.ClientFrame, closing bool) bool {
+func (p *Routing) CancelHost(t Terminal, f *lv1.ClientFrame, closing bool) bool {
 	c := f.GetHostProcessCancel()
 	if c == nil {
 		return false
 	}
 	if p.run == nil || closing || c.RequestId != p.run.started.RequestId {
-		p.log.Warn("host process cancellation refused", "request_id", c.RequestId, "closing", closing, "route", p.term.RouteName())
+		t.Log().Warn("host process cancellation refused", "request_id", c.RequestId, "closing", closing, "route", t.RouteName())
 		return true
 	}
-	p.log.Info("host process cancelled by the developer", "request_id", c.RequestId)
+	t.Log().Info("host process cancelled by the developer", "request_id", c.RequestId)
 	p.run.requestStop("cancelled by the developer at the session's terminal")
 	return true
 }
@@ -291,7 +293,7 @@ func (p *Routing) CancelHost(f *lv1.ClientFrame, closing bool) bool {
 // now on; the shown prompt is cancelled; a running host process is killed
 // through its pidfd and, before this returns, reaped, audited as cancelled
 // and answered to its requester. Only then may terminal output be drained.
-func (p *Routing) Close() {
+func (p *Routing) Close(t Terminal) {
 	if p.closed {
 		return
 	}
@@ -299,10 +301,10 @@ func (p *Routing) Close() {
 	if p.port != nil {
 		p.port.close()
 	}
-	p.Cancel("the session closed while the prompt was shown")
+	p.Cancel(t, "the session closed while the prompt was shown")
 	if h := p.run; h != nil {
 		h.requestStop("the session closed while the host command ran")
 		<-h.ended
-		p.EndHost()
+		p.EndHost(t)
 	}
 }
