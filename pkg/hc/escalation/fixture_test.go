@@ -33,6 +33,9 @@ import (
 
 func TestMain(m *testing.M) {
 	proc.MaybeRunWrapper() // the broker's fallback barrier re-executes the test binary
+	if root := os.Getenv(crashRootEnv); root != "" {
+		crashCoordinator(root)
+	}
 	// Model steps are recorded only while tracing is on; the fake Model
 	// below keeps them, the file is a sink.
 	dir, err := os.MkdirTemp("", "esc-trace")
