@@ -576,3 +576,53 @@ func TestEscalationCloseCancelsPrompt(t *testing.T) {
 		t.Errorf("request after the close: %v", res)
 	}
 }
+
+// TestEscalationNetworkAsk: a network ask shares the prompt routing: it is
+// shown at the session's terminal and returns the developer's verified
+// decision; a decision bound to another prompt is refused; a session whose
+// terminal serves no port is answered "no-terminal" without asking.
+func TestEscalationNetworkAsk(t *testing.T) {
+	f := newFixture(t)
+	s := f.session(true, true)
+	l := f.serve(s)
+	type answer struct {
+		d          *lv1.DeveloperDecision
+		by, reason string
+	}
+	ask := func(id string) <-chan answer {
+		c := make(chan answer, 1)
+		go func() {
+			p := &lv1.EscalationPrompt{RequestId: id, Profile: "default", SessionId: s, Generation: f.gen(), NetworkHost: "example.com", NetworkPort: 443, TimeoutSeconds: 60}
+			d, by, reason := f.e.Ask(s, f.anchors[s].Public(), p, time.Minute, 5*time.Second)
+			c <- answer{d, by, reason}
+		}()
+		return c
+	}
+	decide := func(id, bound string) {
+		p := l.next().GetEscalationPrompt()
+		if p == nil || p.RequestId != id || p.NetworkHost != "example.com" {
+			t.Fatalf("expected the network prompt %s, got %v", id, p)
+		}
+		sd, err := record.SignDecision(&lv1.DeveloperDecision{RequestId: bound, SessionId: s, Generation: f.gen(), Decision: lv1.DecisionKind_DECISION_KIND_APPROVE, NetworkScope: "once"},
+			func(n string, b []byte) ([]byte, error) { return f.anchors[s].Sign(n, b), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.send(&lv1.ClientFrame{Msg: &lv1.ClientFrame_EscalationDecision{EscalationDecision: sd}})
+	}
+	c := ask("net-5-1")
+	decide("net-5-1", "net-5-1")
+	if a := <-c; a.d == nil || a.by != "developer" || a.d.NetworkScope != "once" {
+		t.Errorf("approved ask: %+v", a)
+	}
+	c = ask("net-5-2")
+	decide("net-5-2", "net-5-1")
+	if a := <-c; a.d != nil || a.by != "developer" || !strings.Contains(a.reason, "another request") {
+		t.Errorf("decision bound to another prompt: %+v", a)
+	}
+	other := f.session(true, true) // interactive, but no loop serves it
+	p := &lv1.EscalationPrompt{RequestId: "net-5-3", SessionId: other, Generation: f.gen()}
+	if d, by, _ := f.e.Ask(other, f.anchors[other].Public(), p, time.Minute, 50*time.Millisecond); d != nil || by != "no-terminal" {
+		t.Errorf("ask without a terminal loop: %v %s", d, by)
+	}
+}
