@@ -20,7 +20,7 @@ package hc
 // reads the master (aggregated up to termFrameMax per read) only while the
 // route is the sandbox route and writes each read as one Output frame
 // straight from its buffer (control.WriteOutput), so a slow client or
-// another route (Prompt, HostProcess: escalation_terminal.go) stops reading
+// another route (Prompt, HostProcess: package escalation) stops reading
 // the master and the kernel PTY buffer pushes back on the guest. Input,
 // resize and signal events are admitted only on the sandbox route. Input
 // waits for the PTY writer by not reading more client frames; group
@@ -88,7 +88,7 @@ const (
 	routeNone terminalRoute = iota // Detached
 	routeSandbox
 	// routePrompt: the session's terminal shows an escalation prompt
-	// (escalation_terminal.go); its PTY is not read and no input reaches it.
+	// (package escalation); its PTY is not read and no input reaches it.
 	routePrompt
 	// routeHostProcess: an approved host command of the session's
 	// escalation runs (StartHostExecution until its exact process is gone);
@@ -579,7 +579,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 
 	var pendingIn []byte
 	closing := false
-	prompts := t.prompts(admitted)
+	prompts, et := t.prompts(admitted), escTerminal{t}
 	childDone := t.child.Done()
 	pumpDone := (<-chan struct{})(pumped)
 	for {
@@ -593,23 +593,23 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 		if closing && pumpDone == nil {
 			break
 		}
-		ch := prompts.channels(t.route, closing)
+		ch := prompts.Channels(t.route == routeSandbox, closing)
 		select {
-		case a := <-ch.ask:
-			prompts.begin(t, a)
-		case <-ch.askDone:
-			prompts.end(t)
-		case h := <-ch.host:
-			prompts.startHost(t, h)
-		case <-ch.hostDone:
-			prompts.endHost(t)
+		case a := <-ch.Ask:
+			prompts.Begin(et, a)
+		case <-ch.AskDone:
+			prompts.End(et)
+		case h := <-ch.Host:
+			prompts.StartHost(et, h)
+		case <-ch.HostDone:
+			prompts.EndHost(et)
 		case <-pumpDone:
 			pumpDone = nil
 			if !closing {
 				// PTY loss starts the same release: no prompt stays shown
 				// and no host process outlives it.
 				t.log.Debug("session terminal output ended before the exec client exited")
-				prompts.close(t)
+				prompts.Close(et)
 			}
 		case inC <- pendingIn:
 			pendingIn = nil
@@ -621,7 +621,7 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 			// until EOF or the drain deadline.
 			childDone = nil
 			closing = true
-			prompts.close(t)
+			prompts.Close(et)
 			t.master.SetReadDeadline(t.clock.Now().Add(drainTimeout))
 		case f, ok := <-frameC:
 			if !ok {
@@ -629,11 +629,11 @@ func (t *terminal) loop(frames <-chan *lv1.ClientFrame, admitted bool) (clientGo
 				// the host process end first (the final frames go nowhere),
 				// then the caller performs the same physical release.
 				s.raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))
-				prompts.close(t)
+				prompts.Close(et)
 				t.setRoute(routeNone)
 				return true
 			}
-			if prompts.answer(t, f, closing) || prompts.cancelHost(t, f, closing) {
+			if prompts.Answer(et, f, closing) || prompts.CancelHost(et, f, closing) {
 				continue
 			}
 			if closing || !admitted || t.route != routeSandbox {
