@@ -91,6 +91,7 @@ type coordinator struct {
 	anchor       *trust.Anchor
 	esc          *escalation.Service // host escalation (package escalation)
 	rsCred       *trust.Credential   // the runtime supervisor's protocol credential
+	rsl          *rsLaunch           // RS's acquisition, begun during init (rsstart.go)
 	tlsConfig    *tls.Config
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
@@ -177,6 +178,7 @@ func Main(args []string) int {
 		ready:    make(chan struct{}), changed: make(chan struct{}), sessions: map[string]*session{},
 		teardownC: make(chan struct{}), stopped: make(chan struct{})}
 	if err := c.init(); err != nil {
+		c.rsl.abort()
 		log.Error("start failed", "err", err)
 		fmt.Fprintf(ready, "%s\x00%s\n", errdefs.Category(err), err)
 		ready.Close()
@@ -265,6 +267,9 @@ func (c *coordinator) init() error {
 	if c.broker, err = proc.NewBroker(c.log, exe); err != nil {
 		return err
 	}
+	// RS's clone, wrapper and id maps proceed meanwhile; it stays at its
+	// barrier until startGeneration (rsLaunch).
+	c.rsl = c.spawnSupervisor()
 	// The developer's Git configuration (its identity for guestEnv, and
 	// what host Git runs or reads from the workspace for the Git Sentry)
 	// is read while the store opens and recovery runs: a Git start-up is

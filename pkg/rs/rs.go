@@ -99,7 +99,7 @@ func Main(args []string) int {
 		return 2
 	}
 	s := &supervisor{timing: rec, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
-	s.mt.domain, s.mt.gen = modeltrace.Generation(os.Getenv)
+	s.mt.domain, s.mt.gen = cred.domain, cred.generation
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	code := s.run()
 	s.mtLeaseLoss()
@@ -822,6 +822,11 @@ func routeStrings(rs []netsetup.Route) []string {
 type credential struct {
 	key         ed25519.PrivateKey
 	coordinator ed25519.PublicKey
+	// domain and generation name the generation this supervisor serves,
+	// known before StartSandbox (the model trace records by them even
+	// when the coordinator is lost before it).
+	domain     string
+	generation uint64
 }
 
 func readCredential(fd int) (credential, error) {
@@ -835,9 +840,11 @@ func readCredential(fd int) (credential, error) {
 	var f struct {
 		KeySeed              []byte `json:"key_seed"`
 		CoordinatorPublicKey []byte `json:"coordinator_public_key"`
+		DomainID             string `json:"domain_id"`
+		Generation           uint64 `json:"generation"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil || len(f.KeySeed) != ed25519.SeedSize || len(f.CoordinatorPublicKey) != ed25519.PublicKeySize {
 		return credential{}, errdefs.New(errdefs.ErrCorrupt, "malformed runtime supervisor credential")
 	}
-	return credential{key: ed25519.NewKeyFromSeed(f.KeySeed), coordinator: ed25519.PublicKey(f.CoordinatorPublicKey)}, nil
+	return credential{key: ed25519.NewKeyFromSeed(f.KeySeed), coordinator: ed25519.PublicKey(f.CoordinatorPublicKey), domain: f.DomainID, generation: f.Generation}, nil
 }
