@@ -165,7 +165,7 @@ func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "hc", "pid", os.Getpid())
 	// The marker that starts this process's part of the Domain log
 	// (`lazaret logs` groups the log by it).
-	log.Info(hclog.StartMarker)
+	log.Info(hclog.StartMarker, "workspace", *ws, "profile", *prof)
 	if *lockFD < 3 || *readyFD < 3 || *profileFD < 3 {
 		fmt.Fprintln(os.Stderr, "lazaret-hc is started by lazaret, not by hand (missing --lock-fd/--ready-fd/--profile-fd)")
 		return 2
