@@ -274,7 +274,7 @@ func (c *coordinator) writeSupervisorInputs(policyFile, credFile *os.File) error
 		return err
 	}
 	credJSON, _ := json.Marshal(rsCredentialFile{KeySeed: rsKey.Seed(), CoordinatorPublicKey: c.anchor.CoordinatorCredential().Claims.PublicKey,
-		DomainID: c.dom(), Generation: c.generation})
+		DomainID: c.dom(), Generation: c.generation, StorageRoot: c.paths.StorageRoot, ImageRef: c.image})
 	return fdpass.FillAndSeal(credFile, credJSON)
 }
 

@@ -305,6 +305,7 @@ func (c *coordinator) supervisorHello(hello *lv1.SupervisorHello, prepared <-cha
 		return err
 	}
 	failpoint.Hit("lazaret-hc:hello-verified")
+	c.timing.Mark("StartSandbox built")
 	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}})
 }
 

@@ -189,6 +189,7 @@ type supervisor struct {
 	art       prepare.Artifact
 	anchors   []anchor.MountIdentity // mounted State Anchors, in mount order
 	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	held      *heldLower             // the hold begun before StartSandbox (joinLower)
 	purged    chan struct{}          // closed when reclaimed artifacts are deleted
 	routing   *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
 	kids      *runscChildren         // the attached runsc's sandbox and gofer, once proven
@@ -292,11 +293,18 @@ func (s *supervisor) run() int {
 	}
 	s.mountNS = hello.MountNamespace
 	failpoint.Hit("lazaret-rs:hello-sent")
+	// The prepared lower is looked up and held while the coordinator
+	// verifies the hello (its progress, if it prepares, may follow the
+	// hello in any phase).
+	if in := s.cred.lower; in.storageRoot != "" {
+		s.holdLowerEarly(in)
+	}
 	var first lv1.CoordinatorMessage
 	if err := s.ch.Recv(context.Background(), &first); err != nil {
 		s.log.Error("receive start", "err", err)
 		return 1
 	}
+	s.timing.Mark("StartSandbox received")
 	s.start = first.GetStart()
 	if s.start == nil {
 		return s.fail(errdefs.New(errdefs.ErrCorrupt, "first coordinator message is not StartSandbox"))
@@ -396,7 +404,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.checkEgress(); err != nil {
 		return nil, nil, err
 	}
-	s.timing.Mark("start received")
+	s.timing.Mark("start checked (policy, loopback)")
 	// The Git-routing daemon needs neither the lower nor the anchors: it
 	// starts now and mounts the workspace while the lower is held, the
 	// lease recorded and the State Anchors mounted; it is joined before
@@ -430,7 +438,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		// so that the caller's stopGitRouting stops it.
 		defer joinRouting()
 	}
-	art, err := s.holdLower()
+	art, err := s.joinLower(st)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -827,6 +835,8 @@ type credential struct {
 	// when the coordinator is lost before it).
 	domain     string
 	generation uint64
+	// lower names the prepared lower to hold before StartSandbox.
+	lower lowerInputs
 }
 
 func readCredential(fd int) (credential, error) {
@@ -842,9 +852,12 @@ func readCredential(fd int) (credential, error) {
 		CoordinatorPublicKey []byte `json:"coordinator_public_key"`
 		DomainID             string `json:"domain_id"`
 		Generation           uint64 `json:"generation"`
+		StorageRoot          string `json:"storage_root"`
+		ImageRef             string `json:"image_ref"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil || len(f.KeySeed) != ed25519.SeedSize || len(f.CoordinatorPublicKey) != ed25519.PublicKeySize {
 		return credential{}, errdefs.New(errdefs.ErrCorrupt, "malformed runtime supervisor credential")
 	}
-	return credential{key: ed25519.NewKeyFromSeed(f.KeySeed), coordinator: ed25519.PublicKey(f.CoordinatorPublicKey), domain: f.DomainID, generation: f.Generation}, nil
+	return credential{key: ed25519.NewKeyFromSeed(f.KeySeed), coordinator: ed25519.PublicKey(f.CoordinatorPublicKey), domain: f.DomainID, generation: f.Generation,
+		lower: lowerInputs{storageRoot: f.StorageRoot, imageRef: f.ImageRef, domainID: f.DomainID, generation: f.Generation}}, nil
 }
