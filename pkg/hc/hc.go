@@ -327,6 +327,7 @@ func (c *coordinator) init() error {
 		return err
 	}
 	c.emit("CreateTrustAnchor", c.dom())
+	c.timing.Mark("trust anchor created")
 	if c.tlsConfig, err = c.anchor.ServerTLSConfig(); err != nil {
 		return err
 	}

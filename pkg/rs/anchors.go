@@ -23,21 +23,21 @@ import (
 	"github.com/lazaret/lazaret/pkg/removal"
 )
 
-// mountAnchors mounts one State Anchor overlay for every anchor bind of the
-// spec RS is about to run (spec §3.5): the spec HC built names, for each
-// persistent guest path, a source beneath <bundle>/anchors; RS mounts the
-// overlay of that guest path of the read-only lower under the Domain's upper
-// there, in its own mount namespace. First it finishes interrupted resets and
-// deletes the reset trash of the anchors and of the Ignored Workspace State,
-// which only namespace root can do.
-func (s *supervisor) mountAnchors(lowerRoot string) error {
+// beforeMounts is what launch does while the coordinator records the
+// prepared-lower lease, none of it a mount: the profile paths' directories
+// and lock, the rootfs mount point, and the reset trash of the State
+// Anchors and of the Ignored Workspace State, which only namespace root can
+// delete (finishing interrupted resets).
+func (s *supervisor) beforeMounts(rootfs string) error {
 	st := s.start
 	if !domain.ID(st.DomainId).Valid() {
 		return errdefs.New(errdefs.ErrInvalid, "bad Domain ID %q", st.DomainId)
 	}
-	var sp specs.Spec
-	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
-		return errdefs.Mark(err, errdefs.ErrCorrupt)
+	if err := s.prepareProfilePaths(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(rootfs, 0o700); err != nil {
+		return err
 	}
 	root := anchor.Root(st.StorageRoot, st.DomainId)
 	if n, err := anchor.PurgeTrash(root, time.Now); err != nil {
@@ -50,6 +50,21 @@ func (s *supervisor) mountAnchors(lowerRoot string) error {
 	} else if n > 0 {
 		s.log.Info("deleted reset Ignored Workspace State", "count", n)
 	}
+	return nil
+}
+
+// mountAnchors mounts one State Anchor overlay for every anchor bind of the
+// spec RS is about to run (spec §3.5): the spec HC built names, for each
+// persistent guest path, a source beneath <bundle>/anchors; RS mounts the
+// overlay of that guest path of the read-only lower under the Domain's upper
+// there, in its own mount namespace (after beforeMounts).
+func (s *supervisor) mountAnchors(lowerRoot string) error {
+	st := s.start
+	var sp specs.Spec
+	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
+		return errdefs.Mark(err, errdefs.ErrCorrupt)
+	}
+	root := anchor.Root(st.StorageRoot, st.DomainId)
 	dir := ocispec.AnchorSourceDir(st.BundleDir)
 	for _, m := range sp.Mounts {
 		if !strings.HasPrefix(m.Source, dir+"/") {

@@ -445,15 +445,18 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	s.art = art
 	s.timing.Mark("prepared lower held")
 	failpoint.Hit("lazaret-rs:prepared")
+	// What neither mounts nor needs the lease runs while the coordinator
+	// records it: the profile paths' directories and lock, the rootfs
+	// mount point and the State Anchors' reset trash.
+	rootfs := filepath.Join(st.BundleDir, "rootfs")
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- s.beforeMounts(rootfs) }()
 	if err := s.awaitLease(); err != nil {
+		<-unmounted
 		return nil, nil, err
 	}
 	s.timing.Mark("lease recorded by the coordinator")
-	if err := s.prepareProfilePaths(); err != nil {
-		return nil, nil, err
-	}
-	rootfs := filepath.Join(st.BundleDir, "rootfs")
-	if err := os.MkdirAll(rootfs, 0o700); err != nil {
+	if err := <-unmounted; err != nil {
 		return nil, nil, err
 	}
 	if err := s.mountRoot(art, rootfs); err != nil {
