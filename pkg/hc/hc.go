@@ -178,7 +178,7 @@ func Main(args []string) int {
 		ready:    make(chan struct{}), changed: make(chan struct{}), sessions: map[string]*session{},
 		teardownC: make(chan struct{}), stopped: make(chan struct{})}
 	if err := c.init(); err != nil {
-		c.rsl.abort()
+		c.rsl.abort(c)
 		log.Error("start failed", "err", err)
 		fmt.Fprintf(ready, "%s\x00%s\n", errdefs.Category(err), err)
 		ready.Close()
@@ -268,7 +268,7 @@ func (c *coordinator) init() error {
 		return err
 	}
 	// RS's clone, wrapper and id maps proceed meanwhile; it stays at its
-	// barrier until startGeneration (rsLaunch).
+	// barrier until the trust anchor exists (rsLaunch).
 	c.rsl = c.spawnSupervisor()
 	// The developer's Git configuration (its identity for guestEnv, and
 	// what host Git runs or reads from the workspace for the Git Sentry)
@@ -328,6 +328,7 @@ func (c *coordinator) init() error {
 	}
 	c.emit("CreateTrustAnchor", c.dom())
 	c.timing.Mark("trust anchor created")
+	c.rsl.releaseStage()
 	if c.tlsConfig, err = c.anchor.ServerTLSConfig(); err != nil {
 		return err
 	}

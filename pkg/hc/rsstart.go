@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -77,14 +78,16 @@ func (c *coordinator) startGeneration() {
 // coordinator initialises (spawnSupervisor, from init): the clone into new
 // namespaces, the wrapper's start and newuidmap/newgidmap run while the
 // store opens, recovery runs and the generation is recorded. RS is held at
-// its barrier, running none of its code, until startGeneration releases
-// the stage: only then are its policy and credential written and its
-// ownership recorded (the staged Intent precedes RS running, as before).
+// its barrier, running none of its code, until init has created the
+// generation's trust anchor and releases the stage: only then are its
+// policy and credential written and its ownership recorded (the staged
+// Intent precedes RS running, as before), while init completes.
 type rsLaunch struct {
-	release chan struct{} // closed by finish: stage and release RS
-	cancel  chan struct{} // closed by abort: the coordinator did not start
-	done    chan struct{} // closed when the acquisition returned
-	err     error
+	release     chan struct{} // closed by releaseStage: stage and release RS
+	releaseOnce sync.Once
+	cancel      chan struct{} // closed by abort: the coordinator did not start
+	done        chan struct{} // closed when the acquisition returned
+	err         error
 	// The channel and the lifetime pipe's write end, handed to the
 	// coordinator by finish (or closed by abort).
 	ch        *fdpass.Channel
@@ -101,18 +104,30 @@ func (c *coordinator) spawnSupervisor() *rsLaunch {
 	return l
 }
 
-// finish releases the acquisition and waits for it; on return the
-// coordinator holds RS (or the error).
+// releaseStage lets the acquisition stage and release RS: init calls it
+// once the trust anchor exists (RS's credential needs it, and the model's
+// StartRuntimeSupervisor follows CreateTrustAnchor), while the rest of
+// init (sandbox credentials, escalation mailbox, publication, control
+// socket) proceeds.
+func (l *rsLaunch) releaseStage() {
+	l.releaseOnce.Do(func() { close(l.release) })
+}
+
+// finish releases the acquisition (if init has not) and waits for it; on
+// return the coordinator holds RS (or the error).
 func (l *rsLaunch) finish(c *coordinator) error {
-	close(l.release)
+	l.releaseStage()
 	<-l.done
 	c.rsChan, c.lifetimeW = l.ch, l.lifetimeW
 	return l.err
 }
 
 // abort ends an acquisition the coordinator will not use (its start-up
-// failed): the broker kills and reaps the held child, which ran nothing.
-func (l *rsLaunch) abort() {
+// failed). Held at its barrier, the child ran nothing: the broker kills
+// and reaps it. Already released, RS loses its channel and lifetime pipe
+// and ends as when its coordinator dies (its records are recovered by the
+// next coordinator); abort waits for it, bounded, then kills it.
+func (l *rsLaunch) abort(c *coordinator) {
 	if l == nil {
 		return
 	}
@@ -123,6 +138,14 @@ func (l *rsLaunch) abort() {
 	}
 	if l.lifetimeW != nil {
 		l.lifetimeW.Close()
+	}
+	if l.err == nil && c.rsChild != nil {
+		select {
+		case <-c.rsChild.Done():
+		case <-time.After(rsStopWait):
+			c.rsChild.Signal(unix.SIGKILL)
+			<-c.rsChild.Done()
+		}
 	}
 }
 
@@ -229,12 +252,15 @@ func (c *coordinator) launchSupervisor(l *rsLaunch) error {
 	peer.Close()
 	lifeR.Close()
 	if err != nil {
+		// A failure before the stage (e.g. newuidmap) is reported once the
+		// coordinator released the acquisition, in the order it had when
+		// the acquisition began there.
 		select {
+		case <-l.release:
 		case <-l.cancel:
 			// The coordinator never started: nothing of the generation
 			// was recorded for this child.
 			return err
-		default:
 		}
 		// An acquisition that failed after staging killed and reaped RS
 		// itself (the broker's abort): the coordinator terminated it.
