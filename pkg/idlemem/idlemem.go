@@ -18,15 +18,44 @@ package idlemem
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// Delay is how long SettleSoon waits for the process to stay quiet.
+const Delay = time.Second
+
+var (
+	soonMu    sync.Mutex
+	soonTimer *time.Timer
+)
+
+// SettleSoon runs Settle (with log) once Delay has passed since the last
+// SettleSoon call: a process calls it where it goes idle (a Domain
+// published, a session started), and what still runs right after that
+// point (the first output relayed, records written) neither waits for the
+// collection nor faults back in what Settle just unmapped.
+func SettleSoon(log *slog.Logger) {
+	soonMu.Lock()
+	defer soonMu.Unlock()
+	if soonTimer != nil {
+		soonTimer.Stop()
+	}
+	soonTimer = time.AfterFunc(Delay, func() { Settle(log) })
+}
+
+// running is set while a Settle runs.
+var running atomic.Bool
 
 // Result is what Settle did.
 type Result struct {
@@ -40,8 +69,16 @@ type Result struct {
 
 // Settle releases start-up memory (see the package documentation). It
 // never fails its caller: what it cannot do is logged (at debug level) to
-// log, which may be nil.
+// log, which may be nil. A call while another runs does nothing. It costs a
+// blocking garbage collection (milliseconds for these heaps); processes
+// call SettleSoon.
 func Settle(log *slog.Logger) Result {
+	// Calls that come while one runs (concurrent session starts) are
+	// covered by it.
+	if !running.CompareAndSwap(false, true) {
+		return Result{}
+	}
+	defer running.Store(false)
 	var r Result
 	r.HeapReleased = freeHeap()
 	n, size, err := dropExecutable()
@@ -50,7 +87,9 @@ func Settle(log *slog.Logger) Result {
 		if err != nil {
 			log.Debug("idle memory: executable pages kept", "err", err)
 		}
-		log.Debug("idle memory settled", "heap_released", r.HeapReleased, "text_mappings", n, "text_bytes", size)
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("idle memory settled", append([]any{"heap_released", r.HeapReleased, "text_mappings", n, "text_bytes", size}, runtimeMemory()...)...)
+		}
 	}
 	return r
 }
