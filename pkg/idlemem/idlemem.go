@@ -9,8 +9,10 @@
 // configuration, image metadata), and the runtime's background scavenger
 // would return it only slowly. And it unmaps the process's own pages of its
 // executable's read-only segments (code and read-only data) with
-// madvise(MADV_DONTNEED): they are clean private file pages, so the next
-// access faults them back in from the page cache, unchanged; start-up
+// madvise(MADV_DONTNEED), after MADV_NOHUGEPAGE so that what runs later
+// is not mapped back as whole 2 MiB pages: they are clean private file
+// pages, so the next access faults them back in from the page cache,
+// unchanged; start-up
 // touches most of a binary that an idle process never runs again, and each
 // Domain's processes would otherwise keep those pages mapped. Writable
 // mappings (the data segment, the heap) are never touched.
@@ -123,7 +125,15 @@ func dropExecutable() (int, uint64, error) {
 	}
 	var total uint64
 	for i, m := range maps {
-		if err := madviseDontneed(m.start, m.end-m.start); err != nil {
+		// Page cache folios of a binary can be 2 MiB (e.g. a file
+		// written in one large write), which a fault may map whole as
+		// a huge PMD: one instruction run later would bring 2 MiB back.
+		// MADV_NOHUGEPAGE keeps faults to small-page mappings (recent
+		// kernels' fault-around still maps a whole large folio with
+		// small pages). Kernels without THP refuse the advice, which
+		// changes nothing here.
+		madvise(m.start, m.end-m.start, unix.MADV_NOHUGEPAGE)
+		if err := madvise(m.start, m.end-m.start, unix.MADV_DONTNEED); err != nil {
 			return i, total, fmt.Errorf("idle memory: madvise %#x-%#x: %w", m.start, m.end, err)
 		}
 		total += uint64(m.end - m.start)
@@ -187,8 +197,8 @@ func traced() bool {
 	return true
 }
 
-func madviseDontneed(addr, length uintptr) error {
-	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, unix.MADV_DONTNEED)
+func madvise(addr, length uintptr, advice int) error {
+	_, _, e := unix.Syscall(unix.SYS_MADVISE, addr, length, uintptr(advice))
 	if e != 0 {
 		return e
 	}
