@@ -53,8 +53,11 @@ func SettleSoon(log *slog.Logger) {
 	if soonTimer != nil {
 		soonTimer.Stop()
 	}
-	soonTimer = time.AfterFunc(Delay, func() { Settle(log) })
+	soonTimer = time.AfterFunc(Delay, func() { settle(log) })
 }
+
+// settle is Settle (a test counts the calls).
+var settle = Settle
 
 // running is set while a Settle runs.
 var running atomic.Bool

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadOnlyMappings(t *testing.T) {
@@ -139,4 +141,31 @@ func exeReadOnlyRSS(t *testing.T, pid int) int {
 		}
 	}
 	return total
+}
+
+// TestSettleSoonCoalesces: calls in quick succession settle once, Delay
+// after the last one.
+func TestSettleSoonCoalesces(t *testing.T) {
+	calls := make(chan time.Time, 8)
+	settle = func(*slog.Logger) Result { calls <- time.Now(); return Result{} }
+	defer func() { settle = Settle }()
+	var last time.Time
+	for i := 0; i < 3; i++ {
+		last = time.Now()
+		SettleSoon(nil)
+		time.Sleep(Delay / 5)
+	}
+	select {
+	case at := <-calls:
+		if at.Sub(last) < Delay {
+			t.Fatalf("settled %v after the last call, before Delay %v", at.Sub(last), Delay)
+		}
+	case <-time.After(3 * Delay):
+		t.Fatal("SettleSoon never settled")
+	}
+	select {
+	case <-calls:
+		t.Fatal("settled twice")
+	case <-time.After(Delay + Delay/2):
+	}
 }
