@@ -84,8 +84,10 @@ func Settle(log *slog.Logger) Result {
 		return Result{}
 	}
 	defer running.Store(false)
+	begin := time.Now()
 	var r Result
 	r.HeapReleased = freeHeap()
+	heapTook := time.Since(begin)
 	n, size, err := dropExecutable()
 	r.TextMappings, r.TextBytes = n, size
 	if log != nil {
@@ -93,7 +95,7 @@ func Settle(log *slog.Logger) Result {
 			log.Debug("idle memory: executable pages kept", "err", err)
 		}
 		if log.Enabled(context.Background(), slog.LevelDebug) {
-			log.Debug("idle memory settled", append([]any{"heap_released", r.HeapReleased, "text_mappings", n, "text_bytes", size}, runtimeMemory()...)...)
+			log.Debug("idle memory settled", append([]any{"took", time.Since(begin), "heap_took", heapTook, "heap_released", r.HeapReleased, "text_mappings", n, "text_bytes", size}, runtimeMemory()...)...)
 		}
 	}
 	return r
