@@ -161,7 +161,7 @@ func setup() (*env, error) {
 }
 
 func copyBinaries(src, dst string) error {
-	for _, b := range []string{"lazaret", "lazaret-hc", "lazaret-rs", "lazaret-escalate"} {
+	for _, b := range []string{"lazaret", "lazaret-cli", "lazaret-hc", "lazaret-rs", "lazaret-escalate"} {
 		data, err := os.ReadFile(filepath.Join(src, b))
 		if err != nil {
 			return fmt.Errorf("binary %s: %v; run `make build build-failpoints`", b, err)

@@ -1,4 +1,4 @@
-package cli
+package runverb
 
 import (
 	"fmt"
@@ -26,7 +26,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/timing"
 )
 
-var runCommand = &cli.Command{
+// Command is the `lazaret run` verb.
+var Command = &cli.Command{
 	Name:      "run",
 	Usage:     "run a command in this project's sandbox (starting it if needed)",
 	ArgsUsage: "[--] [COMMAND [ARG...]]",
@@ -122,7 +123,7 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	runTiming.Mark("host checked")
-	prof, err := lookupProfileIn(c.String("config"), c.String("profile"))
+	prof, err := LookupProfileIn(c.String("config"), c.String("profile"))
 	if err != nil {
 		return err
 	}
@@ -140,9 +141,13 @@ func runAction(c *cli.Context) error {
 	if c.Bool("git-common-dir") {
 		prof.Config.GitCommonDir = true
 	}
-	// A recipe image is built on first use (and when its base changed).
+	// A recipe image is built on first use (and when its base changed), by
+	// the full CLI: the front hands the whole command over to it.
 	if prof.Config.Recipe != nil {
-		if _, err := ensureRecipeImage(c.Context, prof, os.Stderr, false); err != nil {
+		if EnsureRecipeImage == nil {
+			return ErrFullCLI
+		}
+		if err := EnsureRecipeImage(c.Context, prof, os.Stderr); err != nil {
 			return err
 		}
 	}
@@ -181,7 +186,7 @@ func runAction(c *cli.Context) error {
 		}
 		linger = l
 	}
-	image, err := prof.imageRef()
+	image, err := prof.ImageRef()
 	if err != nil {
 		return err
 	}
@@ -256,8 +261,8 @@ func runAction(c *cli.Context) error {
 	s := &client.Starter{
 		Paths: paths, Profile: prof.Name, CanonicalProfile: prof.Config.Canonical(),
 		Workspace: ws.Root, Image: image,
-		LocateHC: func() (string, error) { return locate.Find(locate.HC, programGetenv(prof.Programs, os.Getenv)) },
-		Environ:  os.Environ(), ExtraEnv: programEnv(prof.Programs, os.Getenv),
+		LocateHC: func() (string, error) { return locate.Find(locate.HC, ProgramGetenv(prof.Programs, os.Getenv)) },
+		Environ:  os.Environ(), ExtraEnv: ProgramEnv(prof.Programs, os.Getenv),
 		LogLevel: level, Broker: broker, Timing: runTiming,
 	}
 	if modeltrace.On() {
@@ -276,7 +281,7 @@ func runAction(c *cli.Context) error {
 	if end.Err != nil {
 		return end.Err
 	}
-	return exitError{end.Code}
+	return ExitError{Code: end.Code}
 }
 
 // session runs the CLI's side of a non-interactive Client Session: it
@@ -296,7 +301,7 @@ func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
 	if self != nil {
 		defer self.Close()
 	}
-	stderrTTY := isTerminal(2)
+	stderrTTY := IsTerminal(2)
 	suspended := false
 	for {
 		select {
@@ -322,7 +327,7 @@ func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
 				if !e.Retry && e.Err == nil {
 					runTiming.Mark("exit status received")
 					if e.Stopped {
-						fmt.Fprintln(os.Stderr, stoppedMessage)
+						fmt.Fprintln(os.Stderr, StoppedMessage)
 						return &client.End{Code: ExitStopped}
 					}
 				}
@@ -359,7 +364,8 @@ func relayStdin(sess *client.Session) {
 	}
 }
 
-func isTerminal(fd int) bool {
+// IsTerminal reports whether fd is a terminal.
+func IsTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	return err == nil
 }
