@@ -149,6 +149,15 @@ func Connect(paths domain.Paths, profile string) (*Conn, error) {
 // connection may do), and dials again with the issued one-hour leaf. It
 // takes raw over, also on error. ErrNotPublished means the coordinator
 // withdrew meanwhile (it is stopping).
+//
+// The two connections overlap: the second is dialled and its handshake
+// started before the enrollment, and the handshake presents the issued
+// leaf only once the enrollment returned it (GetClientCertificate waits
+// for it). The coordinator's half of that handshake (its key share and
+// signature) and this CLI's verification of it, the pinned coordinator
+// leaf included, run while the enrollment does; the messages and their
+// order on each connection are those of enrolling first and reconnecting
+// after, so a join pays about one handshake's latency instead of two.
 func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn, error) {
 	pub, id, err := ReadPublication(paths, profile)
 	if err != nil {
@@ -173,27 +182,13 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 	enrollConn := tls.Client(raw, cfg)
 	defer enrollConn.Close()
 	enrollConn.SetDeadline(time.Now().Add(enrollTimeout))
-	fc := control.NewConn(enrollConn)
-	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: csr}}}); err != nil {
-		return nil, fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished)
-	}
-	var f lv1.ServerFrame
-	if err := fc.Read(&f); err != nil {
-		return nil, fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished)
-	}
-	if e := f.GetError(); e != nil {
-		return nil, frameError(e)
-	}
-	en := f.GetEnrollment()
-	if en == nil {
-		return nil, errdefs.New(errdefs.ErrCorrupt, "the Host Coordinator answered enrollment with %v", f.String())
-	}
-	cert := trust.ClientCertificate(key, &trust.Enrollment{ClientID: en.ClientCliId, CertDER: en.CertificateDer})
+
+	// The authenticated connection, its handshake waiting for the leaf.
 	raw2, err := Dial(paths)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err = trust.ClientTLSConfig(pub, &cert, nil)
+	cfg2, err := trust.ClientTLSConfig(pub, nil, nil)
 	if err != nil {
 		raw2.Close()
 		return nil, err
@@ -205,9 +200,42 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 		raw2.Close()
 		return nil, err
 	}
-	conn := tls.Client(rconn, cfg)
+	leaf := make(chan *tls.Certificate, 1) // nil: the enrollment failed
+	cfg2.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if c := <-leaf; c != nil {
+			return c, nil
+		}
+		return nil, errEnrollmentFailed
+	}
+	conn := tls.Client(rconn, cfg2)
 	conn.SetDeadline(time.Now().Add(enrollTimeout))
-	if err := conn.Handshake(); err != nil {
+	handshake := make(chan error, 1)
+	go func() { handshake <- conn.Handshake() }()
+	abandon := func(err error) (*Conn, error) {
+		leaf <- nil
+		<-handshake
+		conn.Close()
+		return nil, err
+	}
+
+	fc := control.NewConn(enrollConn)
+	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: csr}}}); err != nil {
+		return abandon(fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished))
+	}
+	var f lv1.ServerFrame
+	if err := fc.Read(&f); err != nil {
+		return abandon(fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished))
+	}
+	if e := f.GetError(); e != nil {
+		return abandon(frameError(e))
+	}
+	en := f.GetEnrollment()
+	if en == nil {
+		return abandon(errdefs.New(errdefs.ErrCorrupt, "the Host Coordinator answered enrollment with %v", f.String()))
+	}
+	cert := trust.ClientCertificate(key, &trust.Enrollment{ClientID: en.ClientCliId, CertDER: en.CertificateDer})
+	leaf <- &cert
+	if err := <-handshake; err != nil {
 		conn.Close()
 		if peerGone(err) {
 			// The coordinator closed the connection unread after it
@@ -222,6 +250,10 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 	conn.SetDeadline(time.Time{})
 	return &Conn{conn: conn, fc: control.NewConn(conn), Identity: id, ClientID: en.ClientCliId}, nil
 }
+
+// errEnrollmentFailed ends the authenticated connection's handshake when
+// the enrollment it waits for failed (the enrollment's error is returned).
+var errEnrollmentFailed = errors.New("enrollment failed")
 
 // peerGone reports whether err is the peer closing the connection (end of
 // stream, reset, broken pipe) rather than a TLS alert.

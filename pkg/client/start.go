@@ -83,6 +83,7 @@ func (s *Starter) Run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*
 		if err != nil {
 			return nil, err
 		}
+		s.Timing.Mark("authenticated (enrolled, mutual TLS)")
 		anchor, err := trust.NewSessionAnchor(nil)
 		if err != nil {
 			c.Close()
