@@ -19,7 +19,9 @@
 package client
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -159,17 +161,21 @@ func Connect(paths domain.Paths, profile string) (*Conn, error) {
 // order on each connection are those of enrolling first and reconnecting
 // after, so a join pays about one handshake's latency instead of two.
 func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn, error) {
+	return AuthenticateWith(raw, paths, profile, nil)
+}
+
+// AuthenticateWith is Authenticate with the enrollment key of keys (from
+// PrepareKeys; nil: a key generated here). keys is used up: it enrolls once.
+func AuthenticateWith(raw *net.UnixConn, paths domain.Paths, profile string, keys *Keys) (*Conn, error) {
 	pub, id, err := ReadPublication(paths, profile)
 	if err != nil {
 		raw.Close()
 		return nil, err
 	}
-	key, err := trust.NewClientKey(nil)
-	if err != nil {
-		raw.Close()
-		return nil, err
+	if keys == nil {
+		keys = newKeys()
 	}
-	csr, err := trust.NewCSR(key)
+	key, csr, err := keys.take()
 	if err != nil {
 		raw.Close()
 		return nil, err
@@ -249,6 +255,62 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 	}
 	conn.SetDeadline(time.Time{})
 	return &Conn{conn: conn, fc: control.NewConn(conn), Identity: id, ClientID: en.ClientCliId}, nil
+}
+
+// Keys is a Client CLI's fresh in-memory enrollment key and its signed
+// certificate request, for one enrollment. Generating them is the CLI's
+// costliest step before it can enroll: in a fresh process the first key
+// also sets up the signature code's tables, and checking the request sets
+// up the verification the publication's check needs next. PrepareKeys
+// runs that concurrently with the CLI's other start-up work (host checks,
+// configuration, workspace).
+type Keys struct {
+	done chan struct{}
+	key  ed25519.PrivateKey
+	csr  []byte
+	err  error
+}
+
+// PrepareKeys starts generating a key and its certificate request; pass
+// the result to AuthenticateWith (or Starter.Keys).
+func PrepareKeys() *Keys {
+	k := &Keys{done: make(chan struct{})}
+	go k.generate()
+	return k
+}
+
+func newKeys() *Keys {
+	k := &Keys{done: make(chan struct{})}
+	k.generate()
+	return k
+}
+
+func (k *Keys) generate() {
+	defer close(k.done)
+	if k.key, k.err = trust.NewClientKey(nil); k.err != nil {
+		return
+	}
+	if k.csr, k.err = trust.NewCSR(k.key); k.err != nil {
+		return
+	}
+	req, err := x509.ParseCertificateRequest(k.csr)
+	if err == nil {
+		err = req.CheckSignature()
+	}
+	if err != nil {
+		k.err = fmt.Errorf("check the certificate request: %w", err)
+	}
+}
+
+// take waits for the key and request; they are for one enrollment only.
+func (k *Keys) take() (ed25519.PrivateKey, []byte, error) {
+	<-k.done
+	key, csr, err := k.key, k.csr, k.err
+	k.key, k.csr = nil, nil
+	if err == nil && key == nil {
+		err = errors.New("enrollment keys used twice")
+	}
+	return key, csr, err
 }
 
 // errEnrollmentFailed ends the authenticated connection's handshake when

@@ -282,3 +282,27 @@ func TestSession(t *testing.T) {
 		t.Errorf("SIGTERM of a non-interactive session: %v", f)
 	}
 }
+
+// TestAuthenticatePreparedKeys: keys prepared ahead enroll once; a second
+// use is refused rather than enrolling the same key again.
+func TestAuthenticatePreparedKeys(t *testing.T) {
+	roots := newRoots(t)
+	c := startCoordinator(t, roots, "/w", statusServer(&lv1.Status{Domain: running("/w")}))
+	keys := PrepareKeys()
+	for i, wantErr := range []bool{false, true} {
+		raw, err := Dial(c.paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := AuthenticateWith(raw, c.paths, testProfile, keys)
+		if (err != nil) != wantErr {
+			t.Fatalf("authentication %d with prepared keys: %v", i+1, err)
+		}
+		if err == nil {
+			if conn.ClientID == "" {
+				t.Error("no Client CLI ID")
+			}
+			conn.Close()
+		}
+	}
+}

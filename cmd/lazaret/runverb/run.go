@@ -106,6 +106,9 @@ func runAction(c *cli.Context) error {
 		}
 		defer done()
 	}
+	// The enrollment key and request are generated while the host checks,
+	// the configuration and the workspace are read.
+	keys := client.PrepareKeys()
 	argv := c.Args().Slice()
 	tty := !c.Bool("no-tty") && useTerminal()
 	// A terminal signal before the session runs ends this CLI with 128+n
@@ -263,7 +266,7 @@ func runAction(c *cli.Context) error {
 		Workspace: ws.Root, Image: image,
 		LocateHC: func() (string, error) { return locate.Find(locate.HC, ProgramGetenv(prof.Programs, os.Getenv)) },
 		Environ:  os.Environ(), ExtraEnv: ProgramEnv(prof.Programs, os.Getenv),
-		LogLevel: level, Broker: broker, Timing: runTiming,
+		LogLevel: level, Broker: broker, Timing: runTiming, Keys: keys,
 	}
 	if modeltrace.On() {
 		// This session is the one a new generation starts for.
