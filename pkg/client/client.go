@@ -5,7 +5,9 @@
 //     runtime directory and checks the listener's uid;
 //   - Authenticate pins the generation's publication (the coordinator's CA
 //     and Trust Manifest), enrolls a fresh in-memory key on a
-//     certificate-less connection and dials again with the issued leaf;
+//     certificate-less connection and dials again with the issued leaf (the
+//     second handshake overlaps the enrollment; PrepareKeys generates the
+//     key ahead);
 //   - Starter starts the Domain's coordinator when nothing serves it, or
 //     joins the running one, and runs a Client Session, retrying while the
 //     Domain is stopping (Session: the request, the frame reader and the
