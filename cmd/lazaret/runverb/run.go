@@ -1,6 +1,7 @@
 package runverb
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -71,8 +72,9 @@ var runTiming *timing.Recorder
 
 // startTiming creates the run's timing trace and names it to the
 // coordinator this CLI may start; the returned function prints the stages
-// to stderr and removes the trace.
-func startTiming() (func(), error) {
+// to stderr and removes the trace (only removes it when the run is handed
+// to the full CLI, which records its own).
+func startTiming() (func(handedOver bool), error) {
 	rec, path, err := timing.Create(os.TempDir(), time.Now)
 	if err != nil {
 		return nil, err
@@ -80,12 +82,16 @@ func startTiming() (func(), error) {
 	runTiming = rec
 	rec.MarkAt("lazaret run started", runStarted)
 	os.Setenv(timing.EnvFile, path)
-	return func() {
+	return func(handedOver bool) {
 		rec.Mark("lazaret run exits")
 		rec.Close()
 		runTiming = nil
 		marks, err := timing.Read(path)
 		os.Remove(path)
+		if handedOver {
+			os.Unsetenv(timing.EnvFile)
+			return
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "lazaret: timing: %v\n", err)
 			return
@@ -95,16 +101,16 @@ func startTiming() (func(), error) {
 	}, nil
 }
 
-func runAction(c *cli.Context) error {
+func runAction(c *cli.Context) (err error) {
 	if err := modeltrace.Start("cli", os.Getenv); err != nil {
 		return err
 	}
 	if timing.Requested(os.Getenv) {
-		done, err := startTiming()
-		if err != nil {
-			return err
+		done, terr := startTiming()
+		if terr != nil {
+			return terr
 		}
-		defer done()
+		defer func() { done(errors.Is(err, ErrFullCLI)) }()
 	}
 	// The enrollment key and request are generated while the host checks,
 	// the configuration and the workspace are read.
