@@ -25,6 +25,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hclog"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
@@ -448,6 +449,10 @@ func (c *coordinator) setState(s state, err error) {
 	}
 	if prev == stateStarting && (s == stateRunning || s == stateFailed) {
 		close(c.ready)
+	}
+	if prev == stateStarting && s == stateRunning {
+		// Published: give back what starting the Domain needed.
+		idlemem.SettleSoon(c.log)
 	}
 	if s == stateFailed {
 		c.log.Error("generation failed", "err", err)

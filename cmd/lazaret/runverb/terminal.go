@@ -1,4 +1,4 @@
-package cli
+package runverb
 
 // The client side of an interactive session (spec §3.3, DX-5): the CLI puts
 // its own terminal in raw mode and relays bytes and events; it never holds
@@ -34,6 +34,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/pty"
 )
@@ -44,7 +45,7 @@ var defaultShell = []string{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bi
 
 // useTerminal reports whether a session should be interactive: both stdin
 // and stdout are terminals (stderr joins the merged terminal stream).
-func useTerminal() bool { return isTerminal(0) && isTerminal(1) }
+func useTerminal() bool { return IsTerminal(0) && IsTerminal(1) }
 
 // windowSize reads the size of the terminal on fd.
 func windowSize(fd int) (*lv1.WindowSize, error) {
@@ -240,7 +241,7 @@ func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 	// status lines are written where they occur in the output: the held
 	// PTY output follows its end line.
 	sess.Start(client.SessionOptions{Output: writeOutput, Inline: c.prompts.inline, HoldOutput: true})
-	stderrTTY := isTerminal(2)
+	stderrTTY := IsTerminal(2)
 	accepted := false
 	for {
 		select {
@@ -291,7 +292,7 @@ func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 					runTiming.Mark("exit status received")
 					if e.Stopped {
 						c.leave() // the terminal restored before the message
-						fmt.Fprintln(os.Stderr, stoppedMessage)
+						fmt.Fprintln(os.Stderr, StoppedMessage)
 						return &client.End{Code: ExitStopped}
 					}
 				}
@@ -313,6 +314,9 @@ func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 				err := c.enterRaw()
 				if first {
 					sess.OutputReady()
+					// From here on this CLI only relays: give back
+					// what starting the session needed.
+					idlemem.SettleSoon(nil)
 				}
 				if err != nil {
 					return &client.End{Err: err}
