@@ -17,20 +17,38 @@ const requiredSeals = unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK 
 // SealedMemfd returns a memfd holding data, sealed against any change, to
 // hand to a child as an inherited descriptor.
 func SealedMemfd(name string, data []byte) (*os.File, error) {
+	f, err := SealableMemfd(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := FillAndSeal(f, data); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// SealableMemfd returns an empty memfd that FillAndSeal fills and seals
+// later: a child may inherit it before its contents are known, provided
+// the child reads it only after the parent sealed it (ReadSealedMemfd
+// refuses it unsealed).
+func SealableMemfd(name string) (*os.File, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, os.NewSyscallError("memfd_create", err)
 	}
-	f := os.NewFile(uintptr(fd), name)
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// FillAndSeal writes data to the memfd f and seals it against any change.
+func FillAndSeal(f *os.File, data []byte) error {
 	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return nil, err
+		return fmt.Errorf("fill memfd %s: %w", f.Name(), err)
 	}
 	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, requiredSeals); err != nil {
-		f.Close()
-		return nil, os.NewSyscallError("F_ADD_SEALS", err)
+		return os.NewSyscallError("F_ADD_SEALS", err)
 	}
-	return f, nil
+	return nil
 }
 
 // ReadSealedMemfd verifies that fd is a memfd carrying every required seal

@@ -92,6 +92,7 @@ type coordinator struct {
 	anchor       *trust.Anchor
 	esc          *escalation.Service // host escalation (package escalation)
 	rsCred       *trust.Credential   // the runtime supervisor's protocol credential
+	rsl          *rsLaunch           // RS's acquisition, begun during init (rsstart.go)
 	tlsConfig    *tls.Config
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
@@ -165,7 +166,7 @@ func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("role", "hc", "pid", os.Getpid())
 	// The marker that starts this process's part of the Domain log
 	// (`lazaret logs` groups the log by it).
-	log.Info(hclog.StartMarker)
+	log.Info(hclog.StartMarker, "workspace", *ws, "profile", *prof)
 	if *lockFD < 3 || *readyFD < 3 || *profileFD < 3 {
 		fmt.Fprintln(os.Stderr, "lazaret-hc is started by lazaret, not by hand (missing --lock-fd/--ready-fd/--profile-fd)")
 		return 2
@@ -178,6 +179,7 @@ func Main(args []string) int {
 		ready:    make(chan struct{}), changed: make(chan struct{}), sessions: map[string]*session{},
 		teardownC: make(chan struct{}), stopped: make(chan struct{})}
 	if err := c.init(); err != nil {
+		c.rsl.abort(c)
 		log.Error("start failed", "err", err)
 		fmt.Fprintf(ready, "%s\x00%s\n", errdefs.Category(err), err)
 		ready.Close()
@@ -266,6 +268,9 @@ func (c *coordinator) init() error {
 	if c.broker, err = proc.NewBroker(c.log, exe); err != nil {
 		return err
 	}
+	// RS's clone, wrapper and id maps proceed meanwhile; it stays at its
+	// barrier until the trust anchor exists (rsLaunch).
+	c.rsl = c.spawnSupervisor()
 	// The developer's Git configuration (its identity for guestEnv, and
 	// what host Git runs or reads from the workspace for the Git Sentry)
 	// is read while the store opens and recovery runs: a Git start-up is
@@ -323,6 +328,8 @@ func (c *coordinator) init() error {
 		return err
 	}
 	c.emit("CreateTrustAnchor", c.dom())
+	c.timing.Mark("trust anchor created")
+	c.rsl.releaseStage()
 	if c.tlsConfig, err = c.anchor.ServerTLSConfig(); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -41,7 +42,7 @@ import (
 // startGeneration acquires the Runtime Supervisor and drives it to ready.
 func (c *coordinator) startGeneration() {
 	c.startSticky()
-	if err := c.launchSupervisor(); err != nil {
+	if err := c.rsl.finish(c); err != nil {
 		c.setState(stateFailed, err)
 		return
 	}
@@ -73,7 +74,85 @@ func (c *coordinator) startGeneration() {
 	c.superviseMessages(prepared)
 }
 
-func (c *coordinator) launchSupervisor() error {
+// rsLaunch is the Runtime Supervisor's acquisition. It begins while the
+// coordinator initialises (spawnSupervisor, from init): the clone into new
+// namespaces, the wrapper's start and newuidmap/newgidmap run while the
+// store opens, recovery runs and the generation is recorded. RS is held at
+// its barrier, running none of its code, until init has created the
+// generation's trust anchor and releases the stage: only then are its
+// policy and credential written and its ownership recorded (the staged
+// Intent precedes RS running, as before), while init completes.
+type rsLaunch struct {
+	release     chan struct{} // closed by releaseStage: stage and release RS
+	releaseOnce sync.Once
+	cancel      chan struct{} // closed by abort: the coordinator did not start
+	done        chan struct{} // closed when the acquisition returned
+	err         error
+	// The channel and the lifetime pipe's write end, handed to the
+	// coordinator by finish (or closed by abort).
+	ch        *fdpass.Channel
+	lifetimeW *os.File
+}
+
+// spawnSupervisor begins the acquisition of RS in the background.
+func (c *coordinator) spawnSupervisor() *rsLaunch {
+	l := &rsLaunch{release: make(chan struct{}), cancel: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.err = c.launchSupervisor(l)
+	}()
+	return l
+}
+
+// releaseStage lets the acquisition stage and release RS: init calls it
+// once the trust anchor exists (RS's credential needs it, and the model's
+// StartRuntimeSupervisor follows CreateTrustAnchor), while the rest of
+// init (sandbox credentials, escalation mailbox, publication, control
+// socket) proceeds.
+func (l *rsLaunch) releaseStage() {
+	l.releaseOnce.Do(func() { close(l.release) })
+}
+
+// finish releases the acquisition (if init has not) and waits for it; on
+// return the coordinator holds RS (or the error).
+func (l *rsLaunch) finish(c *coordinator) error {
+	l.releaseStage()
+	<-l.done
+	c.rsChan, c.lifetimeW = l.ch, l.lifetimeW
+	return l.err
+}
+
+// abort ends an acquisition the coordinator will not use (its start-up
+// failed). Held at its barrier, the child ran nothing: the broker kills
+// and reaps it. Already released, RS loses its channel and lifetime pipe
+// and ends as when its coordinator dies (its records are recovered by the
+// next coordinator); abort waits for it, bounded, then kills it.
+func (l *rsLaunch) abort(c *coordinator) {
+	if l == nil {
+		return
+	}
+	close(l.cancel)
+	<-l.done
+	if l.ch != nil {
+		l.ch.Close()
+	}
+	if l.lifetimeW != nil {
+		l.lifetimeW.Close()
+	}
+	if l.err == nil && c.rsChild != nil {
+		select {
+		case <-c.rsChild.Done():
+		case <-time.After(rsStopWait):
+			c.rsChild.Signal(unix.SIGKILL)
+			<-c.rsChild.Done()
+		}
+	}
+}
+
+// errNotStarted aborts an RS acquisition whose coordinator failed to start.
+var errNotStarted = errors.New("the coordinator did not start")
+
+func (c *coordinator) launchSupervisor(l *rsLaunch) error {
 	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
 	uids, gids, err := host.SubIDs()
 	if err != nil {
@@ -83,28 +162,15 @@ func (c *coordinator) launchSupervisor() error {
 	if err != nil {
 		return err
 	}
-	policy, err := c.derivePolicy()
-	if err != nil {
-		return err
-	}
-	c.policy = policy
-	policyFile, err := fdpass.SealedMemfd("lazaret-network-policy", policy.Canonical())
+	// The policy and the credential are written and sealed at the stage
+	// (they need the generation); RS reads them only once released, and
+	// refuses a memfd that is not sealed.
+	policyFile, err := fdpass.SealableMemfd("lazaret-network-policy")
 	if err != nil {
 		return err
 	}
 	defer policyFile.Close()
-	// RS signs its ownership messages with its own protocol credential and
-	// verifies HC's with the coordinator's public key.
-	rsPub, rsKey, err := ed25519.GenerateKey(nil)
-	if err != nil {
-		return err
-	}
-	if c.rsCred, err = c.anchor.IssueCredential(trust.RoleRuntimeSupervisor, randomID(), rsPub); err != nil {
-		return err
-	}
-	credJSON, _ := json.Marshal(rsCredentialFile{KeySeed: rsKey.Seed(), CoordinatorPublicKey: c.anchor.CoordinatorCredential().Claims.PublicKey})
-	credFile, err := fdpass.SealedMemfd("lazaret-rs-credential", credJSON)
-	clear(rsKey)
+	credFile, err := fdpass.SealableMemfd("lazaret-rs-credential")
 	if err != nil {
 		return err
 	}
@@ -115,11 +181,12 @@ func (c *coordinator) launchSupervisor() error {
 	}
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
+		ch.Close()
+		peer.Close()
 		return err
 	}
-	c.rsChan, c.lifetimeW = ch, lifeW
+	l.ch, l.lifetimeW = ch, lifeW
 	uid, gid := os.Getuid(), os.Getgid()
-	c.timing.Mark("starting the runtime supervisor")
 	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot: "rs",
 		Target: proc.Command{
@@ -157,6 +224,15 @@ func (c *coordinator) launchSupervisor() error {
 			return errors.Join(errs...)
 		},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			select {
+			case <-l.release:
+			case <-l.cancel:
+				return errNotStarted
+			}
+			c.timing.Mark("starting the runtime supervisor")
+			if err := c.writeSupervisorInputs(policyFile, credFile); err != nil {
+				return err
+			}
 			c.log.Debug("staged ownership", "slot", "rs", "identity", id.String())
 			if err := c.recordSandbox(participant.Intent, store.StagedSlot(id), unassignedSlot(), nil); err != nil {
 				return err
@@ -176,6 +252,16 @@ func (c *coordinator) launchSupervisor() error {
 	peer.Close()
 	lifeR.Close()
 	if err != nil {
+		// A failure before the stage (e.g. newuidmap) is reported once the
+		// coordinator released the acquisition, in the order it had when
+		// the acquisition began there.
+		select {
+		case <-l.release:
+		case <-l.cancel:
+			// The coordinator never started: nothing of the generation
+			// was recorded for this child.
+			return err
+		}
 		// An acquisition that failed after staging killed and reaped RS
 		// itself (the broker's abort): the coordinator terminated it.
 		c.mu.Lock()
@@ -192,20 +278,48 @@ func (c *coordinator) launchSupervisor() error {
 	return nil
 }
 
-// failOnUnexpectedExit fails the generation (which tears it down) when
-// child exits while the Domain is neither stopping nor already failed.
-// supervisorEnv is the Runtime Supervisor's whole environment.
+// writeSupervisorInputs derives the network policy and issues RS's
+// protocol credential, and seals each into the memfd RS inherited.
+func (c *coordinator) writeSupervisorInputs(policyFile, credFile *os.File) error {
+	policy, err := c.derivePolicy()
+	if err != nil {
+		return err
+	}
+	c.policy = policy
+	if err := fdpass.FillAndSeal(policyFile, policy.Canonical()); err != nil {
+		return err
+	}
+	// RS signs its ownership messages with its own protocol credential and
+	// verifies HC's with the coordinator's public key.
+	rsPub, rsKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
+	defer clear(rsKey)
+	if c.rsCred, err = c.anchor.IssueCredential(trust.RoleRuntimeSupervisor, randomID(), rsPub); err != nil {
+		return err
+	}
+	credJSON, _ := json.Marshal(rsCredentialFile{KeySeed: rsKey.Seed(), CoordinatorPublicKey: c.anchor.CoordinatorCredential().Claims.PublicKey,
+		DomainID: c.dom(), Generation: c.generation, StorageRoot: c.paths.StorageRoot, ImageRef: c.image})
+	return fdpass.FillAndSeal(credFile, credJSON)
+}
+
+// supervisorEnv is the Runtime Supervisor's whole environment. It is fixed
+// at the clone, before the generation is recorded: the generation reaches
+// RS in its credential.
 func (c *coordinator) supervisorEnv() []string {
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + os.Getenv("HOME")}
 	if p := os.Getenv(timing.EnvFile); p != "" && c.timing != nil {
 		env = append(env, timing.EnvFile+"="+p)
 	}
 	if modeltrace.On() {
-		env = append(append(env, modeltrace.Environ()...), modeltrace.GenerationEnv(c.dom(), c.generation))
+		env = append(env, modeltrace.Environ()...)
 	}
 	return env
 }
 
+// failOnUnexpectedExit fails the generation (which tears it down) when
+// child exits while the Domain is neither stopping nor already failed.
 func (c *coordinator) failOnUnexpectedExit(child *proc.Child, what string) {
 	go func() {
 		<-child.Done()

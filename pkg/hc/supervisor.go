@@ -16,12 +16,14 @@ package hc
 // Progress arrives in any phase after the hello (image preparation, State
 // Anchor notices). A Git-routing Staged report is accepted in any order
 // relative to the lease and anchor reports (RS has started the daemon
-// concurrently with them). NetworkAsk comes from the egress proxy, which
-// listens before the attached runsc is staged. SupervisorFailure is
-// accepted in every phase: before the hello it ends the generation, later
-// RS exits (before SandboxReady) or sends SupervisorStopped after its
-// teardown (from serve). Any other message is a protocol error: the
-// generation fails (ErrCorrupt) naming the phase and the message.
+// concurrently with them); ArtifactReady's lease records run beside the
+// exchange, so the daemon's report is not held behind them. NetworkAsk
+// comes from the egress proxy, which listens before the attached runsc is
+// staged. SupervisorFailure is accepted in every phase: before the hello it
+// ends the generation, later RS exits (before SandboxReady) or sends
+// SupervisorStopped after its teardown (from serve). Any other message is
+// a protocol error: the generation fails (ErrCorrupt) naming the phase and
+// the message.
 
 import (
 	"context"
@@ -249,7 +251,24 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 			}
 			return
 		}
-		next, err := nextSupervisorPhase(phase, supervisorMessageKind(&m))
+		kind := supervisorMessageKind(&m)
+		next, err := nextSupervisorPhase(phase, kind)
+		if err == nil && kind == kindArtifact {
+			// The lease records (a Storage Catalog transaction, tens of
+			// milliseconds) run beside the exchange: the Git-routing
+			// daemon's Staged report, sent right after ArtifactReady,
+			// is acknowledged meanwhile instead of after them. RS sends
+			// the next report of this phase (AnchorsMounted) only after
+			// LeaseRecorded, which acquireLower sends last.
+			a := m.GetArtifact()
+			go func() {
+				if err := c.acquireLower(context.Background(), a, hello); err != nil {
+					c.setState(stateFailed, err)
+				}
+			}()
+			phase = next
+			continue
+		}
 		if err == nil {
 			err = c.supervisorMessage(&m, &hello, prepared)
 		}
@@ -305,6 +324,7 @@ func (c *coordinator) supervisorHello(hello *lv1.SupervisorHello, prepared <-cha
 		return err
 	}
 	failpoint.Hit("lazaret-hc:hello-verified")
+	c.timing.Mark("StartSandbox built")
 	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}})
 }
 

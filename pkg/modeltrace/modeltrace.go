@@ -43,7 +43,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -56,30 +55,6 @@ const Env = "LAZARET_MODEL_TRACE"
 // Client Session key: the session on whose behalf the generation starts
 // (the model's StartNewDomain(s)).
 const EnvSession = "LAZARET_MODEL_TRACE_SESSION"
-
-// EnvGeneration names, to the Runtime Supervisor, the Domain generation it
-// records for ("DOMAIN/GENERATION"): it observes the coordinator's loss
-// even before StartSandbox has told it the Domain.
-const EnvGeneration = "LAZARET_MODEL_TRACE_GENERATION"
-
-// GenerationEnv is the EnvGeneration entry for domain's generation gen.
-func GenerationEnv(domain string, gen uint64) string {
-	return EnvGeneration + "=" + domain + "/" + strconv.FormatUint(gen, 10)
-}
-
-// Generation parses EnvGeneration from getenv ("" and 0 when unset).
-func Generation(getenv func(string) string) (string, uint64) {
-	v := getenv(EnvGeneration)
-	i := strings.LastIndexByte(v, '/')
-	if i < 0 {
-		return "", 0
-	}
-	g, err := strconv.ParseUint(v[i+1:], 10, 64)
-	if err != nil {
-		return "", 0
-	}
-	return v[:i], g
-}
 
 // Version is the record format version; a reader refuses a newer one.
 const Version = 1

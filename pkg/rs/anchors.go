@@ -23,21 +23,21 @@ import (
 	"github.com/lazaret/lazaret/pkg/removal"
 )
 
-// mountAnchors mounts one State Anchor overlay for every anchor bind of the
-// spec RS is about to run (spec §3.5): the spec HC built names, for each
-// persistent guest path, a source beneath <bundle>/anchors; RS mounts the
-// overlay of that guest path of the read-only lower under the Domain's upper
-// there, in its own mount namespace. First it finishes interrupted resets and
-// deletes the reset trash of the anchors and of the Ignored Workspace State,
-// which only namespace root can do.
-func (s *supervisor) mountAnchors(lowerRoot string) error {
+// beforeMounts is what launch does while the coordinator records the
+// prepared-lower lease, none of it a mount: the profile paths' directories
+// and lock, the rootfs mount point, and the reset trash of the State
+// Anchors and of the Ignored Workspace State, which only namespace root can
+// delete (finishing interrupted resets).
+func (s *supervisor) beforeMounts(rootfs string) error {
 	st := s.start
 	if !domain.ID(st.DomainId).Valid() {
 		return errdefs.New(errdefs.ErrInvalid, "bad Domain ID %q", st.DomainId)
 	}
-	var sp specs.Spec
-	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
-		return errdefs.Mark(err, errdefs.ErrCorrupt)
+	if err := s.prepareProfilePaths(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(rootfs, 0o700); err != nil {
+		return err
 	}
 	root := anchor.Root(st.StorageRoot, st.DomainId)
 	if n, err := anchor.PurgeTrash(root, time.Now); err != nil {
@@ -50,6 +50,21 @@ func (s *supervisor) mountAnchors(lowerRoot string) error {
 	} else if n > 0 {
 		s.log.Info("deleted reset Ignored Workspace State", "count", n)
 	}
+	return nil
+}
+
+// mountAnchors mounts one State Anchor overlay for every anchor bind of the
+// spec RS is about to run (spec §3.5): the spec HC built names, for each
+// persistent guest path, a source beneath <bundle>/anchors; RS mounts the
+// overlay of that guest path of the read-only lower under the Domain's upper
+// there, in its own mount namespace (after beforeMounts).
+func (s *supervisor) mountAnchors(lowerRoot string) error {
+	st := s.start
+	var sp specs.Spec
+	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
+		return errdefs.Mark(err, errdefs.ErrCorrupt)
+	}
+	root := anchor.Root(st.StorageRoot, st.DomainId)
 	dir := ocispec.AnchorSourceDir(st.BundleDir)
 	for _, m := range sp.Mounts {
 		if !strings.HasPrefix(m.Source, dir+"/") {
@@ -136,22 +151,68 @@ func (s *supervisor) unmountAnchors() {
 	failpoint.Hit("lazaret-rs:anchors-unmounted")
 }
 
+// lowerInputs name the prepared lower RS holds: known from its credential
+// (before StartSandbox) and checked against StartSandbox.
+type lowerInputs struct {
+	storageRoot, imageRef, domainID string
+	generation                      uint64
+}
+
+// heldLower is the outcome of a hold begun before StartSandbox.
+type heldLower struct {
+	in   lowerInputs
+	done chan struct{}
+	art  prepare.Artifact
+	err  error
+}
+
+// holdLowerEarly begins holdLower for in while the coordinator verifies
+// the hello and builds StartSandbox; launch joins it (joinLower). Nothing
+// of it is recorded by HC before RS reports ArtifactReady, which RS sends
+// only after StartSandbox, as before.
+func (s *supervisor) holdLowerEarly(in lowerInputs) {
+	h := &heldLower{in: in, done: make(chan struct{})}
+	s.held = h
+	go func() {
+		defer close(h.done)
+		h.art, h.err = s.holdLower(in)
+		s.timing.Mark("prepared lower held early")
+	}()
+}
+
+// joinLower returns the lower held for StartSandbox st: the early hold if
+// it names the same lower (refusing one that does not), else a hold now.
+func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepare.Artifact, error) {
+	want := lowerInputs{storageRoot: st.StorageRoot, imageRef: st.ImageRef, domainID: st.DomainId, generation: st.Generation}
+	h := s.held
+	if h == nil {
+		return s.holdLower(want)
+	}
+	<-h.done
+	if h.err != nil {
+		return prepare.Artifact{}, h.err
+	}
+	if h.in != want {
+		return prepare.Artifact{}, errdefs.New(errdefs.ErrRefused, "StartSandbox names the prepared lower of %+v, but the coordinator's credential named %+v", want, h.in)
+	}
+	return h.art, nil
+}
+
 // holdLower looks up (or prepares) the prepared lower and holds it for RS's
 // lifetime, so `lazaret gc` cannot reclaim it while the sandbox runs; an
 // artifact reclaimed between lookup and hold is prepared again. Reclaimed
 // trees are deleted here, in the user namespace, in the background.
-func (s *supervisor) holdLower() (prepare.Artifact, error) {
-	st := s.start
+func (s *supervisor) holdLower(in lowerInputs) (prepare.Artifact, error) {
 	for attempt := 0; ; attempt++ {
 		// Ensure reuses a Published artifact at once; otherwise it prepares
 		// it (once across concurrent Domains), recording every step in the
 		// Storage Catalog.
-		art, err := prepare.Ensure(context.Background(), prepare.Options{StorageRoot: st.StorageRoot, ImageRef: st.ImageRef, Logger: s.log,
-			Progress: progressWriter{s}, DomainID: domain.ID(st.DomainId), Generation: st.Generation, Step: s.prepareStep})
+		art, err := prepare.Ensure(context.Background(), prepare.Options{StorageRoot: in.storageRoot, ImageRef: in.imageRef, Logger: s.log,
+			Progress: progressWriter{s}, DomainID: domain.ID(in.domainID), Generation: in.generation, Step: s.prepareStep})
 		if err != nil {
 			return prepare.Artifact{}, err
 		}
-		use, err := prepare.Hold(st.StorageRoot, art.ID)
+		use, err := prepare.Hold(in.storageRoot, art.ID)
 		if errors.Is(err, prepare.ErrGone) && attempt < 3 {
 			continue
 		}
@@ -162,7 +223,7 @@ func (s *supervisor) holdLower() (prepare.Artifact, error) {
 		s.purged = make(chan struct{})
 		go func() {
 			defer close(s.purged)
-			if n, err := prepare.PurgeTrash(st.StorageRoot); err != nil {
+			if n, err := prepare.PurgeTrash(in.storageRoot); err != nil {
 				s.log.Warn("deleting reclaimed prepared artifacts", "err", err)
 			} else if n > 0 {
 				s.log.Info("deleted reclaimed prepared artifacts", "count", n)
@@ -170,7 +231,7 @@ func (s *supervisor) holdLower() (prepare.Artifact, error) {
 			// What an interrupted `lazaret rm` moved aside (Domain Roots,
 			// prepared trees, the catalog): only namespace root can
 			// delete its subordinate-id files.
-			if n, err := removal.PurgeTrash(st.StorageRoot, os.Getuid()); err != nil {
+			if n, err := removal.PurgeTrash(in.storageRoot, os.Getuid()); err != nil {
 				s.log.Warn("deleting what lazaret rm moved aside", "err", err)
 			} else if n > 0 {
 				s.log.Info("deleted what an interrupted lazaret rm moved aside", "count", n)

@@ -74,6 +74,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	if err != nil {
 		return nil, nil, err
 	}
+	s.timing.Mark("Git-routing daemon staged and released")
 	failpoint.Hit("lazaret-rs:git-routing-acquired")
 	ready := make(chan error, 1)
 	go func() {

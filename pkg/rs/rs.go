@@ -100,7 +100,7 @@ func Main(args []string) int {
 		return 2
 	}
 	s := &supervisor{timing: rec, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
-	s.mt.domain, s.mt.gen = modeltrace.Generation(os.Getenv)
+	s.mt.domain, s.mt.gen = cred.domain, cred.generation
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	code := s.run()
 	s.mtLeaseLoss()
@@ -190,6 +190,7 @@ type supervisor struct {
 	art       prepare.Artifact
 	anchors   []anchor.MountIdentity // mounted State Anchors, in mount order
 	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	held      *heldLower             // the hold begun before StartSandbox (joinLower)
 	purged    chan struct{}          // closed when reclaimed artifacts are deleted
 	routing   *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
 	kids      *runscChildren         // the attached runsc's sandbox and gofer, once proven
@@ -293,11 +294,18 @@ func (s *supervisor) run() int {
 	}
 	s.mountNS = hello.MountNamespace
 	failpoint.Hit("lazaret-rs:hello-sent")
+	// The prepared lower is looked up and held while the coordinator
+	// verifies the hello (its progress, if it prepares, may follow the
+	// hello in any phase).
+	if in := s.cred.lower; in.storageRoot != "" {
+		s.holdLowerEarly(in)
+	}
 	var first lv1.CoordinatorMessage
 	if err := s.ch.Recv(context.Background(), &first); err != nil {
 		s.log.Error("receive start", "err", err)
 		return 1
 	}
+	s.timing.Mark("StartSandbox received")
 	s.start = first.GetStart()
 	if s.start == nil {
 		return s.fail(errdefs.New(errdefs.ErrCorrupt, "first coordinator message is not StartSandbox"))
@@ -399,7 +407,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := s.checkEgress(); err != nil {
 		return nil, nil, err
 	}
-	s.timing.Mark("start received")
+	s.timing.Mark("start checked (policy, loopback)")
 	// The Git-routing daemon needs neither the lower nor the anchors: it
 	// starts now and mounts the workspace while the lower is held, the
 	// lease recorded and the State Anchors mounted; it is joined before
@@ -433,22 +441,25 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		// so that the caller's stopGitRouting stops it.
 		defer joinRouting()
 	}
-	art, err := s.holdLower()
+	art, err := s.joinLower(st)
 	if err != nil {
 		return nil, nil, err
 	}
 	s.art = art
 	s.timing.Mark("prepared lower held")
 	failpoint.Hit("lazaret-rs:prepared")
+	// What neither mounts nor needs the lease runs while the coordinator
+	// records it: the profile paths' directories and lock, the rootfs
+	// mount point and the State Anchors' reset trash.
+	rootfs := filepath.Join(st.BundleDir, "rootfs")
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- s.beforeMounts(rootfs) }()
 	if err := s.awaitLease(); err != nil {
+		<-unmounted
 		return nil, nil, err
 	}
 	s.timing.Mark("lease recorded by the coordinator")
-	if err := s.prepareProfilePaths(); err != nil {
-		return nil, nil, err
-	}
-	rootfs := filepath.Join(st.BundleDir, "rootfs")
-	if err := os.MkdirAll(rootfs, 0o700); err != nil {
+	if err := <-unmounted; err != nil {
 		return nil, nil, err
 	}
 	if err := s.mountRoot(art, rootfs); err != nil {
@@ -825,6 +836,13 @@ func routeStrings(rs []netsetup.Route) []string {
 type credential struct {
 	key         ed25519.PrivateKey
 	coordinator ed25519.PublicKey
+	// domain and generation name the generation this supervisor serves,
+	// known before StartSandbox (the model trace records by them even
+	// when the coordinator is lost before it).
+	domain     string
+	generation uint64
+	// lower names the prepared lower to hold before StartSandbox.
+	lower lowerInputs
 }
 
 func readCredential(fd int) (credential, error) {
@@ -838,9 +856,14 @@ func readCredential(fd int) (credential, error) {
 	var f struct {
 		KeySeed              []byte `json:"key_seed"`
 		CoordinatorPublicKey []byte `json:"coordinator_public_key"`
+		DomainID             string `json:"domain_id"`
+		Generation           uint64 `json:"generation"`
+		StorageRoot          string `json:"storage_root"`
+		ImageRef             string `json:"image_ref"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil || len(f.KeySeed) != ed25519.SeedSize || len(f.CoordinatorPublicKey) != ed25519.PublicKeySize {
 		return credential{}, errdefs.New(errdefs.ErrCorrupt, "malformed runtime supervisor credential")
 	}
-	return credential{key: ed25519.NewKeyFromSeed(f.KeySeed), coordinator: ed25519.PublicKey(f.CoordinatorPublicKey)}, nil
+	return credential{key: ed25519.NewKeyFromSeed(f.KeySeed), coordinator: ed25519.PublicKey(f.CoordinatorPublicKey), domain: f.DomainID, generation: f.Generation,
+		lower: lowerInputs{storageRoot: f.StorageRoot, imageRef: f.ImageRef, domainID: f.DomainID, generation: f.Generation}}, nil
 }
