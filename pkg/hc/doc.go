@@ -43,13 +43,13 @@
 //     client (its session leader, `Setsid`+`Setctty`, a new `proc.Command`
 //     field), which runsc forwards to the guest's foreground job. The root
 //     `runsc run` stays terminal-neutral; no `--console-socket`.
-//   - Session Terminal record (`pkg/hc/terminalrec.go`): `Intent` → PTY +
+//   - Session Terminal record (package `sessionterm`): `Intent` → PTY +
 //     exec wrapper through `broker.Acquire` → guest leader pid from
 //     `--internal-pid-file`, its process group and start time from the guest's
 //     `/proc/<pid>/stat` (a short `runsc exec cat`; `runsc ps` has only
 //     minutes) with pgid = pid checked → `Running` → `Accepted`, and only then
-//     are events admitted. `TerminalRecorder` records each step in the Domain
-//     Store (`storeTerminals`, one transaction each). A command that ends
+//     are events admitted. `sessionterm.Recorder` records each step in the
+//     Domain Store (`sessionterm.StoreRecorder`, one transaction each). A command that ends
 //     before it is identified still gets its output and status but no event.
 //   - Event loop: one goroutine per session selects over client frames,
 //     the end of PTY output and exec-client exit. PTY output has no user-space

@@ -57,6 +57,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -144,10 +145,10 @@ type terminal struct {
 	s      *session
 	log    *slog.Logger
 	clock  clock
-	rec    TerminalRecorder
+	rec    sessionterm.Recorder
 	master *pty.Master
 	child  *proc.Child
-	id     TerminalIdentity
+	id     sessionterm.Identity
 	// identified: the guest leader and group are known (Running reached).
 	identified bool
 	route      terminalRoute
@@ -159,7 +160,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 	c := s.c
 	ctx := context.Background()
 	t := &terminal{s: s, log: c.log.With("session_id", s.id, "tty", true), clock: realClock{}, rec: c.terminalRecorder()}
-	t.id = TerminalIdentity{SessionID: s.id, Generation: c.generation, Container: c.container}
+	t.id = sessionterm.Identity{SessionID: s.id, Generation: c.generation, Container: c.container}
 	// 1. Intent.
 	if err := t.rec.RecordIntent(ctx, s.id, c.generation); err != nil {
 		refuse(s.conn, err)
