@@ -21,7 +21,7 @@
 // stdout are terminals; `lazaret run` with no command then runs
 // `/bin/sh -c 'if [ -x /bin/bash ]; then exec /bin/bash -l; fi; exec /bin/sh -l'`
 // through the in-sandbox launcher) takes a different path in HC
-// (`pkg/hc/terminal.go`):
+// (package `sessionterm`):
 //
 //	CLI (raw mode, containerd/console)          HC                                  sandbox
 //	 stdin bytes ── StdinData ──────────▶ event loop ── PTY writer ─▶ master ┐
@@ -113,9 +113,9 @@
 //     against (1) is the coordinator's and the CLI's own cost; (1) against the
 //     host is gVisor's plus the second PTY the design requires (figures:
 //     docs/BENCHMARKS.md).
-//   - Routes (the model's `terminalRoute`): `routeSandbox` forwards PTY
-//     output and admits input, resize and signal events; `routePrompt` (an
-//     escalation prompt is shown) and `routeHostProcess` (an approved host
+//   - Routes (the model's `terminalRoute`): `RouteSandbox` forwards PTY
+//     output and admits input, resize and signal events; `RoutePrompt` (an
+//     escalation prompt is shown) and `RouteHostProcess` (an approved host
 //     command of the session runs) close the output gate and refuse those
 //     events. Closing the gate takes the pump's forwarding lock, so once the
 //     route has changed no `Output` frame is in flight, and sets a read
@@ -126,7 +126,7 @@
 //     port closes (no prompt is shown and no host process starts any more),
 //     the shown prompt is cancelled, a running host process is killed, reaped,
 //     audited and answered (`terminalPrompts.close`, below) → drain the master
-//     until EOF or `drainTimeout` → one `Exit` after the last byte. A lost
+//     until EOF or `DrainTimeout` → one `Exit` after the last byte. A lost
 //     connection or PTY ends the escalation the same way before the release. Release (also on a
 //     lost connection): `ReleaseIntent`; while the exec client runs and the
 //     leader still matches (pid, start time, pgid): SIGHUP, grace, SIGTERM,
@@ -197,7 +197,7 @@
 //     the host process it hands the terminal loop a `hostRun` over the
 //     session's prompt port (`escalations.hostRoute`); the loop takes it only
 //     on the sandbox route of a session that is not closing, switches to
-//     `routeHostProcess`, sends `HostProcessStarted` and only then lets the
+//     `RouteHostProcess`, sends `HostProcessStarted` and only then lets the
 //     worker release the process. Until the exact process is gone (exited, or
 //     killed and reaped) the PTY is not read and input, resize and signal
 //     events are refused; the worker then reports `HostProcessEnded` (outcome,

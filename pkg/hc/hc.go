@@ -23,6 +23,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
+	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
@@ -49,8 +50,8 @@ const (
 var (
 	helloTimeout = 30 * time.Second
 	rsStopWait   = 30 * time.Second
-	drainTimeout = 2 * time.Second
-	closeGrace   = 2 * time.Second
+	drainTimeout = sessionterm.DrainTimeout
+	closeGrace   = sessionterm.CloseGrace
 )
 
 // errStopping refuses a session because the Domain is stopping normally;

@@ -20,6 +20,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -115,7 +116,7 @@ func (c *coordinator) validate(r *lv1.RunRequest) error {
 	if r.WorkspaceSubdir != "" && (path.IsAbs(r.WorkspaceSubdir) || path.Clean(r.WorkspaceSubdir) != r.WorkspaceSubdir || strings.HasPrefix(r.WorkspaceSubdir, "..")) {
 		return errdefs.New(errdefs.ErrInvalid, "bad workspace subdirectory %q", r.WorkspaceSubdir)
 	}
-	if err := validateTerminal(r); err != nil {
+	if err := sessionterm.Validate(r); err != nil {
 		return err
 	}
 	for k := range r.Env {

@@ -16,4 +16,41 @@
 // is proven absent (the guest group went with the sandbox, which the caller
 // proved gone), then the record becomes Clean; a record whose exec client
 // is not proven absent stays as it is and is reported.
+//
+// # The terminal
+//
+// The coordinator owns one host PTY master per interactive session; the
+// slave is the stdin, stdout, stderr and controlling terminal of a
+// non-detached `runsc exec` whose process document says `terminal: true`
+// (no --console-socket). The CLI never holds the sandbox PTY: it relays
+// bytes and events over its control connection.
+//
+// Acquisition (the Session Terminal record):
+//
+//	RecordIntent → pty.Open → broker.Acquire(exec wrapper, Setsid+Setctty)
+//	  → guest leader pid (--internal-pid-file) → guest /proc/<pid>/stat
+//	  (pgrp == pid, start time) → RecordRunning → Accepted → events admitted
+//
+// One event loop per session serializes client frames (input, resize,
+// interrupt/quit/suspend/continue), the end of PTY output and exec-client
+// completion. PTY output has no user-space queue: one pump per session
+// reads the master (aggregated up to termFrameMax per read) only while the
+// route is the sandbox route and writes each read as one Output frame
+// straight from its buffer (control.WriteOutput), so a slow client or
+// another route (Prompt, HostProcess: Routes) stops reading
+// the master and the kernel PTY buffer pushes back on the guest. Input,
+// resize and signal events are admitted only on the sandbox route. Input
+// waits for the PTY writer by not reading more client frames; group
+// signals go through a bounded worker (SIGWINCH coalesced). Sessions never
+// share a queue, a goroutine or a connection.
+//
+// Close: exec-client exit → the close handshake (the shown prompt is
+// cancelled, a running host process killed, reaped, audited and answered)
+// → drain the master in order until EOF or the drain deadline → exactly
+// one Exit after the last byte. Release (close,
+// lost connection, PTY or exec loss): RecordReleaseIntent; while the exact
+// guest leader (pid and start time) still leads the group: SIGHUP, grace,
+// SIGTERM, grace, SIGKILL to that group (`runsc kill --pgid`); SIGKILL and
+// reap the exact exec client through its pidfd; close the master;
+// RecordClean only when the group, the exec client and the PTY are absent.
 package sessionterm
