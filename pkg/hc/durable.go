@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -388,4 +389,51 @@ func (c *coordinator) cleanSandbox(gen uint64, detail string, absent []pidfs.Aut
 // file is removed and the listener closed before this is called.
 func (c *coordinator) withdrawPublication(gen uint64, detail string) error {
 	return c.releaseAndClean(gen, participant.Publication, detail, nil)
+}
+
+// recoverStaleRuntime removes what a dead generation left in the runtime
+// directory, after recoverGenerations. The Domain lock (held by us, and by
+// a Runtime Supervisor until it exits) proves no other coordinator or
+// supervisor of this Domain lives. runsc state is removed only for a
+// container whose generation's sandbox is Clean (its processes were proven
+// gone) or, with no record at all, once its pids are free
+// (reconcileRunsc); a retained generation's state is kept. No runsc
+// command runs: `runsc delete` would SIGKILL the state file's pids.
+func (c *coordinator) recoverStaleRuntime() {
+	ids, _ := runsc.StateContainers(c.paths.RunscRoot())
+	prefix := "lazaret-" + string(c.paths.ID) + "-"
+	for _, id := range ids {
+		gs, ok := strings.CutPrefix(id, prefix)
+		g, err := strconv.ParseUint(gs, 10, 64)
+		if !ok || err != nil {
+			continue // not a container of this Domain: never ours to touch
+		}
+		var p *store.Participant
+		c.store.View(func(tx *store.Tx) error {
+			p, _ = tx.Participant(g, participant.Sandbox)
+			return nil
+		})
+		switch {
+		case c.isRetained(g):
+			// recoverGenerations refused it: the state names what is left.
+		case p != nil && p.Phase == participant.Clean:
+			c.log.Warn("removing runsc state of a Clean generation", "container", id)
+			if err := runsc.RemoveState(c.rt.Root, id); err != nil {
+				c.log.Warn("remove runsc state", "container", id, "err", err)
+			}
+		default:
+			if _, refusals := c.reconcileRunsc(g, id, nil); len(refusals) > 0 {
+				c.retain(g, "runsc_state", strings.Join(refusals, "; "))
+			}
+		}
+	}
+	// The helper's API socket of a killed generation stays behind (only
+	// a helper that exits normally unlinks it) and would make the next
+	// helper's bind fail.
+	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), c.apiSocket()} {
+		os.RemoveAll(d)
+	}
+	if len(c.keptRunscState()) == 0 {
+		os.RemoveAll(c.paths.RunscRoot())
+	}
 }
