@@ -17,6 +17,20 @@
 // proved gone), then the record becomes Clean; a record whose exec client
 // is not proven absent stays as it is and is reported.
 //
+// As a participant role: Run begins (Intent), commits (Running, once the
+// guest group is identified), releases (ReleaseIntent) and cleans with
+// proof (Clean, only with the group, the exec client and the PTY observed
+// absent); Recover recovers a dead generation's records. The terminal
+// does not talk to the Runtime Supervisor.
+//
+// What the role needs from the coordinator is given as values, never the
+// coordinator: a Domain (the broker, runsc and the generation's container,
+// the Recorder), a Session (the client connection and capability, the
+// command's process document, the hand-over of the exec client) and the
+// escalation side of the event loop as Routes, generic over the
+// escalation role's prompt and host-run types. Serve runs the event loop
+// of a terminal that is already attached (tests of route handlers).
+//
 // # The terminal
 //
 // The coordinator owns one host PTY master per interactive session; the
