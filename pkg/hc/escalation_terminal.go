@@ -155,7 +155,7 @@ func (p *terminalPrompts) cancelHost(t *sessionterm.Terminal, f *lv1.ClientFrame
 		return false
 	}
 	if p.run == nil || closing || c.RequestId != p.run.started.RequestId {
-		t.Log().Warn("host process cancellation refused", "request_id", c.RequestId, "closing", closing, "route", t.Route().String())
+		t.Log().Warn("host process cancellation refused", "request_id", c.RequestId, "closing", closing, "route", t.RouteName())
 		return true
 	}
 	t.Log().Info("host process cancelled by the developer", "request_id", c.RequestId)

@@ -152,6 +152,9 @@ func (t *Terminal) Log() *slog.Logger { return t.log }
 // Route is the session's current route.
 func (t *Terminal) Route() Route { return t.route }
 
+// RouteName names the session's current route (for logs).
+func (t *Terminal) RouteName() string { return t.route.String() }
+
 // Send writes a frame to the session's client.
 func (t *Terminal) Send(f *lv1.ServerFrame) error { return t.s.Conn.Write(f) }
 
