@@ -202,6 +202,15 @@ type runHarness struct {
 // interactive session; process, when not nil, replaces its process
 // document.
 func startRun(t *testing.T, argv []string, process func() ([]byte, error)) *runHarness {
+	return startRunWith(t, argv, process, func(bool) Routes[int, int] { return noRoutes{} })
+}
+
+// startRunRoutes runs argv with the given escalation side.
+func startRunRoutes(t *testing.T, argv []string, routes func(admitted bool) Routes[int, int]) *runHarness {
+	return startRunWith(t, argv, nil, routes)
+}
+
+func startRunWith(t *testing.T, argv []string, process func() ([]byte, error), routes func(admitted bool) Routes[int, int]) *runHarness {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +249,7 @@ func startRun(t *testing.T, argv []string, process func() ([]byte, error)) *runH
 	}()
 	go func() {
 		defer close(h.done)
-		Run(d, s, h.frames, func(admitted bool) Routes[int, int] { return noRoutes{} })
+		Run(d, s, h.frames, routes)
 		srv.Close()
 	}()
 	t.Cleanup(func() {
