@@ -8,7 +8,7 @@ import (
 
 // loop is the session's serialized event loop. It returns when the session
 // closed normally (Exit sent) or the client went away (true).
-func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, prompts Routes[A, H]) (clientGone bool) {
+func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, routes Routes[A, H]) (clientGone bool) {
 	s := t.s
 	quit := make(chan struct{})
 	defer close(quit)
@@ -67,23 +67,23 @@ func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, 
 		if closing && pumpDone == nil {
 			break
 		}
-		ch := prompts.Channels(t.route, closing)
+		ch := routes.Channels(t.route, closing)
 		select {
 		case a := <-ch.Ask:
-			prompts.BeginPrompt(t, a)
+			routes.BeginPrompt(t, a)
 		case <-ch.AskDone:
-			prompts.EndPrompt(t)
+			routes.EndPrompt(t)
 		case h := <-ch.Host:
-			prompts.StartHost(t, h)
+			routes.StartHost(t, h)
 		case <-ch.HostDone:
-			prompts.EndHost(t)
+			routes.EndHost(t)
 		case <-pumpDone:
 			pumpDone = nil
 			if !closing {
 				// PTY loss starts the same release: no prompt stays shown
 				// and no host process outlives it.
 				t.log.Debug("session terminal output ended before the exec client exited")
-				prompts.Close(t)
+				routes.Close(t)
 			}
 		case inC <- pendingIn:
 			pendingIn = nil
@@ -95,7 +95,7 @@ func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, 
 			// until EOF or the drain deadline.
 			childDone = nil
 			closing = true
-			prompts.Close(t)
+			routes.Close(t)
 			t.master.SetReadDeadline(t.clock.Now().Add(t.drain))
 		case f, ok := <-frameC:
 			if !ok {
@@ -103,11 +103,11 @@ func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, 
 				// the host process end first (the final frames go nowhere),
 				// then the caller performs the same physical release.
 				s.Raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))
-				prompts.Close(t)
+				routes.Close(t)
 				t.SetRoute(RouteDetached)
 				return true
 			}
-			if prompts.Answer(t, f, closing) || prompts.CancelHost(t, f, closing) {
+			if routes.Answer(t, f, closing) || routes.CancelHost(t, f, closing) {
 				continue
 			}
 			if closing || !admitted || t.route != RouteSandbox {
