@@ -59,7 +59,9 @@ type Routes[A, H any] interface {
 	// Close is the first step of the close handshake (and of the release
 	// after a lost client or PTY): the shown prompt is cancelled and a
 	// running host process is killed, reaped and answered before it
-	// returns; nothing new is routed afterwards.
+	// returns; nothing new is routed afterwards. The loop may call it
+	// again (the PTY's output ended, then the exec client exited): only
+	// the first call acts.
 	Close(t *Terminal)
 }
 

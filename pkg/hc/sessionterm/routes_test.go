@@ -11,10 +11,11 @@ import (
 // fakeRoutes is an escalation side that shows one prompt per value sent on
 // asks and ends it on a decision frame; it records its calls in order.
 type fakeRoutes struct {
-	asks chan int
-	mu   sync.Mutex
-	cur  bool
-	log  []string
+	asks   chan int
+	mu     sync.Mutex
+	cur    bool
+	closed bool
+	log    []string
 }
 
 func (r *fakeRoutes) note(s string) {
@@ -56,7 +57,12 @@ func (r *fakeRoutes) Answer(t *Terminal, f *lv1.ClientFrame, closing bool) bool 
 }
 func (r *fakeRoutes) CancelHost(*Terminal, *lv1.ClientFrame, bool) bool { return false }
 func (r *fakeRoutes) Close(t *Terminal) {
+	if r.closed {
+		return // only the first call acts
+	}
+	r.closed = true
 	r.note("close")
+	t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_EscalationPromptEnd{EscalationPromptEnd: &lv1.EscalationPromptEnd{RequestId: "closed"}}})
 	if r.cur {
 		r.cur = false
 		t.SetRoute(RouteSandbox)
@@ -65,8 +71,8 @@ func (r *fakeRoutes) Close(t *Terminal) {
 
 // TestRunPromptRouteHoldsInput: while a route handler holds the Prompt
 // route, typed input never reaches the sandbox; after the decision the
-// sandbox route is back. The close handshake runs Close exactly once,
-// before the Exit.
+// sandbox route is back. The close handshake runs Close (only its first
+// call acts) before the Exit is sent.
 func TestRunPromptRouteHoldsInput(t *testing.T) {
 	routes := &fakeRoutes{asks: make(chan int)}
 	var admittedRoutes []bool
@@ -87,7 +93,18 @@ func TestRunPromptRouteHoldsInput(t *testing.T) {
 	h.send(stdin("after\n"))
 	h.output("got-after")
 	h.send(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Interrupt{Interrupt: &lv1.Interrupt{}}})
-	h.exit()
+	for closed := false; ; {
+		fr := h.next()
+		if fr.GetEscalationPromptEnd().GetRequestId() == "closed" {
+			closed = true
+		}
+		if fr.GetExit() != nil {
+			if !closed {
+				t.Fatal("Exit sent before the routes were closed")
+			}
+			break
+		}
+	}
 	h.wait()
 	if got := routes.calls(); got != "begin answer:prompt close" {
 		t.Fatalf("route calls %q", got)

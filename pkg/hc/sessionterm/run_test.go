@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -92,6 +93,11 @@ func hostRunsc(args []string) int {
 				return 125
 			}
 		}
+		// A guest process starts with default signal dispositions, even
+		// when this test runs with SIGINT and SIGQUIT ignored (a
+		// background job): a handled signal is reset to the default by
+		// exec, an ignored one would stay ignored.
+		signal.Notify(make(chan os.Signal, 1), unix.SIGINT, unix.SIGQUIT)
 		err = unix.Exec(path, argv, os.Environ())
 		fmt.Fprintln(os.Stderr, err)
 		return 126

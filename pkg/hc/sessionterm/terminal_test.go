@@ -115,7 +115,17 @@ func TestPumpOutputGateAndBackpressure(t *testing.T) {
 	// accumulates in the kernel PTY, never in the coordinator.
 	big := bytes.Repeat([]byte("x"), 3000)
 	slave.Write(big) // taken by the pump, which then blocks on the pipe
-	time.Sleep(100 * time.Millisecond)
+	// The pump took its read once the frame's write began: the test reads
+	// the frame's first byte (and puts it back for readAll).
+	first := make([]byte, 1)
+	cli.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(cli, first); err != nil {
+		t.Fatalf("no output frame began: %v", err)
+	}
+	client = control.NewConn(struct {
+		io.Reader
+		io.Writer
+	}{io.MultiReader(bytes.NewReader(first), cli), cli})
 	slave.Write([]byte("tail"))
 	time.Sleep(100 * time.Millisecond)
 	// The pump holds at most one read (the kernel may split the 3000 bytes
