@@ -142,7 +142,11 @@ func TestBenchScale(t *testing.T) {
 }
 
 // userMemoryByKind sums VmRSS and Pss (MiB) of uid's processes by kind:
-// the executable's name, with runsc's sandbox and gofer told apart.
+// the executable's name, with runsc's sandbox and gofer told apart and
+// lazaret-rs's hidden roles (the Git-routing daemon) named. "exe" are the
+// sandbox's systrap stub processes holding the guest's address spaces
+// (the sandbox init's, the session's); the stubs of one address space
+// share its memory and RSS counts it in each.
 func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64) {
 	t.Helper()
 	rss, pss = map[string]float64{}, map[string]float64{}
@@ -177,6 +181,9 @@ func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64) {
 		}
 		if (kind == "lazaret" || kind == "exe") && len(argv) > 1 {
 			kind = kind + " " + argv[1] // a re-executed role names itself first
+		}
+		if role, ok := strings.CutPrefix(argv[min(1, len(argv)-1)], "__lazaret-"); ok && strings.HasPrefix(kind, "lazaret-") {
+			kind = kind + " " + role // a hidden role (e.g. the Git-routing daemon of lazaret-rs)
 		}
 		rss[kind] += kbField(string(status), "VmRSS:") / 1024
 		if roll, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {

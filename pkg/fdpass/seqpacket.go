@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/mdlayher/socket"
 	"golang.org/x/sys/unix"
@@ -23,7 +24,8 @@ const MaxPacket = 1 << 20
 
 // Channel is one end of a SEQPACKET socketpair.
 type Channel struct {
-	c *socket.Conn
+	c      *socket.Conn
+	recvMu sync.Mutex // a Recv peeks, then reads, the same packet
 }
 
 // Pair creates a connected socketpair: the first end is kept, the second is
@@ -74,9 +76,28 @@ func (ch *Channel) Send(ctx context.Context, m proto.Message) error {
 }
 
 // Recv reads one packet into m. A closed peer returns io.EOF-like errors
-// (ErrClosed); a malformed or truncated packet returns ErrCorrupt.
+// (ErrClosed); a malformed or truncated packet returns ErrCorrupt. Calls
+// are serialized.
+//
+// The buffer fits the packet: its length is peeked first (MSG_PEEK with
+// MSG_TRUNC returns a packet's real length), so that a receiver waiting
+// for its next message does not keep a MaxPacket buffer allocated.
 func (ch *Channel) Recv(ctx context.Context, m proto.Message) error {
-	buf := make([]byte, MaxPacket+1)
+	ch.recvMu.Lock()
+	defer ch.recvMu.Unlock()
+	var peek [1]byte
+	size, _, _, _, err := ch.c.Recvmsg(ctx, peek[:], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+	if errors.Is(err, io.EOF) {
+		return ErrClosed
+	}
+	if err != nil {
+		return err
+	}
+	// An empty packet is consumed and read as the peer closing, as
+	// before; an oversized one is consumed into a MaxPacket+1 buffer
+	// and refused.
+	size = min(max(size, 1), MaxPacket+1)
+	buf := make([]byte, size)
 	n, _, flags, _, err := ch.c.Recvmsg(ctx, buf, nil, 0)
 	if errors.Is(err, io.EOF) {
 		return ErrClosed

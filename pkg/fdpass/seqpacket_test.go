@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +84,90 @@ func adopt(t *testing.T, f *os.File) int {
 	}
 	f.Close()
 	return fd
+}
+
+// TestRecvBufferFitsPacket: packets of several sizes arrive whole, and
+// receiving small ones allocates per packet about its size, not MaxPacket.
+func TestRecvBufferFitsPacket(t *testing.T) {
+	a, bf, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := FromFD(adopt(t, bf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, size := range []int{0, 1, 1000, 100 << 10} {
+		sent := &lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "c", Message: strings.Repeat("m", size)}}}
+		if err := a.Send(ctx, sent); err != nil {
+			t.Fatal(err)
+		}
+		var got lv1.SupervisorMessage
+		if err := b.Recv(ctx, &got); err != nil {
+			t.Fatalf("size %d: %v", size, err)
+		}
+		if len(got.GetFailure().GetMessage()) != size || got.GetFailure().GetCategory() != "c" {
+			t.Fatalf("size %d: got %d bytes", size, len(got.GetFailure().GetMessage()))
+		}
+	}
+	const n = 50
+	sent := &lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "c", Message: "small"}}}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := 0; i < n; i++ {
+		if err := a.Send(ctx, sent); err != nil {
+			t.Fatal(err)
+		}
+		var got lv1.SupervisorMessage
+		if err := b.Recv(ctx, &got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 16<<10 {
+		t.Fatalf("%d bytes allocated per small message", per)
+	}
+}
+
+// TestOversizedPacketRefused: a packet over MaxPacket is consumed and
+// refused, and the next one is read.
+func TestOversizedPacketRefused(t *testing.T) {
+	a, bf, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := FromFD(adopt(t, bf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := a.c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	fd.Control(func(fd uintptr) {
+		// Beyond wmem_max only with CAP_NET_ADMIN (SO_SNDBUFFORCE).
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4*MaxPacket)
+	})
+	if serr != nil {
+		t.Skipf("cannot raise the send buffer above MaxPacket: %v", serr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.c.Write(make([]byte, MaxPacket+100)); err != nil {
+		t.Fatal(err)
+	}
+	sent := &lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Failure{Failure: &lv1.SupervisorFailure{Category: "c", Message: "after"}}}
+	if err := a.Send(ctx, sent); err != nil {
+		t.Fatal(err)
+	}
+	var got lv1.SupervisorMessage
+	if err := b.Recv(ctx, &got); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("oversized: want corrupt, got %v", err)
+	}
+	if err := b.Recv(ctx, &got); err != nil || got.GetFailure().GetMessage() != "after" {
+		t.Fatalf("after the oversized packet: %v %v", &got, err)
+	}
 }

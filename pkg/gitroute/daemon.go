@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/capability"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/ignorerules"
 	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
@@ -117,6 +118,8 @@ func Main(args []string) int {
 			os.Exit(0)
 		}
 	}()
+	// Serving needs little of what loading the rules and mounting did.
+	idlemem.SettleSoon(log)
 	srv.Wait()
 	return 0
 }

@@ -12,7 +12,6 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/audit"
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/escalate/record"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netsetup"
 	"github.com/lazaret/lazaret/pkg/ocispec"
@@ -211,9 +210,7 @@ func (c *coordinator) askDeveloper(a *lv1.NetworkAsk) string {
 		if reason != "" {
 			dec.Reason = reason
 		}
-		if c.esc != nil && c.esc.audit != nil {
-			c.esc.audit.Append(dec)
-		}
+		c.esc.Audit(dec)
 		c.log.Info("network ask decided", "host", target, "session_id", dec.SessionID, "decision", decision, "decided_by", by)
 		return decision
 	}
@@ -228,62 +225,15 @@ func (c *coordinator) askDeveloper(a *lv1.NetworkAsk) string {
 	if !s.tty || c.esc == nil {
 		return finish("deny", "no-terminal", "")
 	}
-	var port *promptPort
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		c.esc.mu.Lock()
-		if es := c.esc.sessions[s.id]; es != nil {
-			port = es.port
-		}
-		c.esc.mu.Unlock()
-		if port != nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if port == nil {
-		return finish("deny", "no-terminal", "")
-	}
 	reqID := fmt.Sprintf("net-%d-%d", c.generation, a.Id)
-	ask := &promptAsk{
-		prompt: &lv1.EscalationPrompt{RequestId: reqID, Profile: c.profile.Name, SessionId: s.id, Generation: c.generation,
-			NetworkHost: a.Host, NetworkPort: a.Port, TimeoutSeconds: uint32(networkAskTimeout / time.Second)},
-		answer: make(chan *lv1.SignedDecision, 1), done: make(chan struct{}), cancelled: make(chan struct{}),
+	prompt := &lv1.EscalationPrompt{RequestId: reqID, Profile: c.profile.Name, SessionId: s.id, Generation: c.generation,
+		NetworkHost: a.Host, NetworkPort: a.Port, TimeoutSeconds: uint32(networkAskTimeout / time.Second)}
+	d, by, reason := c.esc.Ask(s.id, s.claims.AnchorPublicKey, prompt, networkAskTimeout, 5*time.Second)
+	switch {
+	case d == nil:
+		return finish("deny", by, reason)
+	case d.Decision == lv1.DecisionKind_DECISION_KIND_APPROVE && (d.NetworkScope == "once" || d.NetworkScope == "domain"):
+		return finish(d.NetworkScope, "developer", "")
 	}
-	deadline := time.NewTimer(networkAskTimeout)
-	defer deadline.Stop()
-	asks, closedC := port.asks, port.closed
-	asked := false
-	for {
-		select {
-		case asks <- ask:
-			asked, asks = true, nil
-		case sd := <-ask.answer:
-			close(ask.done)
-			d, err := record.VerifyDecision(sd, s.claims.AnchorPublicKey)
-			if err == nil && (d.RequestId != reqID || d.SessionId != s.id || d.Generation != c.generation) {
-				err = errdefs.New(errdefs.ErrRefused, "developer decision is bound to another request")
-			}
-			if err != nil {
-				return finish("deny", "developer", "invalid decision: "+err.Error())
-			}
-			if d.Decision == lv1.DecisionKind_DECISION_KIND_APPROVE && (d.NetworkScope == "once" || d.NetworkScope == "domain") {
-				return finish(d.NetworkScope, "developer", "")
-			}
-			return finish("deny", "developer", "")
-		case <-deadline.C:
-			ask.reason = "no decision in time"
-			close(ask.done)
-			return finish("deny", "timeout", "")
-		case <-ask.cancelled:
-			return finish("deny", "cancel", "the session closed while its prompt was shown")
-		case <-closedC:
-			if asked {
-				closedC = nil
-				continue
-			}
-			ask.reason = "the session closed"
-			close(ask.done)
-			return finish("deny", "cancel", "the session closed before its prompt was shown")
-		}
-	}
+	return finish("deny", "developer", "")
 }

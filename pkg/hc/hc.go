@@ -22,8 +22,10 @@ import (
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
+	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
@@ -87,8 +89,8 @@ type coordinator struct {
 	self         pidfs.Identity // this coordinator's own pidfs identity
 	retained     []retained     // records recovery refused to act on
 	anchor       *trust.Anchor
-	esc          *escalations      // host escalation (escalation.go)
-	rsCred       *trust.Credential // the runtime supervisor's protocol credential
+	esc          *escalation.Service // host escalation (package escalation)
+	rsCred       *trust.Credential   // the runtime supervisor's protocol credential
 	tlsConfig    *tls.Config
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
@@ -326,7 +328,7 @@ func (c *coordinator) init() error {
 	if err := c.writeSandboxCredentials(); err != nil {
 		return err
 	}
-	if c.esc, err = newEscalations(c); err != nil {
+	if c.esc, err = c.newEscalation(); err != nil {
 		return err
 	}
 	// Publish before listening: a CLI that reaches the socket finds the
@@ -392,6 +394,10 @@ func (c *coordinator) setState(s state, err error) {
 	}
 	if prev == stateStarting && (s == stateRunning || s == stateFailed) {
 		close(c.ready)
+	}
+	if prev == stateStarting && s == stateRunning {
+		// Published: give back what starting the Domain needed.
+		idlemem.SettleSoon(c.log)
 	}
 	if s == stateFailed {
 		c.log.Error("generation failed", "err", err)
@@ -532,7 +538,7 @@ func (c *coordinator) teardown() {
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
 	c.stopHelper()
-	c.esc.close() // every host process of the generation killed and reaped
+	c.esc.Close() // every host process of the generation killed and reaped
 	if c.lifetimeW != nil {
 		c.lifetimeW.Close()
 	}

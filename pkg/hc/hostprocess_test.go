@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/escalate"
 	"github.com/lazaret/lazaret/pkg/escalate/record"
+	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -113,7 +114,7 @@ func newTermHarness(t *testing.T, f *escFixture, echo, hold bool) *termHarness {
 		}
 	}()
 	go func() {
-		h.ended <- sessionterm.Serve(att, h.frames, terminalRoutes{newTerminalPrompts(f.c, h.sid, true)})
+		h.ended <- sessionterm.Serve(att, h.frames, terminalRoutes{f.c.esc.Routing(h.sid, true)})
 	}()
 	t.Cleanup(func() {
 		h.exec.Signal(unix.SIGKILL)
@@ -151,18 +152,11 @@ func (h *termHarness) send(fr *lv1.ClientFrame) {
 }
 
 // port is the session's prompt port once the loop registered it.
-func (h *termHarness) port() *promptPort {
+func (h *termHarness) port() *escalation.Port {
 	h.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		h.f.e.mu.Lock()
-		s := h.f.e.sessions[h.sid]
-		var p *promptPort
-		if s != nil {
-			p = s.port
-		}
-		h.f.e.mu.Unlock()
-		if p != nil {
+		if p := h.f.e.Port(h.sid); p != nil {
 			return p
 		}
 		time.Sleep(time.Millisecond)
@@ -262,7 +256,7 @@ func TestCloseWindowDecisionStartsNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newEscFixture(t)
 			reached, release := make(chan struct{}), make(chan struct{})
-			f.e.hooks.beforeHostRoute = func(string) {
+			f.e.Hooks.BeforeHostRoute = func(string) {
 				close(reached)
 				<-release
 			}
@@ -277,11 +271,11 @@ func TestCloseWindowDecisionStartsNothing(t *testing.T) {
 				h.send(h.approve(req)) // the loop hands it to the worker
 				<-reached              // verified and audited; not yet started
 				h.closeSession()
-				<-port.closed // the close handshake began
+				<-port.Closed() // the close handshake began
 				close(release)
 			} else {
 				h.closeSession()
-				<-port.closed
+				<-port.Closed()
 				if e := h.next().GetEscalationPromptEnd(); e == nil || !strings.Contains(e.Reason, "session closed") {
 					t.Fatalf("expected the prompt's end, got %v", e)
 				}
@@ -321,7 +315,7 @@ func TestCloseWindowDecisionStartsNothing(t *testing.T) {
 func TestCloseKillsHostProcessBeforeExit(t *testing.T) {
 	f := newEscFixtureRules(t, []config.Rule{{Match: config.MatchPrefix, Argv: []string{"sleep"}}})
 	started := make(chan *proc.Child, 1)
-	f.e.hooks.hostStarted = func(_ string, c *proc.Child) { started <- c }
+	f.e.Hooks.HostStarted = func(_ string, c *proc.Child) { started <- c }
 	h := newTermHarness(t, f, false, false)
 	io.WriteString(h.stdin, "before\n")
 	if o := h.next().GetOutput(); string(o.GetData()) != "before\n" {

@@ -40,8 +40,7 @@ type modelSteps struct {
 	rs       bool   // StartRuntimeSupervisor recorded, RS not yet gone
 	sidecar  bool   // StartSidecar recorded (RS then arms the edge and starts the sandbox)
 	sessions map[string]mSession
-	rsKilled bool                 // this coordinator SIGKILLed RS
-	requests map[string]*mRequest // Escalation Requests (modelsteps_escalation.go)
+	rsKilled bool // this coordinator SIGKILLed RS
 }
 
 // emit records action(args) for this generation.

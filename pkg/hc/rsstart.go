@@ -264,6 +264,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	if err != nil {
 		return nil, err
 	}
+	mboxReq, mboxRes := c.esc.MailboxDirs()
 	sb := ocispec.Sandbox{
 		Anchors:       anchors,
 		ProfilePaths:  profilePaths,
@@ -276,8 +277,8 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		ControlFiles:  c.credentialMounts(),
 		EtcFiles:      c.net.etcFiles,
 
-		// Escalation Mailbox (escalation.go).
-		MailboxRequests: c.esc.hostReq, MailboxResults: c.esc.hostRes,
+		// Escalation Mailbox (package escalation).
+		MailboxRequests: mboxReq, MailboxResults: mboxRes,
 	}
 	routing, err := c.gitSentryStart(&sb)
 	if err != nil {

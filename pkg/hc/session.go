@@ -293,7 +293,7 @@ func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFra
 }
 
 func (c *coordinator) leave(s *session) {
-	defer c.esc.sessionGone(s.id) // after it left c.sessions
+	defer c.esc.SessionGone(s.id) // after it left c.sessions
 	c.mu.Lock()
 	delete(c.sessions, s.id)
 	c.mtDisconnectLocked(s.mtKey)

@@ -1,11 +1,14 @@
 package hc
 
 import (
+	"log/slog"
 	"path"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 )
 
@@ -19,12 +22,13 @@ func (c *coordinator) terminalDomain() sessionterm.Domain {
 		Broker: c.broker, Runtime: c.rt, Container: c.container, Generation: c.generation,
 		Dir: c.sessionDir(), BaseEnv: c.baseEnv, Rlimits: c.rlimits(),
 		Recorder: c.terminalRecorder(), Timing: c.timing, Log: c.log,
+		Settle: idlemem.SettleSoon, // a session's start is done: HC goes back to relaying
 	}
 }
 
 // runTerminal runs an interactive session (req.Tty) until it closes and
 // its Session Terminal is released (package sessionterm); its escalation
-// prompts and host processes are routed by terminalPrompts.
+// prompts and host processes are routed by the escalation role.
 func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) {
 	c := s.c
 	sessionterm.Run(c.terminalDomain(), sessionterm.Session{
@@ -48,27 +52,55 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 		Started: s.setChild,
 		Stopped: s.wasStopped,
 		Refuse:  func(err error) { refuse(s.conn, err) },
-	}, frames, func(admitted bool) sessionterm.Routes[*promptAsk, *hostRun] {
-		return terminalRoutes{newTerminalPrompts(c, s.id, admitted)}
+	}, frames, func(admitted bool) sessionterm.Routes[*escalation.PromptAsk, *escalation.HostRun] {
+		// The session's prompt port is registered with the escalation role
+		// once its events are admitted; a session whose events are not
+		// gets none, so its requests are treated as having no terminal.
+		return terminalRoutes{c.esc.Routing(s.id, admitted)}
 	})
 }
 
-// terminalRoutes is the escalation routing of a session's terminal loop
-// (sessionterm.Routes) over its terminalPrompts.
-type terminalRoutes struct{ p *terminalPrompts }
+// terminalRoutes is the escalation role's routing of a session's terminal
+// loop (escalation.Routing) as a sessionterm.Routes.
+type terminalRoutes struct{ r *escalation.Routing }
 
-func (r terminalRoutes) Channels(route sessionterm.Route, closing bool) sessionterm.RouteChannels[*promptAsk, *hostRun] {
-	ch := r.p.channels(route, closing)
-	return sessionterm.RouteChannels[*promptAsk, *hostRun]{Ask: ch.ask, AskDone: ch.askDone, Host: ch.host, HostDone: ch.hostDone}
+func (x terminalRoutes) Channels(route sessionterm.Route, closing bool) sessionterm.RouteChannels[*escalation.PromptAsk, *escalation.HostRun] {
+	ch := x.r.Channels(route == sessionterm.RouteSandbox, closing)
+	return sessionterm.RouteChannels[*escalation.PromptAsk, *escalation.HostRun]{Ask: ch.Ask, AskDone: ch.AskDone, Host: ch.Host, HostDone: ch.HostDone}
 }
-func (r terminalRoutes) BeginPrompt(t *sessionterm.Terminal, a *promptAsk) { r.p.begin(t, a) }
-func (r terminalRoutes) EndPrompt(t *sessionterm.Terminal)                 { r.p.end(t) }
-func (r terminalRoutes) StartHost(t *sessionterm.Terminal, h *hostRun)     { r.p.startHost(t, h) }
-func (r terminalRoutes) EndHost(t *sessionterm.Terminal)                   { r.p.endHost(t) }
-func (r terminalRoutes) Close(t *sessionterm.Terminal)                     { r.p.close(t) }
-func (r terminalRoutes) Answer(t *sessionterm.Terminal, f *lv1.ClientFrame, closing bool) bool {
-	return r.p.answer(t, f, closing)
+
+func (x terminalRoutes) BeginPrompt(t *sessionterm.Terminal, a *escalation.PromptAsk) {
+	x.r.Begin(escTerminal{t}, a)
 }
-func (r terminalRoutes) CancelHost(t *sessionterm.Terminal, f *lv1.ClientFrame, closing bool) bool {
-	return r.p.cancelHost(t, f, closing)
+func (x terminalRoutes) EndPrompt(t *sessionterm.Terminal) { x.r.End(escTerminal{t}) }
+func (x terminalRoutes) StartHost(t *sessionterm.Terminal, h *escalation.HostRun) {
+	x.r.StartHost(escTerminal{t}, h)
 }
+func (x terminalRoutes) EndHost(t *sessionterm.Terminal) { x.r.EndHost(escTerminal{t}) }
+func (x terminalRoutes) Close(t *sessionterm.Terminal)   { x.r.Close(escTerminal{t}) }
+func (x terminalRoutes) Answer(t *sessionterm.Terminal, f *lv1.ClientFrame, closing bool) bool {
+	return x.r.Answer(escTerminal{t}, f, closing)
+}
+func (x terminalRoutes) CancelHost(t *sessionterm.Terminal, f *lv1.ClientFrame, closing bool) bool {
+	return x.r.CancelHost(escTerminal{t}, f, closing)
+}
+
+// escTerminal is a session terminal as the escalation role drives it.
+type escTerminal struct{ t *sessionterm.Terminal }
+
+func (a escTerminal) SetRoute(r escalation.Route) {
+	switch r {
+	case escalation.RoutePrompt:
+		a.t.SetRoute(sessionterm.RoutePrompt)
+	case escalation.RouteHostProcess:
+		a.t.SetRoute(sessionterm.RouteHostProcess)
+	default:
+		a.t.SetRoute(sessionterm.RouteSandbox)
+	}
+}
+
+func (a escTerminal) RouteName() string { return a.t.RouteName() }
+
+func (a escTerminal) Send(f *lv1.ServerFrame) error { return a.t.Send(f) }
+
+func (a escTerminal) Log() *slog.Logger { return a.t.Log() }

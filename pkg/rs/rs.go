@@ -24,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
@@ -317,6 +318,8 @@ func (s *supervisor) run() int {
 		s.stopEgress()
 		return s.fail(err)
 	}
+	// The sandbox is ready: from here on RS only watches it.
+	idlemem.SettleSoon(s.log)
 	code := s.serve(sandbox, stdin)
 	return code
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/lazaret/lazaret/pkg/guestuser"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 
@@ -70,6 +71,10 @@ func Main(args []string) int {
 		close(eof)
 	}()
 	fmt.Println(ocispec.ReadyLine)
+	// From here on init only reaps and waits: give back what the start
+	// (the user and the probe) needed. Its guest memory is the host
+	// memory of the sandbox's address space for it.
+	idlemem.SettleSoon(nil)
 	for {
 		select {
 		case <-eof:

@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -338,6 +339,9 @@ func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
 			case f.GetAccepted() != nil:
 				runTiming.Mark("session accepted")
 				go relayStdin(sess)
+				// From here on this CLI only relays: give back what
+				// starting the session needed.
+				idlemem.SettleSoon(nil)
 			}
 		}
 	}

@@ -34,6 +34,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/pty"
 )
@@ -313,6 +314,9 @@ func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 				err := c.enterRaw()
 				if first {
 					sess.OutputReady()
+					// From here on this CLI only relays: give back
+					// what starting the session needed.
+					idlemem.SettleSoon(nil)
 				}
 				if err != nil {
 					return &client.End{Err: err}

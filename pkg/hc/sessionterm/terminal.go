@@ -103,6 +103,9 @@ type Domain struct {
 	Recorder Recorder
 	Timing   *timing.Recorder // nil unless timing is traced
 	Log      *slog.Logger
+	// Settle, when set, runs once a session's start is done (the client
+	// was told it runs): the process may give back start-up memory.
+	Settle func(*slog.Logger)
 }
 
 // Session is the Client Session an interactive terminal serves.
@@ -245,6 +248,9 @@ func Run[A, H any](d Domain, s Session, frames <-chan *lv1.ClientFrame, routes f
 	t.log.Info("session started", "argv0", s.Argv0, "joined", s.Joined, "pty", t.id.PTY, "size", sizeOf(s.Size).String(),
 		"guest_pid", t.id.GuestLeaderPID, "guest_pgid", t.id.GuestPGID, "guest_start", t.id.GuestLeaderStart)
 	t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.ID, Generation: d.Generation, Joined: s.Joined, SessionCapability: s.Capability}}})
+	if d.Settle != nil {
+		d.Settle(t.log)
+	}
 	clientGone := loop(t, frames, admitted, routes(admitted))
 	if clientGone {
 		t.log.Info("client connection lost: releasing the session terminal")

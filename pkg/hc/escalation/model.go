@@ -1,13 +1,13 @@
-package hc
+package escalation
 
 // Model-trace emission of the host escalation protocol (package
 // modeltrace): the Escalation Request steps of tla/Lazaret.tla, from
 // ReceiveEscalation to DeliverResult, recorded by the session's escalation
-// worker (and BeginPrompt by its terminal loop) in the same discipline as
-// modelsteps.go: each step is recorded while c.mu is held, before its
-// effect reaches another goroutine or process (the prompt frame, the
-// host process's release, the route's return to the sandbox, the result
-// file). A request's steps are recorded only while its Client Session is
+// worker (and BeginPrompt by its terminal loop) in the coordinator's
+// discipline: each step is recorded while the Model's lock (the
+// coordinator's) is held, before its effect reaches another goroutine or
+// process (the prompt frame, the host process's release, the route's
+// return to the sandbox, the result file). A request's steps are recorded only while its Client Session is
 // attached in the model: DisconnectSession and FailDomain, recorded under
 // the same lock, end the model's request themselves (Cancelled, Failed),
 // so what the worker does for it afterwards is below the model.
@@ -33,10 +33,32 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"sync"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 )
+
+// Model is the coordinator's model-trace seam. Its lock is the one under
+// which the coordinator records DisconnectSession and FailDomain, so a
+// request's step and its session's end are ordered.
+type Model interface {
+	sync.Locker
+	// SessionKey returns the model-trace key of the live session id
+	// (lock held).
+	SessionKey(sessionID string) (key string, ok bool)
+	// Attached reports whether the session key is attached in the model
+	// and the Domain has not failed (lock held).
+	Attached(key string) bool
+	// Emit records one model action of the Domain's generation.
+	Emit(facts map[string]string, action string, args ...string)
+}
+
+// modelState is the role's recorded model state, guarded by the Model's
+// lock.
+type modelState struct {
+	requests map[string]*mRequest
+}
 
 // mReqPhase is an Escalation Request's model phase as this coordinator
 // recorded it.
@@ -69,10 +91,10 @@ var (
 )
 
 // mtRequestLocked returns the request's record while its steps are
-// recorded (c.mu held).
-func (c *coordinator) mtRequestLocked(id string) *mRequest {
-	rq := c.mt.requests[id]
-	if rq == nil || !c.mtSessionAttached(rq.session) {
+// recorded (the Model's lock held).
+func (e *Service) mtRequestLocked(id string) *mRequest {
+	rq := e.model.requests[id]
+	if rq == nil || !e.cfg.Model.Attached(rq.session) {
 		return nil
 	}
 	return rq
@@ -85,13 +107,14 @@ func (c *coordinator) mtRequestLocked(id string) *mRequest {
 // (a kill after the process already exited, a prompt the worker already
 // ended); everywhere else a step the model does not allow is recorded as
 // taken, for the replay to reject.
-func (c *coordinator) mtRequestStep(id string, from []mReqPhase, to mReqPhase, facts map[string]string, actions ...[]string) {
-	if !modeltrace.On() {
+func (e *Service) mtRequestStep(id string, from []mReqPhase, to mReqPhase, facts map[string]string, actions ...[]string) {
+	if !modeltrace.On() || e.cfg.Model == nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	rq := c.mtRequestLocked(id)
+	mt := e.cfg.Model
+	mt.Lock()
+	defer mt.Unlock()
+	rq := e.mtRequestLocked(id)
 	if rq == nil {
 		return
 	}
@@ -105,7 +128,7 @@ func (c *coordinator) mtRequestStep(id string, from []mReqPhase, to mReqPhase, f
 		}
 	}
 	for _, a := range actions {
-		modeltrace.EmitFacts(c.dom(), c.generation, facts, a[0], append([]string{id}, a[1:]...)...)
+		mt.Emit(facts, a[0], append([]string{id}, a[1:]...)...)
 	}
 	rq.phase = to
 }
@@ -114,52 +137,52 @@ func act(action string, args ...string) []string { return append([]string{action
 
 // mtReceive records ReceiveEscalation when the session's worker takes the
 // request (the model's activeRequest).
-func (e *escalations) mtReceive(s *escSession, r *escRequest) {
-	if !modeltrace.On() {
+func (e *Service) mtReceive(s *session, r *request) {
+	if !modeltrace.On() || e.cfg.Model == nil {
 		return
 	}
-	c := e.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sess := c.sessions[s.id]
-	if sess == nil || !c.mtSessionAttached(sess.mtKey) {
+	mt := e.cfg.Model
+	mt.Lock()
+	defer mt.Unlock()
+	key, ok := mt.SessionKey(s.id)
+	if !ok || !mt.Attached(key) {
 		return
 	}
-	if c.mt.requests == nil {
-		c.mt.requests = map[string]*mRequest{}
+	if e.model.requests == nil {
+		e.model.requests = map[string]*mRequest{}
 	}
-	modeltrace.EmitFacts(c.dom(), c.generation, map[string]string{"session": sess.mtKey}, "ReceiveEscalation", r.id())
-	c.mt.requests[r.id()] = &mRequest{session: sess.mtKey, phase: mrVerified}
+	mt.Emit(map[string]string{"session": key}, "ReceiveEscalation", r.id())
+	e.model.requests[r.id()] = &mRequest{session: key, phase: mrVerified}
 }
 
 // mtQueuePrompt records QueuePrompt: no rule approved the request.
-func (e *escalations) mtQueuePrompt(r *escRequest) {
-	e.c.mtRequestStep(r.id(), mrFromVerified, mrAwaiting, nil, act("QueuePrompt"))
+func (e *Service) mtQueuePrompt(r *request) {
+	e.mtRequestStep(r.id(), mrFromVerified, mrAwaiting, nil, act("QueuePrompt"))
 }
 
 // mtBeginPrompt records BeginPrompt as the terminal loop shows the prompt
 // (before the route changes and the prompt frame is sent); a prompt whose
 // request the worker already ended is not shown in the model.
-func (c *coordinator) mtBeginPrompt(requestID string) {
-	c.mtRequestStep(requestID, mrFromAwaiting, mrPrompting, nil, act("BeginPrompt"))
+func (e *Service) mtBeginPrompt(requestID string) {
+	e.mtRequestStep(requestID, mrFromAwaiting, mrPrompting, nil, act("BeginPrompt"))
 }
 
 // mtDecided records how decide ended, before anything follows from it.
-func (e *escalations) mtDecided(r *escRequest, argv []string, by string, ok bool) {
-	c, id := e.c, r.id()
+func (e *Service) mtDecided(r *request, argv []string, by string, ok bool) {
+	id := r.id()
 	switch {
 	case ok && by == "auto-rule":
-		c.mtRequestStep(id, mrAny, mrApproved, nil, act("AutoApprove"))
+		e.mtRequestStep(id, mrAny, mrApproved, nil, act("AutoApprove"))
 	case ok:
-		c.mtRequestStep(id, mrAny, mrApproved, nil, act("DeveloperApprove", mtCommandDigest(id, argv)))
+		e.mtRequestStep(id, mrAny, mrApproved, nil, act("DeveloperApprove", mtCommandDigest(id, argv)))
 	case by == "developer":
-		c.mtRequestStep(id, mrAny, mrPending, nil, act("DeveloperDeny"))
+		e.mtRequestStep(id, mrAny, mrPending, nil, act("DeveloperDeny"))
 	case by == "no-terminal":
-		c.mtRequestStep(id, mrAny, mrPending, factNoTerminal, act("BeginPrompt"), act("DeveloperDeny"))
+		e.mtRequestStep(id, mrAny, mrPending, factNoTerminal, act("BeginPrompt"), act("DeveloperDeny"))
 	case by == "timeout" || by == "ack-timeout":
-		c.mtRequestStep(id, mrAny, mrPending, nil, act("TimeoutRequest"))
+		e.mtRequestStep(id, mrAny, mrPending, nil, act("TimeoutRequest"))
 	case by == "cancel" || by == "closed":
-		c.mtRequestStep(id, mrAny, mrPending, nil, act("CancelRequest"))
+		e.mtRequestStep(id, mrAny, mrPending, nil, act("CancelRequest"))
 	}
 	// "session": the session left, DisconnectSession cancelled the request.
 	// "bad-decision": the model has no step (ApprovalIdentityTupleMatches
@@ -177,12 +200,12 @@ func mtCommandDigest(id string, argv []string) string {
 // mtHostRouted records StartHostExecution once the route is HostProcess
 // (an interactive session's loop switched it) and before the process is
 // released, or how hostRoute refused to start it.
-func (e *escalations) mtHostRouted(r *escRequest, refused *lv1.EscalationResult) {
+func (e *Service) mtHostRouted(r *request, refused *lv1.EscalationResult) {
 	switch {
 	case refused == nil:
-		e.c.mtRequestStep(r.id(), mrAny, mrExecuting, nil, act("StartHostExecution"))
+		e.mtRequestStep(r.id(), mrAny, mrExecuting, nil, act("StartHostExecution"))
 	case refused.Outcome == lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED:
-		e.c.mtRequestStep(r.id(), mrAny, mrPending, nil, act("CancelRequest"))
+		e.mtRequestStep(r.id(), mrAny, mrPending, nil, act("CancelRequest"))
 	default:
 		e.mtHostFailed(r)
 	}
@@ -190,28 +213,28 @@ func (e *escalations) mtHostRouted(r *escRequest, refused *lv1.EscalationResult)
 
 // mtHostFailed records FailHostExecution: a start that failed after the
 // route changed, or (refines=start-refused-before-route) before.
-func (e *escalations) mtHostFailed(r *escRequest) {
-	e.c.mtRequestStep(r.id(), mrFromApproved, mrPending, factBeforeRoute, act("StartHostExecution"), act("FailHostExecution"))
-	e.c.mtRequestStep(r.id(), mrFromExecuting, mrPending, nil, act("FailHostExecution"))
+func (e *Service) mtHostFailed(r *request) {
+	e.mtRequestStep(r.id(), mrFromApproved, mrPending, factBeforeRoute, act("StartHostExecution"), act("FailHostExecution"))
+	e.mtRequestStep(r.id(), mrFromExecuting, mrPending, nil, act("FailHostExecution"))
 }
 
 // mtHostStopped records CancelRequest for a process stopped at its launch
 // barrier (the developer cancelled, the session is closing).
-func (e *escalations) mtHostStopped(r *escRequest) {
-	e.c.mtRequestStep(r.id(), mrAny, mrPending, nil, act("CancelRequest"))
+func (e *Service) mtHostStopped(r *request) {
+	e.mtRequestStep(r.id(), mrAny, mrPending, nil, act("CancelRequest"))
 }
 
 // mtHostExited records CompleteHostExecution before the route returns to
 // the sandbox.
-func (e *escalations) mtHostExited(r *escRequest) {
-	e.c.mtRequestStep(r.id(), mrAny, mrPending, nil, act("CompleteHostExecution"))
+func (e *Service) mtHostExited(r *request) {
+	e.mtRequestStep(r.id(), mrAny, mrPending, nil, act("CompleteHostExecution"))
 }
 
 // mtHostKilled records why a running process is killed (before the result
 // is written and the route returns). A kill after the process exited
 // (its output still draining) is no model step: CompleteHostExecution
 // was recorded.
-func (e *escalations) mtHostKilled(r *escRequest, outcome lv1.EscalationOutcome) {
+func (e *Service) mtHostKilled(r *request, outcome lv1.EscalationOutcome) {
 	a := "FailHostExecution"
 	switch outcome {
 	case lv1.EscalationOutcome_ESCALATION_OUTCOME_CANCELLED:
@@ -219,10 +242,10 @@ func (e *escalations) mtHostKilled(r *escRequest, outcome lv1.EscalationOutcome)
 	case lv1.EscalationOutcome_ESCALATION_OUTCOME_TIMED_OUT:
 		a = "TimeoutRequest"
 	}
-	e.c.mtRequestStep(r.id(), mrFromExecuting, mrPending, nil, act(a))
+	e.mtRequestStep(r.id(), mrFromExecuting, mrPending, nil, act(a))
 }
 
 // mtDeliver records DeliverResult before the result is published.
-func (e *escalations) mtDeliver(r *escRequest) {
-	e.c.mtRequestStep(r.id(), mrAny, mrDelivered, nil, act("DeliverResult"))
+func (e *Service) mtDeliver(r *request) {
+	e.mtRequestStep(r.id(), mrAny, mrDelivered, nil, act("DeliverResult"))
 }

@@ -1,0 +1,171 @@
+package idlemem
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReadOnlyMappings(t *testing.T) {
+	maps := `00400000-00ca2000 r-xp 00000000 fd:01 1234 /opt/bin/lazaret-hc
+00ca2000-01626000 r--p 008a2000 fd:01 1234 /opt/bin/lazaret-hc
+01626000-016b6000 rw-p 01226000 fd:01 1234 /opt/bin/lazaret-hc
+016b6000-016d0000 r--s 00000000 fd:01 1234 /opt/bin/lazaret-hc
+02000000-02001000 r--p 00000000 fd:01 99 /opt/bin/lazaret-hc.old
+3181b6400000-3181b7000000 rw-p 00000000 00:00 0
+7ffd1000-7ffd3000 r-xp 00000000 00:00 0 [vdso]
+08000000-08001000 r-xp 00000000 fd:01 77 /opt/my bin/x (deleted)
+`
+	f := filepath.Join(t.TempDir(), "maps")
+	if err := os.WriteFile(f, []byte(maps), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readOnlyMappings(f, "/opt/bin/lazaret-hc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []mapping{{0x400000, 0xca2000}, {0xca2000, 0x1626000}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("got %#v, want %#v", got, want)
+	}
+	got, err = readOnlyMappings(f, "/opt/my bin/x (deleted)")
+	if err != nil || len(got) != 1 || got[0] != (mapping{0x8000000, 0x8001000}) {
+		t.Fatalf("path with spaces: %#v %v", got, err)
+	}
+}
+
+// TestSettleUnmapsExecutable runs this test binary as an idle child that
+// calls Settle between two reads of its stdin, and checks in the child's
+// smaps that its resident code and read-only data shrank, and that the
+// child keeps running code from them afterwards.
+func TestSettleUnmapsExecutable(t *testing.T) {
+	if os.Getenv(childEnv) == "1" {
+		return
+	}
+	c := exec.Command(os.Args[0], "-test.run=^TestSettleUnmapsExecutable$")
+	c.Env = append(os.Environ(), childEnv+"=1")
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stderr = os.Stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Wait()
+	defer in.Close()
+	out := bufio.NewReader(outPipe)
+	expect := func(want string) string {
+		t.Helper()
+		l, err := out.ReadString('\n')
+		if err != nil || !strings.HasPrefix(l, want) {
+			t.Fatalf("child said %q (%v), want %q", l, err, want)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(l, want))
+	}
+	expect("started")
+	before := exeReadOnlyRSS(t, c.Process.Pid)
+	io.WriteString(in, "settle\n")
+	expect("settled")
+	after := exeReadOnlyRSS(t, c.Process.Pid)
+	t.Logf("child's read-only executable mappings: %d kB resident before Settle, %d kB after", before, after)
+	if before < 1024 {
+		t.Fatalf("only %d kB resident before Settle", before)
+	}
+	// What the child runs after Settle faults back in (with the kernel's
+	// fault-around, up to 16 pages a fault): writing a line and reading
+	// one is well under half of a test binary's start-up.
+	if after*2 > before {
+		t.Fatalf("%d kB resident after Settle, %d kB before: not released", after, before)
+	}
+	io.WriteString(in, "work\n")
+	if got := expect("worked"); got != "424242" {
+		t.Fatalf("child computed %q after Settle", got)
+	}
+}
+
+const childEnv = "LAZARET_IDLEMEM_TEST_CHILD"
+
+// TestMain runs the idle child of TestSettleUnmapsExecutable.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "1" {
+		os.Exit(m.Run())
+	}
+	in := bufio.NewReader(os.Stdin)
+	fmt.Println("started")
+	in.ReadString('\n')
+	if r := Settle(nil); r.TextMappings == 0 {
+		fmt.Printf("unmapped nothing: %+v\n", r)
+	}
+	os.Stdout.Write([]byte("settled\n")) // little code runs before the parent measures
+	in.ReadString('\n')
+	fmt.Printf("worked %s\n", strings.Repeat(strconv.Itoa(42), 3))
+	in.ReadString('\n')
+	os.Exit(0)
+}
+
+// exeReadOnlyRSS sums the Rss (kB) of pid's read-only private mappings of
+// its executable.
+func exeReadOnlyRSS(t *testing.T, pid int) int {
+	t.Helper()
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, in := 0, false
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4 {
+			in = len(f) >= 6 && strings.Join(f[5:], " ") == exe && f[1][1] != 'w' && f[1][3] == 'p'
+			continue
+		}
+		if in && len(f) >= 2 && f[0] == "Rss:" {
+			n, _ := strconv.Atoi(f[1])
+			total += n
+		}
+	}
+	return total
+}
+
+// TestSettleSoonCoalesces: calls in quick succession settle once, Delay
+// after the last one.
+func TestSettleSoonCoalesces(t *testing.T) {
+	calls := make(chan time.Time, 8)
+	settle = func(*slog.Logger) Result { calls <- time.Now(); return Result{} }
+	defer func() { settle = Settle }()
+	var last time.Time
+	for i := 0; i < 3; i++ {
+		last = time.Now()
+		SettleSoon(nil)
+		time.Sleep(Delay / 5)
+	}
+	select {
+	case at := <-calls:
+		if at.Sub(last) < Delay {
+			t.Fatalf("settled %v after the last call, before Delay %v", at.Sub(last), Delay)
+		}
+	case <-time.After(3 * Delay):
+		t.Fatal("SettleSoon never settled")
+	}
+	select {
+	case <-calls:
+		t.Fatal("settled twice")
+	case <-time.After(Delay + Delay/2):
+	}
+}
