@@ -43,6 +43,9 @@ type scaleReport struct {
 func TestBenchScale(t *testing.T) {
 	e := need(t)
 	n := *flagScale
+	if n > 4 {
+		expectManyDomains(t)
+	}
 	// Warm: the default image's prepared lower exists.
 	warm := workspace(t)
 	if r := lzFor(t, 5*time.Minute, warm, nil, nil, "run", "--", "true"); r.code != 0 {

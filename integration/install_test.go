@@ -14,7 +14,7 @@ import (
 // TestInstall installs the built binaries with the Makefile's own install
 // recipe into a DESTDIR (PREFIX=/usr/local), then, as the test user and
 // with nothing but the installed tree on PATH (no LAZARET_RUNSC: the pinned
-// runsc is installed in libexec), checks `lazaret version` (all four
+// runsc is installed in libexec), checks `lazaret version` (all five
 // binaries answer with one version), `lazaret doctor` (every check passes
 // on this machine), a real sandboxed run, the bash completion, and a
 // profile function from `lazaret alias` in bash. Then `make uninstall`
@@ -50,7 +50,7 @@ func TestInstall(t *testing.T) {
 		t.Fatalf("make install-files: %v\n%s", err, out)
 	}
 	prefix := filepath.Join(dest, "usr/local")
-	for _, f := range []string{"bin/lazaret", "libexec/lazaret/lazaret-hc", "libexec/lazaret/lazaret-rs", "libexec/lazaret/lazaret-escalate", "libexec/lazaret/runsc",
+	for _, f := range []string{"bin/lazaret", "libexec/lazaret/lazaret-cli", "libexec/lazaret/lazaret-hc", "libexec/lazaret/lazaret-rs", "libexec/lazaret/lazaret-escalate", "libexec/lazaret/runsc",
 		"share/man/man1/lazaret.1", "share/bash-completion/completions/lazaret", "share/zsh/site-functions/_lazaret", "share/fish/vendor_completions.d/lazaret.fish"} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
 			t.Errorf("not installed: %v", err)
@@ -91,16 +91,16 @@ func TestInstall(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("installed lazaret version: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	versions := regexp.MustCompile(`(?m)^(lazaret(?:-hc|-rs|-escalate)?)\s+(\S+)`).FindAllStringSubmatch(r.stdout, -1)
-	if len(versions) != 4 {
-		t.Fatalf("version does not list the four binaries:\n%s", r.stdout)
+	versions := regexp.MustCompile(`(?m)^(lazaret(?:-cli|-hc|-rs|-escalate)?)\s+(\S+)`).FindAllStringSubmatch(r.stdout, -1)
+	if len(versions) != 5 {
+		t.Fatalf("version does not list the five binaries:\n%s", r.stdout)
 	}
 	for _, v := range versions[1:] {
 		if v[2] != versions[0][2] || v[2] == "dev" {
 			t.Errorf("%s reports %s, lazaret %s (want one stamped version):\n%s", v[1], v[2], versions[0][2], r.stdout)
 		}
 	}
-	for _, want := range []string{filepath.Join(prefix, "libexec/lazaret/lazaret-hc"), filepath.Join(prefix, "libexec/lazaret/runsc"), "control protocol"} {
+	for _, want := range []string{filepath.Join(prefix, "bin/lazaret"), filepath.Join(prefix, "libexec/lazaret/lazaret-cli"), filepath.Join(prefix, "libexec/lazaret/lazaret-hc"), filepath.Join(prefix, "libexec/lazaret/runsc"), "control protocol"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("version output lacks %q:\n%s", want, r.stdout)
 		}

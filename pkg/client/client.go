@@ -5,7 +5,9 @@
 //     runtime directory and checks the listener's uid;
 //   - Authenticate pins the generation's publication (the coordinator's CA
 //     and Trust Manifest), enrolls a fresh in-memory key on a
-//     certificate-less connection and dials again with the issued leaf;
+//     certificate-less connection and dials again with the issued leaf (the
+//     second handshake overlaps the enrollment; PrepareKeys generates the
+//     key ahead);
 //   - Starter starts the Domain's coordinator when nothing serves it, or
 //     joins the running one, and runs a Client Session, retrying while the
 //     Domain is stopping (Session: the request, the frame reader and the
@@ -19,7 +21,9 @@
 package client
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -149,18 +153,31 @@ func Connect(paths domain.Paths, profile string) (*Conn, error) {
 // connection may do), and dials again with the issued one-hour leaf. It
 // takes raw over, also on error. ErrNotPublished means the coordinator
 // withdrew meanwhile (it is stopping).
+//
+// The two connections overlap: the second is dialled and its handshake
+// started before the enrollment, and the handshake presents the issued
+// leaf only once the enrollment returned it (GetClientCertificate waits
+// for it). The coordinator's half of that handshake (its key share and
+// signature) and this CLI's verification of it, the pinned coordinator
+// leaf included, run while the enrollment does; the messages and their
+// order on each connection are those of enrolling first and reconnecting
+// after, so a join pays about one handshake's latency instead of two.
 func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn, error) {
+	return AuthenticateWith(raw, paths, profile, nil)
+}
+
+// AuthenticateWith is Authenticate with the enrollment key of keys (from
+// PrepareKeys; nil: a key generated here). keys is used up: it enrolls once.
+func AuthenticateWith(raw *net.UnixConn, paths domain.Paths, profile string, keys *Keys) (*Conn, error) {
 	pub, id, err := ReadPublication(paths, profile)
 	if err != nil {
 		raw.Close()
 		return nil, err
 	}
-	key, err := trust.NewClientKey(nil)
-	if err != nil {
-		raw.Close()
-		return nil, err
+	if keys == nil {
+		keys = newKeys()
 	}
-	csr, err := trust.NewCSR(key)
+	key, csr, err := keys.take()
 	if err != nil {
 		raw.Close()
 		return nil, err
@@ -173,27 +190,13 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 	enrollConn := tls.Client(raw, cfg)
 	defer enrollConn.Close()
 	enrollConn.SetDeadline(time.Now().Add(enrollTimeout))
-	fc := control.NewConn(enrollConn)
-	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: csr}}}); err != nil {
-		return nil, fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished)
-	}
-	var f lv1.ServerFrame
-	if err := fc.Read(&f); err != nil {
-		return nil, fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished)
-	}
-	if e := f.GetError(); e != nil {
-		return nil, frameError(e)
-	}
-	en := f.GetEnrollment()
-	if en == nil {
-		return nil, errdefs.New(errdefs.ErrCorrupt, "the Host Coordinator answered enrollment with %v", f.String())
-	}
-	cert := trust.ClientCertificate(key, &trust.Enrollment{ClientID: en.ClientCliId, CertDER: en.CertificateDer})
+
+	// The authenticated connection, its handshake waiting for the leaf.
 	raw2, err := Dial(paths)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err = trust.ClientTLSConfig(pub, &cert, nil)
+	cfg2, err := trust.ClientTLSConfig(pub, nil, nil)
 	if err != nil {
 		raw2.Close()
 		return nil, err
@@ -205,9 +208,42 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 		raw2.Close()
 		return nil, err
 	}
-	conn := tls.Client(rconn, cfg)
+	leaf := make(chan *tls.Certificate, 1) // nil: the enrollment failed
+	cfg2.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if c := <-leaf; c != nil {
+			return c, nil
+		}
+		return nil, errEnrollmentFailed
+	}
+	conn := tls.Client(rconn, cfg2)
 	conn.SetDeadline(time.Now().Add(enrollTimeout))
-	if err := conn.Handshake(); err != nil {
+	handshake := make(chan error, 1)
+	go func() { handshake <- conn.Handshake() }()
+	abandon := func(err error) (*Conn, error) {
+		leaf <- nil
+		<-handshake
+		conn.Close()
+		return nil, err
+	}
+
+	fc := control.NewConn(enrollConn)
+	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: csr}}}); err != nil {
+		return abandon(fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished))
+	}
+	var f lv1.ServerFrame
+	if err := fc.Read(&f); err != nil {
+		return abandon(fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished))
+	}
+	if e := f.GetError(); e != nil {
+		return abandon(frameError(e))
+	}
+	en := f.GetEnrollment()
+	if en == nil {
+		return abandon(errdefs.New(errdefs.ErrCorrupt, "the Host Coordinator answered enrollment with %v", f.String()))
+	}
+	cert := trust.ClientCertificate(key, &trust.Enrollment{ClientID: en.ClientCliId, CertDER: en.CertificateDer})
+	leaf <- &cert
+	if err := <-handshake; err != nil {
 		conn.Close()
 		if peerGone(err) {
 			// The coordinator closed the connection unread after it
@@ -222,6 +258,66 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 	conn.SetDeadline(time.Time{})
 	return &Conn{conn: conn, fc: control.NewConn(conn), Identity: id, ClientID: en.ClientCliId}, nil
 }
+
+// Keys is a Client CLI's fresh in-memory enrollment key and its signed
+// certificate request, for one enrollment. Generating them is the CLI's
+// costliest step before it can enroll: in a fresh process the first key
+// also sets up the signature code's tables, and checking the request sets
+// up the verification the publication's check needs next. PrepareKeys
+// runs that concurrently with the CLI's other start-up work (host checks,
+// configuration, workspace).
+type Keys struct {
+	done chan struct{}
+	key  ed25519.PrivateKey
+	csr  []byte
+	err  error
+}
+
+// PrepareKeys starts generating a key and its certificate request; pass
+// the result to AuthenticateWith (or Starter.Keys).
+func PrepareKeys() *Keys {
+	k := &Keys{done: make(chan struct{})}
+	go k.generate()
+	return k
+}
+
+func newKeys() *Keys {
+	k := &Keys{done: make(chan struct{})}
+	k.generate()
+	return k
+}
+
+func (k *Keys) generate() {
+	defer close(k.done)
+	if k.key, k.err = trust.NewClientKey(nil); k.err != nil {
+		return
+	}
+	if k.csr, k.err = trust.NewCSR(k.key); k.err != nil {
+		return
+	}
+	req, err := x509.ParseCertificateRequest(k.csr)
+	if err == nil {
+		err = req.CheckSignature()
+	}
+	if err != nil {
+		k.err = fmt.Errorf("check the certificate request: %w", err)
+	}
+}
+
+// take waits for the key and request; they are for one enrollment only.
+func (k *Keys) take() (ed25519.PrivateKey, []byte, error) {
+	<-k.done
+	key, csr, err := k.key, k.csr, k.err
+	k.key, k.csr = nil, nil
+	if err == nil && key == nil {
+		err = errors.New("enrollment keys used twice")
+	}
+	return key, csr, err
+}
+
+// errEnrollmentFailed ends the authenticated connection's handshake when
+// the enrollment it waits for failed (the enrollment's error is returned).
+var errEnrollmentFailed = errors.New("enrollment failed")
 
 // peerGone reports whether err is the peer closing the connection (end of
 // stream, reset, broken pipe) rather than a TLS alert.

@@ -144,9 +144,9 @@ func TestAuthenticateRefusesAnotherDomain(t *testing.T) {
 	}
 }
 
-// TestAuthenticateCoordinatorStopping: a coordinator that stops between
-// the enrollment and the authenticated connection (it closes that
-// connection unread) is reported as not published, so that Run starts or
+// TestAuthenticateCoordinatorStopping: a coordinator that stops after the
+// enrollment (it closes the authenticated connection unread) is reported
+// as not published, or ends the session with Retry, so that Run starts or
 // joins again instead of failing the session.
 func TestAuthenticateCoordinatorStopping(t *testing.T) {
 	roots := newRoots(t)
@@ -156,10 +156,35 @@ func TestAuthenticateCoordinatorStopping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Authenticate(raw, c.paths, testProfile)
-	if !errors.Is(err, ErrNotPublished) {
-		t.Fatalf("a coordinator gone after the enrollment: %v, want ErrNotPublished", err)
+	// The authenticated connection's handshake overlaps the enrollment:
+	// the coordinator closes it in the handshake (ErrNotPublished) or,
+	// when the CLI's half of the handshake had ended, before reading the
+	// request (the session ends with Retry). Either way the CLI joins again.
+	conn, err := Authenticate(raw, c.paths, testProfile)
+	if err != nil {
+		if !errors.Is(err, ErrNotPublished) {
+			t.Fatalf("a coordinator gone after the enrollment: %v, want ErrNotPublished", err)
+		}
+		return
 	}
+	defer conn.Close()
+	anchor, err := trust.NewSessionAnchor(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &lv1.RunRequest{ProtocolVersion: lv1.ProtocolVersion_PROTOCOL_VERSION_1, SessionRegistration: anchor.Registration(conn.Identity, conn.ClientID).Encode()}
+	s := conn.Session(req, anchor)
+	defer s.Close()
+	s.Start(SessionOptions{Output: func(lv1.Stream, []byte) {}})
+	for ev := range s.Events() {
+		if ev.End != nil {
+			if !ev.End.Retry {
+				t.Fatalf("a coordinator gone after the enrollment: session end %+v, want Retry", ev.End)
+			}
+			return
+		}
+	}
+	t.Fatal("the session's events ended without an End")
 }
 
 // TestSession runs a session against the coordinator: the registration
@@ -255,5 +280,29 @@ func TestSession(t *testing.T) {
 	}
 	if f := <-got; f.GetSignal().GetSignal() != int32(syscall.SIGTERM) {
 		t.Errorf("SIGTERM of a non-interactive session: %v", f)
+	}
+}
+
+// TestAuthenticatePreparedKeys: keys prepared ahead enroll once; a second
+// use is refused rather than enrolling the same key again.
+func TestAuthenticatePreparedKeys(t *testing.T) {
+	roots := newRoots(t)
+	c := startCoordinator(t, roots, "/w", statusServer(&lv1.Status{Domain: running("/w")}))
+	keys := PrepareKeys()
+	for i, wantErr := range []bool{false, true} {
+		raw, err := Dial(c.paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := AuthenticateWith(raw, c.paths, testProfile, keys)
+		if (err != nil) != wantErr {
+			t.Fatalf("authentication %d with prepared keys: %v", i+1, err)
+		}
+		if err == nil {
+			if conn.ClientID == "" {
+				t.Error("no Client CLI ID")
+			}
+			conn.Close()
+		}
 	}
 }

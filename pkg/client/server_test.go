@@ -23,7 +23,7 @@ import (
 // Host Coordinator serves them; what it answers after the first frame is
 // the test's handler.
 type coordinator struct {
-	t      *testing.T
+	t      testing.TB
 	paths  domain.Paths
 	roots  domain.Roots
 	anchor *trust.Anchor
@@ -31,8 +31,8 @@ type coordinator struct {
 	serve  handler
 	wg     sync.WaitGroup
 	// stopAfterEnroll makes the coordinator stop serving once it has
-	// answered an enrollment: later connections are closed unread, as a
-	// coordinator tearing down does.
+	// answered an enrollment: later connections, and those whose handshake
+	// ends after it, are closed unread, as a coordinator tearing down does.
 	stopAfterEnroll bool
 	stopping        atomic.Bool
 }
@@ -43,7 +43,7 @@ type handler func(a *trust.Anchor, fc *control.Conn, first *lv1.ClientFrame, cli
 const testProfile = "default"
 
 // newRoots makes a Storage Root and runtime root for uid (the caller's).
-func newRoots(t *testing.T) domain.Roots {
+func newRoots(t testing.TB) domain.Roots {
 	t.Helper()
 	// Short: the control socket's path must fit sun_path.
 	base, err := os.MkdirTemp("", "lzc")
@@ -62,7 +62,7 @@ func newRoots(t *testing.T) domain.Roots {
 
 // storeIdentity writes the Domain's stored identity as the coordinator
 // does (domain.json).
-func storeIdentity(t *testing.T, paths domain.Paths, profile, workspace string) {
+func storeIdentity(t testing.TB, paths domain.Paths, profile, workspace string) {
 	t.Helper()
 	if err := os.MkdirAll(paths.DomainRoot, 0o700); err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func storeIdentity(t *testing.T, paths domain.Paths, profile, workspace string) 
 
 // startCoordinator publishes a generation of the Domain of workspace under
 // roots and serves its control socket until the test ends.
-func startCoordinator(t *testing.T, roots domain.Roots, workspace string, serve handler) *coordinator {
+func startCoordinator(t testing.TB, roots domain.Roots, workspace string, serve handler) *coordinator {
 	t.Helper()
 	paths, err := domain.PathsFor(roots, domain.DeriveID(testProfile, workspace))
 	if err != nil {
@@ -129,7 +129,7 @@ func startCoordinator(t *testing.T, roots domain.Roots, workspace string, serve 
 }
 
 func (c *coordinator) conn(tconn *tls.Conn) {
-	if err := tconn.Handshake(); err != nil {
+	if err := tconn.Handshake(); err != nil || c.stopping.Load() {
 		return
 	}
 	fc := control.NewConn(tconn)

@@ -53,6 +53,9 @@ type Starter struct {
 	Broker *proc.Broker
 	// Timing records start-up stages (nil: none).
 	Timing *timing.Recorder
+	// Keys, when set, are the first attempt's enrollment key and request
+	// (PrepareKeys, started early); later attempts generate their own.
+	Keys *Keys
 
 	started bool // this CLI already started a coordinator
 }
@@ -75,7 +78,9 @@ func (s *Starter) Run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*
 			return nil, err
 		}
 		s.Timing.Mark("connected to the coordinator")
-		c, err := Authenticate(raw, s.Paths, s.Profile)
+		keys := s.Keys
+		s.Keys = nil
+		c, err := AuthenticateWith(raw, s.Paths, s.Profile, keys)
 		if errors.Is(err, ErrNotPublished) && attempt < MaxAttempts {
 			time.Sleep(20 * time.Millisecond)
 			continue
@@ -83,6 +88,7 @@ func (s *Starter) Run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*
 		if err != nil {
 			return nil, err
 		}
+		s.Timing.Mark("authenticated (enrolled, mutual TLS)")
 		anchor, err := trust.NewSessionAnchor(nil)
 		if err != nil {
 			c.Close()

@@ -21,6 +21,7 @@ import (
 
 // Program names.
 const (
+	CLI      = "lazaret-cli"
 	HC       = "lazaret-hc"
 	RS       = "lazaret-rs"
 	Escalate = "lazaret-escalate"

@@ -1,8 +1,9 @@
-// Package release is the build identity the four Lazaret binaries share:
+// Package release is the build identity the five Lazaret binaries share:
 // the version stamped from git at build time (-ldflags -X, see Makefile) and
-// the hidden argument with which lazaret asks lazaret-hc, lazaret-rs and
-// lazaret-escalate for theirs (packagers may ship them separately, so
-// `lazaret version` reports each one, not its own stamp four times).
+// the hidden argument with which lazaret-cli asks the lazaret front,
+// lazaret-hc, lazaret-rs and lazaret-escalate for theirs (packagers may ship
+// them separately, so `lazaret version` reports each one, not its own stamp
+// five times).
 package release
 
 import (

@@ -57,7 +57,8 @@
 //     one-hour clientAuth leaf bound to a new Client CLI ID and the generation;
 //  3. reconnects with that leaf, and sends its `RunRequest` (or
 //     `StatusRequest`) with a session registration signed by a fresh Session
-//     Anchor key; HC answers `Accepted` with the Session Request Capability it
+//     Anchor key (pkg/client dials this connection and starts its handshake
+//     while it enrolls; the handshake presents the leaf once it is issued); HC answers `Accepted` with the Session Request Capability it
 //     signed, which the guest command also receives
 //     (`LAZARET_SESSION_CAPABILITY`).
 //

@@ -118,9 +118,13 @@ func configPathOr(p string) string {
 }
 
 // lazaretInvocation is how the functions call lazaret: `command lazaret`
-// when PATH finds this very binary, else its absolute path.
+// when PATH finds this very binary (the front that handed this command line
+// to lazaret-cli, or this binary run directly), else its absolute path.
 func lazaretInvocation() string {
 	exe, err := os.Executable()
+	if front != "" {
+		exe, err = front, nil
+	}
 	if err != nil {
 		return "command lazaret"
 	}

@@ -1,31 +1,57 @@
 package cli
 
 import (
-	"errors"
-	"fmt"
+	"context"
+	"io"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 )
 
 // ExitLazaret is the exit status when Lazaret itself failed (the command did
 // not run), as with other container tools.
-const ExitLazaret = 125
+const ExitLazaret = runverb.ExitLazaret
 
 // exitError carries an exit status out of a command action.
-type exitError struct{ code int }
+type exitError = runverb.ExitError
 
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+// The run verb lives in package runverb, which the front links without
+// this package; these names keep the other verbs' use of its profile and
+// programs short.
+type profile = runverb.Profile
+
+var (
+	lookupProfile      = runverb.LookupProfile
+	lookupProfileIn    = runverb.LookupProfileIn
+	imagesDir          = runverb.ImagesDir
+	programGetenv      = runverb.ProgramGetenv
+	programEnv         = runverb.ProgramEnv
+	configuredPrograms = runverb.ConfiguredPrograms
+)
+
+func init() {
+	// Here, unlike in the front, a recipe profile's run builds its image.
+	runverb.EnsureRecipeImage = func(ctx context.Context, prof runverb.Profile, out io.Writer) error {
+		_, err := ensureRecipeImage(ctx, prof, out, false)
+		return err
+	}
+}
+
+// front is the `lazaret` front binary that handed this process its command
+// line ("" when lazaret-cli was run directly).
+var front string
 
 // appCommands are lazaret's verbs.
 func appCommands() []*cli.Command {
-	return []*cli.Command{runCommand, stopCommand, logsCommand, lsCommand, statusCommand, networkCommand, auditCommand, stateCommand, gcCommand, rmCommand, doctorCommand, kernelCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand}
+	return []*cli.Command{runverb.Command, stopCommand, logsCommand, lsCommand, statusCommand, networkCommand, auditCommand, stateCommand, gcCommand, rmCommand, doctorCommand, kernelCommand, imageCommand, versionCommand, configCommand, profileCommand, aliasCommand, completionCommand, manCommand}
 }
 
 // Main runs the CLI and returns the process exit status.
 func Main(args []string) int {
+	front = os.Getenv(runverb.EnvFront)
+	os.Unsetenv(runverb.EnvFront)
 	app := &cli.App{
 		Name:  "lazaret",
 		Usage: "run AI coding agents in a rootless gVisor sandbox with your project at /workspace",
@@ -40,17 +66,5 @@ func Main(args []string) int {
 		HideHelpCommand:      true,
 		ExitErrHandler:       func(*cli.Context, error) {},
 	}
-	err := app.Run(args)
-	if err == nil {
-		return 0
-	}
-	var ee exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	fmt.Fprintf(os.Stderr, "lazaret: %v\n", err)
-	if errors.Is(err, errdefs.ErrInvalid) {
-		return 2
-	}
-	return ExitLazaret
+	return runverb.ExitCode(app.Run(args))
 }

@@ -268,7 +268,7 @@ func configCheck(c *cli.Context) error {
 			}
 			fmt.Fprintf(c.App.ErrWriter, "lazaret: configuration invalid (%d problem%s)\n", len(es), plural(len(es)))
 		}
-		return exitError{2}
+		return exitError{Code: 2}
 	}
 	res.Valid = true
 	res.Profiles = cfg.Names()

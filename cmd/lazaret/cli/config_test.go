@@ -55,12 +55,12 @@ func TestConfigVerbsExitStatus(t *testing.T) {
 		t.Fatalf("lookupProfile: %v %+v", err, p)
 	}
 	t.Setenv("XDG_DATA_HOME", filepath.Join(home, "data"))
-	if _, err := p.imageRef(); err == nil {
+	if _, err := p.ImageRef(); err == nil {
 		t.Fatal("missing image layout accepted")
 	}
 	os.MkdirAll(filepath.Join(home, "data", "lazaret", "images", "busybox"), 0o700)
 	os.WriteFile(filepath.Join(home, "data", "lazaret", "images", "busybox", "index.json"), []byte("{}"), 0o600)
-	if ref, err := p.imageRef(); err != nil || ref != "oci:"+filepath.Join(home, "data", "lazaret", "images", "busybox")+":latest" {
+	if ref, err := p.ImageRef(); err != nil || ref != "oci:"+filepath.Join(home, "data", "lazaret", "images", "busybox")+":latest" {
 		t.Fatalf("imageRef %q %v", ref, err)
 	}
 }

@@ -1,5 +1,8 @@
-// Package cli implements the lazaret command: one file per verb. It talks to
-// a Domain only through its Host Coordinator's control socket; it starts the
+// Package cli implements the lazaret command: one file per verb (the run
+// verb is package runverb, which this package includes). It is the full
+// CLI, the lazaret-cli binary, which the lazaret front execs for every
+// command line but `lazaret run` (package runverb says why). It talks to a
+// Domain only through its Host Coordinator's control socket; it starts the
 // Host Coordinator when it is the first session of a Domain.
 //
 // The sections below are the design of this package in detail; docs/ARCHITECTURE.md is the map.
@@ -8,7 +11,8 @@
 //
 // Layout. `make install PREFIX=/usr/local DESTDIR=…` (recipe
 // `install-files`, which packagers can run on binaries they built) puts
-// `lazaret` in `PREFIX/bin` and `lazaret-hc`, `lazaret-rs`, `lazaret-escalate`
+// `lazaret` (the front) in `PREFIX/bin` and `lazaret-cli` (this package),
+// `lazaret-hc`, `lazaret-rs`, `lazaret-escalate`
 // and the pinned `runsc` (when built) in `PREFIX/libexec/lazaret`; the man page
 // (`lazaret man`, generated from the urfave/cli command tree) in
 // `share/man/man1/lazaret.1`; completions in
@@ -25,9 +29,11 @@
 // anchor's doc, "State Anchors, reset and GC").
 //
 // Finding the binaries (`pkg/locate`): for a program NAME, (1) the
-// override `LAZARET_<NAME>` (`LAZARET_HC`, `LAZARET_RS`, `LAZARET_ESCALATE`,
-// `LAZARET_RUNSC`), then the host configuration's `[programs]` table (the CLI
-// folds it into the getenv it gives `locate.Find`, `cli/programs.go`, and
+// override `LAZARET_<NAME>` (`LAZARET_CLI`, `LAZARET_HC`, `LAZARET_RS`,
+// `LAZARET_ESCALATE`, `LAZARET_RUNSC`), then (not for `lazaret-cli`, which
+// the front finds before reading any configuration) the host configuration's
+// `[programs]` table (the CLI folds it into the getenv it gives
+// `locate.Find`, `runverb/programs.go`, and
 // passes configured paths to the Host Coordinator, which never reads the
 // configuration file, as `LAZARET_<NAME>`) — an override that is not an
 // executable file is an error, never skipped; (2) beside the running

@@ -69,7 +69,7 @@ Examples:
 			if !c.Bool("json") {
 				fmt.Fprintf(c.App.Writer, "\n%d check(s) failed: apply the fix printed with each (or run `make setup` in the Lazaret checkout as root)\n", failed)
 			}
-			return exitError{1}
+			return exitError{Code: 1}
 		}
 		return nil
 	},

@@ -232,7 +232,7 @@ Examples:
 			}
 		}
 		if qerr != nil {
-			return exitError{1}
+			return exitError{Code: 1}
 		}
 		return nil
 	},

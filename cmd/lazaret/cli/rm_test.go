@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
@@ -140,7 +141,7 @@ func TestRmRefusals(t *testing.T) {
 			t.Fatalf("%s: the Domain Root was touched: %v", what, err)
 		}
 	}
-	if !isTerminal(0) {
+	if !runverb.IsTerminal(0) {
 		t.Setenv("LAZARET_RS", "/bin/true") // found; never run without --yes
 		code, msg := runCaptured(t, "rm", "-C", ws)
 		t.Setenv("LAZARET_RS", filepath.Join(home, "no-lazaret-rs"))

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
@@ -178,7 +179,7 @@ func stateList(c *cli.Context) error {
 		return err
 	}
 	current := ""
-	if ref, err := rd.prof.imageRef(); err == nil {
+	if ref, err := rd.prof.ImageRef(); err == nil {
 		if art, found, err := prepare.Lookup(rd.paths.StorageRoot, ref); err == nil && found {
 			current = art.ID
 		}
@@ -447,7 +448,7 @@ func confirmOr(c *cli.Context, yes bool, question, unchanged string) error {
 	if yes {
 		return nil
 	}
-	if !isTerminal(0) {
+	if !runverb.IsTerminal(0) {
 		return errdefs.New(errdefs.ErrInvalid, "not asking for confirmation without a terminal: add --yes")
 	}
 	fmt.Fprint(c.App.ErrWriter, question+" [y/N] ")
@@ -480,7 +481,7 @@ func stateInspect(c *cli.Context) error {
 		return errdefs.New(errdefs.ErrInvalid, "Domain %s has no State Anchor at %s: `lazaret state list` shows the anchored paths", rd.paths.ID, c.Args().First())
 	}
 	lower := ""
-	if ref, err := rd.prof.imageRef(); err == nil {
+	if ref, err := rd.prof.ImageRef(); err == nil {
 		if art, found, err := prepare.Lookup(rd.paths.StorageRoot, ref); err == nil && found {
 			lower = art.Rootfs
 		}

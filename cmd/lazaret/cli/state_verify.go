@@ -77,7 +77,7 @@ func stateVerify(c *cli.Context, scope string) error {
 		printVerification(c.App.Writer, rd, rep, what)
 	}
 	if n > 0 {
-		return exitError{ExitFindings}
+		return exitError{Code: ExitFindings}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -15,11 +16,11 @@ import (
 
 // ExitStopped is the exit status of `lazaret run` whose session was ended
 // by `lazaret stop`: 128+SIGTERM, as for a command stopped from outside.
-const ExitStopped = 143
+const ExitStopped = runverb.ExitStopped
 
 // stoppedMessage is what such a `lazaret run` prints on stderr (after its
 // terminal is restored).
-const stoppedMessage = "lazaret: the Domain was stopped by `lazaret stop`"
+const stoppedMessage = runverb.StoppedMessage
 
 // stopWait bounds how long `lazaret stop` waits for the coordinator to
 // finish the teardown and release the Domain lock.

@@ -20,7 +20,7 @@ import (
 
 var versionCommand = &cli.Command{
 	Name:  "version",
-	Usage: "print the versions of all four Lazaret binaries, runsc and the control protocol",
+	Usage: "print the versions of all five Lazaret binaries, runsc and the control protocol",
 	Description: `Each helper binary is found as lazaret run finds it (README,
 "Install") and asked for its own version, so a mismatched
 installation shows. Exit status 1 when a binary is missing or unreadable.
@@ -87,19 +87,36 @@ func (d versionDoc) ok() bool {
 	return true
 }
 
-// versionReport asks each helper binary for its stamped version (through
-// the broker, with release.VersionArg) and reads runsc's gVisor module
-// version from its Go build information.
+// versionReport asks the lazaret front that handed this command line over
+// and each helper binary for its stamped version (through the broker, with
+// release.VersionArg), reports its own (lazaret-cli) and reads runsc's
+// gVisor module version from its Go build information.
 func versionReport(find func(string) (string, error)) versionDoc {
 	d := versionDoc{
-		Binaries:    []binaryVersion{{Name: "lazaret", Version: release.Version}},
 		PinnedRunsc: runsc.PinnedVersion,
 		Protocol:    int32(lv1.ProtocolVersion_PROTOCOL_VERSION_1),
 	}
+	self := binaryVersion{Name: locate.CLI, Version: release.Version}
+	if exe, err := os.Executable(); err == nil {
+		self.Path = exe
+	}
+	names := []string{locate.HC, locate.RS, locate.Escalate}
+	if front != "" {
+		names = append([]string{"lazaret"}, names...)
+	} else {
+		// Run directly, not through the front: no front to ask.
+		d.Binaries = append(d.Binaries, binaryVersion{Name: "lazaret", Version: release.Version})
+	}
 	var broker *proc.Broker
-	for _, name := range []string{locate.HC, locate.RS, locate.Escalate} {
+	for _, name := range names {
+		if name == locate.HC {
+			d.Binaries = append(d.Binaries, self)
+		}
 		b := binaryVersion{Name: name}
 		path, err := find(name)
+		if name == "lazaret" {
+			path, err = front, nil
+		}
 		if err != nil {
 			b.Error = err.Error()
 			d.Binaries = append(d.Binaries, b)

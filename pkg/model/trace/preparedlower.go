@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -278,7 +279,7 @@ func (r *plReplayer) allocGen(key string) (int, error) {
 			}
 		}
 		if s < 0 {
-			return 0, fmt.Errorf("the trace has more than %d unfinished generations at once (none Done to recycle): beyond the PreparedLower model's bounds", pl.MaxGenerations)
+			return 0, fmt.Errorf("the trace has more than %d unfinished generations at once (none Done to recycle): %w", pl.MaxGenerations, ErrBeyondBounds)
 		}
 		old := r.slotGen[s]
 		delete(r.genSlot, old)
@@ -313,6 +314,13 @@ func (r *plReplayer) step(i int, rec modeltrace.Record) error {
 		return &RejectError{Model: modeltrace.PreparedLower, Domain: rec.Domain, Line: i + 1, Record: rec, Label: label, Reason: reason,
 			Preceding: append([]string(nil), r.rep.Steps...), State: r.m.Format(r.st)}
 	}
+	rejectErr := func(label string, err error) error {
+		e := reject(label, err.Error()).(*RejectError)
+		if errors.Is(err, ErrBeyondBounds) {
+			e.Err = ErrBeyondBounds
+		}
+		return e
+	}
 	kind, ok := Lookup(rec.Model, rec.Action)
 	if !ok {
 		return reject(raw, "PreparedLower has no action "+rec.Action)
@@ -329,12 +337,12 @@ func (r *plReplayer) step(i int, rec modeltrace.Record) error {
 	if artifactStep {
 		if rec.Domain != "" {
 			if _, err := r.allocGen(r.incKey(modeltrace.GenerationKey(rec.Domain, rec.Generation))); err != nil {
-				return reject(raw, err.Error())
+				return rejectErr(raw, err)
 			}
 		}
 		s, err := r.allocArt(rec.Args[0])
 		if err != nil {
-			return reject(raw, err.Error())
+			return rejectErr(raw, err)
 		}
 		x = s
 		label = fmt.Sprintf("%s(%s = %s)", rec.Action, r.cfg.Artifacts[x], rec.Args[0])
@@ -351,7 +359,7 @@ func (r *plReplayer) step(i int, rec modeltrace.Record) error {
 		}
 		s, err := r.allocGen(key)
 		if err != nil {
-			return reject(raw, err.Error())
+			return rejectErr(raw, err)
 		}
 		if s < 0 {
 			if rec.Reconcile {

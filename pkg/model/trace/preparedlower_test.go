@@ -300,3 +300,22 @@ func TestReplayPreparedLowerReclaimRolledBack(t *testing.T) {
 		t.Fatalf("lease of a Reclaiming artifact: %v", err)
 	}
 }
+
+// More Domains' generations at once than the model's state holds (the
+// scale benchmark) is ErrBeyondBounds, told apart from a forbidden step.
+func TestReplayPreparedLowerBeyondBounds(t *testing.T) {
+	p := (&plTrace{}).start(domA, 1, art1, true)
+	for d := 1; d < 5; d++ {
+		p.start(strings.Repeat(string(rune('a'+d)), 32), 1, art1, false)
+	}
+	_, err := ReplayPreparedLower(p.recs)
+	if !errors.Is(err, ErrBeyondBounds) {
+		t.Fatalf("five generations at once: %v, want ErrBeyondBounds", err)
+	}
+	// A forbidden step is not ErrBeyondBounds.
+	q := (&plTrace{}).start(domA, 1, art1, true)
+	q.art("cli", "", 0, art1, "BeginReclaim")
+	if _, err := ReplayPreparedLower(q.recs); err == nil || errors.Is(err, ErrBeyondBounds) {
+		t.Fatalf("reclaim while leased: %v, want a rejection that is not ErrBeyondBounds", err)
+	}
+}

@@ -3,6 +3,7 @@ package trace
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -64,7 +65,19 @@ type RejectError struct {
 	Reason    string
 	Preceding []string // the model steps accepted before it
 	State     string   // the model state the step was attempted in
+	// Err is the cause when the trace is beyond what the model can
+	// represent (ErrBeyondBounds) rather than a step it forbids.
+	Err error
 }
+
+// ErrBeyondBounds is a trace the model cannot represent: more Domains'
+// generations at once than the fixed-size PreparedLower state holds. It
+// says nothing about the protocol; a caller that runs more Domains side by
+// side (the scale benchmark) checks it with errors.Is.
+var ErrBeyondBounds = errors.New("beyond the PreparedLower model's bounds")
+
+// Unwrap returns the cause (ErrBeyondBounds) or nil.
+func (e *RejectError) Unwrap() error { return e.Err }
 
 func (e *RejectError) Error() string {
 	var b strings.Builder

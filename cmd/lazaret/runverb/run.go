@@ -1,6 +1,7 @@
-package cli
+package runverb
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,7 +28,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/timing"
 )
 
-var runCommand = &cli.Command{
+// Command is the `lazaret run` verb.
+var Command = &cli.Command{
 	Name:      "run",
 	Usage:     "run a command in this project's sandbox (starting it if needed)",
 	ArgsUsage: "[--] [COMMAND [ARG...]]",
@@ -71,8 +73,9 @@ var runTiming *timing.Recorder
 
 // startTiming creates the run's timing trace and names it to the
 // coordinator this CLI may start; the returned function prints the stages
-// to stderr and removes the trace.
-func startTiming() (func(), error) {
+// to stderr and removes the trace (only removes it when the run is handed
+// to the full CLI, which records its own).
+func startTiming() (func(handedOver bool), error) {
 	rec, path, err := timing.Create(os.TempDir(), time.Now)
 	if err != nil {
 		return nil, err
@@ -80,12 +83,16 @@ func startTiming() (func(), error) {
 	runTiming = rec
 	rec.MarkAt("lazaret run started", runStarted)
 	os.Setenv(timing.EnvFile, path)
-	return func() {
+	return func(handedOver bool) {
 		rec.Mark("lazaret run exits")
 		rec.Close()
 		runTiming = nil
 		marks, err := timing.Read(path)
 		os.Remove(path)
+		if handedOver {
+			os.Unsetenv(timing.EnvFile)
+			return
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "lazaret: timing: %v\n", err)
 			return
@@ -95,17 +102,20 @@ func startTiming() (func(), error) {
 	}, nil
 }
 
-func runAction(c *cli.Context) error {
+func runAction(c *cli.Context) (err error) {
 	if err := modeltrace.Start("cli", os.Getenv); err != nil {
 		return err
 	}
 	if timing.Requested(os.Getenv) {
-		done, err := startTiming()
-		if err != nil {
-			return err
+		done, terr := startTiming()
+		if terr != nil {
+			return terr
 		}
-		defer done()
+		defer func() { done(errors.Is(err, ErrFullCLI)) }()
 	}
+	// The enrollment key and request are generated while the host checks,
+	// the configuration and the workspace are read.
+	keys := client.PrepareKeys()
 	argv := c.Args().Slice()
 	tty := !c.Bool("no-tty") && useTerminal()
 	// A terminal signal before the session runs ends this CLI with 128+n
@@ -123,7 +133,7 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	runTiming.Mark("host checked")
-	prof, err := lookupProfileIn(c.String("config"), c.String("profile"))
+	prof, err := LookupProfileIn(c.String("config"), c.String("profile"))
 	if err != nil {
 		return err
 	}
@@ -141,9 +151,13 @@ func runAction(c *cli.Context) error {
 	if c.Bool("git-common-dir") {
 		prof.Config.GitCommonDir = true
 	}
-	// A recipe image is built on first use (and when its base changed).
+	// A recipe image is built on first use (and when its base changed), by
+	// the full CLI: the front hands the whole command over to it.
 	if prof.Config.Recipe != nil {
-		if _, err := ensureRecipeImage(c.Context, prof, os.Stderr, false); err != nil {
+		if EnsureRecipeImage == nil {
+			return ErrFullCLI
+		}
+		if err := EnsureRecipeImage(c.Context, prof, os.Stderr); err != nil {
 			return err
 		}
 	}
@@ -182,7 +196,7 @@ func runAction(c *cli.Context) error {
 		}
 		linger = l
 	}
-	image, err := prof.imageRef()
+	image, err := prof.ImageRef()
 	if err != nil {
 		return err
 	}
@@ -257,9 +271,9 @@ func runAction(c *cli.Context) error {
 	s := &client.Starter{
 		Paths: paths, Profile: prof.Name, CanonicalProfile: prof.Config.Canonical(),
 		Workspace: ws.Root, Image: image,
-		LocateHC: func() (string, error) { return locate.Find(locate.HC, programGetenv(prof.Programs, os.Getenv)) },
-		Environ:  os.Environ(), ExtraEnv: programEnv(prof.Programs, os.Getenv),
-		LogLevel: level, Broker: broker, Timing: runTiming,
+		LocateHC: func() (string, error) { return locate.Find(locate.HC, ProgramGetenv(prof.Programs, os.Getenv)) },
+		Environ:  os.Environ(), ExtraEnv: ProgramEnv(prof.Programs, os.Getenv),
+		LogLevel: level, Broker: broker, Timing: runTiming, Keys: keys,
 	}
 	if modeltrace.On() {
 		// This session is the one a new generation starts for.
@@ -277,7 +291,7 @@ func runAction(c *cli.Context) error {
 	if end.Err != nil {
 		return end.Err
 	}
-	return exitError{end.Code}
+	return ExitError{Code: end.Code}
 }
 
 // session runs the CLI's side of a non-interactive Client Session: it
@@ -297,7 +311,7 @@ func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
 	if self != nil {
 		defer self.Close()
 	}
-	stderrTTY := isTerminal(2)
+	stderrTTY := IsTerminal(2)
 	suspended := false
 	for {
 		select {
@@ -323,7 +337,7 @@ func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
 				if !e.Retry && e.Err == nil {
 					runTiming.Mark("exit status received")
 					if e.Stopped {
-						fmt.Fprintln(os.Stderr, stoppedMessage)
+						fmt.Fprintln(os.Stderr, StoppedMessage)
 						return &client.End{Code: ExitStopped}
 					}
 				}
@@ -363,7 +377,8 @@ func relayStdin(sess *client.Session) {
 	}
 }
 
-func isTerminal(fd int) bool {
+// IsTerminal reports whether fd is a terminal.
+func IsTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	return err == nil
 }

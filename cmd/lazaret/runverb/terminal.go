@@ -1,4 +1,4 @@
-package cli
+package runverb
 
 // The client side of an interactive session (spec §3.3, DX-5): the CLI puts
 // its own terminal in raw mode and relays bytes and events; it never holds
@@ -45,7 +45,7 @@ var defaultShell = []string{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bi
 
 // useTerminal reports whether a session should be interactive: both stdin
 // and stdout are terminals (stderr joins the merged terminal stream).
-func useTerminal() bool { return isTerminal(0) && isTerminal(1) }
+func useTerminal() bool { return IsTerminal(0) && IsTerminal(1) }
 
 // windowSize reads the size of the terminal on fd.
 func windowSize(fd int) (*lv1.WindowSize, error) {
@@ -241,7 +241,7 @@ func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 	// status lines are written where they occur in the output: the held
 	// PTY output follows its end line.
 	sess.Start(client.SessionOptions{Output: writeOutput, Inline: c.prompts.inline, HoldOutput: true})
-	stderrTTY := isTerminal(2)
+	stderrTTY := IsTerminal(2)
 	accepted := false
 	for {
 		select {
@@ -292,7 +292,7 @@ func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 					runTiming.Mark("exit status received")
 					if e.Stopped {
 						c.leave() // the terminal restored before the message
-						fmt.Fprintln(os.Stderr, stoppedMessage)
+						fmt.Fprintln(os.Stderr, StoppedMessage)
 						return &client.End{Code: ExitStopped}
 					}
 				}

@@ -1,4 +1,4 @@
-package cli
+package runverb
 
 import (
 	"os"
@@ -8,9 +8,9 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
-// profile is the Agent Profile a command runs with: its validated,
+// Profile is the Agent Profile a command runs with: its validated,
 // effective settings from the host configuration (package config).
-type profile struct {
+type Profile struct {
 	Name string
 	// ImageName is the configured image (a built-in name such as "debian",
 	// or an oci:/docker:// reference).
@@ -24,28 +24,28 @@ type profile struct {
 	Programs map[string]string
 }
 
-// lookupProfile loads the host configuration from its default location
+// LookupProfile loads the host configuration from its default location
 // ($XDG_CONFIG_HOME/lazaret/config.toml, or the built-in profiles when it
 // does not exist) and returns the named profile.
-func lookupProfile(name string) (profile, error) {
-	return lookupProfileIn("", name)
+func LookupProfile(name string) (Profile, error) {
+	return LookupProfileIn("", name)
 }
 
-// lookupProfileIn is lookupProfile with an explicit --config path.
-func lookupProfileIn(configPath, name string) (profile, error) {
+// LookupProfileIn is LookupProfile with an explicit --config path.
+func LookupProfileIn(configPath, name string) (Profile, error) {
 	c, err := config.Load(configPath, os.Getenv)
 	if err != nil {
-		return profile{}, err
+		return Profile{}, err
 	}
 	p, err := c.Profile(name)
 	if err != nil {
-		return profile{}, err
+		return Profile{}, err
 	}
-	return profile{Name: p.Name, ImageName: p.Image, Config: p, ConfigPath: c.Path, Programs: c.Programs}, nil
+	return Profile{Name: p.Name, ImageName: p.Image, Config: p, ConfigPath: c.Path, Programs: c.Programs}, nil
 }
 
-// imagesDir is where `lazaret image build` puts OCI layouts.
-func imagesDir() (string, error) {
+// ImagesDir is where `lazaret image build` puts OCI layouts.
+func ImagesDir() (string, error) {
 	data, err := config.DataHome(os.Getenv)
 	if err != nil {
 		return "", err
@@ -53,9 +53,9 @@ func imagesDir() (string, error) {
 	return filepath.Join(data, "lazaret", "images"), nil
 }
 
-// imageRef returns the profile's image reference, checking that a built-in
+// ImageRef returns the profile's image reference, checking that a built-in
 // image's layout exists.
-func (p profile) imageRef() (string, error) {
+func (p Profile) ImageRef() (string, error) {
 	data, err := config.DataHome(os.Getenv)
 	if err != nil {
 		return "", err

@@ -1,4 +1,4 @@
-package cli
+package runverb
 
 import (
 	"os"
@@ -7,11 +7,11 @@ import (
 	"github.com/lazaret/lazaret/pkg/locate"
 )
 
-// programGetenv is getenv with the host configuration's [programs] table
+// ProgramGetenv is getenv with the host configuration's [programs] table
 // behind it: locate.Find consults LAZARET_<NAME> first, so an environment
 // override wins over the configuration, which wins over the executable's
 // neighbours, PREFIX/libexec/lazaret and PATH.
-func programGetenv(programs map[string]string, getenv func(string) string) func(string) string {
+func ProgramGetenv(programs map[string]string, getenv func(string) string) func(string) string {
 	return func(k string) string {
 		if v := getenv(k); v != "" {
 			return v
@@ -25,10 +25,10 @@ func programGetenv(programs map[string]string, getenv func(string) string) func(
 	}
 }
 
-// programEnv hands configured program paths to the Host Coordinator (which
+// ProgramEnv hands configured program paths to the Host Coordinator (which
 // never reads the configuration file) as LAZARET_<NAME>, unless the
 // environment already overrides them.
-func programEnv(programs map[string]string, getenv func(string) string) []string {
+func ProgramEnv(programs map[string]string, getenv func(string) string) []string {
 	var env []string
 	for _, name := range config.ProgramNames {
 		if path := programs[name]; path != "" && getenv(locate.EnvVar(name)) == "" {
@@ -38,9 +38,9 @@ func programEnv(programs map[string]string, getenv func(string) string) []string
 	return env
 }
 
-// configuredPrograms loads the default configuration's [programs] (nil, with
+// ConfiguredPrograms loads the default configuration's [programs] (nil, with
 // the error, when the configuration is invalid).
-func configuredPrograms() (map[string]string, error) {
+func ConfiguredPrograms() (map[string]string, error) {
 	c, err := config.Load("", os.Getenv)
 	if err != nil {
 		return nil, err

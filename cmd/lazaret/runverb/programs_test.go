@@ -1,4 +1,4 @@
-package cli
+package runverb
 
 import (
 	"reflect"
@@ -11,11 +11,11 @@ func TestConfiguredPrograms(t *testing.T) {
 	programs := map[string]string{"runsc": "/cfg/runsc", "lazaret-rs": "/cfg/lazaret-rs"}
 	env := map[string]string{"LAZARET_RUNSC": "/env/runsc"}
 	getenv := func(k string) string { return env[k] }
-	g := programGetenv(programs, getenv)
+	g := ProgramGetenv(programs, getenv)
 	if g("LAZARET_RUNSC") != "/env/runsc" || g("LAZARET_RS") != "/cfg/lazaret-rs" || g("LAZARET_HC") != "" || g("HOME") != "" {
-		t.Fatalf("programGetenv: %q %q %q", g("LAZARET_RUNSC"), g("LAZARET_RS"), g("LAZARET_HC"))
+		t.Fatalf("ProgramGetenv: %q %q %q", g("LAZARET_RUNSC"), g("LAZARET_RS"), g("LAZARET_HC"))
 	}
-	if got := programEnv(programs, getenv); !reflect.DeepEqual(got, []string{"LAZARET_RS=/cfg/lazaret-rs"}) {
-		t.Fatalf("programEnv: %v", got)
+	if got := ProgramEnv(programs, getenv); !reflect.DeepEqual(got, []string{"LAZARET_RS=/cfg/lazaret-rs"}) {
+		t.Fatalf("ProgramEnv: %v", got)
 	}
 }
