@@ -133,7 +133,7 @@
 //     grace, SIGKILL to the group; SIGKILL of the exact exec client by pidfd;
 //     close the master; `Clean` only if `runsc ps` shows the group empty,
 //     otherwise the record stays in release for Domain teardown.
-//   - CLI (`cmd/lazaret/cli/terminal.go`): raw mode after `Accepted` —
+//   - CLI (`cmd/lazaret/runverb/terminal.go`): raw mode after `Accepted` —
 //     full raw mode, output processing (OPOST) off too, which containerd/console
 //     leaves on: the guest's own terminal already applied the guest's output
 //     modes, so the outer terminal gets the bytes unchanged (no CR CR LF); the
