@@ -162,4 +162,14 @@
 // narrow interfaces) and closes it at teardown; an interactive session's
 // terminal loop serves the role's prompts and the HostProcess route
 // through escalation.Routing.
+//
+// # Network Sidecar
+//
+// The connectivity helper and network participants (policy derivation,
+// the helper's start and ready signal, readiness judgement, port forwards,
+// the egress proxy's checks, teardown and bootstrap recovery of their
+// records) are package network (pkg/hc/network). The coordinator keeps one
+// network.Service per generation (network.go: its store, broker, staged
+// acknowledgement and failure path given through Config) and answers the
+// egress proxy's network asks through the escalation prompt's routing.
 package hc

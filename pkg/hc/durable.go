@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -51,7 +52,7 @@ func (c *coordinator) openStore() error {
 
 // beginGeneration records the new generation and the sandbox participant's
 // bare Intent — durable intent before any external resource of it exists.
-func (c *coordinator) beginGeneration() error {
+func (c *coordinator) beginGeneration(sidecarID string) error {
 	return c.store.Update(func(tx *store.Tx) error {
 		last, err := tx.LatestGeneration()
 		if err != nil {
@@ -60,7 +61,7 @@ func (c *coordinator) beginGeneration() error {
 		c.generation = last + 1
 		if err := tx.CreateGeneration(store.NewGeneration{
 			Number: c.generation, ConfigurationFingerprint: []byte(c.profile.Fingerprint()), CoordinatorID: c.coordinator,
-			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}, {Kind: "network_sidecar", ID: c.net.sidecarID}}, Coordinator: c.self,
+			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}, {Kind: "network_sidecar", ID: sidecarID}}, Coordinator: c.self,
 		}); err != nil {
 			return err
 		}
@@ -177,7 +178,7 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "publication", err.Error())
 			continue
 		}
-		if refusals := c.recoverNetwork(g); len(refusals) > 0 {
+		if refusals := network.Recover(c.store, g, c.awaitAbsence); len(refusals) > 0 {
 			c.retain(g, "network", strings.Join(refusals, "; "))
 			continue
 		}

@@ -24,11 +24,11 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
+	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
-	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -85,7 +85,6 @@ type coordinator struct {
 	rsChild      *proc.Child
 	rsChan       *fdpass.Channel
 	lifetimeW    *os.File
-	policy       netpolicy.Policy
 	store        *store.Store   // the Domain Store (only this process opens it)
 	self         pidfs.Identity // this coordinator's own pidfs identity
 	retained     []retained     // records recovery refused to act on
@@ -97,11 +96,9 @@ type coordinator struct {
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
-	net          networkState
-	portsMu      sync.Mutex // serialises port forwards (ports.go)
+	net          *network.Service // the Network Sidecar role (package network)
 	routing      gitRouting
 	wantRouting  bool // the generation asked RS for a Git-routing daemon
-	egress       egressState
 	sticky       stickyState
 	// gitGuard is what host Git runs or reads from the workspace
 	// (gitconfig.go), kept read-only by the Git-routing daemon.
@@ -288,8 +285,8 @@ func (c *coordinator) init() error {
 	c.timing.Mark("recovery done")
 	c.coordinator = randomID()
 	c.sandboxID = randomID()
-	c.net.sidecarID = randomID()
-	if err := c.beginGeneration(); err != nil {
+	sidecarID := randomID()
+	if err := c.beginGeneration(sidecarID); err != nil {
 		return err
 	}
 	c.timing.Mark("generation recorded")
@@ -297,6 +294,7 @@ func (c *coordinator) init() error {
 	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
 	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
 	c.log = c.log.With("generation", c.generation)
+	c.net = c.newNetwork(sidecarID)
 	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), filepath.Join(c.paths.ControlMountSource(), "bin"), c.sessionDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -400,7 +398,7 @@ func (c *coordinator) recoverStaleRuntime() {
 	// The helper's API socket of a killed generation stays behind (only
 	// a helper that exits normally unlinks it) and would make the next
 	// helper's bind fail.
-	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), c.apiSocket()} {
+	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), network.APISocket(c.paths.RuntimeDir)} {
 		os.RemoveAll(d)
 	}
 	if len(c.keptRunscState()) == 0 {
@@ -549,7 +547,7 @@ func (c *coordinator) teardown() {
 			c.plStep(nil, "AnchorReleaseIntent")
 		}
 		failpoint.Hit("lazaret-hc:anchor-release-intent")
-		c.releaseNetworkRecords()
+		c.net.Release()
 		if err := c.releaseRouting(); err != nil {
 			c.log.Error("record git_routing release intent", "err", err)
 		}
@@ -592,7 +590,7 @@ func (c *coordinator) teardown() {
 		})
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
-	c.stopHelper()
+	c.net.Stop()
 	c.esc.Close() // every host process of the generation killed and reaped
 	if c.lifetimeW != nil {
 		c.lifetimeW.Close()
@@ -601,7 +599,7 @@ func (c *coordinator) teardown() {
 		c.anchor.Destroy()
 	}
 	if c.store != nil {
-		c.finishNetwork(rsChild)
+		c.net.Finish(rsChild)
 		c.finishLower(rsChild)
 		c.finishSandbox(rsChild)
 		c.store.Close()
