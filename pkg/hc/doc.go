@@ -172,4 +172,13 @@
 // network.Service per generation (network.go: its store, broker, staged
 // acknowledgement and failure path given through Config) and answers the
 // egress proxy's network asks through the escalation prompt's routing.
+//
+// # Git routing
+//
+// The workspace's Git Sentry, the git_routing participant (the daemon RS
+// acquires and its mount), the host Git configuration guard and the sticky
+// ignored paths are package gitrouting (pkg/hc/gitrouting); routing.go is
+// the coordinator's seam (and the staged-ownership acknowledgement every
+// RS-acquired role shares). Reading the developer's Git configuration
+// (gitconfig.go) stays here: it also gives guest processes the identity.
 package hc

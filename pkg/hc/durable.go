@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -186,7 +187,7 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "session_terminal", strings.Join(refusals, "; "))
 			continue
 		}
-		if err := c.cleanRouting(g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace"); err != nil {
+		if err := gitrouting.Clean(c.store, g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace", c.awaitAbsence); err != nil {
 			c.retain(g, "git_routing", err.Error())
 			continue
 		}
@@ -287,7 +288,7 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 		return
 	}
 	absent = append(absent, kids...)
-	if err := c.cleanRouting(c.generation, "normal teardown: the Git-routing daemon stopped and its mount removed by the reaped runtime supervisor"); err != nil {
+	if err := gitrouting.Clean(c.store, c.generation, "normal teardown: the Git-routing daemon stopped and its mount removed by the reaped runtime supervisor", c.awaitAbsence); err != nil {
 		c.log.Error("git_routing absence not proven: it stays in release intent", "err", err)
 		return
 	}

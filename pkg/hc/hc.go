@@ -22,8 +22,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
-	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
+	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
@@ -96,13 +96,8 @@ type coordinator struct {
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
-	net          *network.Service // the Network Sidecar role (package network)
-	routing      gitRouting
-	wantRouting  bool // the generation asked RS for a Git-routing daemon
-	sticky       stickyState
-	// gitGuard is what host Git runs or reads from the workspace
-	// (gitconfig.go), kept read-only by the Git-routing daemon.
-	gitGuard []gitconfigguard.Path
+	net          *network.Service    // the Network Sidecar role (package network)
+	routing      *gitrouting.Service // the Git-routing role (package gitrouting)
 	// leasedArtifact is the prepared artifact whose lease is recorded;
 	// anchorsUnmounted the anchor mount IDs RS reported unmounted (lease.go).
 	leasedArtifact   string
@@ -315,7 +310,7 @@ func (c *coordinator) init() error {
 	if err != nil {
 		return err
 	}
-	c.gitGuard = gitCfg.Paths
+	c.routing = c.newRouting(gitCfg.Paths)
 	c.baseEnv = c.guestEnv(gitIdentity(gitCfg.Effective))
 	// The generation's ephemeral Trust Anchor: TLS CA, protocol issuer,
 	// coordinator leaves and the sandbox request-signing key (spec §3.2).
@@ -548,7 +543,7 @@ func (c *coordinator) teardown() {
 		}
 		failpoint.Hit("lazaret-hc:anchor-release-intent")
 		c.net.Release()
-		if err := c.releaseRouting(); err != nil {
+		if err := c.routing.Release(); err != nil {
 			c.log.Error("record git_routing release intent", "err", err)
 		}
 	}
@@ -605,7 +600,7 @@ func (c *coordinator) teardown() {
 		c.store.Close()
 	}
 	c.cleanupRuntime() // after finishSandbox: it removes runsc state only once its processes are proven gone
-	c.endSticky()
+	c.routing.EndSticky()
 	c.mtFinish()
 	c.plFinish()
 	c.log.Info("domain stopped")

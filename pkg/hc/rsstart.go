@@ -38,7 +38,7 @@ import (
 
 // startGeneration acquires the Runtime Supervisor and drives it to ready.
 func (c *coordinator) startGeneration() {
-	c.startSticky()
+	c.routing.StartSticky()
 	if err := c.rsl.finish(c); err != nil {
 		c.setState(stateFailed, err)
 		return
@@ -371,11 +371,10 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		// Escalation Mailbox (package escalation).
 		MailboxRequests: mboxReq, MailboxResults: mboxRes,
 	}
-	routing, err := c.gitSentryStart(&sb)
+	routing, err := c.routing.Start(&sb)
 	if err != nil {
 		return nil, err
 	}
-	c.wantRouting = routing != nil
 	initArgs := []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}
 	if u := c.profile.SessionUser(); !u.IsRoot() {
 		// The init creates the profile's user if the image lacks it.

@@ -352,7 +352,7 @@ func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
 	if err != nil {
 		return err
 	}
-	if err := c.readyRouting(r, c.wantRouting); err != nil {
+	if err := c.routing.Ready(r); err != nil {
 		return err
 	}
 	if err := c.net.ReadyEgress(r); err != nil {
@@ -432,7 +432,7 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	if err := trust.Verify(c.rsCred.Claims.PublicKey, trust.RecordStagedProcessOwnership, payload, sig); err != nil {
 		return errdefs.New(errdefs.ErrRefused, "StagedProcessOwnership is not signed by this generation's runtime supervisor credential")
 	}
-	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "git_routing" && c.wantRouting {
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "git_routing" && c.routing.Wanted() {
 		boot, err := pidfs.CurrentBootID()
 		if err != nil {
 			return err
@@ -440,7 +440,7 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 		if s.Identity == nil || string(s.Identity.BootId) != string(boot[:]) {
 			return errdefs.New(errdefs.ErrRefused, "staged git_routing identity is not of this boot")
 		}
-		return c.commitStagedRouting(s)
+		return c.routing.CommitStaged(s)
 	}
 	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "egress_proxy" && c.net.Allowlist() {
 		return c.net.CommitStagedEgress(s)
