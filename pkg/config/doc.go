@@ -49,7 +49,7 @@
 // probes), not in any slog attribute, store record or status document. The
 // session's process JSON (0600, runtime directory) holds them while it runs.
 //
-// Forwarded ports (`pkg/slirp` `AddHostFwd`, `pkg/hc/ports.go`). The
+// Forwarded ports (`pkg/slirp` `AddHostFwd`, `pkg/hc/network`). The
 // helper is started with `--api-socket` in the Domain's runtime directory
 // (bound by slirp4netns before it enters its sandbox; the directory is
 // 0700). After the helper's ready signal HC forwards the profile's `ports`

@@ -169,7 +169,7 @@
 // skipped) and returns every existing path the rules or the record route, at
 // the router's granularity (the topmost routed entry: `.venv`, `.env`,
 // `src/__pycache__`; mirror directories are descended into): at start, in a
-// goroutine beside RS's start-up, which `gitSentryStart` waits for before
+// goroutine beside RS's start-up, which `pkg/hc/gitrouting` `(*Service).Start` waits for before
 // asking for the daemon (a failure fails the generation; hc.log's `sticky
 // ignored paths scanned` has `scan_ms` and `waited_ms`;
 // `BenchmarkScan5000` times the scan), and at teardown, after the daemon is gone, with the

@@ -163,4 +163,23 @@
 // terminal loop (package sessionterm) serves the role's prompts and the
 // HostProcess route through escalation.Routing, which terminal.go adapts
 // to sessionterm.Routes.
+//
+// # Network Sidecar
+//
+// The connectivity helper and network participants (policy derivation,
+// the helper's start and ready signal, readiness judgement, port forwards,
+// the egress proxy's checks, teardown and bootstrap recovery of their
+// records) are package network (pkg/hc/network). The coordinator keeps one
+// network.Service per generation (network.go: its store, broker, staged
+// acknowledgement and failure path given through Config) and answers the
+// egress proxy's network asks through the escalation prompt's routing.
+//
+// # Git routing
+//
+// The workspace's Git Sentry, the git_routing participant (the daemon RS
+// acquires and its mount), the host Git configuration guard and the sticky
+// ignored paths are package gitrouting (pkg/hc/gitrouting); routing.go is
+// the coordinator's seam (and the staged-ownership acknowledgement every
+// RS-acquired role shares). Reading the developer's Git configuration
+// (gitconfig.go) stays here: it also gives guest processes the identity.
 package hc

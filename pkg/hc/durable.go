@@ -11,6 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
+	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -52,7 +54,7 @@ func (c *coordinator) openStore() error {
 
 // beginGeneration records the new generation and the sandbox participant's
 // bare Intent — durable intent before any external resource of it exists.
-func (c *coordinator) beginGeneration() error {
+func (c *coordinator) beginGeneration(sidecarID string) error {
 	return c.store.Update(func(tx *store.Tx) error {
 		last, err := tx.LatestGeneration()
 		if err != nil {
@@ -61,7 +63,7 @@ func (c *coordinator) beginGeneration() error {
 		c.generation = last + 1
 		if err := tx.CreateGeneration(store.NewGeneration{
 			Number: c.generation, ConfigurationFingerprint: []byte(c.profile.Fingerprint()), CoordinatorID: c.coordinator,
-			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}, {Kind: "network_sidecar", ID: c.net.sidecarID}}, Coordinator: c.self,
+			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}, {Kind: "network_sidecar", ID: sidecarID}}, Coordinator: c.self,
 		}); err != nil {
 			return err
 		}
@@ -178,7 +180,7 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "publication", err.Error())
 			continue
 		}
-		if refusals := c.recoverNetwork(g); len(refusals) > 0 {
+		if refusals := network.Recover(c.store, g, c.awaitAbsence); len(refusals) > 0 {
 			c.retain(g, "network", strings.Join(refusals, "; "))
 			continue
 		}
@@ -186,7 +188,7 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "session_terminal", strings.Join(refusals, "; "))
 			continue
 		}
-		if err := c.cleanRouting(g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace"); err != nil {
+		if err := gitrouting.Clean(c.store, g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace", c.awaitAbsence); err != nil {
 			c.retain(g, "git_routing", err.Error())
 			continue
 		}
@@ -287,7 +289,7 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 		return
 	}
 	absent = append(absent, kids...)
-	if err := c.cleanRouting(c.generation, "normal teardown: the Git-routing daemon stopped and its mount removed by the reaped runtime supervisor"); err != nil {
+	if err := gitrouting.Clean(c.store, c.generation, "normal teardown: the Git-routing daemon stopped and its mount removed by the reaped runtime supervisor", c.awaitAbsence); err != nil {
 		c.log.Error("git_routing absence not proven: it stays in release intent", "err", err)
 		return
 	}
@@ -430,7 +432,7 @@ func (c *coordinator) recoverStaleRuntime() {
 	// The helper's API socket of a killed generation stays behind (only
 	// a helper that exits normally unlinks it) and would make the next
 	// helper's bind fail.
-	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), c.apiSocket()} {
+	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), network.APISocket(c.paths.RuntimeDir)} {
 		os.RemoveAll(d)
 	}
 	if len(c.keptRunscState()) == 0 {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
-	"github.com/lazaret/lazaret/pkg/gitsentry"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/proc"
 )
@@ -110,37 +109,4 @@ func gitIdentity(ents []gitconfigguard.Entry) []gitSetting {
 		}
 	}
 	return gs
-}
-
-// gitGuardPaths splits the generation's guarded paths for the Git-routing
-// daemon and logs them, leaving out those a read-only or transient Git
-// Sentry mount already covers (.git/config, config.worktree, hooks, info:
-// the daemon never sees a write there, and an empty guard costs nothing).
-func (c *coordinator) gitGuardPaths(plan gitsentry.Plan) (files, trees []string) {
-	for _, p := range c.gitGuard {
-		if coveredByMount(plan, p.Rel) {
-			continue
-		}
-		if p.Tree {
-			trees = append(trees, p.Rel)
-		} else {
-			files = append(files, p.Rel)
-		}
-		c.log.Debug("host Git configuration guard", "guarded_path", p.Rel, "tree", p.Tree, "reason", p.Reason)
-	}
-	if len(files)+len(trees) > 0 {
-		c.log.Info("host Git configuration guard: read-only inside", "guarded_files", strings.Join(files, " "), "guarded_trees", strings.Join(trees, " "))
-	}
-	return files, trees
-}
-
-// coveredByMount reports whether rel is, or lies beneath, a read-only or
-// transient mount of the plan.
-func coveredByMount(plan gitsentry.Plan, rel string) bool {
-	for _, m := range plan.Mounts {
-		if m.Kind != gitsentry.Bind && (rel == m.Rel || strings.HasPrefix(rel, m.Rel+"/")) {
-			return true
-		}
-	}
-	return false
 }

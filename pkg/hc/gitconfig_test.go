@@ -13,7 +13,6 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
-	"github.com/lazaret/lazaret/pkg/gitsentry"
 	"github.com/lazaret/lazaret/pkg/proc"
 )
 
@@ -102,24 +101,6 @@ func TestGitIdentity(t *testing.T) {
 		}
 		if got := gitIdentity(ents); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("gitIdentity(%q) = %q, want %q", tc.out, got, tc.want)
-		}
-	}
-}
-
-// TestCoveredByMount: guarded paths a read-only or transient Git Sentry
-// mount covers are left to the mount; those below a read-write Git
-// directory bind are the daemon's.
-func TestCoveredByMount(t *testing.T) {
-	plan := gitsentry.Plan{Mounts: []gitsentry.Mount{
-		{Rel: ".git", Kind: gitsentry.Bind}, {Rel: ".git/config", Kind: gitsentry.ReadOnly},
-		{Rel: ".git/hooks", Kind: gitsentry.Transient}, {Rel: ".vscode", Kind: gitsentry.Transient},
-	}}
-	for rel, want := range map[string]bool{
-		".git/config": true, ".git/hooks/pre-commit": true, ".vscode/tasks.json": true,
-		".git/config.local": false, ".git/configs": false, ".husky": false, ".git": false,
-	} {
-		if got := coveredByMount(plan, rel); got != want {
-			t.Errorf("coveredByMount(%q) = %v, want %v", rel, got, want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 )
 
@@ -38,7 +39,7 @@ func (c *coordinator) guestEnv(gitIdentity []gitSetting) []string {
 	if c.profile.Network.Mode == config.ModeAllowlist {
 		// Every guest process finds the egress proxy (sessions add their
 		// label); a variable the profile sets wins.
-		for k, v := range proxyEnv("") {
+		for k, v := range network.ProxyEnv("") {
 			if _, set := c.profile.Env[k]; !set {
 				env = setEnv(env, k, v)
 			}

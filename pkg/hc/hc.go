@@ -21,14 +21,14 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
-	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
+	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
+	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
-	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
@@ -84,7 +84,6 @@ type coordinator struct {
 	rsChild      *proc.Child
 	rsChan       *fdpass.Channel
 	lifetimeW    *os.File
-	policy       netpolicy.Policy
 	store        *store.Store   // the Domain Store (only this process opens it)
 	self         pidfs.Identity // this coordinator's own pidfs identity
 	retained     []retained     // records recovery refused to act on
@@ -96,15 +95,8 @@ type coordinator struct {
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
-	net          networkState
-	portsMu      sync.Mutex // serialises port forwards (ports.go)
-	routing      gitRouting
-	wantRouting  bool // the generation asked RS for a Git-routing daemon
-	egress       egressState
-	sticky       stickyState
-	// gitGuard is what host Git runs or reads from the workspace
-	// (gitconfig.go), kept read-only by the Git-routing daemon.
-	gitGuard []gitconfigguard.Path
+	net          *network.Service    // the Network Sidecar role (package network)
+	routing      *gitrouting.Service // the Git-routing role (package gitrouting)
 	// leasedArtifact is the prepared artifact whose lease is recorded;
 	// anchorsUnmounted the anchor mount IDs RS reported unmounted (lease.go).
 	leasedArtifact   string
@@ -287,8 +279,8 @@ func (c *coordinator) init() error {
 	c.timing.Mark("recovery done")
 	c.coordinator = randomID()
 	c.sandboxID = randomID()
-	c.net.sidecarID = randomID()
-	if err := c.beginGeneration(); err != nil {
+	sidecarID := randomID()
+	if err := c.beginGeneration(sidecarID); err != nil {
 		return err
 	}
 	c.timing.Mark("generation recorded")
@@ -296,6 +288,7 @@ func (c *coordinator) init() error {
 	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
 	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
 	c.log = c.log.With("generation", c.generation)
+	c.net = c.newNetwork(sidecarID)
 	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), filepath.Join(c.paths.ControlMountSource(), "bin"), c.sessionDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -316,7 +309,7 @@ func (c *coordinator) init() error {
 	if err != nil {
 		return err
 	}
-	c.gitGuard = gitCfg.Paths
+	c.routing = c.newRouting(gitCfg.Paths)
 	c.baseEnv = c.guestEnv(gitIdentity(gitCfg.Effective))
 	// The generation's ephemeral Trust Anchor: TLS CA, protocol issuer,
 	// coordinator leaves and the sandbox request-signing key (spec §3.2).
@@ -501,8 +494,8 @@ func (c *coordinator) teardown() {
 			c.plStep(nil, "AnchorReleaseIntent")
 		}
 		failpoint.Hit("lazaret-hc:anchor-release-intent")
-		c.releaseNetworkRecords()
-		if err := c.releaseRouting(); err != nil {
+		c.net.Release()
+		if err := c.routing.Release(); err != nil {
 			c.log.Error("record git_routing release intent", "err", err)
 		}
 	}
@@ -544,7 +537,7 @@ func (c *coordinator) teardown() {
 		})
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
-	c.stopHelper()
+	c.net.Stop()
 	c.esc.Close() // every host process of the generation killed and reaped
 	if c.lifetimeW != nil {
 		c.lifetimeW.Close()
@@ -553,13 +546,13 @@ func (c *coordinator) teardown() {
 		c.anchor.Destroy()
 	}
 	if c.store != nil {
-		c.finishNetwork(rsChild)
+		c.net.Finish(rsChild)
 		c.finishLower(rsChild)
 		c.finishSandbox(rsChild)
 		c.store.Close()
 	}
 	c.cleanupRuntime() // after finishSandbox: it removes runsc state only once its processes are proven gone
-	c.endSticky()
+	c.routing.EndSticky()
 	c.mtFinish()
 	c.plFinish()
 	c.log.Info("domain stopped")

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,13 +20,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
-	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
-	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/participant"
@@ -41,7 +38,7 @@ import (
 
 // startGeneration acquires the Runtime Supervisor and drives it to ready.
 func (c *coordinator) startGeneration() {
-	c.startSticky()
+	c.routing.StartSticky()
 	if err := c.rsl.finish(c); err != nil {
 		c.setState(stateFailed, err)
 		return
@@ -49,29 +46,10 @@ func (c *coordinator) startGeneration() {
 	// The connectivity helper starts while RS starts up: it needs only RS's
 	// network namespace, which exists from the clone on (read through RS's
 	// pidfd). StartSandbox waits only for the network's identity
-	// (prepareNetwork); the helper's readiness gates the attached runsc
+	// (network.Service.Prepare); the helper's readiness gates the attached runsc
 	// (commitStaged), so the prepared lower, State Anchors and Git routing
 	// are set up while the helper starts.
-	prepared := make(chan error, 1)
-	helper := make(chan error, 1)
-	started := make(chan struct{})
-	c.mu.Lock()
-	c.net.started = started
-	c.net.helperReady = helper
-	c.mu.Unlock()
-	go func() {
-		defer close(started)
-		dev, ino, err := c.rsChild.Handle().NetNamespace()
-		if err == nil {
-			err = c.prepareNetwork(&lv1.NamespaceIdentity{Dev: dev, Ino: ino})
-		}
-		prepared <- err
-		if err == nil {
-			err = c.startHelper()
-		}
-		helper <- err
-	}()
-	c.superviseMessages(prepared)
+	c.superviseMessages(c.net.Launch(c.rsChild))
 }
 
 // rsLaunch is the Runtime Supervisor's acquisition. It begins while the
@@ -281,11 +259,10 @@ func (c *coordinator) launchSupervisor(l *rsLaunch) error {
 // writeSupervisorInputs derives the network policy and issues RS's
 // protocol credential, and seals each into the memfd RS inherited.
 func (c *coordinator) writeSupervisorInputs(policyFile, credFile *os.File) error {
-	policy, err := c.derivePolicy()
+	policy, err := c.net.DerivePolicy()
 	if err != nil {
 		return err
 	}
-	c.policy = policy
 	if err := fdpass.FillAndSeal(policyFile, policy.Canonical()); err != nil {
 		return err
 	}
@@ -358,18 +335,18 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor is in the host network namespace")
 	}
 	netns := &lv1.NamespaceIdentity{Dev: dev, Ino: ino}
-	if !proto.Equal(netns, c.net.netns) {
-		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor netns %d:%d is not the one the connectivity helper joins (%v)", dev, ino, c.net.netns)
+	if helperNS := c.net.NetNS(); !proto.Equal(netns, helperNS) {
+		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor netns %d:%d is not the one the connectivity helper joins (%v)", dev, ino, helperNS)
 	}
-	sandboxNS, err := c.sandboxNetNS(hello, nsPath, netns)
+	sandboxNS, err := c.net.SandboxNetNS(hello, h.PID(), nsPath, netns)
 	if err != nil {
 		return nil, err
 	}
-	probe, err := netprobe.EncodeSpec(c.net.probe)
+	probe, err := netprobe.EncodeSpec(c.net.Probe())
 	if err != nil {
 		return nil, err
 	}
-	digest := c.policy.Digest()
+	digest := c.net.Policy().Digest()
 	anchors, err := c.stateAnchors()
 	if err != nil {
 		return nil, err
@@ -389,16 +366,15 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		Env:           c.baseEnv,
 		Volumes:       c.volumes(),
 		ControlFiles:  c.credentialMounts(),
-		EtcFiles:      c.net.etcFiles,
+		EtcFiles:      c.net.EtcFiles(),
 
 		// Escalation Mailbox (package escalation).
 		MailboxRequests: mboxReq, MailboxResults: mboxRes,
 	}
-	routing, err := c.gitSentryStart(&sb)
+	routing, err := c.routing.Start(&sb)
 	if err != nil {
 		return nil, err
 	}
-	c.wantRouting = routing != nil
 	initArgs := []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}
 	if u := c.profile.SessionUser(); !u.IsRoot() {
 		// The init creates the profile's user if the image lacks it.
@@ -418,63 +394,8 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.container,
 		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
 		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
-		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.addr.Gateway.String(), GitRouting: routing,
+		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.Gateway().String(), GitRouting: routing,
 		Profile: c.profile.Name, ProfilePaths: c.profile.ProfilePaths, SessionUid: c.profile.SessionUser().UID, SessionGid: c.profile.SessionUser().GID,
-		MemoryLimitBytes: c.limits.Memory, Egress: c.egressSpec(),
+		MemoryLimitBytes: c.limits.Memory, Egress: c.net.EgressSpec(),
 	}, nil
-}
-
-// derivePolicy derives the generation's network policy from trusted
-// configuration only (FR-19): the built-in defaults and the host's DNS
-// resolvers. The sandbox never supplies policy.
-func (c *coordinator) derivePolicy() (netpolicy.Policy, error) {
-	in := netpolicy.Input{Resolvers: c.profile.Network.DNS}
-	if len(in.Resolvers) == 0 {
-		resolvers, err := hostResolvers("/etc/resolv.conf")
-		if err != nil {
-			c.log.Warn("no usable DNS resolvers from the host", "err", err)
-		}
-		in.Resolvers = resolvers
-	}
-	src := "profile " + c.profile.Name
-	if c.profile.Network.Mode == config.ModeAllowlist {
-		// The egress proxy admits the host names and resolves them
-		// itself, at each request: nothing is pinned.
-		in.Mode, in.Hosts, in.Ask = netpolicy.ModeAllowlist, c.profile.Network.HostRules(c.profile.Name), c.profile.Network.Ask
-	} else {
-		in.Allow = append(in.Allow, c.resolveAllowHosts(in.Resolvers)...)
-	}
-	for _, a := range c.profile.Network.Allow {
-		in.Allow = append(in.Allow, netpolicy.Rule{Prefix: a, Source: src + " network.allow"})
-	}
-	for _, d := range c.profile.Network.Deny {
-		in.Deny = append(in.Deny, netpolicy.Rule{Prefix: d, Source: src + " network.deny"})
-	}
-	p, err := netpolicy.Derive(in)
-	if err != nil {
-		return p, errdefs.Mark(err, errdefs.ErrInvalid)
-	}
-	return p, nil
-}
-
-// hostResolvers reads the IPv4 nameservers of a resolv.conf, skipping
-// loopback ones (a host-local stub is not reachable from the sandbox).
-func hostResolvers(file string) ([]netip.Addr, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || f[0] != "nameserver" {
-			continue
-		}
-		a, err := netip.ParseAddr(f[1])
-		if err != nil || !a.Is4() || a.IsLoopback() {
-			continue
-		}
-		out = append(out, a)
-	}
-	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -249,7 +250,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	}
 	// `lazaret run -P`: forwarded by the running helper before the
 	// command starts, for this start or join alike.
-	if err := c.forwardSessionPorts(req.ForwardPorts, s.id); err != nil {
+	if err := c.net.ForwardSessionPorts(req.ForwardPorts, s.id); err != nil {
 		refuse(conn, err)
 		return
 	}
@@ -342,9 +343,9 @@ func (s *session) env(req *lv1.RunRequest, u config.GuestUser) []string {
 			}
 		}
 	}
-	if s.c.allowlist() {
+	if s.c.net.Allowlist() {
 		// The session's label on its proxied requests (denial log, asks).
-		for k, v := range proxyEnv(sessionLabel(s.id)) {
+		for k, v := range network.ProxyEnv(network.SessionLabel(s.id)) {
 			if _, set := s.c.profile.Env[k]; !set {
 				env = setEnv(env, k, v)
 			}

@@ -1,7 +1,6 @@
 package hc
 
 import (
-	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -57,8 +56,7 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 		doc.PreparedArtifact = proto.String(c.sandboxReady.PreparedArtifactId)
 		doc.Routes = c.sandboxReady.ObservedRoutes
 	}
-	d := c.policy.Digest()
-	doc.NetworkPolicyDigest = proto.String(fmt.Sprintf("%x", d[:]))
-	doc.Network = c.networkStatusLocked()
+	doc.NetworkPolicyDigest = proto.String(c.net.PolicyDigestString())
+	doc.Network = c.net.Status()
 	return doc
 }

@@ -42,7 +42,6 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
-	"github.com/lazaret/lazaret/pkg/slirp"
 	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
@@ -338,13 +337,10 @@ func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
 	if !ok {
 		return errdefs.New(errdefs.ErrRefused, "SandboxReady names an attached runsc that was not staged")
 	}
-	if d := c.policy.Digest(); string(r.PolicyDigest) != string(d[:]) {
-		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor attests network policy %x, not the derived %x", r.PolicyDigest, d[:])
-	}
 	// The supervisor's evidence — the routes it observed — must
 	// enforce the policy this coordinator derived, whatever it echoes.
-	if err := c.policy.VerifyRoutes(c.policyRoutes(r.ObservedRoutes), slirp.Tap, c.net.addr.Gateway); err != nil {
-		return errdefs.Mark(fmt.Errorf("the runtime supervisor's observed routes do not enforce the derived network policy: %w", err), errdefs.ErrRefused)
+	if err := c.net.VerifyReady(r); err != nil {
+		return err
 	}
 	c.timing.Mark("sandbox ready")
 	c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
@@ -356,10 +352,10 @@ func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
 	if err != nil {
 		return err
 	}
-	if err := c.readyRouting(r, c.wantRouting); err != nil {
+	if err := c.routing.Ready(r); err != nil {
 		return err
 	}
-	if err := c.readyEgress(r); err != nil {
+	if err := c.net.ReadyEgress(r); err != nil {
 		return err
 	}
 	kids, err := runscChildren(r, runscID, c.rsChild.Identity())
@@ -370,7 +366,7 @@ func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
 		store.CommittedSlot(kids[0]), store.CommittedSlot(kids[1])); err != nil {
 		return err
 	}
-	if err := c.commitNetwork(r); err != nil {
+	if err := c.net.Commit(r, c.rsChild.Identity()); err != nil {
 		return err
 	}
 	if err := c.recordPublication(); err != nil {
@@ -436,7 +432,7 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	if err := trust.Verify(c.rsCred.Claims.PublicKey, trust.RecordStagedProcessOwnership, payload, sig); err != nil {
 		return errdefs.New(errdefs.ErrRefused, "StagedProcessOwnership is not signed by this generation's runtime supervisor credential")
 	}
-	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "git_routing" && c.wantRouting {
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "git_routing" && c.routing.Wanted() {
 		boot, err := pidfs.CurrentBootID()
 		if err != nil {
 			return err
@@ -444,10 +440,10 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 		if s.Identity == nil || string(s.Identity.BootId) != string(boot[:]) {
 			return errdefs.New(errdefs.ErrRefused, "staged git_routing identity is not of this boot")
 		}
-		return c.commitStagedRouting(s)
+		return c.routing.CommitStaged(s)
 	}
-	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "egress_proxy" && c.allowlist() {
-		return c.commitStagedEgress(s)
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "egress_proxy" && c.net.Allowlist() {
+		return c.net.CommitStagedEgress(s)
 	}
 	if s.DomainId != string(c.paths.ID) || s.Generation != c.generation || s.CoordinatorId != c.coordinator || s.Slot != "attached_runsc" {
 		return errdefs.New(errdefs.ErrRefused, "staged ownership for %s/%d/%s/%s does not match this generation", s.DomainId, s.Generation, s.CoordinatorId, s.Slot)
@@ -479,7 +475,7 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	// The sandbox joins RS's network namespace at boot: runsc runs only once
 	// the connectivity helper has configured it.
 	waitStart := time.Now()
-	if err := <-c.net.helperReady; err != nil {
+	if err := c.net.HelperReady(); err != nil {
 		return err
 	}
 	// What the connectivity helper adds to the start-up's critical path.

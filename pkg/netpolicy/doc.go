@@ -102,7 +102,7 @@
 // committed RS, after the helper is Committed with the same RS.
 //
 // Egress proxy (allowlist mode; `pkg/egress`, `pkg/netsetup/sandboxns.go`,
-// `pkg/rs/egress.go`, `pkg/hc/egress.go`). With `network.mode =
+// `pkg/rs/egress.go`, `pkg/hc/network`). With `network.mode =
 // "allowlist"` the policy document is v2 (`mode allowlist`, `host RULE`
 // lines, `ask`; a deny-mode policy keeps its v1 bytes and digest). RS reads
 // the mode from the sealed policy memfd before its hello and creates the

@@ -1,4 +1,4 @@
-package hc
+package network
 
 import (
 	"encoding/json"
@@ -17,18 +17,17 @@ import (
 	"github.com/lazaret/lazaret/pkg/slirp"
 )
 
-// portsCoordinator is a coordinator whose helper API is a fake answering
+// portsService is a network role whose helper API is a fake answering
 // add_hostfwd with increasing ids; it records the requests.
-func portsCoordinator(t *testing.T) (*coordinator, *[]map[string]any) {
+func portsService(t *testing.T) (*Service, *[]map[string]any) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "hcports")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	c := &coordinator{log: slog.New(slog.DiscardHandler)}
-	c.paths.RuntimeDir = dir
-	c.net.addr, _ = slirp.NetworkFor(slirp.DefaultCIDR)
+	c := New(Config{Log: slog.New(slog.DiscardHandler), RuntimeDir: dir})
+	c.addr, _ = slirp.NetworkFor(slirp.DefaultCIDR)
 	l, err := net.Listen("unix", filepath.Join(dir, slirp.APISocketName))
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +52,7 @@ func portsCoordinator(t *testing.T) (*coordinator, *[]map[string]any) {
 }
 
 func TestForwardPortsAndRefusals(t *testing.T) {
-	c, reqs := portsCoordinator(t)
+	c, reqs := portsService(t)
 	free, _ := net.Listen("tcp4", "127.0.0.1:0")
 	port := free.Addr().(*net.TCPAddr).Port
 	free.Close()
@@ -83,13 +82,13 @@ func TestForwardPortsAndRefusals(t *testing.T) {
 		t.Fatalf("busy: %v", err)
 	}
 	// -P: loopback only, whatever the CLI sent.
-	if err := c.forwardSessionPorts([]string{"0.0.0.0:9999:80"}, "s1"); !errors.Is(err, errdefs.ErrRefused) {
+	if err := c.ForwardSessionPorts([]string{"0.0.0.0:9999:80"}, "s1"); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("non-loopback -P: %v", err)
 	}
 	if len(*reqs) != 1 {
 		t.Fatalf("refused forwards reached the helper: %v", *reqs)
 	}
-	st := c.portsStatusLocked()
+	st := c.Status().ForwardedPorts
 	if len(st) != 1 || st[0].GetHost() != netip.AddrPortFrom(config.LoopbackAddr, uint16(port)).String() || st[0].GetFrom() != "profile" {
 		t.Fatalf("status %v", st)
 	}

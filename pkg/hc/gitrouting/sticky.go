@@ -1,4 +1,4 @@
-package hc
+package gitrouting
 
 import (
 	"fmt"
@@ -20,68 +20,68 @@ type stickyState struct {
 	// host files the Git-routing daemon reads just after.
 	rules *ignorerules.Rules
 	// asked: the start scan succeeded and the daemon was asked for
-	// (guarded by coordinator.mu).
+	// (guarded by Service.mu).
 	asked bool
 }
 
-// startSticky records, while the runtime supervisor starts, every path
+// StartSticky records, while the runtime supervisor starts, every path
 // that is ignored or already sticky and exists on the host or in the
 // Ignored Workspace State, so that it stays routed to state in every
 // later generation whatever the sandbox does to .gitignore.
-// gitSentryStart waits for it (awaitSticky) before the daemon is asked
+// Start waits for it (awaitSticky) before the daemon is asked
 // for, which reads the record.
-func (c *coordinator) startSticky() {
-	c.sticky.done = make(chan struct{})
-	if !c.profile.IgnoredPathIsolation {
-		close(c.sticky.done) // trusted configuration turned isolation off (FR-9)
+func (s *Service) StartSticky() {
+	s.sticky.done = make(chan struct{})
+	if !s.cfg.Profile.IgnoredPathIsolation {
+		close(s.sticky.done) // trusted configuration turned isolation off (FR-9)
 		return
 	}
 	go func() {
-		defer close(c.sticky.done)
+		defer close(s.sticky.done)
 		t0 := time.Now()
 		home, _ := os.UserHomeDir()
-		_, common := ignorerules.GitDirs(c.ws)
-		rules, err := ignorerules.Load(c.ws, ignorerules.ExcludesFile(common, home, os.Getenv("XDG_CONFIG_HOME")))
+		_, common := ignorerules.GitDirs(s.cfg.Workspace)
+		rules, err := ignorerules.Load(s.cfg.Workspace, ignorerules.ExcludesFile(common, home, os.Getenv("XDG_CONFIG_HOME")))
 		if err != nil {
-			c.sticky.err = err
+			s.sticky.err = err
 			return
 		}
-		c.sticky.rules = rules
-		c.sticky.err = c.recordSticky("start")
-		c.sticky.took = time.Since(t0)
+		s.sticky.rules = rules
+		s.sticky.err = s.recordSticky("start")
+		s.sticky.took = time.Since(t0)
 	}()
 }
 
 // awaitSticky waits for the start scan; its failure fails the generation
 // (the daemon must not run without the record).
-func (c *coordinator) awaitSticky() error {
+func (s *Service) awaitSticky() error {
 	t0 := time.Now()
-	<-c.sticky.done
-	c.log.Info("sticky ignored paths scanned", "scan_ms", c.sticky.took.Milliseconds(), "waited_ms", time.Since(t0).Milliseconds())
-	if c.sticky.err != nil {
-		return fmt.Errorf("record the Domain's sticky ignored paths: %w", c.sticky.err)
+	<-s.sticky.done
+	s.log.Info("sticky ignored paths scanned", "scan_ms", s.sticky.took.Milliseconds(), "waited_ms", time.Since(t0).Milliseconds())
+	if s.sticky.err != nil {
+		return fmt.Errorf("record the Domain's sticky ignored paths: %w", s.sticky.err)
 	}
-	c.mu.Lock()
-	c.sticky.asked = true
-	c.mu.Unlock()
+	s.mu.Lock()
+	s.sticky.asked = true
+	s.mu.Unlock()
 	return nil
 }
 
-// endSticky records, once the sandbox and the daemon are gone, the paths
+// EndSticky records, once the sandbox and the daemon are gone, the paths
 // the generation's own rules routed that exist now: ignored content the
 // host created during the generation, and what the sandbox wrote to the
 // state, stay isolated even if the sandbox edited .gitignore meanwhile.
 // Best effort: a coordinator that dies before it leaves the start scan's
 // record.
-func (c *coordinator) endSticky() {
-	c.mu.Lock()
-	asked := c.sticky.asked
-	c.mu.Unlock()
+func (s *Service) EndSticky() {
+	s.mu.Lock()
+	asked := s.sticky.asked
+	s.mu.Unlock()
 	if !asked {
 		return
 	}
-	if err := c.recordSticky("end"); err != nil {
-		c.log.Error("record sticky ignored paths at teardown", "err", err)
+	if err := s.recordSticky("end"); err != nil {
+		s.log.Error("record sticky ignored paths at teardown", "err", err)
 	}
 }
 
@@ -89,13 +89,13 @@ func (c *coordinator) endSticky() {
 // saves the record with what it adds (never removes anything).
 //
 // Preconditions: the coordinator holds the Domain lock.
-func (c *coordinator) recordSticky(when string) error {
-	rec, err := stickyignore.Load(c.paths.DomainRoot)
+func (s *Service) recordSticky(when string) error {
+	rec, err := stickyignore.Load(s.cfg.DomainRoot)
 	if err != nil {
 		return err
 	}
-	rules := c.sticky.rules
-	found, err := stickyignore.Scan(c.ws, c.paths.IgnoredStateDir(), func(rel string, isDir bool) bool {
+	rules := s.sticky.rules
+	found, err := stickyignore.Scan(s.cfg.Workspace, s.cfg.StateDir, func(rel string, isDir bool) bool {
 		if _, ok := rec.Covering(rel); ok {
 			return true
 		}
@@ -104,14 +104,14 @@ func (c *coordinator) recordSticky(when string) error {
 	if err != nil {
 		return err
 	}
-	if added := rec.Add(found, c.generation, time.Now()); len(added) > 0 {
-		if err := stickyignore.Save(c.paths.DomainRoot, rec); err != nil {
+	if added := rec.Add(found, s.cfg.Generation, time.Now()); len(added) > 0 {
+		if err := stickyignore.Save(s.cfg.DomainRoot, rec); err != nil {
 			return err
 		}
-		c.log.Info("sticky ignored paths recorded", "when", when, "added", len(added), "sticky_paths", len(rec.Paths))
+		s.log.Info("sticky ignored paths recorded", "when", when, "added", len(added), "sticky_paths", len(rec.Paths))
 	}
 	if when == "start" {
-		c.noteUnignoredSticky(rec, rules)
+		s.noteUnignoredSticky(rec, rules)
 	}
 	return nil
 }
@@ -119,7 +119,7 @@ func (c *coordinator) recordSticky(when string) error {
 // noteUnignoredSticky tells the developer which sticky paths the current
 // rules no longer ignore (or the host now tracks): they stay isolated
 // until released from the host.
-func (c *coordinator) noteUnignoredSticky(rec *stickyignore.Record, rules *ignorerules.Rules) {
+func (s *Service) noteUnignoredSticky(rec *stickyignore.Record, rules *ignorerules.Rules) {
 	var names []string
 	for _, p := range rec.Paths {
 		if !rules.Ignored(p.Path, p.Type == "dir") {
@@ -129,10 +129,10 @@ func (c *coordinator) noteUnignoredSticky(rec *stickyignore.Record, rules *ignor
 	if len(names) == 0 {
 		return
 	}
-	c.log.Warn("sticky ignored paths the current rules do not ignore stay routed to state", "count", len(names), "paths", strings.Join(names[:min(len(names), 20)], ","))
+	s.log.Warn("sticky ignored paths the current rules do not ignore stay routed to state", "count", len(names), "paths", strings.Join(names[:min(len(names), 20)], ","))
 	shown := strings.Join(names[:min(len(names), 5)], ", ")
 	if len(names) > 5 {
 		shown += fmt.Sprintf(" and %d more", len(names)-5)
 	}
-	c.addProgress(fmt.Sprintf("note: %s stay(s) isolated from your host copy although the workspace's Git ignore rules no longer ignore it (ignored in an earlier run, so sticky): `lazaret state ignored list` shows them, `lazaret state ignored release PATH` shares your copy from the next run", shown))
+	s.cfg.Progress(fmt.Sprintf("note: %s stay(s) isolated from your host copy although the workspace's Git ignore rules no longer ignore it (ignored in an earlier run, so sticky): `lazaret state ignored list` shows them, `lazaret state ignored release PATH` shares your copy from the next run", shown))
 }

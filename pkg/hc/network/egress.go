@@ -1,21 +1,19 @@
-package hc
+package network
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
-	"github.com/lazaret/lazaret/pkg/audit"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netsetup"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/slirp"
 )
 
 // The allowlist network mode (package netpolicy's doc, "Egress proxy"): the
@@ -31,15 +29,13 @@ type egressState struct {
 	netns  *lv1.NamespaceIdentity      // the sandbox's own network namespace
 }
 
-func (c *coordinator) allowlist() bool { return c.policy.Mode == netpolicy.ModeAllowlist }
-
-// sandboxNetNS verifies the hello's sandbox network namespace against the
+// SandboxNetNS verifies the hello's sandbox network namespace against the
 // policy's mode and returns the path runsc joins: RS's own namespace in
 // the deny mode, RS's holding thread's in the allowlist mode. RS is our
 // unreaped child, so its pid (and the thread's tid under it) cannot be
 // reused while we read them.
-func (c *coordinator) sandboxNetNS(hello *lv1.SupervisorHello, rsPath string, rs *lv1.NamespaceIdentity) (string, error) {
-	if !c.allowlist() {
+func (s *Service) SandboxNetNS(hello *lv1.SupervisorHello, rsPID int, rsPath string, rs *lv1.NamespaceIdentity) (string, error) {
+	if !s.Allowlist() {
 		if hello.SandboxNetNamespace != nil || hello.SandboxNetnsTid != 0 {
 			return "", errdefs.New(errdefs.ErrRefused, "the runtime supervisor reports a sandbox network namespace, but the policy is not in the allowlist mode")
 		}
@@ -48,7 +44,7 @@ func (c *coordinator) sandboxNetNS(hello *lv1.SupervisorHello, rsPath string, rs
 	if hello.SandboxNetNamespace == nil || hello.SandboxNetnsTid == 0 {
 		return "", errdefs.New(errdefs.ErrRefused, "the allowlist network mode needs the sandbox's own network namespace, and the runtime supervisor reports none")
 	}
-	path := fmt.Sprintf("/proc/%d/task/%d/ns/net", c.rsChild.Handle().PID(), hello.SandboxNetnsTid)
+	path := fmt.Sprintf("/proc/%d/task/%d/ns/net", rsPID, hello.SandboxNetnsTid)
 	dev, ino, err := pidfs.NamespaceOfPath(path)
 	if err != nil {
 		return "", errdefs.Mark(fmt.Errorf("the sandbox network namespace %s: %w", path, err), errdefs.ErrRefused)
@@ -63,54 +59,54 @@ func (c *coordinator) sandboxNetNS(hello *lv1.SupervisorHello, rsPath string, rs
 	if hdev, hino, err := pidfs.NamespaceOfPath("/proc/self/ns/net"); err == nil && hdev == dev && hino == ino {
 		return "", errdefs.New(errdefs.ErrRefused, "the sandbox network namespace is the host's")
 	}
-	c.mu.Lock()
-	c.egress.netns = got
-	c.mu.Unlock()
+	s.mu.Lock()
+	s.egress.netns = got
+	s.mu.Unlock()
 	return path, nil
 }
 
-// egressSpec is StartSandbox's egress proxy part (nil in the deny mode).
-func (c *coordinator) egressSpec() *lv1.EgressProxySpec {
-	if !c.allowlist() {
+// EgressSpec is StartSandbox's egress proxy part (nil in the deny mode).
+func (s *Service) EgressSpec() *lv1.EgressProxySpec {
+	if !s.Allowlist() {
 		return nil
 	}
 	return &lv1.EgressProxySpec{
-		Dns:         netip.AddrPortFrom(c.net.addr.DNS, 53).String(),
-		DenialsPath: c.paths.NetworkDenials(),
+		Dns:         netip.AddrPortFrom(s.Addr().DNS, 53).String(),
+		DenialsPath: s.cfg.DenialsPath,
 	}
 }
 
-// commitStagedEgress acknowledges RS's staged egress proxy ownership. The
+// CommitStagedEgress acknowledges RS's staged egress proxy ownership. The
 // proxy is RS's child with a parent-death signal, stopped by RS through its
 // pidfd: it cannot outlive RS, whose own exit recovery proves.
-func (c *coordinator) commitStagedEgress(s *lv1.StagedProcessOwnership) error {
+func (s *Service) CommitStagedEgress(st *lv1.StagedProcessOwnership) error {
 	boot, err := pidfs.CurrentBootID()
 	if err != nil {
 		return err
 	}
-	if s.Identity == nil || string(s.Identity.BootId) != string(boot[:]) {
+	if st.Identity == nil || string(st.Identity.BootId) != string(boot[:]) {
 		return errdefs.New(errdefs.ErrRefused, "staged egress proxy identity is not of this boot")
 	}
-	c.mu.Lock()
-	dup := c.egress.staged != nil
+	s.mu.Lock()
+	dup := s.egress.staged != nil
 	if !dup {
-		c.egress.staged = s
+		s.egress.staged = st
 	}
-	c.mu.Unlock()
+	s.mu.Unlock()
 	if dup {
 		return errdefs.New(errdefs.ErrRefused, "duplicate staged egress proxy ownership")
 	}
-	return c.ackStaged(s)
+	return s.cfg.Ack(st)
 }
 
-// readyEgress checks SandboxReady's egress evidence: the staged proxy, and
+// ReadyEgress checks SandboxReady's egress evidence: the staged proxy, and
 // the sandbox namespace's routes (nothing but the proxy's connected
 // prefix). In the deny mode there must be none.
-func (c *coordinator) readyEgress(r *lv1.SandboxReady) error {
-	c.mu.Lock()
-	staged := c.egress.staged
-	c.mu.Unlock()
-	if !c.allowlist() {
+func (s *Service) ReadyEgress(r *lv1.SandboxReady) error {
+	s.mu.Lock()
+	staged := s.egress.staged
+	s.mu.Unlock()
+	if !s.Allowlist() {
 		if r.EgressProxy != nil || staged != nil || len(r.ObservedSandboxRoutes) > 0 {
 			return errdefs.New(errdefs.ErrRefused, "the runtime supervisor reports an egress proxy the policy did not ask for")
 		}
@@ -132,16 +128,16 @@ func (c *coordinator) readyEgress(r *lv1.SandboxReady) error {
 			return errdefs.New(errdefs.ErrRefused, "the sandbox network namespace has route %q; the allowlist mode allows only %s dev %s", line, connected, netsetup.SandboxLink)
 		}
 	}
-	c.mu.Lock()
-	c.egress.ready = r.EgressProxy
-	c.mu.Unlock()
+	s.mu.Lock()
+	s.egress.ready = r.EgressProxy
+	s.mu.Unlock()
 	return nil
 }
 
-// policyRoutes is RS's observed routes without the proxy's own connected
+// PolicyRoutes is RS's observed routes without the proxy's own connected
 // route (allowlist mode), which the IP policy does not describe.
-func (c *coordinator) policyRoutes(observed []string) []string {
-	if !c.allowlist() {
+func (s *Service) PolicyRoutes(observed []string) []string {
+	if !s.Allowlist() {
 		return observed
 	}
 	connected := netpolicy.ProxyPrefix
@@ -155,10 +151,10 @@ func (c *coordinator) policyRoutes(observed []string) []string {
 	return out
 }
 
-// proxyEnv is the environment that points a sandbox process at the egress
+// ProxyEnv is the environment that points a sandbox process at the egress
 // proxy (allowlist mode). label attributes its requests to a session (the
 // proxy's user name); it is attribution, not authentication.
-func proxyEnv(label string) map[string]string {
+func ProxyEnv(label string) map[string]string {
 	user := ""
 	if label != "" {
 		// An explicit empty password: git (libcurl) otherwise asks for one.
@@ -179,61 +175,30 @@ func proxyEnv(label string) map[string]string {
 	return env
 }
 
-// sessionLabel is a session's proxy user name.
-func sessionLabel(id string) string { return "s-" + id }
+// SessionLabel is a session's proxy user name.
+func SessionLabel(id string) string { return "s-" + id }
 
-// decideNetworkAsk answers the proxy's question about a host outside the
-// allowlist: only an interactive session's developer may allow it.
-func (c *coordinator) decideNetworkAsk(a *lv1.NetworkAsk) {
-	decision := c.askDeveloper(a)
-	if err := c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_NetworkDecision{NetworkDecision: &lv1.NetworkDecision{Id: a.Id, Decision: decision}}}); err != nil {
-		c.log.Warn("network decision not delivered", "host", a.Host, "err", err)
-	}
+func bytesEqualIdentity(a, b *lv1.PidfsProcessIdentityV1) bool {
+	return a != nil && b != nil && string(a.BootId) == string(b.BootId) && a.PidfsStDev == b.PidfsStDev && a.PidfsStIno == b.PidfsStIno && a.HostPid == b.HostPid
 }
 
-// networkAskTimeout bounds a network ask (the proxy gives up after the
-// same time).
-const networkAskTimeout = 5 * time.Minute
+// Addr is the helper's addressing (zero before Prepare).
+func (s *Service) Addr() slirp.Network {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
 
-// askDeveloper puts a network ask to the developer at the asking session's
-// terminal, with the escalation prompt's routing: a session without a
-// terminal (or an unknown label) is denied without asking. It returns
-// "once", "domain" or "deny", audited either way.
-func (c *coordinator) askDeveloper(a *lv1.NetworkAsk) string {
-	target := fmt.Sprintf("%s:%d", a.Host, a.Port)
-	dec := audit.Entry{Event: audit.EventNetworkDecision, Generation: c.generation, Profile: c.profile.Name, Argv: []string{target}, Reason: "via " + a.Via}
-	finish := func(decision, by, reason string) string {
-		dec.Decision, dec.DecidedBy = "deny", by
-		if decision != "deny" {
-			dec.Decision, dec.Reason = "approve", "scope "+decision
-		}
-		if reason != "" {
-			dec.Reason = reason
-		}
-		c.esc.Audit(dec)
-		c.log.Info("network ask decided", "host", target, "session_id", dec.SessionID, "decision", decision, "decided_by", by)
-		return decision
+// VerifyReady checks SandboxReady's network evidence against what this
+// role derived: the attested policy digest, and the routes RS observed,
+// which must enforce the policy whatever RS echoes.
+func (s *Service) VerifyReady(r *lv1.SandboxReady) error {
+	pol := s.Policy()
+	if d := pol.Digest(); string(r.PolicyDigest) != string(d[:]) {
+		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor attests network policy %x, not the derived %x", r.PolicyDigest, d[:])
 	}
-	id, ok := strings.CutPrefix(a.Session, "s-")
-	c.mu.Lock()
-	s := c.sessions[id]
-	c.mu.Unlock()
-	if !ok || s == nil {
-		return finish("deny", "no-session", "the request names no session of this Domain")
+	if err := pol.VerifyRoutes(s.PolicyRoutes(r.ObservedRoutes), slirp.Tap, s.Gateway()); err != nil {
+		return errdefs.Mark(fmt.Errorf("the runtime supervisor's observed routes do not enforce the derived network policy: %w", err), errdefs.ErrRefused)
 	}
-	dec.SessionID, dec.ClientID = s.id, s.claims.ClientID
-	if !s.tty || c.esc == nil {
-		return finish("deny", "no-terminal", "")
-	}
-	reqID := fmt.Sprintf("net-%d-%d", c.generation, a.Id)
-	prompt := &lv1.EscalationPrompt{RequestId: reqID, Profile: c.profile.Name, SessionId: s.id, Generation: c.generation,
-		NetworkHost: a.Host, NetworkPort: a.Port, TimeoutSeconds: uint32(networkAskTimeout / time.Second)}
-	d, by, reason := c.esc.Ask(s.id, s.claims.AnchorPublicKey, prompt, networkAskTimeout, 5*time.Second)
-	switch {
-	case d == nil:
-		return finish("deny", by, reason)
-	case d.Decision == lv1.DecisionKind_DECISION_KIND_APPROVE && (d.NetworkScope == "once" || d.NetworkScope == "domain"):
-		return finish(d.NetworkScope, "developer", "")
-	}
-	return finish("deny", "developer", "")
+	return nil
 }

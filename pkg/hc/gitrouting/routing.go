@@ -1,7 +1,6 @@
-package hc
+package gitrouting
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,23 +10,15 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/gitsentry"
 	"github.com/lazaret/lazaret/pkg/ignorerules"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/store"
-	"github.com/lazaret/lazaret/pkg/trust"
 )
 
-// gitRouting is the coordinator's view of the generation's git_routing
-// participant (nil fields until each step happens).
-type gitRouting struct {
-	staged *lv1.StagedProcessOwnership
-}
-
-// gitSentryStart computes the workspace's Git Sentry (SR-4) into the
+// Start computes the workspace's Git Sentry (SR-4) into the
 // sandbox description, records the git_routing participant's bare Intent
 // and returns what RS needs to acquire the Git-routing daemon. The daemon
 // serves /workspace whether or not the profile disables ignored-path
@@ -35,8 +26,8 @@ type gitRouting struct {
 // .git the host lacks, nested repositories, absent editor configuration
 // and the host Git configuration guard (SR-4) away from the host, none of
 // which a mount could cover.
-func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
-	plan, err := gitsentry.Compute(c.ws, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: c.profile.ShareEditorConfig, MountCommonDir: c.profile.GitCommonDir})
+func (s *Service) Start(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
+	plan, err := gitsentry.Compute(s.cfg.Workspace, gitsentry.Options{EditorConfig: config.EditorConfigDirs, ShareEditorConfig: s.cfg.Profile.ShareEditorConfig, MountCommonDir: s.cfg.Profile.GitCommonDir})
 	if err != nil {
 		return nil, err
 	}
@@ -44,19 +35,19 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 		// The developer opted in (SR-3): the linked worktree's common Git
 		// directory is mounted at its own path, straight from the host,
 		// with its Git Sentry.
-		c.log.Info("linked worktree: mounting its common Git directory (git_common_dir opt-in)", "common_dir", plan.CommonDir, "gitdir", plan.GitDir)
+		s.log.Info("linked worktree: mounting its common Git directory (git_common_dir opt-in)", "common_dir", plan.CommonDir, "gitdir", plan.GitDir)
 		sb.GitCommonDir = plan.CommonDir
 		for _, m := range plan.Common {
 			sb.CommonProtected = append(sb.CommonProtected, ocispec.Protected{Rel: m.Rel, Source: m.Source, ReadOnly: m.Kind == gitsentry.ReadOnly, Transient: m.Kind == gitsentry.Transient})
 		}
 	}
-	isolate := c.profile.IgnoredPathIsolation
+	isolate := s.cfg.Profile.IgnoredPathIsolation
 	if isolate {
-		if err := c.awaitSticky(); err != nil { // the daemon reads the record
+		if err := s.awaitSticky(); err != nil { // the daemon reads the record
 			return nil, err
 		}
 	}
-	mnt := c.paths.RoutedWorkspace()
+	mnt := s.cfg.RoutedWorkspace
 	for _, m := range plan.Mounts {
 		src := m.Source
 		if m.Kind == gitsentry.Bind {
@@ -68,30 +59,33 @@ func (c *coordinator) gitSentryStart(sb *ocispec.Sandbox) (*lv1.GitRoutingStart,
 	}
 	sb.RouterSource, sb.WorkspaceSource = mnt, mnt
 	if !isolate {
-		c.log.Info("ignored-path isolation disabled by the profile: Git-ignored paths are the host's; the Git-routing daemon still keeps Git directories the host lacks, absent editor configuration and the Git configuration guard")
+		s.log.Info("ignored-path isolation disabled by the profile: Git-ignored paths are the host's; the Git-routing daemon still keeps Git directories the host lacks, absent editor configuration and the Git configuration guard")
 	}
 	home, _ := os.UserHomeDir()
-	_, common := ignorerules.GitDirs(c.ws)
-	files, trees := c.gitGuardPaths(plan)
+	_, common := ignorerules.GitDirs(s.cfg.Workspace)
+	files, trees := s.guardPaths(plan)
 	start := &lv1.GitRoutingStart{
-		Workspace: c.ws, StateDir: c.paths.IgnoredStateDir(), Mountpoint: mnt,
+		Workspace: s.cfg.Workspace, StateDir: s.cfg.StateDir, Mountpoint: mnt,
 		ExcludesFile: ignorerules.ExcludesFile(common, home, os.Getenv("XDG_CONFIG_HOME")),
 		HiddenNames:  plan.RoutedNames(), IgnoredPathIsolation: isolate,
 		GuardedFiles: files, GuardedTrees: trees,
 	}
 	// Keep-id: the developer's files appear as the profile's session user.
-	u := c.profile.SessionUser()
+	u := s.cfg.Profile.SessionUser()
 	start.OwnerUid, start.OwnerGid = u.UID, u.GID
 	if err := os.MkdirAll(start.StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	if c.store != nil {
-		if err := c.store.Update(func(tx *store.Tx) error {
-			return tx.PutParticipant(c.generation, participant.GitRouting, participant.Intent, nil)
+	if s.cfg.Store != nil {
+		if err := s.cfg.Store.Update(func(tx *store.Tx) error {
+			return tx.PutParticipant(s.cfg.Generation, participant.GitRouting, participant.Intent, nil)
 		}); err != nil {
 			return nil, err
 		}
 	}
+	s.mu.Lock()
+	s.wanted = true
+	s.mu.Unlock()
 	return start, nil
 }
 
@@ -99,53 +93,40 @@ func gitRoutingSnapshot(s *lv1.GitRoutingSnapshotV1) *lv1.RoleSnapshotV1 {
 	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_GitRouting{GitRouting: s}}
 }
 
-// commitStagedRouting records the daemon's staged ownership and
+// CommitStaged records the daemon's staged ownership and
 // acknowledges it with an exact echo (CausalChildAcquisitionV1 step 6);
-// commitStaged has verified the signature and the generation.
-func (c *coordinator) commitStagedRouting(s *lv1.StagedProcessOwnership) error {
-	c.mu.Lock()
-	dup := c.routing.staged != nil
+// the coordinator has verified the signature and the generation.
+func (s *Service) CommitStaged(st *lv1.StagedProcessOwnership) error {
+	s.mu.Lock()
+	dup := s.staged != nil
 	if !dup {
-		c.routing.staged = s
+		s.staged = st
 	}
-	c.mu.Unlock()
+	s.mu.Unlock()
 	if dup {
 		return errdefs.New(errdefs.ErrRefused, "duplicate staged git_routing ownership")
 	}
-	id, err := store.IdentityFromProto(s.Identity)
+	id, err := store.IdentityFromProto(st.Identity)
 	if err != nil {
 		return err
 	}
-	if c.store != nil {
-		if err := c.store.Update(func(tx *store.Tx) error {
-			return tx.PutParticipant(c.generation, participant.GitRouting, participant.Intent, gitRoutingSnapshot(&lv1.GitRoutingSnapshotV1{Daemon: store.StagedSlot(id)}))
+	if s.cfg.Store != nil {
+		if err := s.cfg.Store.Update(func(tx *store.Tx) error {
+			return tx.PutParticipant(s.cfg.Generation, participant.GitRouting, participant.Intent, gitRoutingSnapshot(&lv1.GitRoutingSnapshotV1{Daemon: store.StagedSlot(id)}))
 		}); err != nil {
 			return err
 		}
 	}
-	return c.ackStaged(s)
+	return s.cfg.Ack(st)
 }
 
-// ackStaged sends the signed exact echo of a staged ownership.
-func (c *coordinator) ackStaged(s *lv1.StagedProcessOwnership) error {
-	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
-	payload, err := fdpass.SigningPayload(ack)
-	if err != nil {
-		return err
-	}
-	if ack.Signature, err = c.anchor.SignAsCoordinator(trust.RecordProcessOwnershipCommitAck, payload); err != nil {
-		return err
-	}
-	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
-}
-
-// readyRouting checks the daemon's readiness evidence against its staged
+// Ready checks the daemon's readiness evidence against its staged
 // identity and records the participant Prepared with committed ownership
 // and the mount (step 9).
-func (c *coordinator) readyRouting(r *lv1.SandboxReady, wanted bool) error {
-	c.mu.Lock()
-	staged := c.routing.staged
-	c.mu.Unlock()
+func (s *Service) Ready(r *lv1.SandboxReady) error {
+	s.mu.Lock()
+	staged, wanted := s.staged, s.wanted
+	s.mu.Unlock()
 	ev := r.GitRouting
 	switch {
 	case !wanted && ev == nil && staged == nil:
@@ -163,35 +144,35 @@ func (c *coordinator) readyRouting(r *lv1.SandboxReady, wanted bool) error {
 		Daemon: store.CommittedSlot(id),
 		Mount:  &lv1.MountIdentityV1{MountId: ev.MountId, FsDev: ev.FsDev, MountPoint: &lv1.FileIdentityV1{Dev: ev.MountpointDev, Ino: ev.MountpointIno, PathHint: ev.Mountpoint}},
 	}
-	if c.store == nil {
+	if s.cfg.Store == nil {
 		return nil
 	}
-	return c.store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(c.generation, participant.GitRouting, participant.Prepared, gitRoutingSnapshot(snap))
+	return s.cfg.Store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(s.cfg.Generation, participant.GitRouting, participant.Prepared, gitRoutingSnapshot(snap))
 	})
 }
 
-// releaseRouting records ReleaseIntent before teardown stops the daemon.
-func (c *coordinator) releaseRouting() error {
-	return c.store.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(c.generation, participant.GitRouting)
+// Release records ReleaseIntent before teardown stops the daemon.
+func (s *Service) Release() error {
+	return s.cfg.Store.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(s.cfg.Generation, participant.GitRouting)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
 		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
 			return err
 		}
-		return tx.ReleaseParticipant(c.generation, participant.GitRouting)
+		return tx.ReleaseParticipant(s.cfg.Generation, participant.GitRouting)
 	})
 }
 
-// cleanRouting proves the generation g's recorded daemon absent (through
+// Clean proves the generation g's recorded daemon absent (absence:
 // PidfsRecoveryMatch, stopping a survivor through the matched pidfd) and
 // records the participant Clean; its mount lived only in the dead RS's
 // mount namespace, so the daemon's absence ends it.
-func (c *coordinator) cleanRouting(g uint64, detail string) error {
+func Clean(st *store.Store, g uint64, detail string, absence func(pidfs.Identity) error) error {
 	var p *store.Participant
-	err := c.store.View(func(tx *store.Tx) error {
+	err := st.View(func(tx *store.Tx) error {
 		var err error
 		p, err = tx.Participant(g, participant.GitRouting)
 		return err
@@ -206,14 +187,43 @@ func (c *coordinator) cleanRouting(g uint64, detail string) error {
 		return nil
 	}
 	var absent []pidfs.Authority
-	if s, ok := p.View.Slots["daemon"]; ok && s.State != participant.Unassigned {
-		if s.Legacy != nil {
+	if sl, ok := p.View.Slots["daemon"]; ok && sl.State != participant.Unassigned {
+		if sl.Legacy != nil {
 			return errdefs.New(errdefs.ErrRefused, "git_routing daemon: legacy-unverified identity")
 		}
-		if err := c.awaitAbsence(s.Identity); err != nil {
+		if err := absence(sl.Identity); err != nil {
 			return err
 		}
-		absent = append(absent, s.Identity.Authority)
+		absent = append(absent, sl.Identity.Authority)
 	}
-	return c.releaseAndClean(g, participant.GitRouting, detail, absent)
+	return releaseAndClean(st, g, detail, absent)
+}
+
+// releaseAndClean records the git_routing participant's release and Clean
+// with the exact absence proof (the coordinator's rule for every
+// participant it ends).
+func releaseAndClean(st *store.Store, gen uint64, detail string, absent []pidfs.Authority) error {
+	role := participant.GitRouting
+	return st.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(gen, role)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil || p.Phase == participant.Clean {
+			return err
+		}
+		if p.Snapshot == nil {
+			return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
+		}
+		if p.Phase != participant.ReleaseIntent {
+			if err := tx.ReleaseParticipant(gen, role); err != nil {
+				return err
+			}
+		}
+		var fields []string
+		for f := range p.View.Fields {
+			fields = append(fields, f)
+		}
+		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
+	})
 }

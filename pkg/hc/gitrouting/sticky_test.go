@@ -1,4 +1,4 @@
-package hc
+package gitrouting
 
 import (
 	"errors"
@@ -12,12 +12,22 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/gitsentry"
 	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
 
-func stickyCoordinator(ws, domainRoot string, gen uint64, isolate bool) *coordinator {
-	return &coordinator{ws: ws, paths: domain.Paths{DomainRoot: domainRoot}, generation: gen,
-		profile: &config.Profile{IgnoredPathIsolation: isolate}, log: slog.New(slog.DiscardHandler), changed: make(chan struct{})}
+// stickyService is a Git-routing role whose progress lines are kept.
+type stickyService struct {
+	*Service
+	progress []string
+}
+
+func stickyCoordinator(ws, domainRoot string, gen uint64, isolate bool) *stickyService {
+	s := &stickyService{}
+	s.Service = New(Config{Workspace: ws, DomainRoot: domainRoot, StateDir: domain.Paths{DomainRoot: domainRoot}.IgnoredStateDir(), Generation: gen,
+		Profile: &config.Profile{IgnoredPathIsolation: isolate}, Log: slog.New(slog.DiscardHandler),
+		Progress: func(line string) { s.progress = append(s.progress, line) }})
+	return s
 }
 
 func writeFile(t *testing.T, p, s string) {
@@ -55,7 +65,7 @@ func TestStickyAcrossGenerations(t *testing.T) {
 	writeFile(t, filepath.Join(ws, ".env"), "host")
 	writeFile(t, filepath.Join(ws, "src", "main.go"), "package main")
 	c := stickyCoordinator(ws, dr, 1, true)
-	c.startSticky()
+	c.StartSticky()
 	if err := c.awaitSticky(); err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +77,13 @@ func TestStickyAcrossGenerations(t *testing.T) {
 	writeFile(t, filepath.Join(dr, "ignored-state", "src", "debug.log"), "sandbox")
 	writeFile(t, filepath.Join(ws, "host-build.log"), "host")
 	writeFile(t, filepath.Join(ws, ".gitignore"), "# nothing\n")
-	c.endSticky()
+	c.EndSticky()
 	want := map[string]uint64{".venv": 1, ".env": 1, "src/debug.log": 1, "host-build.log": 1}
 	if got := stickyNames(t, dr); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after generation 1 end: %v, want %v", got, want)
 	}
 	c2 := stickyCoordinator(ws, dr, 2, true)
-	c2.startSticky()
+	c2.StartSticky()
 	if err := c2.awaitSticky(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +100,9 @@ func TestStickyNotRecordedWithIsolationOff(t *testing.T) {
 	writeFile(t, filepath.Join(ws, ".gitignore"), ".env\n")
 	writeFile(t, filepath.Join(ws, ".env"), "host")
 	c := stickyCoordinator(ws, dr, 1, false)
-	c.startSticky()
+	c.StartSticky()
 	<-c.sticky.done
-	c.endSticky()
+	c.EndSticky()
 	if _, err := os.Lstat(filepath.Join(dr, stickyignore.File)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a record was written with isolation off: %v", err)
 	}
@@ -105,11 +115,29 @@ func TestStickyDamagedRecordFailsTheGeneration(t *testing.T) {
 	writeFile(t, filepath.Join(ws, ".gitignore"), ".env\n")
 	writeFile(t, filepath.Join(dr, stickyignore.File), `{"version": 1, "paths": [{"path": "../escape"}]}`)
 	c := stickyCoordinator(ws, dr, 1, true)
-	c.startSticky()
+	c.StartSticky()
 	if err := c.awaitSticky(); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "sticky ignored paths") {
 		t.Errorf("damaged record: %v", err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dr, stickyignore.File)); !strings.Contains(string(b), "../escape") {
 		t.Errorf("damaged record rewritten: %s", b)
+	}
+}
+
+// TestCoveredByMount: guarded paths a read-only or transient Git Sentry
+// mount covers are left to the mount; those below a read-write Git
+// directory bind are the daemon's.
+func TestCoveredByMount(t *testing.T) {
+	plan := gitsentry.Plan{Mounts: []gitsentry.Mount{
+		{Rel: ".git", Kind: gitsentry.Bind}, {Rel: ".git/config", Kind: gitsentry.ReadOnly},
+		{Rel: ".git/hooks", Kind: gitsentry.Transient}, {Rel: ".vscode", Kind: gitsentry.Transient},
+	}}
+	for rel, want := range map[string]bool{
+		".git/config": true, ".git/hooks/pre-commit": true, ".vscode/tasks.json": true,
+		".git/config.local": false, ".git/configs": false, ".husky": false, ".git": false,
+	} {
+		if got := coveredByMount(plan, rel); got != want {
+			t.Errorf("coveredByMount(%q) = %v, want %v", rel, got, want)
+		}
 	}
 }

@@ -1,0 +1,61 @@
+package gitrouting
+
+import (
+	"log/slog"
+	"sync"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/gitconfigguard"
+	"github.com/lazaret/lazaret/pkg/store"
+)
+
+// Config is what the Git-routing role needs from its coordinator.
+type Config struct {
+	Log *slog.Logger
+	// Store is the Domain Store the git_routing participant is recorded
+	// in; nil records nothing.
+	Store      *store.Store
+	Generation uint64
+	Profile    *config.Profile
+	// Workspace is the canonical Agent Workspace; DomainRoot holds the
+	// sticky record; StateDir is the Ignored Workspace State and
+	// RoutedWorkspace the daemon's mount point.
+	Workspace, DomainRoot, StateDir, RoutedWorkspace string
+	// Guard is what host Git runs or reads from the workspace, kept
+	// read-only by the daemon.
+	Guard []gitconfigguard.Path
+	// Progress reports a line (a note) to the starting sessions.
+	Progress func(line string)
+	// Ack sends the signed exact echo of RS's staged ownership.
+	Ack func(*lv1.StagedProcessOwnership) error
+}
+
+// Service is the generation's Git-routing role.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	wanted bool                        // Start asked RS for the daemon
+	staged *lv1.StagedProcessOwnership // the daemon's staged ownership, acknowledged
+	sticky stickyState
+}
+
+// New returns the generation's Git-routing role; nothing is started.
+func New(cfg Config) *Service {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = func(string) {}
+	}
+	return &Service{cfg: cfg, log: cfg.Log}
+}
+
+// Wanted reports whether the generation asked RS for a Git-routing daemon.
+func (s *Service) Wanted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wanted
+}

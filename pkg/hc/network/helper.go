@@ -1,0 +1,381 @@
+package network
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/netprobe"
+	"github.com/lazaret/lazaret/pkg/participant"
+	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/slirp"
+	"github.com/lazaret/lazaret/pkg/store"
+)
+
+func helperSnapshot(s *lv1.HelperSnapshotV1) *lv1.RoleSnapshotV1 {
+	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Helper{Helper: s}}
+}
+
+func networkSnapshot(s *lv1.NetworkSnapshotV1) *lv1.RoleSnapshotV1 {
+	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Network{Network: s}}
+}
+
+func unassignedSlot() *lv1.ProcessSlotV1 {
+	return &lv1.ProcessSlotV1{State: &lv1.ProcessSlotV1_Unassigned{Unassigned: &lv1.UnassignedV1{}}}
+}
+
+// Launch begins the role once RS exists: the network's identity is fixed
+// from RS's netns (Prepare; the returned channel delivers its outcome, which
+// StartSandbox waits for), then the helper starts (Start; HelperReady
+// delivers its outcome). The helper needs only RS's network namespace,
+// which exists from the clone on (read through RS's pidfd).
+func (s *Service) Launch(rs *proc.Child) <-chan error {
+	prepared := make(chan error, 1)
+	s.mu.Lock()
+	s.launched = true
+	s.mu.Unlock()
+	go func() {
+		defer close(s.started)
+		dev, ino, err := rs.Handle().NetNamespace()
+		if err == nil {
+			err = s.Prepare(&lv1.NamespaceIdentity{Dev: dev, Ino: ino})
+		}
+		prepared <- err
+		if err == nil {
+			err = s.Start(rs)
+		}
+		s.helperReady <- err
+	}()
+	return prepared
+}
+
+// HelperReady waits for the outcome of the helper's start (Launch); it is
+// read once.
+func (s *Service) HelperReady() error { return <-s.helperReady }
+
+// Start commits the helper and network participants' Intent, then
+// acquires slirp4netns through the causal broker joining RS's netns by
+// RS's pid, and waits for its ready signal (the tap is configured).
+func (s *Service) Start(rs *proc.Child) error {
+	nsenter, err := locate.Find("nsenter", os.Getenv)
+	if err != nil {
+		return err
+	}
+	slirpPath, err := locate.Find("slirp4netns", os.Getenv)
+	if err != nil {
+		return errdefs.Mark(fmt.Errorf("%w (install the slirp4netns package: `make setup` does)", err), errdefs.ErrUnsupportedHost)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	gen := s.cfg.Generation
+	s.mu.Lock()
+	netns, fp, addr, pol := s.netns, s.fingerprint, s.addr, s.policy
+	s.mu.Unlock()
+	policyDigest := pol.Digest()
+	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := tx.PutParticipant(gen, participant.Helper, participant.Intent, nil); err != nil {
+			return err
+		}
+		return tx.PutParticipant(gen, participant.Network, participant.Intent, networkSnapshot(&lv1.NetworkSnapshotV1{
+			Netns: netns, ReadinessFingerprint: fp[:], PolicyDigest: policyDigest[:], Supervisor: unassignedSlot(),
+		}))
+	}); err != nil {
+		return err
+	}
+	exitR, exitW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		exitR.Close()
+		exitW.Close()
+		return err
+	}
+	defer readyR.Close()
+	rsPID := rs.Handle().PID() // the coordinator's unreaped child: the pid names it
+	chain := slirp.Chain{Nsenter: nsenter, Self: self, Slirp: slirpPath, ResolvConf: filepath.Join(s.cfg.RuntimeDir, "etc", "helper-resolv.conf"),
+		SupervisorPID: rsPID, Network: addr, ExitFD: 3, ReadyFD: 4, APISocket: APISocket(s.cfg.RuntimeDir)}
+	child, err := s.cfg.Launcher.Acquire(context.Background(), proc.AcquireSpec{
+		Slot: "helper",
+		Target: proc.Command{Path: nsenter, Args: chain.Argv(), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/",
+			Files: []*os.File{nil, os.Stderr, os.Stderr, exitR, readyW}},
+		Stage: func(ctx context.Context, id pidfs.Identity) error {
+			return s.cfg.Store.Update(func(tx *store.Tx) error {
+				return tx.PutParticipant(gen, participant.Helper, participant.Intent, helperSnapshot(&lv1.HelperSnapshotV1{
+					Netns: netns, Helper: store.StagedSlot(id), Supervisor: unassignedSlot(),
+				}))
+			})
+		},
+	})
+	exitR.Close()
+	readyW.Close()
+	if err != nil {
+		exitW.Close()
+		return fmt.Errorf("start the connectivity helper (slirp4netns): %w", err)
+	}
+	s.mu.Lock()
+	s.helper, s.exitW = child, exitW
+	s.mu.Unlock()
+	failpoint.Hit("lazaret-hc:helper-started")
+	ready := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1)
+		n, err := readyR.Read(b)
+		if n == 1 && b[0] == '1' {
+			ready <- nil
+			return
+		}
+		ready <- fmt.Errorf("ready signal %q: %v", b[:n], err)
+	}()
+	logPath := s.cfg.LogPath
+	select {
+	case err := <-ready:
+		if err != nil {
+			return errdefs.New(errdefs.ErrUnavailable, "the connectivity helper (slirp4netns) failed to configure the sandbox network (%v); its messages are in %s", err, logPath)
+		}
+	case <-child.Done():
+		st, _ := child.Status()
+		return errdefs.New(errdefs.ErrUnavailable, "the connectivity helper (slirp4netns) exited during start (%s); its messages are in %s", st, logPath)
+	case <-time.After(helperReadyTimeout):
+		return errdefs.New(errdefs.ErrUnavailable, "the connectivity helper (slirp4netns) was not ready within %s; see %s", helperReadyTimeout, logPath)
+	}
+	s.cfg.Watch(child, "the connectivity helper (slirp4netns) exited unexpectedly: the Domain stops")
+	s.cfg.Timing.Mark("connectivity helper ready")
+	s.log.Info("connectivity helper ready", "helper", child.Identity().String(), "tap", slirp.Tap, "cidr", addr.CIDR.String())
+	return s.forwardProfilePorts()
+}
+
+// Commit runs after the sandbox participant is Committed (RS is then the
+// committed supervisor rsID): it commits the helper's exact staged
+// identity with RS as its direct supervisor, judges the sandbox's
+// readiness probe, and commits the network participant with the evidence.
+// Publication is refused (fail closed) unless the probe proves the policy.
+func (s *Service) Commit(r *lv1.SandboxReady, rsID pidfs.Identity) error {
+	gen := s.cfg.Generation
+	s.mu.Lock()
+	netns, fp, addr, probe, pol, helper := s.netns, s.fingerprint, s.addr, s.probe, s.policy, s.helper
+	s.mu.Unlock()
+	if helper == nil {
+		return errdefs.New(errdefs.ErrRefused, "no connectivity helper was started")
+	}
+	helperID := helper.Identity()
+	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(gen, participant.Helper, participant.Committed, helperSnapshot(&lv1.HelperSnapshotV1{
+			Netns: netns, Helper: store.CommittedSlot(helperID), Supervisor: store.CommittedSlot(rsID),
+		}))
+	}); err != nil {
+		return err
+	}
+	failpoint.Hit("lazaret-hc:helper-committed")
+	if tap, err := netip.ParsePrefix(r.ObservedTapAddress); err != nil || tap.Addr() != addr.Guest {
+		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor observed tap address %q, not the connectivity helper's %s", r.ObservedTapAddress, addr.Guest)
+	}
+	if r.NetworkProbeReport == "" {
+		return errdefs.New(errdefs.ErrRefused, "the sandbox reported no network readiness probe: refusing to publish (are lazaret-hc and lazaret-escalate from the same build?)")
+	}
+	rep, err := netprobe.ParseLine(r.NetworkProbeReport)
+	if err != nil {
+		return errdefs.Mark(err, errdefs.ErrRefused)
+	}
+	s.log.Info("network readiness probe", "report", r.NetworkProbeReport)
+	v := netprobe.Judge(probe, rep)
+	s.mu.Lock()
+	s.verdict = &v
+	s.mu.Unlock()
+	for _, w := range v.Warnings {
+		s.log.Warn("network readiness", "warning", w)
+		s.cfg.Progress("warning: " + w)
+	}
+	if !v.Ready() {
+		return errdefs.New(errdefs.ErrRefused, "network readiness not proven, refusing to publish the Domain: %s. Check the profile's network settings (`lazaret config check`) and %s", strings.Join(v.Problems, "; "), s.cfg.LogPath)
+	}
+	digest := pol.Digest()
+	ev := &lv1.NetworkReadinessEvidenceV1{
+		Generation: gen, ReadinessFingerprint: fp[:], PolicyDigest: digest[:], Netns: netns,
+		Supervisor: store.IdentityProto(rsID), DenyObserved: v.DenyObserved, PermitObserved: v.PermitObserved, DnsObserved: v.DNSObserved,
+		ObservedRoutes: r.ObservedRoutes,
+	}
+	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(gen, participant.Network, participant.Committed, networkSnapshot(&lv1.NetworkSnapshotV1{
+			Netns: netns, ReadinessFingerprint: fp[:], PolicyDigest: digest[:], Readiness: ev, Supervisor: store.CommittedSlot(rsID),
+		}))
+	}); err != nil {
+		return err
+	}
+	s.cfg.Timing.Mark("network readiness judged")
+	s.log.Info("network ready", "readiness_fingerprint", hex.EncodeToString(fp[:]), "deny_observed", v.DenyObserved, "permit_observed", v.PermitObserved, "dns_observed", v.DNSObserved, "fail_fast", strings.Join(v.FailFast, "; "))
+	return nil
+}
+
+// Release records ReleaseIntent for the network and helper participants
+// (keeping identities) before their resources are stopped.
+func (s *Service) Release() {
+	gen := s.cfg.Generation
+	for _, role := range []participant.Role{participant.Network, participant.Helper} {
+		if err := s.cfg.Store.Update(func(tx *store.Tx) error {
+			p, err := tx.Participant(gen, role)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
+				return err
+			}
+			return tx.ReleaseParticipant(gen, role)
+		}); err != nil {
+			s.log.Error("record release intent", "role", string(role), "err", err)
+		}
+	}
+}
+
+// Stop ends the helper: closing the exit-fd peer makes slirp4netns exit; a
+// helper that lingers is killed through its pidfd. A start in flight ends
+// (bounded) first.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	launched := s.launched
+	s.mu.Unlock()
+	if launched {
+		<-s.started
+	}
+	s.mu.Lock()
+	h, w := s.helper, s.exitW
+	s.exitW = nil
+	s.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+	if h == nil {
+		return
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(helperStopWait):
+		s.log.Error("connectivity helper did not exit on its exit fd: SIGKILL through its pidfd")
+		h.Signal(unix.SIGKILL)
+		<-h.Done()
+	}
+	failpoint.Hit("lazaret-hc:helper-stopped")
+}
+
+// Finish records the helper and network participants Clean after
+// teardown: the helper was reaped by this coordinator, RS too (the netns,
+// and with it every route, is gone with its last process).
+func (s *Service) Finish(rs *proc.Child) {
+	gen := s.cfg.Generation
+	var rsGone []pidfs.Authority
+	if rs != nil {
+		select {
+		case <-rs.Done():
+			rsGone = append(rsGone, rs.Identity().Authority)
+		default:
+			s.log.Error("runtime supervisor not reaped: network stays in release intent")
+			return
+		}
+	}
+	if err := releaseAndClean(s.cfg.Store, gen, participant.Network, "normal teardown: runtime supervisor reaped, its network namespace is gone", rsGone); err != nil {
+		s.log.Error("record network clean", "err", err)
+	}
+	helperGone := rsGone
+	s.mu.Lock()
+	h := s.helper
+	s.mu.Unlock()
+	if h != nil {
+		select {
+		case <-h.Done():
+			helperGone = append(append([]pidfs.Authority(nil), rsGone...), h.Identity().Authority)
+		default:
+			s.log.Error("connectivity helper not reaped: helper stays in release intent")
+			return
+		}
+	}
+	if err := releaseAndClean(s.cfg.Store, gen, participant.Helper, "normal teardown: connectivity helper and runtime supervisor reaped", helperGone); err != nil {
+		s.log.Error("record helper clean", "err", err)
+	}
+}
+
+// Recover is bootstrap recovery of a dead generation g's helper and network
+// participants: every recorded process (the helper; RS) is proven absent by
+// absent (PidfsRecoveryMatch; a surviving helper is stopped through its
+// matched pidfd), then both are recorded Clean. It returns refusals: a
+// legacy identity, or one not proven absent, leaves the records as they
+// are.
+func Recover(st *store.Store, g uint64, absent func(pidfs.Identity) error) []string {
+	var refusals []string
+	for _, role := range []participant.Role{participant.Helper, participant.Network} {
+		var p *store.Participant
+		st.View(func(tx *store.Tx) error {
+			var err error
+			p, err = tx.Participant(g, role)
+			return err
+		})
+		if p == nil || p.Phase == participant.Clean {
+			continue
+		}
+		var gone []pidfs.Authority
+		for _, name := range []string{"helper", "supervisor"} {
+			s, ok := p.View.Slots[name]
+			if !ok || s.State == participant.Unassigned {
+				continue
+			}
+			if s.Legacy != nil {
+				refusals = append(refusals, fmt.Sprintf("%s %s: legacy-unverified identity", role, name))
+				continue
+			}
+			if err := absent(s.Identity); err != nil {
+				refusals = append(refusals, fmt.Sprintf("%s %s %s: %v", role, name, s.Identity, err))
+				continue
+			}
+			gone = append(gone, s.Identity.Authority)
+		}
+		if len(refusals) > 0 {
+			return refusals
+		}
+		if err := releaseAndClean(st, g, role, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", gone); err != nil {
+			return []string{fmt.Sprintf("%s: %v", role, err)}
+		}
+	}
+	return nil
+}
+
+// releaseAndClean records role's release and Clean with the exact absence
+// proof (the coordinator's rule for every participant it ends).
+func releaseAndClean(st *store.Store, gen uint64, role participant.Role, detail string, absent []pidfs.Authority) error {
+	return st.Update(func(tx *store.Tx) error {
+		p, err := tx.Participant(gen, role)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil || p.Phase == participant.Clean {
+			return err
+		}
+		if p.Snapshot == nil {
+			return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
+		}
+		if p.Phase != participant.ReleaseIntent {
+			if err := tx.ReleaseParticipant(gen, role); err != nil {
+				return err
+			}
+		}
+		var fields []string
+		for f := range p.View.Fields {
+			fields = append(fields, f)
+		}
+		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
+	})
+}
