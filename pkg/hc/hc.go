@@ -24,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
+	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/locate"
@@ -106,10 +107,9 @@ type coordinator struct {
 	// gitGuard is what host Git runs or reads from the workspace
 	// (gitconfig.go), kept read-only by the Git-routing daemon.
 	gitGuard []gitconfigguard.Path
-	// leasedArtifact is the prepared artifact whose lease is recorded;
-	// anchorsUnmounted the anchor mount IDs RS reported unmounted (lease.go).
-	leasedArtifact   string
-	anchorsUnmounted []uint64
+	// lower drives the prepared lower and State Anchors (package
+	// preparedlower); set once the Domain Store is open.
+	lower *preparedlower.Service
 
 	mu       sync.Mutex
 	st       state
@@ -135,11 +135,6 @@ type coordinator struct {
 	// mt is what this coordinator recorded in the model trace
 	// (modelsteps.go); untouched unless LAZARET_MODEL_TRACE is set.
 	mt modelSteps
-	pl plSteps // the PreparedLower steps recorded (modelsteps_lower.go)
-	// leaseMu serialises lease and anchor acquisition (lease.go) with
-	// teardown's start of release: once teardown began releasing
-	// (pl.releasing), no acquisition step is taken.
-	leaseMu sync.Mutex
 }
 
 // Main runs the Host Coordinator and returns its exit status.
@@ -442,7 +437,9 @@ func (c *coordinator) setState(s state, err error) {
 	}
 	if prev == stateStarting && s == stateRunning {
 		c.mtPublishLocked()
-		c.plPublishLocked()
+		if c.lower != nil {
+			c.lower.Published()
+		}
 	}
 	if s == stateFailed {
 		c.mtFailLocked()
@@ -528,14 +525,11 @@ func (c *coordinator) teardown() {
 	case <-done:
 	case <-time.After(drainTimeout + closeGrace):
 	}
-	// No lease or anchor acquisition step after this point (lease.go):
-	// the generation is released from here on (the model's BeginRelease).
-	c.leaseMu.Lock()
-	c.pl.releasing = true
-	c.mu.Lock()
-	c.plBeginReleaseLocked()
-	c.mu.Unlock()
-	c.leaseMu.Unlock()
+	// No lease or anchor acquisition step after this point: the
+	// generation is released from here on (the model's BeginRelease).
+	if c.lower != nil {
+		c.lower.BeginRelease()
+	}
 	if c.store != nil {
 		if err := c.withdrawPublication(c.generation, "teardown: publication file removed, listener closed"); err != nil {
 			c.log.Error("record publication withdrawal", "err", err)
@@ -543,12 +537,9 @@ func (c *coordinator) teardown() {
 		if err := c.releaseSandbox(); err != nil {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
-		if released, err := c.releaseAnchorIntent(); err != nil {
+		if _, err := c.lower.Release(); err != nil {
 			c.log.Error("record state anchor release intent", "err", err)
-		} else if released {
-			c.plStep(nil, "AnchorReleaseIntent")
 		}
-		failpoint.Hit("lazaret-hc:anchor-release-intent")
 		c.releaseNetworkRecords()
 		if err := c.releaseRouting(); err != nil {
 			c.log.Error("record git_routing release intent", "err", err)
@@ -579,17 +570,14 @@ func (c *coordinator) teardown() {
 			}
 			st, _ := rsChild.Status()
 			c.mtSupervisorGone(st, stopped)
-			c.plSupervisorGone(stopped)
+			c.lower.SupervisorGone(stopped)
 		}
 	} else if modeltrace.On() {
 		// Staged by the broker, whose acquisition then failed: the broker
 		// stopped it before anything of it was used.
-		c.plStep(func(p *plSteps) {
-			if p.rs && p.phase == plStopping {
-				p.rs = false
-				c.plEmit("StopSupervisor")
-			}
-		})
+		if c.lower != nil {
+			c.lower.SupervisorStoppedUnused()
+		}
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
 	c.stopHelper()
@@ -602,14 +590,16 @@ func (c *coordinator) teardown() {
 	}
 	if c.store != nil {
 		c.finishNetwork(rsChild)
-		c.finishLower(rsChild)
+		c.lower.Clean(rsChild)
 		c.finishSandbox(rsChild)
 		c.store.Close()
 	}
 	c.cleanupRuntime() // after finishSandbox: it removes runsc state only once its processes are proven gone
 	c.endSticky()
 	c.mtFinish()
-	c.plFinish()
+	if c.lower != nil {
+		c.lower.Finish()
+	}
 	c.log.Info("domain stopped")
 }
 
