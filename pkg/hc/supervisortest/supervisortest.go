@@ -9,6 +9,7 @@ package supervisortest
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"os"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // DefaultWait bounds how long Expect waits for the coordinator's next
@@ -90,6 +92,18 @@ func (s *Supervisor) AnchorsMounted(m *lv1.AnchorsMounted) {
 func (s *Supervisor) Staged(o *lv1.StagedProcessOwnership) {
 	s.t.Helper()
 	s.Send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Staged{Staged: o}})
+}
+
+// Sign signs o with RS's credential key as RS does (over its signing
+// payload, Signature unset) and returns it.
+func Sign(key ed25519.PrivateKey, o *lv1.StagedProcessOwnership) (*lv1.StagedProcessOwnership, error) {
+	o.Signature = nil
+	payload, err := fdpass.SigningPayload(o)
+	if err != nil {
+		return nil, err
+	}
+	o.Signature = trust.Sign(key, trust.RecordStagedProcessOwnership, payload)
+	return o, nil
 }
 
 // Ready reports SandboxReady.
@@ -171,6 +185,32 @@ func (s *Supervisor) ExpectAck() *lv1.ProcessOwnershipCommitAck {
 		s.t.Fatalf("supervisortest: coordinator sent %v, want ProcessOwnershipCommitAck", m)
 	}
 	return m.GetAck()
+}
+
+// ExpectAckOf asserts the next message is the coordinator's exact echo
+// of staged (CausalChildAcquisitionV1 step 6) and returns it; its
+// signature is the coordinator's, checked by the caller.
+func (s *Supervisor) ExpectAckOf(staged *lv1.StagedProcessOwnership) *lv1.ProcessOwnershipCommitAck {
+	s.t.Helper()
+	ack := s.ExpectAck()
+	want := &lv1.ProcessOwnershipCommitAck{DomainId: staged.DomainId, Generation: staged.Generation, CoordinatorId: staged.CoordinatorId, Slot: staged.Slot, Identity: staged.Identity}
+	got := proto.Clone(ack).(*lv1.ProcessOwnershipCommitAck)
+	got.Signature = nil
+	if !proto.Equal(got, want) {
+		s.t.Fatalf("supervisortest: coordinator acknowledged %v, want the exact echo %v", got, want)
+	}
+	return ack
+}
+
+// ExpectNetworkDecision asserts the next message is a NetworkDecision and
+// returns it.
+func (s *Supervisor) ExpectNetworkDecision() *lv1.NetworkDecision {
+	s.t.Helper()
+	m := s.Expect()
+	if m.GetNetworkDecision() == nil {
+		s.t.Fatalf("supervisortest: coordinator sent %v, want NetworkDecision", m)
+	}
+	return m.GetNetworkDecision()
 }
 
 // ExpectStop asserts the next message is StopSandbox.
