@@ -21,7 +21,7 @@
 // stdout are terminals; `lazaret run` with no command then runs
 // `/bin/sh -c 'if [ -x /bin/bash ]; then exec /bin/bash -l; fi; exec /bin/sh -l'`
 // through the in-sandbox launcher) takes a different path in HC
-// (`pkg/hc/terminal.go`):
+// (package `sessionterm`):
 //
 //	CLI (raw mode, containerd/console)          HC                                  sandbox
 //	 stdin bytes ── StdinData ──────────▶ event loop ── PTY writer ─▶ master ┐
@@ -43,13 +43,13 @@
 //     client (its session leader, `Setsid`+`Setctty`, a new `proc.Command`
 //     field), which runsc forwards to the guest's foreground job. The root
 //     `runsc run` stays terminal-neutral; no `--console-socket`.
-//   - Session Terminal record (`pkg/hc/terminalrec.go`): `Intent` → PTY +
+//   - Session Terminal record (package `sessionterm`): `Intent` → PTY +
 //     exec wrapper through `broker.Acquire` → guest leader pid from
 //     `--internal-pid-file`, its process group and start time from the guest's
 //     `/proc/<pid>/stat` (a short `runsc exec cat`; `runsc ps` has only
 //     minutes) with pgid = pid checked → `Running` → `Accepted`, and only then
-//     are events admitted. `TerminalRecorder` records each step in the Domain
-//     Store (`storeTerminals`, one transaction each). A command that ends
+//     are events admitted. `sessionterm.Recorder` records each step in the
+//     Domain Store (`sessionterm.StoreRecorder`, one transaction each). A command that ends
 //     before it is identified still gets its output and status but no event.
 //   - Event loop: one goroutine per session selects over client frames,
 //     the end of PTY output and exec-client exit. PTY output has no user-space
@@ -113,9 +113,9 @@
 //     against (1) is the coordinator's and the CLI's own cost; (1) against the
 //     host is gVisor's plus the second PTY the design requires (figures:
 //     docs/BENCHMARKS.md).
-//   - Routes (the model's `terminalRoute`): `routeSandbox` forwards PTY
-//     output and admits input, resize and signal events; `routePrompt` (an
-//     escalation prompt is shown) and `routeHostProcess` (an approved host
+//   - Routes (the model's `terminalRoute`): `RouteSandbox` forwards PTY
+//     output and admits input, resize and signal events; `RoutePrompt` (an
+//     escalation prompt is shown) and `RouteHostProcess` (an approved host
 //     command of the session runs) close the output gate and refuse those
 //     events. Closing the gate takes the pump's forwarding lock, so once the
 //     route has changed no `Output` frame is in flight, and sets a read
@@ -126,14 +126,14 @@
 //     port closes (no prompt is shown and no host process starts any more),
 //     the shown prompt is cancelled, a running host process is killed, reaped,
 //     audited and answered (`escalation.Routing.Close`) → drain the master
-//     until EOF or `drainTimeout` → one `Exit` after the last byte. A lost
+//     until EOF or `DrainTimeout` → one `Exit` after the last byte. A lost
 //     connection or PTY ends the escalation the same way before the release. Release (also on a
 //     lost connection): `ReleaseIntent`; while the exec client runs and the
 //     leader still matches (pid, start time, pgid): SIGHUP, grace, SIGTERM,
 //     grace, SIGKILL to the group; SIGKILL of the exact exec client by pidfd;
 //     close the master; `Clean` only if `runsc ps` shows the group empty,
 //     otherwise the record stays in release for Domain teardown.
-//   - CLI (`cmd/lazaret/cli/terminal.go`): raw mode after `Accepted` —
+//   - CLI (`cmd/lazaret/runverb/terminal.go`): raw mode after `Accepted` —
 //     full raw mode, output processing (OPOST) off too, which containerd/console
 //     leaves on: the guest's own terminal already applied the guest's output
 //     modes, so the outer terminal gets the bytes unchanged (no CR CR LF); the
@@ -160,6 +160,7 @@
 // coordinator starts one escalation.Service per generation
 // (escalation.go: its sessions, broker and model trace given through
 // narrow interfaces) and closes it at teardown; an interactive session's
-// terminal loop serves the role's prompts and the HostProcess route
-// through escalation.Routing.
+// terminal loop (package sessionterm) serves the role's prompts and the
+// HostProcess route through escalation.Routing, which terminal.go adapts
+// to sessionterm.Routes.
 package hc

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
+	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -308,124 +310,14 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 // terminalRecorder returns the Domain Store's Session Terminal recorder.
 // The store is open before the control socket accepts a session (init
 // fails without it).
-func (c *coordinator) terminalRecorder() TerminalRecorder {
-	return storeTerminals{c: c}
+func (c *coordinator) terminalRecorder() sessionterm.Recorder {
+	return sessionterm.StoreRecorder{Store: c.store, Generation: c.generation, Coordinator: c.self}
 }
 
-// storeTerminals records Session Terminals in the Domain Store, one
-// transaction per transition (spec §3.3 acquisition and release orderings).
-type storeTerminals struct{ c *coordinator }
-
-func (r storeTerminals) update(fn func(tx *store.Tx) error) error { return r.c.store.Update(fn) }
-
-func (r storeTerminals) RecordIntent(_ context.Context, sessionID string, gen uint64) error {
-	return r.update(func(tx *store.Tx) error { return tx.PutSessionTerminal(gen, sessionID, participant.Intent, nil) })
-}
-
-func (r storeTerminals) RecordStaged(_ context.Context, sessionID string, exec pidfs.Identity) error {
-	snap := &lv1.SessionTerminalSnapshotV1{Coordinator: store.CommittedSlot(r.c.self), ExecClient: store.StagedSlot(exec)}
-	return r.update(func(tx *store.Tx) error {
-		return tx.PutSessionTerminal(r.c.generation, sessionID, participant.Intent, snap)
-	})
-}
-
-func (r storeTerminals) RecordRunning(_ context.Context, id TerminalIdentity) error {
-	var pts uint32
-	fmt.Sscanf(id.PTY, "pts/%d", &pts)
-	container := id.Container
-	snap := &lv1.SessionTerminalSnapshotV1{
-		Coordinator: store.CommittedSlot(r.c.self), ExecClient: store.CommittedSlot(id.ExecClient),
-		Pty:         &lv1.PtyIdentityV1{PtsIndex: pts},
-		ContainerId: &container,
-		Guest:       &lv1.GuestProcessGroupV1{LeaderPid: uint32(id.GuestLeaderPID), LeaderStartTimeTicks: id.GuestLeaderStart, Pgid: uint32(id.GuestPGID)},
-	}
-	return r.update(func(tx *store.Tx) error {
-		return tx.PutSessionTerminal(id.Generation, id.SessionID, participant.Running, snap)
-	})
-}
-
-func (r storeTerminals) RecordReleaseIntent(_ context.Context, sessionID string) error {
-	return r.update(func(tx *store.Tx) error {
-		st, err := tx.SessionTerminal(r.c.generation, sessionID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil || st.Snapshot == nil || st.Phase == participant.ReleaseIntent {
-			return err
-		}
-		return tx.ReleaseSessionTerminal(r.c.generation, sessionID)
-	})
-}
-
-// RecordClean is called only once the caller observed the guest group, the
-// exec client and the PTY absent; the proof names every recorded identity.
-func (r storeTerminals) RecordClean(_ context.Context, sessionID string) error {
-	return r.update(func(tx *store.Tx) error {
-		st, err := tx.SessionTerminal(r.c.generation, sessionID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return tx.CleanSessionTerminal(r.c.generation, sessionID, terminalProof(st, "session closed: guest group empty, exec client reaped, PTY master closed"))
-	})
-}
-
-func terminalProof(st *store.SessionTerminal, detail string) participant.AbsenceProof {
-	if st.Snapshot == nil {
-		return participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail}
-	}
-	proof := participant.AbsenceProof{Kind: participant.AbsenceExact, Detail: detail}
-	for f := range st.View.Fields {
-		proof.Fields = append(proof.Fields, f)
-	}
-	for _, s := range st.View.Slots {
-		if s.State != participant.Unassigned && s.Legacy == nil {
-			proof.Processes = append(proof.Processes, s.Identity.Authority)
-		}
-	}
-	return proof
-}
-
-// recoverSessions reconciles a dead generation's Session Terminals: the
-// exec client is matched and proven absent (the guest group went with the
-// sandbox, which the caller verified gone), then the record becomes Clean.
+// recoverSessions reconciles a dead generation's Session Terminals
+// (sessionterm.Recover): exec clients proven absent, records Clean.
 func (c *coordinator) recoverSessions(g uint64) []string {
-	var sts []*store.SessionTerminal
-	c.store.View(func(tx *store.Tx) error {
-		var err error
-		sts, err = tx.SessionTerminals(g)
-		return err
-	})
-	var refusals []string
-	for _, st := range sts {
-		if st.Phase == participant.Clean {
-			continue
-		}
-		if s, ok := st.View.Slots["exec_client"]; ok && s.State != participant.Unassigned {
-			if s.Legacy != nil {
-				refusals = append(refusals, "session "+st.SessionID+": legacy-unverified exec client")
-				continue
-			}
-			if err := c.awaitAbsence(s.Identity); err != nil {
-				refusals = append(refusals, fmt.Sprintf("session %s exec client %s: %v", st.SessionID, s.Identity, err))
-				continue
-			}
-		}
-		err := c.store.Update(func(tx *store.Tx) error {
-			if st.Snapshot != nil && st.Phase != participant.ReleaseIntent {
-				if err := tx.ReleaseSessionTerminal(g, st.SessionID); err != nil {
-					return err
-				}
-			}
-			return tx.CleanSessionTerminal(g, st.SessionID, terminalProof(st, "bootstrap recovery: sandbox gone, exec client proven absent"))
-		})
-		if err != nil {
-			refusals = append(refusals, "session "+st.SessionID+": "+err.Error())
-		}
-	}
-	return refusals
+	return sessionterm.Recover(c.store, g, c.awaitAbsence)
 }
 
 // recordPublication publishes the generation durably (spec §3.2): the
@@ -501,4 +393,51 @@ func (c *coordinator) cleanSandbox(gen uint64, detail string, absent []pidfs.Aut
 // file is removed and the listener closed before this is called.
 func (c *coordinator) withdrawPublication(gen uint64, detail string) error {
 	return c.releaseAndClean(gen, participant.Publication, detail, nil)
+}
+
+// recoverStaleRuntime removes what a dead generation left in the runtime
+// directory, after recoverGenerations. The Domain lock (held by us, and by
+// a Runtime Supervisor until it exits) proves no other coordinator or
+// supervisor of this Domain lives. runsc state is removed only for a
+// container whose generation's sandbox is Clean (its processes were proven
+// gone) or, with no record at all, once its pids are free
+// (reconcileRunsc); a retained generation's state is kept. No runsc
+// command runs: `runsc delete` would SIGKILL the state file's pids.
+func (c *coordinator) recoverStaleRuntime() {
+	ids, _ := runsc.StateContainers(c.paths.RunscRoot())
+	prefix := "lazaret-" + string(c.paths.ID) + "-"
+	for _, id := range ids {
+		gs, ok := strings.CutPrefix(id, prefix)
+		g, err := strconv.ParseUint(gs, 10, 64)
+		if !ok || err != nil {
+			continue // not a container of this Domain: never ours to touch
+		}
+		var p *store.Participant
+		c.store.View(func(tx *store.Tx) error {
+			p, _ = tx.Participant(g, participant.Sandbox)
+			return nil
+		})
+		switch {
+		case c.isRetained(g):
+			// recoverGenerations refused it: the state names what is left.
+		case p != nil && p.Phase == participant.Clean:
+			c.log.Warn("removing runsc state of a Clean generation", "container", id)
+			if err := runsc.RemoveState(c.rt.Root, id); err != nil {
+				c.log.Warn("remove runsc state", "container", id, "err", err)
+			}
+		default:
+			if _, refusals := c.reconcileRunsc(g, id, nil); len(refusals) > 0 {
+				c.retain(g, "runsc_state", strings.Join(refusals, "; "))
+			}
+		}
+	}
+	// The helper's API socket of a killed generation stays behind (only
+	// a helper that exits normally unlinks it) and would make the next
+	// helper's bind fail.
+	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), c.apiSocket()} {
+		os.RemoveAll(d)
+	}
+	if len(c.keptRunscState()) == 0 {
+		os.RemoveAll(c.paths.RunscRoot())
+	}
 }

@@ -3,15 +3,13 @@ package hc
 // The coordinator's seam toward the host escalation role (package
 // escalation): what the role needs from the coordinator — its live
 // sessions, the broker that launches host processes, the model-trace lock
-// and session keys — and the terminal loop's side of the HostProcess and
-// Prompt routes.
+// and session keys. The terminal loop's side of the HostProcess and Prompt
+// routes is in terminal.go.
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
-	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -65,30 +63,3 @@ func (m escModel) Attached(key string) bool { return m.c.mtSessionAttached(key) 
 func (m escModel) Emit(facts map[string]string, action string, args ...string) {
 	modeltrace.EmitFacts(m.c.dom(), m.c.generation, facts, action, args...)
 }
-
-// prompts registers the session's prompt port with the escalation role
-// and returns the loop's side of escalation routing; a session whose
-// events are not admitted gets no port.
-func (t *terminal) prompts(admitted bool) *escalation.Routing {
-	return t.s.c.esc.Routing(t.s.id, admitted)
-}
-
-// escTerminal is a session terminal as the escalation role drives it.
-type escTerminal struct{ t *terminal }
-
-func (a escTerminal) SetRoute(r escalation.Route) {
-	switch r {
-	case escalation.RoutePrompt:
-		a.t.setRoute(routePrompt)
-	case escalation.RouteHostProcess:
-		a.t.setRoute(routeHostProcess)
-	default:
-		a.t.setRoute(routeSandbox)
-	}
-}
-
-func (a escTerminal) RouteName() string { return a.t.route.String() }
-
-func (a escTerminal) Send(f *lv1.ServerFrame) error { return a.t.s.conn.Write(f) }
-
-func (a escTerminal) Log() *slog.Logger { return a.t.log }

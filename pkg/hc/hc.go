@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,12 +24,12 @@ import (
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
+	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
-	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
@@ -52,8 +51,8 @@ const (
 var (
 	helloTimeout = 30 * time.Second
 	rsStopWait   = 30 * time.Second
-	drainTimeout = 2 * time.Second
-	closeGrace   = 2 * time.Second
+	drainTimeout = sessionterm.DrainTimeout
+	closeGrace   = sessionterm.CloseGrace
 )
 
 // errStopping refuses a session because the Domain is stopping normally;
@@ -355,53 +354,6 @@ func (c *coordinator) init() error {
 }
 
 func (c *coordinator) sessionDir() string { return filepath.Join(c.paths.RuntimeDir, "sessions") }
-
-// recoverStaleRuntime removes what a dead generation left in the runtime
-// directory, after recoverGenerations. The Domain lock (held by us, and by
-// a Runtime Supervisor until it exits) proves no other coordinator or
-// supervisor of this Domain lives. runsc state is removed only for a
-// container whose generation's sandbox is Clean (its processes were proven
-// gone) or, with no record at all, once its pids are free
-// (reconcileRunsc); a retained generation's state is kept. No runsc
-// command runs: `runsc delete` would SIGKILL the state file's pids.
-func (c *coordinator) recoverStaleRuntime() {
-	ids, _ := runsc.StateContainers(c.paths.RunscRoot())
-	prefix := "lazaret-" + string(c.paths.ID) + "-"
-	for _, id := range ids {
-		gs, ok := strings.CutPrefix(id, prefix)
-		g, err := strconv.ParseUint(gs, 10, 64)
-		if !ok || err != nil {
-			continue // not a container of this Domain: never ours to touch
-		}
-		var p *store.Participant
-		c.store.View(func(tx *store.Tx) error {
-			p, _ = tx.Participant(g, participant.Sandbox)
-			return nil
-		})
-		switch {
-		case c.isRetained(g):
-			// recoverGenerations refused it: the state names what is left.
-		case p != nil && p.Phase == participant.Clean:
-			c.log.Warn("removing runsc state of a Clean generation", "container", id)
-			if err := runsc.RemoveState(c.rt.Root, id); err != nil {
-				c.log.Warn("remove runsc state", "container", id, "err", err)
-			}
-		default:
-			if _, refusals := c.reconcileRunsc(g, id, nil); len(refusals) > 0 {
-				c.retain(g, "runsc_state", strings.Join(refusals, "; "))
-			}
-		}
-	}
-	// The helper's API socket of a killed generation stays behind (only
-	// a helper that exits normally unlinks it) and would make the next
-	// helper's bind fail.
-	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), c.apiSocket()} {
-		os.RemoveAll(d)
-	}
-	if len(c.keptRunscState()) == 0 {
-		os.RemoveAll(c.paths.RunscRoot())
-	}
-}
 
 // isRetained reports whether recovery retained a record of generation g.
 func (c *coordinator) isRetained(g uint64) bool {

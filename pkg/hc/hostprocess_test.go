@@ -19,12 +19,13 @@ import (
 	"github.com/lazaret/lazaret/pkg/escalate"
 	"github.com/lazaret/lazaret/pkg/escalate/record"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
+	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/pty"
 )
 
-// These tests drive one interactive session's event loop (terminal.loop)
+// These tests drive one interactive session's event loop (sessionterm.Serve)
 // with a real PTY, a real exec client (cat, through the broker) and the
 // real escalation service, without runsc: the session's "guest command" is
 // cat. Ordering is injected — unbuffered client frames (a send returns once
@@ -41,7 +42,6 @@ type termHarness struct {
 	t      *testing.T
 	f      *escFixture
 	sid    string
-	tm     *terminal
 	master *pty.Master
 	exec   *proc.Child
 	stdin  *os.File // the exec client's stdin (echo mode: nil)
@@ -96,8 +96,12 @@ func newTermHarness(t *testing.T, f *escFixture, echo, hold bool) *termHarness {
 	f.c.mu.Lock()
 	f.c.sessions[h.sid] = s
 	f.c.mu.Unlock()
-	h.tm = &terminal{s: s, log: slog.New(slog.DiscardHandler), clock: laterClock{}, master: master, child: h.exec, identified: true, gate: newOutputGate()}
-	h.tm.setRoute(routeSandbox)
+	// The drain deadline is an hour away: the test decides when it ends.
+	att := sessionterm.Attached{
+		Domain:  sessionterm.Domain{Broker: broker, Log: slog.New(slog.DiscardHandler)},
+		Session: sessionterm.Session{ID: h.sid, Conn: s.conn, Raw: srv, Stopped: s.wasStopped},
+		Master:  master, Child: h.exec, Drain: time.Hour,
+	}
 	go func() {
 		client := control.NewConn(cli)
 		for {
@@ -109,7 +113,9 @@ func newTermHarness(t *testing.T, f *escFixture, echo, hold bool) *termHarness {
 			h.server <- &fr
 		}
 	}()
-	go func() { h.ended <- h.tm.loop(h.frames, true) }()
+	go func() {
+		h.ended <- sessionterm.Serve(att, h.frames, terminalRoutes{f.c.esc.Routing(h.sid, true)})
+	}()
 	t.Cleanup(func() {
 		h.exec.Signal(unix.SIGKILL)
 		<-h.exec.Done()
@@ -119,13 +125,6 @@ func newTermHarness(t *testing.T, f *escFixture, echo, hold bool) *termHarness {
 	})
 	return h
 }
-
-// laterClock is an hour ahead: deadlines the loop sets (the drain's) never
-// pass during a test, which decides when the drain ends.
-type laterClock struct{}
-
-func (laterClock) Now() time.Time                         { return time.Now().Add(time.Hour) }
-func (laterClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // next returns the next server frame.
 func (h *termHarness) next() *lv1.ServerFrame {
@@ -461,4 +460,14 @@ func TestHostProcessRouteRefusesEvents(t *testing.T) {
 	}
 	h.closeSession()
 	h.untilExit()
+}
+
+// inQueue is the number of bytes waiting to be read on the master.
+func inQueue(t *testing.T, m *pty.Master) int {
+	t.Helper()
+	n, err := m.Buffered()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

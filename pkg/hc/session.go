@@ -1,15 +1,12 @@
 package hc
 
 import (
-	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -20,10 +17,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/idlemem"
+	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
-	"github.com/lazaret/lazaret/pkg/ocispec"
-	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/secretenv"
@@ -116,7 +111,7 @@ func (c *coordinator) validate(r *lv1.RunRequest) error {
 	if r.WorkspaceSubdir != "" && (path.IsAbs(r.WorkspaceSubdir) || path.Clean(r.WorkspaceSubdir) != r.WorkspaceSubdir || strings.HasPrefix(r.WorkspaceSubdir, "..")) {
 		return errdefs.New(errdefs.ErrInvalid, "bad workspace subdirectory %q", r.WorkspaceSubdir)
 	}
-	if err := validateTerminal(r); err != nil {
+	if err := sessionterm.Validate(r); err != nil {
 		return err
 	}
 	for k := range r.Env {
@@ -379,286 +374,6 @@ func (c *coordinator) sessionUser(req *lv1.RunRequest) (config.GuestUser, error)
 		return config.GuestUser{Name: config.RootUser, Home: "/root"}, nil
 	}
 	return config.GuestUser{}, errdefs.New(errdefs.ErrInvalid, "--user %q: a session runs as the profile's user (%s) or as root (--user root)", req.User, u.Name)
-}
-
-// run starts the session's command and relays it until it exits.
-func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) {
-	c := s.c
-	log := c.log.With("session_id", s.id)
-	cwd := ocispec.WorkspaceDir
-	if req.WorkspaceSubdir != "" {
-		cwd = path.Join(cwd, req.WorkspaceSubdir)
-	}
-	u, err := c.sessionUser(req)
-	if err != nil {
-		refuse(s.conn, err)
-		return
-	}
-	// runsc exec starts the command itself (no launcher process in the
-	// sandbox); stderrGate and launchFailure give a command that cannot
-	// run the shell's 127/126 and the product's message.
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: req.Argv, Env: s.env(req, u), Cwd: cwd, UID: u.UID, GID: u.GID, Rlimits: c.rlimits()})
-	if err != nil {
-		refuse(s.conn, errdefs.Mark(err, errdefs.ErrInvalid))
-		return
-	}
-	pjFile := filepath.Join(c.sessionDir(), s.id+".json")
-	if err := os.WriteFile(pjFile, pj, 0o600); err != nil {
-		refuse(s.conn, err)
-		return
-	}
-	defer os.Remove(pjFile)
-	var inR, inW *os.File
-	if req.Stdin {
-		if inR, inW, err = os.Pipe(); err != nil {
-			refuse(s.conn, err)
-			return
-		}
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		refuse(s.conn, err)
-		return
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		refuse(s.conn, err)
-		return
-	}
-	pidFile := filepath.Join(c.sessionDir(), s.id+".pid")
-	defer os.Remove(pidFile)
-	argv := c.rt.Exec(pjFile, pidFile, c.container)
-	c.timing.Mark("session admitted; starting runsc exec")
-	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
-		Slot:     "session_exec",
-		ExecStop: true, // no wrapper re-exec of lazaret-hc on the session start path
-		Target:   proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{inR, outW, errW}, Setsid: true},
-		Stage: func(ctx context.Context, id pidfs.Identity) error {
-			log.Debug("staged ownership", "slot", "session_exec", "identity", id.String())
-			return nil
-		},
-	})
-	outW.Close()
-	errW.Close()
-	if inR != nil {
-		inR.Close()
-	}
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		if inW != nil {
-			inW.Close()
-		}
-		refuse(s.conn, fmt.Errorf("start session command: %w", err))
-		return
-	}
-	s.setChild(child)
-	c.timing.Mark("session started")
-	log.Info("session started", "argv0", req.Argv[0], "joined", joined)
-	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
-	idlemem.SettleSoon(log) // the start is done; HC goes back to relaying
-
-	var outWG sync.WaitGroup
-	send := func(stream lv1.Stream) func([]byte) {
-		return func(b []byte) {
-			s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: stream, Data: append([]byte(nil), b...)}}})
-		}
-	}
-	gate := &stderrGate{write: send(lv1.Stream_STREAM_STDERR), launched: launchedByPIDFile(pidFile)}
-	relay := func(r *os.File, out func([]byte)) {
-		defer outWG.Done()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				out(buf[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	outWG.Add(2)
-	go relay(outR, send(lv1.Stream_STREAM_STDOUT))
-	go relay(errR, gate.Write)
-
-	// Stdin is written by its own goroutine so a guest that does not read
-	// cannot block signal delivery.
-	stdinQ := make(chan []byte, 64)
-	go func() {
-		for b := range stdinQ {
-			if inW == nil {
-				continue
-			}
-			if b == nil {
-				inW.Close()
-				inW = nil
-				continue
-			}
-			if _, err := inW.Write(b); err != nil {
-				inW.Close()
-				inW = nil
-			}
-		}
-		if inW != nil {
-			inW.Close()
-		}
-	}()
-	// Group events (Interrupt, Quit, Suspend, Continue) are delivered in
-	// order by one worker, through a bounded queue.
-	groupQ := make(chan unix.Signal, groupSignalQueue)
-	defer close(groupQ)
-	go func() {
-		for sig := range groupQ {
-			s.signalGuestGroup(pidFile, sig)
-		}
-	}()
-	clientGone := false
-loop:
-	for {
-		select {
-		case <-child.Done():
-			break loop
-		case f, ok := <-frames:
-			if !ok {
-				if !clientGone {
-					clientGone = true
-					log.Info("client connection lost: stopping the session command")
-					go s.signalGuest(pidFile, unix.SIGTERM)
-					go func() {
-						select {
-						case <-child.Done():
-						case <-time.After(closeGrace):
-							child.Signal(unix.SIGKILL)
-						}
-					}()
-				}
-				frames = nil
-				continue
-			}
-			switch {
-			case f.GetStdin() != nil:
-				if d := f.GetStdin().GetData(); len(d) > 0 {
-					stdinQ <- d
-				}
-			case f.GetStdinClose() != nil:
-				stdinQ <- nil
-			case f.GetSignal() != nil:
-				sig := unix.Signal(f.GetSignal().GetSignal())
-				switch sig {
-				case unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT:
-					// Without a terminal, runsc exec forwards no signals:
-					// deliver it to the exact guest process.
-					go s.signalGuest(pidFile, sig)
-				default:
-					log.Warn("refused signal from client", "signal", int(sig))
-				}
-			default:
-				if sig, ok := groupEvent(f); ok {
-					select {
-					case groupQ <- sig:
-					default:
-						log.Warn("group signal dropped: queue full", "signal", unix.SignalName(sig))
-					}
-				}
-			}
-		}
-	}
-	close(stdinQ)
-	st, werr := child.Status()
-	// Drain output until EOF or a bounded deadline: a daemonized guest
-	// process may keep the pipes open.
-	drained := make(chan struct{})
-	go func() { outWG.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(drainTimeout):
-		outR.Close()
-		errR.Close()
-		<-drained
-	}
-	outR.Close()
-	errR.Close()
-	code, sig := st.ShellCode(), 0
-	if !st.Exited {
-		sig = int(st.Signal)
-	}
-	if werr != nil {
-		code = 125
-	}
-	if held, launched := gate.Close(); !launched {
-		if status, msg, ok := launchFailure(req.Argv[0], code, held); ok {
-			log.Info("session command cannot run", "argv0", req.Argv[0], "status", status, "runsc", strings.TrimSpace(string(held)))
-			code, held = status, []byte(msg)
-		}
-		if len(held) > 0 {
-			gate.write(held)
-		}
-	}
-	c.timing.Mark("session command exited")
-	log.Info("session ended", "status", st.String(), "stopped", s.wasStopped())
-	if sig == int(unix.SIGKILL) || code == 128+int(unix.SIGKILL) {
-		// SIGKILLed: say so if it was the sandbox that stopped (a limit).
-		if note := c.failureNote(time.Second); note != "" && !s.wasStopped() {
-			s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(note)}}})
-		}
-	}
-	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.wasStopped()}}})
-}
-
-// groupSignalQueue bounds a non-interactive session's pending group events.
-const groupSignalQueue = 8
-
-// groupEvent maps the Interrupt, Quit, Suspend and Continue events to the
-// signal for the session's guest process group.
-func groupEvent(f *lv1.ClientFrame) (unix.Signal, bool) {
-	switch {
-	case f.GetInterrupt() != nil:
-		return unix.SIGINT, true
-	case f.GetQuit() != nil:
-		return unix.SIGQUIT, true
-	case f.GetSuspend() != nil:
-		return unix.SIGTSTP, true
-	case f.GetContinue() != nil:
-		return unix.SIGCONT, true
-	}
-	return 0, false
-}
-
-// signalGuest delivers sig to the session's guest process, named by the pid
-// runsc wrote with --internal-pid-file (a pid in the sandbox's own PID
-// namespace: runsc resolves it there, never on the host).
-func (s *session) signalGuest(pidFile string, sig unix.Signal) { s.signalGuestPID(pidFile, sig, false) }
-
-// signalGuestGroup delivers sig to the session's guest process group: a
-// `runsc exec` process leads its own process group (and session) in the
-// sandbox, so the group ID is the pid from --internal-pid-file.
-func (s *session) signalGuestGroup(pidFile string, sig unix.Signal) {
-	s.signalGuestPID(pidFile, sig, true)
-}
-
-func (s *session) signalGuestPID(pidFile string, sig unix.Signal, group bool) {
-	c := s.c
-	var pid int
-	for i := 0; i < 50; i++ {
-		b, err := os.ReadFile(pidFile)
-		if err == nil {
-			if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid); err == nil && pid > 0 {
-				break
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if pid <= 0 {
-		c.log.Warn("no guest pid to signal", "session_id", s.id, "signal", unix.SignalName(sig))
-		return
-	}
-	name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
-	if group {
-		c.runscQuiet(c.rt.KillGroup(c.container, name, pid))
-		return
-	}
-	c.runscQuiet(c.rt.KillPID(c.container, name, pid))
 }
 
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {

@@ -1,4 +1,4 @@
-package hc
+package sessionterm
 
 import (
 	"bytes"
@@ -42,23 +42,23 @@ func TestPsHasGroup(t *testing.T) {
 	}
 }
 
-func TestValidateTerminal(t *testing.T) {
+func TestValidate(t *testing.T) {
 	for _, r := range []*lv1.RunRequest{
 		{Tty: true},
 		{Tty: true, WindowSize: &lv1.WindowSize{Rows: 0, Cols: 80}},
 		{Tty: true, WindowSize: &lv1.WindowSize{Rows: 24, Cols: 70000}},
 		{Tty: false, WindowSize: &lv1.WindowSize{Rows: 24, Cols: 80}},
 	} {
-		if validateTerminal(r) == nil {
+		if Validate(r) == nil {
 			t.Errorf("accepted %v", r)
 		}
 	}
-	if err := validateTerminal(&lv1.RunRequest{Tty: true, WindowSize: &lv1.WindowSize{Rows: 24, Cols: 80}}); err != nil {
+	if err := Validate(&lv1.RunRequest{Tty: true, WindowSize: &lv1.WindowSize{Rows: 24, Cols: 80}}); err != nil {
 		t.Error(err)
 	}
 }
 
-// TestPumpOutputGateAndBackpressure (§3.3): the pump forwards PTY bytes in
+// TestPumpOutputGateAndBackpressure: the pump forwards PTY bytes in
 // order as Output frames; while the route is not the sandbox route it
 // stops reading the master (bytes stay in the kernel PTY); a client that
 // does not read blocks the pump (no user-space queue grows).
@@ -75,7 +75,7 @@ func TestPumpOutputGateAndBackpressure(t *testing.T) {
 	srv, cli := net.Pipe() // synchronous: a write waits for the reader
 	defer srv.Close()
 	defer cli.Close()
-	tm := &terminal{s: &session{conn: control.NewConn(srv)}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), master: master, gate: newOutputGate()}
+	tm := &Terminal{s: Session{Conn: control.NewConn(srv)}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), master: master, gate: newOutputGate()}
 	quit := make(chan struct{})
 	done := make(chan struct{})
 	go func() { defer close(done); tm.pumpOutput(quit) }()
@@ -106,7 +106,7 @@ func TestPumpOutputGateAndBackpressure(t *testing.T) {
 	if n := inQueue(t, master); n != 4 {
 		t.Fatalf("closed gate: %d bytes left in the PTY, want 4 (the pump read the master)", n)
 	}
-	tm.setRoute(routeSandbox)
+	tm.SetRoute(RouteSandbox)
 	readAll("held")
 	slave.Write([]byte("-next"))
 	readAll("-next")
@@ -115,7 +115,17 @@ func TestPumpOutputGateAndBackpressure(t *testing.T) {
 	// accumulates in the kernel PTY, never in the coordinator.
 	big := bytes.Repeat([]byte("x"), 3000)
 	slave.Write(big) // taken by the pump, which then blocks on the pipe
-	time.Sleep(100 * time.Millisecond)
+	// The pump took its read once the frame's write began: the test reads
+	// the frame's first byte (and puts it back for readAll).
+	first := make([]byte, 1)
+	cli.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(cli, first); err != nil {
+		t.Fatalf("no output frame began: %v", err)
+	}
+	client = control.NewConn(struct {
+		io.Reader
+		io.Writer
+	}{io.MultiReader(bytes.NewReader(first), cli), cli})
 	slave.Write([]byte("tail"))
 	time.Sleep(100 * time.Millisecond)
 	// The pump holds at most one read (the kernel may split the 3000 bytes
