@@ -204,7 +204,7 @@
 //     files are the developer's own). A `lazaret run` that locked a lock file rm
 //     moved aside sees that the file at the path is another (`lockedAtPath`)
 //     and locks the new one, so an HC never runs on an unlinked lock.
-//   - Leases (§3.5, FR-17, `pkg/hc/lease.go`). RS holds the artifact, then
+//   - Leases (§3.5, FR-17, `pkg/hc/preparedlower`). RS holds the artifact, then
 //     sends `ArtifactReady` and mounts nothing until HC answers `LeaseRecorded`,
 //     which HC sends only after: `prepared_lower` = Intent{artifact,
 //     lease_state=Intent} → the exact `(artifact, Domain, generation)` catalog
@@ -226,7 +226,7 @@
 //     one transaction → `catalog.ReleaseLease` rechecks both under
 //     storage-catalog.lock → `prepared_lower` Clean. A coordinator lost: RS
 //     unmounts and exits without opening either store; the next HC's bootstrap
-//     recovery (`recoverLower`, also for a generation whose sandbox is already
+//     recovery (`preparedlower.(*Service).Recover`, also for a generation whose sandbox is already
 //     Clean) releases the lease only with the same proof, else retains and
 //     reports it. `lazaret gc` consults the catalog: a leased artifact is kept;
 //     reclamation moves its record to Reclaiming under the catalog lock before

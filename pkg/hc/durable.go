@@ -1,6 +1,7 @@
 package hc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
+	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -38,23 +40,30 @@ func sandboxSnapshot(s *lv1.SandboxSnapshotV1) *lv1.RoleSnapshotV1 {
 // holds; it refuses a newer schema before reading anything and verifies the
 // stored Domain identity (SR-11).
 func (c *coordinator) openStore() error {
-	st, err := store.Open(c.paths.DomainRoot, c.lockFile, store.DomainIdentity{ID: c.paths.ID, Profile: c.prof, CanonicalWorkspace: c.ws}, store.Options{Logger: c.log})
-	if err != nil {
-		return err
-	}
-	c.store = st
 	self, err := pidfs.Open(os.Getpid())
 	if err != nil {
 		return err
 	}
 	c.self = self.Identity()
 	self.Close()
+	st, err := store.Open(c.paths.DomainRoot, c.lockFile, store.DomainIdentity{ID: c.paths.ID, Profile: c.prof, CanonicalWorkspace: c.ws}, store.Options{Logger: c.log})
+	if err != nil {
+		return err
+	}
+	c.store = st
+	c.lower = preparedlower.New(preparedlower.Config{
+		Log: c.log, Store: c.store, Domain: c.paths.ID, StorageRoot: c.paths.StorageRoot,
+		Image: c.image, PersistentPaths: c.profile.PersistentPaths, Coordinator: c.self,
+		Supervisor: func() pidfs.Identity { return c.rsChild.Identity() },
+		Send:       func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rsChan.Send(ctx, m) },
+	})
 	return nil
 }
 
 // beginGeneration records the new generation and the sandbox participant's
 // bare Intent — durable intent before any external resource of it exists.
 func (c *coordinator) beginGeneration(sidecarID string) error {
+	defer func() { c.lower.Begin(c.generation) }()
 	return c.store.Update(func(tx *store.Tx) error {
 		last, err := tx.LatestGeneration()
 		if err != nil {
@@ -131,14 +140,14 @@ func (c *coordinator) recoverGenerations() {
 			// The sandbox's processes were proven absent when it became
 			// Clean; a lease still held (a crash inside release) follows.
 			var live bool
-			c.store.View(func(tx *store.Tx) error { live = leaseLive(tx, g); return nil })
+			c.store.View(func(tx *store.Tx) error { live = preparedlower.Live(tx, g); return nil })
 			if live {
-				c.plBootstrap(g)
-				if refusals := c.recoverLower(g); len(refusals) > 0 {
+				c.lower.BootstrapRecovery(g)
+				if refusals := c.lower.Recover(g); len(refusals) > 0 {
 					c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
 					continue
 				}
-				c.plRecovered(g)
+				c.lower.Recovered(g)
 			}
 			continue
 		}
@@ -165,7 +174,7 @@ func (c *coordinator) recoverGenerations() {
 		}
 		// Every recorded process of g is proven gone: this coordinator,
 		// holding the Domain lock, recovers it.
-		c.plBootstrap(g)
+		c.lower.BootstrapRecovery(g)
 		container := p.View.Fields["container_id"]
 		if container == "" {
 			container = runsc.ContainerID(string(c.paths.ID), g) // crashed before SandboxReady recorded it
@@ -192,7 +201,7 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "git_routing", err.Error())
 			continue
 		}
-		if refusals := c.recoverLower(g); len(refusals) > 0 {
+		if refusals := c.lower.Recover(g); len(refusals) > 0 {
 			c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
 			continue
 		}
@@ -200,7 +209,7 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "sandbox", err.Error())
 			continue
 		}
-		c.plRecovered(g)
+		c.lower.Recovered(g)
 		c.log.Info("recovered generation", "recovered_generation", g)
 	}
 }
@@ -297,12 +306,7 @@ func (c *coordinator) finishSandbox(rs *proc.Child) {
 		c.log.Error("record sandbox clean", "err", err)
 		return
 	}
-	c.plStep(func(p *plSteps) {
-		if p.slot && !p.rs {
-			p.slot = false
-			c.plEmit("ClearSupervisorSlot")
-		}
-	})
+	c.lower.SupervisorSlotCleared()
 }
 
 // terminalRecorder returns the Domain Store's Session Terminal recorder.

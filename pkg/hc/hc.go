@@ -24,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
+	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
@@ -97,10 +98,9 @@ type coordinator struct {
 	sandboxReady *lv1.SandboxReady
 	net          *network.Service    // the Network Sidecar role (package network)
 	routing      *gitrouting.Service // the Git-routing role (package gitrouting)
-	// leasedArtifact is the prepared artifact whose lease is recorded;
-	// anchorsUnmounted the anchor mount IDs RS reported unmounted (lease.go).
-	leasedArtifact   string
-	anchorsUnmounted []uint64
+	// lower drives the prepared lower and State Anchors (package
+	// preparedlower); set once the Domain Store is open.
+	lower *preparedlower.Service
 
 	mu       sync.Mutex
 	st       state
@@ -126,11 +126,6 @@ type coordinator struct {
 	// mt is what this coordinator recorded in the model trace
 	// (modelsteps.go); untouched unless LAZARET_MODEL_TRACE is set.
 	mt modelSteps
-	pl plSteps // the PreparedLower steps recorded (modelsteps_lower.go)
-	// leaseMu serialises lease and anchor acquisition (lease.go) with
-	// teardown's start of release: once teardown began releasing
-	// (pl.releasing), no acquisition step is taken.
-	leaseMu sync.Mutex
 }
 
 // Main runs the Host Coordinator and returns its exit status.
@@ -387,7 +382,9 @@ func (c *coordinator) setState(s state, err error) {
 	}
 	if prev == stateStarting && s == stateRunning {
 		c.mtPublishLocked()
-		c.plPublishLocked()
+		if c.lower != nil {
+			c.lower.Published()
+		}
 	}
 	if s == stateFailed {
 		c.mtFailLocked()
@@ -473,14 +470,11 @@ func (c *coordinator) teardown() {
 	case <-done:
 	case <-time.After(drainTimeout + closeGrace):
 	}
-	// No lease or anchor acquisition step after this point (lease.go):
-	// the generation is released from here on (the model's BeginRelease).
-	c.leaseMu.Lock()
-	c.pl.releasing = true
-	c.mu.Lock()
-	c.plBeginReleaseLocked()
-	c.mu.Unlock()
-	c.leaseMu.Unlock()
+	// No lease or anchor acquisition step after this point: the
+	// generation is released from here on (the model's BeginRelease).
+	if c.lower != nil {
+		c.lower.BeginRelease()
+	}
 	if c.store != nil {
 		if err := c.withdrawPublication(c.generation, "teardown: publication file removed, listener closed"); err != nil {
 			c.log.Error("record publication withdrawal", "err", err)
@@ -488,12 +482,9 @@ func (c *coordinator) teardown() {
 		if err := c.releaseSandbox(); err != nil {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
-		if released, err := c.releaseAnchorIntent(); err != nil {
+		if _, err := c.lower.Release(); err != nil {
 			c.log.Error("record state anchor release intent", "err", err)
-		} else if released {
-			c.plStep(nil, "AnchorReleaseIntent")
 		}
-		failpoint.Hit("lazaret-hc:anchor-release-intent")
 		c.net.Release()
 		if err := c.routing.Release(); err != nil {
 			c.log.Error("record git_routing release intent", "err", err)
@@ -524,17 +515,14 @@ func (c *coordinator) teardown() {
 			}
 			st, _ := rsChild.Status()
 			c.mtSupervisorGone(st, stopped)
-			c.plSupervisorGone(stopped)
+			c.lower.SupervisorGone(stopped)
 		}
 	} else if modeltrace.On() {
 		// Staged by the broker, whose acquisition then failed: the broker
 		// stopped it before anything of it was used.
-		c.plStep(func(p *plSteps) {
-			if p.rs && p.phase == plStopping {
-				p.rs = false
-				c.plEmit("StopSupervisor")
-			}
-		})
+		if c.lower != nil {
+			c.lower.SupervisorStoppedUnused()
+		}
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
 	c.net.Stop()
@@ -547,14 +535,16 @@ func (c *coordinator) teardown() {
 	}
 	if c.store != nil {
 		c.net.Finish(rsChild)
-		c.finishLower(rsChild)
+		c.lower.Clean(rsChild)
 		c.finishSandbox(rsChild)
 		c.store.Close()
 	}
 	c.cleanupRuntime() // after finishSandbox: it removes runsc state only once its processes are proven gone
 	c.routing.EndSticky()
 	c.mtFinish()
-	c.plFinish()
+	if c.lower != nil {
+		c.lower.Finish()
+	}
 	c.log.Info("domain stopped")
 }
 

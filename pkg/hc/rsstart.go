@@ -22,6 +22,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
@@ -30,6 +31,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/slirp"
 	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/timing"
@@ -219,10 +221,7 @@ func (c *coordinator) launchSupervisor(l *rsLaunch) error {
 			c.mu.Lock()
 			c.emit("StartRuntimeSupervisor", c.dom())
 			c.mt.rs = true
-			if modeltrace.On() {
-				c.plEmit("SpawnSupervisor")
-				c.pl.rs, c.pl.slot = true, true
-			}
+			c.lower.SupervisorSpawned()
 			c.mu.Unlock()
 			return nil
 		},
@@ -321,7 +320,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	if hello.NetNamespace.GetDev() != dev || hello.NetNamespace.GetIno() != ino {
 		return nil, errdefs.New(errdefs.ErrRefused, "runtime supervisor reports netns %d:%d but its pidfd shows %d:%d", hello.NetNamespace.GetDev(), hello.NetNamespace.GetIno(), dev, ino)
 	}
-	if err := verifyMountNamespace(h, hello.GetMountNamespace()); err != nil {
+	if err := preparedlower.VerifyMountNamespace(h, hello.GetMountNamespace()); err != nil {
 		return nil, err
 	}
 	// RS is our unreaped child, so its pid cannot be reused: the path below
@@ -347,7 +346,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, err
 	}
 	digest := c.net.Policy().Digest()
-	anchors, err := c.stateAnchors()
+	anchors, err := preparedlower.StateAnchors(c.paths.BundleDir(), c.profile.PersistentPaths)
 	if err != nil {
 		return nil, err
 	}
@@ -398,4 +397,19 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		Profile: c.profile.Name, ProfilePaths: c.profile.ProfilePaths, SessionUid: c.profile.SessionUser().UID, SessionGid: c.profile.SessionUser().GID,
 		MemoryLimitBytes: c.limits.Memory, Egress: c.net.EgressSpec(),
 	}, nil
+}
+
+// profilePaths are the profile's profile paths as binds of the profile's
+// stored directories (package profilestate), shared by every Domain of the
+// profile; RS creates a missing one before runsc starts.
+func (c *coordinator) profilePaths() ([]ocispec.ProfilePath, error) {
+	var out []ocispec.ProfilePath
+	for _, g := range c.profile.ProfilePaths {
+		src, err := profilestate.Source(c.paths.StorageRoot, c.profile.Name, g)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ocispec.ProfilePath{Source: src, Target: g})
+	}
+	return out, nil
 }

@@ -258,10 +258,10 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 			// daemon's Staged report, sent right after ArtifactReady,
 			// is acknowledged meanwhile instead of after them. RS sends
 			// the next report of this phase (AnchorsMounted) only after
-			// LeaseRecorded, which acquireLower sends last.
+			// LeaseRecorded, which the role sends last.
 			a := m.GetArtifact()
 			go func() {
-				if err := c.acquireLower(context.Background(), a, hello); err != nil {
+				if err := c.lower.Acquire(context.Background(), a, hello); err != nil {
 					c.setState(stateFailed, err)
 				}
 			}()
@@ -288,10 +288,8 @@ func (c *coordinator) supervisorMessage(m *lv1.SupervisorMessage, hello **lv1.Su
 		return c.supervisorHello(*hello, prepared)
 	case *lv1.SupervisorMessage_Progress:
 		c.addProgress(m.GetProgress().GetMessage())
-	case *lv1.SupervisorMessage_Artifact:
-		return c.acquireLower(context.Background(), m.GetArtifact(), *hello)
-	case *lv1.SupervisorMessage_AnchorsMounted:
-		return c.recordAnchorsMounted(m.GetAnchorsMounted(), *hello)
+	case *lv1.SupervisorMessage_Artifact, *lv1.SupervisorMessage_AnchorsMounted:
+		return c.lower.SupervisorMessage(context.Background(), m, *hello)
 	case *lv1.SupervisorMessage_NetworkAsk:
 		go c.decideNetworkAsk(m.GetNetworkAsk())
 	case *lv1.SupervisorMessage_Staged:
@@ -302,9 +300,9 @@ func (c *coordinator) supervisorMessage(m *lv1.SupervisorMessage, hello **lv1.Su
 		f := m.GetFailure()
 		c.setState(stateFailed, errdefs.Mark(errors.New(f.Message), errdefs.FromCategory(f.Category)))
 	case *lv1.SupervisorMessage_Stopped:
-		c.mu.Lock()
-		c.anchorsUnmounted = m.GetStopped().GetAnchorsUnmounted()
-		c.mu.Unlock()
+		if err := c.lower.SupervisorMessage(context.Background(), m, *hello); err != nil {
+			return err
+		}
 		close(c.stopped)
 	}
 	return nil

@@ -1,18 +1,15 @@
 package hc
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 )
 
 // TestSupervisorProtocolTable checks every phase × message kind against
@@ -144,8 +141,8 @@ func TestSupervisorProtocolSequences(t *testing.T) {
 	}
 }
 
-// TestSuperviseMessagesRefusesOutOfPhase drives superviseMessages over a
-// real SEQPACKET pair: a message the hello phase does not accept fails the
+// TestSuperviseMessagesRefusesOutOfPhase drives superviseMessages with the
+// fake supervisor (a real SEQPACKET pair): a message the hello phase does not accept fails the
 // generation as a protocol error; an RS failure first fails it with RS's
 // category; a channel closed before the hello fails it naming the hello.
 func TestSuperviseMessagesRefusesOutOfPhase(t *testing.T) {
@@ -164,30 +161,14 @@ func TestSuperviseMessagesRefusesOutOfPhase(t *testing.T) {
 		{"closed before hello", nil, nil, []string{"runtime supervisor hello"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ch, peerFile, err := fdpass.Pair()
-			if err != nil {
-				t.Fatal(err)
-			}
-			fd, err := unix.Dup(int(peerFile.Fd()))
-			peerFile.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			peer, err := fdpass.FromFD(fd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ch.Close()
-			co := &coordinator{rsChan: ch, log: slog.New(slog.DiscardHandler), st: stateStarting,
+			rs := supervisortest.New(t)
+			co := &coordinator{rsChan: rs.HC, log: slog.New(slog.DiscardHandler), st: stateStarting,
 				ready: make(chan struct{}), teardownC: make(chan struct{}), stopped: make(chan struct{})}
 			if c.send != nil {
-				if err := peer.Send(context.Background(), c.send); err != nil {
-					t.Fatal(err)
-				}
+				rs.Send(c.send)
 			} else {
-				peer.Close()
+				rs.Close()
 			}
-			defer peer.Close()
 			done := make(chan struct{})
 			go func() { defer close(done); co.superviseMessages(make(chan error)) }()
 			select {
