@@ -352,37 +352,11 @@ func (c *coordinator) recordPublication() error {
 }
 
 // releaseAndClean moves a participant to Clean through ReleaseIntent with an
-// absence proof: absent names every recorded process authority proven gone,
-// and every recorded field is covered; a bare Intent becomes Clean after the
-// runtime-absence check. A participant never recorded needs nothing.
+// absence proof (store.(*Tx).ReleaseAndClean).
 func (c *coordinator) releaseAndClean(gen uint64, role participant.Role, detail string, absent []pidfs.Authority) error {
 	return c.store.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(gen, role)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil || p.Phase == participant.Clean {
-			return err
-		}
-		return releaseAndCleanTx(tx, gen, role, p, detail, absent)
+		return tx.ReleaseAndClean(gen, role, detail, absent)
 	})
-}
-
-// releaseAndCleanTx is releaseAndClean inside tx for the recorded p.
-func releaseAndCleanTx(tx *store.Tx, gen uint64, role participant.Role, p *store.Participant, detail string, absent []pidfs.Authority) error {
-	if p.Snapshot == nil {
-		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
-	}
-	if p.Phase != participant.ReleaseIntent {
-		if err := tx.ReleaseParticipant(gen, role); err != nil {
-			return err
-		}
-	}
-	var fields []string
-	for f := range p.View.Fields {
-		fields = append(fields, f)
-	}
-	return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
 }
 
 // cleanSandbox records the sandbox Clean once RS and the attached runsc were

@@ -20,6 +20,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/participant"
+	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
 // startGeneration drives generation n through the spec's acquisition
@@ -919,4 +920,62 @@ func TestPebbleInfoIsDebug(t *testing.T) {
 	if !strings.Contains(out, `level=DEBUG msg="Found 1 WALs"`) || !strings.Contains(out, `level=ERROR msg="disk trouble"`) {
 		t.Errorf("log %q", out)
 	}
+}
+
+// ReleaseAndClean ends a committed participant through ReleaseIntent with
+// the exact proof, a bare Intent with a runtime-absence proof, refuses a
+// proof that misses a recorded process, and does nothing for a participant
+// never recorded or already Clean.
+func TestReleaseAndClean(t *testing.T) {
+	e := newEnv(t, nil)
+	s := e.open(t)
+	defer s.Close()
+	startGeneration(t, s, 1)
+	phase := func(role participant.Role) participant.Phase {
+		var ph participant.Phase
+		ok(t, "view "+string(role), s.View(func(tx *Tx) error {
+			p, err := tx.Participant(1, role)
+			if err != nil {
+				return err
+			}
+			ph = p.Phase
+			return nil
+		}))
+		return ph
+	}
+	// The helper records the helper process and RS: a proof naming only
+	// the helper is refused, and nothing is written.
+	mustRefuse(t, "helper without RS's absence", s.Update(func(tx *Tx) error {
+		return tx.ReleaseAndClean(1, participant.Helper, "test", []pidfs.Authority{helpProc.Authority})
+	}))
+	if ph := phase(participant.Helper); ph == participant.Clean || ph == participant.ReleaseIntent {
+		t.Fatalf("a refused ReleaseAndClean left the helper %s", ph)
+	}
+	ok(t, "helper", s.Update(func(tx *Tx) error {
+		return tx.ReleaseAndClean(1, participant.Helper, "test", []pidfs.Authority{helpProc.Authority, rsProc.Authority})
+	}))
+	if ph := phase(participant.Helper); ph != participant.Clean {
+		t.Fatalf("helper is %s, want Clean", ph)
+	}
+	ok(t, "helper again", s.Update(func(tx *Tx) error {
+		return tx.ReleaseAndClean(1, participant.Helper, "test", nil)
+	}))
+	// A bare Intent (no snapshot) of a new generation.
+	ok(t, "generation 2", s.Update(func(tx *Tx) error { return tx.CreateGeneration(newGen(2)) }))
+	ok(t, "sandbox intent", s.Update(func(tx *Tx) error { return tx.PutParticipant(2, participant.Sandbox, participant.Intent, nil) }))
+	ok(t, "bare intent", s.Update(func(tx *Tx) error { return tx.ReleaseAndClean(2, participant.Sandbox, "test", nil) }))
+	ok(t, "never recorded", s.Update(func(tx *Tx) error { return tx.ReleaseAndClean(2, participant.Network, "test", nil) }))
+	ok(t, "view generation 2", s.View(func(tx *Tx) error {
+		p, err := tx.Participant(2, participant.Sandbox)
+		if err != nil {
+			return err
+		}
+		if p.Phase != participant.Clean {
+			t.Errorf("bare sandbox intent is %s, want Clean", p.Phase)
+		}
+		if _, err := tx.Participant(2, participant.Network); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a never-recorded network participant: %v, want ErrNotFound", err)
+		}
+		return nil
+	}))
 }

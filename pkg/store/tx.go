@@ -678,6 +678,35 @@ func (tx *Tx) CleanParticipant(gen uint64, role participant.Role, proof particip
 	return tx.writeParticipant(gen, role, participant.Clean, empty)
 }
 
+// ReleaseAndClean ends role of gen the way every owner ends a participant:
+// through ReleaseIntent (unless already there) to Clean, with an exact
+// absence proof naming absent (the recorded process authorities proven
+// gone) and every recorded field; a bare Intent (no snapshot) becomes
+// Clean with a runtime-absence proof. A participant never recorded, or
+// already Clean, needs nothing.
+func (tx *Tx) ReleaseAndClean(gen uint64, role participant.Role, detail string, absent []pidfs.Authority) error {
+	p, err := tx.Participant(gen, role)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil || p.Phase == participant.Clean {
+		return err
+	}
+	if p.Snapshot == nil {
+		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
+	}
+	if p.Phase != participant.ReleaseIntent {
+		if err := tx.ReleaseParticipant(gen, role); err != nil {
+			return err
+		}
+	}
+	fields := make([]string, 0, len(p.View.Fields))
+	for f := range p.View.Fields {
+		fields = append(fields, f)
+	}
+	return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
+}
+
 // CheckLeaseReleaseIntent is the Domain side of catalog release step 4: it
 // succeeds only if prepared_lower of gen is ReleaseIntent for artifactID and
 // state_anchor of gen is absent or Clean. HC calls it (in a View) from the

@@ -200,30 +200,9 @@ func Clean(st *store.Store, g uint64, detail string, absence func(pidfs.Identity
 }
 
 // releaseAndClean records the git_routing participant's release and Clean
-// with the exact absence proof (the coordinator's rule for every
-// participant it ends).
+// with the exact absence proof (store.(*Tx).ReleaseAndClean).
 func releaseAndClean(st *store.Store, gen uint64, detail string, absent []pidfs.Authority) error {
-	role := participant.GitRouting
 	return st.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(gen, role)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil || p.Phase == participant.Clean {
-			return err
-		}
-		if p.Snapshot == nil {
-			return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
-		}
-		if p.Phase != participant.ReleaseIntent {
-			if err := tx.ReleaseParticipant(gen, role); err != nil {
-				return err
-			}
-		}
-		var fields []string
-		for f := range p.View.Fields {
-			fields = append(fields, f)
-		}
-		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Processes: absent, Fields: fields, Detail: detail})
+		return tx.ReleaseAndClean(gen, participant.GitRouting, detail, absent)
 	})
 }

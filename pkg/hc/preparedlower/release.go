@@ -156,19 +156,7 @@ func cleanRecorded(tx *store.Tx, gen uint64, role participant.Role, p *store.Par
 			return errdefs.New(errdefs.ErrRefused, "participant %s of generation %d records a process (%s): not proven absent", role, gen, sl)
 		}
 	}
-	if p.Snapshot == nil {
-		return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceRuntime, Detail: detail})
-	}
-	if p.Phase != participant.ReleaseIntent {
-		if err := tx.ReleaseParticipant(gen, role); err != nil {
-			return err
-		}
-	}
-	var fields []string
-	for f := range p.View.Fields {
-		fields = append(fields, f)
-	}
-	return tx.CleanParticipant(gen, role, participant.AbsenceProof{Kind: participant.AbsenceExact, Fields: fields, Detail: detail})
+	return tx.ReleaseAndClean(gen, role, detail, nil)
 }
 
 // Clean is normal teardown's release steps 3-5 after RS was reaped: the
