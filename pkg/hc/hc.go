@@ -25,6 +25,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
+	"github.com/lazaret/lazaret/pkg/hc/sessions"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
@@ -108,21 +109,11 @@ type coordinator struct {
 	ready    chan struct{} // closed when running or failed
 	progress []string
 	changed  chan struct{} // closed and replaced on every progress line
-	active   int           // registered or waiting sessions
-	// stopRequested: `lazaret stop` is ending the sessions; no session
-	// registers any more (stop.go).
-	stopRequested bool
-	everHad       bool
-	// linger is the longest time any session of this generation asked the
-	// Domain to stay up after its last session leaves; while it lingers,
-	// lingerTimer ends it at lingerUntil unless a session joins.
-	linger      time.Duration
-	lingerTimer *time.Timer
-	lingerUntil time.Time
-	sessions    map[string]*session
-	sessionWG   sync.WaitGroup // sessions still writing to their clients
-	teardownC   chan struct{}
-	stopped     chan struct{} // RS reported SupervisorStopped
+	// sessions is the Client Session registry (package sessions),
+	// guarded by mu.
+	sessions  *sessions.Registry[*session]
+	teardownC chan struct{}
+	stopped   chan struct{} // RS reported SupervisorStopped
 	// mt is what this coordinator recorded in the model trace
 	// (modelsteps.go); untouched unless LAZARET_MODEL_TRACE is set.
 	mt modelSteps
@@ -162,8 +153,9 @@ func Main(args []string) int {
 	unix.CloseOnExec(*lockFD)
 	c := &coordinator{timing: rec, profileFD: *profileFD, log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
-		ready:    make(chan struct{}), changed: make(chan struct{}), sessions: map[string]*session{},
+		ready:    make(chan struct{}), changed: make(chan struct{}),
 		teardownC: make(chan struct{}), stopped: make(chan struct{})}
+	c.sessions = sessions.New[*session](sessions.Config{Log: log, LingerExpired: c.lingerExpired})
 	if err := c.init(); err != nil {
 		c.rsl.abort(c)
 		log.Error("start failed", "err", err)
@@ -436,7 +428,7 @@ func (c *coordinator) idleWatch() {
 	time.Sleep(c.idle)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.everHad && c.active == 0 {
+	if c.sessions.Idle() {
 		c.log.Warn("no session arrived: tearing down", "idle_timeout", c.idle)
 		c.requestTeardownLocked()
 	}
@@ -447,10 +439,7 @@ func (c *coordinator) teardown() {
 	c.mu.Lock()
 	c.requestTeardownLocked()
 	c.st = stateStopping
-	sessions := make([]*session, 0, len(c.sessions))
-	for _, s := range c.sessions {
-		sessions = append(sessions, s)
-	}
+	sessions := c.sessions.All()
 	rsChild := c.rsChild
 	c.mu.Unlock()
 	c.log.Info("tearing down")
@@ -464,10 +453,8 @@ func (c *coordinator) teardown() {
 		s.kill()
 	}
 	// Let sessions deliver their last frame (exit status or error).
-	done := make(chan struct{})
-	go func() { c.sessionWG.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-c.sessions.Drained():
 	case <-time.After(drainTimeout + closeGrace):
 	}
 	// No lease or anchor acquisition step after this point: the
