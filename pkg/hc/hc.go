@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
+	"github.com/lazaret/lazaret/pkg/hc/publication"
 	"github.com/lazaret/lazaret/pkg/hc/sessions"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
@@ -82,7 +82,6 @@ type coordinator struct {
 	container    string
 	hostname     string
 	baseEnv      []string
-	listener     *net.UnixListener
 	rsChild      *proc.Child
 	rsChan       *fdpass.Channel
 	lifetimeW    *os.File
@@ -97,8 +96,9 @@ type coordinator struct {
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
-	net          *network.Service    // the Network Sidecar role (package network)
-	routing      *gitrouting.Service // the Git-routing role (package gitrouting)
+	pub          *publication.Service // the publication role (package publication)
+	net          *network.Service     // the Network Sidecar role (package network)
+	routing      *gitrouting.Service  // the Git-routing role (package gitrouting)
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
@@ -319,21 +319,12 @@ func (c *coordinator) init() error {
 		return err
 	}
 	// Publish before listening: a CLI that reaches the socket finds the
-	// publication that authenticates it.
-	if err := c.publish(); err != nil {
+	// publication that authenticates it (publication.(*Service).Begin).
+	c.pub = publication.New(publication.Config{Log: c.log, Store: c.store, Generation: c.generation,
+		Fingerprint: c.profile.Fingerprint(), Socket: c.paths.ControlSocket(), File: c.paths.Publication()})
+	if err := c.pub.Begin(c.anchor.Publication()); err != nil {
 		return err
 	}
-	sock := c.paths.ControlSocket()
-	os.Remove(sock) // stale from a dead generation: we hold the lock
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return errdefs.Mark(fmt.Errorf("listen on %s: %w", sock, err), errdefs.ErrUnsupportedHost)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		l.Close()
-		return err
-	}
-	c.listener = l
 	c.log.Info("host coordinator started", "workspace", c.ws, "profile", c.prof, "image", c.image, "container", c.container)
 	return nil
 }
@@ -445,9 +436,8 @@ func (c *coordinator) teardown() {
 	c.log.Info("tearing down")
 	failpoint.Hit("lazaret-hc:teardown-begin")
 	// Withdraw publication before dropping keys.
-	if c.listener != nil {
-		c.withdraw()
-		c.listener.Close()
+	if c.pub != nil {
+		c.pub.Withdraw()
 	}
 	for _, s := range sessions {
 		s.kill()
@@ -463,7 +453,7 @@ func (c *coordinator) teardown() {
 		c.lower.BeginRelease()
 	}
 	if c.store != nil {
-		if err := c.withdrawPublication(c.generation, "teardown: publication file removed, listener closed"); err != nil {
+		if err := c.pub.Release("teardown: publication file removed, listener closed"); err != nil {
 			c.log.Error("record publication withdrawal", "err", err)
 		}
 		if err := c.releaseSandbox(); err != nil {

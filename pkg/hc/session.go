@@ -77,7 +77,7 @@ func (s *session) wasStopped() bool {
 
 func (c *coordinator) acceptLoop() {
 	for {
-		conn, err := c.listener.AcceptUnix()
+		conn, err := c.pub.Accept()
 		if err != nil {
 			return
 		}
