@@ -3,10 +3,8 @@ package hc
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -85,26 +83,6 @@ func (c *coordinator) admit(req *lv1.RunRequest, client *trust.ClientIdentity) (
 		return nil, nil, err
 	}
 	return capability.Encode(), claims, nil
-}
-
-// publish writes the publication file CLIs pin (0600, by rename).
-func (c *coordinator) publish() error {
-	b, err := json.Marshal(c.anchor.Publication())
-	if err != nil {
-		return err
-	}
-	file := c.paths.Publication()
-	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, file)
-}
-
-// withdraw removes the publication (teardown withdraws it before the keys
-// are dropped).
-func (c *coordinator) withdraw() {
-	os.Remove(c.paths.Publication())
 }
 
 // serveStatus answers a StatusRequest with the Domain's state document.

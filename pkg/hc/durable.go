@@ -15,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
+	"github.com/lazaret/lazaret/pkg/hc/publication"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -185,7 +186,7 @@ func (c *coordinator) recoverGenerations() {
 			continue
 		}
 		absent = append(absent, kids...)
-		if err := c.withdrawPublication(g, "bootstrap recovery: the dead generation's coordinator and socket are gone"); err != nil {
+		if err := publication.Clean(c.store, g, "bootstrap recovery: the dead generation's coordinator and socket are gone"); err != nil {
 			c.retain(g, "publication", err.Error())
 			continue
 		}
@@ -322,35 +323,6 @@ func (c *coordinator) recoverSessions(g uint64) []string {
 	return sessionterm.Recover(c.store, g, c.awaitAbsence)
 }
 
-// recordPublication publishes the generation durably (spec §3.2): the
-// participant moves Intent → Intent{socket, fingerprint} → Committed once
-// the sandbox is Committed; the store refuses it otherwise.
-func (c *coordinator) recordPublication() error {
-	var st unix.Stat_t
-	if err := unix.Stat(c.paths.ControlSocket(), &st); err != nil {
-		return fmt.Errorf("control socket identity: %w", err)
-	}
-	sock := &lv1.FileIdentityV1{Dev: uint64(st.Dev), Ino: st.Ino, PathHint: c.paths.ControlSocket()}
-	fp := []byte(c.profile.Fingerprint())
-	now := time.Now().UnixNano()
-	snap := func(published *int64) *lv1.RoleSnapshotV1 {
-		return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Publication{Publication: &lv1.PublicationSnapshotV1{ControlSocket: sock, ConfigurationFingerprint: fp, PublishedUnixNano: published}}}
-	}
-	if err := c.store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(c.generation, participant.Publication, participant.Intent, nil)
-	}); err != nil {
-		return err
-	}
-	if err := c.store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(c.generation, participant.Publication, participant.Intent, snap(nil))
-	}); err != nil {
-		return err
-	}
-	return c.store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(c.generation, participant.Publication, participant.Committed, snap(&now))
-	})
-}
-
 // releaseAndClean moves a participant to Clean through ReleaseIntent with an
 // absence proof (store.(*Tx).ReleaseAndClean).
 func (c *coordinator) releaseAndClean(gen uint64, role participant.Role, detail string, absent []pidfs.Authority) error {
@@ -363,12 +335,6 @@ func (c *coordinator) releaseAndClean(gen uint64, role participant.Role, detail 
 // reaped or matched absent; HC's own ownership role ends with this record.
 func (c *coordinator) cleanSandbox(gen uint64, detail string, absent []pidfs.Authority) error {
 	return c.releaseAndClean(gen, participant.Sandbox, detail, absent)
-}
-
-// withdrawPublication records the publication's release; the publication
-// file is removed and the listener closed before this is called.
-func (c *coordinator) withdrawPublication(gen uint64, detail string) error {
-	return c.releaseAndClean(gen, participant.Publication, detail, nil)
 }
 
 // recoverStaleRuntime removes what a dead generation left in the runtime

@@ -32,7 +32,7 @@ type escSessions struct{ c *coordinator }
 func (v escSessions) Session(id string) (live, interactive bool) {
 	v.c.mu.Lock()
 	defer v.c.mu.Unlock()
-	s := v.c.sessions[id]
+	s, _ := v.c.sessions.Get(id)
 	return s != nil, s != nil && s.tty
 }
 
@@ -51,7 +51,7 @@ func (m escModel) Lock()   { m.c.mu.Lock() }
 func (m escModel) Unlock() { m.c.mu.Unlock() }
 
 func (m escModel) SessionKey(id string) (string, bool) {
-	s := m.c.sessions[id]
+	s, _ := m.c.sessions.Get(id)
 	if s == nil {
 		return "", false
 	}

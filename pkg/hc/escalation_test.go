@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/escalate"
 	"github.com/lazaret/lazaret/pkg/escalate/record"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
+	"github.com/lazaret/lazaret/pkg/hc/sessions"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -55,7 +56,7 @@ func newEscFixtureRules(t *testing.T, rules []config.Rule) *escFixture {
 	}
 	root := t.TempDir()
 	c := &coordinator{anchor: a, generation: 5, log: slog.New(slog.DiscardHandler), ws: t.TempDir(), prof: "default",
-		profile: &config.Profile{Name: "default", AutoApprove: rules}, sessions: map[string]*session{}}
+		profile: &config.Profile{Name: "default", AutoApprove: rules}, sessions: sessions.New[*session](sessions.Config{})}
 	c.paths = domain.Paths{ID: domain.ID(id.DomainID), DomainRoot: filepath.Join(root, "d"), RuntimeDir: filepath.Join(root, "r")}
 	for _, d := range []string{c.paths.DomainRoot, c.paths.RuntimeDir, c.paths.ControlMountSource()} {
 		os.MkdirAll(d, 0o700)
@@ -82,7 +83,7 @@ func (f *escFixture) session(live bool) string {
 	}
 	f.anchors[an.SessionID], f.caps[an.SessionID] = an, capRec.Encode()
 	if live {
-		f.c.sessions[an.SessionID] = &session{id: an.SessionID}
+		f.c.sessions.Admit(an.SessionID, &session{id: an.SessionID}, 0)
 	}
 	return an.SessionID
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +24,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
+	"github.com/lazaret/lazaret/pkg/hc/publication"
+	"github.com/lazaret/lazaret/pkg/hc/sessions"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
@@ -81,7 +82,6 @@ type coordinator struct {
 	container    string
 	hostname     string
 	baseEnv      []string
-	listener     *net.UnixListener
 	rsChild      *proc.Child
 	rsChan       *fdpass.Channel
 	lifetimeW    *os.File
@@ -96,8 +96,9 @@ type coordinator struct {
 	sandboxID    string
 	stagedRunsc  *lv1.StagedProcessOwnership
 	sandboxReady *lv1.SandboxReady
-	net          *network.Service    // the Network Sidecar role (package network)
-	routing      *gitrouting.Service // the Git-routing role (package gitrouting)
+	pub          *publication.Service // the publication role (package publication)
+	net          *network.Service     // the Network Sidecar role (package network)
+	routing      *gitrouting.Service  // the Git-routing role (package gitrouting)
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
@@ -108,21 +109,11 @@ type coordinator struct {
 	ready    chan struct{} // closed when running or failed
 	progress []string
 	changed  chan struct{} // closed and replaced on every progress line
-	active   int           // registered or waiting sessions
-	// stopRequested: `lazaret stop` is ending the sessions; no session
-	// registers any more (stop.go).
-	stopRequested bool
-	everHad       bool
-	// linger is the longest time any session of this generation asked the
-	// Domain to stay up after its last session leaves; while it lingers,
-	// lingerTimer ends it at lingerUntil unless a session joins.
-	linger      time.Duration
-	lingerTimer *time.Timer
-	lingerUntil time.Time
-	sessions    map[string]*session
-	sessionWG   sync.WaitGroup // sessions still writing to their clients
-	teardownC   chan struct{}
-	stopped     chan struct{} // RS reported SupervisorStopped
+	// sessions is the Client Session registry (package sessions),
+	// guarded by mu.
+	sessions  *sessions.Registry[*session]
+	teardownC chan struct{}
+	stopped   chan struct{} // RS reported SupervisorStopped
 	// mt is what this coordinator recorded in the model trace
 	// (modelsteps.go); untouched unless LAZARET_MODEL_TRACE is set.
 	mt modelSteps
@@ -162,8 +153,9 @@ func Main(args []string) int {
 	unix.CloseOnExec(*lockFD)
 	c := &coordinator{timing: rec, profileFD: *profileFD, log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
-		ready:    make(chan struct{}), changed: make(chan struct{}), sessions: map[string]*session{},
+		ready:    make(chan struct{}), changed: make(chan struct{}),
 		teardownC: make(chan struct{}), stopped: make(chan struct{})}
+	c.sessions = sessions.New[*session](sessions.Config{Log: log, LingerExpired: c.lingerExpired})
 	if err := c.init(); err != nil {
 		c.rsl.abort(c)
 		log.Error("start failed", "err", err)
@@ -327,21 +319,12 @@ func (c *coordinator) init() error {
 		return err
 	}
 	// Publish before listening: a CLI that reaches the socket finds the
-	// publication that authenticates it.
-	if err := c.publish(); err != nil {
+	// publication that authenticates it (publication.(*Service).Begin).
+	c.pub = publication.New(publication.Config{Log: c.log, Store: c.store, Generation: c.generation,
+		Fingerprint: c.profile.Fingerprint(), Socket: c.paths.ControlSocket(), File: c.paths.Publication()})
+	if err := c.pub.Begin(c.anchor.Publication()); err != nil {
 		return err
 	}
-	sock := c.paths.ControlSocket()
-	os.Remove(sock) // stale from a dead generation: we hold the lock
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return errdefs.Mark(fmt.Errorf("listen on %s: %w", sock, err), errdefs.ErrUnsupportedHost)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		l.Close()
-		return err
-	}
-	c.listener = l
 	c.log.Info("host coordinator started", "workspace", c.ws, "profile", c.prof, "image", c.image, "container", c.container)
 	return nil
 }
@@ -436,7 +419,7 @@ func (c *coordinator) idleWatch() {
 	time.Sleep(c.idle)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.everHad && c.active == 0 {
+	if c.sessions.Idle() {
 		c.log.Warn("no session arrived: tearing down", "idle_timeout", c.idle)
 		c.requestTeardownLocked()
 	}
@@ -447,27 +430,21 @@ func (c *coordinator) teardown() {
 	c.mu.Lock()
 	c.requestTeardownLocked()
 	c.st = stateStopping
-	sessions := make([]*session, 0, len(c.sessions))
-	for _, s := range c.sessions {
-		sessions = append(sessions, s)
-	}
+	sessions := c.sessions.All()
 	rsChild := c.rsChild
 	c.mu.Unlock()
 	c.log.Info("tearing down")
 	failpoint.Hit("lazaret-hc:teardown-begin")
 	// Withdraw publication before dropping keys.
-	if c.listener != nil {
-		c.withdraw()
-		c.listener.Close()
+	if c.pub != nil {
+		c.pub.Withdraw()
 	}
 	for _, s := range sessions {
 		s.kill()
 	}
 	// Let sessions deliver their last frame (exit status or error).
-	done := make(chan struct{})
-	go func() { c.sessionWG.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-c.sessions.Drained():
 	case <-time.After(drainTimeout + closeGrace):
 	}
 	// No lease or anchor acquisition step after this point: the
@@ -476,7 +453,7 @@ func (c *coordinator) teardown() {
 		c.lower.BeginRelease()
 	}
 	if c.store != nil {
-		if err := c.withdrawPublication(c.generation, "teardown: publication file removed, listener closed"); err != nil {
+		if err := c.pub.Release("teardown: publication file removed, listener closed"); err != nil {
 			c.log.Error("record publication withdrawal", "err", err)
 		}
 		if err := c.releaseSandbox(); err != nil {

@@ -94,7 +94,7 @@ func newTermHarness(t *testing.T, f *escFixture, echo, hold bool) *termHarness {
 	srv, cli := net.Pipe()
 	s := &session{id: h.sid, c: f.c, conn: control.NewConn(srv), raw: srv, tty: true, child: h.exec}
 	f.c.mu.Lock()
-	f.c.sessions[h.sid] = s
+	f.c.sessions.Admit(h.sid, s, 0)
 	f.c.mu.Unlock()
 	// The drain deadline is an hour away: the test decides when it ends.
 	att := sessionterm.Attached{

@@ -63,7 +63,7 @@ func (c *coordinator) askDeveloper(a *lv1.NetworkAsk) string {
 	}
 	id, ok := strings.CutPrefix(a.Session, "s-")
 	c.mu.Lock()
-	s := c.sessions[id]
+	s, _ := c.sessions.Get(id)
 	c.mu.Unlock()
 	if !ok || s == nil {
 		return finish("deny", "no-session", "the request names no session of this Domain")

@@ -77,7 +77,7 @@ func (s *session) wasStopped() bool {
 
 func (c *coordinator) acceptLoop() {
 	for {
-		conn, err := c.listener.AcceptUnix()
+		conn, err := c.pub.Accept()
 		if err != nil {
 			return
 		}
@@ -191,9 +191,9 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		return
 	}
 	c.mu.Lock()
-	if c.st == stateStopping || c.st == stateFailed || c.stopRequested {
+	if c.st == stateStopping || c.st == stateFailed || c.sessions.StopRequested() {
 		err := c.failErr
-		if c.stopRequested && c.st != stateFailed {
+		if c.sessions.StopRequested() && c.st != stateFailed {
 			err = errStopping // the CLI retries and starts the next generation
 		}
 		c.mu.Unlock()
@@ -201,18 +201,11 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		return
 	}
 	joined := c.st == stateRunning
-	c.active++
-	c.everHad = true
-	if l := time.Duration(req.LingerMs) * time.Millisecond; l > c.linger {
-		c.linger = l
-	}
-	c.endLingerLocked()
-	c.mtAdmitLocked(mtKey, joined)
 	s := &session{id: sessionID, capability: capability, claims: claims, c: c, conn: conn, raw: tconn, tty: req.Tty, mtKey: mtKey}
-	c.sessions[s.id] = s
-	c.sessionWG.Add(1)
+	c.sessions.Admit(s.id, s, time.Duration(req.LingerMs)*time.Millisecond)
+	c.mtAdmitLocked(mtKey, joined)
 	c.mu.Unlock()
-	defer c.sessionWG.Done()
+	defer c.sessions.Done()
 	defer c.leave(s)
 
 	// Frames from the CLI are read by one goroutine for the whole session.
@@ -296,20 +289,11 @@ func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFra
 func (c *coordinator) leave(s *session) {
 	defer c.esc.SessionGone(s.id) // after it left c.sessions
 	c.mu.Lock()
-	delete(c.sessions, s.id)
+	defer c.mu.Unlock()
 	c.mtDisconnectLocked(s.mtKey)
-	c.active--
-	last := c.active == 0
-	switch {
-	case last && c.linger > 0 && c.st == stateRunning && !c.stopRequested:
-		c.lingerUntil = time.Now().Add(c.linger)
-		c.lingerTimer = time.AfterFunc(c.linger, c.lingerExpired)
-		c.log.Info("last session left: the Domain lingers", "linger", c.linger.String())
-	case last:
-		c.log.Info("last session left")
+	if c.sessions.Leave(s.id, c.st == stateRunning) {
 		c.requestTeardownLocked()
 	}
-	c.mu.Unlock()
 }
 
 // lingerExpired ends a linger no session interrupted: the Domain stops as
@@ -317,20 +301,9 @@ func (c *coordinator) leave(s *session) {
 func (c *coordinator) lingerExpired() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.active == 0 && !c.lingerUntil.IsZero() && !time.Now().Before(c.lingerUntil) {
-		c.log.Info("linger ended with no session", "linger", c.linger.String())
-		c.lingerTimer, c.lingerUntil = nil, time.Time{}
+	if c.sessions.LingerEnded() {
 		c.requestTeardownLocked()
 	}
-}
-
-// endLingerLocked cancels a linger (a session joined). c.mu is held.
-func (c *coordinator) endLingerLocked() {
-	if c.lingerTimer != nil {
-		c.lingerTimer.Stop()
-		c.log.Info("a session joined the lingering Domain", "left", time.Until(c.lingerUntil).Round(time.Second).String())
-	}
-	c.lingerTimer, c.lingerUntil = nil, time.Time{}
 }
 
 func (s *session) env(req *lv1.RunRequest, u config.GuestUser) []string {

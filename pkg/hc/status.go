@@ -1,8 +1,6 @@
 package hc
 
 import (
-	"time"
-
 	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -20,17 +18,17 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.container),
 		Image: proto.String(c.image),
 	}
-	for id := range c.sessions {
+	for _, id := range c.sessions.IDs() {
 		doc.Sessions = append(doc.Sessions, &lv1.SessionStatus{SessionId: proto.String(id)})
 	}
 	if c.failErr != nil && c.st == stateFailed {
 		doc.Failure = proto.String(c.failErr.Error())
 	}
-	if c.linger > 0 {
-		doc.LingerMs = proto.Int64(c.linger.Milliseconds())
+	if l := c.sessions.Linger(); l > 0 {
+		doc.LingerMs = proto.Int64(l.Milliseconds())
 	}
-	if !c.lingerUntil.IsZero() && c.st == stateRunning {
-		doc.LingerLeftMs = proto.Int64(max(time.Until(c.lingerUntil).Milliseconds(), 0))
+	if left, ok := c.sessions.LingerLeft(); ok && c.st == stateRunning {
+		doc.LingerLeftMs = proto.Int64(left.Milliseconds())
 	}
 	for _, r := range c.retained {
 		doc.Retained = append(doc.Retained, &lv1.RetainedRecord{Generation: proto.Uint64(r.Generation), Record: proto.String(r.Record), Reason: proto.String(r.Reason)})

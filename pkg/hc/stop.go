@@ -27,21 +27,18 @@ func (c *coordinator) serveStop(conn *control.Conn, req *lv1.StopRequest) {
 		return
 	}
 	c.mu.Lock()
-	sessions := make([]*session, 0, len(c.sessions))
-	for _, s := range c.sessions {
+	sessions, first, teardown := c.sessions.Stop(c.st == stateRunning)
+	for _, s := range sessions {
 		s.mu.Lock()
 		s.stopped = true
 		s.mu.Unlock()
-		sessions = append(sessions, s)
 	}
-	already := c.stopRequested
-	c.stopRequested = true
-	if c.st != stateRunning || c.active == 0 {
+	if teardown {
 		c.requestTeardownLocked()
 	}
 	gen := c.generation
 	c.mu.Unlock()
-	if !already {
+	if first {
 		c.log.Info("stop requested: closing every session", "sessions", len(sessions))
 		for _, s := range sessions {
 			s.kill()

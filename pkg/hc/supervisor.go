@@ -367,7 +367,7 @@ func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
 	if err := c.net.Commit(r, c.rsChild.Identity()); err != nil {
 		return err
 	}
-	if err := c.recordPublication(); err != nil {
+	if err := c.pub.Commit(); err != nil {
 		return err
 	}
 	// The running sandbox holds the credential mount: unlink the
