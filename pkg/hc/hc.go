@@ -25,6 +25,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
+	"github.com/lazaret/lazaret/pkg/hc/sandbox"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
@@ -73,34 +74,35 @@ type coordinator struct {
 	level     string
 	idle      time.Duration
 
-	rt           runsc.Runtime
-	rsPath       string
-	lockFile     *os.File
-	generation   uint64
-	coordinator  string
-	container    string
-	hostname     string
-	baseEnv      []string
-	listener     *net.UnixListener
-	rsChild      *proc.Child
-	rsChan       *fdpass.Channel
-	lifetimeW    *os.File
-	store        *store.Store   // the Domain Store (only this process opens it)
-	self         pidfs.Identity // this coordinator's own pidfs identity
-	retained     []retained     // records recovery refused to act on
-	anchor       *trust.Anchor
-	esc          *escalation.Service // host escalation (package escalation)
-	rsCred       *trust.Credential   // the runtime supervisor's protocol credential
-	rsl          *rsLaunch           // RS's acquisition, begun during init (rsstart.go)
-	tlsConfig    *tls.Config
-	sandboxID    string
-	stagedRunsc  *lv1.StagedProcessOwnership
-	sandboxReady *lv1.SandboxReady
-	net          *network.Service    // the Network Sidecar role (package network)
-	routing      *gitrouting.Service // the Git-routing role (package gitrouting)
+	rt          runsc.Runtime
+	rsPath      string
+	lockFile    *os.File
+	generation  uint64
+	coordinator string
+	container   string
+	hostname    string
+	baseEnv     []string
+	listener    *net.UnixListener
+	rsChild     *proc.Child
+	rsChan      *fdpass.Channel
+	lifetimeW   *os.File
+	store       *store.Store   // the Domain Store (only this process opens it)
+	self        pidfs.Identity // this coordinator's own pidfs identity
+	retained    []retained     // records recovery refused to act on
+	anchor      *trust.Anchor
+	esc         *escalation.Service // host escalation (package escalation)
+	rsCred      *trust.Credential   // the runtime supervisor's protocol credential
+	rsl         *rsLaunch           // RS's acquisition, begun during init (rsstart.go)
+	tlsConfig   *tls.Config
+	sandboxID   string
+	net         *network.Service    // the Network Sidecar role (package network)
+	routing     *gitrouting.Service // the Git-routing role (package gitrouting)
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
+	// sb drives the sandbox participant: RS's slot, the attached runsc
+	// and runsc's children (package sandbox); set once the store is open.
+	sb *sandbox.Service
 
 	mu       sync.Mutex
 	st       state
@@ -281,6 +283,7 @@ func (c *coordinator) init() error {
 	c.timing.Mark("generation recorded")
 	c.mtStartDomain(c.generation-1, os.Getenv)
 	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
+	c.sb.Begin(sandbox.Generation{Number: c.generation, CoordinatorID: c.coordinator, Container: c.container})
 	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
 	c.log = c.log.With("generation", c.generation)
 	c.net = c.newNetwork(sidecarID)
@@ -479,7 +482,7 @@ func (c *coordinator) teardown() {
 		if err := c.withdrawPublication(c.generation, "teardown: publication file removed, listener closed"); err != nil {
 			c.log.Error("record publication withdrawal", "err", err)
 		}
-		if err := c.releaseSandbox(); err != nil {
+		if err := c.sb.Release(); err != nil {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
 		if _, err := c.lower.Release(); err != nil {
@@ -556,5 +559,5 @@ func (c *coordinator) cleanupRuntime() {
 	if c.paths.RuntimeDir == "" {
 		return
 	}
-	c.removeRuntimeExceptRunscState()
+	sandbox.RemoveRuntimeExceptRunscState(c.log, c.paths.RuntimeDir, c.paths.RunscRoot())
 }
