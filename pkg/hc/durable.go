@@ -94,7 +94,7 @@ type retained struct {
 // is waited for, then stopped through the matched pidfd; an absent, foreign
 // or other-boot one is proven gone; anything ambiguous or legacy is
 // retained, reported by `lazaret status`, and never signalled. The runsc
-// sandbox and gofer are reconciled the same way (reconcileRunsc); a pid of
+// sandbox and gofer are reconciled the same way (sandbox.ReconcileRunsc); a pid of
 // runsc's state file is never signalled.
 func (c *coordinator) recoverGenerations() {
 	var gens []uint64
