@@ -79,7 +79,6 @@ type coordinator struct {
 	lockFile    *os.File
 	generation  uint64
 	coordinator string
-	container   string
 	hostname    string
 	baseEnv     []string
 	listener    *net.UnixListener
@@ -282,8 +281,7 @@ func (c *coordinator) init() error {
 	}
 	c.timing.Mark("generation recorded")
 	c.mtStartDomain(c.generation-1, os.Getenv)
-	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
-	c.sb.Begin(sandbox.Generation{Number: c.generation, CoordinatorID: c.coordinator, Container: c.container})
+	c.sb.Begin(sandbox.Generation{Number: c.generation, CoordinatorID: c.coordinator})
 	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
 	c.log = c.log.With("generation", c.generation)
 	c.net = c.newNetwork(sidecarID)
@@ -345,7 +343,7 @@ func (c *coordinator) init() error {
 		return err
 	}
 	c.listener = l
-	c.log.Info("host coordinator started", "workspace", c.ws, "profile", c.prof, "image", c.image, "container", c.container)
+	c.log.Info("host coordinator started", "workspace", c.ws, "profile", c.prof, "image", c.image, "container", c.sb.Container())
 	return nil
 }
 

@@ -17,7 +17,7 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 	doc := &lv1.DomainStatus{
 		DomainId: proto.String(string(c.paths.ID)), Profile: proto.String(c.prof), Workspace: proto.String(c.ws),
 		Generation: proto.Uint64(c.generation), State: proto.String(states[c.st]), CoordinatorId: proto.String(c.coordinator),
-		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.container),
+		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.sb.Container()),
 		Image: proto.String(c.image),
 	}
 	for id := range c.sessions {

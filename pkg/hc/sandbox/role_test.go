@@ -84,7 +84,10 @@ func newGeneration(t *testing.T, wait time.Duration) *generation {
 		t.Fatal(err)
 	}
 	g.container = runsc.ContainerID(string(g.domain), 1)
-	g.s.Begin(Generation{Number: 1, CoordinatorID: "hc1", Container: g.container})
+	g.s.Begin(Generation{Number: 1, CoordinatorID: "hc1"})
+	if g.s.Container() != g.container {
+		t.Fatalf("container %q, want %q", g.s.Container(), g.container)
+	}
 	return g
 }
 

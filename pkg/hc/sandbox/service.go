@@ -16,6 +16,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
@@ -66,15 +67,15 @@ type Config struct {
 type Generation struct {
 	Number        uint64
 	CoordinatorID string
-	Container     string // runsc's container ID
 }
 
 // Service drives one generation's sandbox participant and the recovery of
 // dead generations' ones.
 type Service struct {
-	cfg Config
-	log *slog.Logger
-	gen Generation
+	cfg       Config
+	log       *slog.Logger
+	gen       Generation
+	container string // runsc's container ID of gen (Begin)
 
 	mu     sync.Mutex
 	staged *lv1.StagedProcessOwnership
@@ -93,8 +94,20 @@ func New(cfg Config) *Service {
 }
 
 // Begin binds the Service to this coordinator's new generation, before RS
-// is spawned.
-func (s *Service) Begin(g Generation) { s.gen = g }
+// is spawned, and names its runsc container.
+func (s *Service) Begin(g Generation) {
+	s.gen = g
+	s.container = runsc.ContainerID(string(s.cfg.Domain), g.Number)
+}
+
+// Container returns the generation's runsc container ID ("" before Begin,
+// or on a nil Service: a coordinator whose store never opened).
+func (s *Service) Container() string {
+	if s == nil {
+		return ""
+	}
+	return s.container
+}
 
 // PutIntent records the sandbox participant's bare Intent in the
 // transaction that creates generation gen: durable intent before any
@@ -214,7 +227,7 @@ func (s *Service) Commit(r *lv1.SandboxReady) error {
 	if err != nil {
 		return err
 	}
-	container := s.gen.Container
+	container := s.container
 	return s.record(participant.Committed, store.CommittedSlot(rs), store.CommittedSlot(runscID), &container,
 		store.CommittedSlot(kids[0]), store.CommittedSlot(kids[1]))
 }
@@ -283,7 +296,7 @@ func (s *Service) Clean(rs *proc.Child) ([]pidfs.Authority, error) {
 		}
 		return nil
 	})
-	kids, refusals := s.ReconcileRunsc(s.gen.Number, s.gen.Container, slots)
+	kids, refusals := s.ReconcileRunsc(s.gen.Number, s.container, slots)
 	if len(refusals) > 0 {
 		return nil, &RunscRefusal{Refusals: refusals}
 	}
