@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,11 +15,10 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hc/publication"
+	"github.com/lazaret/lazaret/pkg/hc/sandbox"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
-	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
-	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -28,14 +26,6 @@ import (
 // Runtime Supervisor or attached runsc of a dead generation to finish its
 // lease-loss teardown before it stops the exact process itself.
 var recoveryWait = 10 * time.Second
-
-func unassignedSlot() *lv1.ProcessSlotV1 {
-	return &lv1.ProcessSlotV1{State: &lv1.ProcessSlotV1_Unassigned{Unassigned: &lv1.UnassignedV1{}}}
-}
-
-func sandboxSnapshot(s *lv1.SandboxSnapshotV1) *lv1.RoleSnapshotV1 {
-	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Sandbox{Sandbox: s}}
-}
 
 // openStore opens the Domain Store with the Domain lock this coordinator
 // holds; it refuses a newer schema before reading anything and verifies the
@@ -58,6 +48,16 @@ func (c *coordinator) openStore() error {
 		Supervisor: func() pidfs.Identity { return c.rsChild.Identity() },
 		Send:       func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rsChan.Send(ctx, m) },
 	})
+	c.sb = sandbox.New(sandbox.Config{
+		Log: c.log, Store: c.store, Domain: c.paths.ID, Coordinator: c.self, RunscRoot: c.rt.Root,
+		Supervisor:   func() pidfs.Identity { return c.rsChild.Identity() },
+		AwaitAbsence: c.awaitAbsence, RecoveryWait: recoveryWait, Attach: c.attachRunsc,
+		// The trust anchor is created after the store opens.
+		Sign: func(record string, payload []byte) ([]byte, error) {
+			return c.anchor.SignAsCoordinator(record, payload)
+		},
+		Send: func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rsChan.Send(ctx, m) },
+	})
 	return nil
 }
 
@@ -77,34 +77,7 @@ func (c *coordinator) beginGeneration(sidecarID string) error {
 		}); err != nil {
 			return err
 		}
-		return tx.PutParticipant(c.generation, participant.Sandbox, participant.Intent, nil)
-	})
-}
-
-// recordSandbox writes the sandbox participant's next snapshot; kids are
-// runsc's sandbox and gofer slots (nil before SandboxReady).
-func (c *coordinator) recordSandbox(phase participant.Phase, rs, runsc *lv1.ProcessSlotV1, container *string, kids ...*lv1.ProcessSlotV1) error {
-	snap := &lv1.SandboxSnapshotV1{Coordinator: store.CommittedSlot(c.self), Supervisor: rs, Runsc: runsc, ContainerId: container}
-	if len(kids) == 2 {
-		snap.RunscSandbox, snap.RunscGofer = kids[0], kids[1]
-	}
-	return c.store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(c.generation, participant.Sandbox, phase, sandboxSnapshot(snap))
-	})
-}
-
-// releaseSandbox records ReleaseIntent (keeping every identity) before the
-// sandbox is stopped; a participant that never left bare Intent stays so.
-func (c *coordinator) releaseSandbox() error {
-	return c.store.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(c.generation, participant.Sandbox)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
-			return err
-		}
-		return tx.ReleaseParticipant(c.generation, participant.Sandbox)
+		return sandbox.PutIntent(tx, c.generation)
 	})
 }
 
@@ -121,7 +94,7 @@ type retained struct {
 // is waited for, then stopped through the matched pidfd; an absent, foreign
 // or other-boot one is proven gone; anything ambiguous or legacy is
 // retained, reported by `lazaret status`, and never signalled. The runsc
-// sandbox and gofer are reconciled the same way (reconcileRunsc); a pid of
+// sandbox and gofer are reconciled the same way (sandbox.ReconcileRunsc); a pid of
 // runsc's state file is never signalled.
 func (c *coordinator) recoverGenerations() {
 	var gens []uint64
@@ -131,13 +104,10 @@ func (c *coordinator) recoverGenerations() {
 		return err
 	})
 	for _, g := range gens {
-		var p *store.Participant
-		c.store.View(func(tx *store.Tx) error {
-			var err error
-			p, err = tx.Participant(g, participant.Sandbox)
-			return err
-		})
-		if p == nil || p.Phase == participant.Clean {
+		// Every recorded process of g proven gone: this coordinator,
+		// holding the Domain lock, recovers it.
+		rec := c.sb.Recover(g, func() { c.lower.BootstrapRecovery(g) })
+		if rec.Clean {
 			// The sandbox's processes were proven absent when it became
 			// Clean; a lease still held (a crash inside release) follows.
 			var live bool
@@ -152,40 +122,10 @@ func (c *coordinator) recoverGenerations() {
 			}
 			continue
 		}
-		var absent []pidfs.Authority
-		var refusals []string
-		for _, name := range []string{"supervisor", "runsc", "coordinator"} {
-			s, ok := p.View.Slots[name]
-			if !ok || s.State == participant.Unassigned {
-				continue
-			}
-			if s.Legacy != nil {
-				refusals = append(refusals, name+": legacy-unverified identity")
-				continue
-			}
-			if err := c.awaitAbsence(s.Identity); err != nil {
-				refusals = append(refusals, fmt.Sprintf("%s %s: %v", name, s.Identity, err))
-				continue
-			}
-			absent = append(absent, s.Identity.Authority)
-		}
-		if len(refusals) > 0 {
-			c.retain(g, "sandbox", strings.Join(refusals, "; "))
+		if rec.Retained() {
+			c.retain(g, "sandbox", rec.Reason())
 			continue
 		}
-		// Every recorded process of g is proven gone: this coordinator,
-		// holding the Domain lock, recovers it.
-		c.lower.BootstrapRecovery(g)
-		container := p.View.Fields["container_id"]
-		if container == "" {
-			container = runsc.ContainerID(string(c.paths.ID), g) // crashed before SandboxReady recorded it
-		}
-		kids, refusals := c.reconcileRunsc(g, container, p.View.Slots)
-		if len(refusals) > 0 {
-			c.retain(g, "sandbox", strings.Join(refusals, "; "))
-			continue
-		}
-		absent = append(absent, kids...)
 		if err := publication.Clean(c.store, g, "bootstrap recovery: the dead generation's coordinator and socket are gone"); err != nil {
 			c.retain(g, "publication", err.Error())
 			continue
@@ -206,7 +146,7 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
 			continue
 		}
-		if err := c.cleanSandbox(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", absent); err != nil {
+		if err := c.sb.MarkClean(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", rec.Absent); err != nil {
 			c.retain(g, "sandbox", err.Error())
 			continue
 		}
@@ -261,49 +201,22 @@ func (c *coordinator) awaitAbsence(id pidfs.Identity) error {
 // coordinator's ownership role ends with the record. Anything not
 // proven stays in ReleaseIntent for the next bootstrap recovery.
 func (c *coordinator) finishSandbox(rs *proc.Child) {
-	absent := []pidfs.Authority{c.self.Authority}
-	if rs != nil {
-		select {
-		case <-rs.Done():
-			absent = append(absent, rs.Identity().Authority)
-		default:
-			c.log.Error("runtime supervisor not reaped: sandbox stays in release intent")
-			return
-		}
-	}
-	c.mu.Lock()
-	staged := c.stagedRunsc
-	c.mu.Unlock()
-	if staged != nil {
-		id, err := store.IdentityFromProto(staged.Identity)
-		if err == nil {
-			err = c.awaitAbsence(id)
-		}
-		if err != nil {
-			c.log.Error("attached runsc absence not proven: sandbox stays in release intent", "err", err)
-			return
-		}
-		absent = append(absent, id.Authority)
-	}
-	var slots map[string]participant.Slot
-	c.store.View(func(tx *store.Tx) error {
-		if p, err := tx.Participant(c.generation, participant.Sandbox); err == nil {
-			slots = p.View.Slots
-		}
-		return nil
-	})
-	kids, refusals := c.reconcileRunsc(c.generation, c.container, slots)
-	if len(refusals) > 0 {
-		c.log.Error("runsc sandbox or gofer absence not proven: sandbox stays in release intent", "err", strings.Join(refusals, "; "))
-		c.retain(c.generation, "sandbox", strings.Join(refusals, "; "))
+	absent, err := c.sb.Clean(rs)
+	var runscRefused *sandbox.RunscRefusal
+	if errors.As(err, &runscRefused) {
+		c.log.Error("runsc sandbox or gofer absence not proven: sandbox stays in release intent", "err", strings.Join(runscRefused.Refusals, "; "))
+		c.retain(c.generation, "sandbox", strings.Join(runscRefused.Refusals, "; "))
 		return
 	}
-	absent = append(absent, kids...)
+	if err != nil {
+		c.log.Error("sandbox stays in release intent", "err", err)
+		return
+	}
 	if err := gitrouting.Clean(c.store, c.generation, "normal teardown: the Git-routing daemon stopped and its mount removed by the reaped runtime supervisor", c.awaitAbsence); err != nil {
 		c.log.Error("git_routing absence not proven: it stays in release intent", "err", err)
 		return
 	}
-	if err := c.cleanSandbox(c.generation, "normal teardown: runtime supervisor reaped, attached runsc absent", absent); err != nil {
+	if err := c.sb.MarkClean(c.generation, "normal teardown: runtime supervisor reaped, attached runsc absent", absent); err != nil {
 		c.log.Error("record sandbox clean", "err", err)
 		return
 	}
@@ -323,63 +236,21 @@ func (c *coordinator) recoverSessions(g uint64) []string {
 	return sessionterm.Recover(c.store, g, c.awaitAbsence)
 }
 
-// releaseAndClean moves a participant to Clean through ReleaseIntent with an
-// absence proof (store.(*Tx).ReleaseAndClean).
-func (c *coordinator) releaseAndClean(gen uint64, role participant.Role, detail string, absent []pidfs.Authority) error {
-	return c.store.Update(func(tx *store.Tx) error {
-		return tx.ReleaseAndClean(gen, role, detail, absent)
-	})
-}
-
-// cleanSandbox records the sandbox Clean once RS and the attached runsc were
-// reaped or matched absent; HC's own ownership role ends with this record.
-func (c *coordinator) cleanSandbox(gen uint64, detail string, absent []pidfs.Authority) error {
-	return c.releaseAndClean(gen, participant.Sandbox, detail, absent)
-}
-
 // recoverStaleRuntime removes what a dead generation left in the runtime
 // directory, after recoverGenerations. The Domain lock (held by us, and by
 // a Runtime Supervisor until it exits) proves no other coordinator or
 // supervisor of this Domain lives. runsc state is removed only for a
 // container whose generation's sandbox is Clean (its processes were proven
 // gone) or, with no record at all, once its pids are free
-// (reconcileRunsc); a retained generation's state is kept. No runsc
+// (sandbox.ReconcileRunsc); a retained generation's state is kept. No runsc
 // command runs: `runsc delete` would SIGKILL the state file's pids.
 func (c *coordinator) recoverStaleRuntime() {
-	ids, _ := runsc.StateContainers(c.paths.RunscRoot())
-	prefix := "lazaret-" + string(c.paths.ID) + "-"
-	for _, id := range ids {
-		gs, ok := strings.CutPrefix(id, prefix)
-		g, err := strconv.ParseUint(gs, 10, 64)
-		if !ok || err != nil {
-			continue // not a container of this Domain: never ours to touch
-		}
-		var p *store.Participant
-		c.store.View(func(tx *store.Tx) error {
-			p, _ = tx.Participant(g, participant.Sandbox)
-			return nil
-		})
-		switch {
-		case c.isRetained(g):
-			// recoverGenerations refused it: the state names what is left.
-		case p != nil && p.Phase == participant.Clean:
-			c.log.Warn("removing runsc state of a Clean generation", "container", id)
-			if err := runsc.RemoveState(c.rt.Root, id); err != nil {
-				c.log.Warn("remove runsc state", "container", id, "err", err)
-			}
-		default:
-			if _, refusals := c.reconcileRunsc(g, id, nil); len(refusals) > 0 {
-				c.retain(g, "runsc_state", strings.Join(refusals, "; "))
-			}
-		}
-	}
+	c.sb.RecoverStaleState(c.isRetained, func(g uint64, reason string) { c.retain(g, "runsc_state", reason) })
 	// The helper's API socket of a killed generation stays behind (only
 	// a helper that exits normally unlinks it) and would make the next
 	// helper's bind fail.
 	for _, d := range []string{c.paths.BundleDir(), c.paths.ControlMountSource(), c.sessionDir(), network.APISocket(c.paths.RuntimeDir)} {
 		os.RemoveAll(d)
 	}
-	if len(c.keptRunscState()) == 0 {
-		os.RemoveAll(c.paths.RunscRoot())
-	}
+	c.sb.RemoveRunscRootIfEmpty()
 }

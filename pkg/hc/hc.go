@@ -25,6 +25,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hc/publication"
+	"github.com/lazaret/lazaret/pkg/hc/sandbox"
 	"github.com/lazaret/lazaret/pkg/hc/sessions"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/hclog"
@@ -74,34 +75,34 @@ type coordinator struct {
 	level     string
 	idle      time.Duration
 
-	rt           runsc.Runtime
-	rsPath       string
-	lockFile     *os.File
-	generation   uint64
-	coordinator  string
-	container    string
-	hostname     string
-	baseEnv      []string
-	rsChild      *proc.Child
-	rsChan       *fdpass.Channel
-	lifetimeW    *os.File
-	store        *store.Store   // the Domain Store (only this process opens it)
-	self         pidfs.Identity // this coordinator's own pidfs identity
-	retained     []retained     // records recovery refused to act on
-	anchor       *trust.Anchor
-	esc          *escalation.Service // host escalation (package escalation)
-	rsCred       *trust.Credential   // the runtime supervisor's protocol credential
-	rsl          *rsLaunch           // RS's acquisition, begun during init (rsstart.go)
-	tlsConfig    *tls.Config
-	sandboxID    string
-	stagedRunsc  *lv1.StagedProcessOwnership
-	sandboxReady *lv1.SandboxReady
-	pub          *publication.Service // the publication role (package publication)
-	net          *network.Service     // the Network Sidecar role (package network)
-	routing      *gitrouting.Service  // the Git-routing role (package gitrouting)
+	rt          runsc.Runtime
+	rsPath      string
+	lockFile    *os.File
+	generation  uint64
+	coordinator string
+	hostname    string
+	baseEnv     []string
+	rsChild     *proc.Child
+	rsChan      *fdpass.Channel
+	lifetimeW   *os.File
+	store       *store.Store   // the Domain Store (only this process opens it)
+	self        pidfs.Identity // this coordinator's own pidfs identity
+	retained    []retained     // records recovery refused to act on
+	anchor      *trust.Anchor
+	esc         *escalation.Service // host escalation (package escalation)
+	rsCred      *trust.Credential   // the runtime supervisor's protocol credential
+	rsl         *rsLaunch           // RS's acquisition, begun during init (rsstart.go)
+	tlsConfig   *tls.Config
+	sandboxID   string
+	pub         *publication.Service // the publication role (package publication)
+	net         *network.Service     // the Network Sidecar role (package network)
+	routing     *gitrouting.Service  // the Git-routing role (package gitrouting)
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
+	// sb drives the sandbox participant: RS's slot, the attached runsc
+	// and runsc's children (package sandbox); set once the store is open.
+	sb *sandbox.Service
 
 	mu       sync.Mutex
 	st       state
@@ -272,7 +273,7 @@ func (c *coordinator) init() error {
 	}
 	c.timing.Mark("generation recorded")
 	c.mtStartDomain(c.generation-1, os.Getenv)
-	c.container = runsc.ContainerID(string(c.paths.ID), c.generation)
+	c.sb.Begin(sandbox.Generation{Number: c.generation, CoordinatorID: c.coordinator})
 	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
 	c.log = c.log.With("generation", c.generation)
 	c.net = c.newNetwork(sidecarID)
@@ -325,7 +326,7 @@ func (c *coordinator) init() error {
 	if err := c.pub.Begin(c.anchor.Publication()); err != nil {
 		return err
 	}
-	c.log.Info("host coordinator started", "workspace", c.ws, "profile", c.prof, "image", c.image, "container", c.container)
+	c.log.Info("host coordinator started", "workspace", c.ws, "profile", c.prof, "image", c.image, "container", c.sb.Container())
 	return nil
 }
 
@@ -456,7 +457,7 @@ func (c *coordinator) teardown() {
 		if err := c.pub.Release("teardown: publication file removed, listener closed"); err != nil {
 			c.log.Error("record publication withdrawal", "err", err)
 		}
-		if err := c.releaseSandbox(); err != nil {
+		if err := c.sb.Release(); err != nil {
 			c.log.Error("record sandbox release intent", "err", err)
 		}
 		if _, err := c.lower.Release(); err != nil {
@@ -533,5 +534,5 @@ func (c *coordinator) cleanupRuntime() {
 	if c.paths.RuntimeDir == "" {
 		return
 	}
-	c.removeRuntimeExceptRunscState()
+	sandbox.RemoveRuntimeExceptRunscState(c.log, c.paths.RuntimeDir, c.paths.RunscRoot())
 }

@@ -79,7 +79,7 @@ func parseRunscStats(b []byte) (memory, tasks uint64, err error) {
 // sentry accounts them).
 func (c *coordinator) limitsStatus() *lv1.LimitsStatus {
 	c.mu.Lock()
-	lim, container, running := c.limits, c.container, c.st == stateRunning
+	lim, container, running := c.limits, c.sb.Container(), c.st == stateRunning
 	c.mu.Unlock()
 	mem := &lv1.MemoryStatus{LimitBytes: proto.Uint64(lim.Memory)}
 	procs := &lv1.ProcessesStatus{Limit: proto.Uint64(lim.Processes)}

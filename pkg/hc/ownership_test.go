@@ -8,6 +8,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/hc/sandbox"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -27,6 +28,8 @@ func TestStagedOwnershipMustBeSigned(t *testing.T) {
 	}
 	c := &coordinator{anchor: a, rsCred: cred, generation: 1, coordinator: id.CoordinatorID}
 	c.paths.ID = domain.ID(id.DomainID)
+	c.sb = sandbox.New(sandbox.Config{Domain: c.paths.ID})
+	c.sb.Begin(sandbox.Generation{Number: 1, CoordinatorID: id.CoordinatorID})
 	msg := func() *lv1.StagedProcessOwnership {
 		return &lv1.StagedProcessOwnership{DomainId: id.DomainID, Generation: 1, CoordinatorId: id.CoordinatorID, Slot: "attached_runsc", Identity: &lv1.PidfsProcessIdentityV1{BootId: make([]byte, 16), PidfsStDev: 5, PidfsStIno: 9, HostPid: 42}}
 	}

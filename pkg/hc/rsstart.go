@@ -28,12 +28,10 @@ import (
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/ocispec"
-	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/slirp"
-	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/timing"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
@@ -214,7 +212,7 @@ func (c *coordinator) launchSupervisor(l *rsLaunch) error {
 				return err
 			}
 			c.log.Debug("staged ownership", "slot", "rs", "identity", id.String())
-			if err := c.recordSandbox(participant.Intent, store.StagedSlot(id), unassignedSlot(), nil); err != nil {
+			if err := c.sb.SupervisorStaged(id); err != nil {
 				return err
 			}
 			// RS exists (held at the barrier) under the lifetime lease.
@@ -390,7 +388,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, err
 	}
 	return &lv1.StartSandbox{
-		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.container,
+		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.sb.Container(),
 		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
 		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
 		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.Gateway().String(), GitRouting: routing,

@@ -15,7 +15,7 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 	doc := &lv1.DomainStatus{
 		DomainId: proto.String(string(c.paths.ID)), Profile: proto.String(c.prof), Workspace: proto.String(c.ws),
 		Generation: proto.Uint64(c.generation), State: proto.String(states[c.st]), CoordinatorId: proto.String(c.coordinator),
-		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.container),
+		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.sb.Container()),
 		Image: proto.String(c.image),
 	}
 	for _, id := range c.sessions.IDs() {
@@ -47,12 +47,14 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 	if c.rsChild != nil {
 		doc.RuntimeSupervisor = proto.String(c.rsChild.Identity().String())
 	}
-	if c.stagedRunsc != nil {
-		doc.AttachedRunscPid = proto.Uint32(c.stagedRunsc.Identity.GetHostPid())
-	}
-	if c.sandboxReady != nil {
-		doc.PreparedArtifact = proto.String(c.sandboxReady.PreparedArtifactId)
-		doc.Routes = c.sandboxReady.ObservedRoutes
+	if c.sb != nil {
+		if staged := c.sb.StagedRunsc(); staged != nil {
+			doc.AttachedRunscPid = proto.Uint32(staged.Identity.GetHostPid())
+		}
+		if r := c.sb.Ready(); r != nil {
+			doc.PreparedArtifact = proto.String(r.PreparedArtifactId)
+			doc.Routes = r.ObservedRoutes
+		}
 	}
 	doc.NetworkPolicyDigest = proto.String(c.net.PolicyDigestString())
 	doc.Network = c.net.Status()

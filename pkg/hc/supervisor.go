@@ -40,9 +40,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
-	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
-	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -295,7 +293,7 @@ func (c *coordinator) supervisorMessage(m *lv1.SupervisorMessage, hello **lv1.Su
 	case *lv1.SupervisorMessage_Staged:
 		return c.commitStaged(m.GetStaged())
 	case *lv1.SupervisorMessage_Ready:
-		return c.supervisorReady(m.GetReady())
+		return c.supervisorReady(m)
 	case *lv1.SupervisorMessage_Failure:
 		f := m.GetFailure()
 		c.setState(stateFailed, errdefs.Mark(errors.New(f.Message), errdefs.FromCategory(f.Category)))
@@ -327,14 +325,11 @@ func (c *coordinator) supervisorHello(hello *lv1.SupervisorHello, prepared <-cha
 
 // supervisorReady verifies SandboxReady against what was staged and
 // derived, commits the sandbox and publishes the Domain.
-func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
-	c.mu.Lock()
-	ok := c.stagedRunsc != nil && bytesEqualIdentity(c.stagedRunsc.Identity, r.AttachedRunsc)
-	c.sandboxReady = r
-	c.mu.Unlock()
-	if !ok {
-		return errdefs.New(errdefs.ErrRefused, "SandboxReady names an attached runsc that was not staged")
+func (c *coordinator) supervisorReady(m *lv1.SupervisorMessage) error {
+	if err := c.sb.SupervisorMessage(context.Background(), m); err != nil {
+		return err
 	}
+	r := m.GetReady()
 	// The supervisor's evidence — the routes it observed — must
 	// enforce the policy this coordinator derived, whatever it echoes.
 	if err := c.net.VerifyReady(r); err != nil {
@@ -342,26 +337,15 @@ func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
 	}
 	c.timing.Mark("sandbox ready")
 	c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
-	// Step 9: the sandbox is ready; one transaction commits the exact
-	// staged RS and attached runsc ownership with the container.
-	c.mu.Lock()
-	runscID, err := store.IdentityFromProto(c.stagedRunsc.Identity)
-	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	if err := c.routing.Ready(r); err != nil {
 		return err
 	}
 	if err := c.net.ReadyEgress(r); err != nil {
 		return err
 	}
-	kids, err := runscChildren(r, runscID, c.rsChild.Identity())
-	if err != nil {
-		return err
-	}
-	if err := c.recordSandbox(participant.Committed, store.CommittedSlot(c.rsChild.Identity()), store.CommittedSlot(runscID), &c.container,
-		store.CommittedSlot(kids[0]), store.CommittedSlot(kids[1])); err != nil {
+	// Step 9: the sandbox is ready; one transaction commits the exact
+	// staged RS and attached runsc ownership with the container.
+	if err := c.sb.Commit(r); err != nil {
 		return err
 	}
 	if err := c.net.Commit(r, c.rsChild.Identity()); err != nil {
@@ -378,43 +362,6 @@ func (c *coordinator) supervisorReady(r *lv1.SandboxReady) error {
 	c.timing.Mark("Domain published")
 	failpoint.Hit("lazaret-hc:published")
 	return nil
-}
-
-// runscChildren validates the runsc sandbox and gofer identities RS proved
-// and reported in SandboxReady: both present, of this boot, and distinct
-// from each other, from the attached runsc client and from RS. They are
-// recorded with the Committed client and are the only authority by which
-// any later Lazaret process acts on them.
-func runscChildren(r *lv1.SandboxReady, client, rs pidfs.Identity) ([2]pidfs.Identity, error) {
-	var out [2]pidfs.Identity
-	boot, err := pidfs.CurrentBootID()
-	if err != nil {
-		return out, err
-	}
-	seen := map[pidfs.Authority]string{client.Authority: "the attached runsc client", rs.Authority: "the runtime supervisor"}
-	for i, p := range []*lv1.PidfsProcessIdentityV1{r.GetRunscSandbox(), r.GetRunscGofer()} {
-		name := [2]string{"runsc sandbox", "runsc gofer"}[i]
-		if p == nil {
-			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady names no %s identity", name)
-		}
-		id, err := store.IdentityFromProto(p)
-		if err != nil {
-			return out, fmt.Errorf("SandboxReady %s: %w", name, err)
-		}
-		if err := participant.ValidIdentity(id); err != nil || id.BootID != boot {
-			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady %s identity %s is not a current pidfs identity of this boot (%v)", name, id, err)
-		}
-		if other, dup := seen[id.Authority]; dup {
-			return out, errdefs.New(errdefs.ErrRefused, "SandboxReady %s identity %s is %s's", name, id, other)
-		}
-		seen[id.Authority] = name
-		out[i] = id
-	}
-	return out, nil
-}
-
-func bytesEqualIdentity(a, b *lv1.PidfsProcessIdentityV1) bool {
-	return a != nil && b != nil && string(a.BootId) == string(b.BootId) && a.PidfsStDev == b.PidfsStDev && a.PidfsStIno == b.PidfsStIno && a.HostPid == b.HostPid
 }
 
 // commitStaged validates RS's StagedProcessOwnership and acknowledges it
@@ -443,35 +390,14 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "egress_proxy" && c.net.Allowlist() {
 		return c.net.CommitStagedEgress(s)
 	}
-	if s.DomainId != string(c.paths.ID) || s.Generation != c.generation || s.CoordinatorId != c.coordinator || s.Slot != "attached_runsc" {
-		return errdefs.New(errdefs.ErrRefused, "staged ownership for %s/%d/%s/%s does not match this generation", s.DomainId, s.Generation, s.CoordinatorId, s.Slot)
-	}
-	boot, err := pidfs.CurrentBootID()
-	if err != nil {
-		return err
-	}
-	if s.Identity == nil || string(s.Identity.BootId) != string(boot[:]) {
-		return errdefs.New(errdefs.ErrRefused, "staged attached runsc identity is not of this boot")
-	}
-	c.mu.Lock()
-	dup := c.stagedRunsc != nil
-	if !dup {
-		c.stagedRunsc = s
-	}
-	c.mu.Unlock()
-	if dup {
-		return errdefs.New(errdefs.ErrRefused, "duplicate staged attached runsc ownership")
-	}
-	runscID, err := store.IdentityFromProto(s.Identity)
-	if err != nil {
-		return err
-	}
-	if err := c.recordSandbox(participant.Intent, store.CommittedSlot(c.rsChild.Identity()), store.StagedSlot(runscID), nil); err != nil {
-		return err
-	}
-	failpoint.Hit("lazaret-hc:staged-recorded")
-	// The sandbox joins RS's network namespace at boot: runsc runs only once
-	// the connectivity helper has configured it.
+	return c.sb.SupervisorMessage(context.Background(), &lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Staged{Staged: s}})
+}
+
+// attachRunsc runs between the attached runsc's staged record and its
+// acknowledgement (sandbox.Config.Attach): the sandbox joins RS's network
+// namespace at boot, so runsc runs only once the connectivity helper has
+// configured it.
+func (c *coordinator) attachRunsc() error {
 	waitStart := time.Now()
 	if err := c.net.HelperReady(); err != nil {
 		return err
@@ -485,13 +411,5 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	c.emit("StartSidecar", c.dom())
 	c.mt.sidecar = true
 	c.mu.Unlock()
-	ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
-	ackPayload, err := fdpass.SigningPayload(ack)
-	if err != nil {
-		return err
-	}
-	if ack.Signature, err = c.anchor.SignAsCoordinator(trust.RecordProcessOwnershipCommitAck, ackPayload); err != nil {
-		return err
-	}
-	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
+	return nil
 }

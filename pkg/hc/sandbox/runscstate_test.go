@@ -1,9 +1,7 @@
-package hc
+package sandbox
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/runsc"
@@ -20,27 +17,19 @@ import (
 
 // TestReconcileRunscNeverSignalsStatePids (FR-7): runsc's state file names
 // a live, unrelated process as the sandbox and gofer (a recycled pid).
-// With recorded identities, reconcileRunsc proves the recorded processes
+// With recorded identities, ReconcileRunsc proves the recorded processes
 // gone through PidfsRecoveryMatch and removes the state, never touching the
 // live one. Without them it waits, refuses (naming the pid and the fix),
 // keeps the state and still does not signal; once the pid is free the same
 // call proves absence and removes the state.
 func TestReconcileRunscNeverSignalsStatePids(t *testing.T) {
-	dir := t.TempDir()
-	c := &coordinator{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	c.paths.ID = domain.DeriveID("default", "/w")
-	c.paths.RuntimeDir = filepath.Join(dir, "run")
-	c.rt = runsc.Runtime{Root: c.paths.RunscRoot()}
-	os.Mkdir(c.paths.RuntimeDir, 0o700)
-	os.Mkdir(c.rt.Root, 0o700)
-	openTestStore(t, c, dir)
-	if err := c.store.Update(func(tx *store.Tx) error {
-		return tx.CreateGeneration(store.NewGeneration{Number: 1, ConfigurationFingerprint: []byte("f"), CoordinatorID: "hc", Coordinator: c.self})
+	f := newFixture(t, 300*time.Millisecond)
+	s, runtimeDir, root := f.s, f.runtimeDir, f.s.cfg.RunscRoot
+	if err := f.store.Update(func(tx *store.Tx) error {
+		return tx.CreateGeneration(store.NewGeneration{Number: 1, ConfigurationFingerprint: []byte("f"), CoordinatorID: "hc", Coordinator: f.self})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer func(d time.Duration) { recoveryWait = d }(recoveryWait)
-	recoveryWait = 300 * time.Millisecond
 
 	// The recorded sandbox and gofer: processes that have exited since.
 	var gone []pidfs.Identity
@@ -68,8 +57,8 @@ func TestReconcileRunscNeverSignalsStatePids(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vh.Close()
-	container := runsc.ContainerID(string(c.paths.ID), 1)
-	statePath := filepath.Join(c.rt.Root, container+"_sandbox:"+container+".state")
+	container := runsc.ContainerID(string(f.domain), 1)
+	statePath := filepath.Join(root, container+"_sandbox:"+container+".state")
 	plant := func() {
 		t.Helper()
 		body := fmt.Sprintf(`{"id":%q,"status":"running","goferPid":%d,"sandbox":{"id":%q,"pid":%d}}`, container, victim.Process.Pid, container, victim.Process.Pid)
@@ -89,7 +78,7 @@ func TestReconcileRunscNeverSignalsStatePids(t *testing.T) {
 		"runsc_sandbox": {State: participant.CommittedSlot, Identity: gone[0]},
 		"runsc_gofer":   {State: participant.CommittedSlot, Identity: gone[1]},
 	}
-	absent, refusals := c.reconcileRunsc(1, container, recorded)
+	absent, refusals := s.ReconcileRunsc(1, container, recorded)
 	if len(refusals) != 0 || len(absent) != 2 || absent[0] != gone[0].Authority || absent[1] != gone[1].Authority {
 		t.Fatalf("recorded: absent %v refusals %v", absent, refusals)
 	}
@@ -99,11 +88,11 @@ func TestReconcileRunscNeverSignalsStatePids(t *testing.T) {
 	}
 
 	plant()
-	absent, refusals = c.reconcileRunsc(1, container, nil)
+	absent, refusals = s.ReconcileRunsc(1, container, nil)
 	if len(refusals) != 1 || len(absent) != 0 {
 		t.Fatalf("unrecorded: absent %v refusals %v", absent, refusals)
 	}
-	for _, want := range []string{fmt.Sprint(victim.Process.Pid), "never recorded", "not signalled", c.rt.Root} {
+	for _, want := range []string{fmt.Sprint(victim.Process.Pid), "never recorded", "not signalled", root} {
 		if !strings.Contains(refusals[0], want) {
 			t.Errorf("refusal %q does not say %q", refusals[0], want)
 		}
@@ -112,29 +101,29 @@ func TestReconcileRunscNeverSignalsStatePids(t *testing.T) {
 	if _, err := os.Stat(statePath); err != nil {
 		t.Fatalf("runsc state not kept after a refusal: %v", err)
 	}
-	if keep := c.keptRunscState(); !keep[container] {
+	if keep := KeptRunscState(root); !keep[container] {
 		t.Fatalf("kept state %v", keep)
 	}
-	os.WriteFile(filepath.Join(c.paths.RuntimeDir, "other"), nil, 0o600)
-	os.WriteFile(filepath.Join(c.rt.Root, "null-netns"), nil, 0o600)
-	c.cleanupRuntime()
-	if ents, _ := os.ReadDir(c.paths.RuntimeDir); len(ents) != 1 || ents[0].Name() != "runsc" {
+	os.WriteFile(filepath.Join(runtimeDir, "other"), nil, 0o600)
+	os.WriteFile(filepath.Join(root, "null-netns"), nil, 0o600)
+	RemoveRuntimeExceptRunscState(s.log, runtimeDir, root)
+	if ents, _ := os.ReadDir(runtimeDir); len(ents) != 1 || ents[0].Name() != "runsc" {
 		t.Fatalf("runtime dir after cleanup: %v", ents)
 	}
-	if ents, _ := os.ReadDir(c.rt.Root); len(ents) != 1 || ents[0].Name() != filepath.Base(statePath) {
+	if ents, _ := os.ReadDir(root); len(ents) != 1 || ents[0].Name() != filepath.Base(statePath) {
 		t.Fatalf("runsc root after cleanup: %v", ents)
 	}
 
 	victim.Process.Kill()
 	victim.Wait()
-	if absent, refusals = c.reconcileRunsc(1, container, nil); len(refusals) != 0 {
+	if absent, refusals = s.ReconcileRunsc(1, container, nil); len(refusals) != 0 {
 		t.Fatalf("after the pid is free: %v", refusals)
 	}
 	if _, err := os.Stat(statePath); !os.IsNotExist(err) {
 		t.Fatalf("runsc state not removed once the pid was free: %v", err)
 	}
-	c.cleanupRuntime()
-	if _, err := os.Stat(c.paths.RuntimeDir); !os.IsNotExist(err) {
+	RemoveRuntimeExceptRunscState(s.log, runtimeDir, root)
+	if _, err := os.Stat(runtimeDir); !os.IsNotExist(err) {
 		t.Fatalf("runtime dir left with no runsc state to keep: %v", err)
 	}
 }
