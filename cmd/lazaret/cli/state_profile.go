@@ -2,9 +2,12 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lazaret/lazaret/pkg/client"
+	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/profilestate"
@@ -130,7 +135,7 @@ func profilePathOf(rd resolvedDomain, arg string, stored []string) (string, bool
 // Storage Root's trash with one rename, then the trash deleted inside your
 // user namespace.
 func resetProfilePaths(c *cli.Context, rd resolvedDomain, scope []string, yes, asJSON bool) error {
-	lock, found, err := profilestate.LockExclusive(rd.paths.StorageRoot, rd.prof.Name)
+	lock, found, err := lockProfileInactive(rd)
 	if err != nil {
 		return err
 	}
@@ -178,4 +183,35 @@ func resetProfilePaths(c *cli.Context, rd resolvedDomain, scope []string, yes, a
 // nor a profile path.
 func errNotProfilePath(rd resolvedDomain, p string) error {
 	return errdefs.New(errdefs.ErrInvalid, "Domain %s has no State Anchor at %s and profile %s has no profile path there: `lazaret state list` shows both (a path inside an anchor, e.g. /usr/local in /usr, is reset with its anchor)", rd.paths.ID, p, rd.prof.Name)
+}
+
+// lockProfileInactive takes the profile's lock exclusively. A sandbox of
+// the profile that is still tearing down (its last session just left: the
+// CLI returns before the Runtime Supervisor has exited and let go of the
+// profile paths) is waited for, up to 20 seconds; a Domain of the profile
+// that is starting or running, in any workspace, is refused at once.
+func lockProfileInactive(rd resolvedDomain) (*os.File, bool, error) {
+	roots := domain.Roots{Storage: rd.paths.StorageRoot, Runtime: filepath.Dir(rd.paths.RuntimeDir)}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lock, found, err := profilestate.LockExclusive(rd.paths.StorageRoot, rd.prof.Name)
+		if !errors.Is(err, errdefs.ErrRefused) || time.Now().After(deadline) {
+			return lock, found, err
+		}
+		rds, lerr := storedDomains(roots)
+		if lerr != nil {
+			return nil, found, err
+		}
+		for _, d := range rds {
+			if d.prof.Name != rd.prof.Name {
+				continue
+			}
+			// A coordinator that answers and is neither stopping nor
+			// failed holds the profile paths for its sessions.
+			if st, serr := client.LiveStatus(d.paths, d.prof.Name); serr == nil && st.GetState() != "stopping" && st.GetState() != "failed" {
+				return nil, found, err
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
