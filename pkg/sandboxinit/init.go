@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"time"
 
 	"github.com/lazaret/lazaret/pkg/guestuser"
@@ -41,6 +42,11 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "lazaret-init: not PID 1 of a sandbox; this role is started by Lazaret only")
 		return 2
 	}
+	// Init's threads count against the guest's task limit, which a fork
+	// bomb in the sandbox exhausts; the Go runtime dies if it then needs a
+	// new thread, and the sandbox with it. One P keeps init to the threads
+	// it has: nothing here needs parallelism.
+	runtime.GOMAXPROCS(1)
 	fmt.Println(ocispec.InitStartedLine)
 	if *user != "" {
 		u, err := guestuser.Parse(*user)
@@ -73,8 +79,11 @@ func Main(args []string) int {
 	fmt.Println(ocispec.ReadyLine)
 	// From here on init only reaps and waits: give back what the start
 	// (the user and the probe) needed. Its guest memory is the host
-	// memory of the sandbox's address space for it.
-	idlemem.SettleSoon(nil)
+	// memory of the sandbox's address space for it. At once, not after a
+	// delay: a delayed settle could need a new thread while a fork bomb
+	// holds every task the guest may have (see GOMAXPROCS above), and it
+	// runs beside the coordinator's publication, before any session.
+	idlemem.Settle(nil)
 	for {
 		select {
 		case <-eof:
