@@ -240,14 +240,21 @@ loop:
 	}
 	c.timing.Mark("session command exited")
 	log.Info("session ended", "status", st.String(), "stopped", s.wasStopped())
-	if sig == int(unix.SIGKILL) || code == 128+int(unix.SIGKILL) {
-		// SIGKILLed: say so if it was the sandbox that stopped (a limit).
+	if sig == int(unix.SIGKILL) || code == 128+int(unix.SIGKILL) || code == runscExecFailed {
+		// SIGKILLed, or runsc exec lost the sandbox before it could read
+		// the command's status: say so if it was the sandbox that stopped
+		// (a limit), and report the command killed with it.
 		if note := c.failureNote(time.Second); note != "" && !s.wasStopped() {
 			s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(note)}}})
+			code, sig = 128+int(unix.SIGKILL), int(unix.SIGKILL)
 		}
 	}
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.wasStopped()}}})
 }
+
+// runscExecFailed is runsc exec's own failure status (it exits 128 when it
+// cannot wait for the process, e.g. the sandbox died under it).
+const runscExecFailed = 128
 
 // groupSignalQueue bounds a non-interactive session's pending group events.
 const groupSignalQueue = 8
