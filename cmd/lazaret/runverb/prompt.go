@@ -217,6 +217,10 @@ func (p *escalationPrompts) run(pr *lv1.EscalationPrompt, in chan []byte, end ch
 	} else {
 		say("  denied\n")
 	}
+	// The terminal is given back before the decision leaves: what is typed
+	// once the host command starts (Ctrl-C, the escapes) must not be
+	// read as more of this answer.
+	p.close(in)
 	p.decide(d)
 }
 
@@ -301,6 +305,10 @@ func (p *escalationPrompts) runNetwork(pr *lv1.EscalationPrompt, in chan []byte,
 	} else {
 		say("  denied\n")
 	}
+	// The terminal is given back before the decision leaves: what is typed
+	// once the host command starts (Ctrl-C, the escapes) must not be
+	// read as more of this answer.
+	p.close(in)
 	p.decide(d)
 }
 
