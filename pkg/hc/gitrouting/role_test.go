@@ -24,6 +24,8 @@ import (
 // generation 1 recorded (this test process its coordinator), and a real
 // process standing in for the Git-routing daemon RS would acquire.
 type roleEnv struct {
+	dir    string   // the Domain Root (the store's)
+	lock   *os.File // its lifecycle lock
 	st     *store.Store
 	s      *Service
 	daemon *exec.Cmd
@@ -60,7 +62,7 @@ func newRole(t *testing.T) *roleEnv {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e := &roleEnv{st: st, daemon: exec.Command("sleep", "60")}
+	e := &roleEnv{dir: dir, lock: lock, st: st, daemon: exec.Command("sleep", "60")}
 	if err := e.daemon.Start(); err != nil {
 		t.Fatal(err)
 	}
