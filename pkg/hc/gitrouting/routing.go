@@ -2,6 +2,7 @@ package gitrouting
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -96,28 +97,42 @@ func gitRoutingSnapshot(s *lv1.GitRoutingSnapshotV1) *lv1.RoleSnapshotV1 {
 // CommitStaged records the daemon's staged ownership and
 // acknowledges it with an exact echo (CausalChildAcquisitionV1 step 6);
 // the coordinator has verified the signature and the generation.
+// A report refused before it is recorded leaves no trace: the role still
+// takes the valid one.
 func (s *Service) CommitStaged(st *lv1.StagedProcessOwnership) error {
 	s.mu.Lock()
-	dup := s.staged != nil
-	if !dup {
+	wanted, dup := s.wanted, s.staged != nil
+	if wanted && !dup {
 		s.staged = st
 	}
 	s.mu.Unlock()
+	if !wanted {
+		return errdefs.New(errdefs.ErrRefused, "staged git_routing ownership, but this generation did not ask for a Git-routing daemon (yet)")
+	}
 	if dup {
 		return errdefs.New(errdefs.ErrRefused, "duplicate staged git_routing ownership")
 	}
-	id, err := store.IdentityFromProto(st.Identity)
-	if err != nil {
+	if err := s.recordStaged(st); err != nil {
+		s.mu.Lock()
+		s.staged = nil
+		s.mu.Unlock()
 		return err
 	}
-	if s.cfg.Store != nil {
-		if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-			return tx.PutParticipant(s.cfg.Generation, participant.GitRouting, participant.Intent, gitRoutingSnapshot(&lv1.GitRoutingSnapshotV1{Daemon: store.StagedSlot(id)}))
-		}); err != nil {
-			return err
-		}
-	}
 	return s.cfg.Ack(st)
+}
+
+// recordStaged records the daemon's staged ownership.
+func (s *Service) recordStaged(st *lv1.StagedProcessOwnership) error {
+	id, err := store.IdentityFromProto(st.Identity)
+	if err != nil {
+		return errdefs.Mark(fmt.Errorf("staged git_routing identity: %w", err), errdefs.ErrRefused)
+	}
+	if s.cfg.Store == nil {
+		return nil
+	}
+	return s.cfg.Store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(s.cfg.Generation, participant.GitRouting, participant.Intent, gitRoutingSnapshot(&lv1.GitRoutingSnapshotV1{Daemon: store.StagedSlot(id)}))
+	})
 }
 
 // Ready checks the daemon's readiness evidence against its staged

@@ -189,6 +189,73 @@ func TestSupervisorDrivenLifecycle(t *testing.T) {
 	}
 }
 
+// TestSupervisorMessagesOutOfState: a staged report before Start asked for
+// the daemon, SandboxReady before the daemon was staged, a staged report
+// of another boot, a duplicate staged report, SandboxReady naming another
+// daemon, and SandboxReady after Release are refused with an error that
+// says why; none is acknowledged or recorded, and a refused report leaves
+// the role ready for the valid one.
+func TestSupervisorMessagesOutOfState(t *testing.T) {
+	g := newSupervised(t)
+	g.sup.Staged(g.signedStaged(t))
+	if err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "did not ask") {
+		t.Fatalf("staged before Start: %v", err)
+	}
+	g.sup.ExpectSilence(50 * time.Millisecond)
+	var sb ocispec.Sandbox
+	if _, err := g.s.Start(&sb); err != nil {
+		t.Fatal(err)
+	}
+	g.sup.Ready(g.ready())
+	if err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "not staged") {
+		t.Fatalf("SandboxReady before staging: %v", err)
+	}
+	other := g.staged()
+	other.Identity.BootId = make([]byte, 16)
+	g.sup.Staged(other)
+	if err := g.deliver(t); err == nil {
+		t.Fatal("staged daemon of another boot accepted")
+	}
+	g.sup.ExpectSilence(50 * time.Millisecond)
+	if ph, sl := g.phase(t); ph != participant.Intent || sl.State != participant.Unassigned {
+		t.Fatalf("a refused report was recorded: %s %s", ph, sl)
+	}
+	o := g.signedStaged(t)
+	g.sup.Staged(o)
+	if err := g.deliver(t); err != nil {
+		t.Fatalf("valid staged report after a refused one: %v", err)
+	}
+	g.expectAck(t, o)
+	g.sup.Staged(g.signedStaged(t))
+	if err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "duplicate") {
+		t.Fatalf("duplicate staged report: %v", err)
+	}
+	g.sup.ExpectSilence(50 * time.Millisecond)
+	wrong := g.ready()
+	wrong.GitRouting.Daemon = store.IdentityProto(g.self(t))
+	g.sup.Ready(wrong)
+	if err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("SandboxReady naming another daemon: %v", err)
+	}
+	if ph, _ := g.phase(t); ph != participant.Intent {
+		t.Fatalf("a refused SandboxReady moved the record: %s", ph)
+	}
+	g.sup.Progress("not this role's")
+	if err := g.deliver(t); err == nil {
+		t.Fatal("another role's message accepted")
+	}
+	if err := g.s.Release(); err != nil {
+		t.Fatal(err)
+	}
+	g.sup.Ready(g.ready())
+	if err := g.deliver(t); err == nil {
+		t.Fatal("SandboxReady after Release accepted")
+	}
+	if ph, sl := g.phase(t); ph != participant.ReleaseIntent || sl.State != participant.Staged {
+		t.Fatalf("after the refused late SandboxReady: %s %s", ph, sl)
+	}
+}
+
 func (g *supervised) self(t *testing.T) pidfs.Identity {
 	t.Helper()
 	var gen *store.Generation
