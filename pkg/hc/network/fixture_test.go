@@ -19,6 +19,8 @@ import (
 // testDomain is a real Domain Store in a temp dir with generation 1
 // recorded, this test process as its coordinator.
 type testDomain struct {
+	dir  string   // the Domain Root (the store's)
+	lock *os.File // its lifecycle lock
 	st   *store.Store
 	id   domain.ID
 	self pidfs.Identity
@@ -32,7 +34,7 @@ func openDomain(t *testing.T) *testDomain {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lock.Close() })
-	d := &testDomain{id: domain.DeriveID("default", "/w")}
+	d := &testDomain{dir: dir, lock: lock, id: domain.DeriveID("default", "/w")}
 	if d.st, err = store.Open(dir, lock, store.DomainIdentity{ID: d.id, Profile: "default", CanonicalWorkspace: "/w"}, store.Options{}); err != nil {
 		t.Fatal(err)
 	}

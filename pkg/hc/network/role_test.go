@@ -56,7 +56,7 @@ type roleEnv struct {
 	s      *Service
 }
 
-func newRole(t *testing.T, script string) *roleEnv {
+func newRole(t *testing.T, script string, profile ...func(*config.Profile)) *roleEnv {
 	t.Helper()
 	d := openDomain(t)
 	b, err := proc.NewBroker(slog.New(slog.DiscardHandler), os.Args[0])
@@ -77,9 +77,13 @@ func newRole(t *testing.T, script string) *roleEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prof, _ := cfgs.Profile("default")
+	def, _ := cfgs.Profile("default")
+	prof := *def
+	for _, f := range profile {
+		f(&prof)
+	}
 	e := &roleEnv{testDomain: d, broker: b, rs: rs, helper: &fakeHelper{b: b, script: script}}
-	e.s = New(Config{Store: d.st, DomainID: d.id, Generation: 1, Profile: prof, SidecarID: "sc-1", Hostname: "ws",
+	e.s = New(Config{Store: d.st, DomainID: d.id, Generation: 1, Profile: &prof, SidecarID: "sc-1", Hostname: "ws",
 		RuntimeDir: t.TempDir(), LogPath: "the Domain log", Launcher: e.helper})
 	if _, err := e.s.DerivePolicy(); err != nil {
 		t.Fatal(err)
