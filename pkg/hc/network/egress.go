@@ -78,8 +78,12 @@ func (s *Service) EgressSpec() *lv1.EgressProxySpec {
 
 // CommitStagedEgress acknowledges RS's staged egress proxy ownership. The
 // proxy is RS's child with a parent-death signal, stopped by RS through its
-// pidfd: it cannot outlive RS, whose own exit recovery proves.
+// pidfd: it cannot outlive RS, whose own exit recovery proves. Only the
+// allowlist mode has a proxy: in the deny mode the report is refused.
 func (s *Service) CommitStagedEgress(st *lv1.StagedProcessOwnership) error {
+	if !s.Allowlist() {
+		return errdefs.New(errdefs.ErrRefused, "staged egress proxy ownership, but the network policy is not in the allowlist mode")
+	}
 	boot, err := pidfs.CurrentBootID()
 	if err != nil {
 		return err

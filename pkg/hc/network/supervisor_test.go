@@ -220,10 +220,10 @@ func TestSupervisorDrivenLifecycle(t *testing.T) {
 }
 
 // TestSupervisorMessagesOutOfState (deny mode): SandboxReady before the
-// helper started, a hello reporting a sandbox namespace, SandboxReady
-// attesting another policy, routes missing a deny, or naming an egress
-// proxy, and SandboxReady after Release are refused with an error that
-// says why; none is acknowledged or commits the network.
+// helper started, a hello reporting a sandbox namespace, a staged egress
+// proxy, SandboxReady attesting another policy, routes missing a deny, or
+// naming an egress proxy, and SandboxReady after Release are refused with
+// an error that says why; none is acknowledged or commits the network.
 func TestSupervisorMessagesOutOfState(t *testing.T) {
 	g := newSupervised(t)
 	g.sup.Ready(&lv1.SandboxReady{})
@@ -238,6 +238,11 @@ func TestSupervisorMessagesOutOfState(t *testing.T) {
 	if _, err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "not in the allowlist mode") {
 		t.Fatalf("hello with a sandbox namespace in the deny mode: %v", err)
 	}
+	g.sup.Staged(g.stagedProxy(t, g.rs.Identity()))
+	if _, err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "allowlist") {
+		t.Fatalf("staged egress proxy in the deny mode: %v", err)
+	}
+	g.sup.ExpectSilence(50 * time.Millisecond)
 	for name, mut := range map[string]func(*lv1.SandboxReady){
 		"another policy":  func(r *lv1.SandboxReady) { r.PolicyDigest = make([]byte, 32) },
 		"a missing deny":  func(r *lv1.SandboxReady) { r.ObservedRoutes = r.ObservedRoutes[1:] },
