@@ -313,18 +313,26 @@ func (s *Service) Finish(rs *proc.Child) {
 // participants: every recorded process (the helper; RS) is proven absent by
 // absent (PidfsRecoveryMatch; a surviving helper is stopped through its
 // matched pidfd), then both are recorded Clean. It returns refusals: a
-// legacy identity, or one not proven absent, leaves the records as they
-// are.
+// record it cannot read, a legacy identity, or one not proven absent,
+// leaves the records as they are.
 func Recover(st *store.Store, g uint64, absent func(pidfs.Identity) error) []string {
 	var refusals []string
 	for _, role := range []participant.Role{participant.Helper, participant.Network} {
 		var p *store.Participant
-		st.View(func(tx *store.Tx) error {
+		err := st.View(func(tx *store.Tx) error {
 			var err error
 			p, err = tx.Participant(g, role)
 			return err
 		})
-		if p == nil || p.Phase == participant.Clean {
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			// A record this build cannot read (a newer build's, a
+			// corrupt one) is not proof that nothing is left.
+			return append(refusals, fmt.Sprintf("%s: %v", role, err))
+		}
+		if p.Phase == participant.Clean {
 			continue
 		}
 		var gone []pidfs.Authority

@@ -391,6 +391,28 @@ func TestRecoverDeadGeneration(t *testing.T) {
 	}
 }
 
+// TestRecoverNewerRecordRefused: a helper or network record a newer build
+// wrote is refused, naming it; nothing is matched or recorded Clean.
+func TestRecoverNewerRecordRefused(t *testing.T) {
+	for _, role := range []participant.Role{participant.Helper, participant.Network} {
+		t.Run(string(role), func(t *testing.T) {
+			g := newSupervised(t)
+			g.launch(t)
+			g.s.Stop()
+			g.rs.Signal(unix.SIGKILL)
+			<-g.rs.Done()
+			g.st = storetest.NewerParticipant(t, g.st, g.dir, g.lock, 1, role)
+			refusals := Recover(g.st, 1, absence)
+			if len(refusals) == 0 || !strings.Contains(strings.Join(refusals, "; "), "record_version") {
+				t.Fatalf("recovery of a newer %s record: %v", role, refusals)
+			}
+			if err := g.st.View(func(tx *store.Tx) error { _, err := tx.Participant(1, role); return err }); !errors.Is(err, errdefs.ErrRefused) {
+				t.Fatalf("the newer %s record was rewritten: %v", role, err)
+			}
+		})
+	}
+}
+
 // running reports whether the recorded process id still runs.
 func running(id pidfs.Identity) bool {
 	h, err := pidfs.RecoveryMatch(id)
