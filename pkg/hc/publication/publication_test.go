@@ -22,11 +22,12 @@ import (
 // generation 1 recorded (this test process its coordinator) and a real
 // control socket and publication file in a temp runtime directory.
 type roleEnv struct {
-	dir string
-	st  *store.Store
-	s   *Service
-	cfg Config
-	rs  pidfs.Identity
+	dir  string
+	lock *os.File // the Domain's lifecycle lock (dir's)
+	st   *store.Store
+	s    *Service
+	cfg  Config
+	rs   pidfs.Identity
 	// sandbox records the sandbox participant in phase.
 	sandbox func(participant.Phase) error
 }
@@ -61,7 +62,7 @@ func newRole(t *testing.T) *roleEnv {
 	rs.Ino, rs.HostPID = rs.Ino+1000, rs.HostPID+1000
 	run := rs
 	run.Ino, run.HostPID = run.Ino+1, run.HostPID+1
-	e := &roleEnv{dir: dir, st: st, rs: rs}
+	e := &roleEnv{dir: dir, lock: lock, st: st, rs: rs}
 	e.cfg = Config{Store: st, Generation: 1, Fingerprint: "cfg", Socket: filepath.Join(dir, "control.sock"), File: filepath.Join(dir, "publication.json"),
 		Now: func() time.Time { return time.Unix(1_800_000_000, 0) }}
 	e.s = New(e.cfg)
