@@ -39,6 +39,13 @@ var (
 // openStore opens a Domain Store in a locked temporary Domain Root.
 func openStore(t *testing.T) *store.Store {
 	t.Helper()
+	s, _, _ := openStoreIn(t)
+	return s
+}
+
+// openStoreIn is openStore, also returning the Domain Root and its lock.
+func openStoreIn(t *testing.T) (*store.Store, string, *os.File) {
+	t.Helper()
 	root := t.TempDir()
 	f, err := os.OpenFile(filepath.Join(root, store.LockName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -54,7 +61,7 @@ func openStore(t *testing.T) *store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, root, f
 }
 
 func str(s string) *string { return &s }
