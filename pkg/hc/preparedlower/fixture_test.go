@@ -55,6 +55,8 @@ func TestMain(m *testing.M) {
 // mounts are never proven absent).
 type fixture struct {
 	t        *testing.T
+	dir      string   // the Domain Root (the store's)
+	lock     *os.File // its lifecycle lock
 	dom      domain.ID
 	storage  string
 	st       *store.Store
@@ -88,6 +90,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lock.Close() })
+	f.dir, f.lock = dir, lock
 	if f.st, err = store.Open(dir, lock, store.DomainIdentity{ID: f.dom, Profile: "default", CanonicalWorkspace: ws}, store.Options{Logger: discard}); err != nil {
 		t.Fatal(err)
 	}

@@ -194,10 +194,14 @@ func (s *Service) Recover(gen uint64) []string {
 }
 
 // Live reports whether gen's prepared_lower or state_anchor is not Clean
-// (bootstrap recovery must reconcile it).
+// (bootstrap recovery must reconcile it). A record this build cannot read
+// (a newer build's, a corrupt one) is live: Recover reports it.
 func Live(tx *store.Tx, gen uint64) bool {
 	for _, role := range []participant.Role{participant.PreparedLower, participant.StateAnchor} {
-		if p, err := tx.Participant(gen, role); err == nil && p.Phase != participant.Clean {
+		p, err := tx.Participant(gen, role)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil || p.Phase != participant.Clean:
 			return true
 		}
 	}
