@@ -11,14 +11,12 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/store/storetest"
-	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // supervised is a roleEnv on the real HC↔RS channel: a fake Runtime
@@ -38,19 +36,11 @@ func newSupervised(t *testing.T) *supervised {
 	pub, key, _ := ed25519.GenerateKey(nil)
 	_, g.rs, _ = ed25519.GenerateKey(nil)
 	g.coord = pub
-	g.s.cfg.Ack = func(s *lv1.StagedProcessOwnership) error {
-		ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
-		payload, err := fdpass.SigningPayload(ack)
-		if err != nil {
-			return err
-		}
-		ack.Signature = trust.Sign(key, trust.RecordProcessOwnershipCommitAck, payload)
-		return g.sup.HC.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
-	}
+	g.s.cfg.Ack = g.sup.Acker(key)
 	return g
 }
 
-// staged is RS's signed report of the daemon's staged ownership.
+// signedStaged is RS's signed report of the daemon's staged ownership.
 func (g *supervised) signedStaged(t *testing.T) *lv1.StagedProcessOwnership {
 	t.Helper()
 	o := g.staged()
@@ -82,22 +72,6 @@ func (g *supervised) deliver(t *testing.T) error {
 	return fmt.Errorf("the Git-routing role does not take %T", m.GetMsg())
 }
 
-// expectAck asserts the coordinator acknowledged exactly o, signed with
-// its key.
-func (g *supervised) expectAck(t *testing.T, o *lv1.StagedProcessOwnership) {
-	t.Helper()
-	ack := g.sup.ExpectAckOf(o)
-	sig := ack.Signature
-	ack.Signature = nil
-	payload, err := fdpass.SigningPayload(ack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := trust.Verify(g.coord, trust.RecordProcessOwnershipCommitAck, payload, sig); err != nil {
-		t.Fatalf("acknowledgement not signed by the coordinator: %v", err)
-	}
-}
-
 // alive reports whether the daemon stand-in still runs (nothing signalled
 // it).
 func (g *supervised) alive(t *testing.T) bool {
@@ -124,7 +98,7 @@ func (g *supervised) start(t *testing.T) {
 	if err := g.deliver(t); err != nil {
 		t.Fatalf("staged daemon: %v", err)
 	}
-	g.expectAck(t, o)
+	g.sup.ExpectSignedAckOf(g.coord, o)
 	g.sup.Ready(g.ready())
 	if err := g.deliver(t); err != nil {
 		t.Fatalf("SandboxReady: %v", err)
@@ -151,7 +125,7 @@ func TestSupervisorDrivenLifecycle(t *testing.T) {
 	if ph, sl := g.phase(t); ph != participant.Intent || sl.State != participant.Staged || sl.Identity != g.id {
 		t.Fatalf("after the staged report: %s %s", ph, sl)
 	}
-	g.expectAck(t, o)
+	g.sup.ExpectSignedAckOf(g.coord, o)
 	g.sup.Ready(g.ready())
 	if err := g.deliver(t); err != nil {
 		t.Fatal(err)
@@ -225,7 +199,7 @@ func TestSupervisorMessagesOutOfState(t *testing.T) {
 	if err := g.deliver(t); err != nil {
 		t.Fatalf("valid staged report after a refused one: %v", err)
 	}
-	g.expectAck(t, o)
+	g.sup.ExpectSignedAckOf(g.coord, o)
 	g.sup.Staged(g.signedStaged(t))
 	if err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "duplicate") {
 		t.Fatalf("duplicate staged report: %v", err)

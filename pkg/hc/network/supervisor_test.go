@@ -15,7 +15,6 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netprobe"
@@ -25,7 +24,6 @@ import (
 	"github.com/lazaret/lazaret/pkg/slirp"
 	"github.com/lazaret/lazaret/pkg/store"
 	"github.com/lazaret/lazaret/pkg/store/storetest"
-	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // supervised is a roleEnv on the real HC↔RS channel: a fake Runtime
@@ -46,15 +44,7 @@ func newSupervised(t *testing.T, profile ...func(*config.Profile)) *supervised {
 	pub, key, _ := ed25519.GenerateKey(nil)
 	_, g.rsKey, _ = ed25519.GenerateKey(nil)
 	g.coord = pub
-	g.s.cfg.Ack = func(s *lv1.StagedProcessOwnership) error {
-		ack := &lv1.ProcessOwnershipCommitAck{DomainId: s.DomainId, Generation: s.Generation, CoordinatorId: s.CoordinatorId, Slot: s.Slot, Identity: s.Identity}
-		payload, err := fdpass.SigningPayload(ack)
-		if err != nil {
-			return err
-		}
-		ack.Signature = trust.Sign(key, trust.RecordProcessOwnershipCommitAck, payload)
-		return g.sup.HC.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
-	}
+	g.s.cfg.Ack = g.sup.Acker(key)
 	return g
 }
 
@@ -154,20 +144,6 @@ func (g *supervised) stagedProxy(t *testing.T, id pidfs.Identity) *lv1.StagedPro
 		t.Fatal(err)
 	}
 	return o
-}
-
-func (g *supervised) expectAck(t *testing.T, o *lv1.StagedProcessOwnership) {
-	t.Helper()
-	ack := g.sup.ExpectAckOf(o)
-	sig := ack.Signature
-	ack.Signature = nil
-	payload, err := fdpass.SigningPayload(ack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := trust.Verify(g.coord, trust.RecordProcessOwnershipCommitAck, payload, sig); err != nil {
-		t.Fatalf("acknowledgement not signed by the coordinator: %v", err)
-	}
 }
 
 // TestSupervisorDrivenLifecycle (deny mode): RS's hello reporting no
@@ -318,7 +294,7 @@ func TestSupervisorAllowlistEgress(t *testing.T) {
 	if _, err := g.deliver(t); err != nil {
 		t.Fatalf("staged proxy: %v", err)
 	}
-	g.expectAck(t, o)
+	g.sup.ExpectSignedAckOf(g.coord, o)
 	g.sup.Staged(g.stagedProxy(t, proxy.id))
 	if _, err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "duplicate") {
 		t.Fatalf("duplicate staged proxy: %v", err)
