@@ -24,13 +24,15 @@ type fixture struct {
 	domain     domain.ID
 	self       pidfs.Identity
 	runtimeDir string
+	dir        string   // the Domain root holding the store
+	lock       *os.File // the Domain lock the store opens with
 	rs         pidfs.Identity // what cfg.Supervisor returns
 }
 
 func newFixture(t *testing.T, wait time.Duration) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	f := &fixture{domain: domain.DeriveID("default", "/w"), runtimeDir: filepath.Join(dir, "run")}
+	f := &fixture{domain: domain.DeriveID("default", "/w"), runtimeDir: filepath.Join(dir, "run"), dir: dir}
 	root := filepath.Join(f.runtimeDir, "runsc")
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		t.Fatal(err)
@@ -40,6 +42,7 @@ func newFixture(t *testing.T, wait time.Duration) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lock.Close() })
+	f.lock = lock
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if f.store, err = store.Open(dir, lock, store.DomainIdentity{ID: f.domain, Profile: "default", CanonicalWorkspace: "/w"}, store.Options{Logger: log}); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -43,12 +44,21 @@ func joinRefusals(rs []string) string { return strings.Join(rs, "; ") }
 // coordinator cleans the generation's other records first.
 func (s *Service) Recover(gen uint64, proven func()) Recovery {
 	var p *store.Participant
-	s.cfg.Store.View(func(tx *store.Tx) error {
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var err error
 		p, err = tx.Participant(gen, participant.Sandbox)
 		return err
 	})
-	if p == nil || p.Phase == participant.Clean {
+	if errors.Is(err, store.ErrNotFound) {
+		return Recovery{Clean: true}
+	}
+	if err != nil {
+		// A record this build cannot read (a newer build's, a corrupt
+		// one) is no proof that its processes are gone: the generation
+		// is retained, with the reason.
+		return Recovery{Refusals: []string{fmt.Sprintf("sandbox record: %v", err)}}
+	}
+	if p.Phase == participant.Clean {
 		return Recovery{Clean: true}
 	}
 	var absent []pidfs.Authority

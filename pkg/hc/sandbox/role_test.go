@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/store"
+	"github.com/lazaret/lazaret/pkg/store/storetest"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -458,5 +459,23 @@ func TestRecoverBeforeSandboxReady(t *testing.T) {
 	g.s.RemoveRunscRootIfEmpty()
 	if _, err := os.Stat(g.s.cfg.RunscRoot); !os.IsNotExist(err) {
 		t.Fatalf("empty runsc root kept: %v", err)
+	}
+}
+
+// TestRecoverNewerRecordRefused: a sandbox record a newer build wrote is
+// no proof that its processes are gone: recovery retains the generation,
+// naming the record, and neither proves nor signals anything.
+func TestRecoverNewerRecordRefused(t *testing.T) {
+	g := newGeneration(t, 200*time.Millisecond)
+	g.start(t)
+	g.s.cfg.Store = storetest.NewerParticipant(t, g.store, g.dir, g.lock, 1, participant.Sandbox)
+	r := g.s.Recover(1, func() { t.Fatal("proven called for a record this build cannot read") })
+	if !r.Retained() || r.Clean || !strings.Contains(r.Reason(), "sandbox record") {
+		t.Fatalf("newer record: %+v", r)
+	}
+	for _, p := range []*live{g.rs, g.runsc, g.sbx, g.gof} {
+		if done, _ := processDone(p); done {
+			t.Fatal("a recorded process was signalled")
+		}
 	}
 }
