@@ -45,18 +45,18 @@ func (c *coordinator) openStore() error {
 	c.lower = preparedlower.New(preparedlower.Config{
 		Log: c.log, Store: c.store, Domain: c.paths.ID, StorageRoot: c.paths.StorageRoot,
 		Image: c.image, PersistentPaths: c.profile.PersistentPaths, Coordinator: c.self,
-		Supervisor: func() pidfs.Identity { return c.rsChild.Identity() },
-		Send:       func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rsChan.Send(ctx, m) },
+		Supervisor: func() pidfs.Identity { return c.rs.Identity() },
+		Send:       func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rs.Send(ctx, m) },
 	})
 	c.sb = sandbox.New(sandbox.Config{
 		Log: c.log, Store: c.store, Domain: c.paths.ID, Coordinator: c.self, RunscRoot: c.rt.Root,
-		Supervisor:   func() pidfs.Identity { return c.rsChild.Identity() },
+		Supervisor:   func() pidfs.Identity { return c.rs.Identity() },
 		AwaitAbsence: c.awaitAbsence, RecoveryWait: recoveryWait, Attach: c.attachRunsc,
 		// The trust anchor is created after the store opens.
 		Sign: func(record string, payload []byte) ([]byte, error) {
 			return c.anchor.SignAsCoordinator(record, payload)
 		},
-		Send: func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rsChan.Send(ctx, m) },
+		Send: func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rs.Send(ctx, m) },
 	})
 	return nil
 }

@@ -40,7 +40,6 @@ type modelSteps struct {
 	rs       bool   // StartRuntimeSupervisor recorded, RS not yet gone
 	sidecar  bool   // StartSidecar recorded (RS then arms the edge and starts the sandbox)
 	sessions map[string]mSession
-	rsKilled bool // this coordinator SIGKILLed RS
 }
 
 // emit records action(args) for this generation.
@@ -204,8 +203,8 @@ func (c *coordinator) mtSessionAttached(key string) bool {
 // an ordered teardown, after SupervisorStopped, RS stopped the sandbox and
 // the sidecar's network role with it and unmounted its State Anchors, then
 // exited; otherwise (a failed generation) the coordinator terminated the
-// runtime.
-func (c *coordinator) mtSupervisorGone(st pidfs.ExitStatus, stopped bool) {
+// runtime. killed: this coordinator SIGKILLed RS.
+func (c *coordinator) mtSupervisorGone(st pidfs.ExitStatus, stopped, killed bool) {
 	if !modeltrace.On() || !c.mt.rs {
 		return
 	}
@@ -213,7 +212,7 @@ func (c *coordinator) mtSupervisorGone(st pidfs.ExitStatus, stopped bool) {
 	defer c.mu.Unlock()
 	c.mt.rs = false
 	switch {
-	case !st.Exited && st.Signal == unix.SIGKILL && !c.mt.rsKilled:
+	case !st.Exited && st.Signal == unix.SIGKILL && !killed:
 		c.emit("HardLoseRuntimeSupervisor", c.dom())
 		c.mt.phase = mFailed
 		c.mtCloseAllLocked()
