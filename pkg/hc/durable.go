@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -28,9 +29,10 @@ import (
 var recoveryWait = 10 * time.Second
 
 // openStore opens the Domain Store with the Domain lock this coordinator
-// holds; it refuses a newer schema before reading anything and verifies the
+// holds and creates the roles that record in it (the sandbox role runs
+// runsc as rt); it refuses a newer schema before reading anything and verifies the
 // stored Domain identity (SR-11).
-func (c *coordinator) openStore() error {
+func (c *coordinator) openStore(rt runsc.Runtime) error {
 	self, err := pidfs.Open(os.Getpid())
 	if err != nil {
 		return err
@@ -49,7 +51,7 @@ func (c *coordinator) openStore() error {
 		Send:       func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rs.Send(ctx, m) },
 	})
 	c.sb = sandbox.New(sandbox.Config{
-		Log: c.log, Store: c.store, Domain: c.paths.ID, Coordinator: c.self, RunscRoot: c.rt.Root,
+		Log: c.log, Store: c.store, Domain: c.paths.ID, Coordinator: c.self, Runtime: rt,
 		Supervisor:   func() pidfs.Identity { return c.rs.Identity() },
 		AwaitAbsence: c.awaitAbsence, RecoveryWait: recoveryWait, Attach: c.attachRunsc,
 		// The trust anchor is created after the store opens.
@@ -63,7 +65,7 @@ func (c *coordinator) openStore() error {
 
 // beginGeneration records the new generation and the sandbox participant's
 // bare Intent — durable intent before any external resource of it exists.
-func (c *coordinator) beginGeneration(sidecarID string) error {
+func (c *coordinator) beginGeneration(sandboxID, sidecarID string) error {
 	defer func() { c.lower.Begin(c.generation) }()
 	return c.store.Update(func(tx *store.Tx) error {
 		last, err := tx.LatestGeneration()
@@ -73,7 +75,7 @@ func (c *coordinator) beginGeneration(sidecarID string) error {
 		c.generation = last + 1
 		if err := tx.CreateGeneration(store.NewGeneration{
 			Number: c.generation, ConfigurationFingerprint: []byte(c.profile.Fingerprint()), CoordinatorID: c.coordinator,
-			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}, {Kind: "network_sidecar", ID: sidecarID}}, Coordinator: c.self,
+			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: sandboxID}, {Kind: "network_sidecar", ID: sidecarID}}, Coordinator: c.self,
 		}); err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package hc
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -74,7 +73,6 @@ type coordinator struct {
 	level     string
 	idle      time.Duration
 
-	rt          runsc.Runtime
 	lockFile    *os.File
 	generation  uint64
 	coordinator string
@@ -87,12 +85,10 @@ type coordinator struct {
 	esc         *escalation.Service // host escalation (package escalation)
 	// rs drives the Runtime Supervisor: its acquisition, begun during
 	// init, its channel and its lifetime (package supervisor).
-	rs        *supervisor.Driver
-	tlsConfig *tls.Config
-	sandboxID string
-	pub       *publication.Service // the publication role (package publication)
-	net       *network.Service     // the Network Sidecar role (package network)
-	routing   *gitrouting.Service  // the Git-routing role (package gitrouting)
+	rs      *supervisor.Driver
+	pub     *publication.Service // the publication role (package publication)
+	net     *network.Service     // the Network Sidecar role (package network)
+	routing *gitrouting.Service  // the Git-routing role (package gitrouting)
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
@@ -227,7 +223,7 @@ func (c *coordinator) init() error {
 	if err != nil {
 		return err
 	}
-	c.rt = runsc.Runtime{Path: runscPath, Root: c.paths.RunscRoot()}
+	rt := runsc.Runtime{Path: runscPath, Root: c.paths.RunscRoot()}
 	rsPath, err := locate.Find(locate.RS, os.Getenv)
 	if err != nil {
 		return err
@@ -254,7 +250,7 @@ func (c *coordinator) init() error {
 	if err := c.hostSupport(); err != nil {
 		return err
 	}
-	if err := c.openStore(); err != nil {
+	if err := c.openStore(rt); err != nil {
 		return err
 	}
 	c.timing.Mark("store open")
@@ -262,9 +258,8 @@ func (c *coordinator) init() error {
 	c.recoverStaleRuntime()
 	c.timing.Mark("recovery done")
 	c.coordinator = randomID()
-	c.sandboxID = randomID()
-	sidecarID := randomID()
-	if err := c.beginGeneration(sidecarID); err != nil {
+	sandboxID, sidecarID := randomID(), randomID()
+	if err := c.beginGeneration(sandboxID, sidecarID); err != nil {
 		return err
 	}
 	c.timing.Mark("generation recorded")
@@ -300,13 +295,14 @@ func (c *coordinator) init() error {
 	if c.anchor, err = trust.NewAnchor(trust.GenerationIdentity{
 		DomainID: string(c.paths.ID), Generation: c.generation, CoordinatorID: c.coordinator,
 		Profile: c.prof, ConfigFingerprint: c.profile.Fingerprint(),
-	}, c.sandboxID, trust.Options{}); err != nil {
+	}, sandboxID, trust.Options{}); err != nil {
 		return err
 	}
 	c.emit("CreateTrustAnchor", c.dom())
 	c.timing.Mark("trust anchor created")
 	c.rs.ReleaseStage()
-	if c.tlsConfig, err = c.anchor.ServerTLSConfig(); err != nil {
+	serverTLS, err := c.anchor.ServerTLSConfig()
+	if err != nil {
 		return err
 	}
 	if err := c.writeSandboxCredentials(); err != nil {
@@ -318,7 +314,7 @@ func (c *coordinator) init() error {
 	// Publish before listening: a CLI that reaches the socket finds the
 	// publication that authenticates it (publication.(*Service).Begin).
 	c.pub = publication.New(publication.Config{Log: c.log, Store: c.store, Generation: c.generation,
-		Fingerprint: c.profile.Fingerprint(), Socket: c.paths.ControlSocket(), File: c.paths.Publication()})
+		Fingerprint: c.profile.Fingerprint(), Socket: c.paths.ControlSocket(), File: c.paths.Publication(), TLS: serverTLS})
 	if err := c.pub.Begin(c.anchor.Publication()); err != nil {
 		return err
 	}

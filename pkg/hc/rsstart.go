@@ -176,7 +176,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	return &lv1.StartSandbox{
 		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.sb.Container(),
 		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
-		RunscPath: c.rt.Path, RunscFlags: c.rt.GlobalFlags(), NetNamespace: netns,
+		RunscPath: c.sb.Runtime().Path, RunscFlags: c.sb.Runtime().GlobalFlags(), NetNamespace: netns,
 		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.Gateway().String(), GitRouting: routing,
 		Profile: c.profile.Name, ProfilePaths: c.profile.ProfilePaths, SessionUid: c.profile.SessionUser().UID, SessionGid: c.profile.SessionUser().GID,
 		MemoryLimitBytes: c.limits.Memory, Egress: c.net.EgressSpec(),
