@@ -164,6 +164,9 @@
 // hello) and the phase machine of the exchange (supervisor.go), which
 // reads and writes through the Driver.
 //
+// The coordinator's own model-trace steps (tla/Lazaret.tla vocabulary)
+// are package modelsteps, recorded under c.mu (modelsteps.go is the seam).
+//
 // # Host escalation
 //
 // The host escalation role (Escalation Mailbox, per-session decision

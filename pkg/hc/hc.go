@@ -20,6 +20,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
+	"github.com/lazaret/lazaret/pkg/hc/modelsteps"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hc/publication"
@@ -106,9 +107,10 @@ type coordinator struct {
 	// guarded by mu.
 	sessions  *sessions.Registry[*session]
 	teardownC chan struct{}
-	// mt is what this coordinator recorded in the model trace
-	// (modelsteps.go); untouched unless LAZARET_MODEL_TRACE is set.
-	mt modelSteps
+	// mt is what this coordinator recorded in the model trace (package
+	// modelsteps), guarded by mu; untouched unless LAZARET_MODEL_TRACE
+	// is set.
+	mt modelsteps.Steps
 }
 
 // Main runs the Host Coordinator and returns its exit status.
@@ -357,13 +359,13 @@ func (c *coordinator) setState(s state, err error) {
 		c.failErr = err
 	}
 	if prev == stateStarting && s == stateRunning {
-		c.mtPublishLocked()
+		c.mt.Publish()
 		if c.lower != nil {
 			c.lower.Published()
 		}
 	}
 	if s == stateFailed {
-		c.mtFailLocked()
+		c.mt.Fail()
 	}
 	if prev == stateStarting && (s == stateRunning || s == stateFailed) {
 		close(c.ready)
@@ -381,7 +383,7 @@ func (c *coordinator) setState(s state, err error) {
 // requestTeardownLocked moves the generation to stopping (unless failed):
 // from now on no session registers. c.mu is held.
 func (c *coordinator) requestTeardownLocked() {
-	c.mtTeardownLocked()
+	c.mt.Teardown()
 	if c.st == stateStarting {
 		close(c.ready)
 	}

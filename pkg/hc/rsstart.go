@@ -71,8 +71,7 @@ func (c *coordinator) supervisorStaged(id pidfs.Identity) error {
 		return err
 	}
 	c.mu.Lock()
-	c.emit("StartRuntimeSupervisor", c.dom())
-	c.mt.rs = true
+	c.mt.SupervisorStarted()
 	c.lower.SupervisorSpawned()
 	c.mu.Unlock()
 	return nil

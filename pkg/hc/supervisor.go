@@ -398,7 +398,6 @@ func (c *coordinator) attachRunsc() error {
 	// RS arm the causal edge and release runsc.
 	c.mu.Lock()
 	c.emit("StartSidecar", c.dom())
-	c.mt.sidecar = true
 	c.mu.Unlock()
 	return nil
 }
