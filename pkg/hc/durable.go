@@ -128,33 +128,51 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "sandbox", rec.Reason())
 			continue
 		}
-		if err := publication.Clean(c.store, g, "bootstrap recovery: the dead generation's coordinator and socket are gone"); err != nil {
-			c.retain(g, "publication", err.Error())
-			continue
-		}
-		if refusals := network.Recover(c.store, g, c.awaitAbsence); len(refusals) > 0 {
-			c.retain(g, "network", strings.Join(refusals, "; "))
-			continue
-		}
-		if refusals := c.recoverSessions(g); len(refusals) > 0 {
-			c.retain(g, "session_terminal", strings.Join(refusals, "; "))
-			continue
-		}
-		if err := gitrouting.Clean(c.store, g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace", c.awaitAbsence); err != nil {
-			c.retain(g, "git_routing", err.Error())
-			continue
-		}
-		if refusals := c.lower.Recover(g); len(refusals) > 0 {
-			c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
-			continue
-		}
-		if err := c.sb.MarkClean(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", rec.Absent); err != nil {
-			c.retain(g, "sandbox", err.Error())
+		if !c.recoverParticipants(g, rec.Absent) {
 			continue
 		}
 		c.lower.Recovered(g)
 		c.log.Info("recovered generation", "recovered_generation", g)
 	}
+}
+
+// recoverParticipants reconciles the participants of dead generation g
+// whose sandbox processes were proven absent (absent), one participant at
+// a time in the order below, the sandbox's record last. The first that
+// refuses is retained with its reason and the rest are left as they are
+// (the next recovery starts over); it reports whether all became Clean.
+func (c *coordinator) recoverParticipants(g uint64, absent []pidfs.Authority) bool {
+	for _, p := range []struct {
+		record  string
+		recover func() error
+	}{
+		{"publication", func() error {
+			return publication.Clean(c.store, g, "bootstrap recovery: the dead generation's coordinator and socket are gone")
+		}},
+		{"network", func() error { return refused(network.Recover(c.store, g, c.awaitAbsence)) }},
+		{"session_terminal", func() error { return refused(c.recoverSessions(g)) }},
+		{"git_routing", func() error {
+			return gitrouting.Clean(c.store, g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace", c.awaitAbsence)
+		}},
+		{"prepared_lower", func() error { return refused(c.lower.Recover(g)) }},
+		{"sandbox", func() error {
+			return c.sb.MarkClean(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", absent)
+		}},
+	} {
+		if err := p.recover(); err != nil {
+			c.retain(g, p.record, err.Error())
+			return false
+		}
+	}
+	return true
+}
+
+// refused is a role's recovery refusals as one error (nil if none).
+func refused(refusals []string) error {
+	if len(refusals) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(refusals, "; "))
 }
 
 func (c *coordinator) retain(g uint64, record, reason string) {
