@@ -161,7 +161,7 @@
 // finished by startGeneration, aborted when init fails, stopped at
 // teardown. The coordinator keeps only the seam (rsstart.go: RS's inputs,
 // its staged record and model step, the StartSandbox that answers its
-// hello) and the phase machine of the exchange (supervisor.go), which
+// hello) and the phase machine of the HC↔RS exchange (exchange.go), which
 // reads and writes through the Driver.
 //
 // The coordinator's own model-trace steps (tla/Lazaret.tla vocabulary)
