@@ -26,7 +26,7 @@ const enrollFrameMax = trust.MaxCSRBytes + 64
 // client: nil client (and no error) means the connection presented no
 // certificate and may only enroll.
 func (c *coordinator) handshake(raw *rawio.Conn) (*tls.Conn, *trust.ClientIdentity, error) {
-	tconn := tls.Server(raw, c.tlsConfig)
+	tconn := c.pub.Server(raw)
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
 	if err := tconn.HandshakeContext(ctx); err != nil {

@@ -73,19 +73,6 @@ func (c *coordinator) credentialMounts() []ocispec.ControlFile {
 	return out
 }
 
-// rsCredentialFile is what the Runtime Supervisor receives in its sealed
-// credential memfd: its own signing key, the coordinator's verification
-// key, the generation it serves and the prepared lower it holds (which
-// StartSandbox names again; RS refuses a difference).
-type rsCredentialFile struct {
-	KeySeed              []byte `json:"key_seed"`
-	CoordinatorPublicKey []byte `json:"coordinator_public_key"`
-	DomainID             string `json:"domain_id"`
-	Generation           uint64 `json:"generation"`
-	StorageRoot          string `json:"storage_root"`
-	ImageRef             string `json:"image_ref"`
-}
-
 func copyExecutable(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {

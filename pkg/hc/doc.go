@@ -152,6 +152,21 @@
 //     `runsc exec` process leads its own group) through one ordered, bounded
 //     worker. SIGTERM/SIGHUP stay `SignalRequest` to the exact process.
 //
+// # Runtime Supervisor
+//
+// RS's launch and lifetime are package supervisor (pkg/hc/supervisor): one
+// supervisor.Driver per generation, spawned from init (the clone, wrapper
+// and id maps run while the store opens and recovery runs), held at its
+// barrier until init has created the Trust Anchor and releases the stage,
+// finished by startGeneration, aborted when init fails, stopped at
+// teardown. The coordinator keeps only the seam (rsstart.go: RS's inputs,
+// its staged record and model step, the StartSandbox that answers its
+// hello) and the phase machine of the HC↔RS exchange (exchange.go), which
+// reads and writes through the Driver.
+//
+// The coordinator's own model-trace steps (tla/Lazaret.tla vocabulary)
+// are package modelsteps, recorded under c.mu (modelsteps.go is the seam).
+//
 // # Host escalation
 //
 // The host escalation role (Escalation Mailbox, per-session decision

@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -28,9 +29,10 @@ import (
 var recoveryWait = 10 * time.Second
 
 // openStore opens the Domain Store with the Domain lock this coordinator
-// holds; it refuses a newer schema before reading anything and verifies the
+// holds and creates the roles that record in it (the sandbox role runs
+// runsc as rt); it refuses a newer schema before reading anything and verifies the
 // stored Domain identity (SR-11).
-func (c *coordinator) openStore() error {
+func (c *coordinator) openStore(rt runsc.Runtime) error {
 	self, err := pidfs.Open(os.Getpid())
 	if err != nil {
 		return err
@@ -45,25 +47,25 @@ func (c *coordinator) openStore() error {
 	c.lower = preparedlower.New(preparedlower.Config{
 		Log: c.log, Store: c.store, Domain: c.paths.ID, StorageRoot: c.paths.StorageRoot,
 		Image: c.image, PersistentPaths: c.profile.PersistentPaths, Coordinator: c.self,
-		Supervisor: func() pidfs.Identity { return c.rsChild.Identity() },
-		Send:       func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rsChan.Send(ctx, m) },
+		Supervisor: func() pidfs.Identity { return c.rs.Identity() },
+		Send:       func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rs.Send(ctx, m) },
 	})
 	c.sb = sandbox.New(sandbox.Config{
-		Log: c.log, Store: c.store, Domain: c.paths.ID, Coordinator: c.self, RunscRoot: c.rt.Root,
-		Supervisor:   func() pidfs.Identity { return c.rsChild.Identity() },
+		Log: c.log, Store: c.store, Domain: c.paths.ID, Coordinator: c.self, Runtime: rt,
+		Supervisor:   func() pidfs.Identity { return c.rs.Identity() },
 		AwaitAbsence: c.awaitAbsence, RecoveryWait: recoveryWait, Attach: c.attachRunsc,
 		// The trust anchor is created after the store opens.
 		Sign: func(record string, payload []byte) ([]byte, error) {
 			return c.anchor.SignAsCoordinator(record, payload)
 		},
-		Send: func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rsChan.Send(ctx, m) },
+		Send: func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rs.Send(ctx, m) },
 	})
 	return nil
 }
 
 // beginGeneration records the new generation and the sandbox participant's
 // bare Intent — durable intent before any external resource of it exists.
-func (c *coordinator) beginGeneration(sidecarID string) error {
+func (c *coordinator) beginGeneration(sandboxID, sidecarID string) error {
 	defer func() { c.lower.Begin(c.generation) }()
 	return c.store.Update(func(tx *store.Tx) error {
 		last, err := tx.LatestGeneration()
@@ -73,7 +75,7 @@ func (c *coordinator) beginGeneration(sidecarID string) error {
 		c.generation = last + 1
 		if err := tx.CreateGeneration(store.NewGeneration{
 			Number: c.generation, ConfigurationFingerprint: []byte(c.profile.Fingerprint()), CoordinatorID: c.coordinator,
-			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: c.sandboxID}, {Kind: "network_sidecar", ID: sidecarID}}, Coordinator: c.self,
+			ComponentIDs: []store.ComponentID{{Kind: "agent_sandbox", ID: sandboxID}, {Kind: "network_sidecar", ID: sidecarID}}, Coordinator: c.self,
 		}); err != nil {
 			return err
 		}
@@ -126,33 +128,51 @@ func (c *coordinator) recoverGenerations() {
 			c.retain(g, "sandbox", rec.Reason())
 			continue
 		}
-		if err := publication.Clean(c.store, g, "bootstrap recovery: the dead generation's coordinator and socket are gone"); err != nil {
-			c.retain(g, "publication", err.Error())
-			continue
-		}
-		if refusals := network.Recover(c.store, g, c.awaitAbsence); len(refusals) > 0 {
-			c.retain(g, "network", strings.Join(refusals, "; "))
-			continue
-		}
-		if refusals := c.recoverSessions(g); len(refusals) > 0 {
-			c.retain(g, "session_terminal", strings.Join(refusals, "; "))
-			continue
-		}
-		if err := gitrouting.Clean(c.store, g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace", c.awaitAbsence); err != nil {
-			c.retain(g, "git_routing", err.Error())
-			continue
-		}
-		if refusals := c.lower.Recover(g); len(refusals) > 0 {
-			c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
-			continue
-		}
-		if err := c.sb.MarkClean(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", rec.Absent); err != nil {
-			c.retain(g, "sandbox", err.Error())
+		if !c.recoverParticipants(g, rec.Absent) {
 			continue
 		}
 		c.lower.Recovered(g)
 		c.log.Info("recovered generation", "recovered_generation", g)
 	}
+}
+
+// recoverParticipants reconciles the participants of dead generation g
+// whose sandbox processes were proven absent (absent), one participant at
+// a time in the order below, the sandbox's record last. The first that
+// refuses is retained with its reason and the rest are left as they are
+// (the next recovery starts over); it reports whether all became Clean.
+func (c *coordinator) recoverParticipants(g uint64, absent []pidfs.Authority) bool {
+	for _, p := range []struct {
+		record  string
+		recover func() error
+	}{
+		{"publication", func() error {
+			return publication.Clean(c.store, g, "bootstrap recovery: the dead generation's coordinator and socket are gone")
+		}},
+		{"network", func() error { return refused(network.Recover(c.store, g, c.awaitAbsence)) }},
+		{"session_terminal", func() error { return refused(c.recoverSessions(g)) }},
+		{"git_routing", func() error {
+			return gitrouting.Clean(c.store, g, "bootstrap recovery: the Git-routing daemon proven absent by PidfsRecoveryMatch; its mount died with the supervisor's mount namespace", c.awaitAbsence)
+		}},
+		{"prepared_lower", func() error { return refused(c.lower.Recover(g)) }},
+		{"sandbox", func() error {
+			return c.sb.MarkClean(g, "bootstrap recovery: recorded processes proven absent by PidfsRecoveryMatch", absent)
+		}},
+	} {
+		if err := p.recover(); err != nil {
+			c.retain(g, p.record, err.Error())
+			return false
+		}
+	}
+	return true
+}
+
+// refused is a role's recovery refusals as one error (nil if none).
+func refused(refusals []string) error {
+	if len(refusals) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(refusals, "; "))
 }
 
 func (c *coordinator) retain(g uint64, record, reason string) {

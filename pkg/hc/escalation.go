@@ -58,7 +58,7 @@ func (m escModel) SessionKey(id string) (string, bool) {
 	return s.mtKey, true
 }
 
-func (m escModel) Attached(key string) bool { return m.c.mtSessionAttached(key) }
+func (m escModel) Attached(key string) bool { return m.c.mt.Attached(key) }
 
 func (m escModel) Emit(facts map[string]string, action string, args ...string) {
 	modeltrace.EmitFacts(m.c.dom(), m.c.generation, facts, action, args...)

@@ -2,7 +2,6 @@ package hc
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -22,12 +20,14 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
+	"github.com/lazaret/lazaret/pkg/hc/modelsteps"
 	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hc/publication"
 	"github.com/lazaret/lazaret/pkg/hc/sandbox"
 	"github.com/lazaret/lazaret/pkg/hc/sessions"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
+	"github.com/lazaret/lazaret/pkg/hc/supervisor"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/locate"
@@ -52,7 +52,6 @@ const (
 // Timeouts.
 var (
 	helloTimeout = 30 * time.Second
-	rsStopWait   = 30 * time.Second
 	drainTimeout = sessionterm.DrainTimeout
 	closeGrace   = sessionterm.CloseGrace
 )
@@ -75,28 +74,22 @@ type coordinator struct {
 	level     string
 	idle      time.Duration
 
-	rt          runsc.Runtime
-	rsPath      string
 	lockFile    *os.File
 	generation  uint64
 	coordinator string
 	hostname    string
 	baseEnv     []string
-	rsChild     *proc.Child
-	rsChan      *fdpass.Channel
-	lifetimeW   *os.File
 	store       *store.Store   // the Domain Store (only this process opens it)
 	self        pidfs.Identity // this coordinator's own pidfs identity
 	retained    []retained     // records recovery refused to act on
 	anchor      *trust.Anchor
 	esc         *escalation.Service // host escalation (package escalation)
-	rsCred      *trust.Credential   // the runtime supervisor's protocol credential
-	rsl         *rsLaunch           // RS's acquisition, begun during init (rsstart.go)
-	tlsConfig   *tls.Config
-	sandboxID   string
-	pub         *publication.Service // the publication role (package publication)
-	net         *network.Service     // the Network Sidecar role (package network)
-	routing     *gitrouting.Service  // the Git-routing role (package gitrouting)
+	// rs drives the Runtime Supervisor: its acquisition, begun during
+	// init, its channel and its lifetime (package supervisor).
+	rs      *supervisor.Driver
+	pub     *publication.Service // the publication role (package publication)
+	net     *network.Service     // the Network Sidecar role (package network)
+	routing *gitrouting.Service  // the Git-routing role (package gitrouting)
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
@@ -114,10 +107,10 @@ type coordinator struct {
 	// guarded by mu.
 	sessions  *sessions.Registry[*session]
 	teardownC chan struct{}
-	stopped   chan struct{} // RS reported SupervisorStopped
-	// mt is what this coordinator recorded in the model trace
-	// (modelsteps.go); untouched unless LAZARET_MODEL_TRACE is set.
-	mt modelSteps
+	// mt is what this coordinator recorded in the model trace (package
+	// modelsteps), guarded by mu; untouched unless LAZARET_MODEL_TRACE
+	// is set.
+	mt modelsteps.Steps
 }
 
 // Main runs the Host Coordinator and returns its exit status.
@@ -155,10 +148,10 @@ func Main(args []string) int {
 	c := &coordinator{timing: rec, profileFD: *profileFD, log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
 		ready:    make(chan struct{}), changed: make(chan struct{}),
-		teardownC: make(chan struct{}), stopped: make(chan struct{})}
+		teardownC: make(chan struct{})}
 	c.sessions = sessions.New[*session](sessions.Config{Log: log, LingerExpired: c.lingerExpired})
 	if err := c.init(); err != nil {
-		c.rsl.abort(c)
+		c.rs.Abort()
 		log.Error("start failed", "err", err)
 		fmt.Fprintf(ready, "%s\x00%s\n", errdefs.Category(err), err)
 		ready.Close()
@@ -232,8 +225,9 @@ func (c *coordinator) init() error {
 	if err != nil {
 		return err
 	}
-	c.rt = runsc.Runtime{Path: runscPath, Root: c.paths.RunscRoot()}
-	if c.rsPath, err = locate.Find(locate.RS, os.Getenv); err != nil {
+	rt := runsc.Runtime{Path: runscPath, Root: c.paths.RunscRoot()}
+	rsPath, err := locate.Find(locate.RS, os.Getenv)
+	if err != nil {
 		return err
 	}
 	escalate, err := locate.Find(locate.Escalate, os.Getenv)
@@ -248,8 +242,8 @@ func (c *coordinator) init() error {
 		return err
 	}
 	// RS's clone, wrapper and id maps proceed meanwhile; it stays at its
-	// barrier until the trust anchor exists (rsLaunch).
-	c.rsl = c.spawnSupervisor()
+	// barrier until the trust anchor exists (supervisor.Driver).
+	c.rs = c.spawnSupervisor(rsPath)
 	// The developer's Git configuration (its identity for guestEnv, and
 	// what host Git runs or reads from the workspace for the Git Sentry)
 	// is read while the store opens and recovery runs: a Git start-up is
@@ -258,7 +252,7 @@ func (c *coordinator) init() error {
 	if err := c.hostSupport(); err != nil {
 		return err
 	}
-	if err := c.openStore(); err != nil {
+	if err := c.openStore(rt); err != nil {
 		return err
 	}
 	c.timing.Mark("store open")
@@ -266,9 +260,8 @@ func (c *coordinator) init() error {
 	c.recoverStaleRuntime()
 	c.timing.Mark("recovery done")
 	c.coordinator = randomID()
-	c.sandboxID = randomID()
-	sidecarID := randomID()
-	if err := c.beginGeneration(sidecarID); err != nil {
+	sandboxID, sidecarID := randomID(), randomID()
+	if err := c.beginGeneration(sandboxID, sidecarID); err != nil {
 		return err
 	}
 	c.timing.Mark("generation recorded")
@@ -304,13 +297,14 @@ func (c *coordinator) init() error {
 	if c.anchor, err = trust.NewAnchor(trust.GenerationIdentity{
 		DomainID: string(c.paths.ID), Generation: c.generation, CoordinatorID: c.coordinator,
 		Profile: c.prof, ConfigFingerprint: c.profile.Fingerprint(),
-	}, c.sandboxID, trust.Options{}); err != nil {
+	}, sandboxID, trust.Options{}); err != nil {
 		return err
 	}
 	c.emit("CreateTrustAnchor", c.dom())
 	c.timing.Mark("trust anchor created")
-	c.rsl.releaseStage()
-	if c.tlsConfig, err = c.anchor.ServerTLSConfig(); err != nil {
+	c.rs.ReleaseStage()
+	serverTLS, err := c.anchor.ServerTLSConfig()
+	if err != nil {
 		return err
 	}
 	if err := c.writeSandboxCredentials(); err != nil {
@@ -322,7 +316,7 @@ func (c *coordinator) init() error {
 	// Publish before listening: a CLI that reaches the socket finds the
 	// publication that authenticates it (publication.(*Service).Begin).
 	c.pub = publication.New(publication.Config{Log: c.log, Store: c.store, Generation: c.generation,
-		Fingerprint: c.profile.Fingerprint(), Socket: c.paths.ControlSocket(), File: c.paths.Publication()})
+		Fingerprint: c.profile.Fingerprint(), Socket: c.paths.ControlSocket(), File: c.paths.Publication(), TLS: serverTLS})
 	if err := c.pub.Begin(c.anchor.Publication()); err != nil {
 		return err
 	}
@@ -365,13 +359,13 @@ func (c *coordinator) setState(s state, err error) {
 		c.failErr = err
 	}
 	if prev == stateStarting && s == stateRunning {
-		c.mtPublishLocked()
+		c.mt.Publish()
 		if c.lower != nil {
 			c.lower.Published()
 		}
 	}
 	if s == stateFailed {
-		c.mtFailLocked()
+		c.mt.Fail()
 	}
 	if prev == stateStarting && (s == stateRunning || s == stateFailed) {
 		close(c.ready)
@@ -389,7 +383,7 @@ func (c *coordinator) setState(s state, err error) {
 // requestTeardownLocked moves the generation to stopping (unless failed):
 // from now on no session registers. c.mu is held.
 func (c *coordinator) requestTeardownLocked() {
-	c.mtTeardownLocked()
+	c.mt.Teardown()
 	if c.st == stateStarting {
 		close(c.ready)
 	}
@@ -432,7 +426,7 @@ func (c *coordinator) teardown() {
 	c.requestTeardownLocked()
 	c.st = stateStopping
 	sessions := c.sessions.All()
-	rsChild := c.rsChild
+	rsChild := c.rs.Child()
 	c.mu.Unlock()
 	c.log.Info("tearing down")
 	failpoint.Hit("lazaret-hc:teardown-begin")
@@ -469,30 +463,13 @@ func (c *coordinator) teardown() {
 		}
 	}
 	if rsChild != nil {
-		if c.rsChan != nil {
-			c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Stop{Stop: &lv1.StopSandbox{}}})
-		}
-		select {
-		case <-rsChild.Done():
-		case <-time.After(rsStopWait):
-			c.log.Error("runtime supervisor did not stop: SIGKILL through its pidfd")
-			c.mu.Lock()
-			c.mt.rsKilled = true
-			c.mu.Unlock()
-			rsChild.Signal(unix.SIGKILL)
-			<-rsChild.Done()
-		}
+		c.rs.Stop(context.Background())
 		if modeltrace.On() {
 			// SupervisorStopped is read by superviseMessages, which may
 			// lag behind the exit.
-			stopped := false
-			select {
-			case <-c.stopped:
-				stopped = true
-			case <-time.After(time.Second):
-			}
+			stopped := c.rs.AwaitStopped(time.Second)
 			st, _ := rsChild.Status()
-			c.mtSupervisorGone(st, stopped)
+			c.mtSupervisorGone(st, stopped, c.rs.Killed())
 			c.lower.SupervisorGone(stopped)
 		}
 	} else if modeltrace.On() {
@@ -505,9 +482,7 @@ func (c *coordinator) teardown() {
 	failpoint.Hit("lazaret-hc:rs-stopped")
 	c.net.Stop()
 	c.esc.Close() // every host process of the generation killed and reaped
-	if c.lifetimeW != nil {
-		c.lifetimeW.Close()
-	}
+	c.rs.Close()
 	if c.anchor != nil {
 		c.anchor.Destroy()
 	}

@@ -89,7 +89,7 @@ func (c *coordinator) limitsStatus() *lv1.LimitsStatus {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	argv := append(append([]string{c.rt.Path}, c.rt.GlobalFlags()...), "events", "--stats", container)
+	argv := append(append([]string{c.sb.Runtime().Path}, c.sb.Runtime().GlobalFlags()...), "events", "--stats", container)
 	out, stderr, st, err := c.broker.Output(ctx, "runsc_events", proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/"}, 1<<20)
 	if err == nil && st.ShellCode() != 0 {
 		err = errdefs.New(errdefs.ErrUnavailable, "runsc events: %s: %s", st.String(), strings.TrimSpace(string(stderr)))

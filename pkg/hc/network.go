@@ -33,7 +33,7 @@ func (c *coordinator) newNetwork(sidecarID string) *network.Service {
 // allowlist: only an interactive session's developer may allow it.
 func (c *coordinator) decideNetworkAsk(a *lv1.NetworkAsk) {
 	decision := c.askDeveloper(a)
-	if err := c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_NetworkDecision{NetworkDecision: &lv1.NetworkDecision{Id: a.Id, Decision: decision}}}); err != nil {
+	if err := c.rs.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_NetworkDecision{NetworkDecision: &lv1.NetworkDecision{Id: a.Id, Decision: decision}}}); err != nil {
 		c.log.Warn("network decision not delivered", "host", a.Host, "err", err)
 	}
 }

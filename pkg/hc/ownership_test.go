@@ -7,53 +7,38 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/domain"
-	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hc/sandbox"
-	"github.com/lazaret/lazaret/pkg/trust"
+	"github.com/lazaret/lazaret/pkg/hc/supervisor"
+	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 )
 
 // TestStagedOwnershipMustBeSigned: HC refuses a StagedProcessOwnership that
-// is unsigned, signed by another key, or altered after signing, before it
-// records or acknowledges anything.
+// is not signed by this generation's RS credential before it records or
+// acknowledges anything. Here RS holds no credential of this generation
+// (a supervisor the coordinator did not launch), so even a message signed
+// by some key is refused as unsigned, for every slot, and the sandbox role
+// records nothing. The signature check itself (unsigned, another key,
+// altered) is tested with a real credential in package supervisor.
 func TestStagedOwnershipMustBeSigned(t *testing.T) {
-	id := trust.GenerationIdentity{DomainID: string(domain.DeriveID("default", "/p")), Generation: 1, CoordinatorID: randomID(), Profile: "default", ConfigFingerprint: "sha256:" + strings.Repeat("0", 64)}
-	a, err := trust.NewAnchor(id, randomID(), trust.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, key, _ := ed25519.GenerateKey(nil)
-	cred, err := a.IssueCredential(trust.RoleRuntimeSupervisor, randomID(), pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &coordinator{anchor: a, rsCred: cred, generation: 1, coordinator: id.CoordinatorID}
-	c.paths.ID = domain.ID(id.DomainID)
+	id := domain.DeriveID("default", "/p")
+	coord := randomID()
+	rs := supervisortest.New(t)
+	c := &coordinator{rs: supervisor.OverChannel(rs.HC), generation: 1, coordinator: coord}
+	c.paths.ID = id
 	c.sb = sandbox.New(sandbox.Config{Domain: c.paths.ID})
-	c.sb.Begin(sandbox.Generation{Number: 1, CoordinatorID: id.CoordinatorID})
-	msg := func() *lv1.StagedProcessOwnership {
-		return &lv1.StagedProcessOwnership{DomainId: id.DomainID, Generation: 1, CoordinatorId: id.CoordinatorID, Slot: "attached_runsc", Identity: &lv1.PidfsProcessIdentityV1{BootId: make([]byte, 16), PidfsStDev: 5, PidfsStIno: 9, HostPid: 42}}
-	}
-	sign := func(m *lv1.StagedProcessOwnership, k ed25519.PrivateKey) {
-		p, _ := fdpass.SigningPayload(m)
-		m.Signature = trust.Sign(k, trust.RecordStagedProcessOwnership, p)
-	}
-	_, otherKey, _ := ed25519.GenerateKey(nil)
-	unsigned := msg()
-	foreign := msg()
-	sign(foreign, otherKey)
-	altered := msg()
-	sign(altered, key)
-	altered.Identity.PidfsStIno++
-	for name, m := range map[string]*lv1.StagedProcessOwnership{"unsigned": unsigned, "foreign key": foreign, "altered": altered} {
+	c.sb.Begin(sandbox.Generation{Number: 1, CoordinatorID: coord})
+	_, key, _ := ed25519.GenerateKey(nil)
+	for _, slot := range []string{"attached_runsc", "git_routing", "egress_proxy"} {
+		m, err := supervisortest.Sign(key, &lv1.StagedProcessOwnership{DomainId: string(id), Generation: 1, CoordinatorId: coord, Slot: slot,
+			Identity: &lv1.PidfsProcessIdentityV1{BootId: make([]byte, 16), PidfsStDev: 5, PidfsStIno: 9, HostPid: 42}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := c.commitStaged(m); err == nil || !strings.Contains(err.Error(), "not signed") {
-			t.Errorf("%s: %v", name, err)
+			t.Errorf("%s: %v", slot, err)
 		}
 	}
-	// A correctly signed message passes the signature check (and is then
-	// refused for naming another boot, before any side effect).
-	good := msg()
-	sign(good, key)
-	if err := c.commitStaged(good); err == nil || strings.Contains(err.Error(), "not signed") {
-		t.Errorf("signed message: %v", err)
+	if c.sb.StagedRunsc() != nil {
+		t.Error("the sandbox role recorded a staged runsc from an unverified message")
 	}
 }

@@ -35,5 +35,5 @@ func (c *coordinator) ackStaged(s *lv1.StagedProcessOwnership) error {
 	if ack.Signature, err = c.anchor.SignAsCoordinator(trust.RecordProcessOwnershipCommitAck, payload); err != nil {
 		return err
 	}
-	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
+	return c.rs.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Ack{Ack: ack}})
 }

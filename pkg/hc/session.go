@@ -203,7 +203,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	joined := c.st == stateRunning
 	s := &session{id: sessionID, capability: capability, claims: claims, c: c, conn: conn, raw: tconn, tty: req.Tty, mtKey: mtKey}
 	c.sessions.Admit(s.id, s, time.Duration(req.LingerMs)*time.Millisecond)
-	c.mtAdmitLocked(mtKey, joined)
+	c.mt.Admit(mtKey, joined)
 	c.mu.Unlock()
 	defer c.sessions.Done()
 	defer c.leave(s)
@@ -234,7 +234,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	failed := c.st != stateRunning
 	failErr := c.failErr
 	if !failed {
-		c.mtRegisterLocked(mtKey)
+		c.mt.Register(mtKey)
 	}
 	c.mu.Unlock()
 	if failed {
@@ -290,7 +290,7 @@ func (c *coordinator) leave(s *session) {
 	defer c.esc.SessionGone(s.id) // after it left c.sessions
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.mtDisconnectLocked(s.mtKey)
+	c.mt.Disconnect(s.mtKey)
 	if c.sessions.Leave(s.id, c.st == stateRunning) {
 		c.requestTeardownLocked()
 	}

@@ -70,7 +70,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	}
 	pidFile := filepath.Join(c.sessionDir(), s.id+".pid")
 	defer os.Remove(pidFile)
-	argv := c.rt.Exec(pjFile, pidFile, c.sb.Container())
+	argv := c.sb.Runtime().Exec(pjFile, pidFile, c.sb.Container())
 	c.timing.Mark("session admitted; starting runsc exec")
 	child, err := c.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "session_exec",
@@ -305,8 +305,8 @@ func (s *session) signalGuestPID(pidFile string, sig unix.Signal, group bool) {
 	}
 	name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
 	if group {
-		c.runscQuiet(c.rt.KillGroup(c.sb.Container(), name, pid))
+		c.runscQuiet(c.sb.Runtime().KillGroup(c.sb.Container(), name, pid))
 		return
 	}
-	c.runscQuiet(c.rt.KillPID(c.sb.Container(), name, pid))
+	c.runscQuiet(c.sb.Runtime().KillPID(c.sb.Container(), name, pid))
 }

@@ -44,8 +44,8 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 		})
 		doc.Participants = parts
 	}
-	if c.rsChild != nil {
-		doc.RuntimeSupervisor = proto.String(c.rsChild.Identity().String())
+	if rs := c.rs.Child(); rs != nil {
+		doc.RuntimeSupervisor = proto.String(rs.Identity().String())
 	}
 	if c.sb != nil {
 		if staged := c.sb.StagedRunsc(); staged != nil {

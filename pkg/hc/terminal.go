@@ -19,7 +19,7 @@ const identifyTimeout = sessionterm.IdentifyTimeout
 // terminalDomain is what a Session Terminal uses of this generation.
 func (c *coordinator) terminalDomain() sessionterm.Domain {
 	return sessionterm.Domain{
-		Broker: c.broker, Runtime: c.rt, Container: c.sb.Container(), Generation: c.generation,
+		Broker: c.broker, Runtime: c.sb.Runtime(), Container: c.sb.Container(), Generation: c.generation,
 		Dir: c.sessionDir(), BaseEnv: c.baseEnv, Rlimits: c.rlimits(),
 		Recorder: c.terminalRecorder(), Timing: c.timing, Log: c.log,
 		Settle: idlemem.SettleSoon, // a session's start is done: HC goes back to relaying

@@ -6,7 +6,8 @@
 //   - Begin writes the publication file CLIs pin (the Trust Anchor's
 //     public part, 0600, by rename) and only then binds the control
 //     socket (0600): a CLI that reaches the socket finds the publication
-//     that authenticates it.
+//     that authenticates it. Accept returns its connections, and Server
+//     runs the socket's TLS (the Trust Anchor's configuration) over one.
 //   - Commit records the publication participant durably once the sandbox
 //     is Committed: Intent → Intent{control socket identity,
 //     configuration fingerprint} → Committed{published at}. The Domain

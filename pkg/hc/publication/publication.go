@@ -1,6 +1,7 @@
 package publication
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,9 @@ type Config struct {
 	Fingerprint string
 	// Socket is the control socket's path, File the publication file's.
 	Socket, File string
+	// TLS is the control socket's server configuration (the generation's
+	// Trust Anchor: its leaf, and the client certificates it accepts).
+	TLS *tls.Config
 	// Now is the time source of the published timestamp; nil means
 	// time.Now.
 	Now func() time.Time
@@ -93,6 +97,12 @@ func (s *Service) Accept() (*net.UnixConn, error) {
 		return nil, net.ErrClosed
 	}
 	return l.AcceptUnix()
+}
+
+// Server returns the server side of TLS over an accepted control
+// connection, with the control socket's configuration.
+func (s *Service) Server(raw net.Conn) *tls.Conn {
+	return tls.Server(raw, s.cfg.TLS)
 }
 
 // Commit records the publication durably: the participant moves Intent →

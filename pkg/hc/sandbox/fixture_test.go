@@ -13,6 +13,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -55,7 +56,7 @@ func newFixture(t *testing.T, wait time.Duration) *fixture {
 	f.self = self.Identity()
 	self.Close()
 	f.s = New(Config{
-		Log: log, Store: f.store, Domain: f.domain, Coordinator: f.self, RunscRoot: root,
+		Log: log, Store: f.store, Domain: f.domain, Coordinator: f.self, Runtime: runsc.Runtime{Root: root},
 		Supervisor:   func() pidfs.Identity { return f.rs },
 		AwaitAbsence: func(id pidfs.Identity) error { return awaitAbsence(id, f.self, wait) },
 		RecoveryWait: wait,

@@ -305,7 +305,7 @@ func plantState(t *testing.T, root, container string, pid int) string {
 func TestReleaseAndCleanWithProof(t *testing.T) {
 	g := newGeneration(t, 200*time.Millisecond)
 	g.start(t)
-	state := plantState(t, g.s.cfg.RunscRoot, g.container, int(g.sbx.id.HostPID))
+	state := plantState(t, g.s.cfg.Runtime.Root, g.container, int(g.sbx.id.HostPID))
 	if err := g.s.Release(); err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func processDone(l *live) (bool, error) {
 func TestRecoverDeadGeneration(t *testing.T) {
 	g := newGeneration(t, 200*time.Millisecond)
 	g.start(t)
-	state := plantState(t, g.s.cfg.RunscRoot, g.container, int(g.gof.id.HostPID))
+	state := plantState(t, g.s.cfg.Runtime.Root, g.container, int(g.gof.id.HostPID))
 	// A new coordinator (another identity in the record: this test's
 	// process stays the recorded coordinator, proven by identity).
 	r := g.s.Recover(1, func() { t.Fatal("proven called while RS lives") })
@@ -431,7 +431,7 @@ func TestRecoverBeforeSandboxReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.sup.ExpectAckOf(o)
-	state := plantState(t, g.s.cfg.RunscRoot, g.container, int(g.sbx.id.HostPID))
+	state := plantState(t, g.s.cfg.Runtime.Root, g.container, int(g.sbx.id.HostPID))
 	g.rs.stop()
 	g.runsc.stop()
 	r := g.s.Recover(1, nil)
@@ -457,7 +457,7 @@ func TestRecoverBeforeSandboxReady(t *testing.T) {
 		t.Fatalf("runsc state not removed: %v", err)
 	}
 	g.s.RemoveRunscRootIfEmpty()
-	if _, err := os.Stat(g.s.cfg.RunscRoot); !os.IsNotExist(err) {
+	if _, err := os.Stat(g.s.cfg.Runtime.Root); !os.IsNotExist(err) {
 		t.Fatalf("empty runsc root kept: %v", err)
 	}
 }

@@ -63,7 +63,7 @@ func (s *Service) ReconcileRunsc(g uint64, container string, slots map[string]pa
 		}
 	}
 	if container != "" {
-		if err := runsc.RemoveState(s.cfg.RunscRoot, container); err != nil {
+		if err := runsc.RemoveState(s.cfg.Runtime.Root, container); err != nil {
 			s.log.Warn("remove runsc state", "container", container, "err", err)
 		}
 	}
@@ -87,12 +87,12 @@ func (s *Service) unrecordedRunscGone(g uint64, container string) string {
 	if gen != nil && gen.BootID != boot {
 		return "" // every process of an earlier boot is gone; no pid is looked up
 	}
-	st, err := runsc.ReadState(s.cfg.RunscRoot, container)
+	st, err := runsc.ReadState(s.cfg.Runtime.Root, container)
 	if errors.Is(err, runsc.ErrNoState) {
 		return "" // no runsc state: runsc stopped its children and removed it, or never created them
 	}
 	if err != nil {
-		return fmt.Sprintf("runsc sandbox/gofer identity never recorded and runsc's state is unreadable (%v): left in %s", err, s.cfg.RunscRoot)
+		return fmt.Sprintf("runsc sandbox/gofer identity never recorded and runsc's state is unreadable (%v): left in %s", err, s.cfg.Runtime.Root)
 	}
 	held, err := pidfs.AwaitLocatorsGone([]int{st.SandboxPID, st.GoferPID}, s.cfg.RecoveryWait)
 	if err != nil {
@@ -106,11 +106,11 @@ func (s *Service) unrecordedRunscGone(g uint64, container string) string {
 		pids[i] = strconv.Itoa(p)
 	}
 	s.log.Error("runsc state names live processes whose identity was never recorded: not signalled, state kept",
-		"recovered_generation", g, "container", container, "pids", strings.Join(pids, ","), "runsc_root", s.cfg.RunscRoot)
+		"recovered_generation", g, "container", container, "pids", strings.Join(pids, ","), "runsc_root", s.cfg.Runtime.Root)
 	return fmt.Sprintf("runsc's state for container %s names live pid %s as its sandbox/gofer, whose pidfs identity was never recorded: "+
 		"not signalled (the number may now be an unrelated process of yours); the runsc state in %s is kept. "+
 		"If `ps -o pid,args -p %s` shows runsc-sandbox or runsc-gofer naming %s, stop it yourself; once the pid is free, the next `lazaret run` in this workspace cleans the record",
-		container, strings.Join(pids, ", "), s.cfg.RunscRoot, strings.Join(pids, ","), container)
+		container, strings.Join(pids, ", "), s.cfg.Runtime.Root, strings.Join(pids, ","), container)
 }
 
 // KeptRunscState lists the container IDs whose runsc state is still in the
@@ -172,7 +172,7 @@ func keptStateFile(name string, keep map[string]bool) bool {
 // would SIGKILL the state file's pids. retained says whether recovery
 // refused generation g; retain reports a new refusal.
 func (s *Service) RecoverStaleState(retained func(g uint64) bool, retain func(g uint64, reason string)) {
-	ids, _ := runsc.StateContainers(s.cfg.RunscRoot)
+	ids, _ := runsc.StateContainers(s.cfg.Runtime.Root)
 	prefix := "lazaret-" + string(s.cfg.Domain) + "-"
 	for _, id := range ids {
 		gs, ok := strings.CutPrefix(id, prefix)
@@ -190,7 +190,7 @@ func (s *Service) RecoverStaleState(retained func(g uint64) bool, retain func(g 
 			// Recovery refused it: the state names what is left.
 		case p != nil && p.Phase == participant.Clean:
 			s.log.Warn("removing runsc state of a Clean generation", "container", id)
-			if err := runsc.RemoveState(s.cfg.RunscRoot, id); err != nil {
+			if err := runsc.RemoveState(s.cfg.Runtime.Root, id); err != nil {
 				s.log.Warn("remove runsc state", "container", id, "err", err)
 			}
 		default:
@@ -204,7 +204,7 @@ func (s *Service) RecoverStaleState(retained func(g uint64) bool, retain func(g 
 // RemoveRunscRootIfEmpty removes runsc's state directory once no state in
 // it is kept.
 func (s *Service) RemoveRunscRootIfEmpty() {
-	if len(KeptRunscState(s.cfg.RunscRoot)) == 0 {
-		os.RemoveAll(s.cfg.RunscRoot)
+	if len(KeptRunscState(s.cfg.Runtime.Root)) == 0 {
+		os.RemoveAll(s.cfg.Runtime.Root)
 	}
 }

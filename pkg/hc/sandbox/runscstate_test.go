@@ -24,7 +24,7 @@ import (
 // call proves absence and removes the state.
 func TestReconcileRunscNeverSignalsStatePids(t *testing.T) {
 	f := newFixture(t, 300*time.Millisecond)
-	s, runtimeDir, root := f.s, f.runtimeDir, f.s.cfg.RunscRoot
+	s, runtimeDir, root := f.s, f.runtimeDir, f.s.cfg.Runtime.Root
 	if err := f.store.Update(func(tx *store.Tx) error {
 		return tx.CreateGeneration(store.NewGeneration{Number: 1, ConfigurationFingerprint: []byte("f"), CoordinatorID: "hc", Coordinator: f.self})
 	}); err != nil {

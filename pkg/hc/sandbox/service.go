@@ -44,8 +44,9 @@ type Config struct {
 	// Coordinator is this coordinator's identity (the record's coordinator
 	// slot).
 	Coordinator pidfs.Identity
-	// RunscRoot is runsc's state directory.
-	RunscRoot string
+	// Runtime is runsc as this generation runs it: its path, global flags
+	// and state directory (Runtime.Root).
+	Runtime runsc.Runtime
 	// Supervisor returns RS's identity once it is spawned.
 	Supervisor func() pidfs.Identity
 	// AwaitAbsence proves a recorded process gone (PidfsRecoveryMatch),
@@ -98,6 +99,15 @@ func New(cfg Config) *Service {
 func (s *Service) Begin(g Generation) {
 	s.gen = g
 	s.container = runsc.ContainerID(string(s.cfg.Domain), g.Number)
+}
+
+// Runtime returns runsc as the generation runs it (the zero Runtime on a
+// nil Service: a coordinator whose store never opened).
+func (s *Service) Runtime() runsc.Runtime {
+	if s == nil {
+		return runsc.Runtime{}
+	}
+	return s.cfg.Runtime
 }
 
 // Container returns the generation's runsc container ID ("" before Begin,

@@ -9,6 +9,7 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hc/supervisor"
 	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 )
 
@@ -162,8 +163,8 @@ func TestSuperviseMessagesRefusesOutOfPhase(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rs := supervisortest.New(t)
-			co := &coordinator{rsChan: rs.HC, log: slog.New(slog.DiscardHandler), st: stateStarting,
-				ready: make(chan struct{}), teardownC: make(chan struct{}), stopped: make(chan struct{})}
+			co := &coordinator{rs: supervisor.OverChannel(rs.HC), log: slog.New(slog.DiscardHandler), st: stateStarting,
+				ready: make(chan struct{}), teardownC: make(chan struct{})}
 			if c.send != nil {
 				rs.Send(c.send)
 			} else {

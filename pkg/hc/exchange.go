@@ -34,14 +34,10 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
-	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/pidfs"
-	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // supervisorPhase is where a generation's HC↔RS exchange stands.
@@ -233,13 +229,13 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 		var m lv1.SupervisorMessage
 		if phase == phaseHello {
 			ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
-			err := c.rsChan.Recv(ctx, &m)
+			err := c.rs.Recv(ctx, &m)
 			cancel()
 			if err != nil {
 				c.setState(stateFailed, fmt.Errorf("runtime supervisor hello: %w", err))
 				return
 			}
-		} else if err := c.rsChan.Recv(context.Background(), &m); err != nil {
+		} else if err := c.rs.Recv(context.Background(), &m); err != nil {
 			c.mu.Lock()
 			stopping := c.st == stateStopping
 			c.mu.Unlock()
@@ -301,7 +297,7 @@ func (c *coordinator) supervisorMessage(m *lv1.SupervisorMessage, hello **lv1.Su
 		if err := c.lower.SupervisorMessage(context.Background(), m, *hello); err != nil {
 			return err
 		}
-		close(c.stopped)
+		c.rs.ReportStopped()
 	}
 	return nil
 }
@@ -320,7 +316,7 @@ func (c *coordinator) supervisorHello(hello *lv1.SupervisorHello, prepared <-cha
 	}
 	failpoint.Hit("lazaret-hc:hello-verified")
 	c.timing.Mark("StartSandbox built")
-	return c.rsChan.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}})
+	return c.rs.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}})
 }
 
 // supervisorReady verifies SandboxReady against what was staged and
@@ -348,7 +344,7 @@ func (c *coordinator) supervisorReady(m *lv1.SupervisorMessage) error {
 	if err := c.sb.Commit(r); err != nil {
 		return err
 	}
-	if err := c.net.Commit(r, c.rsChild.Identity()); err != nil {
+	if err := c.net.Commit(r, c.rs.Identity()); err != nil {
 		return err
 	}
 	if err := c.pub.Commit(); err != nil {
@@ -367,15 +363,8 @@ func (c *coordinator) supervisorReady(m *lv1.SupervisorMessage) error {
 // commitStaged validates RS's StagedProcessOwnership and acknowledges it
 // with an exact echo (CausalChildAcquisitionV1 step 6).
 func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
-	sig := s.Signature
-	unsigned := proto.Clone(s).(*lv1.StagedProcessOwnership)
-	unsigned.Signature = nil
-	payload, err := fdpass.SigningPayload(unsigned)
-	if err != nil {
+	if err := c.rs.VerifyStaged(s); err != nil {
 		return err
-	}
-	if err := trust.Verify(c.rsCred.Claims.PublicKey, trust.RecordStagedProcessOwnership, payload, sig); err != nil {
-		return errdefs.New(errdefs.ErrRefused, "StagedProcessOwnership is not signed by this generation's runtime supervisor credential")
 	}
 	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "git_routing" && c.routing.Wanted() {
 		boot, err := pidfs.CurrentBootID()
@@ -409,7 +398,6 @@ func (c *coordinator) attachRunsc() error {
 	// RS arm the causal edge and release runsc.
 	c.mu.Lock()
 	c.emit("StartSidecar", c.dom())
-	c.mt.sidecar = true
 	c.mu.Unlock()
 	return nil
 }
