@@ -82,7 +82,12 @@ func New(cfg Config) *Service {
 
 // Begin binds the Service to this coordinator's new generation, before
 // RS is spawned.
-func (s *Service) Begin(gen uint64) { s.gen = gen }
+func (s *Service) Begin(gen uint64) {
+	s.gen = gen
+	// Recovery of dead generations precedes Begin; from here on the
+	// role's lines name its generation.
+	s.log = s.cfg.Log.With("generation", gen)
+}
 
 // SupervisorMessage handles the RS reports this role owns: ArtifactReady
 // (acquisition, answered by LeaseRecorded), AnchorsMounted (state_anchor

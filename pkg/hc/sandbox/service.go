@@ -98,6 +98,9 @@ func New(cfg Config) *Service {
 // is spawned, and names its runsc container.
 func (s *Service) Begin(g Generation) {
 	s.gen = g
+	// Recovery of dead generations (logged with recovered_generation)
+	// precedes Begin; from here on the role's lines name its generation.
+	s.log = s.cfg.Log.With("generation", g.Number)
 	s.container = runsc.ContainerID(string(s.cfg.Domain), g.Number)
 }
 

@@ -330,6 +330,10 @@ func (d *Driver) writeInputs(policyFile, credFile *os.File) error {
 	if err != nil {
 		return err
 	}
+	// The generation exists from here on (RS was spawned before it was
+	// recorded): the driver's later lines name it, as the coordinator's
+	// do. Finish and Abort wait for this goroutine before any other use.
+	d.log = d.log.With("generation", in.Generation)
 	if err := fdpass.FillAndSeal(policyFile, in.Policy); err != nil {
 		return err
 	}
