@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -853,16 +852,9 @@ func readCredential(fd int) (credential, error) {
 	if err != nil {
 		return credential{}, err
 	}
-	var f struct {
-		KeySeed              []byte `json:"key_seed"`
-		CoordinatorPublicKey []byte `json:"coordinator_public_key"`
-		DomainID             string `json:"domain_id"`
-		Generation           uint64 `json:"generation"`
-		StorageRoot          string `json:"storage_root"`
-		ImageRef             string `json:"image_ref"`
-	}
-	if err := json.Unmarshal(raw, &f); err != nil || len(f.KeySeed) != ed25519.SeedSize || len(f.CoordinatorPublicKey) != ed25519.PublicKeySize {
-		return credential{}, errdefs.New(errdefs.ErrCorrupt, "malformed runtime supervisor credential")
+	f, err := trust.ParseSupervisorCredentialFile(raw)
+	if err != nil {
+		return credential{}, err
 	}
 	return credential{key: ed25519.NewKeyFromSeed(f.KeySeed), coordinator: ed25519.PublicKey(f.CoordinatorPublicKey), domain: f.DomainID, generation: f.Generation,
 		lower: lowerInputs{storageRoot: f.StorageRoot, imageRef: f.ImageRef, domainID: f.DomainID, generation: f.Generation}}, nil

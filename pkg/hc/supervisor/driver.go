@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,19 +75,6 @@ type Inputs struct {
 	Generation  uint64
 	StorageRoot string
 	ImageRef    string
-}
-
-// CredentialFile is what RS receives in its sealed credential memfd: its
-// own signing key, the coordinator's verification key, the generation it
-// serves and the prepared lower it holds (which StartSandbox names again;
-// RS refuses a difference). pkg/rs reads the same fields.
-type CredentialFile struct {
-	KeySeed              []byte `json:"key_seed"`
-	CoordinatorPublicKey []byte `json:"coordinator_public_key"`
-	DomainID             string `json:"domain_id"`
-	Generation           uint64 `json:"generation"`
-	StorageRoot          string `json:"storage_root"`
-	ImageRef             string `json:"image_ref"`
 }
 
 // Driver is one generation's Runtime Supervisor: its acquisition, begun
@@ -325,7 +311,7 @@ func (d *Driver) launch() error {
 
 // writeInputs seals the network policy and RS's protocol credential into
 // the memfds RS inherited.
-func (d *Driver) writeInputs(policyFile, credFile *os.File) error {
+func (d *Driver) writeInputs(policyFile, credMemfd *os.File) error {
 	in, err := d.cfg.Inputs()
 	if err != nil {
 		return err
@@ -355,9 +341,9 @@ func (d *Driver) writeInputs(policyFile, credFile *os.File) error {
 	d.mu.Lock()
 	d.cred = cred
 	d.mu.Unlock()
-	credJSON, _ := json.Marshal(CredentialFile{KeySeed: rsKey.Seed(), CoordinatorPublicKey: in.Anchor.CoordinatorCredential().Claims.PublicKey,
-		DomainID: in.DomainID, Generation: in.Generation, StorageRoot: in.StorageRoot, ImageRef: in.ImageRef})
-	return fdpass.FillAndSeal(credFile, credJSON)
+	file := trust.SupervisorCredentialFile{KeySeed: rsKey.Seed(), CoordinatorPublicKey: in.Anchor.CoordinatorCredential().Claims.PublicKey,
+		DomainID: in.DomainID, Generation: in.Generation, StorageRoot: in.StorageRoot, ImageRef: in.ImageRef}
+	return fdpass.FillAndSeal(credMemfd, file.Marshal())
 }
 
 // Environ is the Runtime Supervisor's whole environment. It is fixed at

@@ -11,7 +11,6 @@ package supervisor
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -25,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 const (
@@ -63,8 +63,8 @@ func fakeRS(mode string) int {
 	if err != nil {
 		return fail(err)
 	}
-	var cred CredentialFile
-	if err := json.Unmarshal(raw, &cred); err != nil || len(cred.KeySeed) != ed25519.SeedSize {
+	cred, err := trust.ParseSupervisorCredentialFile(raw)
+	if err != nil {
 		return fail(fmt.Errorf("credential: %v", err))
 	}
 	go func() {
