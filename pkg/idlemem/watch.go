@@ -22,10 +22,13 @@ import (
 // (up to hundreds of KiB) or a fault-around window, so a few dozen faults
 // can be MiBs. It polls at intervals from WatchMin, doubling while nothing
 // happens up to WatchMax (an idle process wakes about once a minute), and
-// back to WatchMin after activity; once the process has taken at least
-// BusyFaults faults since the last settle and then at most QuietFaults for
-// a whole interval, it settles. A steadily busy process is never quiet for
-// an interval and is left alone.
+// back to WatchMin after activity (an interval with more than QuietFaults
+// faults). When the process is quiet for a whole interval after activity
+// that took at least BusyFaults faults (counted over its active intervals,
+// and since the last settle), it settles. A steadily busy process is never
+// quiet for an interval and is left alone; a small burst, such as the
+// runtime's own pages faulted back when it wakes after a long sleep, does
+// not count: settling would only see it fault the same pages back again.
 const (
 	WatchMin    = Delay
 	WatchMax    = 64 * time.Second
@@ -68,18 +71,22 @@ func startWatch(log *slog.Logger) {
 type watcher struct {
 	prev     int64         // fault count at the previous poll
 	interval time.Duration // the current poll interval
+	burst    int64         // faults in the active intervals since the last quiet one
 }
 
 // step takes the fault count now and right after the last settle; it
 // reports whether to settle now and how long to wait before the next poll.
 func (w *watcher) step(now, settled int64) (bool, time.Duration) {
-	active := now-w.prev > QuietFaults
+	delta := now - w.prev
 	w.prev = now
-	if active {
+	if delta > QuietFaults {
+		w.burst += delta
 		w.interval = WatchMin
 		return false, w.interval
 	}
-	if now-settled >= BusyFaults {
+	again := w.burst >= BusyFaults && now-settled >= BusyFaults
+	w.burst = 0
+	if again {
 		w.interval = WatchMin
 		return true, w.interval
 	}

@@ -7,7 +7,8 @@ import (
 )
 
 // TestWatcherStep drives the idle watch's decision through quiet backoff,
-// a burst of faults, the settle after it, and trickles that do not count.
+// a burst of faults, the settle after it, and a trickle and small bursts
+// that never count.
 func TestWatcherStep(t *testing.T) {
 	const base = 1000
 	w := watcher{prev: base, interval: WatchMin}
@@ -36,6 +37,22 @@ func TestWatcherStep(t *testing.T) {
 		got, next := w.step(p.faults, settled)
 		if got != p.settle || next != p.interval {
 			t.Fatalf("poll %d at %d faults: settle %v next %v, want %v %v", i, p.faults, got, next, p.settle, p.interval)
+		}
+	}
+	// A trickle of at most QuietFaults per interval never settles, however
+	// many faults it adds up to.
+	w = watcher{prev: base, interval: WatchMin}
+	for f := int64(base); f < base+3*BusyFaults; f += QuietFaults {
+		if again, _ := w.step(f+QuietFaults, base); again {
+			t.Fatalf("settled on a trickle at %d faults", f+QuietFaults)
+		}
+	}
+	// Small bursts, each under BusyFaults, never settle either.
+	w = watcher{prev: base, interval: WatchMin}
+	for f := int64(base); f < base+4*BusyFaults; f += BusyFaults / 2 {
+		w.step(f+BusyFaults/2, base)
+		if again, _ := w.step(f+BusyFaults/2, base); again {
+			t.Fatalf("settled on a small burst at %d faults", f+BusyFaults/2)
 		}
 	}
 	w = watcher{interval: WatchMax}
