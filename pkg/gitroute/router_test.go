@@ -96,6 +96,20 @@ func TestRouterIgnoredWorkspaceState(t *testing.T) {
 	write(t, filepath.Join(mnt, ".env"), "SANDBOX\n")
 	write(t, filepath.Join(mnt, "src/new.go"), "package main // new\n")
 	write(t, filepath.Join(mnt, "tracked.log"), "edited\n")
+	// One write and one read larger than MaxWrite: the kernel splits them
+	// into requests of at most MaxWrite, which the router reassembles.
+	big := make([]byte, 3*MaxWrite+12345)
+	for i := range big {
+		big[i] = byte(i*7 + i/4096)
+	}
+	write(t, filepath.Join(mnt, "src/big.bin"), string(big))
+	if b, err := os.ReadFile(filepath.Join(ws, "src/big.bin")); err != nil || string(b) != string(big) {
+		t.Errorf("large write through the router: %d bytes on the host (%v), want %d", len(b), err, len(big))
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "src/big.bin")); err != nil || string(b) != string(big) {
+		t.Errorf("large read through the router: %d bytes (%v), want %d", len(b), err, len(big))
+	}
+	os.Remove(filepath.Join(mnt, "src/big.bin"))
 	ents, _ := os.ReadDir(mnt)
 	var names []string
 	for _, e := range ents {

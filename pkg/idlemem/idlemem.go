@@ -46,14 +46,17 @@ var (
 // SettleSoon call: a process calls it where it goes idle (a Domain
 // published, a session started), and what still runs right after that
 // point (the first output relayed, records written) neither waits for the
-// collection nor faults back in what Settle just unmapped.
+// collection nor faults back in what Settle just unmapped. The first call
+// also starts the process's idle watch (see WatchMin), which settles again
+// after later activity.
 func SettleSoon(log *slog.Logger) {
 	soonMu.Lock()
 	defer soonMu.Unlock()
 	if soonTimer != nil {
 		soonTimer.Stop()
 	}
-	soonTimer = time.AfterFunc(Delay, func() { settle(log) })
+	soonTimer = time.AfterFunc(Delay, func() { settleMarked(log) })
+	startWatch(log)
 }
 
 // settle is Settle (a test counts the calls).

@@ -146,6 +146,7 @@ func exeReadOnlyRSS(t *testing.T, pid int) int {
 // TestSettleSoonCoalesces: calls in quick succession settle once, Delay
 // after the last one.
 func TestSettleSoonCoalesces(t *testing.T) {
+	watchOnce.Do(func() {}) // no idle watch: it would settle on its own
 	calls := make(chan time.Time, 8)
 	settle = func(*slog.Logger) Result { calls <- time.Now(); return Result{} }
 	defer func() { settle = Settle }()

@@ -979,3 +979,54 @@ func TestReleaseAndClean(t *testing.T) {
 		return nil
 	}))
 }
+
+// The store is sized for its few KiB of records: many generations of
+// writes flush the small memtable to tables that reopen intact, and the
+// store directory stays far below pebble's default footprint (a WAL
+// preallocated to 1.1 × 4 MiB on disk).
+func TestSizedForSmallStore(t *testing.T) {
+	e := newEnv(t, nil)
+	s := e.open(t)
+	for n := uint64(1); n <= 20; n++ {
+		startGeneration(t, s, n)
+		teardownGeneration(t, s, n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var blocks int64
+	dir := filepath.Join(e.root, Dir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := 0
+	for _, d := range ents {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, d.Name()), &st); err != nil {
+			t.Fatal(err)
+		}
+		blocks += st.Blocks
+		if strings.HasSuffix(d.Name(), ".sst") {
+			tables++
+		}
+	}
+	if on := blocks * 512; on > 1<<20 {
+		t.Errorf("store occupies %d bytes on disk, want at most 1 MiB", on)
+	}
+	if tables == 0 {
+		t.Errorf("20 generations never flushed the %d-byte memtable", MemTableSize)
+	}
+	s = e.open(t)
+	defer s.Close()
+	ok(t, "view", s.View(func(tx *Tx) error {
+		ps, err := tx.Participants(20)
+		if err != nil {
+			return err
+		}
+		if len(ps) == 0 {
+			t.Error("generation 20's participants lost across flushes")
+		}
+		return nil
+	}))
+}
