@@ -473,10 +473,14 @@ func countTrash(st *store) (int, error) {
 	return len(n), err
 }
 
-// PurgeTrash deletes reclaimed trees. It must run as namespace root of the
-// user's full-map user namespace (the Runtime Supervisor), where the
-// subordinate-uid files can be removed.
-func PurgeTrash(storageRoot string) (int, error) {
+// PurgeTrash deletes reclaimed trees and returns how many it deleted. It
+// must run as namespace root of the user's full-map user namespace (the
+// Runtime Supervisor, or the state-maintenance role `lazaret gc` runs),
+// where the subordinate-uid files can be removed. It stops before the next
+// directory entry once ctx is done and returns ctx's error (wrapped): what
+// it deleted stays deleted, the rest stays in the trash for the next call.
+// Two concurrent calls may delete one trash.
+func PurgeTrash(ctx context.Context, storageRoot string) (int, error) {
 	st, err := openStore(storageRoot, false)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
@@ -497,15 +501,17 @@ func PurgeTrash(storageRoot string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	deleted := 0
 	for _, n := range names {
 		if !strings.HasPrefix(n, idPrefix) && !isQuarantine(n) {
 			continue // only what gc or a prepare intent put there
 		}
-		if err := removeAllAt(tfd, n); err != nil {
-			return 0, fmt.Errorf("delete reclaimed %s: %w", n, err)
+		if err := removeAllAtCtx(ctx, tfd, n); err != nil {
+			return deleted, fmt.Errorf("delete reclaimed %s: %w", n, err)
 		}
+		deleted++
 	}
-	return len(names), nil
+	return deleted, nil
 }
 
 func dirNames(dirfd int) ([]string, error) {

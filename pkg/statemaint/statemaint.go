@@ -220,7 +220,7 @@ func Main(args []string) int {
 		out = res
 	case OpPurge:
 		res := PurgeResult{Version: ReportVersion}
-		res.Deleted, err = removal.PurgeTrash(*storageRoot, os.Getuid())
+		res.Deleted, err = removal.PurgeTrash(context.Background(), *storageRoot, os.Getuid())
 		out = res
 	case OpProfileSizes:
 		res := ProfileSizesResult{Version: ReportVersion}
