@@ -25,7 +25,9 @@ import (
 // half-deleted tree is never visible as an artifact). A holder re-checks,
 // after locking, that the directory it locked is still prepared/<id>.
 // Deleting the trash (subordinate-uid files) happens inside the user
-// namespace, in the next Runtime Supervisor (PurgeTrash).
+// namespace (PurgeTrash): by `lazaret gc` itself, through lazaret-rs's
+// state-maintenance role, and by every Runtime Supervisor in the background
+// (cancelled at its exit; what is left waits for the next one).
 //
 //	prepared/
 //	  .used/<id>      mtime = last time a Runtime Supervisor held the artifact
@@ -147,7 +149,9 @@ type GCResult struct {
 	// Recovered lists interrupted reclamations and abandoned prepare
 	// intents settled before deciding.
 	Recovered []string `json:"recovered,omitempty"`
-	// TrashEntries wait for deletion in the next Runtime Supervisor.
+	// TrashEntries wait for deletion: by `lazaret gc` itself in the user
+	// namespace (PurgeTrash through the state-maintenance role), or else
+	// by the next Runtime Supervisor.
 	TrashEntries int `json:"trash_entries"`
 }
 
@@ -157,8 +161,8 @@ type GCResult struct {
 // (its preparation lock held), or anything in prepared/ that is not a valid
 // artifact (foreign trees are reported and kept). A staging tree whose
 // intent's preparer is gone is quarantined through that intent. Deletion
-// (subordinate-uid files) happens in the next Runtime Supervisor, inside
-// the user namespace (PurgeTrash).
+// (subordinate-uid files) happens inside the user namespace (PurgeTrash):
+// `lazaret gc` runs it right after GC, a Runtime Supervisor at its start.
 func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, error) {
 	return gc(storageRoot, p, dryRun, now, hooks{})
 }
@@ -461,6 +465,21 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 	}
 	h.gcHit("removed")
 	return nil
+}
+
+// TrashEntries counts the entries of storageRoot's prepared trash: what gc
+// reclaimed and a settled prepare intent quarantined, waiting for
+// PurgeTrash. A missing Storage Root or trash counts none.
+func TrashEntries(storageRoot string) (int, error) {
+	st, err := openStore(storageRoot, false)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	defer st.close()
+	return countTrash(st)
 }
 
 func countTrash(st *store) (int, error) {
