@@ -220,15 +220,21 @@ func (s *supervisor) holdLower(in lowerInputs) (prepare.Artifact, error) {
 			return prepare.Artifact{}, err
 		}
 		s.lowerUse = use
-		s.purged = make(chan struct{})
-		ctx, cancel := context.WithCancel(context.Background())
-		s.stopPurge = cancel
-		go func() {
-			defer close(s.purged)
-			s.purgeTrash(ctx, in.storageRoot)
-		}()
+		s.startPurge(in.storageRoot)
 		return art, nil
 	}
+}
+
+// startPurge deletes the trash of storageRoot in the background, until
+// awaitPurge stops it.
+func (s *supervisor) startPurge(storageRoot string) {
+	s.purged = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopPurge = cancel
+	go func() {
+		defer close(s.purged)
+		s.purgeTrash(ctx, storageRoot)
+	}()
 }
 
 // purgeTrash deletes the reclaimed prepared trees and what an interrupted
@@ -236,7 +242,7 @@ func (s *supervisor) holdLower(in lowerInputs) (prepare.Artifact, error) {
 func (s *supervisor) purgeTrash(ctx context.Context, storageRoot string) {
 	n, err := prepare.PurgeTrash(ctx, storageRoot)
 	switch {
-	case ctx.Err() != nil:
+	case errors.Is(err, context.Canceled):
 		s.log.Info("deletion of reclaimed prepared artifacts stopped at exit; the next start continues", "count", n)
 		return
 	case err != nil:
@@ -249,7 +255,7 @@ func (s *supervisor) purgeTrash(ctx context.Context, storageRoot string) {
 	// subordinate-id files.
 	n, err = removal.PurgeTrash(ctx, storageRoot, os.Getuid())
 	switch {
-	case ctx.Err() != nil:
+	case errors.Is(err, context.Canceled):
 		s.log.Info("deletion of what lazaret rm moved aside stopped at exit; the next start continues", "count", n)
 	case err != nil:
 		s.log.Warn("deleting what lazaret rm moved aside", "err", err)
