@@ -162,9 +162,9 @@ Examples:
 }
 
 // purgeReclaimed deletes the reclaimed trees waiting in the prepared trash
-// of storageRoot (trash entries of them) in your user namespace, through
-// lazaret-rs's state-maintenance role, and returns how many it deleted and
-// how many entries are left. Nothing holds a trash entry, so this is safe
+// of storageRoot (which held entries of them) in your user namespace,
+// through lazaret-rs's state-maintenance role, and returns how many it
+// deleted and how many entries are left. Nothing holds a trash entry, so this is safe
 // while Domains run (their Runtime Supervisors delete the same trash). A
 // failure is reported, not returned: the next Runtime Supervisor deletes
 // what is left.
