@@ -157,8 +157,10 @@
 //     re-prepares otherwise) and touches `prepared/.used/<id>`. GC takes
 //     `flock(LOCK_EX|LOCK_NB)` on each artifact; a held one is never touched; an
 //     unheld one is reclaimed by policy (`--keep` most recently used, `--min-age`,
-//     `--max-size` budget) with one rename into `prepared/.trash`, deleted by the
-//     next RS in the user namespace. A staging tree is touched only through its
+//     `--max-size` budget) with one rename into `prepared/.trash`, then deleted
+//     in the user namespace by gc itself (lazaret-rs's state-maintenance role,
+//     `statemaint.PurgePreparedTrash`) or, failing that, by the next RS (in the
+//     background, cancelled at its exit so teardown never waits). A staging tree is touched only through its
 //     durable prepare intent and only once `flock(LOCK_EX|LOCK_NB)` on the exact
 //     lock inode the intent names succeeds (no live preparer, whatever its pid):
 //     it is then quarantined into `.trash/stg-<name>` (or, if the tree was

@@ -25,7 +25,9 @@ import (
 // half-deleted tree is never visible as an artifact). A holder re-checks,
 // after locking, that the directory it locked is still prepared/<id>.
 // Deleting the trash (subordinate-uid files) happens inside the user
-// namespace, in the next Runtime Supervisor (PurgeTrash).
+// namespace (PurgeTrash): by `lazaret gc` itself, through lazaret-rs's
+// state-maintenance role, and by every Runtime Supervisor in the background
+// (cancelled at its exit; what is left waits for the next one).
 //
 //	prepared/
 //	  .used/<id>      mtime = last time a Runtime Supervisor held the artifact
@@ -147,7 +149,9 @@ type GCResult struct {
 	// Recovered lists interrupted reclamations and abandoned prepare
 	// intents settled before deciding.
 	Recovered []string `json:"recovered,omitempty"`
-	// TrashEntries wait for deletion in the next Runtime Supervisor.
+	// TrashEntries wait for deletion: by `lazaret gc` itself in the user
+	// namespace (PurgeTrash through the state-maintenance role), or else
+	// by the next Runtime Supervisor.
 	TrashEntries int `json:"trash_entries"`
 }
 
@@ -157,8 +161,8 @@ type GCResult struct {
 // (its preparation lock held), or anything in prepared/ that is not a valid
 // artifact (foreign trees are reported and kept). A staging tree whose
 // intent's preparer is gone is quarantined through that intent. Deletion
-// (subordinate-uid files) happens in the next Runtime Supervisor, inside
-// the user namespace (PurgeTrash).
+// (subordinate-uid files) happens inside the user namespace (PurgeTrash):
+// `lazaret gc` runs it right after GC, a Runtime Supervisor at its start.
 func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, error) {
 	return gc(storageRoot, p, dryRun, now, hooks{})
 }
@@ -463,6 +467,21 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 	return nil
 }
 
+// TrashEntries counts the entries of storageRoot's prepared trash: what gc
+// reclaimed and a settled prepare intent quarantined, waiting for
+// PurgeTrash. A missing Storage Root or trash counts none.
+func TrashEntries(storageRoot string) (int, error) {
+	st, err := openStore(storageRoot, false)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	defer st.close()
+	return countTrash(st)
+}
+
 func countTrash(st *store) (int, error) {
 	tfd, err := openBeneath(st.preparedFD, trashDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
@@ -473,10 +492,14 @@ func countTrash(st *store) (int, error) {
 	return len(n), err
 }
 
-// PurgeTrash deletes reclaimed trees. It must run as namespace root of the
-// user's full-map user namespace (the Runtime Supervisor), where the
-// subordinate-uid files can be removed.
-func PurgeTrash(storageRoot string) (int, error) {
+// PurgeTrash deletes reclaimed trees and returns how many it deleted. It
+// must run as namespace root of the user's full-map user namespace (the
+// Runtime Supervisor, or the state-maintenance role `lazaret gc` runs),
+// where the subordinate-uid files can be removed. It stops before the next
+// directory entry once ctx is done and returns ctx's error (wrapped): what
+// it deleted stays deleted, the rest stays in the trash for the next call.
+// Two concurrent calls may delete one trash.
+func PurgeTrash(ctx context.Context, storageRoot string) (int, error) {
 	st, err := openStore(storageRoot, false)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
@@ -497,15 +520,17 @@ func PurgeTrash(storageRoot string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	deleted := 0
 	for _, n := range names {
 		if !strings.HasPrefix(n, idPrefix) && !isQuarantine(n) {
 			continue // only what gc or a prepare intent put there
 		}
-		if err := removeAllAt(tfd, n); err != nil {
-			return 0, fmt.Errorf("delete reclaimed %s: %w", n, err)
+		if err := removeAllAtCtx(ctx, tfd, n); err != nil {
+			return deleted, fmt.Errorf("delete reclaimed %s: %w", n, err)
 		}
+		deleted++
 	}
-	return len(names), nil
+	return deleted, nil
 }
 
 func dirNames(dirfd int) ([]string, error) {

@@ -80,5 +80,5 @@ func TestGCRespectsCatalogLeases(t *testing.T) {
 	if res, err := GC(root, policy, false, time.Now()); err != nil || len(res.Entries) != 1 || res.Entries[0].Action != "reclaimed" {
 		t.Fatalf("unrecorded artifact %s: %+v %v", b.ID, res, err)
 	}
-	PurgeTrash(root)
+	PurgeTrash(context.Background(), root)
 }

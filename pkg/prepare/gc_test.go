@@ -66,7 +66,7 @@ func TestGCRespectsHolds(t *testing.T) {
 	if _, err := Hold(root, a.ID); !errors.Is(err, ErrGone) {
 		t.Fatalf("hold of a reclaimed artifact: %v", err)
 	}
-	if n, err := PurgeTrash(root); n != 1 || err != nil {
+	if n, err := PurgeTrash(context.Background(), root); n != 1 || err != nil {
 		t.Fatalf("purge %d %v", n, err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "prepared", trashDir)); len(ents) != 0 {

@@ -200,7 +200,7 @@ func TestGCDecisionsOnStagingTrees(t *testing.T) {
 	if len(trash) != 1 || trash[0].Name() != "stg-dead" {
 		t.Fatalf("trash: %v", trash)
 	}
-	if n, err := PurgeTrash(root); err != nil || n != 1 {
+	if n, err := PurgeTrash(context.Background(), root); err != nil || n != 1 {
 		t.Fatalf("purge: %d %v", n, err)
 	}
 	if _, err := os.Stat(filepath.Join(root, preparedDir, "foreign")); err != nil {
@@ -359,7 +359,7 @@ func TestCrashAtEachPrepareStep(t *testing.T) {
 				if n := stagingEntries(t, root); len(n) != 0 {
 					t.Errorf("staging left: %v", n)
 				}
-				PurgeTrash(root)
+				PurgeTrash(context.Background(), root)
 				if ents, _ := os.ReadDir(filepath.Join(root, preparedDir, trashDir)); len(ents) != 0 {
 					t.Errorf("trash left: %v", ents)
 				}

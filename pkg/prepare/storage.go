@@ -1,6 +1,7 @@
 package prepare
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -262,6 +263,16 @@ func (st *store) publish(s *staging, id string) (won bool, err error) {
 // removeAllAt removes name (a file or a whole tree) beneath dirfd without
 // following symlinks.
 func removeAllAt(dirfd int, name string) error {
+	return removeAllAtCtx(context.Background(), dirfd, name)
+}
+
+// removeAllAtCtx is removeAllAt that stops before the next directory entry
+// once ctx is done and returns ctx's error: what it deleted stays deleted,
+// the rest stays in place for a later call to finish.
+func removeAllAtCtx(ctx context.Context, dirfd int, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	err := unix.Unlinkat(dirfd, name, 0)
 	if err == nil || errors.Is(err, unix.ENOENT) {
 		return nil
@@ -283,7 +294,7 @@ func removeAllAt(dirfd int, name string) error {
 		return err
 	}
 	for _, n := range names {
-		if err := removeAllAt(fd, n); err != nil {
+		if err := removeAllAtCtx(ctx, fd, n); err != nil {
 			f.Close()
 			return err
 		}

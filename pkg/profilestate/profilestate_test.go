@@ -1,6 +1,7 @@
 package profilestate
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -118,7 +119,7 @@ func TestPrepareListSizesDiscard(t *testing.T) {
 	if found, err := Discard(root, "claude", "/home/agent/.claude", time.Now()); err != nil || found {
 		t.Fatalf("second discard: %v %v", found, err)
 	}
-	if n, err := removal.PurgeTrash(root, 0); err != nil || n != 1 {
+	if n, err := removal.PurgeTrash(context.Background(), root, 0); err != nil || n != 1 {
 		t.Fatalf("purge: %d %v", n, err)
 	}
 	if gs, _ := List(root, "claude"); !reflect.DeepEqual(gs, []string{"/srv/other"}) {

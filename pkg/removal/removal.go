@@ -41,6 +41,7 @@
 package removal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -244,6 +245,13 @@ func (r *Root) TrashEntries() (int, error) {
 // Preconditions: namespace root of the developer's user namespace when the
 // trash may hold subordinate-id files (any Storage Root trash).
 func (r *Root) Purge() (int, error) {
+	return r.PurgeContext(context.Background())
+}
+
+// PurgeContext is Purge that stops before the next directory entry once
+// ctx is done, with how many entries it deleted and ctx's error (wrapped);
+// the rest stays in the trash for a later Purge.
+func (r *Root) PurgeContext(ctx context.Context) (int, error) {
 	tfd, err := statetree.OpenDir(r.fd, TrashDir)
 	if errors.Is(err, unix.ENOENT) {
 		return 0, nil
@@ -252,9 +260,9 @@ func (r *Root) Purge() (int, error) {
 		return 0, err
 	}
 	defer unix.Close(tfd)
-	n, err := statetree.Purge(tfd)
+	n, err := statetree.PurgeContext(ctx, tfd)
 	if err != nil {
-		return 0, fmt.Errorf("delete the trash of %s: %w", r.path, err)
+		return n, fmt.Errorf("delete the trash of %s: %w", r.path, err)
 	}
 	return n, nil
 }
@@ -282,17 +290,18 @@ func (r *Root) RemoveIfEmpty() (bool, error) {
 }
 
 // PurgeTrash deletes the trash of the Storage Root storageRoot (owned by
-// uid: 0 as namespace root) and returns how many entries it held; a
-// missing Storage Root or trash is nothing to do.
+// uid: 0 as namespace root) and returns how many entries it deleted; a
+// missing Storage Root or trash is nothing to do. Once ctx is done it stops
+// before the next directory entry (Root.PurgeContext).
 //
 // Preconditions: namespace root of the developer's user namespace.
-func PurgeTrash(storageRoot string, uid int) (int, error) {
+func PurgeTrash(ctx context.Context, storageRoot string, uid int) (int, error) {
 	r, found, err := Open(storageRoot, uid)
 	if err != nil || !found {
 		return 0, err
 	}
 	defer r.Close()
-	return r.Purge()
+	return r.PurgeContext(ctx)
 }
 
 // RemoveImages removes the built images, dataDir/images (dataDir is

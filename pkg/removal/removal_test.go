@@ -1,6 +1,7 @@
 package removal
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -101,14 +102,14 @@ func TestMoveDomainThenPurge(t *testing.T) {
 	if _, moved, err := r.MoveDomain(id, nil, time.Now()); err != nil || moved {
 		t.Fatalf("second move: %v %v", moved, err)
 	}
-	n, err := PurgeTrash(sr, os.Getuid())
+	n, err := PurgeTrash(context.Background(), sr, os.Getuid())
 	if err != nil || n != 1 {
 		t.Fatalf("purge: %d %v", n, err)
 	}
 	if got := names(t, filepath.Join(sr, TrashDir)); len(got) != 0 {
 		t.Fatalf("trash still holds %v", got)
 	}
-	if n, err := PurgeTrash(sr, os.Getuid()); err != nil || n != 0 {
+	if n, err := PurgeTrash(context.Background(), sr, os.Getuid()); err != nil || n != 0 {
 		t.Fatalf("purge of an empty trash: %d %v", n, err)
 	}
 }

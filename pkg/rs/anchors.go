@@ -220,38 +220,68 @@ func (s *supervisor) holdLower(in lowerInputs) (prepare.Artifact, error) {
 			return prepare.Artifact{}, err
 		}
 		s.lowerUse = use
-		s.purged = make(chan struct{})
-		go func() {
-			defer close(s.purged)
-			if n, err := prepare.PurgeTrash(in.storageRoot); err != nil {
-				s.log.Warn("deleting reclaimed prepared artifacts", "err", err)
-			} else if n > 0 {
-				s.log.Info("deleted reclaimed prepared artifacts", "count", n)
-			}
-			// What an interrupted `lazaret rm` moved aside (Domain Roots,
-			// prepared trees, the catalog): only namespace root can
-			// delete its subordinate-id files.
-			if n, err := removal.PurgeTrash(in.storageRoot, os.Getuid()); err != nil {
-				s.log.Warn("deleting what lazaret rm moved aside", "err", err)
-			} else if n > 0 {
-				s.log.Info("deleted what an interrupted lazaret rm moved aside", "count", n)
-			}
-		}()
+		s.startPurge(in.storageRoot)
 		return art, nil
 	}
 }
 
-// awaitPurge gives the background deletion of reclaimed artifacts a
-// bounded time to finish before RS exits (an unfinished one continues next
-// time).
+// startPurge deletes the trash of storageRoot in the background, until
+// awaitPurge stops it.
+func (s *supervisor) startPurge(storageRoot string) {
+	s.purged = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopPurge = cancel
+	go func() {
+		defer close(s.purged)
+		s.purgeTrash(ctx, storageRoot)
+	}()
+}
+
+// purgeTrash deletes the reclaimed prepared trees and what an interrupted
+// `lazaret rm` moved aside, until ctx is cancelled at RS's exit.
+func (s *supervisor) purgeTrash(ctx context.Context, storageRoot string) {
+	n, err := prepare.PurgeTrash(ctx, storageRoot)
+	switch {
+	case errors.Is(err, context.Canceled):
+		s.log.Info("deletion of reclaimed prepared artifacts stopped at exit; the next start continues", "count", n)
+		return
+	case err != nil:
+		s.log.Warn("deleting reclaimed prepared artifacts", "err", err)
+	case n > 0:
+		s.log.Info("deleted reclaimed prepared artifacts", "count", n)
+	}
+	// What an interrupted `lazaret rm` moved aside (Domain Roots, prepared
+	// trees, the catalog): only namespace root can delete its
+	// subordinate-id files.
+	n, err = removal.PurgeTrash(ctx, storageRoot, os.Getuid())
+	switch {
+	case errors.Is(err, context.Canceled):
+		s.log.Info("deletion of what lazaret rm moved aside stopped at exit; the next start continues", "count", n)
+	case err != nil:
+		s.log.Warn("deleting what lazaret rm moved aside", "err", err)
+	case n > 0:
+		s.log.Info("deleted what an interrupted lazaret rm moved aside", "count", n)
+	}
+}
+
+// purgeStopBound bounds how long RS's exit waits for the background
+// deletion, once cancelled, to finish the directory entry in progress.
+const purgeStopBound = 2 * time.Second
+
+// awaitPurge stops the background deletion of reclaimed artifacts at RS's
+// exit: the Domain's teardown (its lock, the next run in the workspace)
+// never waits for garbage. The deletion stops before its next directory
+// entry; what it deleted stays deleted, the rest stays in the trash for the
+// next start (or `lazaret gc`, `lazaret rm`).
 func (s *supervisor) awaitPurge() {
 	if s.purged == nil {
 		return
 	}
+	s.stopPurge()
 	select {
 	case <-s.purged:
-	case <-time.After(30 * time.Second):
-		s.log.Warn("reclaimed prepared artifacts still being deleted at exit; the next start continues")
+	case <-time.After(purgeStopBound):
+		s.log.Warn("deletion of reclaimed trees did not stop in time at exit; the next start continues", "bound", purgeStopBound)
 	}
 }
 

@@ -191,6 +191,7 @@ type supervisor struct {
 	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
 	held      *heldLower             // the hold begun before StartSandbox (joinLower)
 	purged    chan struct{}          // closed when reclaimed artifacts are deleted
+	stopPurge context.CancelFunc     // stops that deletion (awaitPurge)
 	routing   *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
 	kids      *runscChildren         // the attached runsc's sandbox and gofer, once proven
 	routed    *lv1.GitRoutingReady

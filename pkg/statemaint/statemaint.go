@@ -3,17 +3,18 @@
 // verification of State Anchors and Ignored Workspace State (`state
 // verify`, `state ignored verify`), the Ignored Workspace State reset
 // (`state ignored reset`), the deletion of the Storage Root's trash
-// (`lazaret rm`) and the export of a recipe build's State Anchors as an
-// image layer (`lazaret image build`).
+// (`lazaret rm`) and of the prepared images `lazaret gc` reclaimed, and the
+// export of a recipe build's State Anchors as an image layer (`lazaret
+// image build`).
 //
 // State trees hold files of the developer's subordinate ids, often in
 // private directories the host user can neither read nor move to another
-// directory nor delete. The CLI (Verify, ResetIgnored, PurgeTrash)
-// therefore spawns the hidden role Arg of lazaret-rs through its broker in
-// a new user namespace whose map it writes with newuidmap/newgidmap before
-// releasing the launch barrier; the role (Main) acts as namespace root with
-// packages statetree, anchor, ignoredstate and removal and prints a
-// versioned JSON result on stdout.
+// directory nor delete. The CLI (Verify, ResetIgnored, PurgeTrash,
+// PurgePreparedTrash) therefore spawns the hidden role Arg of lazaret-rs
+// through its broker in a new user namespace whose map it writes with
+// newuidmap/newgidmap before releasing the launch barrier; the role (Main)
+// acts as namespace root with packages statetree, anchor, ignoredstate,
+// removal and prepare and prints a versioned JSON result on stdout.
 //
 // The map leaves namespace id 65534 unmapped:
 //
@@ -53,6 +54,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/removal"
@@ -71,6 +73,10 @@ const (
 	// trees `lazaret rm` moved aside. It takes --storage-root instead of
 	// --domain-root.
 	OpPurge = "purge"
+	// OpPurgePrepared deletes the reclaimed prepared images waiting in the
+	// Storage Root's prepared/.trash (prepare.PurgeTrash): what `lazaret
+	// gc` moved aside. It takes --storage-root instead of --domain-root.
+	OpPurgePrepared = "purge-prepared"
 	// OpExportLayer writes the State Anchors' changes as one OCI layer tar
 	// on stdout (anchor.ExportLayer, owners as guest ids) and its
 	// ExportResult on descriptor 3: a recipe build's commit.
@@ -220,7 +226,11 @@ func Main(args []string) int {
 		out = res
 	case OpPurge:
 		res := PurgeResult{Version: ReportVersion}
-		res.Deleted, err = removal.PurgeTrash(*storageRoot, os.Getuid())
+		res.Deleted, err = removal.PurgeTrash(context.Background(), *storageRoot, os.Getuid())
+		out = res
+	case OpPurgePrepared:
+		res := PurgeResult{Version: ReportVersion}
+		res.Deleted, err = prepare.PurgeTrash(context.Background(), *storageRoot)
 		out = res
 	case OpProfileSizes:
 		res := ProfileSizesResult{Version: ReportVersion}
@@ -268,7 +278,7 @@ func Main(args []string) int {
 
 // checkArgs checks the role's arguments for op.
 func checkArgs(op, domainRoot, storageRoot string, count uint) error {
-	if op == OpPurge || op == OpProfileSizes || op == OpDiskUsage {
+	if op == OpPurge || op == OpPurgePrepared || op == OpProfileSizes || op == OpDiskUsage {
 		if storageRoot == "" || !filepath.IsAbs(storageRoot) || domainRoot != "" {
 			return errdefs.New(errdefs.ErrInvalid, "--op=%s takes --storage-root (absolute) and no --domain-root", op)
 		}
@@ -437,6 +447,26 @@ func ResetIgnored(ctx context.Context, rsPath, domainRoot, rel string, all bool)
 // nothing uses it.
 func PurgeTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
 	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpPurge)
+	if err != nil {
+		return 0, err
+	}
+	var r PurgeResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		return 0, err
+	}
+	return r.Deleted, nil
+}
+
+// PurgePreparedTrash deletes the prepared images `lazaret gc` reclaimed
+// (moved into the Storage Root storageRoot's prepared/.trash) in the
+// developer's user namespace, where their subordinate-id files can be
+// deleted (prepare.PurgeTrash), and returns how many it deleted.
+//
+// Preconditions: none; what is in that trash was moved there by gc or a
+// settled prepare intent, so nothing holds it, and a Runtime Supervisor
+// deleting the same trash meanwhile is harmless.
+func PurgePreparedTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
+	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpPurgePrepared)
 	if err != nil {
 		return 0, err
 	}

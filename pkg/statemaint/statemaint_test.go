@@ -61,6 +61,9 @@ func TestCheckArgs(t *testing.T) {
 		{OpPurge, "", "", 0, false},
 		{OpPurge, "", "relative", 0, false},
 		{OpPurge, "/s/lazaret/domains/x", "/s/lazaret", 0, false},
+		{OpPurgePrepared, "", "/s/lazaret", 0, true},
+		{OpPurgePrepared, "", "relative", 0, false},
+		{OpPurgePrepared, "/s/lazaret/domains/x", "", 65536, false},
 		{OpVerify, "/s/lazaret/domains/x", "", 65536, true},
 		{OpVerify, "/s/lazaret/domains/x", "", 0, false},
 		{OpVerify, "", "/s/lazaret", 65536, false},
@@ -125,6 +128,46 @@ func TestMainPurge(t *testing.T) {
 				t.Errorf("%v: exit %d", args, code)
 			}
 		})
+	}
+}
+
+// TestMainPurgePrepared runs the role's purge-prepared operation in this
+// process: it deletes the reclaimed trees of prepared/.trash (what gc moved
+// aside), leaves a foreign trash entry, a published artifact and the
+// removal trash alone, and prints how many it deleted.
+func TestMainPurgePrepared(t *testing.T) {
+	sr := filepath.Join(t.TempDir(), "lazaret")
+	for _, d := range []string{"prepared/.staging", "prepared/pl-live/rootfs/etc", "prepared/.trash/pl-a.1/rootfs/usr/bin", "prepared/.trash/pl-b.2/rootfs", "prepared/.trash/foreign", removal.TrashDir + "/domain-a.1"} {
+		if err := os.MkdirAll(filepath.Join(sr, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := captureStdout(t, func() {
+		if code := Main([]string{"--op=" + OpPurgePrepared, "--storage-root=" + sr}); code != 0 {
+			t.Errorf("purge-prepared: exit %d", code)
+		}
+	})
+	var r PurgeResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil || r.Deleted != 2 {
+		t.Fatalf("result %q: %+v %v", out, r, err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(sr, "prepared/.trash"))
+	if len(ents) != 1 || ents[0].Name() != "foreign" {
+		t.Fatalf("prepared trash after the purge: %v, want only the foreign entry", ents)
+	}
+	for _, d := range []string{"prepared/pl-live/rootfs/etc", removal.TrashDir + "/domain-a.1"} {
+		if _, err := os.Stat(filepath.Join(sr, d)); err != nil {
+			t.Fatalf("the purge touched %s: %v", d, err)
+		}
+	}
+	// No Storage Root yet: nothing to delete.
+	out = captureStdout(t, func() {
+		if code := Main([]string{"--op=" + OpPurgePrepared, "--storage-root=" + filepath.Join(t.TempDir(), "none")}); code != 0 {
+			t.Errorf("purge-prepared without a Storage Root: exit %d", code)
+		}
+	})
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil || r.Deleted != 0 {
+		t.Fatalf("result %q: %+v %v", out, r, err)
 	}
 }
 

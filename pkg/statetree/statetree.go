@@ -23,6 +23,7 @@
 package statetree
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -214,13 +215,21 @@ func Discard(dirfd int, name string, trashfd int, dst string) error {
 // Preconditions: namespace root of the Domain's user namespace when the
 // trash may hold subordinate-uid files.
 func Purge(trashfd int) (int, error) {
+	return PurgeContext(context.Background(), trashfd)
+}
+
+// PurgeContext is Purge that stops before the next directory entry once
+// ctx is done and returns how many trash entries it deleted and ctx's
+// error (wrapped): what it deleted stays deleted, the rest stays in the
+// trash for a later Purge.
+func PurgeContext(ctx context.Context, trashfd int) (int, error) {
 	names, err := ReadNames(trashfd)
 	if err != nil {
 		return 0, err
 	}
-	for _, n := range names {
-		if err := RemoveAllAt(trashfd, n, 0); err != nil {
-			return 0, fmt.Errorf("delete trash entry %s: %w", n, err)
+	for i, n := range names {
+		if err := removeAllAt(ctx, trashfd, n, 0); err != nil {
+			return i, fmt.Errorf("delete trash entry %s: %w", n, err)
 		}
 	}
 	return len(names), unix.Fsync(trashfd)
@@ -231,6 +240,15 @@ func Purge(trashfd int) (int, error) {
 // An entry that disappears meanwhile (two processes deleting one trash, as
 // `lazaret rm` and a Runtime Supervisor may) counts as removed.
 func RemoveAllAt(dirfd int, name string, depth int) error {
+	return removeAllAt(context.Background(), dirfd, name, depth)
+}
+
+// removeAllAt is RemoveAllAt that stops before the next directory entry
+// once ctx is done, with ctx's error.
+func removeAllAt(ctx context.Context, dirfd int, name string, depth int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if depth > MaxDepth {
 		return errdefs.New(errdefs.ErrRefused, "directory nesting deeper than %d", MaxDepth)
 	}
@@ -260,7 +278,7 @@ func RemoveAllAt(dirfd int, name string, depth int) error {
 		return err
 	}
 	for _, c := range children {
-		if err := RemoveAllAt(fd, c, depth+1); err != nil {
+		if err := removeAllAt(ctx, fd, c, depth+1); err != nil {
 			unix.Close(fd)
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/recipe"
+	"github.com/lazaret/lazaret/pkg/statemaint"
 )
 
 // errConfigForGC marks a configuration gc could not read: it keeps every
@@ -55,9 +56,12 @@ running Domain uses or a Storage Catalog lease names, a preparation in
 progress, a staging tree no prepare intent names, or anything it did not
 create. A preparation that died is reclaimed through its durable prepare
 intent once its preparation lock proves the preparer gone; a reclamation
-interrupted by a crash is completed or rolled back first. Reclaimed trees are moved aside at once and deleted by the next
-` + "`lazaret run`" + ` (their files belong to your subordinate ids, which only your
-user namespace can delete).
+interrupted by a crash is completed or rolled back first. Reclaimed trees are
+moved aside at once, then deleted by gc in your user namespace (their files
+belong to your subordinate ids, which only that namespace can delete), so the
+space it reports is freed when it returns; if that helper cannot run (no
+subordinate ids, say), gc still succeeds and the next ` + "`lazaret run`" + ` deletes
+them.
 
 Recipe images (the images built from a profile's recipe, recipe-… in
 $XDG_DATA_HOME/lazaret/images) that no profile of the configuration uses
@@ -108,6 +112,10 @@ Examples:
 		if err != nil {
 			return err
 		}
+		var deleted int
+		if !c.Bool("dry-run") && res.TrashEntries > 0 {
+			deleted, res.TrashEntries = purgeReclaimed(c, roots.Storage, res.TrashEntries)
+		}
 		recipes, err := gcRecipeImages(c.String("config"), c.Duration("min-age"), c.Bool("dry-run"))
 		if errors.Is(err, errConfigForGC) {
 			fmt.Fprintf(c.App.ErrWriter, "lazaret gc: recipe images were not considered: %v\n", err)
@@ -119,8 +127,11 @@ Examples:
 			enc.SetIndent("", "  ")
 			return enc.Encode(struct {
 				prepare.GCResult
+				// TrashDeleted counts the reclaimed trees gc deleted;
+				// trash_entries those left for the next lazaret run.
+				TrashDeleted int              `json:"trash_deleted"`
 				RecipeImages []recipe.GCEntry `json:"recipe_images"`
-			}{res, recipes})
+			}{res, deleted, recipes})
 		}
 		if len(res.Entries) == 0 && len(recipes) == 0 {
 			fmt.Fprintln(c.App.Writer, "no prepared images and no recipe images")
@@ -140,9 +151,34 @@ Examples:
 		for _, r := range res.Recovered {
 			fmt.Fprintf(c.App.Writer, "recovered: %s\n", r)
 		}
+		if deleted > 0 {
+			fmt.Fprintf(c.App.Writer, "deleted %d reclaimed tree(s).\n", deleted)
+		}
 		if res.TrashEntries > 0 {
 			fmt.Fprintf(c.App.Writer, "%d reclaimed tree(s) will be deleted by your next `lazaret run`.\n", res.TrashEntries)
 		}
 		return nil
 	},
+}
+
+// purgeReclaimed deletes the reclaimed trees waiting in the prepared trash
+// of storageRoot (which held entries of them) in your user namespace,
+// through lazaret-rs's state-maintenance role, and returns how many it
+// deleted and how many entries are left. Nothing holds a trash entry, so this is safe
+// while Domains run (their Runtime Supervisors delete the same trash). A
+// failure is reported, not returned: the next Runtime Supervisor deletes
+// what is left.
+func purgeReclaimed(c *cli.Context, storageRoot string, entries int) (deleted, left int) {
+	rsPath, err := rmHelper()
+	if err == nil {
+		deleted, err = statemaint.PurgePreparedTrash(c.Context, rsPath, storageRoot)
+	}
+	if err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "lazaret gc: the reclaimed trees could not be deleted now (%v); nothing uses them, and your next `lazaret run` deletes them\n", err)
+	}
+	left, cerr := prepare.TrashEntries(storageRoot)
+	if cerr != nil {
+		return deleted, entries - deleted
+	}
+	return deleted, left
 }
