@@ -25,8 +25,8 @@ type fixture struct {
 	domain     domain.ID
 	self       pidfs.Identity
 	runtimeDir string
-	dir        string   // the Domain root holding the store
-	lock       *os.File // the Domain lock the store opens with
+	dir        string         // the Domain root holding the store
+	lock       *os.File       // the Domain lock the store opens with
 	rs         pidfs.Identity // what cfg.Supervisor returns
 }
 
