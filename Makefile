@@ -114,8 +114,10 @@ run: setup build kernel-qualified
 		else LAZARET_RUNSC=$(RUNSC) bin/lazaret run -C "$(DIR)" -- $(if $(CMD),$(CMD),$(DEMO_CMD)); fi; \
 	fi
 
+# vet also fails on Go files gofmt would lay out differently.
 vet:
 	$(GO) vet -tags '$(TAGS)' ./...
+	@unformatted=$$(gofmt -l api cmd pkg integration scripts); if [ -n "$$unformatted" ]; then echo "gofmt -w these files: $$unformatted" >&2; exit 1; fi
 
 # Every test tier: unit tests, the bounded model check, and the integration
 # tests that run the product as the non-root $(TEST_USER) against real runsc.
@@ -130,8 +132,7 @@ unit:
 # The fast inner loop: vet and every unit test in -short mode (the long
 # crash matrices, property runs and kernel suites are skipped; make unit
 # and make test run them). No setup, no root-only integration tier.
-check:
-	$(GO) vet -tags '$(TAGS)' ./...
+check: vet
 	$(GO) test -tags '$(TAGS)' -short -count=1 ./api/... ./pkg/... ./cmd/...
 
 # The Debian image build and preparation as unit tests (network, minutes).
