@@ -2,7 +2,6 @@ package gitrouting
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -104,24 +104,6 @@ func (e *roleEnv) staged() *lv1.StagedProcessOwnership {
 
 func (e *roleEnv) ready() *lv1.SandboxReady {
 	return &lv1.SandboxReady{GitRouting: &lv1.GitRoutingReady{Daemon: store.IdentityProto(e.id), MountId: 7, FsDev: 42, MountpointDev: 8, MountpointIno: 9, Mountpoint: "/routed"}}
-}
-
-// absence is the coordinator's recovery proof, without its stop: a
-// recorded process that still runs is reported, not killed.
-func absence(id pidfs.Identity) error {
-	h, err := pidfs.RecoveryMatch(id)
-	switch {
-	case errors.Is(err, pidfs.ErrAbsent), errors.Is(err, pidfs.ErrMismatch), errors.Is(err, pidfs.ErrBootFenced):
-		return nil
-	case err != nil:
-		return err
-	}
-	defer h.Close()
-	done, err := h.WaitTerminated(100 * time.Millisecond)
-	if err != nil || done {
-		return err
-	}
-	return fmt.Errorf("still running")
 }
 
 // TestLifecycleRecordsEachStep drives the role through its interface and
@@ -215,3 +197,7 @@ func TestReadyRefusesUnaskedDaemon(t *testing.T) {
 		t.Fatalf("unasked daemon: %v", err)
 	}
 }
+
+// absence is the coordinator's recovery proof without its stop: a
+// recorded process that still runs is reported, not killed.
+var absence = supervisortest.Absence(100*time.Millisecond, pidfs.Identity{})

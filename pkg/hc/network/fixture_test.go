@@ -1,8 +1,6 @@
 package network
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +9,7 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/store"
@@ -116,20 +115,6 @@ func (p *process) end() {
 	}
 }
 
-// absence is the coordinator's recovery proof, without its stop: a
+// absence is the coordinator's recovery proof without its stop: a
 // recorded process that still runs is reported, not killed.
-func absence(id pidfs.Identity) error {
-	h, err := pidfs.RecoveryMatch(id)
-	switch {
-	case errors.Is(err, pidfs.ErrAbsent), errors.Is(err, pidfs.ErrMismatch), errors.Is(err, pidfs.ErrBootFenced):
-		return nil
-	case err != nil:
-		return err
-	}
-	defer h.Close()
-	done, err := h.WaitTerminated(100 * time.Millisecond)
-	if err != nil || done {
-		return err
-	}
-	return fmt.Errorf("still running")
-}
+var absence = supervisortest.Absence(100*time.Millisecond, pidfs.Identity{})

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/store"
@@ -58,34 +58,10 @@ func newFixture(t *testing.T, wait time.Duration) *fixture {
 	f.s = New(Config{
 		Log: log, Store: f.store, Domain: f.domain, Coordinator: f.self, Runtime: runsc.Runtime{Root: root},
 		Supervisor:   func() pidfs.Identity { return f.rs },
-		AwaitAbsence: func(id pidfs.Identity) error { return awaitAbsence(id, f.self, wait) },
+		AwaitAbsence: supervisortest.Absence(wait, f.self),
 		RecoveryWait: wait,
 		Sign:         func(string, []byte) ([]byte, error) { return nil, nil },
 		Send:         func(context.Context, *lv1.CoordinatorMessage) error { return nil },
 	})
 	return f
-}
-
-// awaitAbsence is the coordinator's proof of absence without the SIGKILL
-// escalation: a matched process must end within wait.
-func awaitAbsence(id, self pidfs.Identity, wait time.Duration) error {
-	h, err := pidfs.RecoveryMatch(id)
-	switch {
-	case errors.Is(err, pidfs.ErrAbsent), errors.Is(err, pidfs.ErrMismatch), errors.Is(err, pidfs.ErrBootFenced):
-		return nil
-	case err != nil:
-		return err
-	}
-	defer h.Close()
-	if id == self {
-		return nil
-	}
-	done, err := h.WaitTerminated(wait)
-	if err != nil {
-		return err
-	}
-	if !done {
-		return errors.New("still alive")
-	}
-	return nil
 }
