@@ -45,7 +45,7 @@
 // values in `RunRequest.credentials` over the mTLS control socket. HC checks
 // the names against its profile after admission (`secretenv.Check`: no
 // other name, none missing) and adds them to that session's process
-// environment only (`session.env`); they are not in `baseEnv` (the init,
+// environment only (`guestEnv.session`); they are not in the base environment (the init,
 // probes), not in any slog attribute, store record or status document. The
 // session's process JSON (0600, runtime directory) holds them while it runs.
 //

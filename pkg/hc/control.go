@@ -67,12 +67,12 @@ func (c *coordinator) enroll(conn *control.Conn) {
 // admit checks a RunRequest against the generation's configuration and
 // issues the session's Session Request Capability.
 func (c *coordinator) admit(req *lv1.RunRequest, client *trust.ClientIdentity) ([]byte, *trust.CapabilityClaims, error) {
-	if req.ConfigurationFingerprint != c.profile.Fingerprint() {
+	if req.ConfigurationFingerprint != c.cfg.profile.Fingerprint() {
 		joining, err := config.FromCanonical(req.CanonicalProfile)
 		if err != nil || joining.Fingerprint() != req.ConfigurationFingerprint {
-			return nil, nil, errdefs.New(errdefs.ErrRefused, "the running Domain uses another configuration (fingerprint %s, yours %s)", c.profile.Fingerprint(), req.ConfigurationFingerprint)
+			return nil, nil, errdefs.New(errdefs.ErrRefused, "the running Domain uses another configuration (fingerprint %s, yours %s)", c.cfg.profile.Fingerprint(), req.ConfigurationFingerprint)
 		}
-		return nil, nil, config.MismatchError(c.profile, joining)
+		return nil, nil, config.MismatchError(c.cfg.profile, joining)
 	}
 	reg, err := trust.DecodeSigned(req.SessionRegistration)
 	if err != nil {

@@ -20,7 +20,7 @@ func (c *coordinator) newEscalation() (*escalation.Service, error) {
 	return escalation.New(escalation.Config{
 		Log: c.log, Anchor: c.anchor,
 		RuntimeDir: c.paths.RuntimeDir, ControlMount: c.paths.ControlMountSource(), DomainRoot: c.paths.DomainRoot,
-		Workspace: c.ws, Rules: c.profile.AutoApprove,
+		Workspace: c.cfg.workspace, Rules: c.cfg.profile.AutoApprove,
 		Sessions: escSessions{c}, Launcher: escLauncher{c}, Model: escModel{c},
 		TerminalWait: identifyTimeout + 5*time.Second, DrainTimeout: drainTimeout,
 	})

@@ -55,8 +55,8 @@ func newEscFixtureRules(t *testing.T, rules []config.Rule) *escFixture {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	c := &coordinator{anchor: a, generation: 5, log: slog.New(slog.DiscardHandler), ws: t.TempDir(), prof: "default",
-		profile: &config.Profile{Name: "default", AutoApprove: rules}, sessions: sessions.New[*session](sessions.Config{})}
+	c := &coordinator{anchor: a, generation: 5, log: slog.New(slog.DiscardHandler), cfg: generationConfig{workspace: t.TempDir(), profileName: "default",
+		profile: &config.Profile{Name: "default", AutoApprove: rules}}, sessions: sessions.New[*session](sessions.Config{})}
 	c.paths = domain.Paths{ID: domain.ID(id.DomainID), DomainRoot: filepath.Join(root, "d"), RuntimeDir: filepath.Join(root, "r")}
 	for _, d := range []string{c.paths.DomainRoot, c.paths.RuntimeDir, c.paths.ControlMountSource()} {
 		os.MkdirAll(d, 0o700)

@@ -366,7 +366,7 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 	if err := c.rs.VerifyStaged(s); err != nil {
 		return err
 	}
-	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "git_routing" && c.routing.Wanted() {
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.cfg.coordinatorID && s.Slot == "git_routing" && c.routing.Wanted() {
 		boot, err := pidfs.CurrentBootID()
 		if err != nil {
 			return err
@@ -376,7 +376,7 @@ func (c *coordinator) commitStaged(s *lv1.StagedProcessOwnership) error {
 		}
 		return c.routing.CommitStaged(s)
 	}
-	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.coordinator && s.Slot == "egress_proxy" && c.net.Allowlist() {
+	if s.DomainId == string(c.paths.ID) && s.Generation == c.generation && s.CoordinatorId == c.cfg.coordinatorID && s.Slot == "egress_proxy" && c.net.Allowlist() {
 		return c.net.CommitStagedEgress(s)
 	}
 	return c.sb.SupervisorMessage(context.Background(), &lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Staged{Staged: s}})

@@ -69,19 +69,19 @@ func (c *coordinator) readHostGitConfig() func() (gitconfigguard.Result, error) 
 		read := func(args []string) ([]byte, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), hostGitTimeout)
 			defer cancel()
-			out, stderr, st, err := c.broker.Output(ctx, "git config", proc.Command{Path: git, Args: append([]string{"git"}, args...), Env: env, Dir: c.ws}, hostGitOutputLimit)
+			out, stderr, st, err := c.broker.Output(ctx, "git config", proc.Command{Path: git, Args: append([]string{"git"}, args...), Env: env, Dir: c.cfg.workspace}, hostGitOutputLimit)
 			switch {
 			case err != nil:
 				return nil, fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
 			case st.ShellCode() != 0:
-				return nil, errdefs.New(errdefs.ErrRefused, "`git %s` in %s exited %d: %s; fix the configuration it names (host Git fails there too), then start again", strings.Join(args, " "), c.ws, st.ShellCode(), strings.TrimSpace(string(stderr)))
+				return nil, errdefs.New(errdefs.ErrRefused, "`git %s` in %s exited %d: %s; fix the configuration it names (host Git fails there too), then start again", strings.Join(args, " "), c.cfg.workspace, st.ShellCode(), strings.TrimSpace(string(stderr)))
 			case len(out) >= hostGitOutputLimit:
-				return nil, errdefs.New(errdefs.ErrRefused, "`git %s` in %s printed more than %d bytes; Lazaret reads all of it to protect what host Git runs: reduce the configuration", strings.Join(args, " "), c.ws, hostGitOutputLimit)
+				return nil, errdefs.New(errdefs.ErrRefused, "`git %s` in %s printed more than %d bytes; Lazaret reads all of it to protect what host Git runs: reduce the configuration", strings.Join(args, " "), c.cfg.workspace, hostGitOutputLimit)
 			}
 			return out, nil
 		}
 		home := os.Getenv("HOME")
-		r, err := gitconfigguard.Compute(gitconfigguard.Input{Workspace: c.ws, TopLevel: gitconfigguard.TopLevel(c.ws), Home: home, Dir: c.ws}, read)
+		r, err := gitconfigguard.Compute(gitconfigguard.Input{Workspace: c.cfg.workspace, TopLevel: gitconfigguard.TopLevel(c.cfg.workspace), Home: home, Dir: c.cfg.workspace}, read)
 		done <- result{r, err}
 	}()
 	return func() (gitconfigguard.Result, error) {

@@ -45,7 +45,7 @@ func TestHostGitConfig(t *testing.T) {
 	}
 
 	t.Setenv("HOME", home)
-	c := &coordinator{broker: b, ws: ws}
+	c := &coordinator{broker: b, cfg: generationConfig{workspace: ws}}
 	r, err := c.readHostGitConfig()()
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestHostGitConfig(t *testing.T) {
 		t.Errorf("guarded paths: %v", guarded)
 	}
 	t.Setenv("HOME", t.TempDir()) // no global configuration
-	c = &coordinator{broker: b, ws: bare}
+	c = &coordinator{broker: b, cfg: generationConfig{workspace: bare}}
 	if r, err := c.readHostGitConfig()(); err != nil || gitIdentity(r.Effective) != nil {
 		t.Errorf("identity without any configuration = %q (%v), want none", gitIdentity(r.Effective), err)
 	}

@@ -61,29 +61,24 @@ var (
 var errStopping = errdefs.New(errdefs.ErrUnavailable, "the Domain is stopping")
 
 type coordinator struct {
-	timing    *timing.Recorder // nil unless LAZARET_DEBUG=timing
-	profileFD int
-	profile   *config.Profile // the validated Agent Profile of this generation
-	limits    config.Limits   // the effective resource limits of this generation
-	log       *slog.Logger
-	broker    *proc.Broker
-	paths     domain.Paths
-	ws        string
-	prof      string
-	image     string
-	level     string
-	idle      time.Duration
+	timing *timing.Recorder // nil unless LAZARET_DEBUG=timing
+	log    *slog.Logger
+	broker *proc.Broker
+	paths  domain.Paths
+	// cfg is the generation's configuration (generation.go): the Domain
+	// as the CLI named it, its profile, the coordinator's ID and the guest
+	// environment.
+	cfg generationConfig
 
-	lockFile    *os.File
-	generation  uint64
-	coordinator string
-	hostname    string
-	baseEnv     []string
-	store       *store.Store   // the Domain Store (only this process opens it)
-	self        pidfs.Identity // this coordinator's own pidfs identity
-	retained    []retained     // records recovery refused to act on
-	anchor      *trust.Anchor
-	esc         *escalation.Service // host escalation (package escalation)
+	lockFile   *os.File
+	generation uint64
+	store      *store.Store   // the Domain Store (only this process opens it)
+	self       pidfs.Identity // this coordinator's own pidfs identity
+	// recovery is bootstrap recovery's outcome: the records it retained
+	// (recovery.go).
+	recovery recovery
+	anchor   *trust.Anchor
+	esc      *escalation.Service // host escalation (package escalation)
 	// rs drives the Runtime Supervisor: its acquisition, begun during
 	// init, its channel and its lifetime (package supervisor).
 	rs      *supervisor.Driver
@@ -145,12 +140,12 @@ func Main(args []string) int {
 	ready := os.NewFile(uintptr(*readyFD), "ready")
 	unix.CloseOnExec(*readyFD)
 	unix.CloseOnExec(*lockFD)
-	c := &coordinator{timing: rec, profileFD: *profileFD, log: log, ws: *ws, prof: *prof, image: *image, level: *level, idle: *idle,
+	c := &coordinator{timing: rec, log: log, cfg: generationConfig{workspace: *ws, profileName: *prof, image: *image},
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
 		ready:    make(chan struct{}), changed: make(chan struct{}),
 		teardownC: make(chan struct{})}
 	c.sessions = sessions.New[*session](sessions.Config{Log: log, LingerExpired: c.lingerExpired})
-	if err := c.init(); err != nil {
+	if err := c.init(*profileFD, *level); err != nil {
 		c.rs.Abort()
 		log.Error("start failed", "err", err)
 		fmt.Fprintf(ready, "%s\x00%s\n", errdefs.Category(err), err)
@@ -164,7 +159,7 @@ func Main(args []string) int {
 	failpoint.Hit("lazaret-hc:started")
 	go c.acceptLoop()
 	go c.startGeneration()
-	go c.idleWatch()
+	go c.idleWatch(*idle)
 	<-c.teardownC
 	c.teardown()
 	return 0
@@ -180,39 +175,40 @@ func randomID() string {
 }
 
 // init validates the Domain, claims its runtime directory and opens the
-// control socket. Nothing of the generation exists yet.
-func (c *coordinator) init() error {
+// control socket. Nothing of the generation exists yet. The validated
+// profile arrives in profileFD; RS logs at logLevel.
+func (c *coordinator) init(profileFD int, logLevel string) error {
 	// The inherited descriptor must hold the Domain lock: re-locking our own
 	// open file description succeeds only if it is ours (or free).
 	if err := unix.Flock(int(c.lockFile.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return errdefs.New(errdefs.ErrRefused, "lazaret-hc does not hold the Domain lock: %v", err)
 	}
-	if !domain.ValidProfileName(c.prof) || !filepath.IsAbs(c.ws) || c.image == "" {
-		return errdefs.New(errdefs.ErrInvalid, "bad coordinator arguments (profile %q workspace %q image %q)", c.prof, c.ws, c.image)
+	if !domain.ValidProfileName(c.cfg.profileName) || !filepath.IsAbs(c.cfg.workspace) || c.cfg.image == "" {
+		return errdefs.New(errdefs.ErrInvalid, "bad coordinator arguments (profile %q workspace %q image %q)", c.cfg.profileName, c.cfg.workspace, c.cfg.image)
 	}
 	// The profile arrives as canonical bytes in a sealed memfd: trusted
 	// configuration, validated by the CLI, re-validated here.
-	raw, err := fdpass.ReadSealedMemfd(c.profileFD, 1<<20)
+	raw, err := fdpass.ReadSealedMemfd(profileFD, 1<<20)
 	if err != nil {
 		return err
 	}
-	if c.profile, err = config.FromCanonical(raw); err != nil {
+	if c.cfg.profile, err = config.FromCanonical(raw); err != nil {
 		return errdefs.Mark(fmt.Errorf("profile from the CLI: %w", err), errdefs.ErrCorrupt)
 	}
-	if c.profile.Name != c.prof {
-		return errdefs.New(errdefs.ErrRefused, "profile bytes name %q, not %q", c.profile.Name, c.prof)
+	if c.cfg.profile.Name != c.cfg.profileName {
+		return errdefs.New(errdefs.ErrRefused, "profile bytes name %q, not %q", c.cfg.profile.Name, c.cfg.profileName)
 	}
 	uid := os.Getuid()
 	roots, err := domain.DefaultRoots(os.Getenv, uid)
 	if err != nil {
 		return err
 	}
-	c.paths, err = domain.PathsFor(roots, domain.DeriveID(c.prof, c.ws))
+	c.paths, err = domain.PathsFor(roots, domain.DeriveID(c.cfg.profileName, c.cfg.workspace))
 	if err != nil {
 		return err
 	}
 	c.log = c.log.With("domain_id", string(c.paths.ID))
-	if err := domain.VerifyOrRecordIdentity(c.paths, c.prof, c.ws); err != nil {
+	if err := domain.VerifyOrRecordIdentity(c.paths, c.cfg.profileName, c.cfg.workspace); err != nil {
 		return err
 	}
 	if err := domain.EnsurePrivateDir(roots.Runtime, uid); err != nil {
@@ -243,8 +239,8 @@ func (c *coordinator) init() error {
 	}
 	// RS's clone, wrapper and id maps proceed meanwhile; it stays at its
 	// barrier until the trust anchor exists (supervisor.Driver).
-	c.rs = c.spawnSupervisor(rsPath)
-	// The developer's Git configuration (its identity for guestEnv, and
+	c.rs = c.spawnSupervisor(rsPath, logLevel)
+	// The developer's Git configuration (its identity for the guest environment, and
 	// what host Git runs or reads from the workspace for the Git Sentry)
 	// is read while the store opens and recovery runs: a Git start-up is
 	// ~15 ms here.
@@ -259,17 +255,15 @@ func (c *coordinator) init() error {
 	c.recoverGenerations()
 	c.recoverStaleRuntime()
 	c.timing.Mark("recovery done")
-	c.coordinator = randomID()
+	c.cfg.coordinatorID = randomID()
 	sandboxID, sidecarID := randomID(), randomID()
 	if err := c.beginGeneration(sandboxID, sidecarID); err != nil {
 		return err
 	}
 	c.timing.Mark("generation recorded")
 	c.mtStartDomain(c.generation-1, os.Getenv)
-	c.sb.Begin(sandbox.Generation{Number: c.generation, CoordinatorID: c.coordinator})
-	c.hostname = domain.SanitizeHostname(filepath.Base(c.ws))
+	c.sb.Begin(sandbox.Generation{Number: c.generation, CoordinatorID: c.cfg.coordinatorID})
 	c.log = c.log.With("generation", c.generation)
-	c.net = c.newNetwork(sidecarID)
 	for _, d := range []string{c.paths.RunscRoot(), c.paths.BundleDir(), filepath.Join(c.paths.ControlMountSource(), "bin"), c.sessionDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -291,12 +285,13 @@ func (c *coordinator) init() error {
 		return err
 	}
 	c.routing = c.newRouting(gitCfg.Paths)
-	c.baseEnv = c.guestEnv(gitIdentity(gitCfg.Effective))
+	c.cfg.guest = newGuestEnv(c.cfg.workspace, c.cfg.profileName, c.paths.ID, c.cfg.profile, gitIdentity(gitCfg.Effective))
+	c.net = c.newNetwork(sidecarID) // shares the guest's hostname
 	// The generation's ephemeral Trust Anchor: TLS CA, protocol issuer,
 	// coordinator leaves and the sandbox request-signing key (spec §3.2).
 	if c.anchor, err = trust.NewAnchor(trust.GenerationIdentity{
-		DomainID: string(c.paths.ID), Generation: c.generation, CoordinatorID: c.coordinator,
-		Profile: c.prof, ConfigFingerprint: c.profile.Fingerprint(),
+		DomainID: string(c.paths.ID), Generation: c.generation, CoordinatorID: c.cfg.coordinatorID,
+		Profile: c.cfg.profileName, ConfigFingerprint: c.cfg.profile.Fingerprint(),
 	}, sandboxID, trust.Options{}); err != nil {
 		return err
 	}
@@ -316,27 +311,15 @@ func (c *coordinator) init() error {
 	// Publish before listening: a CLI that reaches the socket finds the
 	// publication that authenticates it (publication.(*Service).Begin).
 	c.pub = publication.New(publication.Config{Log: c.log, Store: c.store, Generation: c.generation,
-		Fingerprint: c.profile.Fingerprint(), Socket: c.paths.ControlSocket(), File: c.paths.Publication(), TLS: serverTLS})
+		Fingerprint: c.cfg.profile.Fingerprint(), Socket: c.paths.ControlSocket(), File: c.paths.Publication(), TLS: serverTLS})
 	if err := c.pub.Begin(c.anchor.Publication()); err != nil {
 		return err
 	}
-	c.log.Info("host coordinator started", "workspace", c.ws, "profile", c.prof, "image", c.image, "container", c.sb.Container())
+	c.log.Info("host coordinator started", "workspace", c.cfg.workspace, "profile", c.cfg.profileName, "image", c.cfg.image, "container", c.sb.Container())
 	return nil
 }
 
 func (c *coordinator) sessionDir() string { return filepath.Join(c.paths.RuntimeDir, "sessions") }
-
-// isRetained reports whether recovery retained a record of generation g.
-func (c *coordinator) isRetained(g uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.retained {
-		if r.Generation == g {
-			return true
-		}
-	}
-	return false
-}
 
 func (c *coordinator) runscQuiet(argv []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -410,12 +393,12 @@ func (c *coordinator) addProgress(line string) {
 
 // idleWatch tears the Domain down if no session ever arrives (the starting
 // CLI died before connecting).
-func (c *coordinator) idleWatch() {
-	time.Sleep(c.idle)
+func (c *coordinator) idleWatch(idle time.Duration) {
+	time.Sleep(idle)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sessions.Idle() {
-		c.log.Warn("no session arrived: tearing down", "idle_timeout", c.idle)
+		c.log.Warn("no session arrived: tearing down", "idle_timeout", idle)
 		c.requestTeardownLocked()
 	}
 }

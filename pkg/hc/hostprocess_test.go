@@ -261,7 +261,7 @@ func TestCloseWindowDecisionStartsNothing(t *testing.T) {
 				<-release
 			}
 			h := newTermHarness(t, f, false, !tc.taken)
-			marker := filepath.Join(f.c.ws, "ran")
+			marker := filepath.Join(f.c.cfg.workspace, "ran")
 			req := h.request("/usr/bin/touch", marker)
 			if p := h.next().GetEscalationPrompt(); p == nil || p.RequestId != req.RequestId {
 				t.Fatalf("expected the request's prompt, got %v", p)
@@ -411,7 +411,7 @@ func TestHostProcessRouteRefusesEvents(t *testing.T) {
 	if o := h.next().GetOutput(); string(o.GetData()) != "before\n" {
 		t.Fatalf("echo %q, want before", o.GetData())
 	}
-	fifo := filepath.Join(f.c.ws, "ctl.fifo")
+	fifo := filepath.Join(f.c.cfg.workspace, "ctl.fifo")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // success only under the current boot ID (spec §3.2).
 func (c *coordinator) hostSupport() error {
 	host := hostcheck.Real(nil)
-	for _, m := range c.profile.Mounts(c.ws) {
+	for _, m := range c.cfg.profile.Mounts(c.cfg.workspace) {
 		if !m.ReadOnly {
 			host.SandboxWritable = append(host.SandboxWritable, m.Source)
 		}

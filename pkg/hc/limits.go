@@ -14,15 +14,8 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/proc"
 )
-
-// rlimits are the resource limits of every guest process of the
-// generation (limits.processes and limits.open_files).
-func (c *coordinator) rlimits() ocispec.Rlimits {
-	return ocispec.Rlimits{NProc: c.limits.Processes, NoFile: c.limits.OpenFiles}
-}
 
 // hostMemTotal reads MemTotal from a meminfo file, in bytes (0 when it
 // cannot be read: the memory limit then takes its fixed fallback).
@@ -79,7 +72,7 @@ func parseRunscStats(b []byte) (memory, tasks uint64, err error) {
 // sentry accounts them).
 func (c *coordinator) limitsStatus() *lv1.LimitsStatus {
 	c.mu.Lock()
-	lim, container, running := c.limits, c.sb.Container(), c.st == stateRunning
+	lim, container, running := c.cfg.limits, c.sb.Container(), c.st == stateRunning
 	c.mu.Unlock()
 	mem := &lv1.MemoryStatus{LimitBytes: proto.Uint64(lim.Memory)}
 	procs := &lv1.ProcessesStatus{Limit: proto.Uint64(lim.Processes)}

@@ -23,7 +23,7 @@ func (c *coordinator) mtStartDomain(prev uint64, getenv func(string) string) {
 	if !modeltrace.On() {
 		return
 	}
-	retained := prev != 0 && c.isRetained(prev)
+	retained := prev != 0 && c.recovery.isRetained(prev)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.mt.Bind(c.dom(), c.generation)

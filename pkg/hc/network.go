@@ -22,8 +22,8 @@ import (
 func (c *coordinator) newNetwork(sidecarID string) *network.Service {
 	return network.New(network.Config{
 		Log: c.log, Timing: c.timing, Store: c.store,
-		DomainID: c.paths.ID, Generation: c.generation, Profile: c.profile,
-		SidecarID: sidecarID, Hostname: c.hostname,
+		DomainID: c.paths.ID, Generation: c.generation, Profile: c.cfg.profile,
+		SidecarID: sidecarID, Hostname: c.cfg.guest.Hostname(),
 		RuntimeDir: c.paths.RuntimeDir, LogPath: c.paths.Log(), DenialsPath: c.paths.NetworkDenials(),
 		Progress: c.addProgress, Launcher: c.broker, Watch: c.failOnUnexpectedExit, Ack: c.ackStaged,
 	})
@@ -48,7 +48,7 @@ const networkAskTimeout = 5 * time.Minute
 // "once", "domain" or "deny", audited either way.
 func (c *coordinator) askDeveloper(a *lv1.NetworkAsk) string {
 	target := fmt.Sprintf("%s:%d", a.Host, a.Port)
-	dec := audit.Entry{Event: audit.EventNetworkDecision, Generation: c.generation, Profile: c.profile.Name, Argv: []string{target}, Reason: "via " + a.Via}
+	dec := audit.Entry{Event: audit.EventNetworkDecision, Generation: c.generation, Profile: c.cfg.profile.Name, Argv: []string{target}, Reason: "via " + a.Via}
 	finish := func(decision, by, reason string) string {
 		dec.Decision, dec.DecidedBy = "deny", by
 		if decision != "deny" {
@@ -73,7 +73,7 @@ func (c *coordinator) askDeveloper(a *lv1.NetworkAsk) string {
 		return finish("deny", "no-terminal", "")
 	}
 	reqID := fmt.Sprintf("net-%d-%d", c.generation, a.Id)
-	prompt := &lv1.EscalationPrompt{RequestId: reqID, Profile: c.profile.Name, SessionId: s.id, Generation: c.generation,
+	prompt := &lv1.EscalationPrompt{RequestId: reqID, Profile: c.cfg.profile.Name, SessionId: s.id, Generation: c.generation,
 		NetworkHost: a.Host, NetworkPort: a.Port, TimeoutSeconds: uint32(networkAskTimeout / time.Second)}
 	d, by, reason := c.esc.Ask(s.id, s.claims.AnchorPublicKey, prompt, networkAskTimeout, 5*time.Second)
 	switch {

@@ -23,7 +23,7 @@ func TestStagedOwnershipMustBeSigned(t *testing.T) {
 	id := domain.DeriveID("default", "/p")
 	coord := randomID()
 	rs := supervisortest.New(t)
-	c := &coordinator{rs: supervisor.OverChannel(rs.HC), generation: 1, coordinator: coord}
+	c := &coordinator{rs: supervisor.OverChannel(rs.HC), generation: 1, cfg: generationConfig{coordinatorID: coord}}
 	c.paths.ID = id
 	c.sb = sandbox.New(sandbox.Config{Domain: c.paths.ID})
 	c.sb.Begin(sandbox.Generation{Number: 1, CoordinatorID: coord})

@@ -19,8 +19,8 @@ import (
 // yet); guard is what host Git runs or reads from the workspace.
 func (c *coordinator) newRouting(guard []gitconfigguard.Path) *gitrouting.Service {
 	return gitrouting.New(gitrouting.Config{
-		Log: c.log, Store: c.store, Generation: c.generation, Profile: c.profile,
-		Workspace: c.ws, DomainRoot: c.paths.DomainRoot, StateDir: c.paths.IgnoredStateDir(), RoutedWorkspace: c.paths.RoutedWorkspace(),
+		Log: c.log, Store: c.store, Generation: c.generation, Profile: c.cfg.profile,
+		Workspace: c.cfg.workspace, DomainRoot: c.paths.DomainRoot, StateDir: c.paths.IgnoredStateDir(), RoutedWorkspace: c.paths.RoutedWorkspace(),
 		Guard: guard, Progress: c.addProgress, Ack: c.ackStaged,
 	})
 }

@@ -42,9 +42,9 @@ func (c *coordinator) startGeneration() {
 // while init opens the store, recovers and records the generation; RS is
 // held at its barrier until init has created the trust anchor and
 // releases the stage.
-func (c *coordinator) spawnSupervisor(path string) *supervisor.Driver {
+func (c *coordinator) spawnSupervisor(path, logLevel string) *supervisor.Driver {
 	return supervisor.Spawn(supervisor.Config{
-		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, LogLevel: c.level, Lock: c.lockFile,
+		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, LogLevel: logLevel, Lock: c.lockFile,
 		Inputs: c.supervisorInputs, Staged: c.supervisorStaged,
 		// The broker killed and reaped the child: a staged RS was
 		// terminated by the coordinator.
@@ -61,7 +61,7 @@ func (c *coordinator) supervisorInputs() (supervisor.Inputs, error) {
 		return supervisor.Inputs{}, err
 	}
 	return supervisor.Inputs{Policy: policy.Canonical(), Anchor: c.anchor,
-		DomainID: c.dom(), Generation: c.generation, StorageRoot: c.paths.StorageRoot, ImageRef: c.image}, nil
+		DomainID: c.dom(), Generation: c.generation, StorageRoot: c.paths.StorageRoot, ImageRef: c.cfg.image}, nil
 }
 
 // supervisorStaged records RS's staged slot once the broker spawned it
@@ -129,7 +129,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, err
 	}
 	digest := c.net.Policy().Digest()
-	anchors, err := preparedlower.StateAnchors(c.paths.BundleDir(), c.profile.PersistentPaths)
+	anchors, err := preparedlower.StateAnchors(c.paths.BundleDir(), c.cfg.profile.PersistentPaths)
 	if err != nil {
 		return nil, err
 	}
@@ -141,12 +141,12 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	sb := ocispec.Sandbox{
 		Anchors:       anchors,
 		ProfilePaths:  profilePaths,
-		Hostname:      c.hostname,
-		Workspace:     c.ws,
+		Hostname:      c.cfg.guest.Hostname(),
+		Workspace:     c.cfg.workspace,
 		ControlSource: c.paths.ControlMountSource(),
 		NetNSPath:     sandboxNS,
-		Env:           c.baseEnv,
-		Volumes:       c.volumes(),
+		Env:           c.cfg.guest.Base(),
+		Volumes:       c.cfg.volumes(),
 		ControlFiles:  c.credentialMounts(),
 		EtcFiles:      c.net.EtcFiles(),
 
@@ -158,13 +158,13 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, err
 	}
 	initArgs := []string{ocispec.InitPath, ocispec.InitArg, "--netprobe=" + probe}
-	if u := c.profile.SessionUser(); !u.IsRoot() {
+	if u := c.cfg.profile.SessionUser(); !u.IsRoot() {
 		// The init creates the profile's user if the image lacks it.
 		initArgs = append(initArgs, fmt.Sprintf("--user=%s:%d:%d", u.Name, u.UID, u.GID))
 	}
-	c.limits = c.profile.Limits.Effective(hostMemTotal("/proc/meminfo"))
-	c.log.Info("resource limits", "memory_bytes", c.limits.Memory, "processes", c.limits.Processes, "open_files", c.limits.OpenFiles)
-	spec, err := ocispec.Spec(sb, ocispec.Process{Args: initArgs, Env: c.baseEnv, Cwd: "/", Rlimits: c.rlimits()})
+	c.cfg.limits = c.cfg.profile.Limits.Effective(hostMemTotal("/proc/meminfo"))
+	c.log.Info("resource limits", "memory_bytes", c.cfg.limits.Memory, "processes", c.cfg.limits.Processes, "open_files", c.cfg.limits.OpenFiles)
+	spec, err := ocispec.Spec(sb, ocispec.Process{Args: initArgs, Env: c.cfg.guest.Base(), Cwd: "/", Rlimits: c.cfg.rlimits()})
 	if err != nil {
 		return nil, err
 	}
@@ -173,12 +173,12 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, err
 	}
 	return &lv1.StartSandbox{
-		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.coordinator, ContainerId: c.sb.Container(),
-		ImageRef: c.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
+		DomainId: string(c.paths.ID), Generation: c.generation, CoordinatorId: c.cfg.coordinatorID, ContainerId: c.sb.Container(),
+		ImageRef: c.cfg.image, StorageRoot: c.paths.StorageRoot, BundleDir: c.paths.BundleDir(), OciSpecJson: js,
 		RunscPath: c.sb.Runtime().Path, RunscFlags: c.sb.Runtime().GlobalFlags(), NetNamespace: netns,
 		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.Gateway().String(), GitRouting: routing,
-		Profile: c.profile.Name, ProfilePaths: c.profile.ProfilePaths, SessionUid: c.profile.SessionUser().UID, SessionGid: c.profile.SessionUser().GID,
-		MemoryLimitBytes: c.limits.Memory, Egress: c.net.EgressSpec(),
+		Profile: c.cfg.profile.Name, ProfilePaths: c.cfg.profile.ProfilePaths, SessionUid: c.cfg.profile.SessionUser().UID, SessionGid: c.cfg.profile.SessionUser().GID,
+		MemoryLimitBytes: c.cfg.limits.Memory, Egress: c.net.EgressSpec(),
 	}, nil
 }
 
@@ -187,8 +187,8 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 // profile; RS creates a missing one before runsc starts.
 func (c *coordinator) profilePaths() ([]ocispec.ProfilePath, error) {
 	var out []ocispec.ProfilePath
-	for _, g := range c.profile.ProfilePaths {
-		src, err := profilestate.Source(c.paths.StorageRoot, c.profile.Name, g)
+	for _, g := range c.cfg.profile.ProfilePaths {
+		src, err := profilestate.Source(c.paths.StorageRoot, c.cfg.profile.Name, g)
 		if err != nil {
 			return nil, err
 		}

@@ -1,7 +1,6 @@
 package hc
 
 import (
-	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -17,7 +16,6 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
-	"github.com/lazaret/lazaret/pkg/hc/network"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -103,8 +101,8 @@ func (c *coordinator) validate(r *lv1.RunRequest) error {
 	if r.ProtocolVersion != lv1.ProtocolVersion_PROTOCOL_VERSION_1 {
 		return errdefs.New(errdefs.ErrRefused, "control protocol version %d is not supported by this Host Coordinator (%d): use matching lazaret binaries", r.ProtocolVersion, lv1.ProtocolVersion_PROTOCOL_VERSION_1)
 	}
-	if r.DomainId != string(c.paths.ID) || r.Profile != c.prof {
-		return errdefs.New(errdefs.ErrRefused, "request for Domain %s profile %q reached Domain %s profile %q", r.DomainId, r.Profile, c.paths.ID, c.prof)
+	if r.DomainId != string(c.paths.ID) || r.Profile != c.cfg.profileName {
+		return errdefs.New(errdefs.ErrRefused, "request for Domain %s profile %q reached Domain %s profile %q", r.DomainId, r.Profile, c.paths.ID, c.cfg.profileName)
 	}
 	if len(r.Argv) == 0 || r.Argv[0] == "" {
 		return errdefs.New(errdefs.ErrInvalid, "empty command")
@@ -177,7 +175,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	}
 	capability, claims, err := c.admit(req, client)
 	if err != nil {
-		if req.ConfigurationFingerprint != c.profile.Fingerprint() {
+		if req.ConfigurationFingerprint != c.cfg.profile.Fingerprint() {
 			c.mtRejectMismatch(mtKey)
 		}
 		refuse(conn, err)
@@ -186,7 +184,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	sessionID := claims.SessionID
 	// After admission: a changed configuration is explained by the
 	// mismatch above, not by a credential name it added.
-	if err := secretenv.Check(c.profile, req.Credentials); err != nil {
+	if err := secretenv.Check(c.cfg.profile, req.Credentials); err != nil {
 		refuse(conn, err)
 		return
 	}
@@ -307,40 +305,13 @@ func (c *coordinator) lingerExpired() {
 }
 
 func (s *session) env(req *lv1.RunRequest, u config.GuestUser) []string {
-	env := append([]string{}, s.c.baseEnv...)
-	if !u.IsRoot() {
-		// The session user's identity, unless the profile sets its own.
-		for k, v := range map[string]string{"HOME": u.Home, "USER": u.Name, "LOGNAME": u.Name} {
-			if _, set := s.c.profile.Env[k]; !set {
-				env = setEnv(env, k, v)
-			}
-		}
-	}
-	if s.c.net.Allowlist() {
-		// The session's label on its proxied requests (denial log, asks).
-		for k, v := range network.ProxyEnv(network.SessionLabel(s.id)) {
-			if _, set := s.c.profile.Env[k]; !set {
-				env = setEnv(env, k, v)
-			}
-		}
-	}
-	for k, v := range req.Env {
-		env = append(env, k+"="+v)
-	}
-	// The session's credentials (env_pass, secrets), checked against the
-	// profile's names at admission; no log line or record holds them.
-	for k, v := range req.Credentials {
-		env = setEnv(env, k, v)
-	}
-	// The Session Request Capability travels with guest execution: the
-	// escalation client presents it to route requests to this session.
-	return append(env, "LAZARET_SESSION_ID="+s.id, "LAZARET_SESSION_CAPABILITY="+base64.StdEncoding.EncodeToString(s.capability))
+	return s.c.cfg.guest.session(sessionEnv{ID: s.id, Capability: s.capability, User: u, Allowlist: s.c.net.Allowlist(), Env: req.Env, Credentials: req.Credentials})
 }
 
 // sessionUser resolves the guest user a session runs as: the profile's
 // user, or root when the request asks for it (`lazaret run --user root`).
 func (c *coordinator) sessionUser(req *lv1.RunRequest) (config.GuestUser, error) {
-	u := c.profile.SessionUser()
+	u := c.cfg.profile.SessionUser()
 	switch req.User {
 	case "", u.Name:
 		return u, nil

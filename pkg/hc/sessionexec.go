@@ -40,7 +40,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	// runsc exec starts the command itself (no launcher process in the
 	// sandbox); stderrGate and launchFailure give a command that cannot
 	// run the shell's 127/126 and the product's message.
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: req.Argv, Env: s.env(req, u), Cwd: cwd, UID: u.UID, GID: u.GID, Rlimits: c.rlimits()})
+	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: req.Argv, Env: s.env(req, u), Cwd: cwd, UID: u.UID, GID: u.GID, Rlimits: c.cfg.rlimits()})
 	if err != nil {
 		refuse(s.conn, errdefs.Mark(err, errdefs.ErrInvalid))
 		return

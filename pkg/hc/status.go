@@ -13,10 +13,10 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 	defer c.mu.Unlock()
 	states := map[state]string{stateStarting: "starting", stateRunning: "running", stateFailed: "failed", stateStopping: "stopping"}
 	doc := &lv1.DomainStatus{
-		DomainId: proto.String(string(c.paths.ID)), Profile: proto.String(c.prof), Workspace: proto.String(c.ws),
-		Generation: proto.Uint64(c.generation), State: proto.String(states[c.st]), CoordinatorId: proto.String(c.coordinator),
-		ConfigurationFingerprint: proto.String(c.profile.Fingerprint()), ContainerId: proto.String(c.sb.Container()),
-		Image: proto.String(c.image),
+		DomainId: proto.String(string(c.paths.ID)), Profile: proto.String(c.cfg.profileName), Workspace: proto.String(c.cfg.workspace),
+		Generation: proto.Uint64(c.generation), State: proto.String(states[c.st]), CoordinatorId: proto.String(c.cfg.coordinatorID),
+		ConfigurationFingerprint: proto.String(c.cfg.profile.Fingerprint()), ContainerId: proto.String(c.sb.Container()),
+		Image: proto.String(c.cfg.image),
 	}
 	for _, id := range c.sessions.IDs() {
 		doc.Sessions = append(doc.Sessions, &lv1.SessionStatus{SessionId: proto.String(id)})
@@ -30,7 +30,7 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 	if left, ok := c.sessions.LingerLeft(); ok && c.st == stateRunning {
 		doc.LingerLeftMs = proto.Int64(left.Milliseconds())
 	}
-	for _, r := range c.retained {
+	for _, r := range c.recovery.records() {
 		doc.Retained = append(doc.Retained, &lv1.RetainedRecord{Generation: proto.Uint64(r.Generation), Record: proto.String(r.Record), Reason: proto.String(r.Reason)})
 	}
 	if c.store != nil {

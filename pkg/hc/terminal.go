@@ -20,7 +20,7 @@ const identifyTimeout = sessionterm.IdentifyTimeout
 func (c *coordinator) terminalDomain() sessionterm.Domain {
 	return sessionterm.Domain{
 		Broker: c.broker, Runtime: c.sb.Runtime(), Container: c.sb.Container(), Generation: c.generation,
-		Dir: c.sessionDir(), BaseEnv: c.baseEnv, Rlimits: c.rlimits(),
+		Dir: c.sessionDir(), BaseEnv: c.cfg.guest.Base(), Rlimits: c.cfg.rlimits(),
 		Recorder: c.terminalRecorder(), Timing: c.timing, Log: c.log,
 		Settle: idlemem.SettleSoon, // a session's start is done: HC goes back to relaying
 	}
@@ -43,7 +43,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 			if err != nil {
 				return nil, err
 			}
-			pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, Terminal: true, UID: u.UID, GID: u.GID, Rlimits: c.rlimits()})
+			pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(req.Argv), Env: s.env(req, u), Cwd: cwd, Terminal: true, UID: u.UID, GID: u.GID, Rlimits: c.cfg.rlimits()})
 			if err != nil {
 				return nil, errdefs.Mark(err, errdefs.ErrInvalid)
 			}
