@@ -152,6 +152,18 @@
 //     `runsc exec` process leads its own group) through one ordered, bounded
 //     worker. SIGTERM/SIGHUP stay `SignalRequest` to the exact process.
 //
+// # Teardown and recovery
+//
+// Teardown is one declared list of steps (teardown.go, teardownSteps)
+// that the coordinator walks in order. Its durable store transitions are
+// not start-up reversed: release intents first, while the runtime still
+// runs (publication, sandbox, prepared lower and State Anchors, network
+// and helper, Git routing), then RS is stopped and reaped, then the
+// cleans with their absence proofs (network and helper, prepared lower
+// and State Anchors, Git routing and the sandbox). TestTeardownOrder pins
+// that order. Bootstrap recovery (recovery.go) walks its own ordered list
+// of participants for each dead generation and keeps what it retained.
+//
 // # Runtime Supervisor
 //
 // RS's launch and lifetime are package supervisor (pkg/hc/supervisor): one

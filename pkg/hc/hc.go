@@ -403,7 +403,8 @@ func (c *coordinator) idleWatch(idle time.Duration) {
 	}
 }
 
-// teardown stops everything of the generation and releases the Domain.
+// teardown stops everything of the generation and releases the Domain,
+// walking its declared steps (teardown.go).
 func (c *coordinator) teardown() {
 	c.mu.Lock()
 	c.requestTeardownLocked()
@@ -413,74 +414,7 @@ func (c *coordinator) teardown() {
 	c.mu.Unlock()
 	c.log.Info("tearing down")
 	failpoint.Hit("lazaret-hc:teardown-begin")
-	// Withdraw publication before dropping keys.
-	if c.pub != nil {
-		c.pub.Withdraw()
-	}
-	for _, s := range sessions {
-		s.kill()
-	}
-	// Let sessions deliver their last frame (exit status or error).
-	select {
-	case <-c.sessions.Drained():
-	case <-time.After(drainTimeout + closeGrace):
-	}
-	// No lease or anchor acquisition step after this point: the
-	// generation is released from here on (the model's BeginRelease).
-	if c.lower != nil {
-		c.lower.BeginRelease()
-	}
-	if c.store != nil {
-		if err := c.pub.Release("teardown: publication file removed, listener closed"); err != nil {
-			c.log.Error("record publication withdrawal", "err", err)
-		}
-		if err := c.sb.Release(); err != nil {
-			c.log.Error("record sandbox release intent", "err", err)
-		}
-		if _, err := c.lower.Release(); err != nil {
-			c.log.Error("record state anchor release intent", "err", err)
-		}
-		c.net.Release()
-		if err := c.routing.Release(); err != nil {
-			c.log.Error("record git_routing release intent", "err", err)
-		}
-	}
-	if rsChild != nil {
-		c.rs.Stop(context.Background())
-		if modeltrace.On() {
-			// SupervisorStopped is read by superviseMessages, which may
-			// lag behind the exit.
-			stopped := c.rs.AwaitStopped(time.Second)
-			st, _ := rsChild.Status()
-			c.mtSupervisorGone(st, stopped, c.rs.Killed())
-			c.lower.SupervisorGone(stopped)
-		}
-	} else if modeltrace.On() {
-		// Staged by the broker, whose acquisition then failed: the broker
-		// stopped it before anything of it was used.
-		if c.lower != nil {
-			c.lower.SupervisorStoppedUnused()
-		}
-	}
-	failpoint.Hit("lazaret-hc:rs-stopped")
-	c.net.Stop()
-	c.esc.Close() // every host process of the generation killed and reaped
-	c.rs.Close()
-	if c.anchor != nil {
-		c.anchor.Destroy()
-	}
-	if c.store != nil {
-		c.net.Finish(rsChild)
-		c.lower.Clean(rsChild)
-		c.finishSandbox(rsChild)
-		c.store.Close()
-	}
-	c.cleanupRuntime() // after finishSandbox: it removes runsc state only once its processes are proven gone
-	c.routing.EndSticky()
-	c.mtFinish()
-	if c.lower != nil {
-		c.lower.Finish()
-	}
+	c.walkTeardown(c.teardownSteps(sessions, rsChild))
 	c.log.Info("domain stopped")
 }
 

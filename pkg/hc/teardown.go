@@ -1,0 +1,153 @@
+package hc
+
+// The generation's teardown: one declared list of steps (teardownSteps)
+// that the coordinator walks in order (walkTeardown), like recovery's
+// ordered list of participants (recoverParticipants).
+//
+// Its order of durable store transitions is not the reverse of start-up:
+// every participant's release intent is recorded first, while the runtime
+// still runs — publication, sandbox, prepared lower and State Anchors,
+// network (and its connectivity helper), Git routing — so that a crash
+// from there on leaves each record in release for bootstrap recovery; then
+// RS is stopped and reaped, and the cleans, each with its absence proof,
+// follow in the order network, prepared lower, then Git routing and the
+// sandbox together (the sandbox record last: its Clean ends this
+// coordinator's ownership). TestTeardownOrder pins both orders.
+
+import (
+	"context"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
+	"github.com/lazaret/lazaret/pkg/proc"
+)
+
+// teardownStep is one step of the generation's teardown.
+type teardownStep struct {
+	name string
+	// records names the durable store transitions the step records, in
+	// order ("" when it records none).
+	records []string
+	// store: the step uses the Domain Store and is skipped without one.
+	store bool
+	run   func()
+}
+
+// teardownSteps is the generation's teardown, in the order walked;
+// sessions are the sessions registered when it began, rs the Runtime
+// Supervisor's child (nil when its acquisition failed).
+func (c *coordinator) teardownSteps(sessions []*session, rs *proc.Child) []teardownStep {
+	return []teardownStep{
+		// Withdraw publication before dropping keys.
+		{name: "withdraw publication", run: func() {
+			if c.pub != nil {
+				c.pub.Withdraw()
+			}
+		}},
+		{name: "end sessions", run: func() {
+			for _, s := range sessions {
+				s.kill()
+			}
+			// Let sessions deliver their last frame (exit status or error).
+			select {
+			case <-c.sessions.Drained():
+			case <-time.After(drainTimeout + closeGrace):
+			}
+		}},
+		// No lease or anchor acquisition step after this point: the
+		// generation is released from here on (the model's BeginRelease).
+		{name: "begin release", run: func() {
+			if c.lower != nil {
+				c.lower.BeginRelease()
+			}
+		}},
+
+		// Release intents, while the runtime still runs.
+		{name: "release publication", store: true, records: []string{"publication ReleaseIntent", "publication Clean"}, run: func() {
+			if err := c.pub.Release("teardown: publication file removed, listener closed"); err != nil {
+				c.log.Error("record publication withdrawal", "err", err)
+			}
+		}},
+		{name: "release sandbox", store: true, records: []string{"sandbox ReleaseIntent"}, run: func() {
+			if err := c.sb.Release(); err != nil {
+				c.log.Error("record sandbox release intent", "err", err)
+			}
+		}},
+		{name: "release prepared lower", store: true, records: []string{"state_anchor ReleaseIntent"}, run: func() {
+			if _, err := c.lower.Release(); err != nil {
+				c.log.Error("record state anchor release intent", "err", err)
+			}
+		}},
+		{name: "release network", store: true, records: []string{"network ReleaseIntent", "helper ReleaseIntent"}, run: c.net.Release},
+		{name: "release git routing", store: true, records: []string{"git_routing ReleaseIntent"}, run: func() {
+			if err := c.routing.Release(); err != nil {
+				c.log.Error("record git_routing release intent", "err", err)
+			}
+		}},
+
+		// The runtime ends: RS (which stops the sandbox, the Git-routing
+		// daemon and unmounts), the helper, host processes, keys.
+		{name: "stop runtime supervisor", run: func() { c.stopSupervisor(rs) }},
+		{name: "stop connectivity helper", run: c.net.Stop},
+		{name: "close escalation", run: c.esc.Close}, // every host process of the generation killed and reaped
+		{name: "close supervisor channel", run: c.rs.Close},
+		{name: "destroy trust anchor", run: func() {
+			if c.anchor != nil {
+				c.anchor.Destroy()
+			}
+		}},
+
+		// Cleans, each with its absence proof.
+		{name: "clean network", store: true, records: []string{"network Clean", "helper Clean"}, run: func() { c.net.Finish(rs) }},
+		{name: "clean prepared lower", store: true, records: []string{"state_anchor Clean", "prepared_lower ReleaseIntent", "prepared_lower Clean"}, run: func() { c.lower.Clean(rs) }},
+		{name: "clean git routing and sandbox", store: true, records: []string{"git_routing Clean", "sandbox Clean"}, run: func() { c.finishSandbox(rs) }},
+		{name: "close store", store: true, run: func() { c.store.Close() }},
+
+		// After finishSandbox: it removes runsc state only once its
+		// processes are proven gone.
+		{name: "remove runtime files", run: c.cleanupRuntime},
+		{name: "end sticky paths", run: c.routing.EndSticky},
+		{name: "finish generation", run: func() {
+			c.mtFinish()
+			if c.lower != nil {
+				c.lower.Finish()
+			}
+		}},
+	}
+}
+
+// walkTeardown runs steps in order; without a Domain Store the steps that
+// use it are skipped.
+func (c *coordinator) walkTeardown(steps []teardownStep) {
+	for _, s := range steps {
+		if s.store && c.store == nil {
+			continue
+		}
+		c.log.Debug("teardown", "step", s.name)
+		s.run()
+	}
+}
+
+// stopSupervisor stops and reaps RS (package supervisor) and records its
+// end in the model trace.
+func (c *coordinator) stopSupervisor(rs *proc.Child) {
+	if rs != nil {
+		c.rs.Stop(context.Background())
+		if modeltrace.On() {
+			// SupervisorStopped is read by superviseMessages, which may
+			// lag behind the exit.
+			stopped := c.rs.AwaitStopped(time.Second)
+			st, _ := rs.Status()
+			c.mtSupervisorGone(st, stopped, c.rs.Killed())
+			c.lower.SupervisorGone(stopped)
+		}
+	} else if modeltrace.On() {
+		// Staged by the broker, whose acquisition then failed: the broker
+		// stopped it before anything of it was used.
+		if c.lower != nil {
+			c.lower.SupervisorStoppedUnused()
+		}
+	}
+	failpoint.Hit("lazaret-hc:rs-stopped")
+}
