@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,14 +131,40 @@ func TestNewResolver(t *testing.T) {
 // buildRole builds the role as the product is built (CGO_ENABLED=0, so
 // capabilities can be dropped from every thread).
 func buildRole(t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "egressrole")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	c := exec.Command(goTool, "build", "-o", bin, "./testdata/egressrole")
-	c.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := c.CombinedOutput(); err != nil {
-		t.Fatalf("build the role: %v\n%s", err, out)
+	t.Helper()
+	// Built once per test process: each link takes seconds.
+	role.once.Do(func() {
+		if role.dir, role.err = os.MkdirTemp("", "egressrole"); role.err != nil {
+			return
+		}
+		role.bin = filepath.Join(role.dir, "egressrole")
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		c := exec.Command(goTool, "build", "-o", role.bin, "./testdata/egressrole")
+		c.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := c.CombinedOutput(); err != nil {
+			role.err = fmt.Errorf("build the role: %v\n%s", err, out)
+		}
+	})
+	if role.err != nil {
+		t.Fatal(role.err)
 	}
-	return bin
+	return role.bin
+}
+
+// role is the role's binary, built by the first test that needs it and
+// removed by TestMain.
+var role struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if role.dir != "" {
+		os.RemoveAll(role.dir)
+	}
+	os.Exit(code)
 }
 
 func freePort(t *testing.T) string {

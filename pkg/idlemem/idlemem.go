@@ -40,6 +40,8 @@ const Delay = time.Second
 var (
 	soonMu    sync.Mutex
 	soonTimer *time.Timer
+	// soonDelay is SettleSoon's wait: Delay (a test shortens it).
+	soonDelay = Delay
 )
 
 // SettleSoon runs Settle (with log) once Delay has passed since the last
@@ -55,7 +57,7 @@ func SettleSoon(log *slog.Logger) {
 	if soonTimer != nil {
 		soonTimer.Stop()
 	}
-	soonTimer = time.AfterFunc(Delay, func() { settleMarked(log) })
+	soonTimer = time.AfterFunc(soonDelay, func() { settleMarked(log) })
 	startWatch(log)
 }
 

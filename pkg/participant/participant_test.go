@@ -3,6 +3,7 @@ package participant
 import (
 	"errors"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -417,7 +418,13 @@ func runSequence(t *testing.T, r *rand.Rand, role Role, steps int) map[Phase]int
 func TestRandomSequences(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	reached := map[Role]map[Phase]int{}
-	for i := 0; i < 3000; i++ {
+	// make check (-short) runs a fifth of the sequences; make unit and CI
+	// run all of them.
+	runs := 3000
+	if testing.Short() && os.Getenv("CI") == "" {
+		runs = 600
+	}
+	for i := 0; i < runs; i++ {
 		for _, role := range append(append([]Role{}, Roles...), SessionTerminal) {
 			if reached[role] == nil {
 				reached[role] = map[Phase]int{}
