@@ -147,7 +147,11 @@ func stalledScenario(procs int) error {
 		return err
 	}
 	w := rawio.NewTerminalWriter(int(slave.Fd()))
-	data := bytes.Repeat([]byte("stalled terminal output\n"), 1<<16) // 1.5 MiB
+	// 384 KiB: several times what the kernel buffers for a PTY (the line
+	// discipline's 4 KiB and the flip buffers' 64 KiB), so the writer waits;
+	// a larger write only takes longer to drain (1.5 MiB took 4 s with one
+	// processor).
+	data := bytes.Repeat([]byte("stalled terminal output\n"), 1<<14)
 	done := make(chan error, 1)
 	go func() {
 		_, err := w.Write(data)
