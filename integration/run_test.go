@@ -418,7 +418,7 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 			if _, err := stdout.Read(buf); err != nil {
 				t.Fatalf("no ready line: %v", err)
 			}
-			pid := findProcess(t, e.uid, victim, ws)
+			pid := findProcess(t, victim)
 			helpers := helperProcesses(e.uid)
 			if len(helpers) != 1 {
 				t.Fatalf("connectivity helpers before the kill: %v, want one slirp4netns", helpers)
@@ -449,8 +449,6 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 	}
 }
 
-// findProcess finds the pid of the named Lazaret process of uid whose
-// Domain is the workspace ws (via its environment or arguments).
 // userProcesses lists uid's processes whose argv[0] has base name name,
 // with their argv.
 func userProcesses(uid int, name string) map[int][]string {
@@ -491,17 +489,19 @@ func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
 	return roles
 }
 
-// findProcess is uid's oldest-started (lowest pid) process named name.
-func findProcess(t *testing.T, uid int, name, ws string) int {
+// findProcess is the scenario's own (ownProcs) oldest-started (lowest
+// pid) process of the test user named name.
+func findProcess(t *testing.T, name string) int {
 	t.Helper()
+	e := need(t)
 	lowest := 0
-	for pid := range userProcesses(uid, name) {
-		if lowest == 0 || pid < lowest {
-			lowest = pid
+	for _, up := range ownProcs(e, t) {
+		if up.uid == e.uid && len(up.args) > 0 && filepath.Base(up.args[0]) == name && (lowest == 0 || up.pid < lowest) {
+			lowest = up.pid
 		}
 	}
 	if lowest == 0 {
-		t.Fatalf("no %s process of uid %d", name, uid)
+		t.Fatalf("no %s process of uid %d in the scenario", name, e.uid)
 	}
 	return lowest
 }
