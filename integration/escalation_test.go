@@ -215,6 +215,7 @@ func rssKiB(pid int) int {
 // edit-and-approve runs the edited argv; Ctrl-C inside cancels and the host
 // process is killed and reaped.
 func TestEscalationTerminal(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "BeginPrompt", "DeveloperApprove", "DeveloperDeny", "StartHostExecution", "CompleteHostExecution", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
@@ -302,6 +303,7 @@ func TestEscalationTerminal(t *testing.T) {
 // Coordinator's RSS by less than 64 MiB (at most eight 48 KiB chunks wait
 // for acknowledgement; the host pipes are not read beyond that).
 func TestEscalationHCMemoryBounded(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)
@@ -363,6 +365,7 @@ func TestEscalationHCMemoryBounded(t *testing.T) {
 // No host command may ever run outside the workspace; a request that meets
 // the symlink is refused instead.
 func TestSpec37EscalationCwdSwapStaysInWorkspace(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)
@@ -417,6 +420,7 @@ func tail(s string, n int) string {
 // cancels the prompt; the developer's "y" typed afterwards starts nothing
 // on the host, and the audit records the request as cancelled.
 func TestSpec37PromptCancelledWhenSessionCloses(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "BeginPrompt", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
@@ -479,6 +483,7 @@ func waitHostProcess(t *testing.T, sub string, present bool, timeout time.Durati
 // delivered, complete and in order, once the host process has ended; then
 // the terminal is the sandbox's again.
 func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "AutoApprove", "StartHostExecution", "CompleteHostExecution", "DeliverResult")
 	cfg := escalationConfig(t)
 	ws := workspace(t)
@@ -568,6 +573,7 @@ func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
 // marker it would write after a delay never appears, and the audit log
 // records the request as cancelled because the session closed.
 func TestSpec33CloseKillsHostProcess(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "DeveloperApprove", "StartHostExecution", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
@@ -642,6 +648,7 @@ func TestSpec33CloseKillsHostProcess(t *testing.T) {
 // (not stopped at the acknowledgement timeout), and all of it reaches the
 // terminal afterwards.
 func TestSpec37LargeOutputAtTerminal(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)

@@ -152,6 +152,7 @@ func (m *tmuxTerm) startLazaret(target, tag, args string) {
 // less and top behave as on a host terminal; `exit 7` returns 7; the outer
 // terminal's modes are identical afterwards.
 func TestTerminalInteractiveShell(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 120, 40)
 	const p = "main"
@@ -238,6 +239,7 @@ func TestTerminalInteractiveShell(t *testing.T) {
 // TestTerminalConcurrentSessions (§3.3, FR-14): two interactive sessions of one
 // Domain, each in its own terminal, never see each other's bytes.
 func TestTerminalConcurrentSessions(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 100, 30)
 	m.newSession("other", ws, 100, 30)
@@ -276,6 +278,7 @@ func TestTerminalConcurrentSessions(t *testing.T) {
 // resent); SIGTERM ends the CLI with 143 and a restored terminal; stdin that
 // is not a terminal keeps the non-interactive path.
 func TestTerminalSignalsToCLI(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 100, 30)
 	const p = "main"
@@ -339,8 +342,10 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 // mid-session ends the CLI with a failure status and the outer terminal
 // exactly as it was; nothing is left behind.
 func TestTerminalProcessKilled(t *testing.T) {
+	parallel(t)
 	for _, victim := range []string{"lazaret-hc", "lazaret-rs", "runsc-exec"} {
 		t.Run(victim, func(t *testing.T) {
+			t.Parallel()
 			ws := workspace(t)
 			m := newTmux(t, ws, 100, 30)
 			const p = "main"
@@ -511,6 +516,7 @@ func assertGroupStopped(t *testing.T, ws string) {
 // shell (or SIGTSTP from another process) stops the guest process group
 // and the CLI; fg (SIGCONT) continues both; Ctrl-C interrupts the group.
 func TestNonInteractiveJobControl(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 100, 30)
 	const p = "main"
