@@ -71,6 +71,7 @@ func TestRunExitStatus(t *testing.T) {
 // or text that looks like runsc's launch report with runsc's status, is
 // relayed exactly and keeps the command's status.
 func TestStderrGate(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	recordModelTrace(t)
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo at-once >&2; exit 3")
@@ -402,8 +403,10 @@ func TestSignalsReachTheCommand(t *testing.T) {
 // the Runtime Supervisor takes down the attached runsc, the sandbox and the
 // session; the next run starts cleanly.
 func TestSupervisorLossTearsDown(t *testing.T) {
+	parallel(t)
 	for _, victim := range []string{"lazaret-rs", "lazaret-hc"} {
 		t.Run(victim, func(t *testing.T) {
+			t.Parallel()
 			recordModelTrace(t)
 			e := need(t)
 			ws := workspace(t)
@@ -419,7 +422,7 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 				t.Fatalf("no ready line: %v", err)
 			}
 			pid := findProcess(t, victim)
-			helpers := helperProcesses(e.uid)
+			helpers := helperProcesses(t)
 			if len(helpers) != 1 {
 				t.Fatalf("connectivity helpers before the kill: %v, want one slirp4netns", helpers)
 			}
@@ -438,7 +441,7 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 			// Processes and mounts go at once; after Host Coordinator loss
 			// its runtime directory waits for the next invocation's recovery.
 			noProcessesOrMounts(t)
-			if h := helperProcesses(e.uid); len(h) != 0 {
+			if h := helperProcesses(t); len(h) != 0 {
 				t.Errorf("connectivity helper %v outlived the %s kill", h, victim)
 			}
 			if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
