@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -179,27 +178,19 @@ func TestEscalationStreams100MB(t *testing.T) {
 	noLeftovers(t)
 }
 
-// userProcs lists (pid, cmdline) of the test user's processes whose
-// command line contains sub.
-func userProcs(uid int, sub string) map[int]string {
+// userProcs lists (pid, cmdline) of the scenario's own processes of the
+// test user (ownProcs) whose command line contains sub. A host command
+// is the scenario's: the Host Coordinator's child, run in the workspace.
+func userProcs(t *testing.T, sub string) map[int]string {
+	t.Helper()
+	e := need(t)
 	out := map[int]string{}
-	ents, _ := os.ReadDir("/proc")
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
+	for _, up := range ownProcs(e, t) {
+		if up.uid != e.uid {
 			continue
 		}
-		st, err := os.Stat("/proc/" + d.Name())
-		if err != nil {
-			continue
-		}
-		if int(st.Sys().(*syscall.Stat_t).Uid) != uid {
-			continue
-		}
-		b, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		cl := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
-		if strings.Contains(cl, sub) {
-			out[pid] = cl
+		if cl := strings.Join(up.args, " "); strings.Contains(cl, sub) {
+			out[up.pid] = cl
 		}
 	}
 	return out
@@ -224,6 +215,7 @@ func rssKiB(pid int) int {
 // edit-and-approve runs the edited argv; Ctrl-C inside cancels and the host
 // process is killed and reaped.
 func TestEscalationTerminal(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "BeginPrompt", "DeveloperApprove", "DeveloperDeny", "StartHostExecution", "CompleteHostExecution", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
@@ -275,15 +267,15 @@ func TestEscalationTerminal(t *testing.T) {
 	m.keys("main", "C-l")
 	m.line("main", "lazaret-escalate -- sleep 7777; echo rc=$?")
 	deadline := time.Now().Add(30 * time.Second)
-	for len(userProcs(e.uid, "sleep 7777")) == 0 && time.Now().Before(deadline) {
+	for len(userProcs(t, "sleep 7777")) == 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if len(userProcs(e.uid, "sleep 7777")) == 0 {
+	if len(userProcs(t, "sleep 7777")) == 0 {
 		t.Fatalf("the host command never started:\n%s", m.capture("main"))
 	}
 	m.keys("main", "C-c")
 	m.waitLine("main", "rc=130", 30*time.Second)
-	if p := userProcs(e.uid, "sleep 7777"); len(p) != 0 {
+	if p := userProcs(t, "sleep 7777"); len(p) != 0 {
 		t.Errorf("host process survived cancellation: %v", p)
 	}
 	if got := m.capture("other"); got != otherBefore {
@@ -311,6 +303,7 @@ func TestEscalationTerminal(t *testing.T) {
 // Coordinator's RSS by less than 64 MiB (at most eight 48 KiB chunks wait
 // for acknowledgement; the host pipes are not read beyond that).
 func TestEscalationHCMemoryBounded(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)
@@ -325,7 +318,7 @@ func TestEscalationHCMemoryBounded(t *testing.T) {
 		t.Fatalf("holding session did not start: %v", err)
 	}
 	var hc int
-	for pid, cl := range userProcs(e.uid, "lazaret-hc") {
+	for pid, cl := range userProcs(t, "lazaret-hc") {
 		if strings.HasPrefix(filepath.Base(strings.Fields(cl)[0]), "lazaret-hc") {
 			hc = pid
 		}
@@ -371,6 +364,12 @@ func TestEscalationHCMemoryBounded(t *testing.T) {
 // a symlink to a host directory outside the workspace as fast as it can.
 // No host command may ever run outside the workspace; a request that meets
 // the symlink is refused instead.
+//
+// It runs alone (not parallel(t)): the attack is CPU-bound, with no wait
+// to shorten (1,000 guest process starts, host forks and mailbox round
+// trips against a busy swap loop), so beside other scenarios on a
+// two-core machine it only takes longer; run so under load it reached
+// its twelve-minute bound.
 func TestSpec37EscalationCwdSwapStaysInWorkspace(t *testing.T) {
 	e := need(t)
 	cfg := escalationConfig(t)
@@ -426,6 +425,7 @@ func tail(s string, n int) string {
 // cancels the prompt; the developer's "y" typed afterwards starts nothing
 // on the host, and the audit records the request as cancelled.
 func TestSpec37PromptCancelledWhenSessionCloses(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "BeginPrompt", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
@@ -463,13 +463,13 @@ func TestSpec37PromptCancelledWhenSessionCloses(t *testing.T) {
 	noLeftovers(t)
 }
 
-// waitHostProcess waits until a host process of the test user whose command
+// waitHostProcess waits until a process of the scenario whose command
 // line contains sub exists (present) or none does (!present).
-func waitHostProcess(t *testing.T, uid int, sub string, present bool, timeout time.Duration) bool {
+func waitHostProcess(t *testing.T, sub string, present bool, timeout time.Duration) bool {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		if (len(userProcs(uid, sub)) > 0) == present {
+		if (len(userProcs(t, sub)) > 0) == present {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -488,8 +488,8 @@ func waitHostProcess(t *testing.T, uid int, sub string, present bool, timeout ti
 // delivered, complete and in order, once the host process has ended; then
 // the terminal is the sandbox's again.
 func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "AutoApprove", "StartHostExecution", "CompleteHostExecution", "DeliverResult")
-	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 120, 40)
@@ -499,7 +499,7 @@ func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
 	// before the host's `sleep 8` ends; the foreground cat reads the
 	// terminal the whole time.
 	m.line("main", "(sleep 1; for i in 1 2 3 4 5 6; do echo tick-$i; sleep 0.3; done; touch /workspace/ticked) & lazaret-escalate -- sleep 8 & cat > /workspace/typed; wait; echo all-done")
-	if !waitHostProcess(t, e.uid, "sleep 8", true, 30*time.Second) {
+	if !waitHostProcess(t, "sleep 8", true, 30*time.Second) {
 		t.Fatalf("the host command never started:\n%s", m.capture("main"))
 	}
 	status := "[lazaret] host command running: 'sleep' '8' (auto-approved"
@@ -522,7 +522,7 @@ func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	during := m.capture("main")
-	hostRan := len(userProcs(e.uid, "sleep 8")) > 0
+	hostRan := len(userProcs(t, "sleep 8")) > 0
 	if !hostRan {
 		t.Fatalf("the host command ended before the guest's ticker finished: the test proves nothing")
 	}
@@ -530,7 +530,7 @@ func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
 	if tickLine.MatchString(during) {
 		t.Errorf("guest output was forwarded while the host command ran (route HostProcess):\n%s", during)
 	}
-	if !waitHostProcess(t, e.uid, "sleep 8", false, 30*time.Second) {
+	if !waitHostProcess(t, "sleep 8", false, 30*time.Second) {
 		t.Fatal("the host command did not end")
 	}
 	pane := m.waitLine("main", "tick-6", 30*time.Second)
@@ -578,6 +578,7 @@ func TestSpec33HostProcessRouteHoldsTerminal(t *testing.T) {
 // marker it would write after a delay never appears, and the audit log
 // records the request as cancelled because the session closed.
 func TestSpec33CloseKillsHostProcess(t *testing.T) {
+	parallel(t)
 	recordModelTrace(t, "DeveloperApprove", "StartHostExecution", "CancelRequest", "DeliverResult")
 	e := need(t)
 	cfg := escalationConfig(t)
@@ -590,14 +591,14 @@ func TestSpec33CloseKillsHostProcess(t *testing.T) {
 	m.startLazaret("main", "a", "--config "+cfg+" -p esc -- sh -c 'lazaret-escalate -- sh -c \"sleep 6.1; touch "+exited+"\" & while [ ! -e /workspace/go ]; do sleep 0.05; done'")
 	m.waitFor("main", "Run on the host?", 3*time.Minute)
 	m.line("main", "y")
-	if !waitHostProcess(t, e.uid, "sleep 6.1", true, 30*time.Second) {
+	if !waitHostProcess(t, "sleep 6.1", true, 30*time.Second) {
 		t.Fatalf("the approved host command never started:\n%s", m.capture("main"))
 	}
 	if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pane := m.waitMatch("main", regexp.MustCompile(`RC-a=\d+`), 60*time.Second)
-	if p := userProcs(e.uid, "sleep 6.1"); len(p) != 0 {
+	if p := userProcs(t, "sleep 6.1"); len(p) != 0 {
 		t.Errorf("the host command outlived its session's exit: %v", p)
 	}
 	cancelled := strings.Index(pane, "[lazaret] host command cancelled: the session closed while the host command ran")
@@ -611,14 +612,14 @@ func TestSpec33CloseKillsHostProcess(t *testing.T) {
 	m.startLazaret("main", "b", "--config "+cfg+" -p esc -- sh -c 'lazaret-escalate -- sh -c \"sleep 6.2; touch "+discon+"\"; sleep 100'")
 	m.waitFor("main", "Run on the host?", 3*time.Minute)
 	m.line("main", "y")
-	if !waitHostProcess(t, e.uid, "sleep 6.2", true, 30*time.Second) {
+	if !waitHostProcess(t, "sleep 6.2", true, 30*time.Second) {
 		t.Fatalf("the approved host command never started:\n%s", m.capture("main"))
 	}
 	m.keys("main", "Enter")
 	m.tmux("send-keys", "-t", "main", "-l", "~.")
 	m.waitLine("main", "RC-b=129", 30*time.Second)
-	if !waitHostProcess(t, e.uid, "sleep 6.2", false, 10*time.Second) {
-		t.Errorf("the host command outlived its disconnected session: %v", userProcs(e.uid, "sleep 6.2"))
+	if !waitHostProcess(t, "sleep 6.2", false, 10*time.Second) {
+		t.Errorf("the host command outlived its disconnected session: %v", userProcs(t, "sleep 6.2"))
 	}
 	m.sttySame("a.before", "a.after")
 	m.sttySame("b.before", "b.after")
@@ -652,6 +653,7 @@ func TestSpec33CloseKillsHostProcess(t *testing.T) {
 // (not stopped at the acknowledgement timeout), and all of it reaches the
 // terminal afterwards.
 func TestSpec37LargeOutputAtTerminal(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	cfg := escalationConfig(t)
 	ws := workspace(t)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,20 +63,36 @@ func faultStages() []string {
 // no process or mount behind, and the next `lazaret run` recovers and
 // succeeds with nothing left afterwards.
 //
-// The stages run one by one: side by side, a Domain's recorded State
-// Anchor mount namespace (device and inode) can be reused by another
-// Domain's new namespace once it is freed, and the teardown that proves
-// the recorded namespace empty then finds the other Domain's processes in
-// it and keeps the lease (fail closed), so allClean would fail.
+// Each stage has its own workspace, hence its own Domain, and the stages
+// run side by side (with each other and the other parallel scenarios).
+// A freed mount namespace's nsfs inode may meanwhile be reused by another
+// Domain's new namespace; the teardown's mount-absence proof tells them
+// apart by the never-reused namespace ID (pidfs.NamespaceHolders), so a
+// stage's recovery does not see a neighbour's processes as holders.
 func TestFaultInjectionRecovery(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	if e.binFP == "" {
 		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
 	}
 	stages := faultStages()
-	var recoveries []time.Duration
+	var (
+		mu         sync.Mutex
+		recoveries []time.Duration
+	)
+	// The stages' subtests run after this function returns; the summary
+	// waits for all of them.
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		sort.Slice(recoveries, func(i, j int) bool { return recoveries[i] < recoveries[j] })
+		if len(recoveries) > 0 {
+			t.Logf("%d stages; median recovering run %s (max %s)", len(stages), recoveries[len(recoveries)/2], recoveries[len(recoveries)-1])
+		}
+	})
 	for _, stage := range stages {
 		t.Run(strings.ReplaceAll(stage, ":", "_"), func(t *testing.T) {
+			t.Parallel()
 			ws := workspace(t)
 			recordModelTrace(t) // the faulted run and the recovering one
 			c := e.cmdWith(e.binFP, ws, []string{failpoint.Env + "=" + stage}, "run", "-p", "tiny", "--", "echo", "hi")
@@ -105,17 +122,15 @@ func TestFaultInjectionRecovery(t *testing.T) {
 			}
 			start := time.Now()
 			r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "recovered")
+			mu.Lock()
 			recoveries = append(recoveries, time.Since(start))
+			mu.Unlock()
 			if r.code != 0 || r.stdout != "recovered\n" {
 				t.Fatalf("run after a kill at %s: %+v", stage, r)
 			}
 			noLeftovers(t)
 			allClean(t, ws, "tiny")
 		})
-	}
-	sort.Slice(recoveries, func(i, j int) bool { return recoveries[i] < recoveries[j] })
-	if len(recoveries) > 0 {
-		t.Logf("%d stages; median recovering run %s (max %s)", len(stages), recoveries[len(recoveries)/2], recoveries[len(recoveries)-1])
 	}
 }
 

@@ -106,6 +106,12 @@ func domainLimits(t *testing.T, ws string) (memUsed, memLimit, tasks, taskLimit 
 // sandbox stopped at limits.memory with the reason on the session's
 // standard error, while the host and a second Domain carry on, and the
 // next run starts a fresh generation. Nothing is left behind.
+//
+// It runs alone (not parallel(t)): its proof that the host stays
+// responsive compares a host probe against a baseline taken before the
+// scenario, so beside other scenarios it would measure their load, not
+// the fork bomb's or the memory hog's; and a fork bomb at the limit on a
+// two-core machine starves the others' bounded waits.
 func TestSpec31ResourceLimits(t *testing.T) {
 	e := need(t)
 	ws, ws2 := workspace(t), workspace(t)

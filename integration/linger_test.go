@@ -66,6 +66,7 @@ func waitStopped(t *testing.T, ws string, within time.Duration) time.Duration {
 // stops when it passes with no session, and leaves nothing behind. The
 // profile key works the same way, and bad values are refused clearly.
 func TestSpec32Linger(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	marker := randHex(6)

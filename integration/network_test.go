@@ -10,10 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -415,19 +413,15 @@ func TestSpec36EqualPrefixConflict(t *testing.T) {
 	t.Logf("config check: %s", r.stderr)
 }
 
-// helperProcesses lists the pids of slirp4netns processes of uid.
-func helperProcesses(uid int) []int {
+// helperProcesses lists the pids of the scenario's own (ownProcs)
+// slirp4netns processes of the test user.
+func helperProcesses(t *testing.T) []int {
+	t.Helper()
+	e := need(t)
 	var out []int
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		st, err := os.Stat(p)
-		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
-			continue
-		}
-		cmd, _ := os.ReadFile(p + "/cmdline")
-		if strings.Contains(strings.SplitN(string(cmd), "\x00", 2)[0], "slirp4netns") {
-			pid, _ := strconv.Atoi(filepath.Base(p))
-			out = append(out, pid)
+	for _, up := range ownProcs(e, t) {
+		if up.uid == e.uid && len(up.args) > 0 && strings.Contains(up.args[0], "slirp4netns") {
+			out = append(out, up.pid)
 		}
 	}
 	return out

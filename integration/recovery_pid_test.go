@@ -37,6 +37,7 @@ import (
 // Before the fix, recovery ran `runsc delete -force`, which SIGKILLed the
 // sleep in both cases.
 func TestSpec32RecoveryNeverSignalsRecycledPID(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	if e.binFP == "" {
 		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
@@ -49,6 +50,7 @@ func TestSpec32RecoveryNeverSignalsRecycledPID(t *testing.T) {
 		{"unrecorded", "lazaret-rs:runsc-ready", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ws := workspace(t)
 			if !tc.recorded {
 				expectModelGap(t, gapRetainedGeneration)

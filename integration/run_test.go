@@ -71,6 +71,7 @@ func TestRunExitStatus(t *testing.T) {
 // or text that looks like runsc's launch report with runsc's status, is
 // relayed exactly and keeps the command's status.
 func TestStderrGate(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	recordModelTrace(t)
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo at-once >&2; exit 3")
@@ -402,8 +403,10 @@ func TestSignalsReachTheCommand(t *testing.T) {
 // the Runtime Supervisor takes down the attached runsc, the sandbox and the
 // session; the next run starts cleanly.
 func TestSupervisorLossTearsDown(t *testing.T) {
+	parallel(t)
 	for _, victim := range []string{"lazaret-rs", "lazaret-hc"} {
 		t.Run(victim, func(t *testing.T) {
+			t.Parallel()
 			recordModelTrace(t)
 			e := need(t)
 			ws := workspace(t)
@@ -418,8 +421,8 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 			if _, err := stdout.Read(buf); err != nil {
 				t.Fatalf("no ready line: %v", err)
 			}
-			pid := findProcess(t, e.uid, victim, ws)
-			helpers := helperProcesses(e.uid)
+			pid := findProcess(t, victim)
+			helpers := helperProcesses(t)
 			if len(helpers) != 1 {
 				t.Fatalf("connectivity helpers before the kill: %v, want one slirp4netns", helpers)
 			}
@@ -438,7 +441,7 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 			// Processes and mounts go at once; after Host Coordinator loss
 			// its runtime directory waits for the next invocation's recovery.
 			noProcessesOrMounts(t)
-			if h := helperProcesses(e.uid); len(h) != 0 {
+			if h := helperProcesses(t); len(h) != 0 {
 				t.Errorf("connectivity helper %v outlived the %s kill", h, victim)
 			}
 			if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
@@ -449,8 +452,6 @@ func TestSupervisorLossTearsDown(t *testing.T) {
 	}
 }
 
-// findProcess finds the pid of the named Lazaret process of uid whose
-// Domain is the workspace ws (via its environment or arguments).
 // userProcesses lists uid's processes whose argv[0] has base name name,
 // with their argv.
 func userProcesses(uid int, name string) map[int][]string {
@@ -491,17 +492,19 @@ func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
 	return roles
 }
 
-// findProcess is uid's oldest-started (lowest pid) process named name.
-func findProcess(t *testing.T, uid int, name, ws string) int {
+// findProcess is the scenario's own (ownProcs) oldest-started (lowest
+// pid) process of the test user named name.
+func findProcess(t *testing.T, name string) int {
 	t.Helper()
+	e := need(t)
 	lowest := 0
-	for pid := range userProcesses(uid, name) {
-		if lowest == 0 || pid < lowest {
-			lowest = pid
+	for _, up := range ownProcs(e, t) {
+		if up.uid == e.uid && len(up.args) > 0 && filepath.Base(up.args[0]) == name && (lowest == 0 || up.pid < lowest) {
+			lowest = up.pid
 		}
 	}
 	if lowest == 0 {
-		t.Fatalf("no %s process of uid %d", name, uid)
+		t.Fatalf("no %s process of uid %d in the scenario", name, e.uid)
 	}
 	return lowest
 }

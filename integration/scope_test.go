@@ -179,7 +179,8 @@ func (sc *scope) names(s string) bool {
 // userProc is one process of the test user or its subordinate ids.
 type userProc struct {
 	pid, ppid, uid int
-	cmdline        string
+	args           []string
+	cmdline        string // args joined by spaces
 	userns         string
 }
 
@@ -200,7 +201,7 @@ func scanUserProcs(e *env) []userProc {
 			continue // a zombie being reaped
 		}
 		pid, _ := strconv.Atoi(filepath.Base(p))
-		up := userProc{pid: pid, uid: uid, cmdline: strings.ReplaceAll(string(cmdline), "\x00", " ")}
+		up := userProc{pid: pid, uid: uid, args: strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00"), cmdline: strings.ReplaceAll(string(cmdline), "\x00", " ")}
 		if stat, err := os.ReadFile(p + "/stat"); err == nil {
 			if i := strings.LastIndexByte(string(stat), ')'); i > 0 {
 				if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
@@ -234,9 +235,9 @@ func (sc *scope) mine(up userProc) bool {
 	return false
 }
 
-// leftoversIn is leftovers restricted to sc (nil: everything).
-func leftoversIn(e *env, sc *scope) string {
-	var b strings.Builder
+// procsIn is the processes of the test user and its subordinate ids that
+// belong to sc (nil: all of them).
+func procsIn(e *env, sc *scope) []userProc {
 	procs := scanUserProcs(e)
 	var hostNS string
 	if sc != nil {
@@ -270,6 +271,24 @@ func leftoversIn(e *env, sc *scope) string {
 		}
 		procs = kept
 	}
+	return procs
+}
+
+// ownProcs is the processes of t's scenario: every process of the test
+// user (and its subordinate ids) when t runs alone, its scope's when it
+// runs in parallel. A scenario that looks for "its" HC, RS, exec client
+// or host command looks here, never at every process of the user.
+func ownProcs(e *env, t *testing.T) []userProc {
+	if !isParallel(t.Name()) {
+		return procsIn(e, nil)
+	}
+	return procsIn(e, scopeOf(e, t))
+}
+
+// leftoversIn is leftovers restricted to sc (nil: everything).
+func leftoversIn(e *env, sc *scope) string {
+	var b strings.Builder
+	procs := procsIn(e, sc)
 	for _, up := range procs {
 		fmt.Fprintf(&b, "process %d uid %d: %s\n", up.pid, up.uid, up.cmdline)
 	}

@@ -152,6 +152,7 @@ func (m *tmuxTerm) startLazaret(target, tag, args string) {
 // less and top behave as on a host terminal; `exit 7` returns 7; the outer
 // terminal's modes are identical afterwards.
 func TestTerminalInteractiveShell(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 120, 40)
 	const p = "main"
@@ -238,6 +239,7 @@ func TestTerminalInteractiveShell(t *testing.T) {
 // TestTerminalConcurrentSessions (§3.3, FR-14): two interactive sessions of one
 // Domain, each in its own terminal, never see each other's bytes.
 func TestTerminalConcurrentSessions(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 100, 30)
 	m.newSession("other", ws, 100, 30)
@@ -247,7 +249,7 @@ func TestTerminalConcurrentSessions(t *testing.T) {
 	m.startLazaret("other", "b", "-p tiny")
 	m.line("other", "echo ready-$((3*3))")
 	m.waitLine("other", "ready-9", time.Minute)
-	if n := countProcesses(m.e.uid, "lazaret-hc"); n != 1 {
+	if n := countProcesses(t, "lazaret-hc"); n != 1 {
 		t.Errorf("%d coordinators for one Domain", n)
 	}
 	m.line("main", "for i in 1 2 3 4 5; do echo AAA-$i; done")
@@ -276,15 +278,15 @@ func TestTerminalConcurrentSessions(t *testing.T) {
 // resent); SIGTERM ends the CLI with 143 and a restored terminal; stdin that
 // is not a terminal keeps the non-interactive path.
 func TestTerminalSignalsToCLI(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 100, 30)
 	const p = "main"
-	e := m.e
 
 	// Interrupt: the group of `sh -c` (sh and its sleep) gets SIGINT.
 	m.startLazaret(p, "i", "-p tiny -- sh -c 'echo up-$((7*7)); sleep 100'")
 	m.waitLine(p, "up-49", 3*time.Minute)
-	signalCLI(t, e, syscall.SIGINT)
+	signalCLI(t, syscall.SIGINT)
 	m.waitLine(p, "RC-i=130", 20*time.Second)
 	m.waitFor(p, "OUTER$", 10*time.Second)
 	m.sttySame("i.before", "i.after")
@@ -296,7 +298,7 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 	m.line(p, "lazaret run -p tiny")
 	m.line(p, "echo in-$((8*8))")
 	m.waitLine(p, "in-64", 3*time.Minute)
-	signalCLI(t, e, syscall.SIGTSTP)
+	signalCLI(t, syscall.SIGTSTP)
 	m.waitFor(p, "Stopped", 10*time.Second)
 	m.line(p, "stty -g > "+m.dir+"/z.mid; echo mid-$((9*9))")
 	m.waitLine(p, "mid-81", 10*time.Second)
@@ -317,7 +319,7 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 	m.startLazaret(p, "t", "-p tiny")
 	m.line(p, "echo t-$((4*4))")
 	m.waitLine(p, "t-16", 3*time.Minute)
-	signalCLI(t, e, syscall.SIGTERM)
+	signalCLI(t, syscall.SIGTERM)
 	m.waitLine(p, "RC-t=143", 30*time.Second)
 	m.waitFor(p, "OUTER$", 10*time.Second)
 	m.sttySame("t.before", "t.after")
@@ -340,8 +342,10 @@ func TestTerminalSignalsToCLI(t *testing.T) {
 // mid-session ends the CLI with a failure status and the outer terminal
 // exactly as it was; nothing is left behind.
 func TestTerminalProcessKilled(t *testing.T) {
+	parallel(t)
 	for _, victim := range []string{"lazaret-hc", "lazaret-rs", "runsc-exec"} {
 		t.Run(victim, func(t *testing.T) {
+			t.Parallel()
 			ws := workspace(t)
 			m := newTmux(t, ws, 100, 30)
 			const p = "main"
@@ -350,9 +354,9 @@ func TestTerminalProcessKilled(t *testing.T) {
 			m.waitLine(p, "k-25", 3*time.Minute)
 			var pid int
 			if victim == "runsc-exec" {
-				pid = findExecClient(t, m.e.uid)
+				pid = findExecClient(t)
 			} else {
-				pid = findProcess(t, m.e.uid, victim, ws)
+				pid = findProcess(t, victim)
 			}
 			syscall.Kill(pid, syscall.SIGKILL) // a process this test started, by pid
 			pane := m.waitMatch(p, regexp.MustCompile(`RC-k=(\d+)`), 30*time.Second)
@@ -374,46 +378,37 @@ func TestTerminalProcessKilled(t *testing.T) {
 	}
 }
 
-// findExecClient finds the test user's session `runsc exec` client.
-func findExecClient(t *testing.T, uid int) int {
+// findExecClient finds the scenario's own session `runsc exec` client.
+func findExecClient(t *testing.T) int {
 	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		st, err := os.Stat(p)
-		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
-			continue
-		}
-		cmdline, _ := os.ReadFile(p + "/cmdline")
-		if strings.Contains(string(cmdline), "\x00exec\x00--process\x00") {
-			pid, _ := strconv.Atoi(filepath.Base(p))
-			return pid
+	e := need(t)
+	for _, up := range ownProcs(e, t) {
+		if up.uid == e.uid && strings.Contains(up.cmdline, " exec --process ") {
+			return up.pid
 		}
 	}
-	t.Fatalf("no runsc exec client of uid %d", uid)
+	t.Fatalf("no runsc exec client of uid %d in the scenario", e.uid)
 	return 0
 }
 
-// signalCLI sends sig to the test user's lazaret CLI (started by this test
+// signalCLI sends sig to the scenario's lazaret CLI (started by this test
 // through its tmux pane), by pid.
-func signalCLI(t *testing.T, e *env, sig syscall.Signal) {
+func signalCLI(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	pid := findProcess(t, e.uid, "lazaret", "")
+	pid := findProcess(t, "lazaret")
 	if err := syscall.Kill(pid, sig); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// countProcesses counts the test user's processes named name.
-func countProcesses(uid int, name string) int {
+// countProcesses counts the scenario's own processes of the test user
+// named name.
+func countProcesses(t *testing.T, name string) int {
+	t.Helper()
+	e := need(t)
 	n := 0
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		st, err := os.Stat(p)
-		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
-			continue
-		}
-		cmdline, _ := os.ReadFile(p + "/cmdline")
-		if args := strings.Split(string(cmdline), "\x00"); len(args) > 0 && filepath.Base(args[0]) == name {
+	for _, up := range ownProcs(e, t) {
+		if up.uid == e.uid && len(up.args) > 0 && filepath.Base(up.args[0]) == name {
 			n++
 		}
 	}
@@ -521,6 +516,7 @@ func assertGroupStopped(t *testing.T, ws string) {
 // shell (or SIGTSTP from another process) stops the guest process group
 // and the CLI; fg (SIGCONT) continues both; Ctrl-C interrupts the group.
 func TestNonInteractiveJobControl(t *testing.T) {
+	parallel(t)
 	ws := workspace(t)
 	m := newTmux(t, ws, 100, 30)
 	const p = "main"
