@@ -515,7 +515,11 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 			s.emit("StartSandbox")
 			s.mt.sandbox = true
 			s.timing.Mark("runsc ownership acknowledged (helper ready)")
-			return s.installPolicy()
+			if err := s.installPolicy(); err != nil {
+				return err
+			}
+			s.timing.Mark("policy routes installed; runsc released")
+			return nil
 		},
 	})
 	inR.Close()
