@@ -56,42 +56,69 @@ func DisableIPv6() error {
 // Preconditions: CAP_NET_ADMIN in the namespace (the Runtime Supervisor
 // before its capability drop); lo is up.
 func InstallPolicy(p netpolicy.Policy, tap string, gateway netip.Addr, failFast []netip.Prefix) ([]Route, error) {
-	lo, err := netlink.LinkByName("lo")
+	// One netlink socket for every request: the package-level calls open,
+	// bind and close a socket each, and a policy with its fail-fast
+	// addresses is some fifty requests on the start-up path.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open a netlink socket: %w", err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
 	if err != nil {
 		return nil, fmt.Errorf("find lo: %w", err)
 	}
 	for _, f := range failFast {
 		a := &netlink.Addr{IPNet: ipNet(f), Flags: unix.IFA_F_NOPREFIXROUTE, Scope: unix.RT_SCOPE_HOST}
-		if err := netlink.AddrAdd(lo, a); err != nil {
+		if err := h.AddrAdd(lo, a); err != nil {
 			return nil, fmt.Errorf("assign fail-fast address %s to lo: %w", f, err)
 		}
 	}
 	for _, d := range p.Deny {
 		r := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: ipNet(d), Gw: loopbackGateway, Type: unix.RTN_UNICAST}
-		if err := netlink.RouteAdd(r); err != nil {
+		if err := h.RouteAdd(r); err != nil {
 			return nil, fmt.Errorf("install deny route %s via 127.0.0.1 dev lo: %w", d, err)
 		}
 	}
 	if tap != "" {
-		link, err := netlink.LinkByName(tap)
+		link, err := h.LinkByName(tap)
 		if err != nil {
 			return nil, fmt.Errorf("find %s: %w", tap, err)
 		}
 		for _, a := range p.Allow {
 			r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(a), Gw: net.IP(gateway.AsSlice()), Type: unix.RTN_UNICAST}
-			if err := netlink.RouteAdd(r); err != nil {
+			if err := h.RouteAdd(r); err != nil {
 				return nil, fmt.Errorf("install allow route %s via %s dev %s: %w", a, gateway, tap, err)
 			}
 		}
 	}
-	return Routes()
+	return routesWith(h)
 }
 
 // Routes reads the main-table IPv4 routes of the current namespace.
 func Routes() ([]Route, error) {
-	rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open a netlink socket: %w", err)
+	}
+	defer h.Close()
+	return routesWith(h)
+}
+
+// routesWith is Routes through the netlink handle h (whose namespace it
+// reads), naming each route's device from one link listing.
+func routesWith(h *netlink.Handle) ([]Route, error) {
+	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list routes: %w", err)
+	}
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	names := map[int]string{}
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
 	}
 	var out []Route
 	for _, r := range rs {
@@ -106,9 +133,7 @@ func Routes() ([]Route, error) {
 		if r.Gw != nil {
 			o.Gateway, _ = netip.AddrFromSlice(r.Gw.To4())
 		}
-		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
-			o.Dev = l.Attrs().Name
-		}
+		o.Dev = names[r.LinkIndex]
 		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })

@@ -515,7 +515,11 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 			s.emit("StartSandbox")
 			s.mt.sandbox = true
 			s.timing.Mark("runsc ownership acknowledged (helper ready)")
-			return s.installPolicy()
+			if err := s.installPolicy(); err != nil {
+				return err
+			}
+			s.timing.Mark("policy routes installed; runsc released")
+			return nil
 		},
 	})
 	inR.Close()
@@ -526,16 +530,31 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	ready := make(chan error, 1)
+	// SR-5: the network-administration capability is dropped once runsc
+	// has imported the network namespace — the import precedes the start
+	// of the container's init, so the init's first line proves it — and
+	// before publication. The drop runs while the init probes the
+	// network, off the readiness path; dropped carries its outcome.
+	dropped := make(chan error, 1)
+	dropping := false
+	drop := func() {
+		if !dropping {
+			dropping = true
+			go func() { dropped <- netsetup.DropNetAdmin() }()
+		}
+	}
 	go func() {
 		sc := bufio.NewScanner(outR)
 		for sc.Scan() {
 			line := sc.Text()
 			if line == ocispec.ReadyLine {
+				drop() // begun already unless the init skipped its first line
 				ready <- nil
 				continue
 			}
 			if line == ocispec.InitStartedLine {
 				s.timing.Mark("sandbox init started")
+				drop()
 				continue
 			}
 			if msg, ok := strings.CutPrefix(line, ocispec.InitErrorPrefix); ok {
@@ -565,9 +584,10 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		s.teardown(child, inW)
 		return nil, nil, errdefs.New(errdefs.ErrUnavailable, "host coordinator gone during start")
 	}
-	// SR-5: runsc has imported the network namespace at boot; drop the
-	// network-administration capability irreversibly before publication.
-	if err := netsetup.DropNetAdmin(); err != nil {
+	// SR-5: runsc has imported the network namespace at boot; the
+	// network-administration capability is dropped irreversibly (begun at
+	// the init's first line) before publication.
+	if err := <-dropped; err != nil {
 		s.teardown(child, inW)
 		return nil, nil, err
 	}
