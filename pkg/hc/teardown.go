@@ -102,7 +102,11 @@ func (c *coordinator) teardownSteps(sessions []*session, rs *proc.Child) []teard
 		{name: "clean network", store: true, records: []string{"network Clean", "helper Clean"}, run: func() { c.net.Finish(rs) }},
 		{name: "clean prepared lower", store: true, records: []string{"state_anchor Clean", "prepared_lower ReleaseIntent", "prepared_lower Clean"}, run: func() { c.lower.Clean(rs) }},
 		{name: "clean git routing and sandbox", store: true, records: []string{"git_routing Clean", "sandbox Clean"}, run: func() { c.finishSandbox(rs) }},
-		{name: "close store", store: true, run: func() { c.store.Close() }},
+		{name: "close store", store: true, run: func() {
+			if err := c.store.Close(); err != nil {
+				c.log.Error("close the Domain Store", "err", err)
+			}
+		}},
 
 		// After finishSandbox: it removes runsc state only once its
 		// processes are proven gone.
