@@ -79,6 +79,11 @@
 // calls Fatalf only when it cannot continue and assumes Fatalf does not
 // return, so returning is not an option; the store never calls os.Exit.
 //
+// Close flushes the memtable before it closes pebble, so that the next Open
+// (on the cold-start path) has no WAL to replay into a new L0 table; a store
+// that was not closed recovers from its WAL, each Update having been synced
+// there when it committed.
+//
 // The sections below are the design of this package in detail; docs/ARCHITECTURE.md is the map.
 //
 // # Process identity and durable state
