@@ -84,11 +84,8 @@ func (c *coordinator) beginGeneration(sandboxID, sidecarID string) error {
 // awaitAbsence proves the recorded process gone, stopping it through the
 // exact matched pidfd if it outlives the bounded wait.
 func (c *coordinator) awaitAbsence(id pidfs.Identity) error {
-	h, err := pidfs.RecoveryMatch(id)
-	switch {
-	case errors.Is(err, pidfs.ErrAbsent), errors.Is(err, pidfs.ErrMismatch), errors.Is(err, pidfs.ErrBootFenced):
-		return nil
-	case err != nil:
+	h, err := pidfs.RecoveryLive(id)
+	if h == nil || err != nil {
 		return err
 	}
 	defer h.Close()

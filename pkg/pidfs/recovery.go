@@ -119,3 +119,15 @@ func AwaitLocatorsGone(pids []int, timeout time.Duration) ([]int, error) {
 	}
 	return held, nil
 }
+
+// RecoveryLive is RecoveryMatch for a caller that must prove the recorded
+// process gone: a nil handle and nil error mean it is proven gone
+// (ErrBootFenced, ErrAbsent or ErrMismatch); a handle means the exact
+// recorded process still exists; an error proves nothing.
+func RecoveryLive(id Identity) (*Handle, error) {
+	h, err := RecoveryMatch(id)
+	if errors.Is(err, ErrAbsent) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrBootFenced) {
+		return nil, nil
+	}
+	return h, err
+}

@@ -15,11 +15,8 @@ import (
 // signalled.
 func Absence(wait time.Duration, self pidfs.Identity) func(pidfs.Identity) error {
 	return func(id pidfs.Identity) error {
-		h, err := pidfs.RecoveryMatch(id)
-		switch {
-		case errors.Is(err, pidfs.ErrAbsent), errors.Is(err, pidfs.ErrMismatch), errors.Is(err, pidfs.ErrBootFenced):
-			return nil
-		case err != nil:
+		h, err := pidfs.RecoveryLive(id)
+		if h == nil || err != nil {
 			return err
 		}
 		defer h.Close()
