@@ -144,6 +144,19 @@ func TestRecoveryMatch(t *testing.T) {
 		t.Errorf("start time mismatch: %v", err)
 	}
 	h.Signal(unix.SIGKILL)
+	// Exited, not yet reaped (a zombie): the exact pidfd reports it
+	// terminated. A start-time observation that disagrees (as one read
+	// after a reap does: unreadable, or the pid's next owner's) then
+	// proves the recorded process gone instead of refusing as ambiguous.
+	if done, err := h.WaitTerminated(10 * time.Second); err != nil || !done {
+		t.Fatalf("killed process not terminated: %v %v", done, err)
+	}
+	if _, err := RecoveryMatch(skew); !errors.Is(err, ErrExited) {
+		t.Errorf("start time mismatch of a process that exited: %v", err)
+	}
+	if m, err := RecoveryLive(skew); m != nil || err != nil {
+		t.Errorf("RecoveryLive of a process that exited during the lookup: %v %v", m, err)
+	}
 	c.Wait()
 	if _, err := RecoveryMatch(id); !errors.Is(err, ErrAbsent) && !errors.Is(err, ErrMismatch) {
 		t.Errorf("reaped process: %v", err)

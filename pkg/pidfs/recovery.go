@@ -24,6 +24,13 @@ var (
 	// recorded one. The recorded process is gone; the live one is foreign
 	// and must never be acted on.
 	ErrMismatch = errdefs.New(errdefs.ErrRefused, "pid now names a different process")
+	// ErrExited: the pid named the recorded process (its pidfs authority
+	// matched) but a start-time observation disagreed or was unreadable,
+	// and the matched pidfd itself reports the process terminated: it
+	// exited (and was typically reaped) during the lookup. The exact
+	// descriptor proves the recorded process gone; no handle is returned,
+	// so nothing can act on the pid.
+	ErrExited = errdefs.New(errdefs.ErrRefused, "recorded process exited during the lookup")
 	// ErrAmbiguous: the lookup cannot be trusted (not in the host PID
 	// namespace, unreadable evidence); nothing may be concluded.
 	ErrAmbiguous = errdefs.New(errdefs.ErrRefused, "process identity cannot be verified")
@@ -48,8 +55,8 @@ func inHostPIDNamespace() (bool, error) {
 // recovery reacquisition path (§3.2). On success the returned handle is the
 // exact recorded process, to be used for every later action. Otherwise the
 // error says why nothing may be done to any process: ErrBootFenced,
-// ErrAbsent and ErrMismatch each also prove the recorded process gone;
-// ErrAmbiguous proves nothing.
+// ErrAbsent, ErrMismatch and ErrExited each also prove the recorded process
+// gone; ErrAmbiguous proves nothing.
 func RecoveryMatch(id Identity) (*Handle, error) {
 	boot, err := CurrentBootID() // 1
 	if err != nil {
@@ -79,7 +86,16 @@ func RecoveryMatch(id Identity) (*Handle, error) {
 	}
 	// 6: start time and namespace observations only refuse.
 	if id.StartTimeTicks != 0 && h.Identity().StartTimeTicks != id.StartTimeTicks {
+		// A process reaped between pidfd_open and the read of its stat
+		// leaves the start time unreadable (0), or the pid's next owner's.
+		// Neither is a live contradiction if the matched descriptor says
+		// the exact process has terminated: that proves it gone, and the
+		// refusal stands (no handle).
+		exited, terr := h.Terminated()
 		h.Close()
+		if terr == nil && exited {
+			return nil, fmt.Errorf("%w: start time %d, recorded %d", ErrExited, h.Identity().StartTimeTicks, id.StartTimeTicks)
+		}
 		return nil, fmt.Errorf("%w: start time %d, recorded %d", ErrAmbiguous, h.Identity().StartTimeTicks, id.StartTimeTicks)
 	}
 	return h, nil // 7
@@ -122,11 +138,11 @@ func AwaitLocatorsGone(pids []int, timeout time.Duration) ([]int, error) {
 
 // RecoveryLive is RecoveryMatch for a caller that must prove the recorded
 // process gone: a nil handle and nil error mean it is proven gone
-// (ErrBootFenced, ErrAbsent or ErrMismatch); a handle means the exact
+// (ErrBootFenced, ErrAbsent, ErrMismatch or ErrExited); a handle means the exact
 // recorded process still exists; an error proves nothing.
 func RecoveryLive(id Identity) (*Handle, error) {
 	h, err := RecoveryMatch(id)
-	if errors.Is(err, ErrAbsent) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrBootFenced) {
+	if errors.Is(err, ErrAbsent) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrExited) || errors.Is(err, ErrBootFenced) {
 		return nil, nil
 	}
 	return h, err
