@@ -12,10 +12,15 @@ package hc
 // RS is stopped and reaped, and the cleans, each with its absence proof,
 // follow in the order network, prepared lower, then Git routing and the
 // sandbox together (the sandbox record last: its Clean ends this
-// coordinator's ownership). TestTeardownOrder pins both orders.
+// coordinator's ownership). TestTeardownOrder pins both orders; each step
+// is logged (debug) with the records it declares, and the integration
+// scenario TestSpec32TeardownRecordsDeclaredTransitions checks them against
+// the phase changes a real generation's Domain Store logs as it commits
+// them.
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/lazaret/lazaret/pkg/failpoint"
@@ -128,7 +133,7 @@ func (c *coordinator) walkTeardown(steps []teardownStep) {
 		if s.store && c.store == nil {
 			continue
 		}
-		c.log.Debug("teardown", "step", s.name)
+		c.log.Debug("teardown", "step", s.name, "records", strings.Join(s.records, ","))
 		s.run()
 	}
 }

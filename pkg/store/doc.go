@@ -71,6 +71,13 @@
 // step is one synced batch that rewrites and validates its rows and writes
 // the version key last. docs/SCHEMA.md describes every record.
 //
+// Each participant phase change an Update commits is logged at debug level
+// ("participant phase recorded": generation, participant, from, phase), after the
+// batch is durable and in the order the transaction wrote it; writes that
+// keep the phase and transactions that do not commit log nothing. With
+// LAZARET_DEBUG=1 hc.log keeps these lines, which tie the coordinator's
+// declared teardown steps to the transitions the store really made.
+//
 // # Pebble
 //
 // The store pins FormatMajorVersion (FormatMajorVersion below) and installs a

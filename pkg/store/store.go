@@ -364,7 +364,16 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 	if b.Empty() {
 		return nil
 	}
-	return s.commit(b)
+	if err := s.commit(b); err != nil {
+		return err
+	}
+	// Committed: the participant phase changes are durable now, in the
+	// order the transaction wrote them (debug level; hc.log keeps them
+	// when the Domain runs with LAZARET_DEBUG=1).
+	for _, c := range tx.phases {
+		s.log.Debug("participant phase recorded", "generation", c.gen, "participant", string(c.role), "from", string(c.from), "phase", string(c.to))
+	}
+	return nil
 }
 
 // View runs fn on a consistent read-only snapshot; mutators refuse.

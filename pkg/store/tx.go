@@ -30,6 +30,17 @@ type Tx struct {
 	// transaction: their intent is not durable yet, so no process ownership
 	// may be recorded on them before the Update commits (broker step 1).
 	created map[string]bool
+	// phases are the participant phase changes this transaction writes,
+	// in order; Update logs them once the batch has committed.
+	phases []phaseChange
+}
+
+// phaseChange is one participant record written with a phase other than
+// the one it had (from is "" for a new record).
+type phaseChange struct {
+	gen      uint64
+	role     participant.Role
+	from, to participant.Phase
 }
 
 func (tx *Tx) noOwnershipBeforeDurableIntent(key []byte, what string, old, next participant.View) error {
@@ -347,10 +358,24 @@ func (tx *Tx) Participants(gen uint64) ([]*Participant, error) {
 }
 
 func (tx *Tx) writeParticipant(gen uint64, role participant.Role, phase participant.Phase, snap *v1.RoleSnapshotV1) error {
-	return tx.set(participantKey(gen, role), &v1.ParticipantRecordV1{
+	old, err := tx.participantRecord(gen, role)
+	if err != nil {
+		return err
+	}
+	var from participant.Phase
+	if old != nil {
+		from = old.Phase
+	}
+	if err := tx.set(participantKey(gen, role), &v1.ParticipantRecordV1{
 		RecordVersion: recordVersion, Generation: gen, Role: roleProto[role], Phase: phaseProto[phase],
 		Snapshot: snap, UpdatedUnixNano: tx.s.now().UnixNano(),
-	})
+	}); err != nil {
+		return err
+	}
+	if from != phase {
+		tx.phases = append(tx.phases, phaseChange{gen: gen, role: role, from: from, to: phase})
+	}
+	return nil
 }
 
 func viewPtr(p *Participant) *participant.View {
