@@ -60,6 +60,7 @@ func aptMirror(t *testing.T) string {
 // /usr` removes it. The packages are Debian's real jq, served by a test
 // host; apt reads only that source.
 func TestSR12AptInstallPersists(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	source := aptMirror(t)
 	ws := workspace(t)

@@ -118,6 +118,7 @@ func (p *ptyProc) readUntil(t *testing.T, marker string, timeout time.Duration) 
 // raw mode, so a cooked guest's CR LF is not turned into CR CR LF and a
 // guest that turned output processing off gets its bare LF through.
 func TestTerminalOutputUnprocessed(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	p := startOnPTY(t, e, ws, nil, filepath.Join(e.bin, "lazaret"), "run", "-p", "tiny", "--", "sh", "-c",
