@@ -263,8 +263,7 @@ next:
 func newEgressNet(t *testing.T) *egressNet {
 	t.Helper()
 	e := need(t)
-	x := 210 + int(time.Now().UnixNano()%44)
-	n := &egressNet{testNet: &testNet{x: x}, suffix: "eg-" + randHex(3) + ".lazaret-test", names: map[string]string{}, addrs: map[string]string{}}
+	n := &egressNet{testNet: &testNet{x: testHostOctet()}, suffix: "eg-" + randHex(3) + ".lazaret-test", names: map[string]string{}, addrs: map[string]string{}}
 	for _, h := range []struct{ short, name, addr string }{
 		{"api", "api", "198.18.%d.2"},
 		{"cdn-sub", "x.cdn", "198.18.%d.3"},
@@ -463,6 +462,7 @@ func writeNpmPackage(t *testing.T, dir, registry, marker string) {
 // name, port 22 gives the banner, `git clone` over its smart HTTP and
 // `npm install` from its registry work, and every arrival is reported.
 func TestSpec36AllowlistTestHost(t *testing.T) {
+	parallel(t)
 	need(t)
 	n := newEgressNet(t)
 	host := func(name string, args ...string) string {
@@ -1075,6 +1075,7 @@ func (n *egressNet) checkProxied(t *testing.T, got map[string]string, dl []denia
 // variables are set; the denial log lists each refusal with its session,
 // and `lazaret status` shows the latest.
 func TestSpec36AllowlistEgress(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	n := newEgressNet(t)
 	ws := workspace(t)
@@ -1186,6 +1187,7 @@ python3 egress_probe.py direct direct-py-private ` + n.ip("private") + ` 80
 // installed module loads, and Node's own fetch goes through the proxy
 // (NODE_USE_ENV_PROXY); a name outside the list is refused to Node too.
 func TestSpec36AllowlistNpm(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	n := newEgressNet(t)
 	ws := workspace(t)
@@ -1268,6 +1270,7 @@ func askShown(screen, host string) bool {
 // denial log records how each was decided, and the audit records the
 // decisions.
 func TestSpec36AllowlistAsk(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	n := newEgressNet(t)
 	ws := workspace(t)

@@ -354,7 +354,7 @@ type fakeModelHost struct {
 func startFakeModel(t *testing.T, plan fakeModelPlan) *fakeModelHost {
 	t.Helper()
 	e := need(t)
-	plan.Addr = fmt.Sprintf("10.81.%d.2", 10+int(time.Now().UnixNano()%200))
+	plan.Addr = fmt.Sprintf("10.81.%d.2", testHostOctet())
 	plan.Bodies = e.userDir("fakemodel-" + randHex(3))
 	h := &fakeModelHost{plan: plan}
 	cfg, _ := json.Marshal(plan)
@@ -410,6 +410,7 @@ type agentCase struct {
 // the API and nothing else: not `config show`, the Storage Root (with
 // debug logging), nor the runtime directory.
 func TestSpec35AgentsDriveFakeModel(t *testing.T) {
+	parallel(t)
 	cases := []agentCase{
 		{profile: "claude", keyVar: "ANTHROPIC_API_KEY",
 			env: map[string]string{"DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_ERROR_REPORTING": "1"},
@@ -433,7 +434,10 @@ func TestSpec35AgentsDriveFakeModel(t *testing.T) {
 			}},
 	}
 	for _, c := range cases {
-		t.Run(c.profile, func(t *testing.T) { driveAgent(t, c) })
+		t.Run(c.profile, func(t *testing.T) {
+			parallel(t)
+			driveAgent(t, c)
+		})
 	}
 }
 

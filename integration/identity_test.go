@@ -48,7 +48,7 @@ func aptMirror(t *testing.T) string {
 	if _, err := os.Stat(filepath.Join(testDebs, "Packages")); err != nil {
 		t.Fatalf("the test apt repository is missing (%v): run `scripts/setup.sh test-debs` (make integration does)", err)
 	}
-	addr := fmt.Sprintf("198.18.%d.2", 10+int(time.Now().UnixNano()%200))
+	addr := fmt.Sprintf("198.18.%d.2", testHostOctet())
 	serveOnTestHost(t, []string{addr}, httpServerEnv, addr+":8080;"+testDebs, func(string) {})
 	return "deb [trusted=yes] http://" + addr + ":8080/ ./"
 }

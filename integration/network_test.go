@@ -43,8 +43,7 @@ func (n *testNet) addr(prefix string) string { return fmt.Sprintf(prefix, n.x) }
 
 func newTestNet(t *testing.T) *testNet {
 	t.Helper()
-	x := 10 + int(time.Now().UnixNano()%200)
-	n := &testNet{x: x}
+	n := &testNet{x: testHostOctet()}
 	n.permitted = n.addr("198.18.%d.2")
 	n.profileDenied = n.addr("198.19.%d.2")
 	n.allowed = n.addr("10.78.%d.2")
@@ -61,6 +60,27 @@ func newTestNet(t *testing.T) *testNet {
 		n.mu.Unlock()
 	})
 	return n
+}
+
+// testHostOctets hands out the third octet X of test-host addresses
+// (198.18.X.2, 10.77.X.2, …): unique within this test process, so the
+// host-side /24s of scenarios running side by side never clash. The first
+// is chosen by time, so a run's addresses differ from the last run's.
+var testHostOctets struct {
+	sync.Mutex
+	next int
+}
+
+// testHostOctet is the next unused third octet, in 10–253.
+func testHostOctet() int {
+	testHostOctets.Lock()
+	defer testHostOctets.Unlock()
+	if testHostOctets.next == 0 {
+		testHostOctets.next = 10 + int(time.Now().UnixNano()%244)
+	}
+	x := testHostOctets.next
+	testHostOctets.next = 10 + (x-10+1)%244
+	return x
 }
 
 // serveOnTestHost creates a network namespace with the addresses hosts
@@ -285,6 +305,7 @@ func netConfig(t *testing.T, e *env, n *testNet, body string) string {
 // connectivity helper to the profile's resolver (the unique answer), host
 // loopback services unreachable, IPv6 absent, and no route change inside.
 func TestSpec36ControlledEgress(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	n := newTestNet(t)
 	// Host loopback service: must stay unreachable from the sandbox.
@@ -398,6 +419,7 @@ network.dns = ["%s"]
 // TestSpec36EqualPrefixConflict: an allow and a deny of the same prefix is
 // refused at config check, naming both entries.
 func TestSpec36EqualPrefixConflict(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	cfg := netConfig(t, e, nil, "[profiles.clash]\nnetwork.allow = [\"198.18.5.0/24\"]\nnetwork.deny = [\"198.18.5.0/24\"]\n[profiles.rfc]\nnetwork.allow = [\"10.0.0.0/8\"]\n")
 	ws := workspace(t)
@@ -445,6 +467,7 @@ func tcpRTT(ctx context.Context, addr string) (time.Duration, error) {
 // as a warning and the Domain still starts; deny and permit are still
 // proven. The silent resolver is a test host address with no DNS server.
 func TestSpec36OfflineHostStillStarts(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	n := newTestNet(t)
 	cfg := netConfig(t, e, n, fmt.Sprintf("[profiles.offline]\nimage = \"busybox\"\nnetwork.dns = [\"%s\"]\n", n.profileDenied))

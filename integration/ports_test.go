@@ -76,6 +76,7 @@ func listeners(t *testing.T, port int) []string {
 // lists the forwards; a host port in use is a clear error, at start and on
 // a join; -P refuses a non-loopback address.
 func TestSpec36ForwardedPorts(t *testing.T) {
+	parallel(t)
 	e := need(t)
 	ws := workspace(t)
 	page := "forwarded-" + randHex(8) + "\n"

@@ -214,6 +214,7 @@ func TestSpec35RecipeFailedStepLeavesNothing(t *testing.T) {
 // USER node claude codex`, else here, from the npm registry), in a second
 // workspace without rebuilding, as the agent user.
 func TestSpec35AgentProfiles(t *testing.T) {
+	parallel(t)
 	// The agent profiles trust what the host trusts (host_ca): the host's
 	// bundle, read-only, named by the TLS clients' variables.
 	bundle := config.HostCABundle(func(string) string { return "" })
@@ -228,6 +229,7 @@ func TestSpec35AgentProfiles(t *testing.T) {
 		{"codex", "codex --version", "codex"},
 	} {
 		t.Run(c.profile, func(t *testing.T) {
+			parallel(t)
 			ws := workspace(t)
 			r := lzFor(t, 20*time.Minute, ws, nil, nil, append([]string{"run", "-p", c.profile, "--"}, strings.Fields(c.cmd)...)...)
 			if r.code != 0 || !strings.Contains(r.stdout, c.want) {
