@@ -96,7 +96,7 @@ func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, 
 			childDone = nil
 			closing = true
 			routes.Close(t)
-			t.master.SetReadDeadline(t.clock.Now().Add(t.drain))
+			t.beginDrain()
 		case f, ok := <-frameC:
 			if !ok {
 				// Lost connection: nothing more is forwarded; the prompt and

@@ -23,6 +23,15 @@ type outputGate struct {
 	mu   sync.Mutex
 	open bool
 	wake chan struct{} // closed and replaced on every change
+	// closings counts the gate's closings. Each one is followed by a read
+	// deadline in the past, which wakes a pump blocked in a read; a pump
+	// that finds the count changed across its read knows a deadline error
+	// came from a route change (even if the route is back already), not
+	// from the drain deadline.
+	closings uint64
+	// drainAt is the drain deadline once the session closes (zero before):
+	// returning to the sandbox route restores it instead of clearing it.
+	drainAt time.Time
 }
 
 func newOutputGate() *outputGate { return &outputGate{wake: make(chan struct{})} }
@@ -36,6 +45,9 @@ func (g *outputGate) set(open bool) {
 	defer g.mu.Unlock()
 	if g.open != open {
 		g.open = open
+		if !open {
+			g.closings++
+		}
 		close(g.wake)
 		g.wake = make(chan struct{})
 	}
@@ -45,6 +57,27 @@ func (g *outputGate) isOpen() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.open
+}
+
+// closed is the number of closings so far.
+func (g *outputGate) closed() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closings
+}
+
+// setDrain records the drain deadline.
+func (g *outputGate) setDrain(at time.Time) {
+	g.mu.Lock()
+	g.drainAt = at
+	g.mu.Unlock()
+}
+
+// drainDeadline is the drain deadline, zero before the session closes.
+func (g *outputGate) drainDeadline() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.drainAt
 }
 
 // forward runs write while holding the gate open; it waits for the gate
@@ -87,13 +120,15 @@ func (g *outputGate) wait(quit <-chan struct{}) bool {
 // master (a read deadline in the past): it goes back to waiting for the
 // gate, so the master is not read at all until the route is the sandbox
 // route again; only a read already copying bytes completes (and is held).
+// Back on the sandbox route the read deadline is none, or the drain
+// deadline once the session closes.
 func (t *Terminal) SetRoute(r Route) {
 	t.route = r
 	if t.gate == nil {
 		return
 	}
 	if r == RouteSandbox {
-		t.master.SetReadDeadline(time.Time{})
+		t.master.SetReadDeadline(t.gate.drainDeadline())
 		t.gate.set(true)
 		return
 	}
@@ -110,7 +145,14 @@ func (t *Terminal) SetRoute(r Route) {
 // queue holds terminal output.
 func (t *Terminal) pumpOutput(quit <-chan struct{}) {
 	buf := make([]byte, control.OutputHeadroom+termFrameMax)
-	for t.gate.wait(quit) {
+	for {
+		// Counted before waiting: a closing after this point changes the
+		// count, whether or not the route is open again by the time the
+		// read returns.
+		closings := t.gate.closed()
+		if !t.gate.wait(quit) {
+			return
+		}
 		n, err := t.master.Read(buf[control.OutputHeadroom:])
 		if n > 0 {
 			ok, werr := t.gate.forward(quit, func() error {
@@ -125,10 +167,20 @@ func (t *Terminal) pumpOutput(quit <-chan struct{}) {
 			}
 		}
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && !t.gate.isOpen() {
+			if errors.Is(err, os.ErrDeadlineExceeded) && (t.gate.closed() != closings || !t.gate.isOpen()) {
 				continue // woken by a route change, not the drain deadline
 			}
 			return
 		}
 	}
+}
+
+// beginDrain sets the drain deadline: the pump forwards what the terminal
+// still holds until EOF or this deadline.
+func (t *Terminal) beginDrain() {
+	at := t.clock.Now().Add(t.drain)
+	if t.gate != nil {
+		t.gate.setDrain(at)
+	}
+	t.master.SetReadDeadline(at)
 }
