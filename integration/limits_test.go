@@ -141,13 +141,13 @@ func TestSpec31ResourceLimits(t *testing.T) {
 		t.Fatalf("status limits: memory limit %v, task limit %v, found %v", memLimit, taskLimit, ok)
 	}
 
-	// Fork bomb: bash pipelines that stop forking after 25 seconds (bash's
+	// Fork bomb: bash pipelines that stop forking after 15 seconds (bash's
 	// SECONDS carries into subshells), so the tree collapses by itself;
 	// timeout's KILL of its process group is the backstop. (A group kill
 	// alone can miss tasks forked while it is delivered: they go on
 	// holding the count until the Domain stops.)
 	_, bombDone := background(t, ws, "run", "--config", cfg, "-p", "lim", "--", "bash", "-c",
-		`timeout -s KILL 90 bash -c 'bomb(){ [ $SECONDS -lt 25 ] && { bomb | bomb; }; }; bomb'; echo bomb-ended`)
+		`timeout -s KILL 90 bash -c 'bomb(){ [ $SECONDS -lt 15 ] && { bomb | bomb; }; }; bomb'; echo bomb-ended`)
 	peak := 0.0
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) && peak < 200 {
