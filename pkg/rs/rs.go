@@ -31,7 +31,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/netsetup"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/timing"
@@ -186,9 +186,9 @@ type supervisor struct {
 	broker    *proc.Broker
 	start     *lv1.StartSandbox
 	rt        runsc.Runtime
-	art       prepare.Artifact
+	art       prepared.Artifact
 	anchors   []anchor.MountIdentity // mounted State Anchors, in mount order
-	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	lowerUse  *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
 	held      *heldLower             // the hold begun before StartSandbox (joinLower)
 	purged    chan struct{}          // closed when reclaimed artifacts are deleted
 	stopPurge context.CancelFunc     // stops that deletion (awaitPurge)
