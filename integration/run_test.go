@@ -277,13 +277,13 @@ func TestSandboxPrivileges(t *testing.T) {
 	if _, err := stdout.Read(buf); err != nil {
 		t.Fatal(err)
 	}
-	// Each lazaret-rs process by role: the Runtime Supervisor keeps what
+	// Each Runtime Supervisor process by role: the supervisor keeps what
 	// teardown needs but no CAP_NET_ADMIN; the Git-routing daemon, which
 	// serves requests the sandbox drives, holds nothing but its file
 	// permission overrides (no CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETUID…).
 	roles := lazaretRSRoles(t, e.uid)
 	if len(roles["rs"]) != 1 || len(roles["git-routing"]) != 1 {
-		t.Errorf("lazaret-rs processes by role: %v, want one supervisor and one Git-routing daemon", roles)
+		t.Errorf("Runtime Supervisor processes by role: %v, want one supervisor and one Git-routing daemon", roles)
 	}
 	for _, rs := range roles["rs"] {
 		if held, err := capability.ThreadsHold(rs, unix.CAP_NET_ADMIN); err != nil || held {
@@ -473,32 +473,43 @@ func userProcesses(uid int, name string) map[int][]string {
 	return out
 }
 
-// lazaretRSRoles lists uid's lazaret-rs processes by role: "git-routing"
-// for the Git-routing daemon (argv[1] is its role argument), "rs" for the
-// Runtime Supervisor itself, and argv[1] for any other hidden role.
+// lazaretRSRoles lists uid's Runtime Supervisor processes by role: "rs"
+// for the Runtime Supervisor itself (lazaret-rs), "git-routing" for the
+// Git-routing daemon (argv[1] is its role argument; RS runs it from
+// lazaret-hc, or from lazaret-rs when it cannot exec that), and argv[1] for
+// any other hidden role of either binary (the egress proxy). The Host
+// Coordinator itself (lazaret-hc without a hidden role) is not listed.
 func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
 	t.Helper()
 	roles := map[string][]int{}
-	for pid, args := range userProcesses(uid, "lazaret-rs") {
-		role := "rs"
-		if len(args) > 1 && strings.HasPrefix(args[1], "__") {
-			role = args[1]
-			if role == gitroute.DaemonArg {
-				role = "git-routing"
+	for _, exe := range []string{"lazaret-rs", "lazaret-hc"} {
+		for pid, args := range userProcesses(uid, exe) {
+			role := "rs"
+			if len(args) > 1 && strings.HasPrefix(args[1], "__") {
+				role = args[1]
+				if role == gitroute.DaemonArg {
+					role = "git-routing"
+				}
+			} else if exe == "lazaret-hc" {
+				continue
 			}
+			roles[role] = append(roles[role], pid)
 		}
-		roles[role] = append(roles[role], pid)
 	}
 	return roles
 }
 
 // findProcess is the scenario's own (ownProcs) oldest-started (lowest
-// pid) process of the test user named name.
+// pid) process of the test user named name, not counting hidden roles
+// (argv[1] "__lazaret-…", e.g. lazaret-hc's Git-routing daemon).
 func findProcess(t *testing.T, name string) int {
 	t.Helper()
 	e := need(t)
 	lowest := 0
 	for _, up := range ownProcs(e, t) {
+		if len(up.args) > 1 && strings.HasPrefix(up.args[1], "__lazaret-") {
+			continue
+		}
 		if up.uid == e.uid && len(up.args) > 0 && filepath.Base(up.args[0]) == name && (lowest == 0 || up.pid < lowest) {
 			lowest = up.pid
 		}

@@ -1,12 +1,20 @@
 // Command lazaret-hc is the Host Coordinator (package hc), started by the
 // lazaret CLI. Its hidden wrapper role gives acquired children their
 // parent-death edge (package proc); its hidden slirp role is the mount-namespace
-// link of the connectivity helper's exec chain (package slirp).
+// link of the connectivity helper's exec chain (package slirp). It also
+// hosts the Runtime Supervisor's children, which lazaret-rs runs from this
+// binary (RS's --roles-exe) because it starts faster than lazaret-rs: the
+// hidden Git-routing role is the git_routing daemon (package gitroute), the
+// hidden egress role the allowlist mode's egress proxy (package egress), and
+// the wrapper role wraps RS's acquisitions when exec-stop is unavailable.
+// It links no image library (TestLinksNoImageStack).
 package main
 
 import (
 	"os"
 
+	"github.com/lazaret/lazaret/pkg/egress"
+	"github.com/lazaret/lazaret/pkg/gitroute"
 	"github.com/lazaret/lazaret/pkg/hc"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
@@ -17,5 +25,11 @@ func main() {
 	release.MaybeAnswer("lazaret-hc")
 	proc.MaybeRunWrapper()
 	slirp.MaybeRunRole()
+	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
+		os.Exit(gitroute.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == egress.Arg {
+		os.Exit(egress.Main(os.Args[2:]))
+	}
 	os.Exit(hc.Main(os.Args[1:]))
 }

@@ -1,12 +1,13 @@
 // Command lazaret-rs is the Runtime Supervisor (package rs), started by
 // lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
 // role gives the attached runsc its parent-death edge (package proc); its
-// hidden Git-routing role is the git_routing daemon (package gitroute); its
-// hidden egress role is the allowlist mode's egress proxy (package egress); its
 // hidden state-maintenance role verifies a Domain's state, resets its
 // Ignored Workspace State and deletes what `lazaret rm` moved into the
 // Storage Root's trash, in the user namespace `lazaret state` and
-// `lazaret rm` create (package statemaint).
+// `lazaret rm` create (package statemaint). The Git-routing daemon (package
+// gitroute) and the egress proxy (package egress) normally run from
+// lazaret-hc (RS's --roles-exe); this binary hosts the same hidden roles for
+// when that binary cannot be executed in RS's namespaces.
 package main
 
 import (

@@ -152,7 +152,7 @@
 //     lock reuses it (one preparation operation in the catalog:
 //     `TestConcurrentPublishRace`, `TestSpec35PrepareOnceConcurrentDomains`).
 //   - GC (`lazaret gc`, `pkg/prepare/gc.go`): RS holds `flock(LOCK_SH)` on its
-//     prepared artifact's directory for its whole life (`prepare.Hold`, which
+//     prepared artifact's directory for its whole life (`prepared.Hold`, which
 //     re-checks after locking that the directory is still the published one and
 //     re-prepares otherwise) and touches `prepared/.used/<id>`. GC takes
 //     `flock(LOCK_EX|LOCK_NB)` on each artifact; a held one is never touched; an
@@ -189,7 +189,7 @@
 //     owner-checked, everything beneath it through `statetree.OpenBeneath`),
 //     after checking that the directory moved holds the lock inode it locked.
 //     `--all` locks every Domain, then, under `storage-catalog.lock`
-//     (`catalog.Exclusive`) and `prepare.LockAll` (`LOCK_EX|LOCK_NB` on every
+//     (`catalog.Exclusive`) and `prepared.LockAll` (`LOCK_EX|LOCK_NB` on every
 //     artifact and preparation lock: a Runtime Supervisor's `LOCK_SH` usage
 //     hold or a live preparer refuses), moves each Domain Root and then every
 //     other Storage Root entry (catalog, prepared, host, the lock file) with one
@@ -199,7 +199,7 @@
 //     delete the subordinate-id files. A crash leaves each tree either
 //     complete in place or wholly in the trash (failpoint
 //     `lazaret:rm:moved`, `TestRmCrashConsistency`); the next `lazaret rm`, and
-//     every Runtime Supervisor beside `prepare.PurgeTrash`, delete the trash.
+//     every Runtime Supervisor beside `prepared.PurgeTrash`, delete the trash.
 //     `--all` finally removes the empty trash, the Storage Root and the empty
 //     runtime root; `--images` moves `$XDG_DATA_HOME/lazaret/images` into
 //     `$XDG_DATA_HOME/lazaret/.trash` and deletes it as the developer (the

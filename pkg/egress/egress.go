@@ -4,8 +4,8 @@
 // the Runtime Supervisor's network namespace, where this proxy listens: an
 // HTTP proxy (CONNECT, and plain HTTP requests with an absolute URI) and a
 // SOCKS5 proxy (CONNECT) for other TCP, such as git over ssh. The proxy runs
-// as a hidden role of lazaret-rs (Arg, Main), a child of the Runtime
-// Supervisor, so its own connections leave through the connectivity helper
+// as a hidden role of lazaret-hc (Arg, Main; lazaret-rs hosts it too), a
+// child of the Runtime Supervisor, so its own connections leave through the connectivity helper
 // under the Domain's IP route policy as well.
 //
 // A request is allowed when its host name matches a host rule of the

@@ -21,7 +21,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 )
 
-// Arg selects the egress proxy role of lazaret-rs.
+// Arg selects the egress proxy role (of lazaret-hc, which RS runs it from,
+// and of lazaret-rs).
 const Arg = "__lazaret-egress"
 
 // ReadyLine is printed on stdout once both listeners are bound.

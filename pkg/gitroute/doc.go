@@ -87,7 +87,9 @@
 // Without such a bind the root stays the plain read-only bind.
 //
 // The Git-routing daemon (`pkg/gitroute`, hidden role
-// `__lazaret-git-routing` of `lazaret-rs`) is acquired by RS through its
+// `__lazaret-git-routing` of `lazaret-hc`, the executable HC names in RS's
+// `--roles-exe`; `lazaret-rs` hosts the role too, for when RS cannot exec
+// that one in its namespaces) is acquired by RS through its
 // broker as the `git_routing` participant: HC records bare Intent when it
 // builds `StartSandbox`, RS stages the daemon's pidfs identity with HC (signed
 // `StagedProcessOwnership` slot `git_routing`, exact echo), the wrapper

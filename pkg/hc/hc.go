@@ -237,9 +237,16 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	if c.broker, err = proc.NewBroker(c.log, exe); err != nil {
 		return err
 	}
+	// RS runs its Git-routing and egress roles from this (smaller) binary
+	// when it names itself reliably; else from lazaret-rs.
+	rolesExe, err := locate.Self()
+	if err != nil {
+		c.log.Warn("the runtime supervisor runs its roles from lazaret-rs", "err", err)
+		rolesExe = ""
+	}
 	// RS's clone, wrapper and id maps proceed meanwhile; it stays at its
 	// barrier until the trust anchor exists (supervisor.Driver).
-	c.rs = c.spawnSupervisor(rsPath, logLevel)
+	c.rs = c.spawnSupervisor(rsPath, rolesExe, logLevel)
 	// The developer's Git configuration (its identity for the guest environment, and
 	// what host Git runs or reads from the workspace for the Git Sentry)
 	// is read while the store opens and recovery runs: a Git start-up is

@@ -42,9 +42,9 @@ func (c *coordinator) startGeneration() {
 // while init opens the store, recovers and records the generation; RS is
 // held at its barrier until init has created the trust anchor and
 // releases the stage.
-func (c *coordinator) spawnSupervisor(path, logLevel string) *supervisor.Driver {
+func (c *coordinator) spawnSupervisor(path, rolesExe, logLevel string) *supervisor.Driver {
 	return supervisor.Spawn(supervisor.Config{
-		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, LogLevel: logLevel, Lock: c.lockFile,
+		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, LogLevel: logLevel, Lock: c.lockFile,
 		Inputs: c.supervisorInputs, Staged: c.supervisorStaged,
 		// The broker killed and reaped the child: a staged RS was
 		// terminated by the coordinator.

@@ -66,6 +66,33 @@ func Find(name string, getenv func(string) string) (string, error) {
 	return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s not found (looked in %s): %s", name, strings.Join(tried, ", "), hint)
 }
 
+// Self returns the absolute path of the running executable, checked to
+// name this very file (the inode /proc/self/exe names), so that another
+// process can exec it (e.g. the Runtime Supervisor running the Host
+// Coordinator's hidden roles). A binary replaced or removed since it
+// started has no such path: an error.
+func Self() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	running, err := os.Stat("/proc/self/exe")
+	if err != nil {
+		return "", err
+	}
+	named, err := os.Stat(exe)
+	if err != nil {
+		return "", err
+	}
+	if !os.SameFile(running, named) || !isExec(exe) {
+		return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s no longer names the running executable (replaced since it started?)", exe)
+	}
+	return exe, nil
+}
+
 func isExec(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0

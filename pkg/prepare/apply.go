@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	digest "github.com/opencontainers/go-digest"
+
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"go.podman.io/image/v5/pkg/blobinfocache/none"
 	"go.podman.io/image/v5/pkg/compression"
 	"go.podman.io/storage/pkg/archive"
@@ -30,7 +32,7 @@ type applyCounts struct {
 
 // applyLayers streams every layer, bottom first, through verification and
 // the device filter into chrootarchive.ApplyUncompressedLayer.
-func applyLayers(ctx context.Context, img *resolvedImage, stg *staging, log *slog.Logger, progress io.Writer) (*applyCounts, error) {
+func applyLayers(ctx context.Context, img *resolvedImage, stg *prepared.Staging, log *slog.Logger, progress io.Writer) (*applyCounts, error) {
 	counts := &applyCounts{}
 	total, done := img.totalBytes(), int64(0)
 	for i, layer := range img.layers {
@@ -39,7 +41,7 @@ func applyLayers(ctx context.Context, img *resolvedImage, stg *staging, log *slo
 		}
 		llog := log.With("layer", i, "layer_digest", layer.Digest.String())
 		fmt.Fprintf(progress, "prepare: layer %d/%d %s (%s; %s of %s)\n", i+1, len(img.layers), layer.Digest.Encoded()[:12],
-			HumanBytes(layer.Size), HumanBytes(done+max(layer.Size, 0)), HumanBytes(total))
+			prepared.HumanBytes(layer.Size), prepared.HumanBytes(done+max(layer.Size, 0)), prepared.HumanBytes(total))
 		done += max(layer.Size, 0)
 		llog.Debug("applying layer", "size", layer.Size)
 		if err := applyLayer(ctx, img, i, stg, counts, llog); err != nil {
@@ -49,7 +51,7 @@ func applyLayers(ctx context.Context, img *resolvedImage, stg *staging, log *slo
 	return counts, nil
 }
 
-func applyLayer(ctx context.Context, img *resolvedImage, i int, stg *staging, counts *applyCounts, log *slog.Logger) error {
+func applyLayer(ctx context.Context, img *resolvedImage, i int, stg *prepared.Staging, counts *applyCounts, log *slog.Logger) error {
 	layer := img.layers[i]
 	blob, _, err := img.src.GetBlob(ctx, layer, none.NoCache)
 	if err != nil {
@@ -59,7 +61,7 @@ func applyLayer(ctx context.Context, img *resolvedImage, i int, stg *staging, co
 
 	// The applying child chroots into the rootfs by path; resolve the
 	// path for each layer so it always names our descriptor's directory.
-	dest, err := stg.rootfsPath()
+	dest, err := stg.RootfsPath()
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,12 @@
 // Character devices 0/0 (overlay-style whiteouts) are converted to OCI
 // whiteouts, so the path they delete is absent from the tree.
 //
+// The image-free part — IDs, the artifact record, the prepared/ tree's
+// store primitives, usage holds, gc and purge — is package prepared, so that
+// the Host Coordinator and the CLI's lease and state paths do not link the
+// image stack; this package (linked by lazaret-rs) adds image resolution,
+// layer application and the preparation protocol on top of it.
+//
 // Layout beneath the Storage Root:
 //
 //	prepared/
@@ -29,12 +35,18 @@
 //	                              its inode is recorded in the prepare intent
 //	  .staging/<random>/          one preparation in progress, named by its
 //	                              durable prepare intent in the Storage Catalog
-//	  .used/<id>, .trash/         usage times; reclaimed and quarantined trees (gc.go)
+//	  .used/<id>, .trash/         usage times; reclaimed and quarantined trees (prepared.GC)
 //	    rootfs/
 //	    artifact.json
 //	  pl-<32 hex>/                a published artifact, never modified again
 //	    rootfs/
-//	    artifact.json             versioned record (artifactRecord)
+//	    artifact.json             versioned record (prepared.Record)
+//
+// A start that reuses an artifact of a local layout ("oci:PATH[:TAG]")
+// reads the manifest digest from the layout's index.json and the manifest
+// blob it names (SHA-256 verified; a single-platform manifest only) without
+// the image library, and uses the library only when that finds no
+// Published artifact (layout.go).
 //
 // The prepared-artifact ID is "pl-" followed by the first 32 hex digits of
 // SHA-256 over the preparer format version and the image's manifest digest,
@@ -43,8 +55,9 @@
 // renameat2(RENAME_NOREPLACE) relative to descriptors of the Storage Root;
 // all lookups use openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) so no symlink
 // can lead out of the Storage Root. Every step is recorded in the Storage
-// Catalog by the preparer itself (intent.go): the prepare intent before
-// staging, publication after the rename, abandonment after quarantine.
+// Catalog by the preparer itself (prepare.go over pkg/prepared's store): the
+// prepare intent before staging, publication after the rename, abandonment
+// after quarantine.
 // Deleting prepared trees (subordinate-uid files) must happen inside the
 // same user namespace; a staging tree is only ever touched through its
 // prepare intent once its preparer is proven gone.
@@ -69,7 +82,7 @@
 // `/home`, so every image can carry them).
 //
 // The preparer records its own steps in the Storage Catalog (schema 2,
-// `pkg/prepare/intent.go`, docs/SCHEMA.md): under `flock(LOCK_EX)` on
+// `pkg/prepared/intent.go`, docs/SCHEMA.md): under `flock(LOCK_EX)` on
 // `prepared/.locks/<id>` it first settles anything a dead preparer or gc left
 // for that artifact, then reuses a `Published` record, adopts a tree published
 // before schema 2 (from its `artifact.json`), or writes the prepare intent

@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/prepared"
 )
 
 // TestGCRespectsHolds (OR-7): an artifact held by a user (Hold) is never
 // reclaimed; an unheld one is, by one rename into prepared/.trash, under
 // the policy; a foreign entry and the staging directory are kept; a hold on
-// a reclaimed artifact reports ErrGone; PurgeTrash deletes the trash.
+// a reclaimed artifact reports prepared.ErrGone; PurgeTrash deletes the trash.
 func TestGCRespectsHolds(t *testing.T) {
 	requireRoot(t)
 	root := t.TempDir()
@@ -22,12 +24,12 @@ func TestGCRespectsHolds(t *testing.T) {
 	}
 	foreign := filepath.Join(root, "prepared", "someone-elses")
 	os.Mkdir(foreign, 0o755)
-	use, err := Hold(root, a.ID)
+	use, err := prepared.Hold(root, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	res, err := GC(root, GCPolicy{}, false, now)
+	res, err := prepared.GC(root, prepared.GCPolicy{}, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,22 +40,22 @@ func TestGCRespectsHolds(t *testing.T) {
 	}
 	use.Release()
 	// Policy: kept while among the Keep most recent or younger than MinAge.
-	for _, p := range []GCPolicy{{Keep: 1}, {MinAge: time.Hour}} {
-		res, _ := GC(root, p, false, now)
+	for _, p := range []prepared.GCPolicy{{Keep: 1}, {MinAge: time.Hour}} {
+		res, _ := prepared.GC(root, p, false, now)
 		for _, e := range res.Entries {
 			if e.Action != "keep" {
 				t.Errorf("policy %+v reclaimed %+v", p, e)
 			}
 		}
 	}
-	res, err = GC(root, GCPolicy{}, true, now)
+	res, err = prepared.GC(root, prepared.GCPolicy{}, true, now)
 	if err != nil || res.TrashEntries != 0 {
 		t.Fatalf("dry run: %+v %v", res, err)
 	}
 	if _, err := os.Stat(a.Dir); err != nil {
 		t.Fatal("dry run reclaimed")
 	}
-	res, err = GC(root, GCPolicy{}, false, now)
+	res, err = prepared.GC(root, prepared.GCPolicy{}, false, now)
 	if err != nil || res.TrashEntries != 1 {
 		t.Fatalf("gc: %+v %v", res, err)
 	}
@@ -63,10 +65,10 @@ func TestGCRespectsHolds(t *testing.T) {
 	if _, err := os.Stat(foreign); err != nil {
 		t.Fatal("foreign entry touched")
 	}
-	if _, err := Hold(root, a.ID); !errors.Is(err, ErrGone) {
+	if _, err := prepared.Hold(root, a.ID); !errors.Is(err, prepared.ErrGone) {
 		t.Fatalf("hold of a reclaimed artifact: %v", err)
 	}
-	if n, err := PurgeTrash(context.Background(), root); n != 1 || err != nil {
+	if n, err := prepared.PurgeTrash(context.Background(), root); n != 1 || err != nil {
 		t.Fatalf("purge %d %v", n, err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "prepared", trashDir)); len(ents) != 0 {
@@ -77,7 +79,7 @@ func TestGCRespectsHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, _ = GC(root, GCPolicy{Keep: 5, MinAge: time.Hour, MaxBytes: 1}, false, time.Now())
+	res, _ = prepared.GC(root, prepared.GCPolicy{Keep: 5, MinAge: time.Hour, MaxBytes: 1}, false, time.Now())
 	if res.TrashEntries != 1 {
 		t.Fatalf("size budget: %+v", res)
 	}

@@ -16,6 +16,7 @@ import (
 	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/prepared"
 )
 
 var testDomain = domain.DeriveID("default", "/home/dev/prepare-test")
@@ -110,13 +111,13 @@ func plantIntent(t *testing.T, root, op, id, name string, mkTree bool) string {
 	return lockPath
 }
 
-func entryFor(res GCResult, name string) GCEntry {
+func entryFor(res prepared.GCResult, name string) prepared.GCEntry {
 	for _, e := range res.Entries {
 		if e.Name == name {
 			return e
 		}
 	}
-	return GCEntry{}
+	return prepared.GCEntry{}
 }
 
 // TestGCDecisionsOnStagingTrees (OR-7): gc reclaims an abandoned staging
@@ -160,7 +161,7 @@ func TestGCDecisionsOnStagingTrees(t *testing.T) {
 	}
 
 	for _, dry := range []bool{true, false} {
-		res, err := GC(root, GCPolicy{}, dry, time.Now())
+		res, err := prepared.GC(root, prepared.GCPolicy{}, dry, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +201,7 @@ func TestGCDecisionsOnStagingTrees(t *testing.T) {
 	if len(trash) != 1 || trash[0].Name() != "stg-dead" {
 		t.Fatalf("trash: %v", trash)
 	}
-	if n, err := PurgeTrash(context.Background(), root); err != nil || n != 1 {
+	if n, err := prepared.PurgeTrash(context.Background(), root); err != nil || n != 1 {
 		t.Fatalf("purge: %d %v", n, err)
 	}
 	if _, err := os.Stat(filepath.Join(root, preparedDir, "foreign")); err != nil {
@@ -208,7 +209,7 @@ func TestGCDecisionsOnStagingTrees(t *testing.T) {
 	}
 	// Once the live preparer is gone, its tree is reclaimed too.
 	live.Close()
-	res, err := GC(root, GCPolicy{}, false, time.Now())
+	res, err := prepared.GC(root, prepared.GCPolicy{}, false, time.Now())
 	if err != nil || entryFor(res, ".staging/live").Action != "reclaimed" {
 		t.Fatalf("after the preparer ended: %+v %v", res, err)
 	}
@@ -259,7 +260,7 @@ func crashChild(spec string) int {
 	case "prepare":
 		_, err = ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}, h)
 	case "gc":
-		_, err = gc(root, GCPolicy{}, false, time.Now(), h)
+		_, err = prepared.GC(root, prepared.GCPolicy{At: h.at}, false, time.Now())
 	}
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")
@@ -326,7 +327,7 @@ func TestCrashAtEachPrepareStep(t *testing.T) {
 				var steps []string
 				record := func(action, id string) { steps = append(steps, action) }
 				if by == "gc" {
-					res, err := GC(root, GCPolicy{Keep: 5, Step: record}, false, time.Now())
+					res, err := prepared.GC(root, prepared.GCPolicy{Keep: 5, Step: record}, false, time.Now())
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -359,7 +360,7 @@ func TestCrashAtEachPrepareStep(t *testing.T) {
 				if n := stagingEntries(t, root); len(n) != 0 {
 					t.Errorf("staging left: %v", n)
 				}
-				PurgeTrash(context.Background(), root)
+				prepared.PurgeTrash(context.Background(), root)
 				if ents, _ := os.ReadDir(filepath.Join(root, preparedDir, trashDir)); len(ents) != 0 {
 					t.Errorf("trash left: %v", ents)
 				}
@@ -380,7 +381,7 @@ func TestCrashAtEachGCStep(t *testing.T) {
 	requireRoot(t)
 	ref := busyboxRef(t)
 	ctx := context.Background()
-	for _, step := range GCSteps {
+	for _, step := range prepared.GCSteps {
 		for _, by := range []string{"lease", "prepare", "gc"} {
 			t.Run(step+"/settled-by-"+by, func(t *testing.T) {
 				root := t.TempDir()
@@ -398,7 +399,7 @@ func TestCrashAtEachGCStep(t *testing.T) {
 					// left prepared/ is completed and prepared again.
 					lease := func(id string) error {
 						return cat.Update(ctx, func(tx *catalog.Tx) error {
-							out, err := tx.RecoverReclaim(id, ProbeTree(root))
+							out, err := tx.RecoverReclaim(id, prepared.ProbeTree(root))
 							if err != nil {
 								return err
 							}
@@ -406,7 +407,7 @@ func TestCrashAtEachGCStep(t *testing.T) {
 							return tx.AcquireLease(catalog.LeaseKey{ArtifactID: id, DomainID: testDomain, Generation: 2})
 						})
 					}
-					use, err := Hold(root, a.ID)
+					use, err := prepared.Hold(root, a.ID)
 					if err == nil {
 						defer use.Release()
 						if err := lease(a.ID); err != nil {
@@ -414,7 +415,7 @@ func TestCrashAtEachGCStep(t *testing.T) {
 						}
 						break
 					}
-					if !errors.Is(err, ErrGone) {
+					if !errors.Is(err, prepared.ErrGone) {
 						t.Fatal(err)
 					}
 					if err := lease(a.ID); err == nil {
@@ -432,14 +433,14 @@ func TestCrashAtEachGCStep(t *testing.T) {
 						t.Fatal(err)
 					}
 				case "gc":
-					res, err := GC(root, GCPolicy{}, false, time.Now())
+					res, err := prepared.GC(root, prepared.GCPolicy{}, false, time.Now())
 					if err != nil {
 						t.Fatal(err)
 					}
 					t.Logf("gc: recovered %v", res.Recovered)
 				}
 				// A final gc settles the abandoned intent in every case.
-				if _, err := GC(root, GCPolicy{Keep: 5}, false, time.Now()); err != nil {
+				if _, err := prepared.GC(root, prepared.GCPolicy{Keep: 5}, false, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 				checkSettled(t, root)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/imagebuild"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"go.podman.io/storage/pkg/reexec"
 	"golang.org/x/sys/unix"
@@ -106,13 +107,13 @@ func checkEntry(t *testing.T, p string, typ uint32, perm uint32, uid, gid uint32
 	}
 }
 
-func readRecordFile(t *testing.T, a Artifact) artifactRecord {
+func readRecordFile(t *testing.T, a prepared.Artifact) prepared.Record {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(a.Dir, recordName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec artifactRecord
+	var rec prepared.Record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		t.Fatal(err)
 	}
@@ -143,10 +144,10 @@ func TestEnsureBusybox(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("busybox prepare took %s\n%s", time.Since(start), progress.String())
-	if !ValidID(a.ID) || a.Dir != filepath.Join(root, "prepared", a.ID) || a.Rootfs != filepath.Join(a.Dir, "rootfs") {
+	if !prepared.ValidID(a.ID) || a.Dir != filepath.Join(root, "prepared", a.ID) || a.Rootfs != filepath.Join(a.Dir, "rootfs") {
 		t.Fatalf("artifact %+v", a)
 	}
-	if a.ID != ArtifactID(a.Source.ManifestDigest) || !strings.HasPrefix(a.Source.ConfigDigest, "sha256:") ||
+	if a.ID != prepared.ArtifactID(a.Source.ManifestDigest) || !strings.HasPrefix(a.Source.ConfigDigest, "sha256:") ||
 		!strings.HasPrefix(a.Source.Ref, "oci:") || a.Created.IsZero() {
 		t.Fatalf("source %+v", a)
 	}
@@ -163,7 +164,7 @@ func TestEnsureBusybox(t *testing.T) {
 		t.Errorf("usr/bin/env -> %q, %v", l, err)
 	}
 	// Mount points the image lacks are created 0755 root:root, files empty.
-	for _, p := range []string{"/workspace", ControlDir, "/dev/pts", "/dev/shm"} {
+	for _, p := range []string{"/workspace", prepared.ControlDir, "/dev/pts", "/dev/shm"} {
 		checkEntry(t, r+p, unix.S_IFDIR, 0o755, 0, 0)
 	}
 	for _, p := range []string{"/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {
@@ -173,11 +174,11 @@ func TestEnsureBusybox(t *testing.T) {
 		}
 	}
 	rec := readRecordFile(t, a)
-	if rec.FormatVersion != FormatVersion || rec.ID != a.ID || rec.Source != a.Source || len(rec.Layers) != 1 ||
+	if rec.FormatVersion != prepared.FormatVersion || rec.ID != a.ID || rec.Source != a.Source || len(rec.Layers) != 1 ||
 		!strings.Contains(rec.Preparer, "lazaret-prepare/") || rec.RootfsBytes < 1<<20 {
 		t.Errorf("record %+v", rec)
 	}
-	wantCreated := []string{"/dev/pts", "/dev/shm", "/workspace", ControlDir, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/var/lib", "/opt", "/home"}
+	wantCreated := []string{"/dev/pts", "/dev/shm", "/workspace", prepared.ControlDir, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/var/lib", "/opt", "/home"}
 	if strings.Join(rec.CreatedMountPoints, ",") != strings.Join(wantCreated, ",") {
 		t.Errorf("created mount points %v, want %v", rec.CreatedMountPoints, wantCreated)
 	}
@@ -198,9 +199,9 @@ func TestEnsureBusybox(t *testing.T) {
 	if err != nil || !found || l != a {
 		t.Fatalf("Lookup = %+v %v %v", l, found, err)
 	}
-	l, found, err = LookupID(root, a.ID)
+	l, found, err = prepared.LookupID(root, a.ID)
 	if err != nil || !found || l != a {
-		t.Fatalf("LookupID = %+v %v %v", l, found, err)
+		t.Fatalf("prepared.LookupID = %+v %v %v", l, found, err)
 	}
 	if _, found, err := Lookup(t.TempDir(), ref); found || err != nil {
 		t.Fatalf("Lookup in empty root: %v %v", found, err)
@@ -359,7 +360,7 @@ func TestNewerRecordRefused(t *testing.T) {
 	}
 	path := filepath.Join(a.Dir, recordName)
 	b, _ := os.ReadFile(path)
-	newer := strings.Replace(string(b), fmt.Sprintf(`"format_version": %d`, FormatVersion), `"format_version": 99`, 1)
+	newer := strings.Replace(string(b), fmt.Sprintf(`"format_version": %d`, prepared.FormatVersion), `"format_version": 99`, 1)
 	if newer == string(b) {
 		t.Fatal("could not rewrite format_version")
 	}
@@ -367,10 +368,10 @@ func TestNewerRecordRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1})
-	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade Lazaret") {
-		t.Fatalf("Ensure err = %v, want ErrNewerFormat", err)
+	if !errors.Is(err, prepared.ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade Lazaret") {
+		t.Fatalf("Ensure err = %v, want prepared.ErrNewerFormat", err)
 	}
-	if _, _, err := Lookup(root, ref); !errors.Is(err, ErrNewerFormat) {
+	if _, _, err := Lookup(root, ref); !errors.Is(err, prepared.ErrNewerFormat) {
 		t.Fatalf("Lookup err = %v", err)
 	}
 
@@ -383,16 +384,16 @@ func TestNewerRecordRefused(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, ErrCorrupt) {
-			t.Errorf("%s: err = %v, want ErrCorrupt", name, err)
+		if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, prepared.ErrCorrupt) {
+			t.Errorf("%s: err = %v, want prepared.ErrCorrupt", name, err)
 		}
 	}
 	// A symlinked record is never followed.
 	os.Remove(path)
 	os.WriteFile(filepath.Join(root, "elsewhere.json"), b, 0o644)
 	os.Symlink(filepath.Join(root, "elsewhere.json"), path)
-	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("symlinked record: err = %v, want ErrCorrupt", err)
+	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, prepared.ErrCorrupt) {
+		t.Errorf("symlinked record: err = %v, want prepared.ErrCorrupt", err)
 	}
 	// A missing mount point makes the artifact invalid.
 	os.Remove(path)
@@ -401,8 +402,8 @@ func TestNewerRecordRefused(t *testing.T) {
 		t.Fatalf("restored record: %v", err)
 	}
 	os.Remove(filepath.Join(a.Rootfs, "workspace"))
-	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("missing mount point: err = %v, want ErrCorrupt", err)
+	if _, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}); !errors.Is(err, prepared.ErrCorrupt) {
+		t.Errorf("missing mount point: err = %v, want prepared.ErrCorrupt", err)
 	}
 }
 
@@ -434,7 +435,7 @@ func TestConcurrentPublishRace(t *testing.T) {
 	root := t.TempDir()
 	var foreign string
 	_, err := ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}, hooks{beforePublish: func() {
-		id := ArtifactID(resolvedDigest(t, ref))
+		id := prepared.ArtifactID(resolvedDigest(t, ref))
 		foreign = filepath.Join(root, preparedDir, id)
 		if err := os.Mkdir(foreign, 0o755); err != nil {
 			t.Error(err)
@@ -459,7 +460,7 @@ func TestConcurrentPublishRace(t *testing.T) {
 	// Free-running: several goroutines race on a fresh root.
 	root = t.TempDir()
 	const n = 4
-	results := make([]Artifact, n)
+	results := make([]prepared.Artifact, n)
 	errs := make([]error, n)
 	progress := make([]bytes.Buffer, n)
 	var wg sync.WaitGroup
@@ -536,8 +537,8 @@ func TestInterruptedStagingIgnored(t *testing.T) {
 	if _, found, err := Lookup(root, ref); found || err != nil {
 		t.Fatalf("Lookup found=%v err=%v: staging mistaken for an artifact", found, err)
 	}
-	if _, found, err := LookupID(root, a.ID); found || err != nil {
-		t.Fatalf("LookupID found=%v err=%v", found, err)
+	if _, found, err := prepared.LookupID(root, a.ID); found || err != nil {
+		t.Fatalf("prepared.LookupID found=%v err=%v", found, err)
 	}
 	var progress bytes.Buffer
 	b, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1, Progress: &progress})
@@ -547,7 +548,7 @@ func TestInterruptedStagingIgnored(t *testing.T) {
 	if b.ID != a.ID || strings.Contains(progress.String(), "reusing") {
 		t.Fatalf("Ensure %+v %q", b, progress.String())
 	}
-	if _, err := GC(root, GCPolicy{Keep: 5}, false, time.Now()); err != nil {
+	if _, err := prepared.GC(root, prepared.GCPolicy{Keep: 5}, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if names := stagingEntries(t, root); strings.Join(names, ",") != "deadbeef,locked,"+a.ID {
@@ -622,15 +623,15 @@ func TestBadReferences(t *testing.T) {
 	if _, err := Ensure(context.Background(), Options{StorageRoot: "relative", ImageRef: ref, DomainID: testDomain, Generation: 1}); err == nil {
 		t.Error("relative storage root accepted")
 	}
-	if _, _, err := LookupID(root, "pl-nothex"); err == nil {
+	if _, _, err := prepared.LookupID(root, "pl-nothex"); err == nil {
 		t.Error("bad ID accepted")
 	}
 }
 
 func TestArtifactID(t *testing.T) {
-	a := ArtifactID("sha256:0000")
-	if a != ArtifactID("sha256:0000") || a == ArtifactID("sha256:0001") || !ValidID(a) || len(a) != 35 {
-		t.Fatalf("ArtifactID = %q", a)
+	a := prepared.ArtifactID("sha256:0000")
+	if a != prepared.ArtifactID("sha256:0000") || a == prepared.ArtifactID("sha256:0001") || !prepared.ValidID(a) || len(a) != 35 {
+		t.Fatalf("prepared.ArtifactID = %q", a)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	digest "github.com/opencontainers/go-digest"
+
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"go.podman.io/image/v5/image"
 	"go.podman.io/image/v5/manifest"
 
@@ -23,7 +25,7 @@ import (
 // resolvedImage is one single-platform image opened for preparation.
 type resolvedImage struct {
 	src     types.ImageSource
-	source  SourceIdentity
+	source  prepared.SourceIdentity
 	layers  []types.BlobInfo
 	diffIDs []digest.Digest
 }
@@ -43,10 +45,10 @@ func (r *resolvedImage) totalBytes() int64 {
 	return n
 }
 
-func (r *resolvedImage) layerRecords() []layerRecord {
-	out := make([]layerRecord, len(r.layers))
+func (r *resolvedImage) layerRecords() []prepared.LayerRecord {
+	out := make([]prepared.LayerRecord, len(r.layers))
 	for i, l := range r.layers {
-		out[i] = layerRecord{Digest: l.Digest.String(), DiffID: r.diffIDs[i].String(), MediaType: l.MediaType, Size: l.Size}
+		out[i] = prepared.LayerRecord{Digest: l.Digest.String(), DiffID: r.diffIDs[i].String(), MediaType: l.MediaType, Size: l.Size}
 	}
 	return out
 }
@@ -93,7 +95,7 @@ func resolve(ctx context.Context, imageRef string, full bool) (_ *resolvedImage,
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s: manifest digest: %w", imageRef, err)
 	}
-	r.source = SourceIdentity{Ref: transports.ImageName(ref), ManifestDigest: md.String()}
+	r.source = prepared.SourceIdentity{Ref: transports.ImageName(ref), ManifestDigest: md.String()}
 	if !full {
 		return r, nil
 	}

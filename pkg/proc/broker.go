@@ -65,13 +65,21 @@ type Broker struct {
 // NewBroker starts the broker's locked spawn thread. exe is the path of this
 // binary (re-executed as the wrapper role).
 func NewBroker(log *slog.Logger, exe string) (*Broker, error) {
+	return NewBrokerWrapped(log, exe, filepath.Base(exe))
+}
+
+// NewBrokerWrapped is NewBroker with the wrapper role (and the probe and
+// qualification roles) run from wrapperExe, another Lazaret binary that
+// hosts them, while name (this process's program name, e.g. "lazaret-rs")
+// keeps naming the broker's failpoint stages ("NAME:acquire:SLOT:STEP").
+func NewBrokerWrapped(log *slog.Logger, wrapperExe, name string) (*Broker, error) {
 	self, err := pidfs.Open(os.Getpid())
 	if err != nil {
 		return nil, fmt.Errorf("broker: open own pidfd: %w", err)
 	}
 	id := self.Identity().Authority
 	self.Close()
-	b := &Broker{log: log, calls: make(chan func()), self: exe, selfID: id, name: filepath.Base(exe)}
+	b := &Broker{log: log, calls: make(chan func()), self: wrapperExe, selfID: id, name: name}
 	started := make(chan struct{})
 	go func() {
 		// Never unlocked and never returns: this thread is the parent of

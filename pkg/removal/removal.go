@@ -37,7 +37,7 @@
 //
 // This package makes no assumption about liveness: the caller proves the
 // Domains inactive (lifecycle locks, mount checks) and the prepared images
-// unused (prepare.LockAll under catalog.Exclusive) before moving anything.
+// unused (prepared.LockAll under catalog.Exclusive) before moving anything.
 package removal
 
 import (

@@ -20,6 +20,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/removal"
 )
 
@@ -162,7 +163,7 @@ type lowerInputs struct {
 type heldLower struct {
 	in   lowerInputs
 	done chan struct{}
-	art  prepare.Artifact
+	art  prepared.Artifact
 	err  error
 }
 
@@ -182,7 +183,7 @@ func (s *supervisor) holdLowerEarly(in lowerInputs) {
 
 // joinLower returns the lower held for StartSandbox st: the early hold if
 // it names the same lower (refusing one that does not), else a hold now.
-func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepare.Artifact, error) {
+func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepared.Artifact, error) {
 	want := lowerInputs{storageRoot: st.StorageRoot, imageRef: st.ImageRef, domainID: st.DomainId, generation: st.Generation}
 	h := s.held
 	if h == nil {
@@ -190,10 +191,10 @@ func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepare.Artifact, error) {
 	}
 	<-h.done
 	if h.err != nil {
-		return prepare.Artifact{}, h.err
+		return prepared.Artifact{}, h.err
 	}
 	if h.in != want {
-		return prepare.Artifact{}, errdefs.New(errdefs.ErrRefused, "StartSandbox names the prepared lower of %+v, but the coordinator's credential named %+v", want, h.in)
+		return prepared.Artifact{}, errdefs.New(errdefs.ErrRefused, "StartSandbox names the prepared lower of %+v, but the coordinator's credential named %+v", want, h.in)
 	}
 	return h.art, nil
 }
@@ -202,7 +203,7 @@ func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepare.Artifact, error) {
 // lifetime, so `lazaret gc` cannot reclaim it while the sandbox runs; an
 // artifact reclaimed between lookup and hold is prepared again. Reclaimed
 // trees are deleted here, in the user namespace, in the background.
-func (s *supervisor) holdLower(in lowerInputs) (prepare.Artifact, error) {
+func (s *supervisor) holdLower(in lowerInputs) (prepared.Artifact, error) {
 	for attempt := 0; ; attempt++ {
 		// Ensure reuses a Published artifact at once; otherwise it prepares
 		// it (once across concurrent Domains), recording every step in the
@@ -210,14 +211,14 @@ func (s *supervisor) holdLower(in lowerInputs) (prepare.Artifact, error) {
 		art, err := prepare.Ensure(context.Background(), prepare.Options{StorageRoot: in.storageRoot, ImageRef: in.imageRef, Logger: s.log,
 			Progress: progressWriter{s}, DomainID: domain.ID(in.domainID), Generation: in.generation, Step: s.prepareStep})
 		if err != nil {
-			return prepare.Artifact{}, err
+			return prepared.Artifact{}, err
 		}
-		use, err := prepare.Hold(in.storageRoot, art.ID)
-		if errors.Is(err, prepare.ErrGone) && attempt < 3 {
+		use, err := prepared.Hold(in.storageRoot, art.ID)
+		if errors.Is(err, prepared.ErrGone) && attempt < 3 {
 			continue
 		}
 		if err != nil {
-			return prepare.Artifact{}, err
+			return prepared.Artifact{}, err
 		}
 		s.lowerUse = use
 		s.startPurge(in.storageRoot)
@@ -240,7 +241,7 @@ func (s *supervisor) startPurge(storageRoot string) {
 // purgeTrash deletes the reclaimed prepared trees and what an interrupted
 // `lazaret rm` moved aside, until ctx is cancelled at RS's exit.
 func (s *supervisor) purgeTrash(ctx context.Context, storageRoot string) {
-	n, err := prepare.PurgeTrash(ctx, storageRoot)
+	n, err := prepared.PurgeTrash(ctx, storageRoot)
 	switch {
 	case errors.Is(err, context.Canceled):
 		s.log.Info("deletion of reclaimed prepared artifacts stopped at exit; the next start continues", "count", n)

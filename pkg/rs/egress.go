@@ -83,10 +83,7 @@ func (s *supervisor) startEgress() error {
 	if err := s.sandboxNS.Configure(netpolicy.ProxyAddr, netpolicy.SandboxAddr, netpolicy.ProxyPrefix.Bits()); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
+	exe := s.rolesExe
 	pol, err := fdpass.SealedMemfd("lazaret-egress-policy", s.policy.Canonical())
 	if err != nil {
 		return err

@@ -36,10 +36,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	if err := unix.Lstat(g.Mountpoint, &before); err != nil {
 		return nil, nil, &os.PathError{Op: "lstat", Path: g.Mountpoint, Err: err}
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, nil, err
-	}
+	exe := s.rolesExe
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
@@ -64,7 +61,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	}
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "git_routing",
-		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
+		ExecStop: true, // no wrapper re-exec on the start-up path
 		Target:   proc.Command{Path: exe, Args: append([]string{exe}, args...), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{nil, outW, os.Stderr}},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			return s.stageSlot(ctx, "git_routing", id)

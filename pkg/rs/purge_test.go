@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 )
 
 // syncBuffer is a bytes.Buffer safe for the purge goroutine's log.
@@ -74,7 +74,7 @@ func TestAwaitPurgeStopsDeletion(t *testing.T) {
 	if err != nil || len(left) == 0 {
 		t.Fatalf("trash after a stopped deletion: %v %v (want entries left)", left, err)
 	}
-	if n, err := prepare.PurgeTrash(context.Background(), root); err != nil || n != len(left) {
+	if n, err := prepared.PurgeTrash(context.Background(), root); err != nil || n != len(left) {
 		t.Fatalf("next purge: %d %v, want %d", n, err, len(left))
 	}
 	if left, _ := os.ReadDir(filepath.Join(root, "prepared", ".trash")); len(left) != 0 {

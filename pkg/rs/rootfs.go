@@ -12,7 +12,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/mountskel"
 	"github.com/lazaret/lazaret/pkg/ocispec"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 )
 
 // skeletonDir is the generation's mount-point skeleton (package mountskel).
@@ -24,7 +24,7 @@ func (s *supervisor) skeletonDir() string { return filepath.Join(s.start.BundleD
 // is instead a read-only overlay of the generation's skeleton over the
 // lower: the shared prepared lower and the persistent State Anchor uppers
 // are never written.
-func (s *supervisor) mountRoot(art prepare.Artifact, rootfs string) error {
+func (s *supervisor) mountRoot(art prepared.Artifact, rootfs string) error {
 	var sp specs.Spec
 	if err := json.Unmarshal(s.start.OciSpecJson, &sp); err != nil {
 		return errdefs.Mark(err, errdefs.ErrCorrupt)

@@ -31,7 +31,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/netsetup"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
 	"github.com/lazaret/lazaret/pkg/timing"
@@ -54,6 +54,7 @@ func Main(args []string) int {
 	policyFD := fs.Int("policy-fd", -1, "inherited write-sealed memfd with the derived network policy")
 	credentialFD := fs.Int("credential-fd", -1, "inherited write-sealed memfd with RS's protocol signing key and the coordinator's verification key")
 	logLevel := fs.String("log-level", "info", "debug|info|warn|error")
+	rolesExe := fs.String("roles-exe", "", "the lazaret-hc executable to run the Git-routing and egress roles and the wrappers from (default: this binary)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -84,7 +85,10 @@ func Main(args []string) int {
 		log.Error("find own executable", "err", err)
 		return 1
 	}
-	broker, err := proc.NewBroker(log, exe)
+	roles := rolesExecutable(exe, *rolesExe, log)
+	// The failpoint stages keep naming this process (lazaret-rs) whichever
+	// binary the wrappers run from.
+	broker, err := proc.NewBrokerWrapped(log, roles, filepath.Base(exe))
 	if err != nil {
 		log.Error("start broker", "err", err)
 		return 1
@@ -98,12 +102,38 @@ func Main(args []string) int {
 		log.Error("protocol credential", "err", err)
 		return 2
 	}
-	s := &supervisor{timing: rec, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s := &supervisor{timing: rec, rolesExe: roles, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	s.mt.domain, s.mt.gen = cred.domain, cred.generation
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	code := s.run()
 	s.mtLeaseLoss()
 	return code
+}
+
+// rolesExecutable is the binary RS runs its hidden roles from: the
+// coordinator's --roles-exe when RS can exec it here, in its own user and
+// mount namespaces (an absolute path to a regular executable file), else
+// RS's own executable, which hosts the same roles.
+func rolesExecutable(own, roles string, log *slog.Logger) string {
+	if roles == "" {
+		return own
+	}
+	var st unix.Stat_t
+	switch err := unix.Stat(roles, &st); {
+	case !filepath.IsAbs(roles):
+		log.Warn("--roles-exe is not an absolute path; running the roles from lazaret-rs", "roles_exe", roles)
+	case err != nil:
+		log.Warn("--roles-exe is not reachable in the supervisor's namespaces; running the roles from lazaret-rs", "roles_exe", roles, "err", err)
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		log.Warn("--roles-exe is not a regular file; running the roles from lazaret-rs", "roles_exe", roles)
+	default:
+		if err := unix.Access(roles, unix.X_OK); err != nil {
+			log.Warn("--roles-exe is not executable in the supervisor's namespaces; running the roles from lazaret-rs", "roles_exe", roles, "err", err)
+			return own
+		}
+		return roles
+	}
+	return own
 }
 
 // mtSteps is what this supervisor recorded in the model trace.
@@ -175,6 +205,7 @@ func (s *supervisor) mtLeaseLoss() {
 type supervisor struct {
 	timing    *timing.Recorder // nil unless LAZARET_DEBUG=timing
 	mt        mtSteps
+	rolesExe  string // the binary the Git-routing and egress roles run from (rolesExecutable)
 	policyFD  int
 	cred      credential
 	policy    netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
@@ -186,9 +217,9 @@ type supervisor struct {
 	broker    *proc.Broker
 	start     *lv1.StartSandbox
 	rt        runsc.Runtime
-	art       prepare.Artifact
+	art       prepared.Artifact
 	anchors   []anchor.MountIdentity // mounted State Anchors, in mount order
-	lowerUse  *prepare.Use           // usage hold on the prepared lower (gc never reclaims it)
+	lowerUse  *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
 	held      *heldLower             // the hold begun before StartSandbox (joinLower)
 	purged    chan struct{}          // closed when reclaimed artifacts are deleted
 	stopPurge context.CancelFunc     // stops that deletion (awaitPurge)

@@ -54,7 +54,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/removal"
@@ -74,7 +74,7 @@ const (
 	// --domain-root.
 	OpPurge = "purge"
 	// OpPurgePrepared deletes the reclaimed prepared images waiting in the
-	// Storage Root's prepared/.trash (prepare.PurgeTrash): what `lazaret
+	// Storage Root's prepared/.trash (prepared.PurgeTrash): what `lazaret
 	// gc` moved aside. It takes --storage-root instead of --domain-root.
 	OpPurgePrepared = "purge-prepared"
 	// OpExportLayer writes the State Anchors' changes as one OCI layer tar
@@ -230,7 +230,7 @@ func Main(args []string) int {
 		out = res
 	case OpPurgePrepared:
 		res := PurgeResult{Version: ReportVersion}
-		res.Deleted, err = prepare.PurgeTrash(context.Background(), *storageRoot)
+		res.Deleted, err = prepared.PurgeTrash(context.Background(), *storageRoot)
 		out = res
 	case OpProfileSizes:
 		res := ProfileSizesResult{Version: ReportVersion}
@@ -460,7 +460,7 @@ func PurgeTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
 // PurgePreparedTrash deletes the prepared images `lazaret gc` reclaimed
 // (moved into the Storage Root storageRoot's prepared/.trash) in the
 // developer's user namespace, where their subordinate-id files can be
-// deleted (prepare.PurgeTrash), and returns how many it deleted.
+// deleted (prepared.PurgeTrash), and returns how many it deleted.
 //
 // Preconditions: none; what is in that trash was moved there by gc or a
 // settled prepare intent, so nothing holds it, and a Runtime Supervisor

@@ -16,7 +16,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/recipe"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 )
@@ -92,7 +92,7 @@ Examples:
 		if err != nil {
 			return err
 		}
-		policy := prepare.GCPolicy{Keep: c.Int("keep"), MinAge: c.Duration("min-age"), MaxBytes: c.Int64("max-size")}
+		policy := prepared.GCPolicy{Keep: c.Int("keep"), MinAge: c.Duration("min-age"), MaxBytes: c.Int64("max-size")}
 		// The reclaim steps of tla/PreparedLower.tla, in the model trace
 		// when LAZARET_MODEL_TRACE names one.
 		if err := modeltrace.Start("cli", os.Getenv); err != nil {
@@ -108,7 +108,7 @@ Examples:
 			}
 			policy.Catalog, policy.Ctx = cat, c.Context
 		}
-		res, err := prepare.GC(roots.Storage, policy, c.Bool("dry-run"), time.Now())
+		res, err := prepared.GC(roots.Storage, policy, c.Bool("dry-run"), time.Now())
 		if err != nil {
 			return err
 		}
@@ -126,7 +126,7 @@ Examples:
 			enc := json.NewEncoder(c.App.Writer)
 			enc.SetIndent("", "  ")
 			return enc.Encode(struct {
-				prepare.GCResult
+				prepared.GCResult
 				// TrashDeleted counts the reclaimed trees gc deleted;
 				// trash_entries those left for the next lazaret run.
 				TrashDeleted int              `json:"trash_deleted"`
@@ -176,7 +176,7 @@ func purgeReclaimed(c *cli.Context, storageRoot string, entries int) (deleted, l
 	if err != nil {
 		fmt.Fprintf(c.App.ErrWriter, "lazaret gc: the reclaimed trees could not be deleted now (%v); nothing uses them, and your next `lazaret run` deletes them\n", err)
 	}
-	left, cerr := prepare.TrashEntries(storageRoot)
+	left, cerr := prepared.TrashEntries(storageRoot)
 	if cerr != nil {
 		return deleted, entries - deleted
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/locate"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/removal"
 	"github.com/lazaret/lazaret/pkg/statemaint"
@@ -445,7 +445,7 @@ func rmAll(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport) error
 		// exclusion no Runtime Supervisor holds a prepared image and no
 		// preparation is in progress; the Domain locks are held.
 		err = cat.Exclusive(c.Context, func() error {
-			x, err := prepare.LockAll(roots.Storage)
+			x, err := prepared.LockAll(roots.Storage)
 			if err != nil {
 				return err
 			}

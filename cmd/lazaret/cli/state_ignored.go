@@ -17,7 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
 	"github.com/lazaret/lazaret/pkg/ignorerules"
 	"github.com/lazaret/lazaret/pkg/locate"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
@@ -256,7 +256,7 @@ func stateIgnoredList(c *cli.Context) error {
 			if _, ok := view.sticky.Covering(e.Path); ok && !e.Stale {
 				note = strings.TrimSuffix("sticky; "+note, "; ")
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", e.Path, e.Type, e.Files, prepare.HumanBytes(e.Bytes), note)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", e.Path, e.Type, e.Files, prepared.HumanBytes(e.Bytes), note)
 		}
 		if err := w.Flush(); err != nil {
 			return err
@@ -334,7 +334,7 @@ func stateIgnoredInspect(c *cli.Context) error {
 		if ins.Stale {
 			note = " (no longer ignored: the sandbox does not see it)"
 		}
-		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %s in the sandbox's state%s\n", ins.Path, len(ins.Changes), prepare.HumanBytes(ins.Bytes), note)
+		fmt.Fprintf(c.App.Writer, "\n%s: %d change(s), %s in the sandbox's state%s\n", ins.Path, len(ins.Changes), prepared.HumanBytes(ins.Bytes), note)
 		rows := make([]changeRow, len(ins.Changes))
 		for i, ch := range ins.Changes {
 			rows[i] = changeRow{ch.Kind, ch.Type, ch.Size, ch.Path, ""}

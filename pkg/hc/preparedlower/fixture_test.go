@@ -22,7 +22,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/store"
 )
@@ -120,7 +120,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f.md = "sha256:" + strings.Repeat("ab", 32)
-	f.art = prepare.ArtifactID(f.md)
+	f.art = prepared.ArtifactID(f.md)
 	plantArtifact(t, f.storage, f.art, f.md)
 	recordPrepared(t, f.cat, f.art, f.md)
 	return f
@@ -275,7 +275,7 @@ func plantArtifact(t *testing.T, storage, id, md string) {
 	if err := os.MkdirAll(filepath.Join(storage, "prepared", ".staging"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for _, mp := range prepare.MountPoints {
+	for _, mp := range prepared.MountPoints {
 		p := filepath.Join(dir, "rootfs", mp.Path)
 		if mp.Dir {
 			if err := os.MkdirAll(p, 0o755); err != nil {
@@ -287,7 +287,7 @@ func plantArtifact(t *testing.T, storage, id, md string) {
 	}
 	rec := fmt.Sprintf(`{"format_version": %d, "id": %q, "source": {"ref": "oci:/img:latest", "manifest_digest": %q, "config_digest": %q},
 		"preparer": "test", "created": "2026-11-30T07:00:00Z", "layers": [], "rootfs_bytes": 1, "skipped_device_nodes": 0, "converted_whiteout_devices": 0}`,
-		prepare.FormatVersion, id, md, "sha256:"+strings.Repeat("ef", 32))
+		prepared.FormatVersion, id, md, "sha256:"+strings.Repeat("ef", 32))
 	if err := os.WriteFile(filepath.Join(dir, "artifact.json"), []byte(rec), 0o644); err != nil {
 		t.Fatal(err)
 	}

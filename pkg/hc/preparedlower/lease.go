@@ -14,7 +14,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -47,7 +47,7 @@ func (s *Service) Acquire(ctx context.Context, a *lv1.ArtifactReady, hello *lv1.
 // recordLease makes acquisition steps 1-4 (up to state_anchor Intent) durable.
 func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *lv1.SupervisorHello) error {
 	id := a.GetPreparedArtifactId()
-	if !prepare.ValidID(id) {
+	if !prepared.ValidID(id) {
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor names prepared artifact %q, not a prepared-artifact ID", id)
 	}
 	if a.GetImageRef() != s.cfg.Image {
@@ -81,7 +81,7 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		// A gc that died between Reclaiming and its rename would block the
 		// lease: settle it first (RS holds the tree shared, so no gc is
 		// mid-rename and the record rolls back to Published).
-		if out, err := tx.RecoverReclaim(id, prepare.ProbeTree(s.cfg.StorageRoot)); err != nil {
+		if out, err := tx.RecoverReclaim(id, prepared.ProbeTree(s.cfg.StorageRoot)); err != nil {
 			return err
 		} else if out != catalog.NotReclaiming {
 			s.log.Warn("recovered an interrupted reclamation before leasing", "artifact_id", id, "outcome", out.String())
@@ -159,13 +159,13 @@ func verifyArtifact(tx *catalog.Tx, storageRoot, id, manifest string) error {
 		return errdefs.New(errdefs.ErrRefused, "prepared artifact %s is %v in the Storage Catalog, not Published: not leasing it", id, rec.GetState())
 	}
 	md := rec.GetManifestDigest()
-	if md == "" || prepare.ArtifactID(md) != id {
+	if md == "" || prepared.ArtifactID(md) != id {
 		return errdefs.New(errdefs.ErrRefused, "the Storage Catalog record of %s names manifest %q, which does not map to that ID", id, md)
 	}
 	if manifest != md {
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor reports manifest %q for %s, its preparer recorded %q", manifest, id, md)
 	}
-	art, found, err := prepare.LookupID(storageRoot, id)
+	art, found, err := prepared.LookupID(storageRoot, id)
 	if err != nil {
 		return err
 	}

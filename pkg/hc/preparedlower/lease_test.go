@@ -13,7 +13,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
 	"github.com/lazaret/lazaret/pkg/participant"
-	"github.com/lazaret/lazaret/pkg/prepare"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -62,7 +62,7 @@ func TestAcquisitionOrder(t *testing.T) {
 		"another namespace":  {PreparedArtifactId: f.art, MountNamespace: &lv1.NamespaceIdentity{Dev: f.held.Dev, Ino: f.held.Ino + 1}, Anchors: good.Anchors},
 		"a reused inode":     {PreparedArtifactId: f.art, MountNamespace: &lv1.NamespaceIdentity{Dev: f.held.Dev, Ino: f.held.Ino, MntnsId: &otherID}, Anchors: good.Anchors},
 		"a missing path":     {PreparedArtifactId: f.art, MountNamespace: f.held, Anchors: good.Anchors[1:]},
-		"another artifact":   {PreparedArtifactId: prepare.ArtifactID("sha256:" + strings.Repeat("12", 32)), MountNamespace: f.held, Anchors: good.Anchors},
+		"another artifact":   {PreparedArtifactId: prepared.ArtifactID("sha256:" + strings.Repeat("12", 32)), MountNamespace: f.held, Anchors: good.Anchors},
 		"a mount without ID": {PreparedArtifactId: f.art, MountNamespace: f.held, Anchors: append([]*lv1.AnchorMount{{GuestPath: f.paths[0]}}, good.Anchors[1:]...)},
 	} {
 		sup.AnchorsMounted(m)
@@ -102,14 +102,14 @@ func TestAcquisitionRefusals(t *testing.T) {
 	sup := supervisortest.New(t)
 	hello := &lv1.SupervisorHello{MountNamespace: f.held}
 	unrecorded := "sha256:" + strings.Repeat("cd", 32)
-	plantArtifact(t, f.storage, prepare.ArtifactID(unrecorded), unrecorded)
+	plantArtifact(t, f.storage, prepared.ArtifactID(unrecorded), unrecorded)
 	for i, c := range []struct {
 		name  string
 		ready *lv1.ArtifactReady
 		pl    participant.Phase
 		want  string
 	}{
-		{"an unrecorded artifact", &lv1.ArtifactReady{PreparedArtifactId: prepare.ArtifactID(unrecorded), ImageRef: f.image, ManifestDigest: unrecorded}, participant.Intent, "not recorded"},
+		{"an unrecorded artifact", &lv1.ArtifactReady{PreparedArtifactId: prepared.ArtifactID(unrecorded), ImageRef: f.image, ManifestDigest: unrecorded}, participant.Intent, "not recorded"},
 		{"another manifest", &lv1.ArtifactReady{PreparedArtifactId: f.art, ImageRef: f.image, ManifestDigest: unrecorded}, participant.Intent, "its preparer recorded"},
 		{"another image", &lv1.ArtifactReady{PreparedArtifactId: f.art, ImageRef: "docker.io/library/debian:12", ManifestDigest: f.md}, "", "not the configured"},
 		{"a malformed ID", &lv1.ArtifactReady{PreparedArtifactId: "../x", ImageRef: f.image, ManifestDigest: f.md}, "", "not a prepared-artifact ID"},
@@ -234,7 +234,7 @@ func TestRecoverDurableStates(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	unrecorded := "sha256:" + strings.Repeat("cd", 32)
-	plantArtifact(t, f.storage, prepare.ArtifactID(unrecorded), unrecorded)
+	plantArtifact(t, f.storage, prepared.ArtifactID(unrecorded), unrecorded)
 	// crashed leaves generation gen as a coordinator that died after the
 	// named step would.
 	crashed := map[string]func(gen uint64){

@@ -36,6 +36,10 @@ type Config struct {
 	// Path is the lazaret-rs executable; LogLevel its --log-level.
 	Path     string
 	LogLevel string
+	// RolesExe, when set, is the lazaret-hc executable (locate.Self) that
+	// RS runs its hidden Git-routing and egress roles and its wrappers from
+	// (RS's --roles-exe): it starts faster than lazaret-rs.
+	RolesExe string
 	// Lock is the Domain lock's descriptor: RS inherits it and holds the
 	// lock until it exits.
 	Lock *os.File
@@ -253,7 +257,7 @@ func (d *Driver) launch() error {
 		Slot: "rs",
 		Target: proc.Command{
 			Path: d.cfg.Path,
-			Args: []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--credential-fd=7", "--log-level=" + d.cfg.LogLevel},
+			Args: rsArgs(d.cfg),
 			Env:  env,
 			Dir:  "/",
 			// stdin /dev/null; stdout/stderr to the coordinator log.
@@ -362,3 +366,12 @@ func Environ(rec *timing.Recorder) []string {
 
 // errNoChannel refuses a message before the coordinator holds the channel.
 var errNoChannel = errdefs.New(errdefs.ErrUnavailable, "the runtime supervisor's channel is not held")
+
+// rsArgs is RS's command line.
+func rsArgs(cfg Config) []string {
+	args := []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--credential-fd=7", "--log-level=" + cfg.LogLevel}
+	if cfg.RolesExe != "" {
+		args = append(args, "--roles-exe="+cfg.RolesExe)
+	}
+	return args
+}

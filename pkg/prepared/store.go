@@ -1,10 +1,11 @@
-package prepare
+package prepared
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -32,51 +33,56 @@ func openBeneath(dirfd int, path string, flags int, mode uint32) (int, error) {
 	}
 }
 
-// store holds descriptors of StorageRoot, prepared/ and prepared/.staging/.
-type store struct {
+// Store holds descriptors of StorageRoot, prepared/ and prepared/.staging/:
+// the preparer's (package prepare) and gc's access to the prepared tree.
+type Store struct {
 	root        string
 	rootFD      int
 	preparedFD  int
 	stagingFD   int
 	preparedDir string // path hint for messages and the chroot fallback
-	// step records a PreparedLower step (Options.Step, GCPolicy.Step).
+	// step records a PreparedLower step (prepare.Options.Step, GCPolicy.Step).
 	step func(action, artifactID string)
 }
 
-// recordReclaim records how RecoverReclaim settled an interrupted
+// SetStep sets the function RecordStep calls (nil: none).
+func (st *Store) SetStep(step func(action, artifactID string)) { st.step = step }
+
+// RecordReclaim records how RecoverReclaim settled an interrupted
 // reclamation: completed (ReclaimArtifact) or rolled back, the tree never
 // having left (RollbackReclaim).
-func (st *store) recordReclaim(out catalog.ReclaimOutcome, id string) {
+func (st *Store) RecordReclaim(out catalog.ReclaimOutcome, id string) {
 	switch out {
 	case catalog.Completed:
-		st.record("ReclaimArtifact", id)
+		st.RecordStep("ReclaimArtifact", id)
 	case catalog.RolledBack:
-		st.record("RollbackReclaim", id)
+		st.RecordStep("RollbackReclaim", id)
 	}
 }
 
-// record calls st.step when set.
-func (st *store) record(action, id string) {
+// RecordStep calls the SetStep function, when set, with a
+// tla/PreparedLower.tla action and the artifact ID.
+func (st *Store) RecordStep(action, id string) {
 	if st.step != nil {
 		st.step(action, id)
 	}
 }
 
-// openStore opens the Storage Root (its last component must not be a
+// OpenStore opens the Storage Root (its last component must not be a
 // symlink) and, beneath it, prepared/ and prepared/.staging/, creating them
 // when create is set.
-func openStore(root string, create bool) (*store, error) {
+func OpenStore(root string, create bool) (*Store, error) {
 	rootFD, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open storage root: %w", &os.PathError{Op: "open", Path: root, Err: err})
 	}
-	st := &store{root: root, rootFD: rootFD, preparedFD: -1, stagingFD: -1, preparedDir: filepath.Join(root, preparedDir)}
+	st := &Store{root: root, rootFD: rootFD, preparedFD: -1, stagingFD: -1, preparedDir: filepath.Join(root, preparedDir)}
 	if st.preparedFD, err = openOrCreateDir(rootFD, preparedDir, 0o755, create); err != nil {
-		st.close()
+		st.Close()
 		return nil, err
 	}
 	if st.stagingFD, err = openOrCreateDir(st.preparedFD, stagingDir, 0o700, create); err != nil {
-		st.close()
+		st.Close()
 		return nil, err
 	}
 	return st, nil
@@ -98,7 +104,8 @@ func openOrCreateDir(dirfd int, name string, mode uint32, create bool) (int, err
 	return fd, nil
 }
 
-func (st *store) close() {
+// Close closes the descriptors.
+func (st *Store) Close() {
 	for _, fd := range []int{st.stagingFD, st.preparedFD, st.rootFD} {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -106,9 +113,9 @@ func (st *store) close() {
 	}
 }
 
-// lookup validates and returns the published artifact id. found is false
+// Lookup validates and returns the published artifact id. found is false
 // when prepared/<id> does not exist.
-func (st *store) lookup(id, manifestDigest string) (*artifactRecord, bool, error) {
+func (st *Store) Lookup(id, manifestDigest string) (*Record, bool, error) {
 	fd, err := openBeneath(st.preparedFD, id, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, false, nil
@@ -124,63 +131,70 @@ func (st *store) lookup(id, manifestDigest string) (*artifactRecord, bool, error
 	return rec, true, nil
 }
 
-// staging is one preparation in progress: prepared/.staging/<name>.
-type staging struct {
-	st       *store
+// Staging is one preparation in progress: prepared/.staging/<name>.
+type Staging struct {
+	st       *Store
 	name     string
 	dirFD    int // flock(LOCK_EX) held while the preparation runs
 	rootfsFD int
 	removed  bool
 }
 
-// newStaging creates prepared/.staging/<name>, the name the prepare intent
+// NewStaging creates prepared/.staging/<name>, the name the prepare intent
 // recorded.
-func (st *store) newStaging(name string) (*staging, error) {
+func (st *Store) NewStaging(name string) (*Staging, error) {
 	if err := unix.Mkdirat(st.stagingFD, name, 0o700); err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", &os.PathError{Op: "mkdirat", Path: name, Err: err})
 	}
-	s := &staging{st: st, name: name, dirFD: -1, rootfsFD: -1}
+	s := &Staging{st: st, name: name, dirFD: -1, rootfsFD: -1}
 	var err error
 	if s.dirFD, err = openBeneath(st.stagingFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err != nil {
-		_ = s.discard()
+		_ = s.Discard()
 		return nil, err
 	}
 	if err := unix.Flock(s.dirFD, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		_ = s.discard()
+		_ = s.Discard()
 		return nil, fmt.Errorf("lock staging directory: %w", err)
 	}
 	// Artifact directories are 0755 so that a runtime running under
 	// another uid of the namespace can traverse into rootfs.
 	if err := unix.Fchmod(s.dirFD, 0o755); err != nil {
-		_ = s.discard()
+		_ = s.Discard()
 		return nil, err
 	}
 	if err := unix.Mkdirat(s.dirFD, rootfsName, 0o755); err != nil {
-		_ = s.discard()
+		_ = s.Discard()
 		return nil, &os.PathError{Op: "mkdirat", Path: rootfsName, Err: err}
 	}
 	if s.rootfsFD, err = openBeneath(s.dirFD, rootfsName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err != nil {
-		_ = s.discard()
+		_ = s.Discard()
 		return nil, err
 	}
 	// Owner 0:0 and 0755 regardless of umask; a "./" entry in the first
 	// layer may set other metadata.
 	if err := unix.Fchown(s.rootfsFD, 0, 0); err != nil {
-		_ = s.discard()
+		_ = s.Discard()
 		return nil, fmt.Errorf("chown rootfs: %w", err)
 	}
 	if err := unix.Fchmod(s.rootfsFD, 0o755); err != nil {
-		_ = s.discard()
+		_ = s.Discard()
 		return nil, err
 	}
 	return s, nil
 }
 
-// rootfsPath returns a path naming the staging rootfs for the chroot of the
+// Name is the staging directory's name (the prepare intent's).
+func (s *Staging) Name() string { return s.name }
+
+// RootfsFD is the descriptor of the staging rootfs, open while the
+// preparation runs.
+func (s *Staging) RootfsFD() int { return s.rootfsFD }
+
+// RootfsPath returns a path naming the staging rootfs for the chroot of the
 // layer-applying child: preferably the /proc magic link of our descriptor
 // (immune to renames and symlink swaps), else the plain path. Either is
 // checked to name the very directory we hold open.
-func (s *staging) rootfsPath() (string, error) {
+func (s *Staging) RootfsPath() (string, error) {
 	var want unix.Stat_t
 	if err := unix.Fstat(s.rootfsFD, &want); err != nil {
 		return "", err
@@ -198,10 +212,10 @@ func (s *staging) rootfsPath() (string, error) {
 	return "", fmt.Errorf("staging rootfs %s is not reachable by path (was the storage root moved?)", candidates[1])
 }
 
-// closeFDs closes the staging descriptors (releasing its flock) without
+// CloseFDs closes the staging descriptors (releasing its flock) without
 // removing anything: a failed preparation's tree is quarantined through its
 // intent.
-func (s *staging) closeFDs() {
+func (s *Staging) CloseFDs() {
 	if s.rootfsFD >= 0 {
 		unix.Close(s.rootfsFD)
 		s.rootfsFD = -1
@@ -212,8 +226,8 @@ func (s *staging) closeFDs() {
 	}
 }
 
-// discard removes the staging tree. Safe to call more than once.
-func (s *staging) discard() error {
+// Discard removes the staging tree. Safe to call more than once.
+func (s *Staging) Discard() error {
 	if s.removed {
 		return nil
 	}
@@ -232,9 +246,9 @@ func (s *staging) discard() error {
 	return err
 }
 
-// publish renames the staging tree to prepared/<id> without replacing an
+// Publish renames the staging tree to prepared/<id> without replacing an
 // existing one. won is false when <id> already existed.
-func (st *store) publish(s *staging, id string) (won bool, err error) {
+func (st *Store) Publish(s *Staging, id string) (won bool, err error) {
 	if err := unix.Syncfs(s.dirFD); err != nil {
 		return false, fmt.Errorf("syncfs: %w", err)
 	}
@@ -302,6 +316,38 @@ func removeAllAtCtx(ctx context.Context, dirfd int, name string) error {
 	f.Close()
 	if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
 		return &os.PathError{Op: "unlinkat", Path: name, Err: err}
+	}
+	return nil
+}
+
+// Abandon ends this process's own failed preparation opID (under its
+// preparation lock): quarantine its staging tree, abandon the intent,
+// delete the quarantined tree (the caller is namespace root of the user
+// namespace). hit is called at the crash points SettleIntent passes.
+func (st *Store) Abandon(ctx context.Context, cat *catalog.Catalog, opID string, lock *PrepLock, hit func(string), log *slog.Logger) error {
+	var q string
+	err := cat.Update(ctx, func(tx *catalog.Tx) error {
+		op, err := tx.Operation(opID)
+		if err != nil {
+			return err
+		}
+		if op.GetLockIno() != lock.ID.Ino {
+			return fmt.Errorf("intent %s names another lock inode", opID)
+		}
+		_, err = st.SettleIntent(tx, op, hit)
+		if err == nil {
+			q = quarantinePrefix + op.GetStagingName()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if tfd, err := openBeneath(st.preparedFD, trashDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err == nil {
+		defer unix.Close(tfd)
+		if err := removeAllAt(tfd, q); err != nil {
+			log.Warn("deleting the quarantined staging tree failed; the next start deletes it", "quarantine", q, "err", err)
+		}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package prepare
+package prepared
 
 import (
 	"errors"
@@ -25,12 +25,12 @@ func unixMode(m os.FileMode) uint32 {
 	return u
 }
 
-// ensureMountPoints creates every MountPoint missing from the rootfs
+// EnsureMountPoints creates every MountPoint missing from the rootfs
 // (owner 0:0, MountPoint.Mode) and replaces entries of the wrong type
 // (symlinks, or a file where a directory belongs and vice versa) when that
 // loses no content: an empty directory or a non-directory. Existing
 // entries of the right type keep their image metadata.
-func ensureMountPoints(rootfsFD int) (created, replaced []string, err error) {
+func EnsureMountPoints(rootfsFD int) (created, replaced []string, err error) {
 	for _, mp := range MountPoints {
 		parentFD, base, err := openParent(rootfsFD, mp.Path)
 		if err != nil {

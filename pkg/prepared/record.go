@@ -1,4 +1,4 @@
-package prepare
+package prepared
 
 import (
 	"bytes"
@@ -6,23 +6,21 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// artifactRecord is artifact.json. Fields are only ever added; a change of
+// Record is artifact.json. Fields are only ever added; a change of
 // meaning bumps FormatVersion.
-type artifactRecord struct {
+type Record struct {
 	FormatVersion int            `json:"format_version"`
 	ID            string         `json:"id"`
 	Source        SourceIdentity `json:"source"`
 	// Preparer names the preparing code: format and library versions.
 	Preparer string        `json:"preparer"`
 	Created  time.Time     `json:"created"`
-	Layers   []layerRecord `json:"layers"`
+	Layers   []LayerRecord `json:"layers"`
 	// RootfsBytes is the sum of the applied file sizes.
 	RootfsBytes int64 `json:"rootfs_bytes"`
 	// SkippedDeviceNodes counts block and character devices left out.
@@ -38,7 +36,8 @@ type artifactRecord struct {
 	ReplacedMountPoints []string `json:"replaced_mount_points,omitempty"`
 }
 
-type layerRecord struct {
+// LayerRecord is one applied layer of a Record.
+type LayerRecord struct {
 	Digest    string `json:"digest"`
 	DiffID    string `json:"diff_id"`
 	MediaType string `json:"media_type,omitempty"`
@@ -47,7 +46,8 @@ type layerRecord struct {
 
 const maxRecordSize = 1 << 20
 
-func (s *staging) writeRecord(rec *artifactRecord) error {
+// WriteRecord writes rec as the staging tree's artifact.json.
+func (s *Staging) WriteRecord(rec *Record) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
@@ -71,7 +71,7 @@ func (s *staging) writeRecord(rec *artifactRecord) error {
 // validateArtifact reads artifact.json beneath the artifact directory dirFD
 // and checks that it describes id (and manifestDigest when not empty), that
 // rootfs is a directory and that every mount point is in place.
-func validateArtifact(dirFD int, id, manifestDigest string) (*artifactRecord, error) {
+func validateArtifact(dirFD int, id, manifestDigest string) (*Record, error) {
 	rec, err := readRecord(dirFD)
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func validateArtifact(dirFD int, id, manifestDigest string) (*artifactRecord, er
 	return rec, nil
 }
 
-func readRecord(dirFD int) (*artifactRecord, error) {
+func readRecord(dirFD int) (*Record, error) {
 	fd, err := openBeneath(dirFD, recordName, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (%w)", recordName, err, ErrCorrupt)
@@ -133,7 +133,7 @@ func readRecord(dirFD int) (*artifactRecord, error) {
 	case *v.FormatVersion < 1:
 		return nil, fmt.Errorf("%s has invalid format version %d (%w)", recordName, *v.FormatVersion, ErrCorrupt)
 	}
-	var rec artifactRecord
+	var rec Record
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rec); err != nil {
@@ -143,17 +143,4 @@ func readRecord(dirFD int) (*artifactRecord, error) {
 		return nil, fmt.Errorf("%s is missing its id, manifest digest or creation time (%w)", recordName, ErrCorrupt)
 	}
 	return &rec, nil
-}
-
-// preparerVersion names this preparer and the library versions linked in.
-func preparerVersion() string {
-	parts := []string{fmt.Sprintf("lazaret-prepare/%d", FormatVersion)}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "go.podman.io/image/v5" || d.Path == "go.podman.io/storage" {
-				parts = append(parts, d.Path+"@"+d.Version)
-			}
-		}
-	}
-	return strings.Join(parts, " ")
 }

@@ -1,4 +1,4 @@
-package prepare
+package prepared
 
 import (
 	"context"
@@ -59,11 +59,11 @@ func Hold(storageRoot, id string) (*Use, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("prepare: %q is not a prepared-artifact ID", id)
 	}
-	st, err := openStore(storageRoot, false)
+	st, err := OpenStore(storageRoot, false)
 	if err != nil {
 		return nil, fmt.Errorf("hold %s: %w", id, err)
 	}
-	defer st.close()
+	defer st.Close()
 	fd, err := openBeneath(st.preparedFD, id, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, fmt.Errorf("hold %s: %w", id, ErrGone)
@@ -127,6 +127,9 @@ type GCPolicy struct {
 	// PublishArtifact for a dead preparer's intent), inside the Storage
 	// Catalog transaction that records it (see Options.Step).
 	Step func(action, artifactID string)
+	// At, when set, is called at each of GCSteps right after its failpoint
+	// (tests crash there).
+	At func(step string)
 }
 
 // GCSteps are gc's crash points, in order (failpoint "gc:<step>").
@@ -155,6 +158,14 @@ type GCResult struct {
 	TrashEntries int `json:"trash_entries"`
 }
 
+// hit is a gc crash point: failpoint "gc:<step>", then p.At.
+func (p GCPolicy) hit(step string) {
+	failpoint.Hit("gc:" + step)
+	if p.At != nil {
+		p.At(step)
+	}
+}
+
 // GC reclaims unused prepared artifacts under policy (OR-7). It never
 // touches an artifact any Runtime Supervisor holds or any catalog lease
 // names, a staging tree without a prepare intent or whose preparer is live
@@ -164,26 +175,15 @@ type GCResult struct {
 // (subordinate-uid files) happens inside the user namespace (PurgeTrash):
 // `lazaret gc` runs it right after GC, a Runtime Supervisor at its start.
 func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, error) {
-	return gc(storageRoot, p, dryRun, now, hooks{})
-}
-
-func (h hooks) gcHit(step string) {
-	failpoint.Hit("gc:" + step)
-	if h.at != nil {
-		h.at(step)
-	}
-}
-
-func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GCResult, error) {
 	var res GCResult
-	st, err := openStore(storageRoot, false)
+	st, err := OpenStore(storageRoot, false)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
 		return res, nil
 	}
 	if err != nil {
 		return res, err
 	}
-	defer st.close()
+	defer st.Close()
 	st.step = p.Step
 	if p.Ctx == nil {
 		p.Ctx = context.Background()
@@ -213,12 +213,12 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 					res.Recovered = append(res.Recovered, fmt.Sprintf("%s: interrupted reclamation (would be completed or rolled back)", a.GetArtifactId()))
 					continue
 				}
-				out, err := tx.RecoverReclaim(a.GetArtifactId(), st.probeTree)
+				out, err := tx.RecoverReclaim(a.GetArtifactId(), st.ProbeTreeAt)
 				if err != nil {
 					return err
 				}
 				res.Recovered = append(res.Recovered, fmt.Sprintf("%s: interrupted reclamation %s", a.GetArtifactId(), out))
-				st.recordReclaim(out, a.GetArtifactId())
+				st.RecordReclaim(out, a.GetArtifactId())
 			}
 			ops, err := tx.RunningOperations()
 			if err != nil {
@@ -236,11 +236,11 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 				case why != "":
 					e.Reason = fmt.Sprintf("prepare intent %s: %s; kept", op.GetOperationId(), why)
 				case dryRun:
-					l.release()
+					l.Release()
 					e.Action, e.Reason = "reclaim", fmt.Sprintf("abandoned: prepare intent %s's preparer is gone (its lock is free)", op.GetOperationId())
 				default:
-					what, err := st.settleIntent(tx, op, h.gcHit)
-					l.release()
+					what, err := st.SettleIntent(tx, op, p.hit)
+					l.Release()
 					if err != nil {
 						return err
 					}
@@ -254,7 +254,7 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 			return res, fmt.Errorf("gc: settle interrupted work: %w", err)
 		}
 		if !dryRun {
-			h.gcHit("recovered")
+			p.hit("recovered")
 		}
 	}
 	stagingNames, err := dirNames(st.stagingFD)
@@ -300,7 +300,7 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 			res.Entries = append(res.Entries, e)
 			continue
 		}
-		rec, found, err := st.lookup(n, "")
+		rec, found, err := st.Lookup(n, "")
 		if err != nil || !found {
 			e.Reason = fmt.Sprintf("not a valid artifact (%v); never deleted", err)
 			res.Entries = append(res.Entries, e)
@@ -387,7 +387,7 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 				}
 				defer unix.Close(tfd)
 			}
-			if err := st.reclaim(p, c.e.Name, tfd, now, h); err != nil {
+			if err := st.reclaim(p, c.e.Name, tfd, now); err != nil {
 				c.e.Action, c.e.Reason = "keep", err.Error()
 			} else {
 				c.e.Action = "reclaimed"
@@ -407,7 +407,7 @@ func gc(storageRoot string, p GCPolicy, dryRun bool, now time.Time, h hooks) (GC
 // Reclaiming naming the trash entry, the tree is renamed, the record is
 // removed. An interruption anywhere is settled by RecoverReclaim (next gc,
 // preparer or lease acquisition).
-func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks) error {
+func (st *Store) reclaim(p GCPolicy, id string, tfd int, now time.Time) error {
 	dst := id + "." + strconv.FormatInt(now.UnixNano(), 10)
 	recorded := false
 	if p.Catalog != nil {
@@ -423,13 +423,13 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 			if err := tx.BeginReclaim(id, dst); err != nil {
 				return err
 			}
-			st.record("BeginReclaim", id)
+			st.RecordStep("BeginReclaim", id)
 			return nil
 		}); err != nil {
 			return fmt.Errorf("the Storage Catalog refused reclamation: %w", err)
 		}
 	}
-	h.gcHit("reclaiming")
+	p.hit("reclaiming")
 	if err := unix.Renameat2(st.preparedFD, id, tfd, dst, unix.RENAME_NOREPLACE); err != nil {
 		err = fmt.Errorf("reclaim %s: %w", id, &os.PathError{Op: "renameat2", Path: dst, Err: err})
 		if recorded { // the tree never moved: back to Published
@@ -437,7 +437,7 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 				if err := tx.RollbackReclaim(id); err != nil {
 					return err
 				}
-				st.record("RollbackReclaim", id)
+				st.RecordStep("RollbackReclaim", id)
 				return nil
 			}); rerr != nil {
 				err = errors.Join(err, rerr)
@@ -451,19 +451,19 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 		}
 	}
 	unix.Unlinkat(st.preparedFD, usedDir+"/"+id, 0)
-	h.gcHit("renamed")
+	p.hit("renamed")
 	if recorded {
 		if err := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error {
 			if err := tx.RemoveArtifact(id); err != nil {
 				return err
 			}
-			st.record("ReclaimArtifact", id)
+			st.RecordStep("ReclaimArtifact", id)
 			return nil
 		}); err != nil {
 			return fmt.Errorf("reclaimed, but the Storage Catalog record stays Reclaiming until the next gc or preparation: %w", err)
 		}
 	}
-	h.gcHit("removed")
+	p.hit("removed")
 	return nil
 }
 
@@ -471,18 +471,18 @@ func (st *store) reclaim(p GCPolicy, id string, tfd int, now time.Time, h hooks)
 // reclaimed and a settled prepare intent quarantined, waiting for
 // PurgeTrash. A missing Storage Root or trash counts none.
 func TrashEntries(storageRoot string) (int, error) {
-	st, err := openStore(storageRoot, false)
+	st, err := OpenStore(storageRoot, false)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
 			return 0, nil
 		}
 		return 0, err
 	}
-	defer st.close()
+	defer st.Close()
 	return countTrash(st)
 }
 
-func countTrash(st *store) (int, error) {
+func countTrash(st *Store) (int, error) {
 	tfd, err := openBeneath(st.preparedFD, trashDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return 0, nil
@@ -500,14 +500,14 @@ func countTrash(st *store) (int, error) {
 // it deleted stays deleted, the rest stays in the trash for the next call.
 // Two concurrent calls may delete one trash.
 func PurgeTrash(ctx context.Context, storageRoot string) (int, error) {
-	st, err := openStore(storageRoot, false)
+	st, err := OpenStore(storageRoot, false)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
 			return 0, nil
 		}
 		return 0, err
 	}
-	defer st.close()
+	defer st.Close()
 	tfd, err := openBeneath(st.preparedFD, trashDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return 0, nil
@@ -550,9 +550,9 @@ func dirNames(dirfd int) ([]string, error) {
 // by the staging cleanup, so a waiter and a holder always share an inode).
 const locksDir = ".locks"
 
-// lockPreparation takes the exclusive preparation lock of artifact id,
+// LockPreparation takes the exclusive preparation lock of artifact id,
 // waiting (bounded by ctx) while another process prepares it.
-func (st *store) lockPreparation(ctx context.Context, id string) (*prepLock, error) {
+func (st *Store) LockPreparation(ctx context.Context, id string) (*PrepLock, error) {
 	lfd, err := openOrCreateDir(st.preparedFD, locksDir, 0o700, true)
 	if err != nil {
 		return nil, err
@@ -571,7 +571,7 @@ func (st *store) lockPreparation(ctx context.Context, id string) (*prepLock, err
 	for {
 		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return &prepLock{fd: fd, id: catalog.FileIdentity{Dev: uint64(sb.Dev), Ino: sb.Ino}}, nil
+			return &PrepLock{fd: fd, ID: catalog.FileIdentity{Dev: uint64(sb.Dev), Ino: sb.Ino}}, nil
 		}
 		if err != unix.EWOULDBLOCK && err != unix.EINTR {
 			unix.Close(fd)

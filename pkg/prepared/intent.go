@@ -1,8 +1,6 @@
-package prepare
+package prepared
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +10,6 @@ import (
 
 	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/catalog"
-	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
 // The preparer records its own steps in the Storage Catalog (schema 2):
@@ -42,50 +39,23 @@ import (
 // quarantinePrefix names quarantined staging trees in prepared/.trash.
 const quarantinePrefix = "stg-"
 
-func randomName(prefix string) (string, error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return prefix + hex.EncodeToString(b[:]), nil
-}
-
-// prepLock is a held preparation lock and the identity of its inode.
-type prepLock struct {
+// PrepLock is a held preparation lock and the identity of its inode.
+type PrepLock struct {
 	fd int
-	id catalog.FileIdentity
+	// ID is the lock file's inode, recorded in the prepare intent.
+	ID catalog.FileIdentity
 }
 
-func (l *prepLock) release() {
+// Release drops the lock.
+func (l *PrepLock) Release() {
 	if l != nil && l.fd >= 0 {
 		unix.Close(l.fd)
 		l.fd = -1
 	}
 }
 
-// selfIdentity is this process's pidfs identity for the prepare intent.
-func selfIdentity() (catalog.ProcessIdentity, error) {
-	h, err := pidfs.Open(os.Getpid())
-	if err != nil {
-		return catalog.ProcessIdentity{}, fmt.Errorf("preparer identity: %w", err)
-	}
-	defer h.Close()
-	id := h.Identity()
-	return catalog.ProcessIdentity{BootID: id.BootID, PidfsDev: id.Dev, PidfsIno: id.Ino, PID: uint32(os.Getpid())}, nil
-}
-
-// sourceImage is the catalog's view of a resolved image.
-func (img *resolvedImage) sourceImage() catalog.SourceImage {
-	s := catalog.SourceImage{ImageName: img.source.Ref, ManifestDigest: img.source.ManifestDigest, ConfigDigest: img.source.ConfigDigest}
-	for i, l := range img.layers {
-		s.LayerDigests = append(s.LayerDigests, l.Digest.String())
-		s.DiffIDs = append(s.DiffIDs, img.diffIDs[i].String())
-	}
-	return s
-}
-
-// sourceOfRecord is the catalog's view of an artifact.json.
-func sourceOfRecord(rec *artifactRecord) catalog.SourceImage {
+// SourceOfRecord is the catalog's view of an artifact.json.
+func SourceOfRecord(rec *Record) catalog.SourceImage {
 	s := catalog.SourceImage{ImageName: rec.Source.Ref, ManifestDigest: rec.Source.ManifestDigest, ConfigDigest: rec.Source.ConfigDigest}
 	for _, l := range rec.Layers {
 		s.LayerDigests = append(s.LayerDigests, l.Digest)
@@ -94,10 +64,10 @@ func sourceOfRecord(rec *artifactRecord) catalog.SourceImage {
 	return s
 }
 
-// probeTree reports, for catalog.RecoverReclaim, whether prepared/<id>
+// ProbeTreeAt reports, for catalog.RecoverReclaim, whether prepared/<id>
 // is gone, idle (flock(LOCK_SH|LOCK_NB) succeeds: no gc holds it
 // exclusively) or held exclusively by a live gc.
-func (st *store) probeTree(id string) (catalog.TreeState, error) {
+func (st *Store) ProbeTreeAt(id string) (catalog.TreeState, error) {
 	fd, err := openBeneath(st.preparedFD, id, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return catalog.TreeGone, nil
@@ -121,7 +91,7 @@ func (st *store) probeTree(id string) (catalog.TreeState, error) {
 	return 0, fmt.Errorf("flock %s: %w", id, err)
 }
 
-// ProbeTree is probeTree for callers outside the preparer (the Host
+// ProbeTree is ProbeTreeAt for callers outside the preparer (the Host
 // Coordinator's lease acquisition recovers an interrupted reclamation).
 func ProbeTree(storageRoot string) func(id string) (catalog.TreeState, error) {
 	return func(id string) (catalog.TreeState, error) {
@@ -141,14 +111,14 @@ func ProbeTree(storageRoot string) func(id string) (catalog.TreeState, error) {
 			return 0, err
 		}
 		defer unix.Close(pfd)
-		return (&store{preparedFD: pfd}).probeTree(id)
+		return (&Store{preparedFD: pfd}).ProbeTreeAt(id)
 	}
 }
 
 // tryIntentLock takes, without waiting, the preparation lock an intent
 // names, checking it is the very inode the preparer held. held reports a
 // live preparer; why explains a lock that cannot be judged.
-func (st *store) tryIntentLock(op *v1.PreparationOperationRecordV1) (l *prepLock, held bool, why string, err error) {
+func (st *Store) tryIntentLock(op *v1.PreparationOperationRecordV1) (l *PrepLock, held bool, why string, err error) {
 	lfd, err := openBeneath(st.preparedFD, locksDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, false, "its preparation lock directory is missing: cannot prove the preparer gone", nil
@@ -187,29 +157,29 @@ func (st *store) tryIntentLock(op *v1.PreparationOperationRecordV1) (l *prepLock
 		unix.Close(fd)
 		return nil, false, "", err
 	}
-	return &prepLock{fd: fd, id: catalog.FileIdentity{Dev: uint64(sb.Dev), Ino: sb.Ino}}, false, "", nil
+	return &PrepLock{fd: fd, ID: catalog.FileIdentity{Dev: uint64(sb.Dev), Ino: sb.Ino}}, false, "", nil
 }
 
-// settleIntent ends the Running intent op of a preparer proven gone (the
+// SettleIntent ends the Running intent op of a preparer proven gone (the
 // caller holds its preparation lock inode), deterministically: a valid
 // tree at prepared/<artifact> from this intent's image rolls it forward;
 // otherwise its staging tree, if any, is quarantined into prepared/.trash
 // and the intent abandoned. It returns what it did.
-func (st *store) settleIntent(tx *catalog.Tx, op *v1.PreparationOperationRecordV1, hit func(string)) (string, error) {
+func (st *Store) SettleIntent(tx *catalog.Tx, op *v1.PreparationOperationRecordV1, hit func(string)) (string, error) {
 	id := op.GetArtifactId()
 	art, err := tx.Artifact(id)
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		return "", err
 	}
 	if art != nil && art.GetState() == catalog.Preparing && art.GetOperationId() == op.GetOperationId() {
-		if rec, found, err := st.lookup(id, op.GetManifestDigest()); err == nil && found {
+		if rec, found, err := st.Lookup(id, op.GetManifestDigest()); err == nil && found {
 			// Published by rename before the preparer died.
 			if err := tx.PublishArtifact(op.GetOperationId(), rec.RootfsBytes); err != nil {
 				return "", err
 			}
 			// The dead preparer's rename and this record are the model's
 			// publication.
-			st.record("PublishArtifact", id)
+			st.RecordStep("PublishArtifact", id)
 			return "published (the tree was renamed into place before the preparer died)", nil
 		}
 	}
@@ -238,7 +208,7 @@ func (st *store) settleIntent(tx *catalog.Tx, op *v1.PreparationOperationRecordV
 	if _, err := tx.AbandonPreparation(op.GetOperationId(), q); err != nil {
 		return "", err
 	}
-	st.record("RecoverStage", id)
+	st.RecordStep("RecoverStage", id)
 	if q == "" {
 		return "abandoned (its staging tree was never created or was already quarantined)", nil
 	}

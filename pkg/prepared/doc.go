@@ -1,0 +1,32 @@
+// Package prepared is the image-free side of the prepared lower (spec §3.5,
+// FR-22, SR-15, OR-7): the prepared-artifact ID, the artifact record
+// (artifact.json) and its validation, the Storage Root's prepared/ tree and
+// the locks on it — usage holds (Hold), gc (GC, PurgeTrash, TrashEntries),
+// the whole-store exclusion of `lazaret rm --all` (LockAll), the tree probe
+// of reclamation recovery (ProbeTree) — and the store primitives the
+// preparer builds on (Store: staging, publication, preparation locks,
+// settling prepare intents).
+//
+// It links no image library: the Host Coordinator, the CLI's gc, state and
+// rm paths and the state-maintenance role read and lock prepared lowers
+// through it without initialising go.podman.io/image or go.podman.io/storage.
+// Package prepare resolves images and applies their layers (lazaret-rs
+// only) and uses this package for everything on disk.
+//
+// Layout beneath the Storage Root (formats unchanged by the split; see
+// package prepare for how a tree is prepared):
+//
+//	prepared/
+//	  .locks/<id>        preparation lock (its inode is in the prepare intent)
+//	  .staging/<name>/   one preparation in progress, named by its intent
+//	  .used/<id>         mtime = last time a Runtime Supervisor held the artifact
+//	  .trash/            reclaimed trees (<id>.<n>) and quarantined staging (stg-<name>)
+//	  pl-<32 hex>/       a published artifact, never modified again
+//	    rootfs/
+//	    artifact.json    versioned record (Record)
+//
+// The prepared-artifact ID is "pl-" followed by the first 32 hex digits of
+// SHA-256 over the preparer format version and the image's manifest
+// digest. All lookups use openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)
+// relative to descriptors of the Storage Root.
+package prepared
