@@ -42,12 +42,6 @@
 //	    rootfs/
 //	    artifact.json             versioned record (prepared.Record)
 //
-// A start that reuses an artifact of a local layout ("oci:PATH[:TAG]")
-// reads the manifest digest from the layout's index.json and the manifest
-// blob it names (SHA-256 verified; a single-platform manifest only) without
-// the image library, and uses the library only when that finds no
-// Published artifact (layout.go).
-//
 // The prepared-artifact ID is "pl-" followed by the first 32 hex digits of
 // SHA-256 over the preparer format version and the image's manifest digest,
 // so the same image always maps to the same artifact and a launch reuses it.

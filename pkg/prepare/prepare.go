@@ -108,14 +108,18 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 		return fail(err)
 	}
 
-	// Fast path: a Published record and its valid tree. A local OCI
-	// layout's manifest digest is read without the image library first.
-	reusable := func(md string) (*prepared.Record, error) {
-		id := prepared.ArtifactID(md)
-		rec, found, err := st.Lookup(id, md)
-		if err != nil || !found {
-			return nil, err
-		}
+	img, err := resolve(ctx, opts.ImageRef, true)
+	if err != nil {
+		return prepared.Artifact{}, err
+	}
+	defer img.close()
+	id := prepared.ArtifactID(img.source.ManifestDigest)
+	log = log.With("artifact_id", id, "manifest_digest", img.source.ManifestDigest)
+
+	// Fast path: a Published record and its valid tree.
+	if rec, found, err := st.Lookup(id, img.source.ManifestDigest); err != nil {
+		return fail(err)
+	} else if found {
 		var published bool
 		if err := cat.View(ctx, func(tx *catalog.Tx) error {
 			a, err := tx.Artifact(id)
@@ -124,32 +128,14 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 				err = nil
 			}
 			return err
-		}); err != nil || !published {
-			return nil, err
-		}
-		log.Info("reusing prepared lower", "artifact_id", id, "manifest_digest", md)
-		fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s\n", id, opts.ImageRef)
-		return rec, nil
-	}
-	if md, ok := layoutManifestDigest(opts.ImageRef); ok {
-		if rec, err := reusable(md); err != nil {
+		}); err != nil {
 			return fail(err)
-		} else if rec != nil {
+		}
+		if published {
+			log.Info("reusing prepared lower")
+			fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s\n", id, opts.ImageRef)
 			return prepared.ArtifactFor(opts.StorageRoot, rec), nil
 		}
-	}
-
-	img, err := resolve(ctx, opts.ImageRef, true)
-	if err != nil {
-		return prepared.Artifact{}, err
-	}
-	defer img.close()
-	id := prepared.ArtifactID(img.source.ManifestDigest)
-	log = log.With("artifact_id", id, "manifest_digest", img.source.ManifestDigest)
-	if rec, err := reusable(img.source.ManifestDigest); err != nil {
-		return fail(err)
-	} else if rec != nil {
-		return prepared.ArtifactFor(opts.StorageRoot, rec), nil
 	}
 	// Concurrent Domains preparing the same image do it once: the first
 	// takes the artifact's preparation lock, the others wait for it and then
