@@ -108,7 +108,9 @@ func serveOnTestHost(t *testing.T, hosts []string, envVar, cfg string, onLine fu
 			server.Wait()
 		}
 		exec.Command("ip", "link", "del", hostIf).Run()
-		exec.Command("ip", "netns", "del", ns).Run()
+		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			t.Errorf("test host namespace %s left behind: ip netns del: %v: %s", ns, err, out)
+		}
 	})
 	run("link", "add", hostIf, "type", "veth", "peer", "name", peer)
 	run("link", "set", peer, "netns", ns)
