@@ -37,7 +37,7 @@ func faultStages() []string {
 	for _, slot := range []struct {
 		proc, slot string
 		wrapper    bool
-	}{{"lazaret-hc", "rs", true}, {"lazaret-hc", "helper", true}, {"lazaret-rs", "attached_runsc", false}, {"lazaret-hc", "session_exec", false}, {"lazaret-rs", "git_routing", false}} {
+	}{{"lazaret-hc", "rs", true}, {"lazaret-hc", "helper", false}, {"lazaret-rs", "attached_runsc", false}, {"lazaret-hc", "session_exec", false}, {"lazaret-rs", "git_routing", false}} {
 		for _, step := range failpoint.AcquireSteps {
 			s = append(s, slot.proc+":acquire:"+slot.slot+":"+step)
 		}

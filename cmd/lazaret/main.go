@@ -2,8 +2,15 @@
 // runs `lazaret run`, the hot path, itself (package runverb) and execs the
 // full CLI, lazaret-cli, for every other command line, so that joining a
 // running Domain does not pay for initialising the packages only the other
-// verbs need. Its hidden role is the spawn wrapper of the coordinator it
-// starts (package proc).
+// verbs need.
+//
+// Being the smallest host binary, it also hosts two hidden roles of the
+// coordinator it starts (lazaret-hc --front-exe): the spawn wrapper of the
+// coordinator's acquired children, RS's among them (package proc), and the
+// connectivity helper's mount-namespace link (package slirp). Both run
+// beside the Domain's start-up, where a start of this binary costs about
+// half the CPU of one of lazaret-hc, which hosts the same roles for a
+// coordinator started without --front-exe.
 package main
 
 import (
@@ -12,10 +19,12 @@ import (
 	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
+	"github.com/lazaret/lazaret/pkg/slirp"
 )
 
 func main() {
 	release.MaybeAnswer("lazaret")
 	proc.MaybeRunWrapper()
+	slirp.MaybeRunRole()
 	os.Exit(runverb.Main(os.Args))
 }

@@ -43,6 +43,11 @@ type Starter struct {
 	Workspace, Image string
 	// LocateHC finds the lazaret-hc program (only when one is started).
 	LocateHC func() (string, error)
+	// FrontExe, when set, is the absolute path of the lazaret front
+	// binary: a coordinator this CLI starts runs its wrappers and the
+	// connectivity helper's mount-namespace link from it (lazaret-hc
+	// --front-exe).
+	FrontExe string
 	// Environ is the CLI's environment: a coordinator it starts gets the
 	// variables it reads from it (see coordinatorEnv), and ExtraEnv.
 	Environ  []string
@@ -243,10 +248,14 @@ func (s *Starter) startCoordinator(lock *os.File) error {
 		return err
 	}
 	defer profileFile.Close()
+	hcArgs := []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--profile-fd=5", "--workspace=" + s.Workspace, "--profile=" + s.Profile, "--image=" + s.Image, "--log-level=" + s.LogLevel}
+	if s.FrontExe != "" {
+		hcArgs = append(hcArgs, "--front-exe="+s.FrontExe)
+	}
 	s.Timing.Mark("starting the coordinator")
 	_, err = s.Broker.Start("lazaret-hc", proc.Command{
 		Path: hcPath,
-		Args: []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--profile-fd=5", "--workspace=" + s.Workspace, "--profile=" + s.Profile, "--image=" + s.Image, "--log-level=" + s.LogLevel},
+		Args: hcArgs,
 		Env:  env,
 		Dir:  "/",
 		// Setsid: terminal signals for the CLI never reach the coordinator.

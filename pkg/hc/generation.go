@@ -14,6 +14,7 @@ type generationConfig struct {
 	workspace     string          // the canonical Agent Workspace
 	profileName   string          // the Agent Profile's name
 	image         string          // the profile's image reference
+	frontExe      string          // --front-exe as given (wrapperExecutable checks it)
 	profile       *config.Profile // the validated Agent Profile
 	coordinatorID string          // this coordinator's runtime-unique ID
 	guest         guestEnv        // hostname and base environment of guest processes

@@ -119,6 +119,7 @@ func Main(args []string) int {
 	profileFD := fs.Int("profile-fd", -1, "inherited write-sealed memfd with the validated profile's canonical bytes")
 	level := fs.String("log-level", "info", "debug|info|warn|error")
 	idle := fs.Duration("idle-timeout", 10*time.Second, "tear down if no session arrives this long after start")
+	frontExe := fs.String("front-exe", "", "the lazaret front binary, which runs this coordinator's wrappers and the connectivity helper's mount-namespace link (default: this binary)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -140,7 +141,7 @@ func Main(args []string) int {
 	ready := os.NewFile(uintptr(*readyFD), "ready")
 	unix.CloseOnExec(*readyFD)
 	unix.CloseOnExec(*lockFD)
-	c := &coordinator{timing: rec, log: log, cfg: generationConfig{workspace: *ws, profileName: *prof, image: *image},
+	c := &coordinator{timing: rec, log: log, cfg: generationConfig{workspace: *ws, profileName: *prof, image: *image, frontExe: *frontExe},
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
 		ready:    make(chan struct{}), changed: make(chan struct{}),
 		teardownC: make(chan struct{})}
@@ -230,11 +231,7 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	if c.broker, err = proc.NewBroker(c.log, exe); err != nil {
+	if c.broker, err = proc.NewBrokerWrapped(c.log, c.wrapperExecutable(), locate.HC); err != nil {
 		return err
 	}
 	// RS runs its Git-routing and egress roles from this (smaller) binary

@@ -5,6 +5,8 @@ package hc
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -13,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hc/supervisor"
+	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/netprobe"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -35,6 +38,34 @@ func (c *coordinator) startGeneration() {
 	// (commitStaged), so the prepared lower, State Anchors and Git routing
 	// are set up while the helper starts.
 	c.superviseMessages(c.net.Launch(c.rs.Child()))
+}
+
+// wrapperExecutable is the binary the coordinator's broker runs its
+// wrapper role (RS's acquisition barrier) and the connectivity helper's
+// mount-namespace link from: the CLI's --front-exe, the lazaret front,
+// when it is an absolute path to an executable regular file, else this
+// binary, which hosts the same roles. Both run beside RS's start-up on two
+// cores, where a start of the front costs about half the CPU of one of
+// lazaret-hc.
+func (c *coordinator) wrapperExecutable() string {
+	if p := c.cfg.frontExe; p != "" {
+		st, err := os.Stat(p)
+		switch {
+		case !filepath.IsAbs(p):
+			c.log.Warn("--front-exe is not an absolute path; the wrappers run from lazaret-hc", "front_exe", p)
+		case err != nil:
+			c.log.Warn("--front-exe is not reachable; the wrappers run from lazaret-hc", "front_exe", p, "err", err)
+		case !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0:
+			c.log.Warn("--front-exe is not an executable regular file; the wrappers run from lazaret-hc", "front_exe", p)
+		default:
+			return p
+		}
+	}
+	if self, err := locate.Self(); err == nil {
+		return self
+	}
+	exe, _ := os.Executable()
+	return exe
 }
 
 // spawnSupervisor begins the Runtime Supervisor's acquisition (package

@@ -95,6 +95,9 @@ func NewBrokerWrapped(log *slog.Logger, wrapperExe, name string) (*Broker, error
 	return b, nil
 }
 
+// WrapperExe is the binary the broker runs its wrapper role from.
+func (b *Broker) WrapperExe() string { return b.self }
+
 // Self returns this process's pidfs authority (what wrappers re-check).
 func (b *Broker) Self() pidfs.Authority { return b.selfID }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/timing"
 )
 
 // routingReadyTimeout bounds the daemon's rule loading and mount.
@@ -59,10 +60,14 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	for _, p := range g.GuardedTrees {
 		args = append(args, "--guard-tree="+p)
 	}
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if f := os.Getenv(timing.EnvFile); f != "" && s.timing != nil {
+		env = append(env, timing.EnvFile+"="+f) // the start-up trace
+	}
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "git_routing",
 		ExecStop: true, // no wrapper re-exec on the start-up path
-		Target:   proc.Command{Path: exe, Args: append([]string{exe}, args...), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{nil, outW, os.Stderr}},
+		Target:   proc.Command{Path: exe, Args: append([]string{exe}, args...), Env: env, Dir: "/", Files: []*os.File{nil, outW, os.Stderr}},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			return s.stageSlot(ctx, "git_routing", id)
 		},

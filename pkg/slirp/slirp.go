@@ -47,7 +47,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/mountns"
 )
 
-// RoleArg selects the mount-namespace link of the chain in lazaret-hc.
+// RoleArg selects the mount-namespace link of the chain, hosted by the
+// lazaret front (the coordinator's --front-exe) and by lazaret-hc.
 const RoleArg = "__lazaret-slirp"
 
 // Tap is the helper's device in the supervisor's network namespace.

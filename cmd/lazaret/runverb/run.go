@@ -275,6 +275,10 @@ func runAction(c *cli.Context) (err error) {
 		Environ:  os.Environ(), ExtraEnv: ProgramEnv(prof.Programs, os.Getenv),
 		LogLevel: level, Broker: broker, Timing: runTiming, Keys: keys,
 	}
+	if self, err := locate.Self(); err == nil {
+		// This binary hosts the coordinator's wrappers (package main).
+		s.FrontExe = self
+	}
 	if modeltrace.On() {
 		// This session is the one a new generation starts for.
 		s.ExtraEnv = append(append(s.ExtraEnv, modeltrace.Environ()...), modeltrace.EnvSession+"="+modeltrace.SessionKey(os.Getpid()))

@@ -78,9 +78,13 @@ func (s *Service) Start(rs *proc.Child) error {
 	if err != nil {
 		return errdefs.Mark(fmt.Errorf("%w (install the slirp4netns package: `make setup` does)", err), errdefs.ErrUnsupportedHost)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
+	self := s.cfg.LinkExe
+	if self == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		self = exe
 	}
 	gen := s.cfg.Generation
 	s.mu.Lock()
@@ -113,6 +117,9 @@ func (s *Service) Start(rs *proc.Child) error {
 		SupervisorPID: rsPID, Network: addr, ExitFD: 3, ReadyFD: 4, APISocket: APISocket(s.cfg.RuntimeDir)}
 	child, err := s.cfg.Launcher.Acquire(context.Background(), proc.AcquireSpec{
 		Slot: "helper",
+		// The helper starts beside RS's start-up, on two cores: a wrapper
+		// re-exec of lazaret-hc would take CPU from the critical path.
+		ExecStop: true,
 		Target: proc.Command{Path: nsenter, Args: chain.Argv(), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/",
 			Files: []*os.File{nil, os.Stderr, os.Stderr, exitR, readyW}},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {

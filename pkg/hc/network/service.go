@@ -46,8 +46,11 @@ type Launcher interface {
 
 // Config is what the network role needs from its coordinator.
 type Config struct {
-	Log    *slog.Logger
-	Timing *timing.Recorder // nil records nothing
+	Log *slog.Logger
+	// LinkExe is the binary hosting the slirp mount-namespace link
+	// (slirp.RoleArg); "" means this one.
+	LinkExe string
+	Timing  *timing.Recorder // nil records nothing
 	// Store is the Domain Store the helper and network participants are
 	// recorded in.
 	Store      *store.Store
