@@ -27,7 +27,9 @@
 // slirp4netns then joins the supervisor's network namespace by pid, so
 // --enable-sandbox and --enable-seccomp work.
 //
-// Exit coupling: the broker's wrapper arms PDEATHSIG before the chain runs,
+// Exit coupling: the broker arms PDEATHSIG before the chain runs (in its
+// exec-stop child; it survives the user-namespace join, which the owner's
+// euid makes a subset of its credentials, and the unprivileged execs),
 // and --exit-fd is a pipe whose write end only the coordinator holds, so
 // the helper exits when the coordinator does, even after SIGKILL; on normal
 // teardown the coordinator closes the pipe, waits, and kills the exact
