@@ -29,6 +29,11 @@ func Main(args []string) int {
 	if !IsRun(args) {
 		return handOver(args)
 	}
+	if self, err := locate.Self(); err == nil {
+		// This binary hosts a coordinator's wrappers (package main);
+		// lazaret-cli, which runs this verb for a recipe build, does not.
+		frontExe = self
+	}
 	app := &cli.App{
 		Name:            "lazaret",
 		Commands:        []*cli.Command{Command},
@@ -41,6 +46,10 @@ func Main(args []string) int {
 	}
 	return ExitCode(err)
 }
+
+// frontExe is the front binary's path when this process is the front (Main
+// ran), named to a coordinator it starts (client.Starter.FrontExe).
+var frontExe string
 
 // IsRun reports whether the front runs args itself: the `run` verb, not a
 // shell completion request.

@@ -273,11 +273,7 @@ func runAction(c *cli.Context) (err error) {
 		Workspace: ws.Root, Image: image,
 		LocateHC: func() (string, error) { return locate.Find(locate.HC, ProgramGetenv(prof.Programs, os.Getenv)) },
 		Environ:  os.Environ(), ExtraEnv: ProgramEnv(prof.Programs, os.Getenv),
-		LogLevel: level, Broker: broker, Timing: runTiming, Keys: keys,
-	}
-	if self, err := locate.Self(); err == nil {
-		// This binary hosts the coordinator's wrappers (package main).
-		s.FrontExe = self
+		LogLevel: level, Broker: broker, Timing: runTiming, Keys: keys, FrontExe: frontExe,
 	}
 	if modeltrace.On() {
 		// This session is the one a new generation starts for.
