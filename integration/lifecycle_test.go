@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -475,6 +476,38 @@ func TestSR13IgnoredStateCopyOutAndImport(t *testing.T) {
 	// The host's own .env is untouched.
 	if b, _ := os.ReadFile(filepath.Join(ws, ".env")); string(b) != marker+"\n" {
 		t.Errorf("host .env changed: %q", b)
+	}
+	noLeftovers(t)
+}
+
+// TestFR7RecoveryExaminesOnlyUnsettledGenerations: bootstrap recovery
+// examines only the generations after the Domain's recovery watermark, so a
+// Domain started again and again does not pay for its whole history on
+// every start: each start after the first examines exactly the previous
+// generation, and the watermark follows it.
+func TestFR7RecoveryExaminesOnlyUnsettledGenerations(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	for i := 0; i < 4; i++ {
+		if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
+			t.Fatalf("run %d: %+v", i+1, r)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(e.stateHome, "lazaret", "domains", string(domainOf(ws, "tiny")), "hc.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `msg="bootstrap recovery"`) {
+			_, kv, _ := strings.Cut(line, "examined=")
+			got = append(got, "examined="+kv)
+		}
+	}
+	want := []string{"examined=0 settled_through=0", "examined=1 settled_through=1", "examined=1 settled_through=2", "examined=1 settled_through=3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("bootstrap recovery lines:\n got %q\nwant %q", got, want)
 	}
 	noLeftovers(t)
 }

@@ -62,8 +62,10 @@ func (c *coordinator) openStore(rt runsc.Runtime) error {
 }
 
 // beginGeneration records the new generation and the sandbox participant's
-// bare Intent — durable intent before any external resource of it exists.
-func (c *coordinator) beginGeneration(sandboxID, sidecarID string) error {
+// bare Intent — durable intent before any external resource of it exists —
+// and raises the recovery watermark to settled (recoverGenerations) in the
+// same synced batch.
+func (c *coordinator) beginGeneration(sandboxID, sidecarID string, settled uint64) error {
 	defer func() { c.lower.Begin(c.generation) }()
 	return c.store.Update(func(tx *store.Tx) error {
 		last, err := tx.LatestGeneration()
@@ -77,7 +79,10 @@ func (c *coordinator) beginGeneration(sandboxID, sidecarID string) error {
 		}); err != nil {
 			return err
 		}
-		return sandbox.PutIntent(tx, c.generation)
+		if err := sandbox.PutIntent(tx, c.generation); err != nil {
+			return err
+		}
+		return tx.SetSettledThrough(settled)
 	})
 }
 

@@ -256,12 +256,15 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 		return err
 	}
 	c.timing.Mark("store open")
-	c.recoverGenerations()
+	settled, err := c.recoverGenerations()
+	if err != nil {
+		return err
+	}
 	c.recoverStaleRuntime()
 	c.timing.Mark("recovery done")
 	c.cfg.coordinatorID = randomID()
 	sandboxID, sidecarID := randomID(), randomID()
-	if err := c.beginGeneration(sandboxID, sidecarID); err != nil {
+	if err := c.beginGeneration(sandboxID, sidecarID, settled); err != nil {
 		return err
 	}
 	c.timing.Mark("generation recorded")

@@ -35,13 +35,28 @@ type retained struct {
 // retained, reported by `lazaret status`, and never signalled. The runsc
 // sandbox and gofer are reconciled the same way (sandbox.ReconcileRunsc); a pid of
 // runsc's state file is never signalled.
-func (c *coordinator) recoverGenerations() {
+//
+// Only the generations after the Domain's recovery watermark are examined
+// (store.Tx.SettledThrough): settled generations never change, and a Domain
+// started thousands of times would otherwise pay for every one of them on
+// each start. recoverGenerations returns the new watermark: the last of
+// the generations after the old one that were all found settled here, in
+// a row from it (sandbox record Clean, no lease held); beginGeneration
+// records it with the new generation.
+func (c *coordinator) recoverGenerations() (settled uint64, err error) {
 	var gens []uint64
-	c.store.View(func(tx *store.Tx) error {
-		gs, err := tx.Generations()
-		gens = gs
+	if err := c.store.View(func(tx *store.Tx) error {
+		through, err := tx.SettledThrough()
+		if err != nil {
+			return err
+		}
+		settled = through
+		gens, err = tx.GenerationsAfter(through)
 		return err
-	})
+	}); err != nil {
+		return 0, err
+	}
+	inRow := true // every generation so far was found settled
 	for _, g := range gens {
 		// Every recorded process of g proven gone: this coordinator,
 		// holding the Domain lock, recovers it.
@@ -51,16 +66,22 @@ func (c *coordinator) recoverGenerations() {
 			// Clean; a lease still held (a crash inside release) follows.
 			var live bool
 			c.store.View(func(tx *store.Tx) error { live = preparedlower.Live(tx, g); return nil })
-			if live {
-				c.lower.BootstrapRecovery(g)
-				if refusals := c.lower.Recover(g); len(refusals) > 0 {
-					c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
-					continue
+			if !live {
+				if inRow {
+					settled = g
 				}
-				c.lower.Recovered(g)
+				continue
 			}
+			inRow = false // settled by the next start's recovery
+			c.lower.BootstrapRecovery(g)
+			if refusals := c.lower.Recover(g); len(refusals) > 0 {
+				c.retain(g, "prepared_lower", strings.Join(refusals, "; "))
+				continue
+			}
+			c.lower.Recovered(g)
 			continue
 		}
+		inRow = false
 		if rec.Retained() {
 			c.retain(g, "sandbox", rec.Reason())
 			continue
@@ -71,6 +92,8 @@ func (c *coordinator) recoverGenerations() {
 		c.lower.Recovered(g)
 		c.log.Info("recovered generation", "recovered_generation", g)
 	}
+	c.log.Info("bootstrap recovery", "examined", len(gens), "settled_through", settled)
+	return settled, nil
 }
 
 // recoverParticipants reconciles the participants of dead generation g

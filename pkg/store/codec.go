@@ -22,6 +22,8 @@ const recordVersion = 1
 var (
 	keyVersion = []byte("v")
 	keyDomain  = []byte("d")
+	// keySettled is the recovery watermark (SettledThroughV1).
+	keySettled = []byte("s")
 )
 
 const (

@@ -244,6 +244,68 @@ func (tx *Tx) Generation(n uint64) (*Generation, error) {
 	return g, nil
 }
 
+// GenerationsAfter lists the stored generation numbers greater than n, in
+// order.
+func (tx *Tx) GenerationsAfter(n uint64) ([]uint64, error) {
+	if tx.done {
+		return nil, errdefs.New(errdefs.ErrInternal, "domain store: transaction used after it ended")
+	}
+	if n == ^uint64(0) {
+		return nil, nil
+	}
+	if tx.s.obs != nil {
+		tx.s.obs([]byte(prefixGeneration))
+	}
+	var out []uint64
+	it, err := tx.r.NewIter(&pebble.IterOptions{LowerBound: generationKey(n + 1), UpperBound: prefixEnd([]byte(prefixGeneration))})
+	if err != nil {
+		return nil, err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(prefixGeneration)+8 {
+			it.Close()
+			return nil, corrupt("malformed generation key %q", k)
+		}
+		out = append(out, binary.BigEndian.Uint64(k[len(prefixGeneration):]))
+	}
+	if err := it.Close(); err != nil {
+		return nil, errdefs.Mark(fmt.Errorf("domain store: scan generations after %d: %w", n, err), errdefs.ErrCorrupt)
+	}
+	return out, nil
+}
+
+// SettledThrough returns the recovery watermark: every generation up to it
+// was found settled (sandbox record Clean, prepared-lower lease released)
+// by a recovery; 0 when none was recorded.
+func (tx *Tx) SettledThrough() (uint64, error) {
+	var m v1.SettledThroughV1
+	ok, err := tx.get(keySettled, &m)
+	if err != nil || !ok {
+		return 0, err
+	}
+	if err := checkRecordVersion(keySettled, m.GetRecordVersion()); err != nil {
+		return 0, err
+	}
+	return m.GetGeneration(), nil
+}
+
+// SetSettledThrough raises the recovery watermark to g, a stored
+// generation; a g at or below the current watermark changes nothing.
+func (tx *Tx) SetSettledThrough(g uint64) error {
+	if err := tx.writable(); err != nil {
+		return err
+	}
+	cur, err := tx.SettledThrough()
+	if err != nil || g <= cur {
+		return err
+	}
+	if _, err := tx.Generation(g); err != nil {
+		return fmt.Errorf("domain store: settle through generation %d: %w", g, err)
+	}
+	return tx.set(keySettled, &v1.SettledThroughV1{RecordVersion: recordVersion, Generation: g})
+}
+
 // Generations lists the stored generation numbers in order.
 func (tx *Tx) Generations() ([]uint64, error) {
 	var out []uint64

@@ -467,6 +467,63 @@ func (x *SchemaVersionV1) GetVersion() uint32 {
 	return 0
 }
 
+// SettledThroughV1 is the Domain's recovery watermark: every generation up
+// to and including `generation` was found settled (its sandbox record
+// Clean, its prepared-lower lease released) by a coordinator's recovery,
+// and generations never change once settled, so later recoveries examine
+// only the generations after it. Absent means 0 (examine every one).
+type SettledThroughV1 struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RecordVersion uint32                 `protobuf:"varint,1,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettledThroughV1) Reset() {
+	*x = SettledThroughV1{}
+	mi := &file_lazaret_v1_store_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettledThroughV1) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettledThroughV1) ProtoMessage() {}
+
+func (x *SettledThroughV1) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_store_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettledThroughV1.ProtoReflect.Descriptor instead.
+func (*SettledThroughV1) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SettledThroughV1) GetRecordVersion() uint32 {
+	if x != nil {
+		return x.RecordVersion
+	}
+	return 0
+}
+
+func (x *SettledThroughV1) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // LegacyUnverifiedProcessIdentityV1 is a Domain Store v1 PID/start-only
 // process value. It is never authority: it refuses every live process action
 // and only the v1 -> v2 migration creates it.
@@ -480,7 +537,7 @@ type LegacyUnverifiedProcessIdentityV1 struct {
 
 func (x *LegacyUnverifiedProcessIdentityV1) Reset() {
 	*x = LegacyUnverifiedProcessIdentityV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[1]
+	mi := &file_lazaret_v1_store_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +549,7 @@ func (x *LegacyUnverifiedProcessIdentityV1) String() string {
 func (*LegacyUnverifiedProcessIdentityV1) ProtoMessage() {}
 
 func (x *LegacyUnverifiedProcessIdentityV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[1]
+	mi := &file_lazaret_v1_store_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +562,7 @@ func (x *LegacyUnverifiedProcessIdentityV1) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use LegacyUnverifiedProcessIdentityV1.ProtoReflect.Descriptor instead.
 func (*LegacyUnverifiedProcessIdentityV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{1}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LegacyUnverifiedProcessIdentityV1) GetHostPid() uint32 {
@@ -537,7 +594,7 @@ type HostProcessIdentityV1 struct {
 
 func (x *HostProcessIdentityV1) Reset() {
 	*x = HostProcessIdentityV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[2]
+	mi := &file_lazaret_v1_store_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +606,7 @@ func (x *HostProcessIdentityV1) String() string {
 func (*HostProcessIdentityV1) ProtoMessage() {}
 
 func (x *HostProcessIdentityV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[2]
+	mi := &file_lazaret_v1_store_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +619,7 @@ func (x *HostProcessIdentityV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostProcessIdentityV1.ProtoReflect.Descriptor instead.
 func (*HostProcessIdentityV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{2}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HostProcessIdentityV1) GetKind() isHostProcessIdentityV1_Kind {
@@ -615,7 +672,7 @@ type UnassignedV1 struct {
 
 func (x *UnassignedV1) Reset() {
 	*x = UnassignedV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[3]
+	mi := &file_lazaret_v1_store_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +684,7 @@ func (x *UnassignedV1) String() string {
 func (*UnassignedV1) ProtoMessage() {}
 
 func (x *UnassignedV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[3]
+	mi := &file_lazaret_v1_store_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +697,7 @@ func (x *UnassignedV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnassignedV1.ProtoReflect.Descriptor instead.
 func (*UnassignedV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{3}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{4}
 }
 
 // SchemaV1PidStart is how Domain Store schema v1 recorded a process: PID and
@@ -656,7 +713,7 @@ type SchemaV1PidStart struct {
 
 func (x *SchemaV1PidStart) Reset() {
 	*x = SchemaV1PidStart{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[4]
+	mi := &file_lazaret_v1_store_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +725,7 @@ func (x *SchemaV1PidStart) String() string {
 func (*SchemaV1PidStart) ProtoMessage() {}
 
 func (x *SchemaV1PidStart) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[4]
+	mi := &file_lazaret_v1_store_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +738,7 @@ func (x *SchemaV1PidStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchemaV1PidStart.ProtoReflect.Descriptor instead.
 func (*SchemaV1PidStart) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{4}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SchemaV1PidStart) GetPid() uint32 {
@@ -716,7 +773,7 @@ type ProcessSlotV1 struct {
 
 func (x *ProcessSlotV1) Reset() {
 	*x = ProcessSlotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[5]
+	mi := &file_lazaret_v1_store_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +785,7 @@ func (x *ProcessSlotV1) String() string {
 func (*ProcessSlotV1) ProtoMessage() {}
 
 func (x *ProcessSlotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[5]
+	mi := &file_lazaret_v1_store_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +798,7 @@ func (x *ProcessSlotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessSlotV1.ProtoReflect.Descriptor instead.
 func (*ProcessSlotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProcessSlotV1) GetState() isProcessSlotV1_State {
@@ -828,7 +885,7 @@ type FileIdentityV1 struct {
 
 func (x *FileIdentityV1) Reset() {
 	*x = FileIdentityV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[6]
+	mi := &file_lazaret_v1_store_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +897,7 @@ func (x *FileIdentityV1) String() string {
 func (*FileIdentityV1) ProtoMessage() {}
 
 func (x *FileIdentityV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[6]
+	mi := &file_lazaret_v1_store_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +910,7 @@ func (x *FileIdentityV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileIdentityV1.ProtoReflect.Descriptor instead.
 func (*FileIdentityV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{6}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FileIdentityV1) GetDev() uint64 {
@@ -891,7 +948,7 @@ type MountIdentityV1 struct {
 
 func (x *MountIdentityV1) Reset() {
 	*x = MountIdentityV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[7]
+	mi := &file_lazaret_v1_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +960,7 @@ func (x *MountIdentityV1) String() string {
 func (*MountIdentityV1) ProtoMessage() {}
 
 func (x *MountIdentityV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[7]
+	mi := &file_lazaret_v1_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +973,7 @@ func (x *MountIdentityV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountIdentityV1.ProtoReflect.Descriptor instead.
 func (*MountIdentityV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{7}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MountIdentityV1) GetMountId() uint64 {
@@ -955,7 +1012,7 @@ type DomainIdentityRecordV1 struct {
 
 func (x *DomainIdentityRecordV1) Reset() {
 	*x = DomainIdentityRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[8]
+	mi := &file_lazaret_v1_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1024,7 @@ func (x *DomainIdentityRecordV1) String() string {
 func (*DomainIdentityRecordV1) ProtoMessage() {}
 
 func (x *DomainIdentityRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[8]
+	mi := &file_lazaret_v1_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1037,7 @@ func (x *DomainIdentityRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainIdentityRecordV1.ProtoReflect.Descriptor instead.
 func (*DomainIdentityRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{8}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DomainIdentityRecordV1) GetRecordVersion() uint32 {
@@ -1031,7 +1088,7 @@ type MintedComponentIdV1 struct {
 
 func (x *MintedComponentIdV1) Reset() {
 	*x = MintedComponentIdV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[9]
+	mi := &file_lazaret_v1_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1100,7 @@ func (x *MintedComponentIdV1) String() string {
 func (*MintedComponentIdV1) ProtoMessage() {}
 
 func (x *MintedComponentIdV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[9]
+	mi := &file_lazaret_v1_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1113,7 @@ func (x *MintedComponentIdV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintedComponentIdV1.ProtoReflect.Descriptor instead.
 func (*MintedComponentIdV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{9}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MintedComponentIdV1) GetKind() string {
@@ -1093,7 +1150,7 @@ type GenerationRecordV1 struct {
 
 func (x *GenerationRecordV1) Reset() {
 	*x = GenerationRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[10]
+	mi := &file_lazaret_v1_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1162,7 @@ func (x *GenerationRecordV1) String() string {
 func (*GenerationRecordV1) ProtoMessage() {}
 
 func (x *GenerationRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[10]
+	mi := &file_lazaret_v1_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1175,7 @@ func (x *GenerationRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationRecordV1.ProtoReflect.Descriptor instead.
 func (*GenerationRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{10}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GenerationRecordV1) GetRecordVersion() uint32 {
@@ -1195,7 +1252,7 @@ type PreparedLowerSnapshotV1 struct {
 
 func (x *PreparedLowerSnapshotV1) Reset() {
 	*x = PreparedLowerSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[11]
+	mi := &file_lazaret_v1_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1264,7 @@ func (x *PreparedLowerSnapshotV1) String() string {
 func (*PreparedLowerSnapshotV1) ProtoMessage() {}
 
 func (x *PreparedLowerSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[11]
+	mi := &file_lazaret_v1_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1277,7 @@ func (x *PreparedLowerSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparedLowerSnapshotV1.ProtoReflect.Descriptor instead.
 func (*PreparedLowerSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{11}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PreparedLowerSnapshotV1) GetPreparedArtifactId() string {
@@ -1267,7 +1324,7 @@ type StateAnchorSnapshotV1 struct {
 
 func (x *StateAnchorSnapshotV1) Reset() {
 	*x = StateAnchorSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[12]
+	mi := &file_lazaret_v1_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1336,7 @@ func (x *StateAnchorSnapshotV1) String() string {
 func (*StateAnchorSnapshotV1) ProtoMessage() {}
 
 func (x *StateAnchorSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[12]
+	mi := &file_lazaret_v1_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1349,7 @@ func (x *StateAnchorSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateAnchorSnapshotV1.ProtoReflect.Descriptor instead.
 func (*StateAnchorSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{12}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StateAnchorSnapshotV1) GetPreparedArtifactId() string {
@@ -1351,7 +1408,7 @@ type StateAnchorMountsV1 struct {
 
 func (x *StateAnchorMountsV1) Reset() {
 	*x = StateAnchorMountsV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[13]
+	mi := &file_lazaret_v1_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1420,7 @@ func (x *StateAnchorMountsV1) String() string {
 func (*StateAnchorMountsV1) ProtoMessage() {}
 
 func (x *StateAnchorMountsV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[13]
+	mi := &file_lazaret_v1_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1433,7 @@ func (x *StateAnchorMountsV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateAnchorMountsV1.ProtoReflect.Descriptor instead.
 func (*StateAnchorMountsV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{13}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateAnchorMountsV1) GetMountNamespace() *NamespaceIdentity {
@@ -1405,7 +1462,7 @@ type AnchorMountV1 struct {
 
 func (x *AnchorMountV1) Reset() {
 	*x = AnchorMountV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[14]
+	mi := &file_lazaret_v1_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1474,7 @@ func (x *AnchorMountV1) String() string {
 func (*AnchorMountV1) ProtoMessage() {}
 
 func (x *AnchorMountV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[14]
+	mi := &file_lazaret_v1_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1487,7 @@ func (x *AnchorMountV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorMountV1.ProtoReflect.Descriptor instead.
 func (*AnchorMountV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{14}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AnchorMountV1) GetGuestPath() string {
@@ -1471,7 +1528,7 @@ type GitRoutingSnapshotV1 struct {
 
 func (x *GitRoutingSnapshotV1) Reset() {
 	*x = GitRoutingSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[15]
+	mi := &file_lazaret_v1_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1540,7 @@ func (x *GitRoutingSnapshotV1) String() string {
 func (*GitRoutingSnapshotV1) ProtoMessage() {}
 
 func (x *GitRoutingSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[15]
+	mi := &file_lazaret_v1_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1553,7 @@ func (x *GitRoutingSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitRoutingSnapshotV1.ProtoReflect.Descriptor instead.
 func (*GitRoutingSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{15}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GitRoutingSnapshotV1) GetMount() *MountIdentityV1 {
@@ -1535,7 +1592,7 @@ type NetworkReadinessEvidenceV1 struct {
 
 func (x *NetworkReadinessEvidenceV1) Reset() {
 	*x = NetworkReadinessEvidenceV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[16]
+	mi := &file_lazaret_v1_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1604,7 @@ func (x *NetworkReadinessEvidenceV1) String() string {
 func (*NetworkReadinessEvidenceV1) ProtoMessage() {}
 
 func (x *NetworkReadinessEvidenceV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[16]
+	mi := &file_lazaret_v1_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1617,7 @@ func (x *NetworkReadinessEvidenceV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkReadinessEvidenceV1.ProtoReflect.Descriptor instead.
 func (*NetworkReadinessEvidenceV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{16}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NetworkReadinessEvidenceV1) GetGeneration() uint64 {
@@ -1639,7 +1696,7 @@ type NetworkSnapshotV1 struct {
 
 func (x *NetworkSnapshotV1) Reset() {
 	*x = NetworkSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[17]
+	mi := &file_lazaret_v1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1708,7 @@ func (x *NetworkSnapshotV1) String() string {
 func (*NetworkSnapshotV1) ProtoMessage() {}
 
 func (x *NetworkSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[17]
+	mi := &file_lazaret_v1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1721,7 @@ func (x *NetworkSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkSnapshotV1.ProtoReflect.Descriptor instead.
 func (*NetworkSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{17}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NetworkSnapshotV1) GetNetns() *NamespaceIdentity {
@@ -1713,7 +1770,7 @@ type HelperSnapshotV1 struct {
 
 func (x *HelperSnapshotV1) Reset() {
 	*x = HelperSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[18]
+	mi := &file_lazaret_v1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1782,7 @@ func (x *HelperSnapshotV1) String() string {
 func (*HelperSnapshotV1) ProtoMessage() {}
 
 func (x *HelperSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[18]
+	mi := &file_lazaret_v1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1795,7 @@ func (x *HelperSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelperSnapshotV1.ProtoReflect.Descriptor instead.
 func (*HelperSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{18}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HelperSnapshotV1) GetNetns() *NamespaceIdentity {
@@ -1781,7 +1838,7 @@ type SandboxSnapshotV1 struct {
 
 func (x *SandboxSnapshotV1) Reset() {
 	*x = SandboxSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[19]
+	mi := &file_lazaret_v1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1850,7 @@ func (x *SandboxSnapshotV1) String() string {
 func (*SandboxSnapshotV1) ProtoMessage() {}
 
 func (x *SandboxSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[19]
+	mi := &file_lazaret_v1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1863,7 @@ func (x *SandboxSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxSnapshotV1.ProtoReflect.Descriptor instead.
 func (*SandboxSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{19}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SandboxSnapshotV1) GetContainerId() string {
@@ -1869,7 +1926,7 @@ type PublicationSnapshotV1 struct {
 
 func (x *PublicationSnapshotV1) Reset() {
 	*x = PublicationSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[20]
+	mi := &file_lazaret_v1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +1938,7 @@ func (x *PublicationSnapshotV1) String() string {
 func (*PublicationSnapshotV1) ProtoMessage() {}
 
 func (x *PublicationSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[20]
+	mi := &file_lazaret_v1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +1951,7 @@ func (x *PublicationSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicationSnapshotV1.ProtoReflect.Descriptor instead.
 func (*PublicationSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{20}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PublicationSnapshotV1) GetControlSocket() *FileIdentityV1 {
@@ -1937,7 +1994,7 @@ type RoleSnapshotV1 struct {
 
 func (x *RoleSnapshotV1) Reset() {
 	*x = RoleSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[21]
+	mi := &file_lazaret_v1_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2006,7 @@ func (x *RoleSnapshotV1) String() string {
 func (*RoleSnapshotV1) ProtoMessage() {}
 
 func (x *RoleSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[21]
+	mi := &file_lazaret_v1_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2019,7 @@ func (x *RoleSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoleSnapshotV1.ProtoReflect.Descriptor instead.
 func (*RoleSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{21}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RoleSnapshotV1) GetRole() isRoleSnapshotV1_Role {
@@ -2097,7 +2154,7 @@ type ParticipantRecordV1 struct {
 
 func (x *ParticipantRecordV1) Reset() {
 	*x = ParticipantRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[22]
+	mi := &file_lazaret_v1_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2166,7 @@ func (x *ParticipantRecordV1) String() string {
 func (*ParticipantRecordV1) ProtoMessage() {}
 
 func (x *ParticipantRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[22]
+	mi := &file_lazaret_v1_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2179,7 @@ func (x *ParticipantRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParticipantRecordV1.ProtoReflect.Descriptor instead.
 func (*ParticipantRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{22}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ParticipantRecordV1) GetRecordVersion() uint32 {
@@ -2178,7 +2235,7 @@ type PtyIdentityV1 struct {
 
 func (x *PtyIdentityV1) Reset() {
 	*x = PtyIdentityV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[23]
+	mi := &file_lazaret_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2247,7 @@ func (x *PtyIdentityV1) String() string {
 func (*PtyIdentityV1) ProtoMessage() {}
 
 func (x *PtyIdentityV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[23]
+	mi := &file_lazaret_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2260,7 @@ func (x *PtyIdentityV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyIdentityV1.ProtoReflect.Descriptor instead.
 func (*PtyIdentityV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PtyIdentityV1) GetPtsIndex() uint32 {
@@ -2233,7 +2290,7 @@ type GuestProcessGroupV1 struct {
 
 func (x *GuestProcessGroupV1) Reset() {
 	*x = GuestProcessGroupV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[24]
+	mi := &file_lazaret_v1_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2302,7 @@ func (x *GuestProcessGroupV1) String() string {
 func (*GuestProcessGroupV1) ProtoMessage() {}
 
 func (x *GuestProcessGroupV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[24]
+	mi := &file_lazaret_v1_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2315,7 @@ func (x *GuestProcessGroupV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestProcessGroupV1.ProtoReflect.Descriptor instead.
 func (*GuestProcessGroupV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{24}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GuestProcessGroupV1) GetLeaderPid() uint32 {
@@ -2295,7 +2352,7 @@ type SessionTerminalSnapshotV1 struct {
 
 func (x *SessionTerminalSnapshotV1) Reset() {
 	*x = SessionTerminalSnapshotV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[25]
+	mi := &file_lazaret_v1_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2364,7 @@ func (x *SessionTerminalSnapshotV1) String() string {
 func (*SessionTerminalSnapshotV1) ProtoMessage() {}
 
 func (x *SessionTerminalSnapshotV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[25]
+	mi := &file_lazaret_v1_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2377,7 @@ func (x *SessionTerminalSnapshotV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTerminalSnapshotV1.ProtoReflect.Descriptor instead.
 func (*SessionTerminalSnapshotV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{25}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionTerminalSnapshotV1) GetCoordinator() *ProcessSlotV1 {
@@ -2373,7 +2430,7 @@ type SessionTerminalRecordV1 struct {
 
 func (x *SessionTerminalRecordV1) Reset() {
 	*x = SessionTerminalRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[26]
+	mi := &file_lazaret_v1_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2442,7 @@ func (x *SessionTerminalRecordV1) String() string {
 func (*SessionTerminalRecordV1) ProtoMessage() {}
 
 func (x *SessionTerminalRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[26]
+	mi := &file_lazaret_v1_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2455,7 @@ func (x *SessionTerminalRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTerminalRecordV1.ProtoReflect.Descriptor instead.
 func (*SessionTerminalRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{26}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionTerminalRecordV1) GetRecordVersion() uint32 {
@@ -2460,7 +2517,7 @@ type GenerationMailboxRecordV1 struct {
 
 func (x *GenerationMailboxRecordV1) Reset() {
 	*x = GenerationMailboxRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[27]
+	mi := &file_lazaret_v1_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2529,7 @@ func (x *GenerationMailboxRecordV1) String() string {
 func (*GenerationMailboxRecordV1) ProtoMessage() {}
 
 func (x *GenerationMailboxRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[27]
+	mi := &file_lazaret_v1_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2542,7 @@ func (x *GenerationMailboxRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationMailboxRecordV1.ProtoReflect.Descriptor instead.
 func (*GenerationMailboxRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{27}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GenerationMailboxRecordV1) GetRecordVersion() uint32 {
@@ -2556,7 +2613,7 @@ type PreparedArtifactRecordV1 struct {
 
 func (x *PreparedArtifactRecordV1) Reset() {
 	*x = PreparedArtifactRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[28]
+	mi := &file_lazaret_v1_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2625,7 @@ func (x *PreparedArtifactRecordV1) String() string {
 func (*PreparedArtifactRecordV1) ProtoMessage() {}
 
 func (x *PreparedArtifactRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[28]
+	mi := &file_lazaret_v1_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2638,7 @@ func (x *PreparedArtifactRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparedArtifactRecordV1.ProtoReflect.Descriptor instead.
 func (*PreparedArtifactRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{28}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PreparedArtifactRecordV1) GetRecordVersion() uint32 {
@@ -2727,7 +2784,7 @@ type PreparationOperationRecordV1 struct {
 
 func (x *PreparationOperationRecordV1) Reset() {
 	*x = PreparationOperationRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[29]
+	mi := &file_lazaret_v1_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2796,7 @@ func (x *PreparationOperationRecordV1) String() string {
 func (*PreparationOperationRecordV1) ProtoMessage() {}
 
 func (x *PreparationOperationRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[29]
+	mi := &file_lazaret_v1_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2809,7 @@ func (x *PreparationOperationRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparationOperationRecordV1.ProtoReflect.Descriptor instead.
 func (*PreparationOperationRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{29}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PreparationOperationRecordV1) GetRecordVersion() uint32 {
@@ -2897,7 +2954,7 @@ type PreparedLowerLeaseRecordV1 struct {
 
 func (x *PreparedLowerLeaseRecordV1) Reset() {
 	*x = PreparedLowerLeaseRecordV1{}
-	mi := &file_lazaret_v1_store_proto_msgTypes[30]
+	mi := &file_lazaret_v1_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +2966,7 @@ func (x *PreparedLowerLeaseRecordV1) String() string {
 func (*PreparedLowerLeaseRecordV1) ProtoMessage() {}
 
 func (x *PreparedLowerLeaseRecordV1) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_store_proto_msgTypes[30]
+	mi := &file_lazaret_v1_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +2979,7 @@ func (x *PreparedLowerLeaseRecordV1) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparedLowerLeaseRecordV1.ProtoReflect.Descriptor instead.
 func (*PreparedLowerLeaseRecordV1) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{30}
+	return file_lazaret_v1_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PreparedLowerLeaseRecordV1) GetRecordVersion() uint32 {
@@ -2967,7 +3024,12 @@ const file_lazaret_v1_store_proto_rawDesc = "" +
 	"\x16lazaret/v1/store.proto\x12\n" +
 	"lazaret.v1\x1a\x1blazaret/v1/supervisor.proto\"+\n" +
 	"\x0fSchemaVersionV1\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\"h\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\"Y\n" +
+	"\x10SettledThroughV1\x12%\n" +
+	"\x0erecord_version\x18\x01 \x01(\rR\rrecordVersion\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\"h\n" +
 	"!LegacyUnverifiedProcessIdentityV1\x12\x19\n" +
 	"\bhost_pid\x18\x01 \x01(\rR\ahostPid\x12(\n" +
 	"\x10start_time_ticks\x18\x02 \x01(\x04R\x0estartTimeTicks\"\xb9\x01\n" +
@@ -3273,7 +3335,7 @@ func file_lazaret_v1_store_proto_rawDescGZIP() []byte {
 }
 
 var file_lazaret_v1_store_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_lazaret_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_lazaret_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_lazaret_v1_store_proto_goTypes = []any{
 	(ParticipantRole)(0),                      // 0: lazaret.v1.ParticipantRole
 	(ParticipantPhase)(0),                     // 1: lazaret.v1.ParticipantPhase
@@ -3283,92 +3345,93 @@ var file_lazaret_v1_store_proto_goTypes = []any{
 	(PreparedArtifactOrigin)(0),               // 5: lazaret.v1.PreparedArtifactOrigin
 	(PreparationOperationState)(0),            // 6: lazaret.v1.PreparationOperationState
 	(*SchemaVersionV1)(nil),                   // 7: lazaret.v1.SchemaVersionV1
-	(*LegacyUnverifiedProcessIdentityV1)(nil), // 8: lazaret.v1.LegacyUnverifiedProcessIdentityV1
-	(*HostProcessIdentityV1)(nil),             // 9: lazaret.v1.HostProcessIdentityV1
-	(*UnassignedV1)(nil),                      // 10: lazaret.v1.UnassignedV1
-	(*SchemaV1PidStart)(nil),                  // 11: lazaret.v1.SchemaV1PidStart
-	(*ProcessSlotV1)(nil),                     // 12: lazaret.v1.ProcessSlotV1
-	(*FileIdentityV1)(nil),                    // 13: lazaret.v1.FileIdentityV1
-	(*MountIdentityV1)(nil),                   // 14: lazaret.v1.MountIdentityV1
-	(*DomainIdentityRecordV1)(nil),            // 15: lazaret.v1.DomainIdentityRecordV1
-	(*MintedComponentIdV1)(nil),               // 16: lazaret.v1.MintedComponentIdV1
-	(*GenerationRecordV1)(nil),                // 17: lazaret.v1.GenerationRecordV1
-	(*PreparedLowerSnapshotV1)(nil),           // 18: lazaret.v1.PreparedLowerSnapshotV1
-	(*StateAnchorSnapshotV1)(nil),             // 19: lazaret.v1.StateAnchorSnapshotV1
-	(*StateAnchorMountsV1)(nil),               // 20: lazaret.v1.StateAnchorMountsV1
-	(*AnchorMountV1)(nil),                     // 21: lazaret.v1.AnchorMountV1
-	(*GitRoutingSnapshotV1)(nil),              // 22: lazaret.v1.GitRoutingSnapshotV1
-	(*NetworkReadinessEvidenceV1)(nil),        // 23: lazaret.v1.NetworkReadinessEvidenceV1
-	(*NetworkSnapshotV1)(nil),                 // 24: lazaret.v1.NetworkSnapshotV1
-	(*HelperSnapshotV1)(nil),                  // 25: lazaret.v1.HelperSnapshotV1
-	(*SandboxSnapshotV1)(nil),                 // 26: lazaret.v1.SandboxSnapshotV1
-	(*PublicationSnapshotV1)(nil),             // 27: lazaret.v1.PublicationSnapshotV1
-	(*RoleSnapshotV1)(nil),                    // 28: lazaret.v1.RoleSnapshotV1
-	(*ParticipantRecordV1)(nil),               // 29: lazaret.v1.ParticipantRecordV1
-	(*PtyIdentityV1)(nil),                     // 30: lazaret.v1.PtyIdentityV1
-	(*GuestProcessGroupV1)(nil),               // 31: lazaret.v1.GuestProcessGroupV1
-	(*SessionTerminalSnapshotV1)(nil),         // 32: lazaret.v1.SessionTerminalSnapshotV1
-	(*SessionTerminalRecordV1)(nil),           // 33: lazaret.v1.SessionTerminalRecordV1
-	(*GenerationMailboxRecordV1)(nil),         // 34: lazaret.v1.GenerationMailboxRecordV1
-	(*PreparedArtifactRecordV1)(nil),          // 35: lazaret.v1.PreparedArtifactRecordV1
-	(*PreparationOperationRecordV1)(nil),      // 36: lazaret.v1.PreparationOperationRecordV1
-	(*PreparedLowerLeaseRecordV1)(nil),        // 37: lazaret.v1.PreparedLowerLeaseRecordV1
-	(*PidfsProcessIdentityV1)(nil),            // 38: lazaret.v1.PidfsProcessIdentityV1
-	(*NamespaceIdentity)(nil),                 // 39: lazaret.v1.NamespaceIdentity
+	(*SettledThroughV1)(nil),                  // 8: lazaret.v1.SettledThroughV1
+	(*LegacyUnverifiedProcessIdentityV1)(nil), // 9: lazaret.v1.LegacyUnverifiedProcessIdentityV1
+	(*HostProcessIdentityV1)(nil),             // 10: lazaret.v1.HostProcessIdentityV1
+	(*UnassignedV1)(nil),                      // 11: lazaret.v1.UnassignedV1
+	(*SchemaV1PidStart)(nil),                  // 12: lazaret.v1.SchemaV1PidStart
+	(*ProcessSlotV1)(nil),                     // 13: lazaret.v1.ProcessSlotV1
+	(*FileIdentityV1)(nil),                    // 14: lazaret.v1.FileIdentityV1
+	(*MountIdentityV1)(nil),                   // 15: lazaret.v1.MountIdentityV1
+	(*DomainIdentityRecordV1)(nil),            // 16: lazaret.v1.DomainIdentityRecordV1
+	(*MintedComponentIdV1)(nil),               // 17: lazaret.v1.MintedComponentIdV1
+	(*GenerationRecordV1)(nil),                // 18: lazaret.v1.GenerationRecordV1
+	(*PreparedLowerSnapshotV1)(nil),           // 19: lazaret.v1.PreparedLowerSnapshotV1
+	(*StateAnchorSnapshotV1)(nil),             // 20: lazaret.v1.StateAnchorSnapshotV1
+	(*StateAnchorMountsV1)(nil),               // 21: lazaret.v1.StateAnchorMountsV1
+	(*AnchorMountV1)(nil),                     // 22: lazaret.v1.AnchorMountV1
+	(*GitRoutingSnapshotV1)(nil),              // 23: lazaret.v1.GitRoutingSnapshotV1
+	(*NetworkReadinessEvidenceV1)(nil),        // 24: lazaret.v1.NetworkReadinessEvidenceV1
+	(*NetworkSnapshotV1)(nil),                 // 25: lazaret.v1.NetworkSnapshotV1
+	(*HelperSnapshotV1)(nil),                  // 26: lazaret.v1.HelperSnapshotV1
+	(*SandboxSnapshotV1)(nil),                 // 27: lazaret.v1.SandboxSnapshotV1
+	(*PublicationSnapshotV1)(nil),             // 28: lazaret.v1.PublicationSnapshotV1
+	(*RoleSnapshotV1)(nil),                    // 29: lazaret.v1.RoleSnapshotV1
+	(*ParticipantRecordV1)(nil),               // 30: lazaret.v1.ParticipantRecordV1
+	(*PtyIdentityV1)(nil),                     // 31: lazaret.v1.PtyIdentityV1
+	(*GuestProcessGroupV1)(nil),               // 32: lazaret.v1.GuestProcessGroupV1
+	(*SessionTerminalSnapshotV1)(nil),         // 33: lazaret.v1.SessionTerminalSnapshotV1
+	(*SessionTerminalRecordV1)(nil),           // 34: lazaret.v1.SessionTerminalRecordV1
+	(*GenerationMailboxRecordV1)(nil),         // 35: lazaret.v1.GenerationMailboxRecordV1
+	(*PreparedArtifactRecordV1)(nil),          // 36: lazaret.v1.PreparedArtifactRecordV1
+	(*PreparationOperationRecordV1)(nil),      // 37: lazaret.v1.PreparationOperationRecordV1
+	(*PreparedLowerLeaseRecordV1)(nil),        // 38: lazaret.v1.PreparedLowerLeaseRecordV1
+	(*PidfsProcessIdentityV1)(nil),            // 39: lazaret.v1.PidfsProcessIdentityV1
+	(*NamespaceIdentity)(nil),                 // 40: lazaret.v1.NamespaceIdentity
 }
 var file_lazaret_v1_store_proto_depIdxs = []int32{
-	38, // 0: lazaret.v1.HostProcessIdentityV1.pidfs:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	8,  // 1: lazaret.v1.HostProcessIdentityV1.legacy_unverified:type_name -> lazaret.v1.LegacyUnverifiedProcessIdentityV1
-	10, // 2: lazaret.v1.ProcessSlotV1.unassigned:type_name -> lazaret.v1.UnassignedV1
-	38, // 3: lazaret.v1.ProcessSlotV1.staged:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	9,  // 4: lazaret.v1.ProcessSlotV1.committed:type_name -> lazaret.v1.HostProcessIdentityV1
-	11, // 5: lazaret.v1.ProcessSlotV1.schema_v1_pid_start:type_name -> lazaret.v1.SchemaV1PidStart
-	13, // 6: lazaret.v1.MountIdentityV1.mount_point:type_name -> lazaret.v1.FileIdentityV1
-	16, // 7: lazaret.v1.GenerationRecordV1.component_ids:type_name -> lazaret.v1.MintedComponentIdV1
-	12, // 8: lazaret.v1.GenerationRecordV1.coordinator_process:type_name -> lazaret.v1.ProcessSlotV1
+	39, // 0: lazaret.v1.HostProcessIdentityV1.pidfs:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	9,  // 1: lazaret.v1.HostProcessIdentityV1.legacy_unverified:type_name -> lazaret.v1.LegacyUnverifiedProcessIdentityV1
+	11, // 2: lazaret.v1.ProcessSlotV1.unassigned:type_name -> lazaret.v1.UnassignedV1
+	39, // 3: lazaret.v1.ProcessSlotV1.staged:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	10, // 4: lazaret.v1.ProcessSlotV1.committed:type_name -> lazaret.v1.HostProcessIdentityV1
+	12, // 5: lazaret.v1.ProcessSlotV1.schema_v1_pid_start:type_name -> lazaret.v1.SchemaV1PidStart
+	14, // 6: lazaret.v1.MountIdentityV1.mount_point:type_name -> lazaret.v1.FileIdentityV1
+	17, // 7: lazaret.v1.GenerationRecordV1.component_ids:type_name -> lazaret.v1.MintedComponentIdV1
+	13, // 8: lazaret.v1.GenerationRecordV1.coordinator_process:type_name -> lazaret.v1.ProcessSlotV1
 	2,  // 9: lazaret.v1.PreparedLowerSnapshotV1.lease_state:type_name -> lazaret.v1.LeaseState
-	14, // 10: lazaret.v1.StateAnchorSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
-	13, // 11: lazaret.v1.StateAnchorSnapshotV1.upper_dir:type_name -> lazaret.v1.FileIdentityV1
-	12, // 12: lazaret.v1.StateAnchorSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
-	20, // 13: lazaret.v1.StateAnchorSnapshotV1.mounts:type_name -> lazaret.v1.StateAnchorMountsV1
-	39, // 14: lazaret.v1.StateAnchorSnapshotV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	39, // 15: lazaret.v1.StateAnchorMountsV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	21, // 16: lazaret.v1.StateAnchorMountsV1.anchors:type_name -> lazaret.v1.AnchorMountV1
-	14, // 17: lazaret.v1.GitRoutingSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
-	12, // 18: lazaret.v1.GitRoutingSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
-	39, // 19: lazaret.v1.NetworkReadinessEvidenceV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	38, // 20: lazaret.v1.NetworkReadinessEvidenceV1.supervisor:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	39, // 21: lazaret.v1.NetworkSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	23, // 22: lazaret.v1.NetworkSnapshotV1.readiness:type_name -> lazaret.v1.NetworkReadinessEvidenceV1
-	12, // 23: lazaret.v1.NetworkSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	39, // 24: lazaret.v1.HelperSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
-	12, // 25: lazaret.v1.HelperSnapshotV1.helper:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 26: lazaret.v1.HelperSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	13, // 27: lazaret.v1.SandboxSnapshotV1.bundle_dir:type_name -> lazaret.v1.FileIdentityV1
-	12, // 28: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 29: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 30: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 31: lazaret.v1.SandboxSnapshotV1.runsc_sandbox:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 32: lazaret.v1.SandboxSnapshotV1.runsc_gofer:type_name -> lazaret.v1.ProcessSlotV1
-	13, // 33: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
-	18, // 34: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
-	19, // 35: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
-	22, // 36: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
-	24, // 37: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
-	25, // 38: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
-	26, // 39: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
-	27, // 40: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
+	15, // 10: lazaret.v1.StateAnchorSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
+	14, // 11: lazaret.v1.StateAnchorSnapshotV1.upper_dir:type_name -> lazaret.v1.FileIdentityV1
+	13, // 12: lazaret.v1.StateAnchorSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
+	21, // 13: lazaret.v1.StateAnchorSnapshotV1.mounts:type_name -> lazaret.v1.StateAnchorMountsV1
+	40, // 14: lazaret.v1.StateAnchorSnapshotV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	40, // 15: lazaret.v1.StateAnchorMountsV1.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	22, // 16: lazaret.v1.StateAnchorMountsV1.anchors:type_name -> lazaret.v1.AnchorMountV1
+	15, // 17: lazaret.v1.GitRoutingSnapshotV1.mount:type_name -> lazaret.v1.MountIdentityV1
+	13, // 18: lazaret.v1.GitRoutingSnapshotV1.daemon:type_name -> lazaret.v1.ProcessSlotV1
+	40, // 19: lazaret.v1.NetworkReadinessEvidenceV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	39, // 20: lazaret.v1.NetworkReadinessEvidenceV1.supervisor:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	40, // 21: lazaret.v1.NetworkSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	24, // 22: lazaret.v1.NetworkSnapshotV1.readiness:type_name -> lazaret.v1.NetworkReadinessEvidenceV1
+	13, // 23: lazaret.v1.NetworkSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	40, // 24: lazaret.v1.HelperSnapshotV1.netns:type_name -> lazaret.v1.NamespaceIdentity
+	13, // 25: lazaret.v1.HelperSnapshotV1.helper:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 26: lazaret.v1.HelperSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	14, // 27: lazaret.v1.SandboxSnapshotV1.bundle_dir:type_name -> lazaret.v1.FileIdentityV1
+	13, // 28: lazaret.v1.SandboxSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 29: lazaret.v1.SandboxSnapshotV1.supervisor:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 30: lazaret.v1.SandboxSnapshotV1.runsc:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 31: lazaret.v1.SandboxSnapshotV1.runsc_sandbox:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 32: lazaret.v1.SandboxSnapshotV1.runsc_gofer:type_name -> lazaret.v1.ProcessSlotV1
+	14, // 33: lazaret.v1.PublicationSnapshotV1.control_socket:type_name -> lazaret.v1.FileIdentityV1
+	19, // 34: lazaret.v1.RoleSnapshotV1.prepared_lower:type_name -> lazaret.v1.PreparedLowerSnapshotV1
+	20, // 35: lazaret.v1.RoleSnapshotV1.state_anchor:type_name -> lazaret.v1.StateAnchorSnapshotV1
+	23, // 36: lazaret.v1.RoleSnapshotV1.git_routing:type_name -> lazaret.v1.GitRoutingSnapshotV1
+	25, // 37: lazaret.v1.RoleSnapshotV1.network:type_name -> lazaret.v1.NetworkSnapshotV1
+	26, // 38: lazaret.v1.RoleSnapshotV1.helper:type_name -> lazaret.v1.HelperSnapshotV1
+	27, // 39: lazaret.v1.RoleSnapshotV1.sandbox:type_name -> lazaret.v1.SandboxSnapshotV1
+	28, // 40: lazaret.v1.RoleSnapshotV1.publication:type_name -> lazaret.v1.PublicationSnapshotV1
 	0,  // 41: lazaret.v1.ParticipantRecordV1.role:type_name -> lazaret.v1.ParticipantRole
 	1,  // 42: lazaret.v1.ParticipantRecordV1.phase:type_name -> lazaret.v1.ParticipantPhase
-	28, // 43: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
-	13, // 44: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
-	12, // 45: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
-	12, // 46: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
-	30, // 47: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
-	31, // 48: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
+	29, // 43: lazaret.v1.ParticipantRecordV1.snapshot:type_name -> lazaret.v1.RoleSnapshotV1
+	14, // 44: lazaret.v1.PtyIdentityV1.master:type_name -> lazaret.v1.FileIdentityV1
+	13, // 45: lazaret.v1.SessionTerminalSnapshotV1.coordinator:type_name -> lazaret.v1.ProcessSlotV1
+	13, // 46: lazaret.v1.SessionTerminalSnapshotV1.exec_client:type_name -> lazaret.v1.ProcessSlotV1
+	31, // 47: lazaret.v1.SessionTerminalSnapshotV1.pty:type_name -> lazaret.v1.PtyIdentityV1
+	32, // 48: lazaret.v1.SessionTerminalSnapshotV1.guest:type_name -> lazaret.v1.GuestProcessGroupV1
 	3,  // 49: lazaret.v1.SessionTerminalRecordV1.phase:type_name -> lazaret.v1.SessionTerminalPhase
-	32, // 50: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
-	13, // 51: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
+	33, // 50: lazaret.v1.SessionTerminalRecordV1.snapshot:type_name -> lazaret.v1.SessionTerminalSnapshotV1
+	14, // 51: lazaret.v1.GenerationMailboxRecordV1.directory:type_name -> lazaret.v1.FileIdentityV1
 	4,  // 52: lazaret.v1.PreparedArtifactRecordV1.state:type_name -> lazaret.v1.PreparedArtifactState
 	5,  // 53: lazaret.v1.PreparedArtifactRecordV1.origin:type_name -> lazaret.v1.PreparedArtifactOrigin
 	6,  // 54: lazaret.v1.PreparationOperationRecordV1.state:type_name -> lazaret.v1.PreparationOperationState
@@ -3385,24 +3448,24 @@ func file_lazaret_v1_store_proto_init() {
 		return
 	}
 	file_lazaret_v1_supervisor_proto_init()
-	file_lazaret_v1_store_proto_msgTypes[2].OneofWrappers = []any{
+	file_lazaret_v1_store_proto_msgTypes[3].OneofWrappers = []any{
 		(*HostProcessIdentityV1_Pidfs)(nil),
 		(*HostProcessIdentityV1_LegacyUnverified)(nil),
 	}
-	file_lazaret_v1_store_proto_msgTypes[5].OneofWrappers = []any{
+	file_lazaret_v1_store_proto_msgTypes[6].OneofWrappers = []any{
 		(*ProcessSlotV1_Unassigned)(nil),
 		(*ProcessSlotV1_Staged)(nil),
 		(*ProcessSlotV1_Committed)(nil),
 		(*ProcessSlotV1_SchemaV1PidStart)(nil),
 	}
-	file_lazaret_v1_store_proto_msgTypes[11].OneofWrappers = []any{}
 	file_lazaret_v1_store_proto_msgTypes[12].OneofWrappers = []any{}
-	file_lazaret_v1_store_proto_msgTypes[15].OneofWrappers = []any{}
-	file_lazaret_v1_store_proto_msgTypes[17].OneofWrappers = []any{}
+	file_lazaret_v1_store_proto_msgTypes[13].OneofWrappers = []any{}
+	file_lazaret_v1_store_proto_msgTypes[16].OneofWrappers = []any{}
 	file_lazaret_v1_store_proto_msgTypes[18].OneofWrappers = []any{}
 	file_lazaret_v1_store_proto_msgTypes[19].OneofWrappers = []any{}
 	file_lazaret_v1_store_proto_msgTypes[20].OneofWrappers = []any{}
-	file_lazaret_v1_store_proto_msgTypes[21].OneofWrappers = []any{
+	file_lazaret_v1_store_proto_msgTypes[21].OneofWrappers = []any{}
+	file_lazaret_v1_store_proto_msgTypes[22].OneofWrappers = []any{
 		(*RoleSnapshotV1_PreparedLower)(nil),
 		(*RoleSnapshotV1_StateAnchor)(nil),
 		(*RoleSnapshotV1_GitRouting)(nil),
@@ -3411,14 +3474,14 @@ func file_lazaret_v1_store_proto_init() {
 		(*RoleSnapshotV1_Sandbox)(nil),
 		(*RoleSnapshotV1_Publication)(nil),
 	}
-	file_lazaret_v1_store_proto_msgTypes[25].OneofWrappers = []any{}
+	file_lazaret_v1_store_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_store_proto_rawDesc), len(file_lazaret_v1_store_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
