@@ -319,13 +319,32 @@ func (tx *Tx) Generations() ([]uint64, error) {
 	return out, err
 }
 
-// LatestGeneration returns the highest stored generation number, 0 if none.
+// LatestGeneration returns the highest stored generation number, 0 if none:
+// the last generation key, read without walking the Domain's history.
 func (tx *Tx) LatestGeneration() (uint64, error) {
-	gens, err := tx.Generations()
-	if err != nil || len(gens) == 0 {
+	if tx.done {
+		return 0, errdefs.New(errdefs.ErrInternal, "domain store: transaction used after it ended")
+	}
+	if tx.s.obs != nil {
+		tx.s.obs([]byte(prefixGeneration))
+	}
+	it, err := tx.r.NewIter(&pebble.IterOptions{LowerBound: []byte(prefixGeneration), UpperBound: prefixEnd([]byte(prefixGeneration))})
+	if err != nil {
 		return 0, err
 	}
-	return gens[len(gens)-1], nil
+	var latest uint64
+	if it.Last() {
+		k := it.Key()
+		if len(k) != len(prefixGeneration)+8 {
+			it.Close()
+			return 0, corrupt("malformed generation key %q", k)
+		}
+		latest = binary.BigEndian.Uint64(k[len(prefixGeneration):])
+	}
+	if err := it.Close(); err != nil {
+		return 0, errdefs.Mark(fmt.Errorf("domain store: read the latest generation: %w", err), errdefs.ErrCorrupt)
+	}
+	return latest, nil
 }
 
 // ---------------------------------------------------------------------------
