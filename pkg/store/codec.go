@@ -40,7 +40,16 @@ func genBytes(gen uint64) []byte {
 }
 
 func generationKey(gen uint64) []byte { return append([]byte(prefixGeneration), genBytes(gen)...) }
-func mailboxKey(gen uint64) []byte    { return append([]byte(prefixMailbox), genBytes(gen)...) }
+
+// generationOfKey is the generation number a generation key names.
+func generationOfKey(k []byte) (uint64, error) {
+	if len(k) != len(prefixGeneration)+8 || string(k[:len(prefixGeneration)]) != prefixGeneration {
+		return 0, corrupt("malformed generation key %q", k)
+	}
+	return binary.BigEndian.Uint64(k[len(prefixGeneration):]), nil
+}
+
+func mailboxKey(gen uint64) []byte { return append([]byte(prefixMailbox), genBytes(gen)...) }
 
 func participantPrefix(gen uint64) []byte {
 	return append(append([]byte(prefixParticipant), genBytes(gen)...), '/')

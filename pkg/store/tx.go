@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -262,12 +261,12 @@ func (tx *Tx) GenerationsAfter(n uint64) ([]uint64, error) {
 		return nil, err
 	}
 	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		if len(k) != len(prefixGeneration)+8 {
+		g, err := generationOfKey(it.Key())
+		if err != nil {
 			it.Close()
-			return nil, corrupt("malformed generation key %q", k)
+			return nil, err
 		}
-		out = append(out, binary.BigEndian.Uint64(k[len(prefixGeneration):]))
+		out = append(out, g)
 	}
 	if err := it.Close(); err != nil {
 		return nil, errdefs.Mark(fmt.Errorf("domain store: scan generations after %d: %w", n, err), errdefs.ErrCorrupt)
@@ -307,17 +306,7 @@ func (tx *Tx) SetSettledThrough(g uint64) error {
 }
 
 // Generations lists the stored generation numbers in order.
-func (tx *Tx) Generations() ([]uint64, error) {
-	var out []uint64
-	err := tx.scan([]byte(prefixGeneration), func(k, _ []byte) error {
-		if len(k) != len(prefixGeneration)+8 {
-			return corrupt("malformed generation key %q", k)
-		}
-		out = append(out, binary.BigEndian.Uint64(k[len(prefixGeneration):]))
-		return nil
-	})
-	return out, err
-}
+func (tx *Tx) Generations() ([]uint64, error) { return tx.GenerationsAfter(0) }
 
 // LatestGeneration returns the highest stored generation number, 0 if none:
 // the last generation key, read without walking the Domain's history.
@@ -334,12 +323,10 @@ func (tx *Tx) LatestGeneration() (uint64, error) {
 	}
 	var latest uint64
 	if it.Last() {
-		k := it.Key()
-		if len(k) != len(prefixGeneration)+8 {
+		if latest, err = generationOfKey(it.Key()); err != nil {
 			it.Close()
-			return 0, corrupt("malformed generation key %q", k)
+			return 0, err
 		}
-		latest = binary.BigEndian.Uint64(k[len(prefixGeneration):])
 	}
 	if err := it.Close(); err != nil {
 		return 0, errdefs.Mark(fmt.Errorf("domain store: read the latest generation: %w", err), errdefs.ErrCorrupt)
