@@ -49,17 +49,10 @@ func (c *coordinator) startGeneration() {
 // lazaret-hc.
 func (c *coordinator) wrapperExecutable() string {
 	if p := c.cfg.frontExe; p != "" {
-		st, err := os.Stat(p)
-		switch {
-		case !filepath.IsAbs(p):
-			c.log.Warn("--front-exe is not an absolute path; the wrappers run from lazaret-hc", "front_exe", p)
-		case err != nil:
-			c.log.Warn("--front-exe is not reachable; the wrappers run from lazaret-hc", "front_exe", p, "err", err)
-		case !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0:
-			c.log.Warn("--front-exe is not an executable regular file; the wrappers run from lazaret-hc", "front_exe", p)
-		default:
+		if filepath.IsAbs(p) && locate.IsExecutable(p) {
 			return p
 		}
+		c.log.Warn("--front-exe is not an absolute path to an executable regular file; the wrappers run from lazaret-hc", "front_exe", p)
 	}
 	if self, err := locate.Self(); err == nil {
 		return self

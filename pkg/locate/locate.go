@@ -38,7 +38,7 @@ func EnvVar(name string) string {
 func Find(name string, getenv func(string) string) (string, error) {
 	var tried []string
 	if v := getenv(EnvVar(name)); v != "" {
-		if isExec(v) {
+		if IsExecutable(v) {
 			return filepath.Abs(v)
 		}
 		return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s=%s is not an executable file: fix or unset it", EnvVar(name), v)
@@ -50,7 +50,7 @@ func Find(name string, getenv func(string) string) (string, error) {
 		dir := filepath.Dir(exe)
 		for _, c := range []string{filepath.Join(dir, name), filepath.Join(filepath.Dir(dir), "libexec", "lazaret", name)} {
 			tried = append(tried, c)
-			if isExec(c) {
+			if IsExecutable(c) {
 				return c, nil
 			}
 		}
@@ -87,13 +87,14 @@ func Self() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !os.SameFile(running, named) || !isExec(exe) {
+	if !os.SameFile(running, named) || !IsExecutable(exe) {
 		return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s no longer names the running executable (replaced since it started?)", exe)
 	}
 	return exe, nil
 }
 
-func isExec(p string) bool {
+// IsExecutable reports whether p names a regular file with an execute bit.
+func IsExecutable(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0
 }
