@@ -9,7 +9,8 @@ LDFLAGS := -s -w -X github.com/lazaret/lazaret/pkg/release.Version=$(VERSION)
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)'
 RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 DEPS_DIR ?= /var/cache/lazaret
-RUNSC := $(DEPS_DIR)/runsc/$(RUNSC_VERSION)/runsc
+# scripts/setup.sh builds it (RUNSC_RECIPE there names the build recipe).
+RUNSC := $(DEPS_DIR)/runsc/$(RUNSC_VERSION)-precompiled/runsc
 # make run: the workspace (default: where make was invoked from) and command.
 DIR ?= $(PWD)
 CMD ?=

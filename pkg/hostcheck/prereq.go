@@ -19,8 +19,11 @@ type Probes struct {
 	Pidfs func() error
 	// UserNS creates (and discards) an unprivileged user namespace.
 	UserNS func() error
-	// ModuleVersion is the Go main-module version recorded in a binary
-	// (runsc is built from the pinned gVisor module version).
+	// ModuleVersion is the gVisor module version of the runsc at path: the
+	// Go main-module version its build information records, or, for a build
+	// from a copy of the module (scripts/setup.sh precompiles its seccomp
+	// programs there, and such a build records none), the version `runsc
+	// --version` reports.
 	ModuleVersion func(path string) (string, error)
 	// SlirpVersion is the version slirp4netns at path reports.
 	SlirpVersion func(path string) (string, error)

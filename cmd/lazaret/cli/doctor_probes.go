@@ -26,8 +26,7 @@ import (
 // broker's self for the pidfs probe.
 func realProbes(hcPath string, roots domain.Roots, rootsErr error) hostcheck.Probes {
 	p := hostcheck.Probes{
-		ModuleVersion: moduleVersion,
-		Statfs:        statfsNearest,
+		Statfs: statfsNearest,
 		Domains: func() ([]hostcheck.DomainState, error) {
 			if rootsErr != nil {
 				return nil, rootsErr
@@ -61,6 +60,26 @@ func realProbes(hcPath string, roots domain.Roots, rootsErr error) hostcheck.Pro
 		_, _, _, err = b.Output(ctx, "userns-probe", proc.Command{Path: hcPath, Args: []string{"lazaret-hc", "--help"}, Cloneflags: unix.CLONE_NEWUSER}, 4096)
 		return err
 	}
+	p.ModuleVersion = func(path string) (string, error) {
+		v, err := moduleVersion(path)
+		if err != nil || v != develVersion {
+			return v, err
+		}
+		b, err := spawner()
+		if err != nil {
+			return "", err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, stderr, st, err := b.Output(ctx, "runsc-version", proc.Command{Path: path, Args: []string{"runsc", "--version"}}, 4096)
+		if err != nil {
+			return "", err
+		}
+		if st.Code != 0 {
+			return "", fmt.Errorf("runsc --version: exit %d: %s", st.Code, strings.TrimSpace(string(stderr)))
+		}
+		return parseRunscVersion(string(out))
+	}
 	p.SlirpVersion = func(path string) (string, error) {
 		b, err := spawner()
 		if err != nil {
@@ -89,6 +108,10 @@ func parseSlirpVersion(out string) (string, error) {
 	return "", fmt.Errorf("unexpected --version output %q", first)
 }
 
+// develVersion is the main-module version of a Go build from a module's
+// directory rather than from the module proxy.
+const develVersion = "(devel)"
+
 // moduleVersion is the main-module version a Go binary records.
 func moduleVersion(path string) (string, error) {
 	bi, err := buildinfo.ReadFile(path)
@@ -96,6 +119,17 @@ func moduleVersion(path string) (string, error) {
 		return "", err
 	}
 	return bi.Main.Version, nil
+}
+
+// parseRunscVersion reads "runsc version V" from runsc --version output;
+// the module's own build says VERSION_MISSING there, which is no version.
+func parseRunscVersion(out string) (string, error) {
+	first, _, _ := strings.Cut(out, "\n")
+	v, ok := strings.CutPrefix(strings.TrimSpace(first), "runsc version ")
+	if !ok || v == "" || v == "VERSION_MISSING" {
+		return "", fmt.Errorf("runsc --version names no version (%q): build runsc with `make setup`", first)
+	}
+	return v, nil
 }
 
 // statfsNearest statfs's path or, if it does not exist yet, its nearest

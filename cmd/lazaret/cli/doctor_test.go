@@ -323,6 +323,21 @@ func TestParseSlirpVersion(t *testing.T) {
 	}
 }
 
+// TestParseRunscVersion: the version of a runsc built by make setup (which
+// records none in its build information) comes from its --version line;
+// the module's own build, which says VERSION_MISSING, has none.
+func TestParseRunscVersion(t *testing.T) {
+	v, err := parseRunscVersion("runsc version v0.0.0-20260905035102-160fafc42237\nspec: 1.2.1\n")
+	if err != nil || v != "v0.0.0-20260905035102-160fafc42237" {
+		t.Fatalf("%q %v", v, err)
+	}
+	for _, out := range []string{"runsc version VERSION_MISSING\nspec: 1.2.1\n", "runsc version \n", "garbage"} {
+		if v, err := parseRunscVersion(out); err == nil {
+			t.Errorf("%q: version %q accepted", out, v)
+		}
+	}
+}
+
 // TestDoctorNamesTheKernelRecord: on a build qualified by a host
 // qualification record, the kernel check passes and names the record; on
 // the embedded list it says so.
