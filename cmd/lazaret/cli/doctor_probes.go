@@ -60,41 +60,41 @@ func realProbes(hcPath string, roots domain.Roots, rootsErr error) hostcheck.Pro
 		_, _, _, err = b.Output(ctx, "userns-probe", proc.Command{Path: hcPath, Args: []string{"lazaret-hc", "--help"}, Cloneflags: unix.CLONE_NEWUSER}, 4096)
 		return err
 	}
+	// versionOutput is the standard output of `NAME --version` run from
+	// path through the broker.
+	versionOutput := func(path, name string) (string, error) {
+		b, err := spawner()
+		if err != nil {
+			return "", err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, stderr, st, err := b.Output(ctx, name+"-version", proc.Command{Path: path, Args: []string{name, "--version"}}, 4096)
+		if err != nil {
+			return "", err
+		}
+		if st.Code != 0 {
+			return "", fmt.Errorf("%s --version: exit %d: %s", name, st.Code, strings.TrimSpace(string(stderr)))
+		}
+		return string(out), nil
+	}
 	p.ModuleVersion = func(path string) (string, error) {
 		v, err := moduleVersion(path)
 		if err != nil || v != develVersion {
 			return v, err
 		}
-		b, err := spawner()
+		out, err := versionOutput(path, "runsc")
 		if err != nil {
 			return "", err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out, stderr, st, err := b.Output(ctx, "runsc-version", proc.Command{Path: path, Args: []string{"runsc", "--version"}}, 4096)
-		if err != nil {
-			return "", err
-		}
-		if st.Code != 0 {
-			return "", fmt.Errorf("runsc --version: exit %d: %s", st.Code, strings.TrimSpace(string(stderr)))
-		}
-		return parseRunscVersion(string(out))
+		return parseRunscVersion(out)
 	}
 	p.SlirpVersion = func(path string) (string, error) {
-		b, err := spawner()
+		out, err := versionOutput(path, "slirp4netns")
 		if err != nil {
 			return "", err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out, stderr, st, err := b.Output(ctx, "slirp4netns-version", proc.Command{Path: path, Args: []string{"slirp4netns", "--version"}}, 4096)
-		if err != nil {
-			return "", err
-		}
-		if st.Code != 0 {
-			return "", fmt.Errorf("exit %d: %s", st.Code, strings.TrimSpace(string(stderr)))
-		}
-		return parseSlirpVersion(string(out))
+		return parseSlirpVersion(out)
 	}
 	return p
 }
@@ -127,7 +127,7 @@ func parseRunscVersion(out string) (string, error) {
 	first, _, _ := strings.Cut(out, "\n")
 	v, ok := strings.CutPrefix(strings.TrimSpace(first), "runsc version ")
 	if !ok || v == "" || v == "VERSION_MISSING" {
-		return "", fmt.Errorf("runsc --version names no version (%q): build runsc with `make setup`", first)
+		return "", fmt.Errorf("runsc --version names no version (%q)", first)
 	}
 	return v, nil
 }
