@@ -1,6 +1,6 @@
 // Command lazaret-escalate is the in-sandbox Escalation Client. Its hidden
-// roles are the Agent Sandbox's PID 1 and its session launcher (package
-// sandboxinit).
+// role is the allowlist network mode's ssh ProxyCommand (package
+// proxycommand); the guest init and session launcher are lazaret-init.
 package main
 
 import (
@@ -8,21 +8,14 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/escalate"
 	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/proxycommand"
 	"github.com/lazaret/lazaret/pkg/release"
-	"github.com/lazaret/lazaret/pkg/sandboxinit"
 )
 
 func main() {
 	release.MaybeAnswer("lazaret-escalate")
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case ocispec.InitArg:
-			os.Exit(sandboxinit.Main(os.Args[2:]))
-		case ocispec.ExecArg:
-			os.Exit(sandboxinit.ExecMain(os.Args[2:]))
-		case ocispec.ConnectArg:
-			os.Exit(sandboxinit.ConnectMain(os.Args[2:]))
-		}
+	if len(os.Args) > 1 && os.Args[1] == ocispec.ConnectArg {
+		os.Exit(proxycommand.Main(os.Args[2:]))
 	}
 	os.Exit(escalate.Main(os.Args[1:], os.Stderr))
 }

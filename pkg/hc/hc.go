@@ -231,6 +231,10 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	if err != nil {
 		return err
 	}
+	guestInit, err := locate.Find(locate.Init, os.Getenv)
+	if err != nil {
+		return err
+	}
 	if c.broker, err = proc.NewBrokerWrapped(c.log, c.wrapperExecutable(), locate.HC); err != nil {
 		return err
 	}
@@ -277,15 +281,18 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 		}
 	}
 	// Inside, every guest user reaches the control mount (/.lazaret) and
-	// runs lazaret-escalate; host side it stays in the private runtime
+	// runs lazaret-escalate (and lazaret-init, the init and session
+	// launcher); host side it stays in the private runtime
 	// directory.
 	for _, d := range []string{c.paths.ControlMountSource(), filepath.Join(c.paths.ControlMountSource(), "bin")} {
 		if err := os.Chmod(d, controlDirMode); err != nil {
 			return err
 		}
 	}
-	if err := copyExecutable(escalate, filepath.Join(c.paths.ControlMountSource(), "bin", locate.Escalate)); err != nil {
-		return fmt.Errorf("install %s into the control mount: %w", locate.Escalate, err)
+	for _, b := range []struct{ path, name string }{{escalate, locate.Escalate}, {guestInit, locate.Init}} {
+		if err := copyExecutable(b.path, filepath.Join(c.paths.ControlMountSource(), "bin", b.name)); err != nil {
+			return fmt.Errorf("install %s into the control mount: %w", b.name, err)
+		}
 	}
 	gitCfg, err := hostGitConfig()
 	if err != nil {

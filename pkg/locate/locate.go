@@ -25,6 +25,7 @@ const (
 	HC       = "lazaret-hc"
 	RS       = "lazaret-rs"
 	Escalate = "lazaret-escalate"
+	Init     = "lazaret-init"
 	Runsc    = "runsc"
 )
 

@@ -40,8 +40,12 @@ const ControlDir = "/.lazaret"
 // WorkspaceDir is where the Agent Workspace is mounted.
 const WorkspaceDir = "/workspace"
 
-// InitPath is the guest init (the escalation client binary in its init role).
-const InitPath = ControlDir + "/bin/lazaret-escalate"
+// InitPath is the guest init and session launcher binary (lazaret-init).
+const InitPath = ControlDir + "/bin/lazaret-init"
+
+// EscalatePath is the in-sandbox Escalation Client binary, which also hosts
+// the allowlist network mode's ssh ProxyCommand (ConnectArg).
+const EscalatePath = ControlDir + "/bin/lazaret-escalate"
 
 // Escalation Mailbox mount points (spec §3.7): the request directory is
 // writable by the sandbox, the result directory read-only. Their host
@@ -79,7 +83,7 @@ func IDMappings() []specs.LinuxIDMapping {
 	}
 }
 
-// InitArg selects the init role of the in-sandbox binary.
+// InitArg selects lazaret-init's guest init role.
 const InitArg = "__lazaret-init"
 
 // ReadyLine is what the guest init prints on its stdout (a pipe to the
@@ -95,10 +99,10 @@ const InitStartedLine = "lazaret-init-started"
 // it cannot start the sandbox (the rest is the error for the developer).
 const InitErrorPrefix = "lazaret-init-error: "
 
-// ExecArg selects the session launcher role of the in-sandbox binary.
+// ExecArg selects lazaret-init's session launcher role.
 const ExecArg = "__lazaret-exec"
 
-// ConnectArg selects the in-sandbox binary's SOCKS5 connect role (the
+// ConnectArg selects lazaret-escalate's SOCKS5 connect role (the
 // allowlist network mode's ssh ProxyCommand: ConnectArg HOST PORT).
 const ConnectArg = "__lazaret-connect"
 

@@ -8,8 +8,14 @@
 // Runtime Supervisor) reaches EOF — which ends the container and every guest
 // process in it. It is terminal-neutral: sessions attach with `runsc exec`.
 //
-// It runs inside gVisor, never on the host, and is linked into the
-// lazaret-escalate binary (the one Lazaret binary mounted into the sandbox).
+// It runs inside gVisor, never on the host, and is the lazaret-init
+// binary (with the session launcher, ExecMain), which Lazaret mounts into
+// the sandbox beside lazaret-escalate. It is kept out of the escalation
+// client's binary because its start is on the path of every Domain start
+// and every interactive session, and that binary's protobuf API costs the
+// guest's start tens of milliseconds of package initialisation and page
+// faults inside gVisor; this one links no protobuf and no network client
+// (cmd/lazaret-init's TestLinksNoClientLibraries).
 package sandboxinit
 
 import (

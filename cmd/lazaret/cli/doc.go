@@ -30,7 +30,7 @@
 //
 // Finding the binaries (`pkg/locate`): for a program NAME, (1) the
 // override `LAZARET_<NAME>` (`LAZARET_CLI`, `LAZARET_HC`, `LAZARET_RS`,
-// `LAZARET_ESCALATE`, `LAZARET_RUNSC`), then (not for `lazaret-cli`, which
+// `LAZARET_ESCALATE`, `LAZARET_INIT`, `LAZARET_RUNSC`), then (not for `lazaret-cli`, which
 // the front finds before reading any configuration) the host configuration's
 // `[programs]` table (the CLI folds it into the getenv it gives
 // `locate.Find`, `runverb/programs.go`, and

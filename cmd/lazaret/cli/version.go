@@ -20,7 +20,7 @@ import (
 
 var versionCommand = &cli.Command{
 	Name:  "version",
-	Usage: "print the versions of all five Lazaret binaries, runsc and the control protocol",
+	Usage: "print the versions of all six Lazaret binaries, runsc and the control protocol",
 	Description: `Each helper binary is found as lazaret run finds it (README,
 "Install") and asked for its own version, so a mismatched
 installation shows. Exit status 1 when a binary is missing or unreadable.
@@ -100,7 +100,7 @@ func versionReport(find func(string) (string, error)) versionDoc {
 	if exe, err := os.Executable(); err == nil {
 		self.Path = exe
 	}
-	names := []string{locate.HC, locate.RS, locate.Escalate}
+	names := []string{locate.HC, locate.RS, locate.Escalate, locate.Init}
 	if front != "" {
 		names = append([]string{"lazaret"}, names...)
 	} else {

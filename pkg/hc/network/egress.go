@@ -175,7 +175,7 @@ func ProxyEnv(label string) map[string]string {
 	// Node 22's fetch and http honour the variables only when asked to.
 	env["NODE_USE_ENV_PROXY"] = "1"
 	// git over SSH: ssh reaches the host through the proxy's SOCKS5 port.
-	env["GIT_SSH_COMMAND"] = fmt.Sprintf("ssh -o 'ProxyCommand=%s %s %%h %%p'", ocispec.InitPath, ocispec.ConnectArg)
+	env["GIT_SSH_COMMAND"] = fmt.Sprintf("ssh -o 'ProxyCommand=%s %s %%h %%p'", ocispec.EscalatePath, ocispec.ConnectArg)
 	return env
 }
 

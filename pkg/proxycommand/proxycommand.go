@@ -1,4 +1,9 @@
-package sandboxinit
+// Package proxycommand is the allowlist network mode's ssh ProxyCommand,
+// run inside the Agent Sandbox as `lazaret-escalate __lazaret-connect HOST
+// PORT` (GIT_SSH_COMMAND names it): it reaches HOST PORT through the egress
+// proxy's SOCKS5 port. It lives in the escalation client's binary, not in
+// the guest init's (package sandboxinit), which links no network client.
+package proxycommand
 
 import (
 	"context"
@@ -13,12 +18,12 @@ import (
 	"github.com/lazaret/lazaret/pkg/egress"
 )
 
-// ConnectMain is the allowlist network mode's ssh ProxyCommand (`ssh -o
+// Main is the allowlist network mode's ssh ProxyCommand (`ssh -o
 // ProxyCommand='lazaret-escalate __lazaret-connect %h %p'`, which
 // GIT_SSH_COMMAND names): it connects to HOST PORT through the egress
 // proxy's SOCKS5 port named by ALL_PROXY (socks5h://LABEL:@ADDR:PORT) and
 // relays stdin and stdout. A refusal is printed with the proxy's reason.
-func ConnectMain(args []string) int {
+func Main(args []string) int {
 	if len(args) != 2 {
 		fmt.Fprintln(os.Stderr, "lazaret-escalate __lazaret-connect: usage: __lazaret-connect HOST PORT (an ssh ProxyCommand)")
 		return 2
