@@ -19,12 +19,12 @@ type Probes struct {
 	Pidfs func() error
 	// UserNS creates (and discards) an unprivileged user namespace.
 	UserNS func() error
-	// ModuleVersion is the gVisor module version of the runsc at path: the
+	// RunscVersion is the gVisor module version of the runsc at path: the
 	// Go main-module version its build information records, or, for a build
 	// from a copy of the module (scripts/setup.sh precompiles its seccomp
 	// programs there, and such a build records none), the version `runsc
 	// --version` reports.
-	ModuleVersion func(path string) (string, error)
+	RunscVersion func(path string) (string, error)
 	// SlirpVersion is the version slirp4netns at path reports.
 	SlirpVersion func(path string) (string, error)
 	// Statfs describes the filesystem holding path (or its nearest existing
@@ -121,10 +121,10 @@ func (h Host) PidfsProbe(p Probes) error {
 
 // Runsc checks that the runsc at path is the pinned gVisor version.
 func (h Host) Runsc(p Probes, path, pinned string) (string, error) {
-	if p.ModuleVersion == nil {
+	if p.RunscVersion == nil {
 		return "", missingProbe("runsc version")
 	}
-	v, err := p.ModuleVersion(path)
+	v, err := p.RunscVersion(path)
 	if err != nil {
 		return "", errdefs.New(errdefs.ErrUnsupportedHost, "cannot read the version of %s (%v): run `make setup` in the Lazaret checkout to build the pinned runsc %s, or set LAZARET_RUNSC to it", path, err, pinned)
 	}

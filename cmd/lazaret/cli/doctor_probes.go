@@ -78,7 +78,7 @@ func realProbes(hcPath string, roots domain.Roots, rootsErr error) hostcheck.Pro
 		}
 		return string(out), nil
 	}
-	p.ModuleVersion = func(path string) (string, error) {
+	p.RunscVersion = func(path string) (string, error) {
 		v, err := moduleVersion(path)
 		if err != nil || v != develVersion {
 			return v, err

@@ -69,10 +69,10 @@ func goodDoctor(t *testing.T) *doctorFixture {
 		Stat:     func(string) (os.FileInfo, error) { return info{mode: 0o4755 | os.ModeSetuid}, nil },
 	}
 	f.probes = hostcheck.Probes{
-		Pidfs:         func() error { return nil },
-		UserNS:        func() error { return nil },
-		ModuleVersion: func(string) (string, error) { return runsc.PinnedVersion, nil },
-		SlirpVersion:  func(string) (string, error) { return "1.2.0", nil },
+		Pidfs:        func() error { return nil },
+		UserNS:       func() error { return nil },
+		RunscVersion: func(string) (string, error) { return runsc.PinnedVersion, nil },
+		SlirpVersion: func(string) (string, error) { return "1.2.0", nil },
 		Statfs: func(string) (hostcheck.FS, error) {
 			return hostcheck.FS{Type: unix.EXT4_SUPER_MAGIC, FreeBytes: 50 << 30}, nil
 		},
@@ -159,7 +159,7 @@ func TestDoctorEachFailureNamesItsFix(t *testing.T) {
 			}
 		}},
 		{"runsc wrong version", "runsc", "not the pinned " + runsc.PinnedVersion, func(f *doctorFixture) {
-			f.probes.ModuleVersion = func(string) (string, error) { return "v0.0.0-20250101000000-000000000000", nil }
+			f.probes.RunscVersion = func(string) (string, error) { return "v0.0.0-20250101000000-000000000000", nil }
 		}},
 		{"hc missing", "lazaret-hc", "reinstall", func(f *doctorFixture) {
 			find := f.find
