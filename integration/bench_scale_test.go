@@ -146,7 +146,8 @@ func TestBenchScale(t *testing.T) {
 
 // userMemoryByKind sums VmRSS and Pss (MiB) of uid's processes by kind:
 // the executable's name, with runsc's sandbox and gofer told apart and
-// hidden roles named (the Git-routing daemon: "lazaret-hc git-routing"). "exe" are the
+// hidden roles named (the Git-routing daemon RS runs from the front:
+// "lazaret git-routing"). "exe" are the
 // sandbox's systrap stub processes holding the guest's address spaces
 // (the sandbox init's, the session's); the stubs of one address space
 // share its memory and RSS counts it in each.
@@ -182,11 +183,10 @@ func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64) {
 				}
 			}
 		}
-		if (kind == "lazaret" || kind == "exe") && len(argv) > 1 {
+		if role, ok := strings.CutPrefix(argv[min(1, len(argv)-1)], "__lazaret-"); ok && strings.HasPrefix(kind, "lazaret") {
+			kind = kind + " " + role // a hidden role (e.g. the Git-routing daemon RS runs from the front)
+		} else if (kind == "lazaret" || kind == "exe") && len(argv) > 1 {
 			kind = kind + " " + argv[1] // a re-executed role names itself first
-		}
-		if role, ok := strings.CutPrefix(argv[min(1, len(argv)-1)], "__lazaret-"); ok && strings.HasPrefix(kind, "lazaret-") {
-			kind = kind + " " + role // a hidden role (e.g. the Git-routing daemon RS runs from lazaret-hc)
 		}
 		rss[kind] += kbField(string(status), "VmRSS:") / 1024
 		if roll, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {

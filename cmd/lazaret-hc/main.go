@@ -4,9 +4,11 @@
 // link of the connectivity helper's exec chain (package slirp). It also
 // hosts the Runtime Supervisor's children, which lazaret-rs runs from this
 // binary (RS's --roles-exe) because it starts faster than lazaret-rs: the
-// hidden Git-routing role is the git_routing daemon (package gitroute), the
-// hidden egress role the allowlist mode's egress proxy (package egress), and
-// the wrapper role wraps RS's acquisitions when exec-stop is unavailable.
+// hidden egress role is the allowlist mode's egress proxy (package egress),
+// the wrapper role wraps RS's acquisitions when exec-stop is unavailable,
+// and the hidden Git-routing role is the git_routing daemon (package
+// gitroute) when the coordinator was started without --front-exe (else it
+// runs from the smaller front, RS's --git-routing-exe).
 // It links no image library (TestLinksNoImageStack).
 package main
 

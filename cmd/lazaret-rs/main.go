@@ -5,9 +5,10 @@
 // Ignored Workspace State and deletes what `lazaret rm` moved into the
 // Storage Root's trash, in the user namespace `lazaret state` and
 // `lazaret rm` create (package statemaint). The Git-routing daemon (package
-// gitroute) and the egress proxy (package egress) normally run from
-// lazaret-hc (RS's --roles-exe); this binary hosts the same hidden roles for
-// when that binary cannot be executed in RS's namespaces.
+// gitroute) normally runs from the lazaret front (RS's --git-routing-exe)
+// and the egress proxy (package egress) from lazaret-hc (RS's
+// --roles-exe); this binary hosts the same hidden roles for when those
+// binaries cannot be executed in RS's namespaces.
 package main
 
 import (

@@ -42,11 +42,12 @@ func (c *coordinator) startGeneration() {
 
 // wrapperExecutable is the binary the coordinator's broker runs its
 // wrapper role (RS's acquisition barrier) and the connectivity helper's
-// mount-namespace link from: the CLI's --front-exe, the lazaret front,
-// when it is an absolute path to an executable regular file, else this
-// binary, which hosts the same roles. Both run beside RS's start-up on two
+// mount-namespace link from, and RS its Git-routing daemon
+// (--git-routing-exe): the CLI's --front-exe, the lazaret front, when it
+// is an absolute path to an executable regular file, else this binary,
+// which hosts the same roles. All three run during the start-up on two
 // cores, where a start of the front costs about half the CPU of one of
-// lazaret-hc.
+// lazaret-hc; the daemon's mount is the last thing RS joins before runsc.
 func (c *coordinator) wrapperExecutable() string {
 	if p := c.cfg.frontExe; p != "" {
 		if filepath.IsAbs(p) && locate.IsExecutable(p) {
@@ -68,7 +69,7 @@ func (c *coordinator) wrapperExecutable() string {
 // releases the stage.
 func (c *coordinator) spawnSupervisor(path, rolesExe, logLevel string) *supervisor.Driver {
 	return supervisor.Spawn(supervisor.Config{
-		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, LogLevel: logLevel, Lock: c.lockFile,
+		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, GitRoutingExe: c.wrapperExecutable(), LogLevel: logLevel, Lock: c.lockFile,
 		Inputs: c.supervisorInputs, Staged: c.supervisorStaged,
 		// The broker killed and reaped the child: a staged RS was
 		// terminated by the coordinator.

@@ -14,12 +14,14 @@
 //
 // The message sequence with HC is drawn in api/lazaret/v1/supervisor.proto.
 //
-// Its Git-routing daemon and egress proxy, and the broker's wrapper role,
-// run from the executable HC names with --roles-exe (lazaret-hc, which
-// links no image library and so starts faster than this binary) once RS
-// has checked it can exec that path in its own namespaces
-// (rolesExecutable); otherwise from lazaret-rs, which hosts the same
-// roles. Failpoint stages keep the name lazaret-rs
+// Its egress proxy and the broker's wrapper role run from the executable
+// HC names with --roles-exe (lazaret-hc, which links no image library and
+// so starts faster than this binary) once RS has checked it can exec that
+// path in its own namespaces (rolesExecutable); otherwise from lazaret-rs,
+// which hosts the same roles. Its Git-routing daemon, whose start is on
+// the critical path of a cold start, runs from --git-routing-exe (the
+// lazaret front, smaller still) under the same check, else from the roles
+// executable. Failpoint stages keep the name lazaret-rs
 // (proc.NewBrokerWrapped).
 //
 // The sections below are the design of this package in detail; docs/ARCHITECTURE.md is the map.

@@ -37,7 +37,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	if err := unix.Lstat(g.Mountpoint, &before); err != nil {
 		return nil, nil, &os.PathError{Op: "lstat", Path: g.Mountpoint, Err: err}
 	}
-	exe := s.rolesExe
+	exe := s.gitRoutingExe
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err

@@ -29,7 +29,7 @@ func TestRolesExecutable(t *testing.T) {
 		"directory":      {dir, "/own"},
 		"not executable": {plain, "/own"},
 	} {
-		if got := rolesExecutable("/own", c.roles, log); got != c.want {
+		if got := rolesExecutable("roles-exe", c.roles, "/own", log); got != c.want {
 			t.Errorf("%s: rolesExecutable(%q) = %q, want %q", name, c.roles, got, c.want)
 		}
 	}

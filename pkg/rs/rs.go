@@ -54,7 +54,8 @@ func Main(args []string) int {
 	policyFD := fs.Int("policy-fd", -1, "inherited write-sealed memfd with the derived network policy")
 	credentialFD := fs.Int("credential-fd", -1, "inherited write-sealed memfd with RS's protocol signing key and the coordinator's verification key")
 	logLevel := fs.String("log-level", "info", "debug|info|warn|error")
-	rolesExe := fs.String("roles-exe", "", "the lazaret-hc executable to run the Git-routing and egress roles and the wrappers from (default: this binary)")
+	rolesExe := fs.String("roles-exe", "", "the lazaret-hc executable to run the egress role and the wrappers from (default: this binary)")
+	gitRoutingExe := fs.String("git-routing-exe", "", "the executable to run the Git-routing daemon from (default: the roles executable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -85,7 +86,8 @@ func Main(args []string) int {
 		log.Error("find own executable", "err", err)
 		return 1
 	}
-	roles := rolesExecutable(exe, *rolesExe, log)
+	roles := rolesExecutable("roles-exe", *rolesExe, exe, log)
+	routingExe := rolesExecutable("git-routing-exe", *gitRoutingExe, roles, log)
 	// The failpoint stages keep naming this process (lazaret-rs) whichever
 	// binary the wrappers run from.
 	broker, err := proc.NewBrokerWrapped(log, roles, filepath.Base(exe))
@@ -102,7 +104,7 @@ func Main(args []string) int {
 		log.Error("protocol credential", "err", err)
 		return 2
 	}
-	s := &supervisor{timing: rec, rolesExe: roles, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s := &supervisor{timing: rec, rolesExe: roles, gitRoutingExe: routingExe, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	s.mt.domain, s.mt.gen = cred.domain, cred.generation
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	code := s.run()
@@ -110,30 +112,32 @@ func Main(args []string) int {
 	return code
 }
 
-// rolesExecutable is the binary RS runs its hidden roles from: the
-// coordinator's --roles-exe when RS can exec it here, in its own user and
-// mount namespaces (an absolute path to a regular executable file), else
-// RS's own executable, which hosts the same roles.
-func rolesExecutable(own, roles string, log *slog.Logger) string {
-	if roles == "" {
-		return own
+// rolesExecutable is the binary RS runs hidden roles from: path, which the
+// coordinator named with the --flag option, when RS can exec it here, in
+// its own user and mount namespaces (an absolute path to a regular
+// executable file), else fallback, which hosts the same roles (RS's own
+// executable for --roles-exe, the roles executable for
+// --git-routing-exe).
+func rolesExecutable(flag, path, fallback string, log *slog.Logger) string {
+	if path == "" {
+		return fallback
 	}
 	var st unix.Stat_t
-	switch err := unix.Stat(roles, &st); {
-	case !filepath.IsAbs(roles):
-		log.Warn("--roles-exe is not an absolute path; running the roles from lazaret-rs", "roles_exe", roles)
+	switch err := unix.Stat(path, &st); {
+	case !filepath.IsAbs(path):
+		log.Warn("--"+flag+" is not an absolute path; running its roles from "+fallback, "exe", path)
 	case err != nil:
-		log.Warn("--roles-exe is not reachable in the supervisor's namespaces; running the roles from lazaret-rs", "roles_exe", roles, "err", err)
+		log.Warn("--"+flag+" is not reachable in the supervisor's namespaces; running its roles from "+fallback, "exe", path, "err", err)
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		log.Warn("--roles-exe is not a regular file; running the roles from lazaret-rs", "roles_exe", roles)
+		log.Warn("--"+flag+" is not a regular file; running its roles from "+fallback, "exe", path)
 	default:
-		if err := unix.Access(roles, unix.X_OK); err != nil {
-			log.Warn("--roles-exe is not executable in the supervisor's namespaces; running the roles from lazaret-rs", "roles_exe", roles, "err", err)
-			return own
+		if err := unix.Access(path, unix.X_OK); err != nil {
+			log.Warn("--"+flag+" is not executable in the supervisor's namespaces; running its roles from "+fallback, "exe", path, "err", err)
+			return fallback
 		}
-		return roles
+		return path
 	}
-	return own
+	return fallback
 }
 
 // mtSteps is what this supervisor recorded in the model trace.
@@ -203,35 +207,39 @@ func (s *supervisor) mtLeaseLoss() {
 }
 
 type supervisor struct {
-	timing    *timing.Recorder // nil unless LAZARET_DEBUG=timing
-	mt        mtSteps
-	rolesExe  string // the binary the Git-routing and egress roles run from (rolesExecutable)
-	policyFD  int
-	cred      credential
-	policy    netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
-	routes    []netsetup.Route
-	tapAddr   netip.Prefix
-	probe     string // the init's network probe report line
-	log       *slog.Logger
-	ch        *fdpass.Channel
-	broker    *proc.Broker
-	start     *lv1.StartSandbox
-	rt        runsc.Runtime
-	art       prepared.Artifact
-	anchors   []anchor.MountIdentity // mounted State Anchors, in mount order
-	lowerUse  *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
-	held      *heldLower             // the hold begun before StartSandbox (joinLower)
-	purged    chan struct{}          // closed when reclaimed artifacts are deleted
-	stopPurge context.CancelFunc     // stops that deletion (awaitPurge)
-	routing   *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
-	kids      *runscChildren         // the attached runsc's sandbox and gofer, once proven
-	routed    *lv1.GitRoutingReady
-	acks      chan *lv1.ProcessOwnershipCommitAck
-	leases    chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
-	unmounted []uint64                // anchors verified and unmounted at teardown
-	mountNS   *lv1.NamespaceIdentity  // RS's mount namespace (hello)
-	stop      chan struct{}           // HC asked to stop
-	hcGone    chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
+	timing   *timing.Recorder // nil unless LAZARET_DEBUG=timing
+	mt       mtSteps
+	rolesExe string // the binary the egress role and the wrappers run from (rolesExecutable)
+	// gitRoutingExe is the binary the Git-routing daemon runs from: the
+	// front binary (lazaret) when HC names it, the smallest that hosts the
+	// role, as the daemon's start is on the start-up's critical path.
+	gitRoutingExe string
+	policyFD      int
+	cred          credential
+	policy        netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
+	routes        []netsetup.Route
+	tapAddr       netip.Prefix
+	probe         string // the init's network probe report line
+	log           *slog.Logger
+	ch            *fdpass.Channel
+	broker        *proc.Broker
+	start         *lv1.StartSandbox
+	rt            runsc.Runtime
+	art           prepared.Artifact
+	anchors       []anchor.MountIdentity // mounted State Anchors, in mount order
+	lowerUse      *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
+	held          *heldLower             // the hold begun before StartSandbox (joinLower)
+	purged        chan struct{}          // closed when reclaimed artifacts are deleted
+	stopPurge     context.CancelFunc     // stops that deletion (awaitPurge)
+	routing       *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
+	kids          *runscChildren         // the attached runsc's sandbox and gofer, once proven
+	routed        *lv1.GitRoutingReady
+	acks          chan *lv1.ProcessOwnershipCommitAck
+	leases        chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
+	unmounted     []uint64                // anchors verified and unmounted at teardown
+	mountNS       *lv1.NamespaceIdentity  // RS's mount namespace (hello)
+	stop          chan struct{}           // HC asked to stop
+	hcGone        chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
 	// profileHold is the profile's shared lock while its profile paths
 	// are bound (package profilestate).
 	profileHold *os.File

@@ -37,9 +37,15 @@ type Config struct {
 	Path     string
 	LogLevel string
 	// RolesExe, when set, is the lazaret-hc executable (locate.Self) that
-	// RS runs its hidden Git-routing and egress roles and its wrappers from
-	// (RS's --roles-exe): it starts faster than lazaret-rs.
+	// RS runs its hidden egress role and its wrappers from (RS's
+	// --roles-exe): it starts faster than lazaret-rs.
 	RolesExe string
+	// GitRoutingExe, when set, is the executable RS runs its Git-routing
+	// daemon from (RS's --git-routing-exe; else RolesExe): the front
+	// binary, which hosts that role and starts faster still. The daemon's
+	// start is on the critical path of every cold start (RS joins its
+	// mount just before runsc).
+	GitRoutingExe string
 	// Lock is the Domain lock's descriptor: RS inherits it and holds the
 	// lock until it exits.
 	Lock *os.File
@@ -372,6 +378,9 @@ func rsArgs(cfg Config) []string {
 	args := []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--credential-fd=7", "--log-level=" + cfg.LogLevel}
 	if cfg.RolesExe != "" {
 		args = append(args, "--roles-exe="+cfg.RolesExe)
+	}
+	if cfg.GitRoutingExe != "" {
+		args = append(args, "--git-routing-exe="+cfg.GitRoutingExe)
 	}
 	return args
 }
