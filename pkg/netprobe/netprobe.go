@@ -37,6 +37,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -254,22 +255,38 @@ func Run(ctx context.Context, s Spec) Report {
 		rc, err := QueryDNS(ctx, s.DNS, s.DNSBound)
 		dnsDone <- dnsResult{rc, time.Since(t).Milliseconds(), err}
 	}()
-	for _, p := range s.Deny {
-		rt := routeOf(p, all, s.Connected)
-		if rt.Error == "" && rt.Source == rt.Probe {
-			// Answered on lo (the fail-fast address space): only then is a
-			// connect safe to try — it cannot leave the sandbox.
-			rt.Refused, rt.RefusedMillis = connectAnswer(ctx, rt.Probe, time.Second)
-		}
-		r.Deny = append(r.Deny, rt)
+	// Every deny prefix and the gateway are probed at once, each on its
+	// own goroutine (the report keeps the spec's order): no probe waits
+	// for a timeout, but the sandbox's first connects each cost a few
+	// milliseconds, and this runs on the path to the Domain's publication.
+	var wg sync.WaitGroup
+	if len(s.Deny) > 0 {
+		r.Deny = make([]Route, len(s.Deny))
 	}
+	for i, p := range s.Deny {
+		wg.Go(func() {
+			rt := routeOf(p, all, s.Connected)
+			if rt.Error == "" && rt.Source == rt.Probe {
+				// Answered on lo (the fail-fast address space): only then is a
+				// connect safe to try — it cannot leave the sandbox.
+				rt.Refused, rt.RefusedMillis = connectAnswer(ctx, rt.Probe, time.Second)
+			}
+			r.Deny[i] = rt
+		})
+	}
+	var gwSource netip.Addr
+	var gw string
+	wg.Go(func() {
+		if src, err := SourceFor(s.Gateway); err == nil {
+			gwSource = src
+		}
+		gw = gatewayAnswer(ctx, s.Gateway)
+	})
 	for _, p := range s.Allow {
 		r.Allow = append(r.Allow, routeOf(p, all, s.Connected))
 	}
-	if src, err := SourceFor(s.Gateway); err == nil {
-		r.GatewaySource = src
-	}
-	r.Gateway = gatewayAnswer(ctx, s.Gateway)
+	wg.Wait()
+	r.GatewaySource, r.Gateway = gwSource, gw
 	d := <-dnsDone
 	r.DNSMillis = d.ms
 	if d.err != nil {

@@ -186,3 +186,32 @@ func TestJudgeAllowlist(t *testing.T) {
 		t.Errorf("a silent proxy: %+v", v)
 	}
 }
+
+// TestRunLoopback runs the probe in this process's network view against
+// loopback only. Each deny prefix is probed on its own goroutine; the
+// report must still list them in the spec's order. 127.0.0.0/8's probe,
+// 127.0.0.1, is lo's own address, so it is also connected to (on the
+// discard port, which nothing here serves); the other prefixes' probes
+// answer from 127.0.0.1, not from themselves, so they are not.
+func TestRunLoopback(t *testing.T) {
+	deny := []netip.Prefix{pfx("127.0.0.0/8"), pfx("127.1.0.0/16"), pfx("127.2.0.0/16"), pfx("127.3.3.0/24")}
+	s := Spec{Version: Version, Fingerprint: "cd34", Deny: deny, Gateway: addr("127.0.0.1")}
+	r := Run(t.Context(), s)
+	if len(r.Deny) != len(deny) {
+		t.Fatalf("report lists %d deny probes, want %d: %+v", len(r.Deny), len(deny), r.Deny)
+	}
+	for i, rt := range r.Deny {
+		if rt.Prefix != deny[i] || !deny[i].Contains(rt.Probe) || rt.Error != "" || rt.Source != addr("127.0.0.1") {
+			t.Errorf("deny probe %d: %+v, want prefix %s, a probe address inside it and source 127.0.0.1", i, rt, deny[i])
+		}
+		if connected := rt.Refused != ""; connected != (i == 0) {
+			t.Errorf("deny probe %d of %s: answer %q; want a connect only where the probe is the local source", i, deny[i], rt.Refused)
+		}
+	}
+	if r.GatewaySource != addr("127.0.0.1") || r.Gateway == "" {
+		t.Errorf("gateway: source %s answer %q, want 127.0.0.1 and an answer", r.GatewaySource, r.Gateway)
+	}
+	if r.DNSAnswered || r.DNSError == "" {
+		t.Errorf("DNS without a forwarder: answered %v, error %q; want not answered and an error", r.DNSAnswered, r.DNSError)
+	}
+}
