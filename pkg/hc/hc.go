@@ -98,6 +98,10 @@ type coordinator struct {
 	ready    chan struct{} // closed when running or failed
 	progress []string
 	changed  chan struct{} // closed and replaced on every progress line
+	// guestBinaries reports the copy of lazaret-init and
+	// lazaret-escalate into the control mount (init), which sandboxStart
+	// awaits.
+	guestBinaries <-chan error
 	// sessions is the Client Session registry (package sessions),
 	// guarded by mu.
 	sessions  *sessions.Registry[*session]
@@ -147,6 +151,9 @@ func Main(args []string) int {
 		teardownC: make(chan struct{})}
 	c.sessions = sessions.New[*session](sessions.Config{Log: log, LingerExpired: c.lingerExpired})
 	if err := c.init(*profileFD, *level); err != nil {
+		if c.guestBinaries != nil {
+			<-c.guestBinaries // its files are in the runtime directory removed below
+		}
 		c.rs.Abort()
 		log.Error("start failed", "err", err)
 		fmt.Fprintf(ready, "%s\x00%s\n", errdefs.Category(err), err)
@@ -289,11 +296,20 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 			return err
 		}
 	}
-	for _, b := range []struct{ path, name string }{{escalate, locate.Escalate}, {guestInit, locate.Init}} {
-		if err := copyExecutable(b.path, filepath.Join(c.paths.ControlMountSource(), "bin", b.name)); err != nil {
-			return fmt.Errorf("install %s into the control mount: %w", b.name, err)
+	// The copies (about 10 MB) are made beside RS's release and start-up,
+	// not before them: nothing reads them before StartSandbox, which
+	// waits for them (sandboxStart).
+	binaries := make(chan error, 1)
+	c.guestBinaries = binaries
+	go func() {
+		for _, b := range []struct{ path, name string }{{escalate, locate.Escalate}, {guestInit, locate.Init}} {
+			if err := copyExecutable(b.path, filepath.Join(c.paths.ControlMountSource(), "bin", b.name)); err != nil {
+				binaries <- fmt.Errorf("install %s into the control mount: %w", b.name, err)
+				return
+			}
 		}
-	}
+		binaries <- nil
+	}()
 	gitCfg, err := hostGitConfig()
 	if err != nil {
 		return err

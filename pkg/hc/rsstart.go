@@ -120,6 +120,9 @@ func (c *coordinator) failOnUnexpectedExit(child *proc.Child, what string) {
 // sandboxStart verifies RS's network and mount namespaces independently,
 // through RS's retained pidfd, and builds the sandbox spec that joins it by path.
 func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbox, error) {
+	if err := <-c.guestBinaries; err != nil {
+		return nil, err
+	}
 	h := c.rs.Child().Handle()
 	dev, ino, err := h.NetNamespace()
 	if err != nil {
