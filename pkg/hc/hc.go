@@ -245,8 +245,9 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	if c.broker, err = proc.NewBrokerWrapped(c.log, c.wrapperExecutable(), locate.HC); err != nil {
 		return err
 	}
-	// RS runs its Git-routing and egress roles from this (smaller) binary
-	// when it names itself reliably; else from lazaret-rs.
+	// RS runs its egress role and its wrappers from this (smaller) binary
+	// when it names itself reliably, else from lazaret-rs; the Git-routing
+	// daemon from the front (wrapperExecutable).
 	rolesExe, err := locate.Self()
 	if err != nil {
 		c.log.Warn("the runtime supervisor runs its roles from lazaret-rs", "err", err)
