@@ -125,14 +125,14 @@ func rolesExecutable(flag, path, fallback string, log *slog.Logger) string {
 	var st unix.Stat_t
 	switch err := unix.Stat(path, &st); {
 	case !filepath.IsAbs(path):
-		log.Warn("--"+flag+" is not an absolute path; running its roles from "+fallback, "exe", path)
+		log.Warn("roles executable is not an absolute path; running its roles from the fallback", "flag", flag, "exe", path, "fallback", fallback)
 	case err != nil:
-		log.Warn("--"+flag+" is not reachable in the supervisor's namespaces; running its roles from "+fallback, "exe", path, "err", err)
+		log.Warn("roles executable is not reachable in the supervisor's namespaces; running its roles from the fallback", "flag", flag, "exe", path, "fallback", fallback, "err", err)
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		log.Warn("--"+flag+" is not a regular file; running its roles from "+fallback, "exe", path)
+		log.Warn("roles executable is not a regular file; running its roles from the fallback", "flag", flag, "exe", path, "fallback", fallback)
 	default:
 		if err := unix.Access(path, unix.X_OK); err != nil {
-			log.Warn("--"+flag+" is not executable in the supervisor's namespaces; running its roles from "+fallback, "exe", path, "err", err)
+			log.Warn("roles executable is not executable in the supervisor's namespaces; running its roles from the fallback", "flag", flag, "exe", path, "fallback", fallback, "err", err)
 			return fallback
 		}
 		return path
