@@ -1,11 +1,15 @@
 // Package linkcheck is the test helper behind the binaries' "links no …"
-// tests (cmd/lazaret-hc, cmd/lazaret-escalate, cmd/lazaret-init): it lists
+// tests (cmd/lazaret-hc, cmd/lazaret-escalate, cmd/lazaret-init, and the
+// front's TestFrontStaysLean in cmd/lazaret/runverb): it lists
 // what a main package links with `go list -deps` and reports every
 // dependency a forbidden rule names.
 package linkcheck
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -21,7 +25,18 @@ type Violation struct {
 // when the go command cannot list the dependencies.
 func Forbidden(t testing.TB, pkg string, rules []string) []Violation {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+	return ForbiddenTagged(t, pkg, "", rules)
+}
+
+// ForbiddenTagged is Forbidden for a build with the build tags tags
+// (space-separated; "" for none).
+func ForbiddenTagged(t testing.TB, pkg, tags string, rules []string) []Violation {
+	t.Helper()
+	args := []string{"list", "-deps"}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	out, err := exec.Command(goCommand(), append(args, pkg)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 	}
@@ -38,6 +53,20 @@ func Forbidden(t testing.TB, pkg string, rules []string) []Violation {
 		}
 	}
 	return vs
+}
+
+// goCommand is the go command of the toolchain running the test (the one
+// on PATH when that one is absent).
+func goCommand() string {
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+		return p
+	}
+	return "go"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // Matches reports whether rule forbids the import path dep.

@@ -1,11 +1,9 @@
 package runverb
 
 import (
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
+
+	"github.com/lazaret/lazaret/pkg/linkcheck"
 )
 
 func TestIsRun(t *testing.T) {
@@ -35,23 +33,14 @@ func TestIsRun(t *testing.T) {
 // which starts faster from here than from lazaret-hc, where its start
 // delays every cold start.
 func TestFrontStaysLean(t *testing.T) {
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	tags := "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"
-	out, err := exec.Command(goBin, "list", "-tags", tags, "-deps", "github.com/lazaret/lazaret/cmd/lazaret").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
 	heavy := []string{
 		"github.com/cockroachdb/pebble", "go.podman.io/", "github.com/containers/", "github.com/docker/",
 		"github.com/prometheus/", "github.com/getsentry/",
 		"github.com/lazaret/lazaret/cmd/lazaret/cli", "github.com/lazaret/lazaret/pkg/store",
 		"github.com/lazaret/lazaret/pkg/imagebuild", "github.com/lazaret/lazaret/pkg/prepare",
 	}
-	for _, p := range strings.Fields(string(out)) {
-		for _, h := range heavy {
-			if strings.HasPrefix(p, h) {
-				t.Errorf("the lazaret front links %s", p)
-			}
-		}
+	for _, v := range linkcheck.ForbiddenTagged(t, "github.com/lazaret/lazaret/cmd/lazaret", tags, heavy) {
+		t.Errorf("the lazaret front links %s", v.Dep)
 	}
 }
