@@ -113,26 +113,26 @@ func Main(args []string) int {
 }
 
 // rolesExecutable is the binary RS runs hidden roles from: path, which the
-// coordinator named with the --flag option, when RS can exec it here, in
+// coordinator named with the --option flag, when RS can exec it here, in
 // its own user and mount namespaces (an absolute path to a regular
 // executable file), else fallback, which hosts the same roles (RS's own
 // executable for --roles-exe, the roles executable for
 // --git-routing-exe).
-func rolesExecutable(flag, path, fallback string, log *slog.Logger) string {
+func rolesExecutable(option, path, fallback string, log *slog.Logger) string {
 	if path == "" {
 		return fallback
 	}
 	var st unix.Stat_t
 	switch err := unix.Stat(path, &st); {
 	case !filepath.IsAbs(path):
-		log.Warn("roles executable is not an absolute path; running its roles from the fallback", "flag", flag, "exe", path, "fallback", fallback)
+		log.Warn("roles executable is not an absolute path; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback)
 	case err != nil:
-		log.Warn("roles executable is not reachable in the supervisor's namespaces; running its roles from the fallback", "flag", flag, "exe", path, "fallback", fallback, "err", err)
+		log.Warn("roles executable is not reachable in the supervisor's namespaces; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback, "err", err)
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		log.Warn("roles executable is not a regular file; running its roles from the fallback", "flag", flag, "exe", path, "fallback", fallback)
+		log.Warn("roles executable is not a regular file; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback)
 	default:
 		if err := unix.Access(path, unix.X_OK); err != nil {
-			log.Warn("roles executable is not executable in the supervisor's namespaces; running its roles from the fallback", "flag", flag, "exe", path, "fallback", fallback, "err", err)
+			log.Warn("roles executable is not executable in the supervisor's namespaces; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback, "err", err)
 			return fallback
 		}
 		return path
