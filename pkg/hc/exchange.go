@@ -352,7 +352,7 @@ func (c *coordinator) supervisorReady(m *lv1.SupervisorMessage) error {
 	}
 	// The running sandbox holds the credential mount: unlink the
 	// key's source and forget it (spec §3.2).
-	os.Remove(filepath.Join(c.credentialDir(), "sandbox.key"))
+	os.Remove(filepath.Join(c.credentialDir(), sandboxKeyFile))
 	c.anchor.DropSandboxKey()
 	c.setState(stateRunning, nil)
 	c.timing.Mark("Domain published")

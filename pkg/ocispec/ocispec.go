@@ -164,8 +164,10 @@ type Sandbox struct {
 	GitCommonDir    string
 	CommonProtected []Protected
 	// ControlFiles are read-only single-file binds beneath ControlDir
-	// (e.g. the credential mount); their mount points must exist in the
-	// control source.
+	// (the sandbox key's, which must outlive its source); their mount
+	// points must exist in the control source. Every bind costs the
+	// sandbox's boot a gofer connection: files that need no mount of
+	// their own belong in the control source itself.
 	ControlFiles []ControlFile
 	// EtcFiles maps each of HostFiles to the generation's host file bound
 	// over it (read-write: edits last only for the generation).
@@ -176,11 +178,11 @@ type Sandbox struct {
 	MailboxRequests, MailboxResults string
 }
 
-// ControlFile is a read-only bind of one host file under ControlDir.
 // HostFiles are the generation's name-service files, bound over the
 // image's so that no persistent layer can keep a stale copy (spec §3.6).
 var HostFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
 
+// ControlFile is a read-only bind of one host file under ControlDir.
 type ControlFile struct {
 	Source, Target string
 }

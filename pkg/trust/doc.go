@@ -63,8 +63,9 @@
 //     (`LAZARET_SESSION_CAPABILITY`).
 //
 // The sandbox's credential files (its key, credential, the manifest and the
-// coordinator's credential) are single-file read-only binds under
-// `/.lazaret/credentials`; once the sandbox runs, HC unlinks the key's source
-// and forgets the key (a later session still reads it inside: the mount holds
-// the file). Teardown withdraws the publication before `Anchor.Destroy`.
+// coordinator's credential) are read-only under `/.lazaret/credentials`: the
+// public three as files of the read-only control mount, the key as a
+// single-file bind of its own; once the sandbox runs, HC unlinks the key's
+// source and forgets the key (a later session still reads it inside: the
+// mount holds the file). Teardown withdraws the publication before `Anchor.Destroy`.
 package trust
