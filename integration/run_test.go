@@ -66,6 +66,36 @@ func TestRunExitStatus(t *testing.T) {
 	noLeftovers(t)
 }
 
+// TestLauncherGOMAXPROCS: lazaret-init starts with GOMAXPROCS=1 as the
+// guest init and as the session launcher (a Go start in gVisor is much
+// cheaper with one P), and a session's command gets exactly the
+// profile's environment: no GOMAXPROCS unless the profile sets one, then
+// that value.
+func TestLauncherGOMAXPROCS(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	recordModelTrace(t)
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	body := `[profiles.procs]
+image = "busybox"
+env = { GOMAXPROCS = "3" }
+`
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(cfg, e.uid, e.gid)
+	script := `echo "session=${GOMAXPROCS-unset}"; tr '\0' '\n' </proc/1/environ | grep '^GOMAXPROCS='`
+	r := lz(t, workspace(t), nil, "run", "-p", "tiny", "--", "sh", "-c", script)
+	if r.code != 0 || r.stdout != "session=unset\nGOMAXPROCS=1\n" {
+		t.Errorf("tiny: exit %d, stdout %q (want the session without GOMAXPROCS, the init with 1); stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = lz(t, workspace(t), nil, "run", "--config", cfg, "-p", "procs", "--", "sh", "-c", script)
+	if r.code != 0 || r.stdout != "session=3\nGOMAXPROCS=1\n" {
+		t.Errorf("profile env GOMAXPROCS=3: exit %d, stdout %q (want the session with 3, the init with 1); stderr %q", r.code, r.stdout, r.stderr)
+	}
+	noLeftovers(t)
+}
+
 // TestStderrGate: a non-interactive session's stderr is held only until
 // the command is launched: what the command writes at once, a lot of it,
 // or text that looks like runsc's launch report with runsc's status, is

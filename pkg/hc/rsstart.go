@@ -192,7 +192,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	}
 	c.cfg.limits = c.cfg.profile.Limits.Effective(hostMemTotal("/proc/meminfo"))
 	c.log.Info("resource limits", "memory_bytes", c.cfg.limits.Memory, "processes", c.cfg.limits.Processes, "open_files", c.cfg.limits.OpenFiles)
-	spec, err := ocispec.Spec(sb, ocispec.Process{Args: initArgs, Env: c.cfg.guest.Base(), Cwd: "/", Rlimits: c.cfg.rlimits()})
+	spec, err := ocispec.Spec(sb, ocispec.Process{Args: initArgs, Env: ocispec.InitEnv(c.cfg.guest.Base()), Cwd: "/", Rlimits: c.cfg.rlimits()})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package ocispec
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -476,5 +477,34 @@ func TestRlimits(t *testing.T) {
 	js, _ := json.Marshal(sp.Process)
 	if got := rlimit(js); got["RLIMIT_NPROC"] != [2]uint64{300, 300} {
 		t.Fatalf("init rlimits %v, want NPROC 300", got)
+	}
+}
+
+// TestLaunchEnvironment: the launcher gets GOMAXPROCS=1 and the flag that
+// tells it the entry is its own only when the command's environment sets
+// no GOMAXPROCS; the init's own entry comes last (runsc keeps the last).
+func TestLaunchEnvironment(t *testing.T) {
+	p := Launch(Process{Args: []string{"cat", "x"}, Env: []string{"PATH=/bin", "TERM=dumb"}})
+	if want := []string{InitPath, ExecArg, LaunchEnvArg, "--", "cat", "x"}; !reflect.DeepEqual(p.Args, want) {
+		t.Errorf("args %q, want %q", p.Args, want)
+	}
+	if want := []string{"PATH=/bin", "TERM=dumb", LaunchGOMAXPROCS}; !reflect.DeepEqual(p.Env, want) {
+		t.Errorf("env %q, want %q", p.Env, want)
+	}
+	own := []string{"PATH=/bin", "GOMAXPROCS=4"}
+	p = Launch(Process{Args: []string{"go", "test"}, Env: own})
+	if want := []string{InitPath, ExecArg, "--", "go", "test"}; !reflect.DeepEqual(p.Args, want) {
+		t.Errorf("args with the profile's GOMAXPROCS %q, want %q", p.Args, want)
+	}
+	if !reflect.DeepEqual(p.Env, own) {
+		t.Errorf("env with the profile's GOMAXPROCS %q, want it unchanged", p.Env)
+	}
+	// A variable whose name only starts with GOMAXPROCS is not it.
+	if p := Launch(Process{Env: []string{"GOMAXPROCS_X=1"}}); p.Env[len(p.Env)-1] != LaunchGOMAXPROCS {
+		t.Errorf("GOMAXPROCS_X taken for GOMAXPROCS: %q", p.Env)
+	}
+	base := []string{"PATH=/bin", "GOMAXPROCS=8"}
+	if got := InitEnv(base); !reflect.DeepEqual(got, []string{"PATH=/bin", "GOMAXPROCS=8", LaunchGOMAXPROCS}) || len(base) != 2 {
+		t.Errorf("init env %q (base %q)", got, base)
 	}
 }

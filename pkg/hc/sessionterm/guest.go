@@ -82,7 +82,7 @@ func parseStat(line string, pid int) (guestStat, error) {
 // time: `runsc ps` shows it to the minute). An absent process is an error.
 func (t *Terminal) guestStat(ctx context.Context, pid int) (guestStat, error) {
 	d := t.d
-	pj, err := ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs([]string{"cat", fmt.Sprintf("/proc/%d/stat", pid)}), Env: d.BaseEnv, Cwd: "/", Rlimits: d.Rlimits})
+	pj, err := ocispec.ProcessJSON(ocispec.Launch(ocispec.Process{Args: []string{"cat", fmt.Sprintf("/proc/%d/stat", pid)}, Env: d.BaseEnv, Cwd: "/", Rlimits: d.Rlimits}))
 	if err != nil {
 		return guestStat{}, err
 	}

@@ -231,7 +231,7 @@ func startRunWith(t *testing.T, argv []string, process func() ([]byte, error), r
 	d := Domain{Broker: broker, Runtime: runsc.Runtime{Path: exe, Root: dir}, Container: "ctr-1", Generation: 1, Dir: dir, Recorder: h.rec, Log: log}
 	if process == nil {
 		process = func() ([]byte, error) {
-			return ocispec.ProcessJSON(ocispec.Process{Args: ocispec.SessionArgs(argv), Env: []string{"PATH=/usr/bin:/bin", "TERM=dumb"}, Cwd: "/", Terminal: true})
+			return ocispec.ProcessJSON(ocispec.Launch(ocispec.Process{Args: argv, Env: []string{"PATH=/usr/bin:/bin", "TERM=dumb"}, Cwd: "/", Terminal: true}))
 		}
 	}
 	srv, cli := net.Pipe()
