@@ -84,6 +84,21 @@ const SchemaVersion = 2
 // FormatMajorVersion is the pinned pebble on-disk format.
 const FormatMajorVersion = pebble.FormatValueSeparation
 
+// MemTableSize and CacheSize size pebble for the Storage Catalog, which
+// holds a few KiB of records and is opened for one transaction at a time.
+// pebble's defaults (a 4 MiB memtable, an 8 MiB block cache) are for large
+// databases, and every open allocates a memtable of that size for its WAL
+// replay and another for its writes. In a fresh process that costs
+// nothing until written, but in the long-lived Host Coordinator (a lease
+// at start, its release at teardown) and Runtime Supervisor the runtime
+// reuses freed heap for them and zeroes all of it: 4 MiB written, page
+// by page, once the idle heap was given back to the kernel (package
+// idlemem), a page fault each.
+const (
+	MemTableSize = 64 << 10
+	CacheSize    = 1 << 20
+)
+
 const (
 	Dir      = "catalog"
 	LockName = "storage-catalog.lock"
@@ -246,6 +261,8 @@ func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx
 		FormatMajorVersion: FormatMajorVersion,
 		Logger:             fatalLogger{log: c.opts.Logger, root: c.root, op: op},
 		ReadOnly:           !write,
+		MemTableSize:       MemTableSize,
+		CacheSize:          CacheSize,
 	}
 	if !write {
 		fs := c.opts.FS
