@@ -54,7 +54,10 @@ func Of(cs ...int) Mask {
 // sets are emptied, and no_new_privs is set, so nothing it executes gains
 // any.
 func Keep(keep Mask) error {
-	for c := 0; c <= lastCap(); c++ {
+	// Read once: each read of /proc is a file open, and each drop below
+	// stops the world to run on every thread.
+	last := lastCap()
+	for c := 0; c <= last; c++ {
 		if keep&(1<<uint(c)) != 0 {
 			continue
 		}
