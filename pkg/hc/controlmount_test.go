@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/lazaret/lazaret/pkg/domain"
-	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // TestSandboxCredentialsLayout: the four files are at the fixed credential
@@ -17,15 +15,7 @@ import (
 // of its source), the public files are the control mount's own and no
 // private key is among them.
 func TestSandboxCredentialsLayout(t *testing.T) {
-	id := trust.GenerationIdentity{DomainID: string(domain.DeriveID("default", "/p")), Generation: 3, CoordinatorID: randomID(), Profile: "default", ConfigFingerprint: "sha256:" + strings.Repeat("0", 64)}
-	a, err := trust.NewAnchor(id, randomID(), trust.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := a.SandboxFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, id, want := testAnchor(t, 3)
 	root := t.TempDir()
 	c := &coordinator{anchor: a}
 	c.paths = domain.Paths{ID: domain.ID(id.DomainID), RuntimeDir: filepath.Join(root, "r")}

@@ -40,15 +40,7 @@ func newEscFixture(t *testing.T) *escFixture {
 
 // newEscFixtureRules is newEscFixture with the profile's auto_approve rules.
 func newEscFixtureRules(t *testing.T, rules []config.Rule) *escFixture {
-	id := trust.GenerationIdentity{DomainID: string(domain.DeriveID("default", "/p")), Generation: 5, CoordinatorID: randomID(), Profile: "default", ConfigFingerprint: "sha256:" + strings.Repeat("0", 64)}
-	a, err := trust.NewAnchor(id, randomID(), trust.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := a.SandboxFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, id, files := testAnchor(t, 5)
 	blk, _ := pem.Decode(files["sandbox.key"])
 	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
 	if err != nil {
@@ -137,4 +129,20 @@ func (f *escFixture) auditEntries() []audit.Entry {
 		f.t.Fatal(err)
 	}
 	return es
+}
+
+// testAnchor is a Trust Anchor of generation gen of the default profile's
+// Domain for /p, its identity and its sandbox files.
+func testAnchor(t *testing.T, gen uint64) (*trust.Anchor, trust.GenerationIdentity, map[string][]byte) {
+	t.Helper()
+	id := trust.GenerationIdentity{DomainID: string(domain.DeriveID("default", "/p")), Generation: gen, CoordinatorID: randomID(), Profile: "default", ConfigFingerprint: "sha256:" + strings.Repeat("0", 64)}
+	a, err := trust.NewAnchor(id, randomID(), trust.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := a.SandboxFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, id, files
 }
