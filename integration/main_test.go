@@ -222,7 +222,35 @@ func workspace(t *testing.T) string {
 	e := need(t)
 	ws := e.userDir(filepath.Join("ws", strings.ReplaceAll(t.Name(), "/", "_")+"-"+randHex(3)))
 	addWorkspace(traceFor(t, e), ws)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logDomainTails(t, e, ws)
+		}
+	})
 	return ws
+}
+
+// logDomainTails logs, for a failed test, the end of hc.log of every
+// Domain of workspace ws (RS, the Git-routing daemon and the guest init
+// log there too): the state home is removed with the test run, and a
+// failure seen only in CI is otherwise left without its logs.
+func logDomainTails(t *testing.T, e *env, ws string) {
+	const lines = 120
+	canon, _ := filepath.EvalSymlinks(ws)
+	dirs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "domain.json"))
+		if err != nil || !strings.Contains(string(b), strconv.Quote(canon)) {
+			continue
+		}
+		log, err := os.ReadFile(filepath.Join(d, "hc.log"))
+		if err != nil {
+			t.Logf("Domain %s: no hc.log: %v", filepath.Base(d), err)
+			continue
+		}
+		all := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
+		t.Logf("Domain %s (%s): the last %d of %d lines of hc.log:\n%s", filepath.Base(d), canon, min(lines, len(all)), len(all), strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
 }
 
 // result of one lazaret invocation.
