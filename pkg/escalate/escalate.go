@@ -261,7 +261,7 @@ func setup(o Options) (*client, int) {
 	if err != nil {
 		return fail(o, ExitUnavailable, "LAZARET_SESSION_CAPABILITY is not a session capability: %v", err)
 	}
-	keyPEM, err := os.ReadFile(filepath.Join(o.CredentialsDir, "sandbox.key"))
+	keyPEM, err := os.ReadFile(filepath.Join(o.CredentialsDir, trust.SandboxKeyFile))
 	if err != nil {
 		return fail(o, ExitUnavailable, "read the sandbox request-signing key: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // CredentialsDir is the fixed credential path inside the sandbox.
@@ -17,10 +18,8 @@ func (c *coordinator) credentialDir() string { return filepath.Join(c.paths.Runt
 // sandboxCredentialFiles are the files at the fixed credential path.
 var sandboxCredentialFiles = []string{sandboxKeyFile, "sandbox.cred", "manifest", "coordinator.cred"}
 
-// sandboxKeyFile is the sandbox's request-signing key: the only private key
-// that enters the sandbox, and the only credential file with a mount of its
-// own.
-const sandboxKeyFile = "sandbox.key"
+// sandboxKeyFile is the only credential file with a mount of its own.
+const sandboxKeyFile = trust.SandboxKeyFile
 
 // writeSandboxCredentials writes the sandbox's credential files at the
 // fixed credential path of the control mount source. The key is a

@@ -195,8 +195,12 @@ func (a *Anchor) Publication() Publication {
 	return Publication{CACert: a.CACertDER(), Manifest: a.manifest, CoordinatorCert: a.CoordinatorCertDER()}
 }
 
-// SandboxFiles returns the files of the sandbox's read-only credential
-// mount: the sandbox private key (PKCS#8 PEM), its credential, the Trust
+// SandboxKeyFile is the name, among SandboxFiles, of the sandbox's private
+// request-signing key: the only private key that enters the sandbox.
+const SandboxKeyFile = "sandbox.key"
+
+// SandboxFiles returns the files at the sandbox's read-only credential
+// path: the sandbox private key (PKCS#8 PEM), its credential, the Trust
 // Manifest and the coordinator's verification credential. It fails once
 // the key has been dropped.
 func (a *Anchor) SandboxFiles() (map[string][]byte, error) {
@@ -210,7 +214,7 @@ func (a *Anchor) SandboxFiles() (map[string][]byte, error) {
 		return nil, err
 	}
 	return map[string][]byte{
-		"sandbox.key":      pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+		SandboxKeyFile:     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
 		"sandbox.cred":     a.sandboxCred.Signed.Encode(),
 		"manifest":         a.manifest.Encode(),
 		"coordinator.cred": a.coordCred.Signed.Encode(),
