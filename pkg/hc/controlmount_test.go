@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/trust/trusttest"
 )
 
 // TestSandboxCredentialsLayout: the four files are at the fixed credential
@@ -15,11 +16,15 @@ import (
 // of its source), the public files are the control mount's own and no
 // private key is among them.
 func TestSandboxCredentialsLayout(t *testing.T) {
-	a, id, want := testAnchor(t, 3)
+	g, err := trusttest.New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, id, want := g.Anchor, g.ID, g.Files
 	root := t.TempDir()
 	c := &coordinator{anchor: a}
 	c.paths = domain.Paths{ID: domain.ID(id.DomainID), RuntimeDir: filepath.Join(root, "r")}
-	if err := c.writeSandboxCredentials(); err != nil {
+	if err = c.writeSandboxCredentials(); err != nil {
 		t.Fatal(err)
 	}
 	points := filepath.Join(c.paths.ControlMountSource(), "credentials")

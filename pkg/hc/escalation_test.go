@@ -2,12 +2,9 @@ package hc
 
 import (
 	"crypto/ed25519"
-	"crypto/x509"
-	"encoding/pem"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/sessions"
 	"github.com/lazaret/lazaret/pkg/trust"
+	"github.com/lazaret/lazaret/pkg/trust/trusttest"
 )
 
 // escFixture is a coordinator with a live escalation service and no broker
@@ -40,12 +38,11 @@ func newEscFixture(t *testing.T) *escFixture {
 
 // newEscFixtureRules is newEscFixture with the profile's auto_approve rules.
 func newEscFixtureRules(t *testing.T, rules []config.Rule) *escFixture {
-	a, id, files := testAnchor(t, 5)
-	blk, _ := pem.Decode(files["sandbox.key"])
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	g, err := trusttest.New(5)
 	if err != nil {
 		t.Fatal(err)
 	}
+	a, id := g.Anchor, g.ID
 	root := t.TempDir()
 	c := &coordinator{anchor: a, generation: 5, log: slog.New(slog.DiscardHandler), cfg: generationConfig{workspace: t.TempDir(), profileName: "default",
 		profile: &config.Profile{Name: "default", AutoApprove: rules}}, sessions: sessions.New[*session](sessions.Config{})}
@@ -53,7 +50,7 @@ func newEscFixtureRules(t *testing.T, rules []config.Rule) *escFixture {
 	for _, d := range []string{c.paths.DomainRoot, c.paths.RuntimeDir, c.paths.ControlMountSource()} {
 		os.MkdirAll(d, 0o700)
 	}
-	f := &escFixture{t: t, c: c, sandbox: k.(ed25519.PrivateKey), anchors: map[string]*trust.SessionAnchor{}, caps: map[string][]byte{}}
+	f := &escFixture{t: t, c: c, sandbox: g.SandboxKey, anchors: map[string]*trust.SessionAnchor{}, caps: map[string][]byte{}}
 	if f.e, err = c.newEscalation(); err != nil {
 		t.Fatal(err)
 	}
@@ -129,20 +126,4 @@ func (f *escFixture) auditEntries() []audit.Entry {
 		f.t.Fatal(err)
 	}
 	return es
-}
-
-// testAnchor is a Trust Anchor of generation gen of the default profile's
-// Domain for /p, its identity and its sandbox files.
-func testAnchor(t *testing.T, gen uint64) (*trust.Anchor, trust.GenerationIdentity, map[string][]byte) {
-	t.Helper()
-	id := trust.GenerationIdentity{DomainID: string(domain.DeriveID("default", "/p")), Generation: gen, CoordinatorID: randomID(), Profile: "default", ConfigFingerprint: "sha256:" + strings.Repeat("0", 64)}
-	a, err := trust.NewAnchor(id, randomID(), trust.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := a.SandboxFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a, id, files
 }

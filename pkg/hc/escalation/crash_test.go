@@ -1,9 +1,6 @@
 package escalation
 
 import (
-	"crypto/ed25519"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,12 +13,12 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
-	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/escalate"
 	"github.com/lazaret/lazaret/pkg/escalate/record"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/trust"
+	"github.com/lazaret/lazaret/pkg/trust/trusttest"
 )
 
 // crashRootEnv makes the test binary a coordinator of generation 4 that
@@ -36,20 +33,11 @@ func crashCoordinator(root string) {
 		fmt.Fprintln(os.Stderr, "crash coordinator:", err)
 		os.Exit(2)
 	}
-	id := trust.GenerationIdentity{DomainID: string(domain.DeriveID("default", "/p")), Generation: 4, CoordinatorID: randomID(), Profile: "default", ConfigFingerprint: "sha256:" + strings.Repeat("0", 64)}
-	a, err := trust.NewAnchor(id, randomID(), trust.Options{})
+	g, err := trusttest.New(4)
 	if err != nil {
 		fail(err)
 	}
-	files, err := a.SandboxFiles()
-	if err != nil {
-		fail(err)
-	}
-	blk, _ := pem.Decode(files["sandbox.key"])
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		fail(err)
-	}
+	a, id := g.Anchor, g.ID
 	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), os.Args[0])
 	if err != nil {
 		fail(err)
@@ -73,7 +61,7 @@ func crashCoordinator(root string) {
 	}
 	sessions.all[an.SessionID] = false
 	req := &lv1.EscalationRequest{RequestId: randomID(), DomainId: id.DomainID, Generation: 4, SessionCapability: capRec.Encode(), Argv: []string{"sleep", "1000"}}
-	b, err := record.Seal(record.KindRequest, req, record.KeySigner(k.(ed25519.PrivateKey)))
+	b, err := record.Seal(record.KindRequest, req, record.KeySigner(g.SandboxKey))
 	if err != nil {
 		fail(err)
 	}

@@ -3,8 +3,6 @@ package escalation
 import (
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,12 +15,12 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/audit"
 	"github.com/lazaret/lazaret/pkg/config"
-	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/escalate"
 	"github.com/lazaret/lazaret/pkg/escalate/record"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/trust"
+	"github.com/lazaret/lazaret/pkg/trust/trusttest"
 )
 
 // The role is driven here through its interface only: New with a Config
@@ -129,21 +127,11 @@ func newFixture(t *testing.T, rules ...config.Rule) *fixture {
 // newFixtureAt starts generation gen of a Domain whose runtime and Domain
 // Root are under root (a second generation reuses the root).
 func newFixtureAt(t *testing.T, root string, gen uint64, rules ...config.Rule) *fixture {
-	id := trust.GenerationIdentity{DomainID: string(domain.DeriveID("default", "/p")), Generation: gen, CoordinatorID: randomID(), Profile: "default", ConfigFingerprint: "sha256:" + strings.Repeat("0", 64)}
-	a, err := trust.NewAnchor(id, randomID(), trust.Options{})
+	g, err := trusttest.New(gen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := a.SandboxFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, _ := pem.Decode(files["sandbox.key"])
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, anchor: a, sandbox: k.(ed25519.PrivateKey), sessions: &fakeSessions{all: map[string]bool{}},
+	f := &fixture{t: t, anchor: g.Anchor, sandbox: g.SandboxKey, sessions: &fakeSessions{all: map[string]bool{}},
 		anchors: map[string]*trust.SessionAnchor{}, caps: map[string][]byte{}, root: root, ws: t.TempDir()}
 	f.model = &fakeModel{sessions: f.sessions, detached: map[string]bool{}, actions: map[string][]string{}}
 	for _, d := range []string{f.domainRoot(), f.runtimeDir(), f.controlMount()} {
@@ -155,7 +143,7 @@ func newFixtureAt(t *testing.T, root string, gen uint64, rules ...config.Rule) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.e, err = New(Config{Anchor: a, RuntimeDir: f.runtimeDir(), ControlMount: f.controlMount(), DomainRoot: f.domainRoot(),
+	f.e, err = New(Config{Anchor: g.Anchor, RuntimeDir: f.runtimeDir(), ControlMount: f.controlMount(), DomainRoot: f.domainRoot(),
 		Workspace: f.ws, Rules: rules, Sessions: f.sessions, Launcher: broker, Model: f.model})
 	if err != nil {
 		t.Fatal(err)
