@@ -2,6 +2,7 @@ package sessionterm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -40,6 +41,32 @@ const (
 // interactive session's events (and its escalation prompts) are admitted
 // at the latest this long after its exec client started.
 const IdentifyTimeout = 10 * time.Second
+
+// ExitAfterAbsence bounds the wait for the exec client of a command found
+// absent from the guest during its identification: a command that exits
+// at once is gone before its client has collected its status and exited.
+const ExitAfterAbsence = 5 * time.Second
+
+// endedUnidentified reports whether identification failed with err because
+// the command had already ended: its exec client has exited, or exits
+// within ExitAfterAbsence of the command being found absent (errdefs.
+// ErrUnavailable). Any other failure is one only if the client still runs.
+func (t *Terminal) endedUnidentified(child *proc.Child, err error) bool {
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		select {
+		case <-child.Done():
+			return true
+		default:
+			return false
+		}
+	}
+	select {
+	case <-child.Done():
+		return true
+	case <-t.clock.After(ExitAfterAbsence):
+		return false
+	}
+}
 
 // Timeouts of the close and the release.
 var (
@@ -224,16 +251,14 @@ func Run[A, H any](d Domain, s Session, frames <-chan *lv1.ClientFrame, routes f
 	// 3. The guest process group and its leader.
 	admitted := false
 	if err := t.identify(ctx, pidFile); err != nil {
-		select {
-		case <-child.Done():
-			// The command ended before it could be identified (e.g. a
-			// command that exits at once): no event is ever admitted; its
-			// output and status are still delivered.
-			t.log.Debug("session ended before its guest group was identified", "err", err)
-		default:
+		if !t.endedUnidentified(child, err) {
 			fail(fmt.Errorf("identify the session's guest process group: %w", err))
 			return
 		}
+		// The command ended before it could be identified (e.g. a command
+		// that exits at once): no event is ever admitted; its output and
+		// status are still delivered.
+		t.log.Debug("session ended before its guest group was identified", "err", err)
 	} else {
 		// 4. One transaction to Running; 5. only then events are admitted.
 		if err := d.Recorder.RecordRunning(ctx, t.id); err != nil {
