@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var flagScale = flag.Int("bench-scale", 20, "Domains started at once by TestBenchScale")
@@ -33,13 +35,20 @@ type scaleReport struct {
 	PSSMiB      map[string]float64 `json:"pss_mib_per_domain_by_process"`
 	RSSTotalMiB float64            `json:"rss_mib_per_domain"`
 	PSSTotalMiB float64            `json:"pss_mib_per_domain"`
+	// RSSProcessSumMiB is the RSS of every process summed, an address
+	// space shared by several processes counted once for each (the
+	// figure of reports before this field).
+	RSSProcessSumMiB float64 `json:"rss_mib_per_domain_process_sum"`
 }
 
 // TestBenchScale starts -bench-scale Domains at once (one workspace each,
 // the default profile), each held by one session, and reports how many
 // started, the start time to the session's first output (median, p95), and
 // the memory of an idle Domain by process kind (RSS and PSS, averaged over
-// the Domains): the session's CLI, HC, RS and everything below them.
+// the Domains): the session's CLI, HC, RS and everything below them, each
+// address space counted once (see userMemoryByKind); the RSS summed over
+// processes, which counts the sandbox's shared stub address spaces once per
+// stub, is reported beside it. Target: 20 of 20, RSS ≤ 150 MiB.
 func TestBenchScale(t *testing.T) {
 	e := need(t)
 	n := *flagScale
@@ -100,7 +109,8 @@ func TestBenchScale(t *testing.T) {
 	}
 	// Idle memory, by process kind, of every process of the test user.
 	time.Sleep(2 * time.Second)
-	rss, pss := userMemoryByKind(t, e.uid)
+	rss, pss, processSum := userMemoryByKind(t, e.uid)
+	rep.RSSProcessSumMiB = processSum / float64(max(len(starts), 1))
 	for k, v := range rss {
 		rep.RSSMiB[k] = v / float64(max(len(starts), 1))
 		rep.RSSTotalMiB += rep.RSSMiB[k]
@@ -129,7 +139,8 @@ func TestBenchScale(t *testing.T) {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
-	fmt.Printf("idle memory per Domain (average over the %d): RSS %.1f MiB (target <= 150), PSS %.1f MiB\n", rep.Started, rep.RSSTotalMiB, rep.PSSTotalMiB)
+	fmt.Printf("idle memory per Domain (average over the %d, each address space once): RSS %.1f MiB (target <= 150), PSS %.1f MiB\n", rep.Started, rep.RSSTotalMiB, rep.PSSTotalMiB)
+	fmt.Printf("  RSS summed over processes, a shared address space once per process: %.1f MiB\n", rep.RSSProcessSumMiB)
 	for _, k := range kinds {
 		fmt.Printf("  %-22s RSS %6.1f MiB  PSS %6.1f MiB\n", k, rep.RSSMiB[k], rep.PSSMiB[k])
 	}
@@ -144,16 +155,20 @@ func TestBenchScale(t *testing.T) {
 	}
 }
 
-// userMemoryByKind sums VmRSS and Pss (MiB) of uid's processes by kind:
-// the executable's name, with runsc's sandbox and gofer told apart and
-// hidden roles named (the Git-routing daemon RS runs from the front:
-// "lazaret git-routing"). "exe" are the
-// sandbox's systrap stub processes holding the guest's address spaces
-// (the sandbox init's, the session's); the stubs of one address space
-// share its memory and RSS counts it in each.
-func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64) {
+// userMemoryByKind sums VmRSS and Pss (MiB) of uid's processes by kind,
+// each address space once: the executable's name, with runsc's sandbox and
+// gofer told apart and hidden roles named (the Git-routing daemon RS runs
+// from the front: "lazaret git-routing"). "exe" are the sandbox's systrap
+// stub processes holding the guest's address spaces (the sandbox init's,
+// the session's): gVisor makes one stub process per guest thread, all of an
+// address space's stubs share it (CLONE_VM), and each reports its whole
+// RSS and PSS, as the threads of one process would if they were counted
+// one by one. processSum is the RSS of every process summed, shared
+// address spaces included once per process.
+func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64, processSum float64) {
 	t.Helper()
 	rss, pss = map[string]float64{}, map[string]float64{}
+	var counted []int // a process of each address space counted so far
 	ents, _ := os.ReadDir("/proc")
 	for _, d := range ents {
 		pid, err := strconv.Atoi(d.Name())
@@ -164,6 +179,12 @@ func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64) {
 		if err != nil || !strings.Contains(string(status), fmt.Sprintf("\nUid:\t%d\t", uid)) {
 			continue
 		}
+		resident := kbField(string(status), "VmRSS:") / 1024
+		processSum += resident
+		if sharesAddressSpace(t, pid, counted) {
+			continue
+		}
+		counted = append(counted, pid)
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		argv := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
 		kind := filepath.Base(argv[0])
@@ -188,12 +209,34 @@ func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64) {
 		} else if (kind == "lazaret" || kind == "exe") && len(argv) > 1 {
 			kind = kind + " " + argv[1] // a re-executed role names itself first
 		}
-		rss[kind] += kbField(string(status), "VmRSS:") / 1024
+		rss[kind] += resident
 		if roll, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {
 			pss[kind] += kbField(string(roll), "Pss:") / 1024
 		}
 	}
-	return rss, pss
+	return rss, pss, processSum
+}
+
+// sharesAddressSpace reports whether pid shares its address space with one
+// of the processes in counted (kcmp(2), KCMP_VM; the bench runs as root,
+// which may compare any two processes). A process that has exited in
+// between shares with none; any other failure fails the test, so that the
+// figure never silently counts differently.
+func sharesAddressSpace(t *testing.T, pid int, counted []int) bool {
+	t.Helper()
+	const kcmpVM = 1 // KCMP_VM in linux/kcmp.h
+	for _, other := range counted {
+		r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(pid), uintptr(other), kcmpVM, 0, 0, 0)
+		switch {
+		case errno == unix.ESRCH: // one of the two has exited
+			continue
+		case errno != 0:
+			t.Fatalf("compare the address spaces of processes %d and %d (kcmp KCMP_VM): %v; the bench must run as root", pid, other, errno)
+		case r == 0:
+			return true
+		}
+	}
+	return false
 }
 
 // kbField is the value in kB of the line starting with name.
