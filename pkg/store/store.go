@@ -174,12 +174,13 @@ func Open(domainRoot string, lock *os.File, id DomainIdentity, opts Options) (*S
 	}
 	s := &Store{id: id, now: opts.Now, log: opts.Logger, gen: new(atomic.Uint64), obs: opts.readObserver, cobs: opts.commitObserver}
 	po := &pebble.Options{
-		FS:                 opts.FS,
+		FS:                 quietFS(opts.FS),
 		FormatMajorVersion: FormatMajorVersion,
 		Logger:             fatalLogger{log: opts.Logger, domain: id.ID, gen: s.gen},
 		MemTableSize:       MemTableSize,
 		CacheSize:          CacheSize,
 	}
+	po.Experimental.CompactionScheduler = newCompactionScheduler()
 	db, err := pebble.Open(filepath.Join(domainRoot, Dir), po)
 	if err != nil {
 		return nil, errdefs.Mark(fmt.Errorf("domain store: open: %w", err), errdefs.ErrCorrupt)
