@@ -43,11 +43,21 @@ type egressProxy struct {
 	closed bool
 }
 
+// policyMax bounds the network policy memfd RS reads.
+const policyMax = 1 << 20
+
 // peekPolicyMode reads the policy memfd's mode without consuming the
 // descriptor (checkPolicy verifies the digest later): RS needs it before
 // its hello to create the sandbox's network namespace.
 func peekPolicyMode(fd int) (netpolicy.Mode, error) {
-	b := make([]byte, 1<<20)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", fmt.Errorf("read the network policy: %w", err)
+	}
+	if st.Size > policyMax {
+		return "", errdefs.New(errdefs.ErrRefused, "the network policy memfd holds %d bytes, more than %d", st.Size, policyMax)
+	}
+	b := make([]byte, st.Size)
 	n, err := unix.Pread(fd, b, 0)
 	if err != nil {
 		return "", fmt.Errorf("read the network policy: %w", err)
