@@ -160,11 +160,12 @@ func TestBenchScale(t *testing.T) {
 // gofer told apart and hidden roles named (the Git-routing daemon RS runs
 // from the front: "lazaret git-routing"). "exe" are the sandbox's systrap
 // stub processes holding the guest's address spaces (the sandbox init's,
-// the session's): gVisor makes one stub process per guest thread, all of an
-// address space's stubs share it (CLONE_VM), and each reports its whole
-// RSS and PSS, as the threads of one process would if they were counted
-// one by one. processSum is the RSS of every process summed, shared
-// address spaces included once per process.
+// the session's): gVisor holds one address space in several stub
+// processes made with CLONE_VM (measured: three share the init's, two the
+// session's), and each reports the whole address space's RSS and PSS, as
+// the threads of one process would if they were counted one by one.
+// processSum is the RSS of every process summed, shared address spaces
+// included once per process.
 func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64, processSum float64) {
 	t.Helper()
 	rss, pss = map[string]float64{}, map[string]float64{}
