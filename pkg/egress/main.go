@@ -18,6 +18,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 )
 
@@ -140,6 +141,9 @@ func Main(args []string) int {
 	log.Info("egress proxy listening", "http", hl.Addr().String(), "socks", sl.Addr().String(), "profile", *profile,
 		"hosts", len(pol.Hosts), "ask", pol.Ask, "dns", server.String(), "host_rules", strings.Join(hostStrings(pol.Hosts), " "))
 	fmt.Fprintln(os.Stdout, ReadyLine)
+	// Serving needs little of what starting did; the proxy lives as long
+	// as its Domain.
+	idlemem.SettleSoon(log)
 	d := &net.Dialer{Timeout: ConnectTimeout}
 	err = Serve(ctx, Config{
 		Policy: pol, Profile: *profile, HTTP: hl, SOCKS: sl,
