@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/egress"
 	"github.com/lazaret/lazaret/pkg/gitroute"
 	"github.com/lazaret/lazaret/pkg/hc"
+	_ "github.com/lazaret/lazaret/pkg/prefault" // maps the binary before other packages initialise
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/slirp"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/gitroute"
+	_ "github.com/lazaret/lazaret/pkg/prefault" // maps the binary before other packages initialise
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
 	"github.com/lazaret/lazaret/pkg/slirp"
