@@ -78,7 +78,7 @@ func Main(args []string) int {
 	if err != nil {
 		return usage("--dns=%q is not ADDR:PORT: %v", *dns, err)
 	}
-	raw, err := fdpass.ReadSealedMemfd(*policyFD, 1<<20)
+	raw, err := fdpass.ReadSealedMemfd(*policyFD, netpolicy.MaxCanonicalSize)
 	if err != nil {
 		log.Error("read the network policy", "err", err)
 		return 1

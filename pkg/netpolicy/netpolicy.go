@@ -164,6 +164,10 @@ func compactAddrs(as []netip.Addr) []netip.Addr {
 	return out
 }
 
+// MaxCanonicalSize bounds the canonical encoding a reader of the sealed
+// policy memfd accepts (RS and the egress proxy).
+const MaxCanonicalSize = 1 << 20
+
 // Canonical is the policy's canonical encoding: a version line, then one
 // line per entry in sorted order.
 //

@@ -44,7 +44,7 @@ type egressProxy struct {
 }
 
 // policyMax bounds the network policy memfd RS reads.
-const policyMax = 1 << 20
+const policyMax = netpolicy.MaxCanonicalSize
 
 // peekPolicyMode reads the policy memfd's mode without consuming the
 // descriptor (checkPolicy verifies the digest later): RS needs it before
