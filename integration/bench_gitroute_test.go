@@ -48,6 +48,56 @@ func parseTimes(t *testing.T, out string) map[string][]float64 {
 	return m
 }
 
+// benchTimes runs argv in ws as the test user and returns the "KEY
+// MICROSECONDS" lines it printed, in ms by key, and its whole output; a
+// failed command fails the bench under name.
+func benchTimes(t *testing.T, e *env, ws, name string, argv ...string) (map[string][]float64, string) {
+	t.Helper()
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir = ws
+	c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "GIT_CONFIG_NOSYSTEM=1"}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, out)
+	}
+	return parseTimes(t, string(out)), string(out)
+}
+
+// bareRunscPlainBind writes a bundle (directory name under the test
+// user's base) running process over rootfs (a prepared lower, read-only,
+// with runsc's in-memory overlay) with a plain read-write bind of ws at
+// /workspace, and returns the command that runs it with bare runsc as the
+// test user, in a user+mount+net namespace with the full subordinate map
+// and the same sentry dentry cache as Lazaret's (runsc.DentryCache: a
+// quarter of the user's hard RLIMIT_NOFILE), so a ratio against it isolates
+// what Lazaret adds.
+func bareRunscPlainBind(t *testing.T, e *env, name, rootfs, ws string, process map[string]any) []string {
+	t.Helper()
+	bundle := e.userDir(name + "-bundle")
+	spec := map[string]any{
+		"ociVersion": "1.0.0",
+		"process":    process,
+		"root":       map[string]any{"path": "rootfs"},
+		"linux":      map[string]any{"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}}},
+		"mounts": []map[string]any{{"destination": "/proc", "type": "proc", "source": "proc"},
+			{"destination": "/workspace", "type": "bind", "source": ws, "options": []string{"rbind", "rw"}}},
+	}
+	js, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(bundle, "rootfs"), 0o755)
+	os.Chown(filepath.Join(bundle, "rootfs"), e.uid, e.gid)
+	script := fmt.Sprintf(`set -e
+mount --bind %[1]s %[2]s/rootfs; mount -o remount,bind,ro %[2]s/rootfs
+ip link set lo up
+d=$(( $(ulimit -Hn) / 4 )); [ $d -lt 1000 ] && d=1000; [ $d -gt 65536 ] && d=65536
+%[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=$d run --bundle %[2]s bare-%[4]s`, rootfs, bundle, e.runsc, name)
+	sub := strconv.Itoa(e.subStart) + ",1,65536"
+	return []string{"unshare", "--user", "--map-user=0", "--map-group=0", "--map-users=" + sub, "--map-groups=" + sub, "--mount", "--net", "--propagation", "private", "sh", "-c", script}
+}
+
 // benchRepo generates the 5,000-file repository, a 5,000-small-file
 // tarball and the untar target directories for n runs of each setup.
 func benchRepo(t *testing.T, e *env, ws string, n int, setups []string) {
@@ -108,15 +158,8 @@ func TestBenchGitRouting(t *testing.T) {
 				}
 			}
 		}
-		c := exec.Command(argv[0], argv[1:]...)
-		c.Dir = ws
-		c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "GIT_CONFIG_NOSYSTEM=1"}
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
-		out, err := c.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", name, err, out)
-		}
-		results[name] = parseTimes(t, string(out))
+		var out string
+		results[name], out = benchTimes(t, e, ws, name, argv...)
 		if len(results[name]["status"]) != n || len(results[name]["plain"]) != n || len(results[name]["ignored"]) != n {
 			t.Fatalf("%s output: %s", name, out)
 		}
@@ -146,31 +189,10 @@ func TestBenchGitRouting(t *testing.T) {
 	if rootfs == "" {
 		t.Fatalf("no prepared Debian lower with git among %v", arts)
 	}
-	bundle := e.userDir("bench-git-bundle")
-	spec := map[string]any{
-		"ociVersion": "1.0.0",
-		"process":    map[string]any{"args": []string{"/bin/sh", "-c", lzScript}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "GIT_CONFIG_NOSYSTEM=1"}},
-		"root":       map[string]any{"path": "rootfs"},
-		"linux":      map[string]any{"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}}},
-		"mounts": []map[string]any{{"destination": "/proc", "type": "proc", "source": "proc"},
-			{"destination": "/workspace", "type": "bind", "source": ws, "options": []string{"rbind", "rw"}}},
-	}
-	js, _ := json.Marshal(spec)
-	os.WriteFile(filepath.Join(bundle, "config.json"), js, 0o644)
-	os.MkdirAll(filepath.Join(bundle, "rootfs"), 0o755)
-	os.Chown(filepath.Join(bundle, "rootfs"), e.uid, e.gid)
-	bare := fmt.Sprintf(`set -e
-mount --bind %[1]s %[2]s/rootfs; mount -o remount,bind,ro %[2]s/rootfs
-ip link set lo up
-d=$(( $(ulimit -Hn) / 4 )); [ $d -lt 1000 ] && d=1000; [ $d -gt 65536 ] && d=65536
-%[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared --dcache=$d run --bundle %[2]s bare-git`, rootfs, bundle, e.runsc)
-	sub := strconv.Itoa(e.subStart) + ",1,65536"
-	run("bare_runsc_plain_bind", ws, "unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", bare)
-	// The same sentry dentry cache as Lazaret's (runsc.DentryCache: a
-	// quarter of the user's hard RLIMIT_NOFILE), so the ratio isolates the
-	// router.
-	// safe.directory: inside bare runsc the workspace belongs to root of the
-	// sandbox, as in Lazaret; nothing else differs.
+	// Inside bare runsc the workspace belongs to root of the sandbox, as in
+	// Lazaret; nothing else differs.
+	argv := bareRunscPlainBind(t, e, "bench-git", rootfs, ws, map[string]any{"args": []string{"/bin/sh", "-c", lzScript}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "GIT_CONFIG_NOSYSTEM=1"}})
+	run("bare_runsc_plain_bind", ws, argv...)
 	noLeftovers(t)
 	// The FUSE floor: go-fuse's own loopback filesystem (every request
 	// passed straight to the host directory: no routing, no watch, no
