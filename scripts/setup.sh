@@ -20,6 +20,10 @@
 #   scripts/setup.sh bench-deps           what `make bench` compares with: bubblewrap, socat,
 #                                         ripgrep (and Node.js/npm when not on PATH) and the
 #                                         pinned srt from the npm registry; prints srt's path
+#   scripts/setup.sh bench-npm            the packages of integration/testdata/npm-project
+#                                         from the npm registry into an npm cache (once per
+#                                         lock file) for `make bench`'s npm install; prints
+#                                         the cache's path
 #   scripts/setup.sh kernel [--force]     qualify the running kernel build when it has no
 #                                         record (always with --force): `lazaret kernel qualify`
 set -euo pipefail
@@ -445,6 +449,33 @@ bench_deps() {
 	printf '%s\n' "$srt"
 }
 
+# bench_npm fills an npm cache with the packages of the bench's npm project
+# (integration/testdata/npm-project: its lock file pins 175 packages, none
+# with install scripts) from the npm registry, once per lock file. It is the
+# local mirror both sides of `make bench`'s npm install figure install from
+# with --offline, so the figure is the install's own work, not the
+# registry's. It prints the cache's path on standard output.
+bench_npm() {
+	install_step bench-deps
+	command -v npm >/dev/null || die "npm is not on PATH after installing the bench-deps packages: install Node.js and npm"
+	local proj="$here/integration/testdata/npm-project"
+	local sum; sum="$(sha256sum "$proj/package-lock.json" | cut -c1-16)"
+	local dir="$DEPS_DIR/npm-bench/$sum"
+	if [ ! -f "$dir/complete" ]; then
+		say "fetching the npm bench project's packages from the npm registry into $dir/cache"
+		as_root rm -rf "$dir"
+		as_root mkdir -p "$dir/project"
+		as_root cp "$proj/package.json" "$proj/package-lock.json" "$dir/project/"
+		as_root npm ci --prefix "$dir/project" --cache "$dir/cache" --ignore-scripts --no-audit --no-fund --loglevel=error >&2 ||
+			die "npm ci of $proj failed (is the npm registry reachable from this machine?)"
+		as_root rm -rf "$dir/project"
+		as_root touch "$dir/complete"
+	fi
+	# The bench copies the cache as the non-root test user.
+	as_root chmod -R a+rX "$dir"
+	printf '%s\n' "$dir/cache"
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
 deps) deps ;;
@@ -457,5 +488,6 @@ test-debs) test_debs ;;
 protoc) install_step protoc ;;
 tlc) tlc ;;
 bench-deps) bench_deps ;;
-*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | test-debs | protoc | tlc | bench-deps" ;;
+bench-npm) bench_npm ;;
+*) die "usage: $0 deps | packages [MANAGER] | user NAME | images NAME KIND... | demo-workspace NAME | kernel [--force] | test-debs | protoc | tlc | bench-deps | bench-npm" ;;
 esac
