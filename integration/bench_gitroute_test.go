@@ -64,15 +64,15 @@ func benchTimes(t *testing.T, e *env, ws, name string, argv ...string) (map[stri
 	return parseTimes(t, string(out)), string(out)
 }
 
-// bareRunscPlainBind writes a bundle (directory name under the test
-// user's base) running process over rootfs (a prepared lower, read-only,
-// with runsc's in-memory overlay) with a plain read-write bind of ws at
-// /workspace, and returns the command that runs it with bare runsc as the
+// bareRunscBind writes a bundle (directory name under the test user's
+// base) running process over rootfs (a prepared lower, read-only, with
+// runsc's in-memory overlay) with a read-write bind of ws at /workspace,
+// and returns the command that runs it with bare runsc as the
 // test user, in a user+mount+net namespace with the full subordinate map
 // and the same sentry dentry cache as Lazaret's (runsc.DentryCache: a
 // quarter of the user's hard RLIMIT_NOFILE), so a ratio against it isolates
 // what Lazaret adds.
-func bareRunscPlainBind(t *testing.T, e *env, name, rootfs, ws string, process map[string]any) []string {
+func bareRunscBind(t *testing.T, e *env, name, rootfs, ws string, process map[string]any) []string {
 	t.Helper()
 	bundle := e.userDir(name + "-bundle")
 	spec := map[string]any{
@@ -128,8 +128,9 @@ func benchRepo(t *testing.T, e *env, ws string, n int, setups []string) {
 // TestBenchGitRouting (spec §3.4): warm `git status` of a
 // 5,000-file repository and a 5,000-small-file untar into a non-ignored and
 // an ignored directory — on the host, inside bare runsc with a plain bind
-// of the workspace, and inside Lazaret with the Git-routing daemon — plus
-// Lazaret's cold start in that repository. Targets (reported): router ≤
+// of the workspace, and inside Lazaret with the Git-routing daemon; through
+// go-fuse's pass-through loopback on the host and bound into bare runsc —
+// plus Lazaret's cold start in that repository. Targets (reported): router ≤
 // 1.3× plain bind for git status, ≤ 1.5× for the untars.
 func TestBenchGitRouting(t *testing.T) {
 	e := need(t)
@@ -191,8 +192,8 @@ func TestBenchGitRouting(t *testing.T) {
 	}
 	// Inside bare runsc the workspace belongs to root of the sandbox, as in
 	// Lazaret; nothing else differs.
-	argv := bareRunscPlainBind(t, e, "bench-git", rootfs, ws, map[string]any{"args": []string{"/bin/sh", "-c", lzScript}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "GIT_CONFIG_NOSYSTEM=1"}})
-	run("bare_runsc_plain_bind", ws, argv...)
+	process := map[string]any{"args": []string{"/bin/sh", "-c", lzScript}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "GIT_CONFIG_NOSYSTEM=1"}}
+	run("bare_runsc_plain_bind", ws, bareRunscBind(t, e, "bench-git", rootfs, ws, process)...)
 	noLeftovers(t)
 	// The FUSE floor: go-fuse's own loopback filesystem (every request
 	// passed straight to the host directory: no routing, no watch, no
@@ -205,11 +206,22 @@ func TestBenchGitRouting(t *testing.T) {
 	// not touch a filesystem this process serves (a forked child stopped on
 	// a FUSE request while this process's runtime stops the world for a
 	// collection deadlocks both).
+	// The bare runsc below leaves nothing either: checked once the loopback
+	// is unmounted (cleanups run last registered first).
+	t.Cleanup(func() { noLeftovers(t) })
 	mnt := fuseLoopback(t, ws, e.userDir("bench-git-loopback"))
 	run("fuse_floor_host_loopback", ws, "sh", "-c", gitRouteScript(mnt, n))
+	// A pass-through FUSE daemon inside gVisor: the same loopback mount
+	// bound into bare runsc in place of the workspace. It differs from the
+	// plain bind only by FUSE, and from Lazaret's router by doing no
+	// routing (no rules, no Domain-state copies, no watch, no
+	// re-resolution), though it keeps a file handle per open file where the
+	// router keeps none. Set beside the router it shows what the router's
+	// own work costs, and beside the plain bind what FUSE in gVisor costs.
+	run("fuse_loopback_bare_runsc", ws, bareRunscBind(t, e, "bench-git-fuse", rootfs, mnt, process)...)
 
 	fmt.Printf("\n%-34s %10s %10s %10s   (median ms of %d)\n", "setup", "git status", "untar", "untar ign.", n)
-	for _, name := range []string{"host", "fuse_floor_host_loopback", "bare_runsc_plain_bind", "lazaret_router"} {
+	for _, name := range []string{"host", "fuse_floor_host_loopback", "bare_runsc_plain_bind", "fuse_loopback_bare_runsc", "lazaret_router"} {
 		r := results[name]
 		fmt.Printf("%-34s %10.1f %10.1f %10.1f\n", name, median(r["status"]), median(r["plain"]), median(r["ignored"]))
 	}
@@ -226,6 +238,10 @@ func TestBenchGitRouting(t *testing.T) {
 	}
 	fmt.Printf("FUSE floor (go-fuse loopback on the host, no gVisor, no routing): round trips alone cost untar %.0f ms, untar into ignored %.0f ms over the host; plain bind + that: untar %.2fx, untar into ignored %.2fx (lower bound for any go-fuse router in gVisor)\n",
 		median(f["plain"])-median(h["plain"]), median(f["ignored"])-median(h["ignored"]), bound("plain"), bound("ignored"))
+	g := results["fuse_loopback_bare_runsc"]
+	fmt.Printf("pass-through FUSE inside gVisor (the go-fuse loopback bound into bare runsc) / plain bind: git status %.2fx, untar %.2fx, untar into ignored %.2fx; the router / the loopback: git status %.2fx, untar %.2fx, untar into ignored %.2fx\n",
+		median(g["status"])/median(b["status"]), median(g["plain"])/median(b["plain"]), median(g["ignored"])/median(b["ignored"]),
+		median(l["status"])/median(g["status"]), median(l["plain"])/median(g["plain"]), median(l["ignored"])/median(g["ignored"]))
 	fmt.Printf("cold start in the 5,000-file repository (lazaret run -- true): %.1f ms\n", median(cold))
 	rep := map[string]any{"results": results, "cold_ms": cold}
 	if *flagBenchOut != "" {

@@ -142,7 +142,7 @@ func TestBenchNpmInstall(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(ws, "p"+strconv.Itoa(i), "node_modules")); err == nil {
 			t.Fatal("node_modules, an ignored directory, reached the host workspace")
 		}
-		argv := bareRunscPlainBind(t, e, "bench-npm", rootfs, bws, map[string]any{"args": []string{"/bin/sh", "-c", script}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root"}})
+		argv := bareRunscBind(t, e, "bench-npm", rootfs, bws, map[string]any{"args": []string{"/bin/sh", "-c", script}, "cwd": "/", "user": map[string]int{"uid": 0, "gid": 0}, "env": []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root"}})
 		run("bare_runsc_plain_bind", bws, argv...)
 		noLeftovers(t)
 	}
