@@ -260,7 +260,13 @@
 //     time: the bench reports plain bind + (loopback − host) as a lower bound
 //     for any go-fuse router, which is above the untar target (router ≤ 1.5×
 //     plain bind) before the router does any work of its own
-//     (docs/BENCHMARKS.md has the figures). Kernel passthrough,
+//     (docs/BENCHMARKS.md has the figures). The same loopback mount is
+//     then bound into bare runsc in place of the workspace
+//     (`fuse_loopback_bare_runsc`): a daemon that routes nothing, in the
+//     same sandbox. It has been slower than the router for git status and
+//     both untars (it keeps a file handle per open file, the router none),
+//     so it is FUSE inside gVisor, not the router's own work, that keeps
+//     the untars far from a plain bind. Kernel passthrough,
 //     which would remove the round trips for data, needs CAP_SYS_ADMIN in the
 //     initial user namespace; FUSE over io_uring (kernel ≥ 6.14, module
 //     parameter `fuse.enable_uring`) is not supported by go-fuse.
