@@ -19,19 +19,19 @@
 package idlemem
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/procmaps"
 )
 
 // Delay is how long SettleSoon waits for the process to stay quiet.
@@ -129,10 +129,11 @@ func dropExecutable() (int, uint64, error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("idle memory: executable: %w", err)
 	}
-	maps, err := readOnlyMappings("/proc/self/maps", exe)
+	b, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("idle memory: %w", err)
 	}
+	maps := procmaps.ReadOnly(b, exe)
 	var total uint64
 	for i, m := range maps {
 		// Page cache folios of a binary can be 2 MiB (e.g. a file
@@ -142,55 +143,13 @@ func dropExecutable() (int, uint64, error) {
 		// kernels' fault-around still maps a whole large folio with
 		// small pages). Kernels without THP refuse the advice, which
 		// changes nothing here.
-		madvise(m.start, m.end-m.start, unix.MADV_NOHUGEPAGE)
-		if err := madvise(m.start, m.end-m.start, unix.MADV_DONTNEED); err != nil {
-			return i, total, fmt.Errorf("idle memory: madvise %#x-%#x: %w", m.start, m.end, err)
+		madvise(m.Start, m.End-m.Start, unix.MADV_NOHUGEPAGE)
+		if err := madvise(m.Start, m.End-m.Start, unix.MADV_DONTNEED); err != nil {
+			return i, total, fmt.Errorf("idle memory: madvise %#x-%#x: %w", m.Start, m.End, err)
 		}
-		total += uint64(m.end - m.start)
+		total += uint64(m.End - m.Start)
 	}
 	return len(maps), total, nil
-}
-
-// mapping is one address range of /proc/PID/maps.
-type mapping struct{ start, end uintptr }
-
-// readOnlyMappings returns the mappings of path in the maps file that are
-// private and neither writable nor shared: the executable's code and
-// read-only data.
-func readOnlyMappings(mapsFile, path string) ([]mapping, error) {
-	f, err := os.Open(mapsFile)
-	if err != nil {
-		return nil, fmt.Errorf("idle memory: %w", err)
-	}
-	defer f.Close()
-	var out []mapping
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		// address perms offset dev inode pathname
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || strings.Join(fields[5:], " ") != path {
-			continue
-		}
-		perms := fields[1]
-		if len(perms) != 4 || perms[1] == 'w' || perms[3] != 'p' {
-			continue
-		}
-		lo, hi, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			continue
-		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil || end <= start {
-			continue
-		}
-		out = append(out, mapping{uintptr(start), uintptr(end)})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("idle memory: read %s: %w", mapsFile, err)
-	}
-	return out, nil
 }
 
 // traced reports whether a tracer (a debugger) is attached.

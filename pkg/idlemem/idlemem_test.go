@@ -7,40 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
-
-func TestReadOnlyMappings(t *testing.T) {
-	maps := `00400000-00ca2000 r-xp 00000000 fd:01 1234 /opt/bin/lazaret-hc
-00ca2000-01626000 r--p 008a2000 fd:01 1234 /opt/bin/lazaret-hc
-01626000-016b6000 rw-p 01226000 fd:01 1234 /opt/bin/lazaret-hc
-016b6000-016d0000 r--s 00000000 fd:01 1234 /opt/bin/lazaret-hc
-02000000-02001000 r--p 00000000 fd:01 99 /opt/bin/lazaret-hc.old
-3181b6400000-3181b7000000 rw-p 00000000 00:00 0
-7ffd1000-7ffd3000 r-xp 00000000 00:00 0 [vdso]
-08000000-08001000 r-xp 00000000 fd:01 77 /opt/my bin/x (deleted)
-`
-	f := filepath.Join(t.TempDir(), "maps")
-	if err := os.WriteFile(f, []byte(maps), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := readOnlyMappings(f, "/opt/bin/lazaret-hc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []mapping{{0x400000, 0xca2000}, {0xca2000, 0x1626000}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Fatalf("got %#v, want %#v", got, want)
-	}
-	got, err = readOnlyMappings(f, "/opt/my bin/x (deleted)")
-	if err != nil || len(got) != 1 || got[0] != (mapping{0x8000000, 0x8001000}) {
-		t.Fatalf("path with spaces: %#v %v", got, err)
-	}
-}
 
 // TestSettleUnmapsExecutable runs this test binary as an idle child that
 // calls Settle between two reads of its stdin, and checks in the child's

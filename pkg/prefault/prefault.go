@@ -14,9 +14,10 @@
 //
 // Importing the package for its side effect (the mains of lazaret,
 // lazaret-hc and lazaret-rs do) runs the populate in its init. It imports
-// only syscall, so the runtime's initialisation order (packages sorted by
-// import path, each as soon as its imports are) runs it right after
-// package syscall, ahead of every heavy initialiser.
+// only syscall and pkg/procmaps (which imports nothing), so the runtime's
+// initialisation order (packages sorted by import path, each as soon as its
+// imports are) runs it right after those two, ahead of every heavy
+// initialiser.
 //
 // Only private mappings of the executable that are neither writable nor
 // shared are populated: the writable data segment would be copied and the
@@ -28,7 +29,11 @@
 // This is a primitive package: its raw madvise lives here.
 package prefault
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/lazaret/lazaret/pkg/procmaps"
+)
 
 // madvPopulateRead is MADV_POPULATE_READ (Linux 5.14).
 const madvPopulateRead = 22
@@ -55,11 +60,11 @@ func populateExecutable() uintptr {
 		return 0
 	}
 	var total uintptr
-	for _, m := range readOnlyMappings(maps, exe) {
-		if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, m.start, m.end-m.start, madvPopulateRead); e != 0 {
+	for _, m := range procmaps.ReadOnly(maps, exe) {
+		if _, _, e := syscall.Syscall(syscall.SYS_MADVISE, m.Start, m.End-m.Start, madvPopulateRead); e != 0 {
 			return total
 		}
-		total += m.end - m.start
+		total += m.End - m.Start
 	}
 	return total
 }
@@ -86,91 +91,4 @@ func readFile(path string) ([]byte, error) {
 		}
 		out = append(out, buf[:n]...)
 	}
-}
-
-// mapping is one address range of /proc/PID/maps.
-type mapping struct{ start, end uintptr }
-
-// readOnlyMappings returns the ranges of the maps file's lines for path
-// that are private and neither writable nor shared.
-func readOnlyMappings(maps []byte, path string) []mapping {
-	var out []mapping
-	for len(maps) > 0 {
-		line := maps
-		if i := indexByte(maps, '\n'); i >= 0 {
-			line, maps = maps[:i], maps[i+1:]
-		} else {
-			maps = nil
-		}
-		if m, ok := parseLine(line, path); ok {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// parseLine parses "start-end perms offset dev inode pathname" and
-// reports whether it is a read-only private mapping of path.
-func parseLine(line []byte, path string) (mapping, bool) {
-	var f [5][]byte
-	rest := line
-	for i := range f {
-		rest = trimSpaces(rest)
-		j := indexByte(rest, ' ')
-		if j < 0 {
-			return mapping{}, false
-		}
-		f[i], rest = rest[:j], rest[j:]
-	}
-	if string(trimSpaces(rest)) != path {
-		return mapping{}, false
-	}
-	perms := f[1]
-	if len(perms) != 4 || perms[0] != 'r' || perms[1] == 'w' || perms[3] != 'p' {
-		return mapping{}, false
-	}
-	dash := indexByte(f[0], '-')
-	if dash < 0 {
-		return mapping{}, false
-	}
-	start, ok1 := parseHex(f[0][:dash])
-	end, ok2 := parseHex(f[0][dash+1:])
-	if !ok1 || !ok2 || end <= start {
-		return mapping{}, false
-	}
-	return mapping{start, end}, true
-}
-
-func parseHex(b []byte) (uintptr, bool) {
-	if len(b) == 0 || len(b) > 16 {
-		return 0, false
-	}
-	var v uintptr
-	for _, c := range b {
-		switch {
-		case c >= '0' && c <= '9':
-			v = v<<4 | uintptr(c-'0')
-		case c >= 'a' && c <= 'f':
-			v = v<<4 | uintptr(c-'a'+10)
-		default:
-			return 0, false
-		}
-	}
-	return v, true
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
-}
-
-func trimSpaces(b []byte) []byte {
-	for len(b) > 0 && b[0] == ' ' {
-		b = b[1:]
-	}
-	return b
 }
