@@ -43,9 +43,6 @@ type egressProxy struct {
 	closed bool
 }
 
-// policyMax bounds the network policy memfd RS reads.
-const policyMax = netpolicy.MaxCanonicalSize
-
 // peekPolicyMode reads the policy memfd's mode without consuming the
 // descriptor (checkPolicy verifies the digest later): RS needs it before
 // its hello to create the sandbox's network namespace.
@@ -54,8 +51,8 @@ func peekPolicyMode(fd int) (netpolicy.Mode, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return "", fmt.Errorf("read the network policy: %w", err)
 	}
-	if st.Size > policyMax {
-		return "", errdefs.New(errdefs.ErrRefused, "the network policy memfd holds %d bytes, more than %d", st.Size, policyMax)
+	if st.Size > netpolicy.MaxCanonicalSize {
+		return "", errdefs.New(errdefs.ErrRefused, "the network policy memfd holds %d bytes, more than %d", st.Size, netpolicy.MaxCanonicalSize)
 	}
 	b := make([]byte, st.Size)
 	n, err := unix.Pread(fd, b, 0)

@@ -13,7 +13,7 @@ import (
 
 // TestPeekPolicyMode: RS reads the mode from the sealed policy memfd
 // without consuming it (checkPolicy reads it whole later), and refuses a
-// memfd larger than policyMax instead of reading part of it.
+// memfd larger than netpolicy.MaxCanonicalSize instead of reading part of it.
 func TestPeekPolicyMode(t *testing.T) {
 	for _, mode := range []netpolicy.Mode{netpolicy.ModeDeny, netpolicy.ModeAllowlist} {
 		p, err := netpolicy.Derive(netpolicy.Input{Mode: mode})
@@ -33,17 +33,17 @@ func TestPeekPolicyMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := fdpass.ReadSealedMemfd(dup, policyMax)
+		raw, err := fdpass.ReadSealedMemfd(dup, netpolicy.MaxCanonicalSize)
 		if err != nil || string(raw) != string(p.Canonical()) {
 			t.Fatalf("mode %q: the policy after the peek: %q, %v", mode, raw, err)
 		}
 	}
-	big, err := fdpass.SealedMemfd("policy", make([]byte, policyMax+1))
+	big, err := fdpass.SealedMemfd("policy", make([]byte, netpolicy.MaxCanonicalSize+1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer big.Close()
 	if _, err := peekPolicyMode(int(big.Fd())); !errors.Is(err, errdefs.ErrRefused) {
-		t.Fatalf("a policy memfd of %d bytes: %v, want ErrRefused", policyMax+1, err)
+		t.Fatalf("a policy memfd of %d bytes: %v, want ErrRefused", netpolicy.MaxCanonicalSize+1, err)
 	}
 }

@@ -666,7 +666,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 // against the digest HC sent and the StartSandbox tap fields, and disables
 // IPv6 in RS's network namespace.
 func (s *supervisor) checkPolicy() error {
-	raw, err := fdpass.ReadSealedMemfd(s.policyFD, policyMax)
+	raw, err := fdpass.ReadSealedMemfd(s.policyFD, netpolicy.MaxCanonicalSize)
 	if err != nil {
 		return err
 	}
