@@ -205,7 +205,7 @@ func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64, proce
 				}
 			}
 		}
-		if role, ok := strings.CutPrefix(argv[min(1, len(argv)-1)], "__lazaret-"); ok && strings.HasPrefix(kind, "lazaret") {
+		if role, ok := hiddenRole(argv); ok && strings.HasPrefix(kind, "lazaret") {
 			kind = kind + " " + role // a hidden role (e.g. the Git-routing daemon RS runs from the front)
 		} else if (kind == "lazaret" || kind == "exe") && len(argv) > 1 {
 			kind = kind + " " + argv[1] // a re-executed role names itself first

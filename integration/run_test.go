@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/gitroute"
+	"github.com/lazaret/lazaret/pkg/proc"
 )
 
 // TestRunExitStatus: `lazaret run -- CMD` exits with CMD's status, 128+n for
@@ -521,8 +522,8 @@ func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
 	for _, exe := range []string{"lazaret-rs", "lazaret-hc", "lazaret"} {
 		for pid, args := range userProcesses(uid, exe) {
 			role := "rs"
-			if len(args) > 1 && strings.HasPrefix(args[1], "__") {
-				role = args[1]
+			if hidden, ok := hiddenRole(args); ok {
+				role = "__lazaret-" + hidden
 				if role == gitroute.DaemonArg {
 					role = "git-routing"
 				}
@@ -537,13 +538,13 @@ func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
 
 // findProcess is the scenario's own (ownProcs) oldest-started (lowest
 // pid) process of the test user named name, not counting hidden roles
-// (argv[1] "__lazaret-…", e.g. lazaret-hc's Git-routing daemon).
+// (hiddenRole, e.g. lazaret-hc's Git-routing daemon).
 func findProcess(t *testing.T, name string) int {
 	t.Helper()
 	e := need(t)
 	lowest := 0
 	for _, up := range ownProcs(e, t) {
-		if len(up.args) > 1 && strings.HasPrefix(up.args[1], "__lazaret-") {
+		if _, ok := hiddenRole(up.args); ok {
 			continue
 		}
 		if up.uid == e.uid && len(up.args) > 0 && filepath.Base(up.args[0]) == name && (lowest == 0 || up.pid < lowest) {
@@ -706,4 +707,31 @@ func TestDX5TimingTrace(t *testing.T) {
 		t.Errorf("LAZARET_DEBUG=timing turned on debug logging in %s", l)
 	}
 	noLeftovers(t)
+}
+
+// hiddenRole is the hidden role a Lazaret process's command line names
+// (argv[1] "__lazaret-…", e.g. the Git-routing daemon), without that
+// prefix. The Runtime Supervisor runs with the command line of its own
+// acquisition wrapper, which it went on from in place
+// (proc.MaybeRunWrapperInPlace): it is the binary's own program, no
+// hidden role.
+func hiddenRole(args []string) (string, bool) {
+	if len(args) < 2 {
+		return "", false
+	}
+	role, ok := strings.CutPrefix(args[1], "__lazaret-")
+	if !ok {
+		return "", false
+	}
+	if args[1] == proc.WrapperArg {
+		for _, a := range args[2:] {
+			if a == "--" {
+				break
+			}
+			if a == proc.HeldArg {
+				return "", false
+			}
+		}
+	}
+	return role, true
 }

@@ -408,7 +408,7 @@ func countProcesses(t *testing.T, name string) int {
 	e := need(t)
 	n := 0
 	for _, up := range ownProcs(e, t) {
-		if len(up.args) > 1 && strings.HasPrefix(up.args[1], "__lazaret-") {
+		if _, ok := hiddenRole(up.args); ok {
 			continue // a hidden role (lazaret-hc's Git-routing daemon), not the named process itself
 		}
 		if up.uid == e.uid && len(up.args) > 0 && filepath.Base(up.args[0]) == name {

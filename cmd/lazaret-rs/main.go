@@ -1,6 +1,9 @@
 // Command lazaret-rs is the Runtime Supervisor (package rs), started by
-// lazaret-hc in new user, mount and network namespaces. Its hidden wrapper
-// role gives the attached runsc its parent-death edge (package proc); its
+// lazaret-hc in new user, mount and network namespaces, as its own
+// acquisition wrapper: held at the barrier it has initialised its packages,
+// and released it goes on as RS in place (proc.MaybeRunWrapperInPlace).
+// Its hidden wrapper role gives the attached runsc its parent-death edge
+// (package proc); its
 // hidden state-maintenance role verifies a Domain's state, resets its
 // Ignored Workspace State and deletes what `lazaret rm` moved into the
 // Storage Root's trash, in the user namespace `lazaret state` and
@@ -32,7 +35,7 @@ func main() {
 	if reexec.Init() {
 		os.Exit(0)
 	}
-	proc.MaybeRunWrapper()
+	proc.MaybeRunWrapperInPlace()
 	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
 		os.Exit(gitroute.Main(os.Args[2:]))
 	}

@@ -18,5 +18,5 @@ var AcquireSteps = []string{
 var WrapperSteps = []string{
 	"blocked",     // waiting at the barrier
 	"armed",       // step 8: parent-death armed, before the parent re-check
-	"before-exec", // step 8: re-checked, before exec
+	"before-exec", // step 8: re-checked, before exec (or, in place, before the target's work)
 }

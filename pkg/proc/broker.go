@@ -29,6 +29,10 @@
 // Barrier EOF or a malformed release makes the wrapper exit 125 without
 // running the target. AcquireSpec.ExecStop replaces the wrapper by the
 // target's own ptrace exec stop for hot paths (acquireExecStop).
+// AcquireSpec.InPlace makes the target's own binary the wrapper, held
+// with its packages initialised, which in step 8 goes on as the target in
+// place (MaybeRunWrapperInPlace) instead of executing it: for the Runtime
+// Supervisor, whose initialisation then overlaps the coordinator's own.
 package proc
 
 import (
@@ -123,6 +127,12 @@ type Command struct {
 	Setctty bool
 	// Cloneflags are extra clone(2) flags (e.g. new namespaces).
 	Cloneflags uintptr
+	// KeepCapabilities carries every capability the child holds after
+	// the clone across its exec as an ambient capability. A child cloned
+	// into a new user namespace holds them all there, but executed before
+	// its id maps exist it is not that namespace's root, and the exec
+	// would clear them.
+	KeepCapabilities bool
 }
 
 // Child is a process spawned by the broker.
@@ -219,6 +229,15 @@ func (b *Broker) spawnWith(cmd Command, mod func(*syscall.SysProcAttr)) (*pidfs.
 			Cloneflags: cmd.Cloneflags,
 			PidFD:      &pidfd,
 		},
+	}
+	if cmd.KeepCapabilities {
+		last, err := lastCapability()
+		if err != nil {
+			return nil, err
+		}
+		for c := uintptr(0); c <= last; c++ {
+			attr.Sys.AmbientCaps = append(attr.Sys.AmbientCaps, c)
+		}
 	}
 	if mod != nil {
 		mod(attr.Sys)
@@ -341,6 +360,18 @@ type AcquireSpec struct {
 	// raises privileges at exec (set-user-ID, file capabilities), which
 	// the kernel refuses to a traced process, uses the wrapper.
 	ExecStop bool
+	// InPlace holds the target's own binary at the barrier instead of the
+	// broker's wrapper executable: it initialises its packages before the
+	// release, and once released goes on as the target in the same
+	// process rather than executing it (the binary calls
+	// MaybeRunWrapperInPlace first thing in main). For a target on the
+	// start-up path, whose initialisation would otherwise follow the
+	// release. In a new user namespace (Cloneflags), whose id maps Setup
+	// writes only after the exec, the wrapper keeps the capabilities of
+	// the clone (Command.KeepCapabilities), and drops what that added
+	// once released: it then holds what the target would have held,
+	// executed as the namespace's root.
+	InPlace bool
 }
 
 // ErrWrapperAborted reports a wrapper that exited before release.
@@ -371,15 +402,22 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 	}
 	barrierFD := len(files)
 	files = append(files, br)
+	wrapperExe, wrapperArgs := b.self, []string{t.Args[0], WrapperArg, "--slot=" + spec.Slot}
+	if spec.InPlace {
+		wrapperExe, wrapperArgs = t.Path, append(wrapperArgs, HeldArg)
+	}
 	wrapper := Command{
-		Path:       b.self,
-		Args:       append([]string{t.Args[0], WrapperArg, "--slot=" + spec.Slot, fmt.Sprintf("--barrier-fd=%d", barrierFD), "--", t.Path}, t.Args[1:]...),
+		Path:       wrapperExe,
+		Args:       append(append(wrapperArgs, fmt.Sprintf("--barrier-fd=%d", barrierFD), "--", t.Path), t.Args[1:]...),
 		Env:        t.Env,
 		Dir:        t.Dir,
 		Files:      files,
 		Setsid:     t.Setsid,
 		Setctty:    t.Setctty,
 		Cloneflags: t.Cloneflags,
+		// Executed before Setup maps its ids, a wrapper in a new user
+		// namespace is no root there and would lose every capability.
+		KeepCapabilities: spec.InPlace && t.Cloneflags&unix.CLONE_NEWUSER != 0,
 	}
 	hit := func(step string) { failpoint.Hit(b.name + ":acquire:" + spec.Slot + ":" + step) }
 	hit("barrier")

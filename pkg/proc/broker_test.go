@@ -17,10 +17,14 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
-// The test binary doubles as the wrapper and as the parent-death step's
-// broker (the same roles the lazaret binary answers for the suite).
+// The test binary doubles as the wrapper, as the target of an in-place
+// acquisition (inPlaceEnv) and as the parent-death step's broker (the same
+// roles the lazaret binary answers for the suite).
 func TestMain(m *testing.M) {
-	MaybeRunWrapper()
+	MaybeRunWrapperInPlace()
+	if out := os.Getenv(inPlaceEnv); out != "" {
+		os.Exit(inPlaceTarget(out))
+	}
 	MaybeRunQualifyBroker()
 	os.Exit(m.Run())
 }

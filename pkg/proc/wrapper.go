@@ -2,6 +2,7 @@ package proc
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,43 +49,91 @@ func decodeRelease(b []byte) (pidfs.Authority, bool) {
 // wrapperAbort is the wrapper's exit status when it refuses to run the target.
 const wrapperAbort = 125
 
+// HeldArg follows the slot in the arguments of an in-place wrapper
+// (AcquireSpec.InPlace): the target's own binary, which goes on as the
+// target once released.
+const HeldArg = "--held-in-place"
+
 // MaybeRunWrapper runs the wrapper role and never returns if argv[1] names
 // it; otherwise it returns immediately. Call it first thing in main.
 func MaybeRunWrapper() {
 	if len(os.Args) < 2 || os.Args[1] != WrapperArg {
 		return
 	}
-	os.Exit(runWrapper(os.Args[2:]))
+	_, code := runWrapper(os.Args[2:], false)
+	os.Exit(code)
 }
 
-func runWrapper(args []string) int {
+// MaybeRunWrapperInPlace is MaybeRunWrapper for a binary that is also the
+// target of an in-place acquisition (AcquireSpec.InPlace). Held at the
+// barrier it has initialised its packages; once the release arrives and
+// the parent is re-checked, it drops the capabilities its spawn kept
+// (Command.KeepCapabilities) and returns with os.Args set to the target's
+// command line: main goes on as the target in the process whose identity
+// the broker staged. The target's own work starts only after it returns.
+// Any other wrapper role runs as in MaybeRunWrapper, and a refused release
+// exits without returning.
+//
+// The parent-death signal is armed on the calling thread (the kernel keeps
+// it per thread): the calling goroutine stays locked to that thread for
+// the life of the process, so that thread is never ended while the
+// process runs. Call it first thing in main, from the main goroutine.
+func MaybeRunWrapperInPlace() {
+	if len(os.Args) < 2 || os.Args[1] != WrapperArg {
+		return
+	}
+	argv, code := runWrapper(os.Args[2:], true)
+	if argv == nil {
+		os.Exit(code)
+	}
+	os.Args = argv
+}
+
+// runWrapper is the wrapper role. It returns the target's argv only to a
+// held in-place wrapper, which inPlace allows, once released; otherwise
+// it executes the target, and its return is the abort status.
+func runWrapper(args []string, inPlace bool) ([]string, int) {
 	// PR_SET_PDEATHSIG is per thread, and exec keeps the calling thread's
-	// value: arm it and exec from this same locked thread.
+	// value: arm it and exec (or go on in place) from this same locked
+	// thread.
 	runtime.LockOSThread()
-	fail := func(format string, a ...any) int {
+	fail := func(format string, a ...any) ([]string, int) {
 		fmt.Fprintf(os.Stderr, "lazaret wrapper: "+format+"\n", a...)
-		return wrapperAbort
+		return nil, wrapperAbort
 	}
 	slot := "unnamed"
 	if len(args) > 0 && strings.HasPrefix(args[0], "--slot=") {
 		slot, args = strings.TrimPrefix(args[0], "--slot="), args[1:]
 	}
 	hit := func(step string) { failpoint.Hit("wrapper:" + slot + ":" + step) }
+	held := len(args) > 0 && args[0] == HeldArg
+	if held {
+		args = args[1:]
+	}
 	if len(args) < 3 || !strings.HasPrefix(args[0], "--barrier-fd=") || args[1] != "--" {
-		return fail("usage: %s [--slot=NAME] --barrier-fd=N -- PATH ARGS...", WrapperArg)
+		return fail("usage: %s [--slot=NAME] [%s] --barrier-fd=N -- PATH ARGS...", WrapperArg, HeldArg)
 	}
 	fd, err := strconv.Atoi(strings.TrimPrefix(args[0], "--barrier-fd="))
 	if err != nil || fd < 3 {
 		return fail("bad barrier fd %q", args[0])
 	}
 	target, targetArgs := args[2], args[3:]
+	if held {
+		// Going on in place runs this image: the named target must be it.
+		if !inPlace {
+			return fail("%s cannot go on in place as %s", os.Args[0], target)
+		}
+		if err := sameExecutable(target); err != nil {
+			return fail("refusing to go on in place as %s: %v", target, err)
+		}
+	}
 	barrier := os.NewFile(uintptr(fd), "barrier")
 	hit("blocked")
 	buf := make([]byte, releaseLen+1)
 	n, err := io.ReadFull(barrier, buf)
 	if err != io.ErrUnexpectedEOF || n != releaseLen {
 		// EOF, short, or over-long release: fail closed.
-		return wrapperAbort
+		return nil, wrapperAbort
 	}
 	want, ok := decodeRelease(buf[:n])
 	if !ok {
@@ -111,6 +160,35 @@ func runWrapper(args []string) int {
 	parent.Close()
 	hit("before-exec")
 	argv := append([]string{target}, targetArgs...)
+	if held {
+		switch err := dropKeptCapabilities(true); {
+		case err == nil:
+			return argv, 0 // the thread stays locked (see MaybeRunWrapperInPlace)
+		case errors.Is(err, errThisThreadOnly):
+			// A cgo build: drop them on this thread and execute the
+			// target, whose exec keeps only this thread.
+			if err := dropKeptCapabilities(false); err != nil {
+				return fail("drop the capabilities kept for the barrier: %v", err)
+			}
+		default:
+			return fail("drop the capabilities kept for the barrier: %v", err)
+		}
+	}
 	err = syscall.Exec(target, argv, os.Environ())
 	return fail("exec %s: %v", target, err)
+}
+
+// sameExecutable reports whether path names the file this process runs.
+func sameExecutable(path string) error {
+	var self, named unix.Stat_t
+	if err := unix.Stat("/proc/self/exe", &self); err != nil {
+		return fmt.Errorf("stat own executable: %w", err)
+	}
+	if err := unix.Stat(path, &named); err != nil {
+		return err
+	}
+	if self.Dev != named.Dev || self.Ino != named.Ino {
+		return fmt.Errorf("%s is not this process's executable", path)
+	}
+	return nil
 }

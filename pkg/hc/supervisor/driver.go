@@ -261,6 +261,10 @@ func (d *Driver) launch() error {
 	}
 	child, err := d.cfg.Broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot: "rs",
+		// lazaret-rs waits at the barrier in its own wrapper role: its
+		// packages initialise while the coordinator opens its store, not
+		// after the release.
+		InPlace: true,
 		Target: proc.Command{
 			Path: d.cfg.Path,
 			Args: rsArgs(d.cfg),

@@ -36,7 +36,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	proc.MaybeRunWrapper() // the broker's barrier re-executes the test binary
+	proc.MaybeRunWrapperInPlace() // the broker's barrier re-executes the test binary; RS goes on in place
 	if mode := os.Getenv(fakeEnv); mode != "" {
 		os.Exit(fakeRS(mode))
 	}

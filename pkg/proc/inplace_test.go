@@ -1,0 +1,195 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/pidfs"
+)
+
+// inPlaceEnv names the file the test binary, gone on in place as an
+// acquisition's target, reports to: its pid, argv and capabilities.
+const inPlaceEnv = "LAZARET_PROC_TEST_IN_PLACE"
+
+// inPlaceTarget is the test binary's target role after
+// MaybeRunWrapperInPlace returned.
+func inPlaceTarget(out string) int {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pid %d\nargs %s\n", os.Getpid(), strings.Join(os.Args[1:], " "))
+	tasks, _ := filepath.Glob("/proc/self/task/*/status")
+	for _, task := range tasks {
+		st, err := os.ReadFile(task)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "Cap") && !strings.HasPrefix(l, "CapBnd") {
+				fmt.Fprintf(&b, "%s %s\n", filepath.Base(filepath.Dir(task)), strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		return 2
+	}
+	return 3
+}
+
+// acquireInPlace acquires the test binary in place, reporting to out.
+func acquireInPlace(t *testing.T, out string, clone uintptr, setup func(context.Context, *pidfs.Handle) error, stage func(context.Context, pidfs.Identity) error) (*Child, error) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testBroker(t).Acquire(context.Background(), AcquireSpec{
+		Slot:    "t",
+		InPlace: true,
+		Target:  Command{Path: exe, Args: []string{"target", "a", "b"}, Env: []string{inPlaceEnv + "=" + out}, Cloneflags: clone},
+		Setup:   setup,
+		Stage:   stage,
+	})
+}
+
+// TestInPlaceGoesOnAfterStaging: the target's own binary waits at the
+// barrier and, released, goes on as the target in the staged process, with
+// the target's arguments; nothing of the target ran before.
+func TestInPlaceGoesOnAfterStaging(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	var staged pidfs.Identity
+	c, err := acquireInPlace(t, out, 0, nil, func(_ context.Context, id pidfs.Identity) error {
+		staged = id
+		time.Sleep(50 * time.Millisecond) // the held binary has initialised by now
+		if _, err := os.Stat(out); err == nil {
+			t.Error("the target ran before the barrier was released")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Wait(context.Background())
+	if err != nil || !st.Exited || st.Code != 3 {
+		t.Fatalf("status %v %v", st, err)
+	}
+	b, _ := os.ReadFile(out)
+	if want := fmt.Sprintf("pid %d\nargs a b\n", staged.HostPID); !strings.HasPrefix(string(b), want) {
+		t.Errorf("the target reported %q, want it to start %q (the staged process, the target's arguments)", b, want)
+	}
+	if c.Identity() != staged {
+		t.Error("identity changed between staging and child")
+	}
+}
+
+// TestInPlaceStageFailureNeverRunsTarget: a refused stage closes the
+// barrier; the held binary exits without going on.
+func TestInPlaceStageFailureNeverRunsTarget(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	_, err := acquireInPlace(t, out, 0, nil, func(context.Context, pidfs.Identity) error { return errors.New("store refused") })
+	if err == nil || !strings.Contains(err.Error(), "store refused") {
+		t.Fatalf("err %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("the target ran although staging failed")
+	}
+}
+
+// TestInPlaceKeepsCapabilitiesInNewUserNamespace: executed into a new
+// user namespace before Setup wrote its id maps, the held binary still
+// holds every capability there once released, as a target executed as
+// that namespace's root would; and, as such a target, no inheritable or
+// ambient capability on any thread.
+func TestInPlaceKeepsCapabilitiesInNewUserNamespace(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	mapOwn := func(_ context.Context, h *pidfs.Handle) error {
+		for _, w := range [][2]string{{"setgroups", "deny"}, {"uid_map", fmt.Sprintf("0 %d 1", os.Getuid())}, {"gid_map", fmt.Sprintf("0 %d 1", os.Getgid())}} {
+			if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", h.PID(), w[0]), []byte(w[1]), 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	c, err := acquireInPlace(t, out, unix.CLONE_NEWUSER, mapOwn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Wait(context.Background()); err != nil || st.Code != 3 {
+		t.Fatalf("status %v %v", st, err)
+	}
+	last, err := lastCapability()
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := fmt.Sprintf("%016x", uint64(1)<<(last+1)-1)
+	b, _ := os.ReadFile(out)
+	threads := 0
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n")[2:] {
+		f := strings.Fields(l) // <tid> CapXxx: <hex>
+		if len(f) != 3 {
+			t.Fatalf("report line %q", l)
+		}
+		want := "0000000000000000"
+		switch f[1] {
+		case "CapPrm:", "CapEff:":
+			want = full
+		case "CapInh:":
+			threads++
+		}
+		if f[2] != want {
+			t.Errorf("thread %s: %s %s, want %s", f[0], f[1], f[2], want)
+		}
+	}
+	if threads < 2 {
+		t.Errorf("capabilities of %d threads reported, want every thread of a Go process:\n%s", threads, b)
+	}
+}
+
+// TestHeldWrapperRefusesAnotherTarget: a held wrapper goes on in place
+// only as its own executable; a binary that cannot go on in place refuses
+// the role. Neither waits at the barrier.
+func TestHeldWrapperRefusesAnotherTarget(t *testing.T) {
+	b := testBroker(t)
+	out := filepath.Join(t.TempDir(), "out")
+	br, bw, _ := os.Pipe()
+	defer bw.Close()
+	exe, _ := os.Executable()
+	c, err := b.Start("wrapper", Command{Path: exe, Args: []string{"w", WrapperArg, HeldArg, "--barrier-fd=3", "--", "/bin/sh", "-c", "touch " + out}, Files: []*os.File{nil, nil, nil, br}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.Close()
+	if st, _ := c.Wait(context.Background()); st.Code != wrapperAbort {
+		t.Errorf("wrapper status %v, want %d", st, wrapperAbort)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a held wrapper ran another program")
+	}
+	done := make(chan int)
+	go func() { // runWrapper locks its goroutine's thread
+		argv, code := runWrapper([]string{HeldArg, "--barrier-fd=3", "--", exe}, false)
+		if argv != nil {
+			code = -1
+		}
+		done <- code
+	}()
+	if code := <-done; code != wrapperAbort {
+		t.Errorf("a wrapper that cannot go on in place returned %d, want %d", code, wrapperAbort)
+	}
+}
+
+// TestLastCapability reads the kernel's last capability: CAP_CHECKPOINT_RESTORE
+// (40) or later on the kernels Lazaret supports.
+func TestLastCapability(t *testing.T) {
+	last, err := lastCapability()
+	if err != nil || last < 40 || last > 63 {
+		t.Fatalf("last capability %d %v", last, err)
+	}
+}
