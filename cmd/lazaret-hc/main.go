@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/egress"
 	"github.com/lazaret/lazaret/pkg/gitroute"
 	"github.com/lazaret/lazaret/pkg/hc"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	_ "github.com/lazaret/lazaret/pkg/prefault" // maps the binary before other packages initialise
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
@@ -34,5 +35,6 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == egress.Arg {
 		os.Exit(egress.Main(os.Args[2:]))
 	}
+	idlemem.DeferCollection() // until the Domain is published (package idlemem)
 	os.Exit(hc.Main(os.Args[1:]))
 }

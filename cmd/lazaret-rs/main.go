@@ -21,6 +21,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/egress"
 	"github.com/lazaret/lazaret/pkg/gitroute"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	_ "github.com/lazaret/lazaret/pkg/prefault" // maps the binary before other packages initialise
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
@@ -45,5 +46,6 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == statemaint.Arg {
 		os.Exit(statemaint.Main(os.Args[2:]))
 	}
+	idlemem.DeferCollection() // until the sandbox is ready (package idlemem)
 	os.Exit(rs.Main(os.Args[1:]))
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/gitroute"
+	"github.com/lazaret/lazaret/pkg/idlemem"
 	_ "github.com/lazaret/lazaret/pkg/prefault" // maps the binary before other packages initialise
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/release"
@@ -30,6 +31,8 @@ func main() {
 	release.MaybeAnswer("lazaret")
 	proc.MaybeRunWrapper()
 	slirp.MaybeRunRole()
+	// Both settle once idle (package idlemem).
+	idlemem.DeferCollection()
 	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
 		os.Exit(gitroute.Main(os.Args[2:]))
 	}

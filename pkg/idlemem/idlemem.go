@@ -3,6 +3,9 @@
 // Coordinator after publishing its Domain, the Runtime Supervisor once the
 // sandbox is ready, the Git-routing daemon once it serves).
 //
+// A process on the cold-start path also defers its collections until then
+// (DeferCollection): Settle first restores the collector's settings.
+//
 // Settle does two things. It collects garbage and returns every free heap
 // page to the operating system (runtime/debug.FreeOSMemory): start-up
 // allocates far more than an idle process keeps (protobuf and pebble set-up,
@@ -89,6 +92,7 @@ func Settle(log *slog.Logger) Result {
 		return Result{}
 	}
 	defer running.Store(false)
+	restoreCollection()
 	begin := time.Now()
 	var r Result
 	r.HeapReleased = freeHeap()

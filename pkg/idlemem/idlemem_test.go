@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,5 +146,34 @@ func TestSettleSoonCoalesces(t *testing.T) {
 	case <-calls:
 		t.Fatal("settled twice")
 	case <-time.After(delay + delay/2):
+	}
+}
+
+// TestDeferCollectionUntilSettle: deferred, the collector is off under
+// StartUpLimit (or a lower limit of the process's own); the first Settle
+// restores both settings as they were, and a second deferral before it
+// changes nothing.
+func TestDeferCollectionUntilSettle(t *testing.T) {
+	prevPercent := debug.SetGCPercent(150)
+	defer debug.SetGCPercent(prevPercent)
+	prevLimit := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetMemoryLimit(prevLimit)
+	for _, limit := range []int64{math.MaxInt64, 32 << 20} {
+		debug.SetMemoryLimit(limit)
+		DeferCollection()
+		DeferCollection()
+		if p := debug.SetGCPercent(-1); p != -1 {
+			t.Errorf("limit %d: GC percent %d while deferred, want -1 (off)", limit, p)
+		}
+		if l := debug.SetMemoryLimit(-1); l != min(limit, StartUpLimit) {
+			t.Errorf("memory limit %d while deferred, want %d", l, min(limit, StartUpLimit))
+		}
+		Settle(nil)
+		if p := debug.SetGCPercent(150); p != 150 {
+			t.Errorf("limit %d: GC percent %d after Settle, want 150", limit, p)
+		}
+		if l := debug.SetMemoryLimit(-1); l != limit {
+			t.Errorf("memory limit %d after Settle, want %d", l, limit)
+		}
 	}
 }
