@@ -1,5 +1,7 @@
 // Package capability drops Linux capabilities from every thread of a Go
-// process and reads what the threads of a process still hold.
+// process (all of them but a kept set, one of them, or the inheritable and
+// ambient ones a spawn kept) and reads what the threads of a process still
+// hold.
 //
 // Capability sets, the bounding set and no_new_privs are per-thread
 // attributes, and a Go process has many threads the runtime created, so
@@ -9,6 +11,7 @@
 package capability
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -19,15 +22,64 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lastCap is the highest capability number of the running kernel.
-func lastCap() int {
+// Last is the highest capability number of the running kernel.
+func Last() (int, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && n < 64 {
-			return n
-		}
+	if err != nil {
+		return 0, fmt.Errorf("the kernel's last capability: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 || n >= 64 {
+		return 0, fmt.Errorf("the kernel's last capability: %q is no capability number", b)
+	}
+	return n, nil
+}
+
+// lastCap is Last, or 63 when it cannot be read.
+func lastCap() int {
+	if n, err := Last(); err == nil {
+		return n
 	}
 	return 63 // PR_CAPBSET_DROP of an unknown capability fails with EINVAL, ignored below
+}
+
+// ErrThisThreadOnly reports that the runtime cannot change every thread
+// at once: a binary linked with cgo, where syscall.AllThreadsSyscall is
+// unavailable.
+var ErrThisThreadOnly = errors.New("capabilities can be changed on the calling thread only (a cgo build)")
+
+// ClearInheritable empties the inheritable set, and with it the ambient
+// set (the kernel keeps ambient within inheritable), of every thread, or
+// of the calling thread only with thisThreadOnly; effective, permitted and
+// bounding sets are unchanged. A process whose spawn kept its
+// capabilities as ambient ones (package proc) holds afterwards what a
+// process executed as its user namespace's root holds. For every thread
+// it returns ErrThisThreadOnly, having changed nothing, when the runtime
+// cannot reach them all.
+func ClearInheritable(thisThreadOnly bool) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
+		return nil
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if thisThreadOnly {
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("capset without inheritable capabilities: %w", err)
+		}
+		return nil
+	}
+	switch _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e {
+	case 0:
+		return nil
+	case unix.ENOTSUP:
+		return ErrThisThreadOnly
+	default:
+		return fmt.Errorf("capset without inheritable capabilities: %w", e)
+	}
 }
 
 // DropAll irreversibly empties the bounding, ambient, effective, permitted

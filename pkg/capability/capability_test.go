@@ -68,3 +68,11 @@ func TestHeldReadsThisProcess(t *testing.T) {
 		t.Fatalf("root test process reports no capabilities")
 	}
 }
+
+// TestLast reads the kernel's last capability: CAP_CHECKPOINT_RESTORE (40)
+// or later on the kernels Lazaret supports.
+func TestLast(t *testing.T) {
+	if last, err := Last(); err != nil || last < unix.CAP_CHECKPOINT_RESTORE {
+		t.Fatalf("last capability %d %v", last, err)
+	}
+}

@@ -49,6 +49,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -231,12 +232,12 @@ func (b *Broker) spawnWith(cmd Command, mod func(*syscall.SysProcAttr)) (*pidfs.
 		},
 	}
 	if cmd.KeepCapabilities {
-		last, err := lastCapability()
+		last, err := capability.Last()
 		if err != nil {
 			return nil, err
 		}
-		for c := uintptr(0); c <= last; c++ {
-			attr.Sys.AmbientCaps = append(attr.Sys.AmbientCaps, c)
+		for c := 0; c <= last; c++ {
+			attr.Sys.AmbientCaps = append(attr.Sys.AmbientCaps, uintptr(c))
 		}
 	}
 	if mod != nil {

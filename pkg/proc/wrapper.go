@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
@@ -161,13 +162,14 @@ func runWrapper(args []string, inPlace bool) ([]string, int) {
 	hit("before-exec")
 	argv := append([]string{target}, targetArgs...)
 	if held {
-		switch err := dropKeptCapabilities(true); {
+		// What the spawn kept (Command.KeepCapabilities) goes.
+		switch err := capability.ClearInheritable(false); {
 		case err == nil:
 			return argv, 0 // the thread stays locked (see MaybeRunWrapperInPlace)
-		case errors.Is(err, errThisThreadOnly):
+		case errors.Is(err, capability.ErrThisThreadOnly):
 			// A cgo build: drop them on this thread and execute the
 			// target, whose exec keeps only this thread.
-			if err := dropKeptCapabilities(false); err != nil {
+			if err := capability.ClearInheritable(true); err != nil {
 				return fail("drop the capabilities kept for the barrier: %v", err)
 			}
 		default:
