@@ -70,13 +70,7 @@ func testAcquireRunsTargetAfterStaging(t *testing.T, acquire func(*Broker) func(
 			return nil
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.Wait(context.Background())
-	if err != nil || !st.Exited || st.Code != 3 {
-		t.Fatalf("status %v %v", st, err)
-	}
+	exitedWith3(t, c, err)
 	b1, _ := os.ReadFile(out)
 	if strings.TrimSpace(string(b1)) != strconv.Itoa(int(staged.HostPID)) {
 		t.Errorf("target pid %q is not the staged wrapper pid %d (exec must be in place)", b1, staged.HostPID)
@@ -103,6 +97,27 @@ func testStageFailureNeverRunsTarget(t *testing.T, acquire func(*Broker) func(co
 		Target: Command{Path: "/bin/sh", Args: []string{"sh", "-c", "touch " + out}},
 		Stage:  func(context.Context, pidfs.Identity) error { return errors.New("store refused") },
 	})
+	refusedStageNeverRan(t, err, out)
+}
+
+// exitedWith3 waits for the child of an acquisition (err its error) whose
+// target exits with status 3.
+func exitedWith3(t *testing.T, c *Child, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Wait(context.Background())
+	if err != nil || !st.Exited || st.Code != 3 {
+		t.Fatalf("status %v %v", st, err)
+	}
+}
+
+// refusedStageNeverRan checks an acquisition whose stage refused with
+// "store refused": that error is returned, and the target, which would
+// have created out, never ran.
+func refusedStageNeverRan(t *testing.T, err error, out string) {
+	t.Helper()
 	if err == nil || !strings.Contains(err.Error(), "store refused") {
 		t.Fatalf("err %v", err)
 	}

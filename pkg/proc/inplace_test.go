@@ -73,13 +73,7 @@ func TestInPlaceGoesOnAfterStaging(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.Wait(context.Background())
-	if err != nil || !st.Exited || st.Code != 3 {
-		t.Fatalf("status %v %v", st, err)
-	}
+	exitedWith3(t, c, err)
 	b, _ := os.ReadFile(out)
 	if want := fmt.Sprintf("pid %d\nargs a b\n", staged.HostPID); !strings.HasPrefix(string(b), want) {
 		t.Errorf("the target reported %q, want it to start %q (the staged process, the target's arguments)", b, want)
@@ -94,13 +88,7 @@ func TestInPlaceGoesOnAfterStaging(t *testing.T) {
 func TestInPlaceStageFailureNeverRunsTarget(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	_, err := acquireInPlace(t, out, 0, nil, func(context.Context, pidfs.Identity) error { return errors.New("store refused") })
-	if err == nil || !strings.Contains(err.Error(), "store refused") {
-		t.Fatalf("err %v", err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	if _, err := os.Stat(out); err == nil {
-		t.Fatal("the target ran although staging failed")
-	}
+	refusedStageNeverRan(t, err, out)
 }
 
 // TestInPlaceKeepsCapabilitiesInNewUserNamespace: executed into a new
@@ -119,12 +107,7 @@ func TestInPlaceKeepsCapabilitiesInNewUserNamespace(t *testing.T) {
 		return nil
 	}
 	c, err := acquireInPlace(t, out, unix.CLONE_NEWUSER, mapOwn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := c.Wait(context.Background()); err != nil || st.Code != 3 {
-		t.Fatalf("status %v %v", st, err)
-	}
+	exitedWith3(t, c, err)
 	last, err := capability.Last()
 	if err != nil {
 		t.Fatal(err)
