@@ -431,5 +431,11 @@ func TestStatus(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, ws) || !strings.Contains(r.stdout, "stopped") {
 		t.Errorf("stopped Domain: %+v", r)
 	}
+	// A stopped Domain has no generation: "-", like its other empty fields.
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[len(f)-1] == ws && (f[2] != "stopped" || f[3] != "-" || strings.Contains(l, "<nil>")) {
+			t.Errorf("stopped Domain's row: %q, want state stopped and generation -", l)
+		}
+	}
 	noLeftovers(t)
 }

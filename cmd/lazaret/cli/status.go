@@ -80,8 +80,9 @@ Examples:
 }
 
 // unset is how the status table shows a field the document does not have
-// (a stopped Domain's generation, a Domain with no stored identity).
-const unset = "<nil>"
+// (a stopped Domain's generation, a Domain with no stored identity): "-",
+// as for no memory limit, ports or linger.
+const unset = "-"
 
 func orUnset(s *string) string {
 	if s == nil {
