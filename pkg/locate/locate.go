@@ -80,18 +80,28 @@ func Self() (string, error) {
 	if r, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = r
 	}
-	running, err := os.Stat("/proc/self/exe")
+	self, err := NamesSelf(exe)
 	if err != nil {
 		return "", err
 	}
-	named, err := os.Stat(exe)
-	if err != nil {
-		return "", err
-	}
-	if !os.SameFile(running, named) || !IsExecutable(exe) {
+	if !self || !IsExecutable(exe) {
 		return "", errdefs.New(errdefs.ErrUnsupportedHost, "%s no longer names the running executable (replaced since it started?)", exe)
 	}
 	return exe, nil
+}
+
+// NamesSelf reports whether path names the file this process runs (the
+// inode /proc/self/exe names).
+func NamesSelf(path string) (bool, error) {
+	running, err := os.Stat("/proc/self/exe")
+	if err != nil {
+		return false, err
+	}
+	named, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(running, named), nil
 }
 
 // IsExecutable reports whether p names a regular file with an execute bit.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
@@ -124,8 +125,8 @@ func runWrapper(args []string, inPlace bool) ([]string, int) {
 		if !inPlace {
 			return fail("%s cannot go on in place as %s", os.Args[0], target)
 		}
-		if err := sameExecutable(target); err != nil {
-			return fail("refusing to go on in place as %s: %v", target, err)
+		if self, err := locate.NamesSelf(target); err != nil || !self {
+			return fail("refusing to go on in place as %s: not this process's executable (%v)", target, err)
 		}
 	}
 	barrier := os.NewFile(uintptr(fd), "barrier")
@@ -178,19 +179,4 @@ func runWrapper(args []string, inPlace bool) ([]string, int) {
 	}
 	err = syscall.Exec(target, argv, os.Environ())
 	return fail("exec %s: %v", target, err)
-}
-
-// sameExecutable reports whether path names the file this process runs.
-func sameExecutable(path string) error {
-	var self, named unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &self); err != nil {
-		return fmt.Errorf("stat own executable: %w", err)
-	}
-	if err := unix.Stat(path, &named); err != nil {
-		return err
-	}
-	if self.Dev != named.Dev || self.Ino != named.Ino {
-		return fmt.Errorf("%s is not this process's executable", path)
-	}
-	return nil
 }
