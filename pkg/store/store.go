@@ -179,6 +179,12 @@ func Open(domainRoot string, lock *os.File, id DomainIdentity, opts Options) (*S
 		Logger:             fatalLogger{log: opts.Logger, domain: id.ID, gen: s.gen},
 		MemTableSize:       MemTableSize,
 		CacheSize:          CacheSize,
+		// pebble keeps no table statistics on disk and recollects them
+		// after every open, from every table, in the background (Close
+		// waits for it), for compaction heuristics that reclaim
+		// tombstones sooner: nothing a store of a few KiB needs, and CPU
+		// taken from the start-up it opens in.
+		DisableTableStats: true,
 	}
 	po.Experimental.CompactionScheduler = newCompactionScheduler()
 	db, err := pebble.Open(filepath.Join(domainRoot, Dir), po)
