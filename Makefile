@@ -16,11 +16,12 @@ DIR ?= $(PWD)
 CMD ?=
 DEMO_USER ?= lazaret-demo
 TEST_USER ?= lazaret-test
-BINS := lazaret lazaret-cli lazaret-hc lazaret-rs lazaret-escalate lazaret-init
+BINS := lazaret lazaret-cli lazaret-hc lazaret-rs lazaret-gitroute lazaret-escalate lazaret-init
 
 # make install: lazaret in $(PREFIX)/bin; lazaret-cli (the full CLI the
 # lazaret front execs for every verb but run), lazaret-hc, lazaret-rs,
-# lazaret-escalate, lazaret-init (and the pinned runsc, when built) in
+# lazaret-gitroute, lazaret-escalate, lazaret-init (and the pinned runsc,
+# when built) in
 # $(PREFIX)/libexec/lazaret, where lazaret finds them (README, "Install";
 # pkg/locate); the man page and bash/zsh/fish completions.
 PREFIX ?= /usr/local
@@ -50,7 +51,7 @@ install-files:
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(DATADIR)/man/man1 \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
 	install -m 0755 $(BIN)/lazaret $(DESTDIR)$(BINDIR)/lazaret
-	for b in lazaret-cli lazaret-hc lazaret-rs lazaret-escalate lazaret-init; do install -m 0755 $(BIN)/$$b $(DESTDIR)$(LIBEXECDIR)/$$b || exit 1; done
+	for b in lazaret-cli lazaret-hc lazaret-rs lazaret-gitroute lazaret-escalate lazaret-init; do install -m 0755 $(BIN)/$$b $(DESTDIR)$(LIBEXECDIR)/$$b || exit 1; done
 	if [ "$(INSTALL_RUNSC)" = 1 ] && [ -x $(RUNSC) ]; then install -m 0755 $(RUNSC) $(DESTDIR)$(LIBEXECDIR)/runsc; fi
 	$(BIN)/lazaret man > $(DESTDIR)$(DATADIR)/man/man1/lazaret.1
 	$(BIN)/lazaret completion bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret
@@ -66,7 +67,7 @@ install-files:
 # "Uninstalling").
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/lazaret
-	for b in lazaret-cli lazaret-hc lazaret-rs lazaret-escalate lazaret-init runsc; do rm -f $(DESTDIR)$(LIBEXECDIR)/$$b || exit 1; done
+	for b in lazaret-cli lazaret-hc lazaret-rs lazaret-gitroute lazaret-escalate lazaret-init runsc; do rm -f $(DESTDIR)$(LIBEXECDIR)/$$b || exit 1; done
 	if [ -d $(DESTDIR)$(LIBEXECDIR) ]; then rmdir --ignore-fail-on-non-empty $(DESTDIR)$(LIBEXECDIR); fi
 	rm -f $(DESTDIR)$(DATADIR)/man/man1/lazaret.1 $(DESTDIR)$(DATADIR)/bash-completion/completions/lazaret \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_lazaret $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/lazaret.fish
@@ -84,7 +85,7 @@ dist-files:
 	@set -e; tarit() { name=$$1; shift; tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
 		-C $(DIST_DIR)/stage -cf - "$$@" | gzip -n -9 > $(DIST_DIR)/$$name-$(VERSION)-linux-amd64.tar.gz; }; \
 	tarit lazaret bin/lazaret share; \
-	for b in lazaret-cli lazaret-hc lazaret-rs lazaret-escalate lazaret-init; do tarit $$b libexec/lazaret/$$b; done
+	for b in lazaret-cli lazaret-hc lazaret-rs lazaret-gitroute lazaret-escalate lazaret-init; do tarit $$b libexec/lazaret/$$b; done
 	rm -rf $(DIST_DIR)/stage
 	cd $(DIST_DIR) && sha256sum *.tar.gz > SHA256SUMS && cat SHA256SUMS
 
@@ -105,7 +106,7 @@ run: setup build kernel-qualified
 		scripts/setup.sh user $(DEMO_USER); \
 		scripts/setup.sh images $(DEMO_USER) debian; \
 		ws=$$(scripts/setup.sh demo-workspace $(DEMO_USER)); \
-		tools=$$(mktemp -d /tmp/lazaret-run.XXXXXX); chmod 755 $$tools; cp bin/lazaret bin/lazaret-cli bin/lazaret-hc bin/lazaret-rs bin/lazaret-escalate bin/lazaret-init $$tools/; \
+		tools=$$(mktemp -d /tmp/lazaret-run.XXXXXX); chmod 755 $$tools; cp bin/lazaret bin/lazaret-cli bin/lazaret-hc bin/lazaret-rs bin/lazaret-gitroute bin/lazaret-escalate bin/lazaret-init $$tools/; \
 		home=$$(getent passwd $(DEMO_USER) | cut -d: -f6); \
 		as_demo="runuser -u $(DEMO_USER) -- env -i HOME=$$home USER=$(DEMO_USER) TERM=$${TERM:-xterm} LANG=$${LANG:-C.UTF-8} PATH=/usr/local/bin:/usr/bin:/bin LAZARET_RUNSC=$(RUNSC) $$tools/lazaret run -C $$ws"; \
 		if [ -n "$$interactive" ]; then $$as_demo; else $$as_demo -- $(if $(CMD),$(CMD),$(DEMO_CMD)); fi; rc=$$?; rm -rf $$tools; exit $$rc; \

@@ -158,7 +158,7 @@ func TestBenchScale(t *testing.T) {
 // userMemoryByKind sums VmRSS and Pss (MiB) of uid's processes by kind,
 // each address space once: the executable's name, with runsc's sandbox and
 // gofer told apart and hidden roles named (the Git-routing daemon RS runs
-// from the front: "lazaret git-routing"). "exe" are the sandbox's systrap
+// from lazaret-gitroute: "lazaret-gitroute git-routing"). "exe" are the sandbox's systrap
 // stub processes holding the guest's address spaces (the sandbox init's,
 // the session's): gVisor holds one address space in several stub
 // processes made with CLONE_VM (measured: three share the init's, two the
@@ -206,7 +206,7 @@ func userMemoryByKind(t *testing.T, uid int) (rss, pss map[string]float64, proce
 			}
 		}
 		if role, ok := hiddenRole(argv); ok && strings.HasPrefix(kind, "lazaret") {
-			kind = kind + " " + role // a hidden role (e.g. the Git-routing daemon RS runs from the front)
+			kind = kind + " " + role // a hidden role (e.g. the Git-routing daemon RS runs from lazaret-gitroute)
 		} else if (kind == "lazaret" || kind == "exe") && len(argv) > 1 {
 			kind = kind + " " + argv[1] // a re-executed role names itself first
 		}

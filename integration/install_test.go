@@ -50,7 +50,7 @@ func TestInstall(t *testing.T) {
 		t.Fatalf("make install-files: %v\n%s", err, out)
 	}
 	prefix := filepath.Join(dest, "usr/local")
-	for _, f := range []string{"bin/lazaret", "libexec/lazaret/lazaret-cli", "libexec/lazaret/lazaret-hc", "libexec/lazaret/lazaret-rs", "libexec/lazaret/lazaret-escalate", "libexec/lazaret/lazaret-init", "libexec/lazaret/runsc",
+	for _, f := range []string{"bin/lazaret", "libexec/lazaret/lazaret-cli", "libexec/lazaret/lazaret-hc", "libexec/lazaret/lazaret-rs", "libexec/lazaret/lazaret-gitroute", "libexec/lazaret/lazaret-escalate", "libexec/lazaret/lazaret-init", "libexec/lazaret/runsc",
 		"share/man/man1/lazaret.1", "share/bash-completion/completions/lazaret", "share/zsh/site-functions/_lazaret", "share/fish/vendor_completions.d/lazaret.fish"} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
 			t.Errorf("not installed: %v", err)
@@ -91,9 +91,9 @@ func TestInstall(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("installed lazaret version: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	versions := regexp.MustCompile(`(?m)^(lazaret(?:-cli|-hc|-rs|-escalate|-init)?)\s+(\S+)`).FindAllStringSubmatch(r.stdout, -1)
-	if len(versions) != 6 {
-		t.Fatalf("version does not list the six binaries:\n%s", r.stdout)
+	versions := regexp.MustCompile(`(?m)^(lazaret(?:-cli|-hc|-rs|-gitroute|-escalate|-init)?)\s+(\S+)`).FindAllStringSubmatch(r.stdout, -1)
+	if len(versions) != 7 {
+		t.Fatalf("version does not list the seven binaries:\n%s", r.stdout)
 	}
 	for _, v := range versions[1:] {
 		if v[2] != versions[0][2] || v[2] == "dev" {

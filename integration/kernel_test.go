@@ -38,8 +38,8 @@ func TestSpec32KernelQualificationFromDist(t *testing.T) {
 		t.Fatalf("make dist-files: %v\n%s", err, out)
 	}
 	tarballs, _ := filepath.Glob(filepath.Join(dist, "*.tar.gz"))
-	if len(tarballs) != 6 {
-		t.Fatalf("make dist made %d tarballs, want 6 (lazaret, lazaret-cli, lazaret-hc, lazaret-rs, lazaret-escalate, lazaret-init): %v", len(tarballs), tarballs)
+	if len(tarballs) != 7 {
+		t.Fatalf("make dist made %d tarballs, want 7 (lazaret, lazaret-cli, lazaret-hc, lazaret-rs, lazaret-gitroute, lazaret-escalate, lazaret-init): %v", len(tarballs), tarballs)
 	}
 	prefix := filepath.Join(e.base, "prefix-"+randHex(3))
 	os.MkdirAll(prefix, 0o755)

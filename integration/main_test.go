@@ -166,7 +166,7 @@ func setup() (*env, error) {
 // fault, and the memory benchmark would then count what an installed
 // binary does not cost.
 func copyBinaries(src, dst string) error {
-	for _, b := range []string{"lazaret", "lazaret-cli", "lazaret-hc", "lazaret-rs", "lazaret-escalate", "lazaret-init"} {
+	for _, b := range []string{"lazaret", "lazaret-cli", "lazaret-hc", "lazaret-rs", "lazaret-gitroute", "lazaret-escalate", "lazaret-init"} {
 		if err := copyFile(filepath.Join(src, b), filepath.Join(dst, b)); err != nil {
 			return fmt.Errorf("binary %s: %v; run `make build build-failpoints`", b, err)
 		}

@@ -322,10 +322,10 @@ func TestSandboxPrivileges(t *testing.T) {
 		}
 	}
 	for _, daemon := range roles["git-routing"] {
-		// It runs from the front binary, the smallest that hosts the role:
-		// its start is on the critical path of every cold start.
-		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", daemon)); err != nil || filepath.Base(exe) != "lazaret" {
-			t.Errorf("Git-routing daemon %d runs from %q (%v), want the lazaret front binary", daemon, exe, err)
+		// It runs from lazaret-gitroute, the smallest binary that hosts
+		// the role: its start is on the critical path of every cold start.
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", daemon)); err != nil || filepath.Base(exe) != "lazaret-gitroute" {
+			t.Errorf("Git-routing daemon %d runs from %q (%v), want lazaret-gitroute", daemon, exe, err)
 		}
 		if held, nnp, err := capability.Beyond(daemon, gitroute.FileCapabilities); err != nil || len(held) != 0 || !nnp {
 			t.Errorf("Git-routing daemon %d: capabilities beyond its file permission overrides %v, no_new_privs on every thread %v (%v); want none and true", daemon, held, nnp, err)
@@ -511,15 +511,15 @@ func userProcesses(uid int, name string) map[int][]string {
 
 // lazaretRSRoles lists uid's Runtime Supervisor processes by role: "rs"
 // for the Runtime Supervisor itself (lazaret-rs), "git-routing" for the
-// Git-routing daemon (argv[1] is its role argument; RS runs it from the
-// lazaret front, or from lazaret-hc or lazaret-rs when it cannot exec
-// that), and argv[1] for any other hidden role of these binaries (the
-// egress proxy). The Host Coordinator itself (lazaret-hc without a hidden
-// role) and the CLIs (lazaret without one) are not listed.
+// Git-routing daemon (argv[1] is its role argument; RS runs it from
+// lazaret-gitroute, or from lazaret-rs when it cannot exec that), and
+// argv[1] for any other hidden role of these binaries (the egress proxy).
+// The Host Coordinator itself (lazaret-hc without a hidden role) and the
+// CLIs (lazaret without one) are not listed.
 func lazaretRSRoles(t *testing.T, uid int) map[string][]int {
 	t.Helper()
 	roles := map[string][]int{}
-	for _, exe := range []string{"lazaret-rs", "lazaret-hc", "lazaret"} {
+	for _, exe := range []string{"lazaret-rs", "lazaret-hc", "lazaret-gitroute", "lazaret"} {
 		for pid, args := range userProcesses(uid, exe) {
 			role := "rs"
 			if hidden, ok := hiddenRole(args); ok {

@@ -305,7 +305,7 @@ images() {
 	chmod 0755 "$tools"
 	install -m 0755 "$bin/lazaret" "$tools/lazaret"
 	# A recipe image is built in a sandbox: the helpers sit beside lazaret.
-	for b in lazaret-cli lazaret-hc lazaret-rs lazaret-escalate lazaret-init; do
+	for b in lazaret-cli lazaret-hc lazaret-rs lazaret-gitroute lazaret-escalate lazaret-init; do
 		if [ -x "$bin/$b" ]; then install -m 0755 "$bin/$b" "$tools/$b"; fi
 	done
 	for kind in "$@"; do

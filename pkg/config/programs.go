@@ -5,7 +5,7 @@ import "path/filepath"
 // ProgramNames are the keys of the top-level [programs] table: where
 // Lazaret's helper binaries and runsc are (docs/CONFIG.md "programs",
 // package locate's search order).
-var ProgramNames = []string{"lazaret-hc", "lazaret-rs", "lazaret-escalate", "lazaret-init", "runsc"}
+var ProgramNames = []string{"lazaret-hc", "lazaret-rs", "lazaret-gitroute", "lazaret-escalate", "lazaret-init", "runsc"}
 
 // decodePrograms validates [programs]: known names, absolute clean paths.
 func (d *doc) decodePrograms(base pathKey, t map[string]any) map[string]string {

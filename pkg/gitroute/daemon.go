@@ -20,8 +20,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/timing"
 )
 
-// DaemonArg selects the Git-routing daemon role (of lazaret-hc, which RS
-// runs it from, and of lazaret-rs).
+// DaemonArg selects the Git-routing daemon role (of lazaret-gitroute,
+// which RS runs it from, and of lazaret-rs).
 const DaemonArg = "__lazaret-git-routing"
 
 // ReadyLine is printed on stdout once the filesystem is mounted.

@@ -87,11 +87,10 @@
 // Without such a bind the root stays the plain read-only bind.
 //
 // The Git-routing daemon (`pkg/gitroute`, hidden role
-// `__lazaret-git-routing` of the `lazaret` front, the executable HC names in
+// `__lazaret-git-routing` of `lazaret-gitroute`, the executable HC names in
 // RS's `--git-routing-exe`, as its start is on the critical path of a cold
-// start; `lazaret-hc` and `lazaret-rs` host the role too, for a coordinator
-// started without `--front-exe` and for when RS cannot exec the named one in
-// its namespaces) is acquired by RS through its
+// start; `lazaret-rs` hosts the role too, for when RS cannot exec the named
+// one in its namespaces) is acquired by RS through its
 // broker as the `git_routing` participant: HC records bare Intent when it
 // builds `StartSandbox`, RS stages the daemon's pidfs identity with HC (signed
 // `StagedProcessOwnership` slot `git_routing`, exact echo), the wrapper

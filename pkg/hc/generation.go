@@ -15,6 +15,7 @@ type generationConfig struct {
 	profileName   string          // the Agent Profile's name
 	image         string          // the profile's image reference
 	frontExe      string          // --front-exe as given (wrapperExecutable checks it)
+	gitRouteExe   string          // lazaret-gitroute: the Git-routing daemon and the helper's link
 	profile       *config.Profile // the validated Agent Profile
 	coordinatorID string          // this coordinator's runtime-unique ID
 	guest         guestEnv        // hostname and base environment of guest processes

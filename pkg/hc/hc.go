@@ -123,7 +123,7 @@ func Main(args []string) int {
 	profileFD := fs.Int("profile-fd", -1, "inherited write-sealed memfd with the validated profile's canonical bytes")
 	level := fs.String("log-level", "info", "debug|info|warn|error")
 	idle := fs.Duration("idle-timeout", 10*time.Second, "tear down if no session arrives this long after start")
-	frontExe := fs.String("front-exe", "", "the lazaret front binary, which runs this coordinator's wrappers and the connectivity helper's mount-namespace link (default: this binary)")
+	frontExe := fs.String("front-exe", "", "the lazaret front binary, which runs this coordinator's wrappers (default: this binary)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -240,6 +240,9 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	}
 	guestInit, err := locate.Find(locate.Init, os.Getenv)
 	if err != nil {
+		return err
+	}
+	if c.cfg.gitRouteExe, err = locate.Find(locate.GitRoute, os.Getenv); err != nil {
 		return err
 	}
 	if c.broker, err = proc.NewBrokerWrapped(c.log, c.wrapperExecutable(), locate.HC); err != nil {

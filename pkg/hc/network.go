@@ -25,7 +25,7 @@ func (c *coordinator) newNetwork(sidecarID string) *network.Service {
 		DomainID: c.paths.ID, Generation: c.generation, Profile: c.cfg.profile,
 		SidecarID: sidecarID, Hostname: c.cfg.guest.Hostname(),
 		RuntimeDir: c.paths.RuntimeDir, LogPath: c.paths.Log(), DenialsPath: c.paths.NetworkDenials(),
-		LinkExe:  c.broker.WrapperExe(),
+		LinkExe:  c.cfg.gitRouteExe,
 		Progress: c.addProgress, Launcher: c.broker, Watch: c.failOnUnexpectedExit, Ack: c.ackStaged,
 	})
 }

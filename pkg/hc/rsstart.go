@@ -41,13 +41,11 @@ func (c *coordinator) startGeneration() {
 }
 
 // wrapperExecutable is the binary the coordinator's broker runs its
-// wrapper role (RS's acquisition barrier) and the connectivity helper's
-// mount-namespace link from, and RS its Git-routing daemon
-// (--git-routing-exe): the CLI's --front-exe, the lazaret front, when it
-// is an absolute path to an executable regular file, else this binary,
-// which hosts the same roles. All three run during the start-up on two
-// cores, where a start of the front costs about half the CPU of one of
-// lazaret-hc; the daemon's mount is the last thing RS joins before runsc.
+// wrapper role from (the barrier of an acquisition that has no exec stop,
+// package proc): the CLI's --front-exe, the lazaret front, when it is an
+// absolute path to an executable regular file, else this binary, which
+// hosts the same role; a start of the front costs about half the CPU of
+// one of lazaret-hc.
 func (c *coordinator) wrapperExecutable() string {
 	if p := c.cfg.frontExe; p != "" {
 		if filepath.IsAbs(p) && locate.IsExecutable(p) {
@@ -69,7 +67,7 @@ func (c *coordinator) wrapperExecutable() string {
 // releases the stage.
 func (c *coordinator) spawnSupervisor(path, rolesExe, logLevel string) *supervisor.Driver {
 	return supervisor.Spawn(supervisor.Config{
-		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, GitRoutingExe: c.wrapperExecutable(), LogLevel: logLevel, Lock: c.lockFile,
+		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, GitRoutingExe: c.cfg.gitRouteExe, LogLevel: logLevel, Lock: c.lockFile,
 		Inputs: c.supervisorInputs, Staged: c.supervisorStaged,
 		// The broker killed and reaped the child: a staged RS was
 		// terminated by the coordinator.

@@ -1,5 +1,6 @@
 // Package linkcheck is the test helper behind the binaries' "links no …"
-// tests (cmd/lazaret-hc, cmd/lazaret-escalate, cmd/lazaret-init, and the
+// tests (cmd/lazaret-hc, cmd/lazaret-escalate, cmd/lazaret-init,
+// cmd/lazaret-gitroute, and the
 // front's TestFrontStaysLean in cmd/lazaret/runverb): it lists
 // what a main package links with `go list -deps` and reports every
 // dependency a forbidden rule names.

@@ -26,6 +26,7 @@ const (
 	RS       = "lazaret-rs"
 	Escalate = "lazaret-escalate"
 	Init     = "lazaret-init"
+	GitRoute = "lazaret-gitroute"
 	Runsc    = "runsc"
 )
 

@@ -42,7 +42,7 @@
 // Connectivity helper (`pkg/slirp`, FR-16). HC (in the host network
 // namespace) commits the `helper` participant's Intent and acquires
 // slirp4netns through its broker as an exec chain in one process:
-// `nsenter --user=/proc/<RS>/ns/user --preserve-credentials -- lazaret-hc
+// `nsenter --user=/proc/<RS>/ns/user --preserve-credentials -- lazaret-gitroute
 // __lazaret-slirp --resolv-conf=F -- slirp4netns --configure --mtu=65520
 // --disable-host-loopback --enable-sandbox --enable-seccomp --cidr=10.0.2.0/24
 // --exit-fd=3 --ready-fd=4 <RS pid> tap0`. Why: slirp4netns's DNS forwarder

@@ -55,7 +55,7 @@ func Main(args []string) int {
 	credentialFD := fs.Int("credential-fd", -1, "inherited write-sealed memfd with RS's protocol signing key and the coordinator's verification key")
 	logLevel := fs.String("log-level", "info", "debug|info|warn|error")
 	rolesExe := fs.String("roles-exe", "", "the lazaret-hc executable to run the egress role and the wrappers from (default: this binary)")
-	gitRoutingExe := fs.String("git-routing-exe", "", "the executable to run the Git-routing daemon from (default: the roles executable)")
+	gitRoutingExe := fs.String("git-routing-exe", "", "the lazaret-gitroute executable to run the Git-routing daemon from (default: this binary)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -87,7 +87,7 @@ func Main(args []string) int {
 		return 1
 	}
 	roles := rolesExecutable("roles-exe", *rolesExe, exe, log)
-	routingExe := rolesExecutable("git-routing-exe", *gitRoutingExe, roles, log)
+	routingExe := rolesExecutable("git-routing-exe", *gitRoutingExe, exe, log)
 	// The failpoint stages keep naming this process (lazaret-rs) whichever
 	// binary the wrappers run from.
 	broker, err := proc.NewBrokerWrapped(log, roles, filepath.Base(exe))
@@ -116,8 +116,7 @@ func Main(args []string) int {
 // coordinator named with the --option flag, when RS can exec it here, in
 // its own user and mount namespaces (an absolute path to a regular
 // executable file), else fallback, which hosts the same roles (RS's own
-// executable for --roles-exe, the roles executable for
-// --git-routing-exe).
+// executable).
 func rolesExecutable(option, path, fallback string, log *slog.Logger) string {
 	if path == "" {
 		return fallback

@@ -7,7 +7,7 @@
 // same process (so the pidfs identity staged by the broker is the helper's):
 //
 //	nsenter --user=/proc/<RS>/ns/user --preserve-credentials --
-//	  lazaret-hc __lazaret-slirp --resolv-conf=FILE --
+//	  lazaret-gitroute __lazaret-slirp --resolv-conf=FILE --
 //	    slirp4netns --configure --mtu=65520 --disable-host-loopback
 //	      --enable-sandbox --enable-seccomp --cidr=C --exit-fd=3 --ready-fd=4
 //	      --api-socket=<runtime dir>/slirp.sock <RS pid> tap0
@@ -49,8 +49,8 @@ import (
 	"github.com/lazaret/lazaret/pkg/mountns"
 )
 
-// RoleArg selects the mount-namespace link of the chain, hosted by the
-// lazaret front (the coordinator's --front-exe) and by lazaret-hc.
+// RoleArg selects the mount-namespace link of the chain, hosted by
+// lazaret-gitroute, the smallest host binary.
 const RoleArg = "__lazaret-slirp"
 
 // Tap is the helper's device in the supervisor's network namespace.
@@ -138,16 +138,16 @@ func roleMain(args []string) int {
 	}
 	argv := fs.Args()
 	if *resolv == "" || len(argv) == 0 {
-		fmt.Fprintln(os.Stderr, "lazaret-hc "+RoleArg+": usage: --resolv-conf=FILE -- PROGRAM ARGS... (started by the Host Coordinator only)")
+		fmt.Fprintln(os.Stderr, "lazaret-gitroute "+RoleArg+": usage: --resolv-conf=FILE -- PROGRAM ARGS... (started by the Host Coordinator only)")
 		return 125
 	}
 	// The new mount namespace is the locked thread's; exec from it.
 	runtime.LockOSThread()
 	if err := mountns.EnterPrivateWithFile(*resolv, "/etc/resolv.conf"); err != nil {
-		fmt.Fprintf(os.Stderr, "lazaret-hc %s: %v\n", RoleArg, err)
+		fmt.Fprintf(os.Stderr, "lazaret-gitroute %s: %v\n", RoleArg, err)
 		return 125
 	}
 	err := syscall.Exec(argv[0], argv, os.Environ())
-	fmt.Fprintf(os.Stderr, "lazaret-hc %s: exec %s: %v\n", RoleArg, argv[0], err)
+	fmt.Fprintf(os.Stderr, "lazaret-gitroute %s: exec %s: %v\n", RoleArg, argv[0], err)
 	return 127
 }

@@ -109,7 +109,7 @@ func doctorChecks(h hostcheck.Host, p hostcheck.Probes, find func(string) (strin
 		add("/dev/fuse", nil, "usable")
 	}
 	programs := map[string]string{}
-	for _, b := range []string{locate.HC, locate.RS, locate.Escalate, locate.Init, locate.Runsc} {
+	for _, b := range []string{locate.HC, locate.RS, locate.GitRoute, locate.Escalate, locate.Init, locate.Runsc} {
 		path, err := find(b)
 		programs[b] = path
 		if b != locate.Runsc {

@@ -100,7 +100,7 @@ func versionReport(find func(string) (string, error)) versionDoc {
 	if exe, err := os.Executable(); err == nil {
 		self.Path = exe
 	}
-	names := []string{locate.HC, locate.RS, locate.Escalate, locate.Init}
+	names := []string{locate.HC, locate.RS, locate.GitRoute, locate.Escalate, locate.Init}
 	if front != "" {
 		names = append([]string{"lazaret"}, names...)
 	} else {

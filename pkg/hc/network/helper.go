@@ -80,11 +80,7 @@ func (s *Service) Start(rs *proc.Child) error {
 	}
 	self := s.cfg.LinkExe
 	if self == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		self = exe
+		return errdefs.New(errdefs.ErrInternal, "no executable for the connectivity helper's mount-namespace link (%s)", slirp.RoleArg)
 	}
 	gen := s.cfg.Generation
 	s.mu.Lock()

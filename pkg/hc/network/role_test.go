@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/slirp"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -84,7 +85,7 @@ func newRole(t *testing.T, script string, profile ...func(*config.Profile)) *rol
 	}
 	e := &roleEnv{testDomain: d, broker: b, rs: rs, helper: &fakeHelper{b: b, script: script}}
 	e.s = New(Config{Store: d.st, DomainID: d.id, Generation: 1, Profile: &prof, SidecarID: "sc-1", Hostname: "ws",
-		RuntimeDir: t.TempDir(), LogPath: "the Domain log", Launcher: e.helper})
+		RuntimeDir: t.TempDir(), LogPath: "the Domain log", Launcher: e.helper, LinkExe: testLinkExe})
 	if _, err := e.s.DerivePolicy(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +111,27 @@ func readyReport(spec netprobe.Spec) string {
 	return r.Line()
 }
 
+// testLinkExe is the executable the role names as the helper chain's
+// mount-namespace link (lazaret-gitroute's path in a coordinator).
+const testLinkExe = "/opt/lazaret/libexec/lazaret/lazaret-gitroute"
+
+// TestHelperNeedsLinkExecutable: without the executable of the chain's
+// mount-namespace link the helper is not started (the coordinator's own
+// binary does not host that role).
+func TestHelperNeedsLinkExecutable(t *testing.T) {
+	e := newRole(t, helperProtocol)
+	e.s.cfg.LinkExe = ""
+	if err := <-e.s.Launch(e.rs); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if err := e.s.HelperReady(); err == nil || !strings.Contains(err.Error(), slirp.RoleArg) {
+		t.Fatalf("helper start without a link executable: %v, want a refusal naming %s", err, slirp.RoleArg)
+	}
+	if e.helper.argv != nil {
+		t.Fatalf("the helper chain was acquired: %v", e.helper.argv)
+	}
+}
+
 // TestLifecycleRecordsEachStep drives the role through its interface —
 // Launch, Commit, Release, Stop, Finish — against a real store and checks
 // the records each step leaves, ending Clean with the exact absence proof.
@@ -128,8 +150,8 @@ func TestLifecycleRecordsEachStep(t *testing.T) {
 	if helperSlot.State != participant.Staged {
 		t.Fatalf("helper slot after start: %s", helperSlot)
 	}
-	if argv := strings.Join(e.helper.argv, " "); !strings.Contains(argv, "slirp4netns") {
-		t.Fatalf("the helper chain does not run slirp4netns: %s", argv)
+	if argv := strings.Join(e.helper.argv, " "); !strings.Contains(argv, "slirp4netns") || !strings.Contains(argv, testLinkExe+" "+slirp.RoleArg+" ") {
+		t.Fatalf("the helper chain does not run slirp4netns through %s's link: %s", testLinkExe, argv)
 	}
 	st := e.s.Status()
 	if st.GetConnectivityHelper() != helperSlot.Identity.String() || st.GetReadinessFingerprint() == "" {

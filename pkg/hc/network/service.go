@@ -48,7 +48,7 @@ type Launcher interface {
 type Config struct {
 	Log *slog.Logger
 	// LinkExe is the binary hosting the slirp mount-namespace link
-	// (slirp.RoleArg); "" means this one.
+	// (slirp.RoleArg): lazaret-gitroute.
 	LinkExe string
 	Timing  *timing.Recorder // nil records nothing
 	// Store is the Domain Store the helper and network participants are

@@ -41,10 +41,10 @@ type Config struct {
 	// --roles-exe): it starts faster than lazaret-rs.
 	RolesExe string
 	// GitRoutingExe, when set, is the executable RS runs its Git-routing
-	// daemon from (RS's --git-routing-exe; else RolesExe): the front
-	// binary, which hosts that role and starts faster still. The daemon's
-	// start is on the critical path of every cold start (RS joins its
-	// mount just before runsc).
+	// daemon from (RS's --git-routing-exe; else lazaret-rs itself):
+	// lazaret-gitroute, which links little besides that role and starts
+	// faster than any other. The daemon's start is on the critical path of
+	// every cold start (RS joins its mount just before runsc).
 	GitRoutingExe string
 	// Lock is the Domain lock's descriptor: RS inherits it and holds the
 	// lock until it exits.
