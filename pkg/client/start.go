@@ -210,7 +210,7 @@ func coordinatorEnv(environ []string) []string {
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LAZARET_RUNSC", "LAZARET_RS", "LAZARET_ESCALATE", "LAZARET_INIT", "TMPDIR", timing.EnvFile,
+		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LAZARET_RUNSC", "LAZARET_RS", "LAZARET_GITROUTE", "LAZARET_ESCALATE", "LAZARET_INIT", "TMPDIR", timing.EnvFile,
 			// Which Git configuration files the developer's Git reads
 			// (the coordinator reads them as host Git does).
 			"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM":
