@@ -54,6 +54,10 @@ var (
 	helloTimeout = 30 * time.Second
 	drainTimeout = sessionterm.DrainTimeout
 	closeGrace   = sessionterm.CloseGrace
+	// startFailureGrace bounds how long a generation that failed before
+	// any session arrived keeps its control socket for the CLI that
+	// started it (teardown's first step).
+	startFailureGrace = 2 * time.Second
 )
 
 // errStopping refuses a session because the Domain is stopping normally;
@@ -92,12 +96,19 @@ type coordinator struct {
 	// and runsc's children (package sandbox); set once the store is open.
 	sb *sandbox.Service
 
-	mu       sync.Mutex
-	st       state
-	failErr  error
-	ready    chan struct{} // closed when running or failed
-	progress []string
-	changed  chan struct{} // closed and replaced on every progress line
+	mu      sync.Mutex
+	st      state
+	failErr error
+	ready   chan struct{} // closed when running or failed
+	// startFailed: the generation failed before its publication.
+	// failureHeard is closed once a session request was refused with
+	// that failure (the starting CLI connects after the failure when the
+	// failure comes first).
+	startFailed  bool
+	failureHeard chan struct{}
+	heardOnce    sync.Once
+	progress     []string
+	changed      chan struct{} // closed and replaced on every progress line
 	// guestBinaries reports the copy of lazaret-init and
 	// lazaret-escalate into the control mount (init), which sandboxStart
 	// awaits.
@@ -148,7 +159,7 @@ func Main(args []string) int {
 	c := &coordinator{timing: rec, log: log, cfg: generationConfig{workspace: *ws, profileName: *prof, image: *image, frontExe: *frontExe},
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
 		ready:    make(chan struct{}), changed: make(chan struct{}),
-		teardownC: make(chan struct{})}
+		teardownC: make(chan struct{}), failureHeard: make(chan struct{})}
 	c.sessions = sessions.New[*session](sessions.Config{Log: log, LingerExpired: c.lingerExpired})
 	if err := c.init(*profileFD, *level); err != nil {
 		if c.guestBinaries != nil {
@@ -383,6 +394,7 @@ func (c *coordinator) setState(s state, err error) {
 	}
 	if s == stateFailed {
 		c.mt.Fail()
+		c.startFailed = prev == stateStarting
 	}
 	if prev == stateStarting && (s == stateRunning || s == stateFailed) {
 		close(c.ready)

@@ -194,8 +194,12 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		if c.sessions.StopRequested() && c.st != stateFailed {
 			err = errStopping // the CLI retries and starts the next generation
 		}
+		told := c.startFailed && err == c.failErr
 		c.mu.Unlock()
 		refuse(conn, err)
+		if told {
+			c.heardOnce.Do(func() { close(c.failureHeard) })
+		}
 		return
 	}
 	joined := c.st == stateRunning

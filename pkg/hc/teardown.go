@@ -44,6 +44,7 @@ type teardownStep struct {
 // Supervisor's child (nil when its acquisition failed).
 func (c *coordinator) teardownSteps(sessions []*session, rs *proc.Child) []teardownStep {
 	return []teardownStep{
+		{name: "let the starting CLI hear the failure", run: c.awaitStartFailureHeard},
 		// Withdraw publication before dropping keys.
 		{name: "withdraw publication", run: func() {
 			if c.pub != nil {
@@ -159,4 +160,26 @@ func (c *coordinator) stopSupervisor(rs *proc.Child) {
 		}
 	}
 	failpoint.Hit("lazaret-hc:rs-stopped")
+}
+
+// awaitStartFailureHeard keeps the control socket, for at most
+// startFailureGrace, when the generation failed before its publication and
+// before any session arrived: the CLI that started this coordinator dials
+// it once the coordinator reported ready, and a failure that comes first
+// (e.g. the Git Sentry refusing the workspace while the CLI is still
+// descheduled on a loaded machine) would otherwise leave that CLI only "the
+// Host Coordinator exited during start-up", without the cause. It returns
+// once a session request was refused with the failure.
+func (c *coordinator) awaitStartFailureHeard() {
+	c.mu.Lock()
+	wait := c.startFailed && c.sessions.Idle()
+	c.mu.Unlock()
+	if !wait {
+		return
+	}
+	select {
+	case <-c.failureHeard:
+	case <-time.After(startFailureGrace):
+		c.log.Warn("no CLI heard the start-up failure", "grace", startFailureGrace)
+	}
 }

@@ -5,8 +5,11 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hc/sessions"
 )
 
 // TestTeardownOrder pins the durable store transitions of the teardown
@@ -84,5 +87,69 @@ func TestWalkTeardown(t *testing.T) {
 	c.walkTeardown(steps)
 	if want := []string{"a", "b", "c", "d"}; !reflect.DeepEqual(ran, want) {
 		t.Errorf("with a store ran %q, want %q", ran, want)
+	}
+}
+
+// TestAwaitStartFailureHeard: a generation that failed before its
+// publication, with no session yet, keeps its control socket until a
+// session request was refused with the failure, bounded by
+// startFailureGrace; any other teardown does not wait.
+func TestAwaitStartFailureHeard(t *testing.T) {
+	defer func(g time.Duration) { startFailureGrace = g }(startFailureGrace)
+	startFailureGrace = time.Hour
+	newCoordinator := func() *coordinator {
+		return &coordinator{log: slog.New(slog.DiscardHandler), st: stateStarting, ready: make(chan struct{}), teardownC: make(chan struct{}),
+			failureHeard: make(chan struct{}), sessions: sessions.New[*session](sessions.Config{Log: slog.New(slog.DiscardHandler)})}
+	}
+	returned := func(c *coordinator) <-chan struct{} {
+		done := make(chan struct{})
+		go func() { c.awaitStartFailureHeard(); close(done) }()
+		return done
+	}
+
+	c := newCoordinator()
+	c.setState(stateFailed, errdefs.New(errdefs.ErrRefused, "the workspace is a linked Git worktree"))
+	done := returned(c)
+	select {
+	case <-done:
+		t.Fatal("returned before the starting CLI heard the failure")
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.heardOnce.Do(func() { close(c.failureHeard) })
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting after the failure was heard")
+	}
+
+	// Bounded: nobody dials.
+	startFailureGrace = 20 * time.Millisecond
+	c = newCoordinator()
+	c.setState(stateFailed, errdefs.New(errdefs.ErrRefused, "refused"))
+	select {
+	case <-returned(c):
+	case <-time.After(5 * time.Second):
+		t.Fatal("not bounded by startFailureGrace")
+	}
+	startFailureGrace = time.Hour
+
+	// No wait: a published generation that failed later, a normal stop,
+	// and a start failure a session already waits for.
+	c = newCoordinator()
+	c.setState(stateRunning, nil)
+	c.setState(stateFailed, errdefs.New(errdefs.ErrUnavailable, "the runtime supervisor exited"))
+	c2 := newCoordinator()
+	c2.mu.Lock()
+	c2.requestTeardownLocked()
+	c2.mu.Unlock()
+	c3 := newCoordinator()
+	c3.sessions.Admit("s1", &session{}, 0)
+	c3.setState(stateFailed, errdefs.New(errdefs.ErrRefused, "refused"))
+	for i, c := range []*coordinator{c, c2, c3} {
+		select {
+		case <-returned(c):
+		case <-time.After(5 * time.Second):
+			t.Fatalf("case %d waited", i)
+		}
 	}
 }
