@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -197,16 +198,28 @@ func clientScenario(t *testing.T, user *env, ws, scenario, stateFile string) str
 	if _, err := os.Stat(filepath.Join(rt, "publication.json")); err != nil {
 		t.Fatalf("no published Domain for %s", ws)
 	}
-	c := exec.Command(dst, "-test.run=^$")
-	c.Env = []string{clientScenarioEnv + "=" + scenario, "LAZARET_IT_RUNTIME=" + rt, "LAZARET_IT_STATE=" + stateFile, "HOME=" + user.home}
-	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(user.uid), Gid: uint32(user.gid)}}
-	out, _ := c.CombinedOutput()
+	var out []byte
+	var err error
+	for attempt := 0; ; attempt++ {
+		c := exec.Command(dst, "-test.run=^$")
+		c.Env = []string{clientScenarioEnv + "=" + scenario, "LAZARET_IT_RUNTIME=" + rt, "LAZARET_IT_STATE=" + stateFile, "HOME=" + user.home}
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(user.uid), Gid: uint32(user.gid)}}
+		out, err = c.CombinedOutput()
+		// A child another parallel test forked while the copy above was
+		// open for writing holds that descriptor until it execs: exec of
+		// the copy fails with ETXTBSY meanwhile (golang/go#22315).
+		if errors.Is(err, syscall.ETXTBSY) && attempt < 100 {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		break
+	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if r, ok := strings.CutPrefix(line, "RESULT "); ok {
 			return r
 		}
 	}
-	return "no result: " + string(out)
+	return fmt.Sprintf("no result (%v): %s", err, out)
 }
 
 // clientCopy serialises clientScenario's copy of the test binary.
