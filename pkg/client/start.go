@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/fdpass"
@@ -210,15 +211,32 @@ func coordinatorEnv(environ []string) []string {
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LAZARET_RUNSC", "LAZARET_RS", "LAZARET_GITROUTE", "LAZARET_ESCALATE", "LAZARET_INIT", "TMPDIR", timing.EnvFile,
+		case "HOME", "USER", "LOGNAME", "PATH", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "TMPDIR", timing.EnvFile,
 			// Which Git configuration files the developer's Git reads
 			// (the coordinator reads them as host Git does).
 			"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM":
 			env = append(env, kv)
+		default:
+			if coordinatorPrograms[k] {
+				env = append(env, kv)
+			}
 		}
 	}
 	return env
 }
+
+// coordinatorPrograms are the override variables (LAZARET_<NAME>) of the
+// programs a coordinator locates itself: every one of [programs] but
+// lazaret-hc, which the CLI locates.
+var coordinatorPrograms = func() map[string]bool {
+	m := map[string]bool{}
+	for _, name := range config.ProgramNames {
+		if name != locate.HC {
+			m[locate.EnvVar(name)] = true
+		}
+	}
+	return m
+}()
 
 // startCoordinator spawns lazaret-hc holding our locked descriptor and waits
 // for it to report its socket or its start-up error.
