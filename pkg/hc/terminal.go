@@ -43,7 +43,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 			if err != nil {
 				return nil, err
 			}
-			pj, err := ocispec.ProcessJSON(ocispec.Launch(ocispec.Process{Args: req.Argv, Env: s.env(req, u), Cwd: cwd, Terminal: true, UID: u.UID, GID: u.GID, Rlimits: c.cfg.rlimits()}))
+			pj, err := ocispec.ProcessJSON(ocispec.LaunchIdentified(ocispec.Process{Args: req.Argv, Env: s.env(req, u), Cwd: cwd, Terminal: true, UID: u.UID, GID: u.GID, Rlimits: c.cfg.rlimits()}))
 			if err != nil {
 				return nil, errdefs.Mark(err, errdefs.ErrInvalid)
 			}

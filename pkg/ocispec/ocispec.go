@@ -131,15 +131,36 @@ func InitEnv(env []string) []string {
 // starts with that value), the launcher gets LaunchGOMAXPROCS and
 // LaunchEnvArg; runsc reorders the environment, so the argument, not a
 // position, tells the launcher the entry is its own.
-func Launch(p Process) Process {
+func Launch(p Process) Process { return launch(p, false) }
+
+func launch(p Process, identified bool) Process {
 	args := []string{InitPath, ExecArg}
 	if !hasEnv(p.Env, "GOMAXPROCS") {
 		p.Env = append(append([]string(nil), p.Env...), LaunchGOMAXPROCS)
 		args = append(args, LaunchEnvArg)
 	}
+	if identified {
+		args = append(args, IdentityArg)
+	}
 	p.Args = append(append(args, "--"), p.Args...)
 	return p
 }
+
+// IdentityFD is the guest descriptor on which the session launcher of an
+// interactive session reports its identity (IdentityArg): the Host
+// Coordinator passes the write end of a pipe as this descriptor (runsc exec
+// --pass-fd) and reads the launcher's /proc/self/stat line from the other.
+const IdentityFD = 3
+
+// IdentityArg tells the session launcher to report its /proc/self/stat
+// line on IdentityFD, and close it, just before it execs its command in
+// place: the command's pid, process group and start time are the
+// launcher's.
+const IdentityArg = "--report-identity"
+
+// LaunchIdentified is Launch for a session whose launcher reports its
+// identity on IdentityFD (IdentityArg) before it execs the command.
+func LaunchIdentified(p Process) Process { return launch(p, true) }
 
 // hasEnv reports whether env has an entry for name.
 func hasEnv(env []string, name string) bool {

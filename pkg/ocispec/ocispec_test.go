@@ -503,6 +503,10 @@ func TestLaunchEnvironment(t *testing.T) {
 	if p := Launch(Process{Env: []string{"GOMAXPROCS_X=1"}}); p.Env[len(p.Env)-1] != LaunchGOMAXPROCS {
 		t.Errorf("GOMAXPROCS_X taken for GOMAXPROCS: %q", p.Env)
 	}
+	p = LaunchIdentified(Process{Args: []string{"sh", "--", "-c"}, Env: []string{"PATH=/bin"}})
+	if want := []string{InitPath, ExecArg, LaunchEnvArg, IdentityArg, "--", "sh", "--", "-c"}; !reflect.DeepEqual(p.Args, want) {
+		t.Errorf("identified launch args %q, want %q", p.Args, want)
+	}
 	base := []string{"PATH=/bin", "GOMAXPROCS=8"}
 	if got := InitEnv(base); !reflect.DeepEqual(got, []string{"PATH=/bin", "GOMAXPROCS=8", LaunchGOMAXPROCS}) || len(base) != 2 {
 		t.Errorf("init env %q (base %q)", got, base)

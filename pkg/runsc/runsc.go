@@ -126,11 +126,16 @@ func (r Runtime) Run(bundle, id string) []string {
 }
 
 // Exec is a non-detached `runsc exec` of a process document; pidFile
-// receives the guest pid (--internal-pid-file) when non-empty.
-func (r Runtime) Exec(processJSON, pidFile, id string) []string {
+// receives the guest pid (--internal-pid-file) when non-empty. Each of
+// passFDs is a descriptor of the runsc client that the guest process gets
+// under the same number (--pass-fd N:N).
+func (r Runtime) Exec(processJSON, pidFile, id string, passFDs ...int) []string {
 	args := []string{"exec", "--process", processJSON}
 	if pidFile != "" {
 		args = append(args, "--internal-pid-file", pidFile)
+	}
+	for _, fd := range passFDs {
+		args = append(args, "--pass-fd", fmt.Sprintf("%d:%d", fd, fd))
 	}
 	return r.argv(append(args, id)...)
 }

@@ -1,6 +1,7 @@
 package sandboxinit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,19 +19,35 @@ const (
 	ExitNotFound      = 127
 )
 
+// ExitNoIdentity is the status of a launcher that could not report its
+// identity (ocispec.IdentityArg): the Host Coordinator would not admit the
+// session's command, so it does not run.
+const ExitNoIdentity = 125
+
 // ExecMain is the session launcher role: it resolves argv[0] on the guest's
 // PATH and replaces itself with the command (same guest pid), so a missing
 // or non-executable command reports 127/126 with a shell-like message
-// instead of a runtime error. With ocispec.LaunchEnvArg first, the
-// GOMAXPROCS of its environment is its own (ocispec.Launch), which the
-// command does not get.
+// instead of a runtime error. Its options come before "--": with
+// ocispec.LaunchEnvArg the GOMAXPROCS of its environment is its own
+// (ocispec.Launch), which the command does not get; with
+// ocispec.IdentityArg it reports its identity on ocispec.IdentityFD once
+// the command is found (ReportIdentity), just before the exec.
 func ExecMain(args []string) int {
 	env := os.Environ()
-	if len(args) > 0 && args[0] == ocispec.LaunchEnvArg {
-		args = args[1:]
-		env = launchEnv(env)
-	}
-	if len(args) > 0 && args[0] == "--" {
+	identify := false
+options:
+	for len(args) > 0 {
+		switch args[0] {
+		case ocispec.LaunchEnvArg:
+			env = launchEnv(env)
+		case ocispec.IdentityArg:
+			identify = true
+		case "--":
+			args = args[1:]
+			break options
+		default:
+			break options
+		}
 		args = args[1:]
 	}
 	if len(args) == 0 {
@@ -45,6 +62,12 @@ func ExecMain(args []string) int {
 		}
 		fmt.Fprintf(os.Stderr, "lazaret: %s: command not found in the sandbox\n", args[0])
 		return ExitNotFound
+	}
+	if identify {
+		if err := ReportIdentity(ocispec.IdentityFD); err != nil {
+			fmt.Fprintf(os.Stderr, "lazaret: %s: not started: %v\n", args[0], err)
+			return ExitNoIdentity
+		}
 	}
 	err = syscall.Exec(path, args, env)
 	fmt.Fprintf(os.Stderr, "lazaret: %s: %v\n", args[0], err)
@@ -63,4 +86,25 @@ func launchEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// ReportIdentity writes this process's /proc/self/stat line (its pid,
+// process group and start time, which an in-place exec keeps) and a
+// newline to descriptor fd, and closes fd so that the command does not
+// inherit it. The Host Coordinator reads it as the guest leader's identity
+// (sessionterm), instead of running a second `runsc exec` to read it.
+func ReportIdentity(fd int) error {
+	f := os.NewFile(uintptr(fd), "identity")
+	if f == nil {
+		return fmt.Errorf("no identity descriptor %d", fd)
+	}
+	defer f.Close()
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return fmt.Errorf("read the identity: %w", err)
+	}
+	if _, err := f.Write(append(bytes.TrimSpace(b), '\n')); err != nil {
+		return fmt.Errorf("report the identity on descriptor %d: %w", fd, err)
+	}
+	return f.Close()
 }

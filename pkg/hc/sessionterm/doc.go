@@ -42,8 +42,19 @@
 // Acquisition (the Session Terminal record):
 //
 //	RecordIntent → pty.Open → broker.Acquire(exec wrapper, Setsid+Setctty)
-//	  → guest leader pid (--internal-pid-file) → guest /proc/<pid>/stat
-//	  (pgrp == pid, start time) → RecordRunning → Accepted → events admitted
+//	  → the launcher's /proc/self/stat on the identity pipe (pid, pgrp ==
+//	  pid, start time) and the same pid in --internal-pid-file
+//	  → RecordRunning → Accepted → events admitted
+//
+// The identity pipe's write end is the exec client's descriptor
+// ocispec.IdentityFD, passed to the guest (`runsc exec --pass-fd`); the
+// session launcher (lazaret-init, ocispec.LaunchIdentified) writes its
+// stat line there just before it execs the command in place, which keeps
+// its pid, group and start time. The guest's /proc is the only source of
+// an exact start time; reading it this way costs no second `runsc exec`
+// (about 50 ms here) before the session's first output. The release's
+// checks of the recorded leader still read it with a short `runsc exec`
+// of cat (guestStat).
 //
 // One event loop per session serializes client frames (input, resize,
 // interrupt/quit/suspend/continue), the end of PTY output and exec-client

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,31 +19,49 @@ import (
 	"github.com/lazaret/lazaret/pkg/proc"
 )
 
-// identify reads the guest leader pid from --internal-pid-file and the
-// leader's process group and start time from the guest's /proc/<pid>/stat,
-// and checks that the leader leads its group.
-func (t *Terminal) identify(ctx context.Context, pidFile string) error {
+// identify establishes the guest leader: its launcher's /proc/self/stat
+// line, reported on the identity pipe just before it execs the command
+// (ocispec.IdentityArg), gives its pid, process group and start time; the
+// pid must be the one runsc wrote to --internal-pid-file, and the leader
+// must lead its group. A launcher that reports nothing (its command was
+// not found, or the exec client failed) closes the pipe unreported.
+func (t *Terminal) identify(pidFile string, ident *os.File) error {
 	deadline := t.clock.Now().Add(IdentifyTimeout)
-	pid := 0
-	for {
-		if b, err := os.ReadFile(pidFile); err == nil {
-			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
-				pid = n
-				break
-			}
-		}
-		select {
-		case <-t.child.Done():
-			return errdefs.New(errdefs.ErrUnavailable, "exec client exited before reporting the guest pid")
-		case <-t.clock.After(10 * time.Millisecond):
-		}
-		if t.clock.Now().After(deadline) {
-			return errdefs.New(errdefs.ErrUnavailable, "no guest pid within %s", IdentifyTimeout)
-		}
+	type report struct {
+		line string
+		err  error
 	}
-	st, err := t.guestStat(ctx, pid)
+	reported := make(chan report, 1)
+	go func() {
+		line, err := readIdentity(ident)
+		reported <- report{line, err}
+	}()
+	var r report
+	select {
+	case r = <-reported:
+	case <-t.clock.After(IdentifyTimeout):
+		ident.SetReadDeadline(time.Now()) // ends the read
+		<-reported
+		return errdefs.New(errdefs.ErrUnavailable, "no guest identity within %s", IdentifyTimeout)
+	}
+	if r.err != nil {
+		return r.err
+	}
+	pidField, _, _ := strings.Cut(r.line, " ")
+	pid, err := strconv.Atoi(pidField)
+	if err != nil || pid <= 0 {
+		return errdefs.New(errdefs.ErrRefused, "the session launcher reported a malformed identity %q", r.line)
+	}
+	st, err := parseStat(r.line, pid)
+	if err != nil {
+		return errdefs.Mark(fmt.Errorf("the session launcher's identity: %w", err), errdefs.ErrRefused)
+	}
+	named, err := t.guestPID(pidFile, deadline)
 	if err != nil {
 		return err
+	}
+	if named != pid {
+		return errdefs.New(errdefs.ErrRefused, "the session launcher reported guest pid %d, runsc started %d", pid, named)
 	}
 	if st.pgrp != pid {
 		return errdefs.New(errdefs.ErrRefused, "guest leader %d is in process group %d, not its own", pid, st.pgrp)
@@ -50,6 +69,66 @@ func (t *Terminal) identify(ctx context.Context, pidFile string) error {
 	t.id.GuestLeaderPID, t.id.GuestPGID, t.id.GuestLeaderStart = pid, st.pgrp, st.start
 	t.identified = true
 	return nil
+}
+
+// maxIdentity bounds the launcher's report (a /proc/<pid>/stat line is a
+// few hundred bytes).
+const maxIdentity = 4096
+
+// readIdentity reads the launcher's report: one line, at most maxIdentity
+// bytes. End of file before a newline is no report.
+func readIdentity(r io.Reader) (string, error) {
+	buf := make([]byte, 0, 512)
+	chunk := make([]byte, 512)
+	for {
+		n, err := r.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+			return string(buf[:i]), nil
+		}
+		if len(buf) > maxIdentity {
+			return "", errdefs.New(errdefs.ErrRefused, "the session launcher's identity exceeds %d bytes", maxIdentity)
+		}
+		if err == io.EOF {
+			return "", errdefs.New(errdefs.ErrUnavailable, "the session launcher reported no identity (its command did not start)")
+		}
+		if err != nil {
+			return "", errdefs.New(errdefs.ErrUnavailable, "read the session launcher's identity: %v", err)
+		}
+	}
+}
+
+// guestPID waits, until deadline or the exec client's exit, for the pid
+// runsc writes to --internal-pid-file once the guest process exists (the
+// launcher may report before runsc has written it).
+func (t *Terminal) guestPID(pidFile string, deadline time.Time) (int, error) {
+	for {
+		if n, ok := readPIDFile(pidFile); ok {
+			return n, nil
+		}
+		if t.clock.Now().After(deadline) {
+			return 0, errdefs.New(errdefs.ErrUnavailable, "no guest pid within %s", IdentifyTimeout)
+		}
+		select {
+		case <-t.child.Done():
+			// runsc writes the file before it waits for the process.
+			if n, ok := readPIDFile(pidFile); ok {
+				return n, nil
+			}
+			return 0, errdefs.New(errdefs.ErrUnavailable, "exec client exited before reporting the guest pid")
+		case <-t.clock.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// readPIDFile reads a pid file runsc has written completely.
+func readPIDFile(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n, err == nil && n > 0
 }
 
 type guestStat struct {

@@ -25,6 +25,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
+	"github.com/lazaret/lazaret/pkg/sandboxinit"
 )
 
 // These tests drive Run, the whole life of an interactive session's
@@ -76,8 +77,11 @@ func hostRunsc(args []string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 125
 		}
-		argv := doc.Args
+		argv, identify := doc.Args, false
 		for i, a := range argv {
+			if a == ocispec.IdentityArg {
+				identify = true
+			}
 			if a == "--" {
 				argv = argv[i+1:]
 				break
@@ -91,6 +95,13 @@ func hostRunsc(args []string) int {
 		if pidFile != "" {
 			if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 				return 125
+			}
+		}
+		// The launcher's report, as lazaret-init makes it in the sandbox.
+		if identify {
+			if err := sandboxinit.ReportIdentity(ocispec.IdentityFD); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return sandboxinit.ExitNoIdentity
 			}
 		}
 		// A guest process starts with default signal dispositions, even
@@ -231,7 +242,7 @@ func startRunWith(t *testing.T, argv []string, process func() ([]byte, error), r
 	d := Domain{Broker: broker, Runtime: runsc.Runtime{Path: exe, Root: dir}, Container: "ctr-1", Generation: 1, Dir: dir, Recorder: h.rec, Log: log}
 	if process == nil {
 		process = func() ([]byte, error) {
-			return ocispec.ProcessJSON(ocispec.Launch(ocispec.Process{Args: argv, Env: []string{"PATH=/usr/bin:/bin", "TERM=dumb"}, Cwd: "/", Terminal: true}))
+			return ocispec.ProcessJSON(ocispec.LaunchIdentified(ocispec.Process{Args: argv, Env: []string{"PATH=/usr/bin:/bin", "TERM=dumb"}, Cwd: "/", Terminal: true}))
 		}
 	}
 	srv, cli := net.Pipe()

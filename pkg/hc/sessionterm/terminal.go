@@ -228,19 +228,29 @@ func Run[A, H any](d Domain, s Session, frames <-chan *lv1.ClientFrame, routes f
 	if n, err := master.Index(); err == nil {
 		t.id.PTY = "pts/" + strconv.Itoa(n)
 	}
-	argv := d.Runtime.Exec(pjFile, pidFile, d.Container)
+	// The launcher reports the guest leader's identity on this pipe
+	// (ocispec.IdentityFD) just before it execs the command.
+	identR, identW, err := os.Pipe()
+	if err != nil {
+		slave.Close() // the release closes the master
+		fail(fmt.Errorf("allocate the session's identity pipe: %w", err))
+		return
+	}
+	defer identR.Close()
+	argv := d.Runtime.Exec(pjFile, pidFile, d.Container, ocispec.IdentityFD)
 	d.Timing.Mark("session admitted; starting runsc exec")
 	child, err := d.Broker.Acquire(ctx, proc.AcquireSpec{
 		Slot:     "session_exec",
 		ExecStop: true, // no wrapper re-exec of lazaret-hc on the session start path
 		Target: proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/",
-			Files: []*os.File{slave, slave, slave}, Setsid: true, Setctty: true},
+			Files: []*os.File{slave, slave, slave, identW}, Setsid: true, Setctty: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			t.log.Debug("staged ownership", "slot", "session_exec", "identity", id.String())
 			return d.Recorder.RecordStaged(ctx, s.ID, id)
 		},
 	})
 	slave.Close() // the exec client holds the only slave descriptors now
+	identW.Close()
 	if err != nil {
 		fail(fmt.Errorf("start session command: %w", err))
 		return
@@ -250,7 +260,7 @@ func Run[A, H any](d Domain, s Session, frames <-chan *lv1.ClientFrame, routes f
 	s.Started(child)
 	// 3. The guest process group and its leader.
 	admitted := false
-	if err := t.identify(ctx, pidFile); err != nil {
+	if err := t.identify(pidFile, identR); err != nil {
 		if !t.endedUnidentified(child, err) {
 			fail(fmt.Errorf("identify the session's guest process group: %w", err))
 			return

@@ -2,14 +2,21 @@ package sessionterm
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/control"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/pty"
 )
 
@@ -144,4 +151,69 @@ func inQueue(t *testing.T, m *pty.Master) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestIdentifyFromLaunchersReport: the guest leader's identity is the
+// launcher's report, accepted only when runsc's pid file names the same
+// process and it leads its group; a launcher that reports nothing, too
+// much or garbage is not identified.
+func TestIdentifyFromLaunchersReport(t *testing.T) {
+	stat := func(pid, pgrp int) string {
+		return fmt.Sprintf("%d (sh) S 1 %d %d 34816 7 4194560 1 0 0 0 3 1 0 0 20 0 1 0 1234 4644864 900 18446744073709551615", pid, pgrp, pgrp)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker, err := proc.NewBroker(slog.New(slog.NewTextHandler(io.Discard, nil)), exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		report  string // written, then the pipe is closed
+		pidFile string // "" = never written
+		want    error  // nil = identified
+		detail  string
+	}{
+		{"identified", stat(42, 42) + "\n", "42\n", nil, ""},
+		{"another process than runsc started", stat(42, 42) + "\n", "43", errdefs.ErrRefused, "runsc started 43"},
+		{"not its group's leader", stat(42, 7) + "\n", "42", errdefs.ErrRefused, "process group 7"},
+		{"malformed", "hello world\n", "42", errdefs.ErrRefused, "malformed"},
+		{"another pid's stat", "42 (sh) S 1\n", "42", errdefs.ErrRefused, "short stat"},
+		{"no report", "", "42", errdefs.ErrUnavailable, "reported no identity"},
+		{"no newline", stat(42, 42), "42", errdefs.ErrUnavailable, "reported no identity"},
+		{"oversized", strings.Repeat("4", 2*maxIdentity), "42", errdefs.ErrRefused, "exceeds"},
+		{"no pid file before the exec client's exit", stat(42, 42) + "\n", "", errdefs.ErrUnavailable, "exited before reporting the guest pid"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			pidFile := filepath.Join(dir, "s.pid")
+			if c.pidFile != "" {
+				os.WriteFile(pidFile, []byte(c.pidFile), 0o600)
+			}
+			child, err := broker.Start("true", proc.Command{Path: "/bin/true", Args: []string{"true"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			child.Status()
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			go func() { io.WriteString(w, c.report); w.Close() }()
+			term := &Terminal{clock: realClock{}, child: child}
+			err = term.identify(pidFile, r)
+			if c.want == nil {
+				if err != nil || !term.identified || term.id.GuestLeaderPID != 42 || term.id.GuestPGID != 42 || term.id.GuestLeaderStart != 1234 {
+					t.Fatalf("identify: %v, identity %+v", err, term.id)
+				}
+				return
+			}
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.detail) || term.identified {
+				t.Fatalf("identify: %v, want %v containing %q", err, c.want, c.detail)
+			}
+		})
+	}
 }
