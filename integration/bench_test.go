@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,6 +205,17 @@ e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))`, rootfs, bundle, e.runsc)
 		bareExec = append(bareExec, ms(asUser(t, e, ws, e.runsc, "--root="+states[0], "--ignore-cgroups", "exec", cid, "/bin/true")))
 		join = append(join, ms(asUser(t, e, ws, lazaret, "run", "-p", "tiny", "--", "true")))
 	}
+	// The same on a terminal, as a developer joins: an interactive
+	// `lazaret run` (a Session Terminal: host PTY, launcher, guest leader
+	// identified) against bare runsc exec of a terminal process document,
+	// each started on a PTY of its own and timed to its exit.
+	ttyProcess := filepath.Join(e.userDir("bench-tty"), "process.json")
+	os.WriteFile(ttyProcess, []byte(`{"terminal": true, "user": {"uid": 0, "gid": 0}, "args": ["/bin/true"], "env": ["PATH=/bin"], "cwd": "/"}`), 0o644)
+	var bareExecTTY, joinTTY []float64
+	for i := 0; i < n; i++ {
+		bareExecTTY = append(bareExecTTY, timedOnPTY(t, e, ws, e.runsc, "--root="+states[0], "--ignore-cgroups", "exec", "--process", ttyProcess, cid))
+		joinTTY = append(joinTTY, timedOnPTY(t, e, ws, lazaret, "run", "-p", "tiny", "--", "true"))
+	}
 	hold.Process.Signal(syscall.SIGTERM)
 	hold.Wait()
 	noLeftovers(t)
@@ -244,6 +256,10 @@ e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))`, rootfs, bundle, e.runsc)
 		rep.Ratios["cold_start_vs_srt"] = rep.Measurements[1].MedianMS / m.MedianMS
 	}
 	rep.Ratios["join"] = rep.Measurements[3].MedianMS / rep.Measurements[2].MedianMS
+	bareTTY := measurement{Name: "bare_runsc_exec_terminal", RunsMS: bareExecTTY, MedianMS: median(bareExecTTY)}
+	lzTTY := measurement{Name: "lazaret_run_true_join_terminal", RunsMS: joinTTY, MedianMS: median(joinTTY)}
+	rep.Measurements = append(rep.Measurements, bareTTY, lzTTY)
+	rep.Ratios["join_terminal"] = lzTTY.MedianMS / bareTTY.MedianMS
 	fmt.Printf("\n%-24s %10s   (median of %d)\n", "measurement", "ms", n)
 	for _, m := range rep.Measurements {
 		fmt.Printf("%-24s %10.1f\n", m.Name, m.MedianMS)
@@ -256,6 +272,7 @@ e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))`, rootfs, bundle, e.runsc)
 	}
 	printStages(stages, stageRuns)
 	fmt.Printf("join ratio (lazaret run -- true in a running Domain / bare runsc exec): %.2fx\n", rep.Ratios["join"])
+	fmt.Printf("interactive join ratio (the same on a terminal / bare runsc exec of a terminal process, %.1f / %.1f ms): %.2fx\n", lzTTY.MedianMS, bareTTY.MedianMS, rep.Ratios["join_terminal"])
 	fmt.Printf("PTY throughput, cat of 64 MiB (host %.0f ms = %.0f MiB/s, lazaret %.0f ms = %.0f MiB/s): %.0f%% of host (target >= 50%%)\n",
 		rep.Measurements[4].MedianMS, 64/(rep.Measurements[4].MedianMS/1000), rep.Measurements[5].MedianMS, 64/(rep.Measurements[5].MedianMS/1000), 100*rep.Ratios["pty_throughput_vs_host"])
 	fmt.Printf("keystroke echo latency median (host %.3f ms, lazaret %.3f ms): +%.2f ms over host (target <= 5 ms)\n",
@@ -272,4 +289,23 @@ e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))`, rootfs, bundle, e.runsc)
 		fmt.Printf("written %s\n", f)
 	}
 	recordBench(t, "startup", "ms", rep)
+}
+
+// timedOnPTY runs argv as the test user on a PTY of its own and returns
+// the milliseconds from its start to its exit, which must be a success.
+func timedOnPTY(t *testing.T, e *env, ws string, argv ...string) float64 {
+	t.Helper()
+	start := time.Now()
+	p := startOnPTY(t, e, ws, nil, argv...)
+	out := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(p.m); out <- b }() // until the slave's last holder is gone
+	err := p.cmd.Wait()
+	d := time.Since(start)
+	p.m.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b := <-out
+	p.m.Close()
+	if err != nil {
+		t.Fatalf("%v on a terminal: %v\n%s", argv, err, b)
+	}
+	return ms(d)
 }
