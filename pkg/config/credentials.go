@@ -98,7 +98,7 @@ func (d *doc) decodeSecrets(p pathKey, v any, l *layer, defaults bool) {
 					good = false
 					continue
 				}
-				if !envNamePattern.MatchString(e) {
+				if !validEnvName(e) {
 					d.valueErrorf(kp, "%q is not an environment variable name: use letters, digits and _, not starting with a digit", e)
 					good = false
 					continue

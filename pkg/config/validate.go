@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,7 +19,25 @@ import (
 // ValidProfileName reports whether name can name an Agent Profile.
 func ValidProfileName(name string) bool { return domain.ValidProfileName(name) }
 
-var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// validEnvName reports whether name is an environment variable name,
+// [A-Za-z_][A-Za-z0-9_]*. (Written out, like validUserName: the regular
+// expressions compiled at every start of each binary that links this
+// package.)
+func validEnvName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c == '_':
+		case i > 0 && c >= '0' && c <= '9':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // DefaultPersistentPaths are the State Anchors every profile gets (spec
 // §3.5, DX-2): what agents really install survives a restart — `apt-get
@@ -982,12 +999,27 @@ func (d *doc) mergeUser(p *Profile, layers []*layer) {
 	}
 }
 
-// userNamePattern is what useradd accepts by default (NAME_REGEX).
-var userNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,30}$`)
+// validUserName reports whether s is what useradd accepts by default
+// (NAME_REGEX ^[a-z_][a-z0-9_-]{0,30}$).
+func validUserName(s string) bool {
+	if len(s) == 0 || len(s) > 31 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c == '_':
+		case i > 0 && (c >= '0' && c <= '9' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // checkUserName checks a user value; "" when good.
 func checkUserName(s string) string {
-	if !userNamePattern.MatchString(s) {
+	if !validUserName(s) {
 		return fmt.Sprintf("%q is not a user name: use lower-case letters, digits, '_' and '-', starting with a letter or '_' (at most 31), e.g. user = \"agent\"", s)
 	}
 	if s == "nobody" {
@@ -1115,7 +1147,7 @@ func expandSource(s, home string) (string, string) {
 // LANG, …) come from each CLI's terminal; Git identity travels in
 // GIT_CONFIG_*; HOSTNAME is per generation.
 func checkEnvName(name string) string {
-	if !envNamePattern.MatchString(name) {
+	if !validEnvName(name) {
 		return fmt.Sprintf("%q is not an environment variable name: use letters, digits and _, not starting with a digit", name)
 	}
 	switch {
