@@ -150,8 +150,19 @@ func (t *Terminal) event(f *lv1.ClientFrame, sigQ chan<- unix.Signal, winch chan
 		}
 	case f.GetResize() != nil:
 		size := sizeOf(f.GetResize().GetSize())
+		// A size the terminal already has changes nothing, and the kernel
+		// signals no SIGWINCH for it: neither do we (each is a runsc kill).
+		// The CLI sends its size once accepted, usually the one it started
+		// with.
+		unchanged := false
+		if cur, err := t.master.Size(); err == nil && cur == size {
+			unchanged = true
+		}
 		if err := t.master.Resize(size); err != nil {
 			t.log.Warn("resize refused", "size", size.String(), "err", err)
+			return nil
+		}
+		if unchanged {
 			return nil
 		}
 		select {

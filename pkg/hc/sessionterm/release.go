@@ -49,7 +49,7 @@ func (t *Terminal) release(ctx context.Context) {
 			return false
 		}
 		for _, sig := range []unix.Signal{unix.SIGHUP, unix.SIGTERM, unix.SIGKILL} {
-			if !t.leaderMatches(ctx) {
+			if t.leaderCollected() || !t.leaderMatches(ctx) {
 				break
 			}
 			t.signalGroup(sig)
@@ -79,4 +79,23 @@ func (t *Terminal) release(ctx context.Context) {
 		return
 	}
 	t.log.Debug("session terminal clean")
+}
+
+// leaderCollected reports whether the exec client has exited with the
+// guest leader's own status, an exit below 128 (runsc exec's own failures,
+// and a leader killed by a signal, are 128 and above): runsc exec returns
+// it only once it has waited for the leader, so the leader is gone and
+// needs no check in the guest (a `runsc exec` of cat, about 100 ms) before
+// the group's remaining members are looked for.
+func (t *Terminal) leaderCollected() bool {
+	if t.child == nil {
+		return false
+	}
+	select {
+	case <-t.child.Done():
+	default:
+		return false
+	}
+	st, err := t.child.Status()
+	return err == nil && st.Exited && st.Code < 128
 }

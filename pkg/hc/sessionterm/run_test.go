@@ -47,12 +47,17 @@ func TestMain(m *testing.M) {
 // the guest leader), ps lists host processes with their groups and kill
 // --pgid signals a host process group.
 func hostRunsc(args []string) int {
+	root := ""
 	for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+		if r, ok := strings.CutPrefix(args[0], "--root="); ok {
+			root = r
+		}
 		args = args[1:] // global flags
 	}
 	if len(args) == 0 {
 		return 2
 	}
+	logInvocation(root, args)
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "exec":
 		var process, pidFile string
@@ -146,6 +151,37 @@ func hostRunsc(args []string) int {
 	return 2
 }
 
+// logInvocation appends the stand-in's subcommand and, for exec, the
+// process document's args to invocationLog in the runsc root.
+func logInvocation(root string, args []string) {
+	line := strings.Join(args, " ")
+	if args[0] == "exec" {
+		line = "exec"
+		for i, a := range args {
+			if a == "--process" && i+1 < len(args) {
+				var doc struct {
+					Args []string `json:"args"`
+				}
+				if b, err := os.ReadFile(args[i+1]); err == nil && json.Unmarshal(b, &doc) == nil {
+					line += " " + strings.Join(doc.Args, " ")
+				}
+			}
+		}
+	}
+	if f, err := os.OpenFile(filepath.Join(root, invocationLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+		fmt.Fprintln(f, line)
+		f.Close()
+	}
+}
+
+const invocationLog = "invocations"
+
+// invocations returns the stand-in's log of runsc invocations.
+func (h *runHarness) invocations() string {
+	b, _ := os.ReadFile(filepath.Join(h.dir, invocationLog))
+	return string(b)
+}
+
 func lookPath(name string) (string, error) {
 	for _, d := range []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"} {
 		if p := filepath.Join(d, name); unix.Access(p, unix.X_OK) == nil {
@@ -206,6 +242,7 @@ func (noRoutes) Close(*Terminal)                                   {}
 // runHarness is one session run by Run.
 type runHarness struct {
 	t       *testing.T
+	dir     string // the stand-in runsc's root
 	rec     *memRecorder
 	frames  chan *lv1.ClientFrame
 	server  chan *lv1.ServerFrame
@@ -238,7 +275,7 @@ func startRunWith(t *testing.T, argv []string, process func() ([]byte, error), r
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	h := &runHarness{t: t, rec: &memRecorder{}, frames: make(chan *lv1.ClientFrame), server: make(chan *lv1.ServerFrame, 256), done: make(chan struct{})}
+	h := &runHarness{t: t, dir: dir, rec: &memRecorder{}, frames: make(chan *lv1.ClientFrame), server: make(chan *lv1.ServerFrame, 256), done: make(chan struct{})}
 	d := Domain{Broker: broker, Runtime: runsc.Runtime{Path: exe, Root: dir}, Container: "ctr-1", Generation: 1, Dir: dir, Recorder: h.rec, Log: log}
 	if process == nil {
 		process = func() ([]byte, error) {
@@ -400,6 +437,61 @@ func TestRunClientLost(t *testing.T) {
 	}
 	if err := unix.Kill(h.rec.ids[0].GuestLeaderPID, 0); !errors.Is(err, unix.ESRCH) {
 		t.Fatalf("guest leader still exists: %v", err)
+	}
+	// The leader was running: the release checked it in the guest first.
+	if inv := h.invocations(); !strings.Contains(inv, "/proc/"+strconv.Itoa(h.rec.ids[0].GuestLeaderPID)+"/stat") {
+		t.Fatalf("no guest check of the running leader among the runsc invocations:\n%s", inv)
+	}
+}
+
+// TestRunResizeToTheSameSizeSignalsNothing: a resize to the size the
+// terminal has (what the CLI sends once accepted) sends no SIGWINCH (no
+// runsc kill), as the kernel sends none for it; a real change does.
+func TestRunResizeToTheSameSizeSignalsNothing(t *testing.T) {
+	h := startRun(t, []string{"sh", "-c", "echo ready; read a; stty size; read b; stty size"}, nil)
+	if h.next().GetAccepted() == nil {
+		t.Fatal("not accepted")
+	}
+	h.output("ready")
+	h.send(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Resize{Resize: &lv1.Resize{Size: &lv1.WindowSize{Rows: 24, Cols: 80}}}})
+	h.send(stdin("x\n"))
+	h.output("24 80")
+	h.send(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Resize{Resize: &lv1.Resize{Size: &lv1.WindowSize{Rows: 25, Cols: 80}}}})
+	// The group signal of the real change (its runsc kill) is logged.
+	kills := func() int { return strings.Count(h.invocations(), "kill --pgid=") }
+	for deadline := time.Now().Add(10 * time.Second); kills() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.send(stdin("y\n"))
+	h.output("25 80")
+	if e := h.exit(); e.Code != 0 {
+		t.Fatalf("exit %v", e)
+	}
+	h.wait()
+	if n := kills(); n != 1 {
+		t.Fatalf("%d group signals for one resize to the same size and one to a new size, want 1:\n%s", n, h.invocations())
+	}
+}
+
+// TestRunNormalExitReleasesWithoutLeaderCheck: a command that exits with
+// its own status has been waited for by its exec client, so the release
+// checks no leader in the guest (no runsc exec of cat); it still looks
+// for the group's remaining members (runsc ps) before Clean.
+func TestRunNormalExitReleasesWithoutLeaderCheck(t *testing.T) {
+	h := startRun(t, []string{"sh", "-c", "echo ready; exit 3"}, nil)
+	if h.next().GetAccepted() == nil {
+		t.Fatal("not accepted")
+	}
+	if e := h.exit(); e.Code != 3 || e.Signal != 0 {
+		t.Fatalf("exit %v, want status 3", e)
+	}
+	h.wait()
+	if got := h.rec.trail(); got != "Intent Staged Running ReleaseIntent Clean" {
+		t.Fatalf("records %q", got)
+	}
+	inv := h.invocations()
+	if strings.Contains(inv, "/stat") || !strings.Contains(inv, "\nps ctr-1\n") {
+		t.Fatalf("runsc invocations of the release:\n%s\nwant ps and no guest stat", inv)
 	}
 }
 
