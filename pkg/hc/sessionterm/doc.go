@@ -54,7 +54,8 @@
 // an exact start time; reading it this way costs no second `runsc exec`
 // (about 50 ms here) before the session's first output. The release's
 // checks of the recorded leader still read it with a short `runsc exec`
-// of cat (guestStat).
+// of cat (guestStat), unless the exec client has already returned the
+// leader's own status (then the leader is gone: leaderCollected).
 //
 // One event loop per session serializes client frames (input, resize,
 // interrupt/quit/suspend/continue), the end of PTY output and exec-client
