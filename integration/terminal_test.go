@@ -245,10 +245,15 @@ func TestTerminalConcurrentSessions(t *testing.T) {
 	m.newSession("other", ws, 100, 30)
 	m.startLazaret("main", "a", "-p tiny")
 	m.line("main", "echo ready-$((2*3))")
-	m.waitLine("main", "ready-6", 3*time.Minute)
+	started := m.waitLine("main", "ready-6", 3*time.Minute)
 	m.startLazaret("other", "b", "-p tiny")
 	m.line("other", "echo ready-$((3*3))")
-	m.waitLine("other", "ready-9", time.Minute)
+	joined := m.waitLine("other", "ready-9", time.Minute)
+	// The start's progress is shown to the session that waited for it,
+	// not to one that joined the running Domain.
+	if !strings.Contains(started, "lazaret: prepare:") || strings.Contains(joined, "lazaret: prepare:") {
+		t.Errorf("start-up progress: want it on the starting terminal only\n--- main\n%s\n--- other\n%s", started, joined)
+	}
 	if n := countProcesses(t, "lazaret-hc"); n != 1 {
 		t.Errorf("%d coordinators for one Domain", n)
 	}

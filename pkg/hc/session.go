@@ -225,7 +225,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 			frames <- &f
 		}
 	}()
-	if !c.waitReady(conn, frames) {
+	if !c.waitReady(conn, frames, joined) {
 		return
 	}
 	if s.wasStopped() {
@@ -257,8 +257,9 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 }
 
 // waitReady forwards start-up progress until the generation is running or
-// failed; false if the client went away.
-func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFrame) bool {
+// failed; false if the client went away. A session that joined the running
+// generation gets only its warnings (startUpProgress).
+func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFrame, joined bool) bool {
 	sent := 0
 	for {
 		c.mu.Lock()
@@ -266,7 +267,7 @@ func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFra
 		sent = len(c.progress)
 		changed := c.changed
 		c.mu.Unlock()
-		for _, l := range lines {
+		for _, l := range startUpProgress(lines, joined) {
 			conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Progress{Progress: &lv1.Progress{Message: l}}})
 		}
 		select {
@@ -339,4 +340,25 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 		return nil, err
 	}
 	return cred, cerr
+}
+
+// progressWarning starts the start-up progress lines that describe the
+// generation as it runs (e.g. an allowed host that did not resolve).
+const progressWarning = "warning: "
+
+// startUpProgress is what a session is shown of the generation's start-up
+// progress lines: all of them while it waits for the start; once it joins
+// a running generation only the warnings, which still hold, and not the
+// start's steps (e.g. "prepare: reusing …"), which it did not wait for.
+func startUpProgress(lines []string, joined bool) []string {
+	if !joined {
+		return lines
+	}
+	var out []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, progressWarning) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
