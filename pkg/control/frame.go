@@ -26,6 +26,12 @@ import (
 // MaxFrame bounds one frame's payload.
 const MaxFrame = 1 << 20
 
+// ProgressWarning starts a Progress message that warns about the
+// generation as it runs (e.g. an allowed host that did not resolve): the
+// CLI prints it even when its stderr is not a terminal, and the Host
+// Coordinator sends it to sessions that join the running generation too.
+const ProgressWarning = "warning: "
+
 // Conn reads and writes frames on a stream. Writes are serialized; reads
 // must come from one goroutine.
 type Conn struct {

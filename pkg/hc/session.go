@@ -342,10 +342,6 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 	return cred, cerr
 }
 
-// progressWarning starts the start-up progress lines that describe the
-// generation as it runs (e.g. an allowed host that did not resolve).
-const progressWarning = "warning: "
-
 // startUpProgress is what a session is shown of the generation's start-up
 // progress lines: all of them while it waits for the start; once it joins
 // a running generation only the warnings, which still hold, and not the
@@ -356,7 +352,7 @@ func startUpProgress(lines []string, joined bool) []string {
 	}
 	var out []string
 	for _, l := range lines {
-		if strings.HasPrefix(l, progressWarning) {
+		if strings.HasPrefix(l, control.ProgressWarning) {
 			out = append(out, l)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
@@ -347,7 +348,7 @@ func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
 			case f.GetProgress() != nil:
 				// Progress is for a watching developer; warnings (e.g. DNS
 				// not answering) always reach stderr.
-				if m := f.GetProgress().GetMessage(); stderrTTY || strings.HasPrefix(m, "warning: ") {
+				if m := f.GetProgress().GetMessage(); stderrTTY || strings.HasPrefix(m, control.ProgressWarning) {
 					fmt.Fprintf(os.Stderr, "lazaret: %s\n", m)
 				}
 			case f.GetAccepted() != nil:

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/locate"
@@ -203,7 +204,7 @@ func (s *Service) Commit(r *lv1.SandboxReady, rsID pidfs.Identity) error {
 	s.mu.Unlock()
 	for _, w := range v.Warnings {
 		s.log.Warn("network readiness", "warning", w)
-		s.cfg.Progress("warning: " + w)
+		s.cfg.Progress(control.ProgressWarning + w)
 	}
 	if !v.Ready() {
 		return errdefs.New(errdefs.ErrRefused, "network readiness not proven, refusing to publish the Domain: %s. Check the profile's network settings (`lazaret config check`) and %s", strings.Join(v.Problems, "; "), s.cfg.LogPath)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lazaret/lazaret/pkg/config"
+	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/netprobe"
@@ -120,7 +121,7 @@ func (s *Service) resolveAllowHosts(resolvers []netip.Addr) []netpolicy.Rule {
 		if res.err != nil || len(res.addrs) == 0 {
 			msg := fmt.Sprintf("network.allow_hosts %s did not resolve (%v): it is not reachable in this generation", res.host, res.err)
 			s.log.Warn("allow host unresolved", "host", res.host, "err", res.err)
-			s.cfg.Progress("warning: " + msg)
+			s.cfg.Progress(control.ProgressWarning + msg)
 			pinned[res.host] = []string{}
 			continue
 		}
