@@ -2,11 +2,11 @@ package hc
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/runsc"
 )
 
 // Shell statuses of a command that cannot run (package sandboxinit's
@@ -37,12 +37,8 @@ type stderrGate struct {
 // launchedByPIDFile reports whether runsc exec wrote a guest pid to pidFile.
 func launchedByPIDFile(pidFile string) func() bool {
 	return func() bool {
-		b, err := os.ReadFile(pidFile)
-		if err != nil {
-			return false
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
+		_, ok := runsc.ReadInternalPID(pidFile)
+		return ok
 	}
 }
 

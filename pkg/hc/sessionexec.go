@@ -22,6 +22,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/runsc"
 )
 
 // run starts the session's command and relays it until it exits.
@@ -291,11 +292,9 @@ func (s *session) signalGuestPID(pidFile string, sig unix.Signal, group bool) {
 	c := s.c
 	var pid int
 	for i := 0; i < 50; i++ {
-		b, err := os.ReadFile(pidFile)
-		if err == nil {
-			if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid); err == nil && pid > 0 {
-				break
-			}
+		if n, ok := runsc.ReadInternalPID(pidFile); ok {
+			pid = n
+			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -140,6 +140,17 @@ func (r Runtime) Exec(processJSON, pidFile, id string, passFDs ...int) []string 
 	return r.argv(append(args, id)...)
 }
 
+// ReadInternalPID reads the guest pid that `runsc exec --internal-pid-file`
+// wrote to path; false until runsc has written a whole positive pid.
+func ReadInternalPID(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, err == nil && pid > 0
+}
+
 // KillPID signals one exact guest process (pid in the sandbox's root PID
 // namespace, as --internal-pid-file reports it). runsc asks the sentry to
 // deliver it inside the sandbox: no host process is signalled. (There is

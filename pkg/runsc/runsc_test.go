@@ -133,3 +133,23 @@ func TestNoNumericPidSubcommands(t *testing.T) {
 		}
 	}
 }
+
+// TestReadInternalPID: a whole positive pid, with runsc's trailing newline
+// or without; nothing before runsc has written one.
+func TestReadInternalPID(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		content string
+		pid     int
+		ok      bool
+	}{{"42\n", 42, true}, {"7", 7, true}, {"", 0, false}, {"0", 0, false}, {"-3", 0, false}, {"4x", 0, false}} {
+		f := filepath.Join(dir, "pid")
+		os.WriteFile(f, []byte(c.content), 0o600)
+		if pid, ok := ReadInternalPID(f); ok != c.ok || (ok && pid != c.pid) {
+			t.Errorf("%q: %d %v, want %d %v", c.content, pid, ok, c.pid, c.ok)
+		}
+	}
+	if _, ok := ReadInternalPID(filepath.Join(dir, "absent")); ok {
+		t.Error("an absent pid file read as a pid")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/runsc"
 )
 
 // identify establishes the guest leader: its launcher's /proc/self/stat
@@ -103,7 +104,7 @@ func readIdentity(r io.Reader) (string, error) {
 // launcher may report before runsc has written it).
 func (t *Terminal) guestPID(pidFile string, deadline time.Time) (int, error) {
 	for {
-		if n, ok := readPIDFile(pidFile); ok {
+		if n, ok := runsc.ReadInternalPID(pidFile); ok {
 			return n, nil
 		}
 		if t.clock.Now().After(deadline) {
@@ -112,23 +113,13 @@ func (t *Terminal) guestPID(pidFile string, deadline time.Time) (int, error) {
 		select {
 		case <-t.child.Done():
 			// runsc writes the file before it waits for the process.
-			if n, ok := readPIDFile(pidFile); ok {
+			if n, ok := runsc.ReadInternalPID(pidFile); ok {
 				return n, nil
 			}
 			return 0, errdefs.New(errdefs.ErrUnavailable, "exec client exited before reporting the guest pid")
 		case <-t.clock.After(2 * time.Millisecond):
 		}
 	}
-}
-
-// readPIDFile reads a pid file runsc has written completely.
-func readPIDFile(path string) (int, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n, err == nil && n > 0
 }
 
 type guestStat struct {
