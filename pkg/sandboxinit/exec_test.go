@@ -2,6 +2,7 @@ package sandboxinit
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"reflect"
@@ -67,7 +68,7 @@ func TestLauncherReportsIdentity(t *testing.T) {
 	w.Close()
 	report := make(chan []byte, 1)
 	go func() {
-		b, _ := readAll(r)
+		b, _ := io.ReadAll(r)
 		report <- b
 	}()
 	if err := c.Wait(); err != nil {
@@ -113,13 +114,7 @@ func TestLauncherCommandNotFoundReportsNothing(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitNotFound || !strings.Contains(errb.String(), "command not found") {
 		t.Fatalf("launcher: %v, stderr %q", err, errb.String())
 	}
-	if b, _ := readAll(r); len(b) != 0 {
+	if b, _ := io.ReadAll(r); len(b) != 0 {
 		t.Fatalf("report %q for a command that did not start", b)
 	}
-}
-
-func readAll(f *os.File) ([]byte, error) {
-	var b bytes.Buffer
-	_, err := b.ReadFrom(f)
-	return b.Bytes(), err
 }
