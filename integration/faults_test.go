@@ -49,7 +49,7 @@ func faultStages() []string {
 		}
 	}
 	for _, st := range []string{"started", "hello-verified", "helper-started", "lower-intent", "lease-acquired", "lease-held", "anchor-intent", "anchor-prepared",
-		"staged-recorded", "helper-committed", "published", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
+		"staged-recorded", "publication-committed", "published", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
 		s = append(s, "lazaret-hc:"+st)
 	}
 	for _, st := range []string{"hello-sent", "prepared", "lease-recorded", "rootfs-mounted", "anchors-mounted", "git-routing-acquired", "git-routing-mounted", "runsc-ready", "kill-git-routing-after-ready", "git-routing-stopped", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {

@@ -38,6 +38,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/pidfs"
+	"github.com/lazaret/lazaret/pkg/store"
 )
 
 // supervisorPhase is where a generation's HC↔RS exchange stands.
@@ -333,23 +334,34 @@ func (c *coordinator) supervisorReady(m *lv1.SupervisorMessage) error {
 	}
 	c.timing.Mark("sandbox ready")
 	c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
-	if err := c.routing.Ready(r); err != nil {
-		return err
-	}
 	if err := c.net.ReadyEgress(r); err != nil {
 		return err
 	}
-	// Step 9: the sandbox is ready; one transaction commits the exact
-	// staged RS and attached runsc ownership with the container.
-	if err := c.sb.Commit(r); err != nil {
+	if err := c.net.Judge(r); err != nil {
 		return err
 	}
-	if err := c.net.Commit(r, c.rs.Identity()); err != nil {
+	// Step 9 and the publication, in one transaction (one durable write
+	// on the start's critical path instead of seven): the Git-routing
+	// daemon Prepared, the exact staged RS and attached runsc ownership
+	// committed with the container, the helper and the network (with the
+	// probe's evidence) committed after it, then the publication, each
+	// refused by the store out of that order. A refusal records none of
+	// them; nothing is observable before the commit.
+	if err := c.store.Update(func(tx *store.Tx) error {
+		if err := c.routing.Ready(tx, r); err != nil {
+			return err
+		}
+		if err := c.sb.Commit(tx, r); err != nil {
+			return err
+		}
+		if err := c.net.Commit(tx, r, c.rs.Identity()); err != nil {
+			return err
+		}
+		return c.pub.Commit(tx)
+	}); err != nil {
 		return err
 	}
-	if err := c.pub.Commit(); err != nil {
-		return err
-	}
+	failpoint.Hit("lazaret-hc:publication-committed")
 	// The running sandbox holds the credential mount: unlink the
 	// key's source and forget it (spec §3.2).
 	os.Remove(filepath.Join(c.credentialDir(), sandboxKeyFile))

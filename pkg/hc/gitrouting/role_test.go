@@ -102,6 +102,11 @@ func (e *roleEnv) staged() *lv1.StagedProcessOwnership {
 	return &lv1.StagedProcessOwnership{Generation: 1, Slot: "git_routing", Identity: store.IdentityProto(e.id)}
 }
 
+// recordReady runs the role's Ready in a transaction of its own.
+func (e *roleEnv) recordReady(r *lv1.SandboxReady) error {
+	return e.st.Update(func(tx *store.Tx) error { return e.s.Ready(tx, r) })
+}
+
 func (e *roleEnv) ready() *lv1.SandboxReady {
 	return &lv1.SandboxReady{GitRouting: &lv1.GitRoutingReady{Daemon: store.IdentityProto(e.id), MountId: 7, FsDev: 42, MountpointDev: 8, MountpointIno: 9, Mountpoint: "/routed"}}
 }
@@ -122,7 +127,7 @@ func TestLifecycleRecordsEachStep(t *testing.T) {
 		t.Fatalf("after start: %s", ph)
 	}
 	// SandboxReady naming a daemon that was not staged is refused.
-	if err := e.s.Ready(e.ready()); !errors.Is(err, errdefs.ErrRefused) {
+	if err := e.recordReady(e.ready()); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("ready before staging: %v", err)
 	}
 	if err := e.s.CommitStaged(e.staged()); err != nil || len(e.acked) != 1 {
@@ -134,7 +139,7 @@ func TestLifecycleRecordsEachStep(t *testing.T) {
 	if err := e.s.CommitStaged(e.staged()); !errors.Is(err, errdefs.ErrRefused) || len(e.acked) != 1 {
 		t.Fatalf("duplicate staging: %v", err)
 	}
-	if err := e.s.Ready(e.ready()); err != nil {
+	if err := e.recordReady(e.ready()); err != nil {
 		t.Fatal(err)
 	}
 	if ph, sl := e.phase(t); ph != participant.Prepared || sl.State != participant.CommittedSlot || sl.Identity != e.id {
@@ -190,10 +195,10 @@ func TestRecoverCrashAfterStaging(t *testing.T) {
 // daemon refuses SandboxReady naming one, and accepts none.
 func TestReadyRefusesUnaskedDaemon(t *testing.T) {
 	e := newRole(t)
-	if err := e.s.Ready(&lv1.SandboxReady{}); err != nil {
+	if err := e.recordReady(&lv1.SandboxReady{}); err != nil {
 		t.Fatalf("no daemon asked, none reported: %v", err)
 	}
-	if err := e.s.Ready(e.ready()); !errors.Is(err, errdefs.ErrRefused) {
+	if err := e.recordReady(e.ready()); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("unasked daemon: %v", err)
 	}
 }

@@ -136,9 +136,10 @@ func (s *Service) recordStaged(st *lv1.StagedProcessOwnership) error {
 }
 
 // Ready checks the daemon's readiness evidence against its staged
-// identity and records the participant Prepared with committed ownership
-// and the mount (step 9).
-func (s *Service) Ready(r *lv1.SandboxReady) error {
+// identity and records in tx (the coordinator's one transaction of the
+// publication) the participant Prepared with committed ownership and the
+// mount (step 9).
+func (s *Service) Ready(tx *store.Tx, r *lv1.SandboxReady) error {
 	s.mu.Lock()
 	staged, wanted := s.staged, s.wanted
 	s.mu.Unlock()
@@ -162,9 +163,7 @@ func (s *Service) Ready(r *lv1.SandboxReady) error {
 	if s.cfg.Store == nil {
 		return nil
 	}
-	return s.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(s.cfg.Generation, participant.GitRouting, participant.Prepared, gitRoutingSnapshot(snap))
-	})
+	return tx.PutParticipant(s.cfg.Generation, participant.GitRouting, participant.Prepared, gitRoutingSnapshot(snap))
 }
 
 // Release records ReleaseIntent before teardown stops the daemon.

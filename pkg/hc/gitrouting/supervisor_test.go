@@ -67,7 +67,7 @@ func (g *supervised) deliver(t *testing.T) error {
 	case *lv1.SupervisorMessage_Staged:
 		return g.s.CommitStaged(m.GetStaged())
 	case *lv1.SupervisorMessage_Ready:
-		return g.s.Ready(m.GetReady())
+		return g.recordReady(m.GetReady())
 	}
 	return fmt.Errorf("the Git-routing role does not take %T", m.GetMsg())
 }

@@ -11,12 +11,14 @@
 // coordinator itself. The role's lifecycle is
 //
 //	New → DerivePolicy → Prepare(RS netns) → Start (Intent, helper ready)
-//	    → Commit(SandboxReady) → Release → Stop → Finish (Clean)
+//	    → Commit(SandboxReady, in the publication's transaction) → Release
+//	    → Stop → Finish (Clean)
 //
 // and Recover, at bootstrap, proves a dead generation's helper and RS
 // absent and records both participants Clean. Failpoints
-// lazaret-hc:helper-started, helper-committed and helper-stopped mark the
-// role's crash windows. Model actions (tla/MAPPING.md): StartSidecar is
+// lazaret-hc:helper-started and helper-stopped mark the role's crash
+// windows; its commit is durable with the whole publication's
+// (lazaret-hc:publication-committed, the coordinator's). Model actions (tla/MAPPING.md): StartSidecar is
 // recorded by the coordinator when Ready reports the helper configured.
 //
 // Store encodings: the helper participant records HelperSnapshotV1 (netns,

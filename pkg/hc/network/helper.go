@@ -165,28 +165,18 @@ func (s *Service) Start(rs *proc.Child) error {
 	return s.forwardProfilePorts()
 }
 
-// Commit runs after the sandbox participant is Committed (RS is then the
-// committed supervisor rsID): it commits the helper's exact staged
-// identity with RS as its direct supervisor, judges the sandbox's
-// readiness probe, and commits the network participant with the evidence.
-// Publication is refused (fail closed) unless the probe proves the policy.
-func (s *Service) Commit(r *lv1.SandboxReady, rsID pidfs.Identity) error {
-	gen := s.cfg.Generation
+// Judge judges the sandbox's readiness probe in SandboxReady r against
+// the probe this generation's policy derived, after RS's routes were
+// verified (VerifyReady), and reports its warnings to the starting
+// sessions. Publication is refused (fail closed) unless the probe proves
+// the policy; Commit then records the verdict.
+func (s *Service) Judge(r *lv1.SandboxReady) error {
 	s.mu.Lock()
-	netns, fp, addr, probe, pol, helper := s.netns, s.fingerprint, s.addr, s.probe, s.policy, s.helper
+	addr, probe, helper := s.addr, s.probe, s.helper
 	s.mu.Unlock()
 	if helper == nil {
 		return errdefs.New(errdefs.ErrRefused, "no connectivity helper was started")
 	}
-	helperID := helper.Identity()
-	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(gen, participant.Helper, participant.Committed, helperSnapshot(&lv1.HelperSnapshotV1{
-			Netns: netns, Helper: store.CommittedSlot(helperID), Supervisor: store.CommittedSlot(rsID),
-		}))
-	}); err != nil {
-		return err
-	}
-	failpoint.Hit("lazaret-hc:helper-committed")
 	if tap, err := netip.ParsePrefix(r.ObservedTapAddress); err != nil || tap.Addr() != addr.Guest {
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor observed tap address %q, not the connectivity helper's %s", r.ObservedTapAddress, addr.Guest)
 	}
@@ -209,20 +199,39 @@ func (s *Service) Commit(r *lv1.SandboxReady, rsID pidfs.Identity) error {
 	if !v.Ready() {
 		return errdefs.New(errdefs.ErrRefused, "network readiness not proven, refusing to publish the Domain: %s. Check the profile's network settings (`lazaret config check`) and %s", strings.Join(v.Problems, "; "), s.cfg.LogPath)
 	}
+	s.cfg.Timing.Mark("network readiness judged")
+	return nil
+}
+
+// Commit runs in the coordinator's one transaction of the publication,
+// tx, after Judge proved r's probe and after the sandbox participant is
+// Committed there (RS is then the committed supervisor rsID): it commits
+// the helper's exact staged identity with RS as its direct supervisor and,
+// after it, the network participant with the readiness evidence.
+func (s *Service) Commit(tx *store.Tx, r *lv1.SandboxReady, rsID pidfs.Identity) error {
+	gen := s.cfg.Generation
+	s.mu.Lock()
+	netns, fp, pol, helper, v := s.netns, s.fingerprint, s.policy, s.helper, s.verdict
+	s.mu.Unlock()
+	if helper == nil || v == nil || !v.Ready() {
+		return errdefs.New(errdefs.ErrRefused, "network readiness was not proven (Judge): refusing to publish")
+	}
+	if err := tx.PutParticipant(gen, participant.Helper, participant.Committed, helperSnapshot(&lv1.HelperSnapshotV1{
+		Netns: netns, Helper: store.CommittedSlot(helper.Identity()), Supervisor: store.CommittedSlot(rsID),
+	})); err != nil {
+		return err
+	}
 	digest := pol.Digest()
 	ev := &lv1.NetworkReadinessEvidenceV1{
 		Generation: gen, ReadinessFingerprint: fp[:], PolicyDigest: digest[:], Netns: netns,
 		Supervisor: store.IdentityProto(rsID), DenyObserved: v.DenyObserved, PermitObserved: v.PermitObserved, DnsObserved: v.DNSObserved,
 		ObservedRoutes: r.ObservedRoutes,
 	}
-	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(gen, participant.Network, participant.Committed, networkSnapshot(&lv1.NetworkSnapshotV1{
-			Netns: netns, ReadinessFingerprint: fp[:], PolicyDigest: digest[:], Readiness: ev, Supervisor: store.CommittedSlot(rsID),
-		}))
-	}); err != nil {
+	if err := tx.PutParticipant(gen, participant.Network, participant.Committed, networkSnapshot(&lv1.NetworkSnapshotV1{
+		Netns: netns, ReadinessFingerprint: fp[:], PolicyDigest: digest[:], Readiness: ev, Supervisor: store.CommittedSlot(rsID),
+	})); err != nil {
 		return err
 	}
-	s.cfg.Timing.Mark("network readiness judged")
 	s.log.Info("network ready", "readiness_fingerprint", hex.EncodeToString(fp[:]), "deny_observed", v.DenyObserved, "permit_observed", v.PermitObserved, "dns_observed", v.DNSObserved, "fail_fast", strings.Join(v.FailFast, "; "))
 	return nil
 }

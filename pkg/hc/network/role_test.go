@@ -98,6 +98,15 @@ func (e *roleEnv) phases(t *testing.T) (helper, network participant.Phase) {
 	return e.participant(t, participant.Helper).Phase, e.participant(t, participant.Network).Phase
 }
 
+// commit judges r and runs the role's Commit of it in a transaction of
+// its own, with RS as the committed supervisor, as the coordinator does.
+func (e *roleEnv) commit(r *lv1.SandboxReady) error {
+	if err := e.s.Judge(r); err != nil {
+		return err
+	}
+	return e.st.Update(func(tx *store.Tx) error { return e.s.Commit(tx, r, e.rs.Identity()) })
+}
+
 // readyReport is the probe report a sandbox whose network enforces spec
 // prints.
 func readyReport(spec netprobe.Spec) string {
@@ -160,16 +169,23 @@ func TestLifecycleRecordsEachStep(t *testing.T) {
 	spec := e.s.Probe()
 	tap := netip.PrefixFrom(e.s.Addr().Guest, 24).String()
 	// Evidence that does not prove the policy is refused: nothing is
-	// published, the network stays in Intent.
+	// published or committed, the helper and the network stay in Intent.
 	bad := &lv1.SandboxReady{ObservedTapAddress: tap, NetworkProbeReport: readyReport(netprobe.Spec{Fingerprint: "other"})}
-	if err := e.s.Commit(bad, e.rs.Identity()); !errors.Is(err, errdefs.ErrRefused) {
+	if err := e.commit(bad); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("commit with another generation's probe: %v", err)
 	}
-	if h, n := e.phases(t); h != participant.Committed || n != participant.Intent {
+	if h, n := e.phases(t); h != participant.Intent || n != participant.Intent {
 		t.Fatalf("after refused commit: helper %s, network %s", h, n)
 	}
+	// Nor does a Commit whose probe no Judge proved record anything.
+	if err := e.st.Update(func(tx *store.Tx) error { return e.s.Commit(tx, bad, e.rs.Identity()) }); !errors.Is(err, errdefs.ErrRefused) {
+		t.Fatalf("commit of an unproven probe: %v", err)
+	}
+	if h, n := e.phases(t); h != participant.Intent || n != participant.Intent {
+		t.Fatalf("after refused unjudged commit: helper %s, network %s", h, n)
+	}
 	good := &lv1.SandboxReady{ObservedTapAddress: tap, NetworkProbeReport: readyReport(spec)}
-	if err := e.s.Commit(good, e.rs.Identity()); err != nil {
+	if err := e.commit(good); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	net := e.participant(t, participant.Network)
@@ -239,7 +255,7 @@ func TestRecoverCrashAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := &lv1.SandboxReady{ObservedTapAddress: netip.PrefixFrom(e.s.Addr().Guest, 24).String(), NetworkProbeReport: readyReport(e.s.Probe())}
-	if err := e.s.Commit(good, e.rs.Identity()); err != nil {
+	if err := e.commit(good); err != nil {
 		t.Fatal(err)
 	}
 	e.s.Stop()

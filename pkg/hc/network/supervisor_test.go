@@ -91,7 +91,7 @@ func (g *supervised) deliver(t *testing.T) (string, error) {
 		if err := g.s.ReadyEgress(r); err != nil {
 			return "", err
 		}
-		return "", g.s.Commit(r, g.rs.Identity())
+		return "", g.commit(r)
 	}
 	return "", fmt.Errorf("the network role does not take %T", m.GetMsg())
 }
@@ -206,7 +206,7 @@ func TestSupervisorMessagesOutOfState(t *testing.T) {
 	if _, err := g.deliver(t); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("SandboxReady before Launch: %v", err)
 	}
-	if err := g.s.Commit(&lv1.SandboxReady{}, g.rs.Identity()); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "no connectivity helper") {
+	if err := g.commit(&lv1.SandboxReady{}); !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "no connectivity helper") {
 		t.Fatalf("Commit before the helper started: %v", err)
 	}
 	g.launch(t)

@@ -8,11 +8,13 @@
 //     socket (0600): a CLI that reaches the socket finds the publication
 //     that authenticates it. Accept returns its connections, and Server
 //     runs the socket's TLS (the Trust Anchor's configuration) over one.
-//   - Commit records the publication participant durably once the sandbox
-//     is Committed: Intent → Intent{control socket identity,
-//     configuration fingerprint} → Committed{published at}. The Domain
-//     Store's activation rules refuse it before every other participant
-//     is active.
+//   - Commit records the publication participant once the sandbox is
+//     Committed: Intent → Intent{control socket identity, configuration
+//     fingerprint} → Committed{published at}, in the transaction the
+//     coordinator gives it, which also commits the sandbox, the helper and
+//     the network (one durable write for the whole publication). The
+//     Domain Store's activation rules refuse it before every other
+//     participant is active.
 //   - Withdraw removes the file and closes the listener at teardown,
 //     before the keys are dropped; Release then records the participant
 //     ReleaseIntent → Clean. Clean does the same for a dead generation in

@@ -25,7 +25,7 @@ func TestOutOfStateRefused(t *testing.T) {
 	if err := e.sandbox(participant.Committed); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Commit(); err == nil || !strings.Contains(err.Error(), "control socket") {
+	if err := e.st.Update(e.s.Commit); err == nil || !strings.Contains(err.Error(), "control socket") {
 		t.Fatalf("Commit before Begin: %v", err)
 	}
 	if ph, _ := e.phase(t); ph != "" {
@@ -34,11 +34,11 @@ func TestOutOfStateRefused(t *testing.T) {
 	if err := e.s.Begin(doc{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Commit(); err != nil {
+	if err := e.st.Update(e.s.Commit); err != nil {
 		t.Fatal(err)
 	}
 	_, before := e.phase(t)
-	if err := e.s.Commit(); !errors.Is(err, errdefs.ErrRefused) {
+	if err := e.st.Update(e.s.Commit); !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("second Commit: %v", err)
 	}
 	if ph, p := e.phase(t); ph != participant.Committed || !p.Updated.Equal(before.Updated) {
@@ -48,7 +48,7 @@ func TestOutOfStateRefused(t *testing.T) {
 	if err := e.s.Release("teardown"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Commit(); err == nil {
+	if err := e.st.Update(e.s.Commit); err == nil {
 		t.Fatal("Commit after Withdraw and Release accepted")
 	}
 	if ph, _ := e.phase(t); ph != participant.Clean {
@@ -68,7 +68,7 @@ func TestRecoverDeadGenerationReopened(t *testing.T) {
 	if err := e.sandbox(participant.Committed); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Commit(); err != nil {
+	if err := e.st.Update(e.s.Commit); err != nil {
 		t.Fatal(err)
 	}
 	e.s.Withdraw()
@@ -95,7 +95,7 @@ func TestRecoverNewerRecordRefused(t *testing.T) {
 	if err := e.sandbox(participant.Committed); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Commit(); err != nil {
+	if err := e.st.Update(e.s.Commit); err != nil {
 		t.Fatal(err)
 	}
 	e.s.Withdraw()

@@ -105,10 +105,11 @@ func (s *Service) Server(raw net.Conn) *tls.Conn {
 	return tls.Server(raw, s.cfg.TLS)
 }
 
-// Commit records the publication durably: the participant moves Intent →
-// Intent{socket, fingerprint} → Committed once the sandbox is Committed;
-// the store refuses it otherwise.
-func (s *Service) Commit() error {
+// Commit records the publication in tx, the coordinator's one transaction
+// of a SandboxReady (pkg/hc): the participant moves Intent →
+// Intent{socket, fingerprint} → Committed once the sandbox is Committed
+// (in tx or before it); the store refuses it otherwise.
+func (s *Service) Commit(tx *store.Tx) error {
 	var st unix.Stat_t
 	if err := unix.Stat(s.cfg.Socket, &st); err != nil {
 		return fmt.Errorf("control socket identity: %w", err)
@@ -120,19 +121,13 @@ func (s *Service) Commit() error {
 		return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Publication{Publication: &lv1.PublicationSnapshotV1{ControlSocket: sock, ConfigurationFingerprint: fp, PublishedUnixNano: published}}}
 	}
 	g := s.cfg.Generation
-	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(g, participant.Publication, participant.Intent, nil)
-	}); err != nil {
+	if err := tx.PutParticipant(g, participant.Publication, participant.Intent, nil); err != nil {
 		return err
 	}
-	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(g, participant.Publication, participant.Intent, snap(nil))
-	}); err != nil {
+	if err := tx.PutParticipant(g, participant.Publication, participant.Intent, snap(nil)); err != nil {
 		return err
 	}
-	return s.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(g, participant.Publication, participant.Committed, snap(&now))
-	})
+	return tx.PutParticipant(g, participant.Publication, participant.Committed, snap(&now))
 }
 
 // Withdraw removes the publication file and closes the listener (teardown

@@ -177,7 +177,7 @@ func TestCommitNeedsCommittedSandbox(t *testing.T) {
 	if err := e.sandbox(participant.Intent); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Commit(); err == nil {
+	if err := e.st.Update(e.s.Commit); err == nil {
 		t.Fatal("publication committed while the sandbox is not")
 	}
 	if ph, _ := e.phase(t); ph == participant.Committed {
@@ -193,7 +193,7 @@ func TestCommitWithdrawRelease(t *testing.T) {
 	if err := e.sandbox(participant.Committed); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Commit(); err != nil {
+	if err := e.st.Update(e.s.Commit); err != nil {
 		t.Fatal(err)
 	}
 	ph, p := e.phase(t)
@@ -260,7 +260,7 @@ func TestRecovery(t *testing.T) {
 	if err := e.sandbox(participant.Committed); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Commit(); err != nil {
+	if err := e.st.Update(e.s.Commit); err != nil {
 		t.Fatal(err)
 	}
 	// The coordinator died: a new one (its own Service never began) cleans.

@@ -7,7 +7,8 @@
 // recorded, SupervisorStaged when the broker staged RS, SupervisorMessage
 // for the HC↔RS reports this role owns (the attached runsc's
 // StagedProcessOwnership, answered by ProcessOwnershipCommitAck, and
-// SandboxReady), Commit once the other roles accepted SandboxReady,
+// SandboxReady), Commit once the other roles accepted SandboxReady (in
+// the coordinator's one transaction of the publication),
 // Release before RS is stopped (release intent), Clean once RS was reaped
 // (clean with proof), and Recover for a dead generation at bootstrap.
 //

@@ -114,6 +114,11 @@ func (g *generation) ready() *lv1.SandboxReady {
 	return &lv1.SandboxReady{AttachedRunsc: store.IdentityProto(g.runsc.id), RunscSandbox: store.IdentityProto(g.sbx.id), RunscGofer: store.IdentityProto(g.gof.id), PreparedArtifactId: "a"}
 }
 
+// commit runs the sandbox's Commit in a transaction of its own.
+func (g *generation) commit(r *lv1.SandboxReady) error {
+	return g.s.cfg.Store.Update(func(tx *store.Tx) error { return g.s.Commit(tx, r) })
+}
+
 func (g *generation) participant(t *testing.T, gen uint64) *store.Participant {
 	t.Helper()
 	var p *store.Participant
@@ -158,7 +163,7 @@ func (g *generation) start(t *testing.T) {
 	if err := g.deliver(t); err != nil {
 		t.Fatalf("SandboxReady: %v", err)
 	}
-	if err := g.s.Commit(g.ready()); err != nil {
+	if err := g.commit(g.ready()); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 }
@@ -198,7 +203,7 @@ func TestStagedRunscAcknowledgedAndCommitted(t *testing.T) {
 	if err := g.deliver(t); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.s.Commit(g.ready()); err != nil {
+	if err := g.commit(g.ready()); err != nil {
 		t.Fatal(err)
 	}
 	p := g.participant(t, 1)
@@ -230,7 +235,7 @@ func TestOutOfPhaseMessagesRefused(t *testing.T) {
 	if err := g.deliver(t); err == nil || !strings.Contains(err.Error(), "not staged") {
 		t.Fatalf("SandboxReady before staging: %v", err)
 	}
-	if err := g.s.Commit(g.ready()); err == nil {
+	if err := g.commit(g.ready()); err == nil {
 		t.Fatal("Commit before staging accepted")
 	}
 	for name, mut := range map[string]func(*lv1.StagedProcessOwnership){
@@ -268,12 +273,12 @@ func TestOutOfPhaseMessagesRefused(t *testing.T) {
 	}
 	bad := g.ready()
 	bad.RunscGofer = store.IdentityProto(g.rs.id)
-	if err := g.s.Commit(bad); err == nil || !strings.Contains(err.Error(), "runtime supervisor") {
+	if err := g.commit(bad); err == nil || !strings.Contains(err.Error(), "runtime supervisor") {
 		t.Fatalf("gofer = RS: %v", err)
 	}
 	bad = g.ready()
 	bad.RunscSandbox = nil
-	if err := g.s.Commit(bad); err == nil {
+	if err := g.commit(bad); err == nil {
 		t.Fatal("no runsc sandbox identity accepted")
 	}
 	if p := g.participant(t, 1); p.Phase != participant.Intent {

@@ -26,7 +26,7 @@ type Role interface {
 	Begin(g Generation)
 	SupervisorStaged(rs pidfs.Identity) error
 	SupervisorMessage(ctx context.Context, m *lv1.SupervisorMessage) error
-	Commit(r *lv1.SandboxReady) error
+	Commit(tx *store.Tx, r *lv1.SandboxReady) error
 	Release() error
 	Clean(rs *proc.Child) ([]pidfs.Authority, error)
 	Recover(gen uint64, proven func()) Recovery
@@ -221,10 +221,11 @@ func (s *Service) acceptReady(r *lv1.SandboxReady) error {
 	return nil
 }
 
-// Commit is step 9: once every role accepted SandboxReady, one transaction
-// commits the exact staged RS and attached runsc ownership with the
-// container and runsc's sandbox and gofer identities RS reported.
-func (s *Service) Commit(r *lv1.SandboxReady) error {
+// Commit is step 9: once every role accepted SandboxReady, it commits in
+// tx (the coordinator's one transaction of the publication) the exact
+// staged RS and attached runsc ownership with the container and runsc's
+// sandbox and gofer identities RS reported.
+func (s *Service) Commit(tx *store.Tx, r *lv1.SandboxReady) error {
 	s.mu.Lock()
 	staged := s.staged
 	s.mu.Unlock()
@@ -241,20 +242,26 @@ func (s *Service) Commit(r *lv1.SandboxReady) error {
 		return err
 	}
 	container := s.container
-	return s.record(participant.Committed, store.CommittedSlot(rs), store.CommittedSlot(runscID), &container,
-		store.CommittedSlot(kids[0]), store.CommittedSlot(kids[1]))
+	return tx.PutParticipant(s.gen.Number, participant.Sandbox, participant.Committed, s.snapshot(store.CommittedSlot(rs), store.CommittedSlot(runscID), &container,
+		store.CommittedSlot(kids[0]), store.CommittedSlot(kids[1])))
 }
 
-// record writes the sandbox participant's next snapshot; kids are runsc's
-// sandbox and gofer slots (nil before SandboxReady).
-func (s *Service) record(phase participant.Phase, rs, runsc *lv1.ProcessSlotV1, container *string, kids ...*lv1.ProcessSlotV1) error {
+// record writes the sandbox participant's next snapshot in a transaction
+// of its own.
+func (s *Service) record(phase participant.Phase, rs, runsc *lv1.ProcessSlotV1, container *string) error {
+	return s.cfg.Store.Update(func(tx *store.Tx) error {
+		return tx.PutParticipant(s.gen.Number, participant.Sandbox, phase, s.snapshot(rs, runsc, container))
+	})
+}
+
+// snapshot is the sandbox participant's snapshot; kids are runsc's
+// sandbox and gofer slots (none before SandboxReady).
+func (s *Service) snapshot(rs, runsc *lv1.ProcessSlotV1, container *string, kids ...*lv1.ProcessSlotV1) *lv1.RoleSnapshotV1 {
 	snap := &lv1.SandboxSnapshotV1{Coordinator: store.CommittedSlot(s.cfg.Coordinator), Supervisor: rs, Runsc: runsc, ContainerId: container}
 	if len(kids) == 2 {
 		snap.RunscSandbox, snap.RunscGofer = kids[0], kids[1]
 	}
-	return s.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(s.gen.Number, participant.Sandbox, phase, &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Sandbox{Sandbox: snap}})
-	})
+	return &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Sandbox{Sandbox: snap}}
 }
 
 // Release records ReleaseIntent (keeping every identity) before the
