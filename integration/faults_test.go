@@ -2,7 +2,9 @@ package integration
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
+	"os/exec"
 
 	"golang.org/x/sys/unix"
 
@@ -49,7 +51,7 @@ func faultStages() []string {
 		}
 	}
 	for _, st := range []string{"started", "hello-verified", "helper-started", "lower-intent", "lease-acquired", "lease-held", "anchor-intent", "anchor-prepared",
-		"staged-recorded", "publication-committed", "published", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
+		"staged-recorded", "publication-committed", "published", "first-session-requested", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
 		s = append(s, "lazaret-hc:"+st)
 	}
 	for _, st := range []string{"hello-sent", "prepared", "lease-recorded", "rootfs-mounted", "anchors-mounted", "git-routing-acquired", "git-routing-mounted", "runsc-ready", "kill-git-routing-after-ready", "git-routing-stopped", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {
@@ -95,10 +97,22 @@ func TestFaultInjectionRecovery(t *testing.T) {
 			t.Parallel()
 			ws := workspace(t)
 			recordModelTrace(t) // the faulted run and the recovering one
-			c := e.cmdWith(e.binFP, ws, []string{failpoint.Env + "=" + stage}, "run", "-p", "tiny", "--", "echo", "hi")
-			var out, errb bytes.Buffer
-			c.Stdout, c.Stderr = &out, &errb
-			c.Start()
+			// A starting Domain's first non-interactive session is started
+			// by the sandbox's init; a session exec client is acquired for
+			// an interactive session (or one that joins): the faulted run
+			// of those stages has a terminal.
+			env := []string{failpoint.Env + "=" + stage}
+			var c *exec.Cmd
+			errb := &lockedWriter{w: new(bytes.Buffer)}
+			if strings.Contains(stage, ":session_exec:") {
+				p := startOnPTY(t, e, ws, append(env, modelTraceEnv(ws)...), filepath.Join(e.binFP, "lazaret"), "run", "-p", "tiny", "--", "echo", "hi")
+				go func() { io.Copy(errb, p.m) }()
+				c = p.cmd
+			} else {
+				c = e.cmdWith(e.binFP, ws, env, "run", "-p", "tiny", "--", "echo", "hi")
+				c.Stdout, c.Stderr = io.Discard, errb
+				c.Start()
+			}
 			done := make(chan struct{})
 			go func() { c.Wait(); close(done) }()
 			select {
@@ -106,7 +120,7 @@ func TestFaultInjectionRecovery(t *testing.T) {
 			case <-time.After(90 * time.Second):
 				c.Process.Kill()
 				<-done
-				t.Fatalf("faulted run did not end; stderr %q", errb.String())
+				t.Fatalf("faulted run did not end; output %q", errb.String())
 			}
 			noProcessesOrMounts(t)
 			logs, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
@@ -205,4 +219,22 @@ func allClean(t *testing.T, ws, profile string) {
 		os.Lchown(p, e.uid, e.gid)
 		return nil
 	})
+}
+
+// lockedWriter serialises writes to w with reads of String.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
 }

@@ -735,3 +735,79 @@ func hiddenRole(args []string) (string, bool) {
 	}
 	return role, true
 }
+
+// TestFirstSessionLikeJoined: a starting Domain's first non-interactive
+// session is started by the sandbox's init (the coordinator's log says
+// so), not by a `runsc exec` client, and its command gets what a joining
+// session's `runsc exec` gives it, as root and as a profile's non-root
+// user: the same user and groups, capabilities, no_new_privs, limits,
+// umask, working directory and environment; its stdin; output streams
+// that end only once every writer is done (a background writer after the
+// command's exit included); its exit status.
+func TestFirstSessionLikeJoined(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	sub := filepath.Join(ws, "sub")
+	os.Mkdir(sub, 0o755)
+	os.Chown(sub, e.uid, e.gid)
+	cfg := netConfig(t, e, nil, "[profiles.agentp]\nimage = \"debian\"\nuser = \"agent\"\n")
+	script := `read x; echo "in=$x"; id; grep -E '^(Cap|NoNewPrivs|Seccomp)' /proc/self/status; ulimit -n; ulimit -u; umask; pwd; ` +
+		`env | grep -v '^LAZARET_SESSION_' | sort; echo err >&2; (sleep 0.5; echo late; echo late-err >&2) & exit 5`
+	for _, c := range []struct {
+		name, uid, profile string
+		args               []string
+	}{
+		{"root", "uid=0(root)", "tiny", []string{"-p", "tiny"}},
+		{"agent", "uid=1000(agent)", "agentp", []string{"--config", cfg, "-p", "agentp"}},
+	} {
+		// startedBy is what started the Domain's last session, from its
+		// log line.
+		startedBy := func() string {
+			b, _ := os.ReadFile(filepath.Join(e.stateHome, "lazaret", "domains", string(domainOf(sub, c.profile)), "hc.log"))
+			by := ""
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, `msg="session started"`) {
+					_, by, _ = strings.Cut(l, " by=")
+				}
+			}
+			return by
+		}
+		run := func() result {
+			return lzEnv(t, sub, nil, strings.NewReader("hello\n"), append(append([]string{"run"}, c.args...), "--", "sh", "-c", script)...)
+		}
+		first := run()
+		if by := startedBy(); by != "init" {
+			t.Fatalf("%s: the cold start's session was started by %q, want the init", c.name, by)
+		}
+		hold := e.cmd(sub, nil, append(append([]string{"run"}, c.args...), "--", "sh", "-c", "echo up; sleep 120")...)
+		stdout, _ := hold.StdoutPipe()
+		if err := hold.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stdout.Read(make([]byte, 3)); err != nil {
+			t.Fatalf("%s: holding session did not start: %v", c.name, err)
+		}
+		joined := run()
+		by := startedBy()
+		release(hold)
+		if by != `"runsc exec"` {
+			t.Fatalf("%s: a joining session was started by %s, want runsc exec", c.name, by)
+		}
+		if first.code != 5 || joined.code != 5 {
+			t.Errorf("%s: exit statuses: first %d, joined %d; want 5", c.name, first.code, joined.code)
+		}
+		if !strings.HasPrefix(first.stdout, "in=hello\n"+c.uid) || !strings.HasSuffix(first.stdout, "\nlate\n") {
+			t.Errorf("%s: first session's stdout lacks its stdin, its user or the background writer's line:\n%s", c.name, first.stdout)
+		}
+		if first.stdout != joined.stdout {
+			t.Errorf("%s: what the command sees differs:\nfirst session:\n%s\njoined session:\n%s", c.name, first.stdout, joined.stdout)
+		}
+		for _, r := range []result{first, joined} {
+			if !strings.Contains(r.stderr, "err\n") || !strings.Contains(r.stderr, "late-err\n") {
+				t.Errorf("%s: stderr lacks the command's lines:\n%s", c.name, r.stderr)
+			}
+		}
+	}
+	noLeftovers(t)
+}

@@ -5,7 +5,9 @@
 // the Runtime Supervisor, which it spawns through its broker into new
 // user+mount+network namespaces with the developer's full subordinate id map.
 // Sessions run as non-detached `runsc exec` clients started from the host
-// namespaces, their stdio relayed to the Client CLI.
+// namespaces, their stdio relayed to the Client CLI, except a starting
+// Domain's first non-interactive session, which the sandbox's init starts
+// (firstsession.go says why and how).
 //
 // Lifecycle of one generation:
 //

@@ -100,6 +100,9 @@ type coordinator struct {
 	st      state
 	failErr error
 	ready   chan struct{} // closed when running or failed
+	// first is the generation's first-session socket (firstsession.go),
+	// nil if it could not be created.
+	first *firstSlot
 	// startFailed: the generation failed before its publication.
 	// failureHeard is closed once a session request was refused with
 	// that failure (the starting CLI connects after the failure when the
@@ -266,6 +269,11 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	if err != nil {
 		c.log.Warn("the runtime supervisor runs its roles from lazaret-rs", "err", err)
 		rolesExe = ""
+	}
+	// RS inherits the init's end of the first session's socket.
+	if c.first, err = newFirstSlot(); err != nil {
+		c.log.Warn("no first-session socket: every session attaches with runsc exec", "err", err)
+		c.first = nil
 	}
 	// RS's clone, wrapper and id maps proceed meanwhile; it stays at its
 	// barrier until the trust anchor exists (supervisor.Driver).

@@ -66,9 +66,13 @@ func (c *coordinator) wrapperExecutable() string {
 // held at its barrier until init has created the trust anchor and
 // releases the stage.
 func (c *coordinator) spawnSupervisor(path, rolesExe, logLevel string) *supervisor.Driver {
+	var first *os.File
+	if c.first != nil {
+		first = c.first.theirs
+	}
 	return supervisor.Spawn(supervisor.Config{
 		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, GitRoutingExe: c.cfg.gitRouteExe, LogLevel: logLevel, Lock: c.lockFile,
-		Inputs: c.supervisorInputs, Staged: c.supervisorStaged,
+		Inputs: c.supervisorInputs, Staged: c.supervisorStaged, FirstSession: first,
 		// The broker killed and reaped the child: a staged RS was
 		// terminated by the coordinator.
 		Failed: func() { c.mtSupervisorGone(pidfs.ExitStatus{Signal: unix.SIGKILL}, false, true) },

@@ -18,7 +18,6 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
-	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/secretenv"
 	"github.com/lazaret/lazaret/pkg/trust"
@@ -34,7 +33,7 @@ type session struct {
 	conn       *control.Conn
 	raw        net.Conn
 	mu         sync.Mutex
-	child      *proc.Child
+	child      sessionProcess
 	tty        bool // interactive: escalation prompts go to its terminal
 	// killed: the exec client is killed as soon as it exists (teardown or
 	// stop reached the session before its command started); stopped: by
@@ -54,9 +53,10 @@ func (s *session) kill() {
 	}
 }
 
-// setChild records the session's exec client, killing it at once when the
-// session was killed while the command started.
-func (s *session) setChild(child *proc.Child) {
+// setChild records the session's exec client (or first-session
+// process), killing it at once when the session was killed while the
+// command started.
+func (s *session) setChild(child sessionProcess) {
 	s.mu.Lock()
 	s.child = child
 	killed := s.killed
@@ -251,6 +251,9 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	}
 	if req.Tty {
 		s.runTerminal(req, frames, joined)
+		return
+	}
+	if !joined && s.startFirst(req, frames) {
 		return
 	}
 	s.run(req, frames, joined)

@@ -25,14 +25,45 @@ import (
 	"github.com/lazaret/lazaret/pkg/runsc"
 )
 
-// run starts the session's command and relays it until it exits.
+// sessionProcess is what a non-interactive session's relay needs of its
+// command's host side: the `runsc exec` client (*proc.Child), or the
+// first session's command started by the sandbox's init (firstProcess).
+type sessionProcess interface {
+	Done() <-chan struct{}
+	Status() (pidfs.ExitStatus, error)
+	Signal(sig unix.Signal) error
+}
+
+// sessionStreams is a started non-interactive session: its process, the
+// host ends of its standard streams, and how to signal its guest process
+// (or group).
+type sessionStreams struct {
+	proc            sessionProcess
+	inW, outR, errR *os.File
+	signal          func(sig unix.Signal, group bool)
+	// launched, for the stderr gate: whether the command was launched
+	// (runsc exec's report of a launch failure is held until then).
+	launched func() bool
+	// by names what started the command (the log's "by"): "runsc exec"
+	// unless set.
+	by string
+}
+
+// sessionCwd is the session command's working directory: /workspace, or
+// the subdirectory of it the CLI was started in.
+func sessionCwd(req *lv1.RunRequest) string {
+	if req.WorkspaceSubdir != "" {
+		return path.Join(ocispec.WorkspaceDir, req.WorkspaceSubdir)
+	}
+	return ocispec.WorkspaceDir
+}
+
+// run starts the session's command with `runsc exec` and relays it until
+// it exits.
 func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) {
 	c := s.c
 	log := c.log.With("session_id", s.id)
-	cwd := ocispec.WorkspaceDir
-	if req.WorkspaceSubdir != "" {
-		cwd = path.Join(cwd, req.WorkspaceSubdir)
-	}
+	cwd := sessionCwd(req)
 	u, err := c.sessionUser(req)
 	if err != nil {
 		refuse(s.conn, err)
@@ -97,8 +128,24 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 		return
 	}
 	s.setChild(child)
+	s.relay(req, frames, joined, sessionStreams{
+		proc: child, inW: inW, outR: outR, errR: errR,
+		signal:   func(sig unix.Signal, group bool) { s.signalGuestPID(pidFile, sig, group) },
+		launched: launchedByPIDFile(pidFile),
+	})
+}
+
+// relay relays a started non-interactive session until its command exits.
+func (s *session) relay(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool, ss sessionStreams) {
+	c := s.c
+	log := c.log.With("session_id", s.id)
+	child, inW, outR, errR := ss.proc, ss.inW, ss.outR, ss.errR
 	c.timing.Mark("session started")
-	log.Info("session started", "argv0", req.Argv[0], "joined", joined)
+	by := ss.by
+	if by == "" {
+		by = "runsc exec"
+	}
+	log.Info("session started", "argv0", req.Argv[0], "joined", joined, "by", by)
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
 	idlemem.SettleSoon(log) // the start is done; HC goes back to relaying
 
@@ -108,7 +155,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 			s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: stream, Data: append([]byte(nil), b...)}}})
 		}
 	}
-	gate := &stderrGate{write: send(lv1.Stream_STREAM_STDERR), launched: launchedByPIDFile(pidFile)}
+	gate := &stderrGate{write: send(lv1.Stream_STREAM_STDERR), launched: ss.launched}
 	relay := func(r *os.File, out func([]byte)) {
 		defer outWG.Done()
 		buf := make([]byte, 32<<10)
@@ -154,7 +201,7 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 	defer close(groupQ)
 	go func() {
 		for sig := range groupQ {
-			s.signalGuestGroup(pidFile, sig)
+			ss.signal(sig, true)
 		}
 	}()
 	clientGone := false
@@ -168,7 +215,7 @@ loop:
 				if !clientGone {
 					clientGone = true
 					log.Info("client connection lost: stopping the session command")
-					go s.signalGuest(pidFile, unix.SIGTERM)
+					go ss.signal(unix.SIGTERM, false)
 					go func() {
 						select {
 						case <-child.Done():
@@ -193,7 +240,7 @@ loop:
 				case unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT:
 					// Without a terminal, runsc exec forwards no signals:
 					// deliver it to the exact guest process.
-					go s.signalGuest(pidFile, sig)
+					go ss.signal(sig, false)
 				default:
 					log.Warn("refused signal from client", "signal", int(sig))
 				}
@@ -276,18 +323,11 @@ func groupEvent(f *lv1.ClientFrame) (unix.Signal, bool) {
 	return 0, false
 }
 
-// signalGuest delivers sig to the session's guest process, named by the pid
-// runsc wrote with --internal-pid-file (a pid in the sandbox's own PID
-// namespace: runsc resolves it there, never on the host).
-func (s *session) signalGuest(pidFile string, sig unix.Signal) { s.signalGuestPID(pidFile, sig, false) }
-
-// signalGuestGroup delivers sig to the session's guest process group: a
-// `runsc exec` process leads its own process group (and session) in the
-// sandbox, so the group ID is the pid from --internal-pid-file.
-func (s *session) signalGuestGroup(pidFile string, sig unix.Signal) {
-	s.signalGuestPID(pidFile, sig, true)
-}
-
+// signalGuestPID delivers sig to the session's guest process, named by
+// the pid runsc wrote with --internal-pid-file (a pid in the sandbox's own
+// PID namespace: runsc resolves it there, never on the host), or with
+// group to its process group: a `runsc exec` process leads its own process
+// group (and session) in the sandbox, so the group ID is that pid.
 func (s *session) signalGuestPID(pidFile string, sig unix.Signal, group bool) {
 	c := s.c
 	var pid int

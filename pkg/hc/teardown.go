@@ -60,6 +60,7 @@ func (c *coordinator) teardownSteps(sessions []*session, rs *proc.Child) []teard
 			case <-c.sessions.Drained():
 			case <-time.After(drainTimeout + closeGrace):
 			}
+			c.first.close()
 		}},
 		// No lease or anchor acquisition step after this point: the
 		// generation is released from here on (the model's BeginRelease).

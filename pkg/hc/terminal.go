@@ -2,7 +2,6 @@ package hc
 
 import (
 	"log/slog"
-	"path"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -10,6 +9,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/proc"
 )
 
 // identifyTimeout bounds the wait for an interactive session's guest
@@ -35,10 +35,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 		ID: s.id, Capability: s.capability, Joined: joined, Argv0: req.Argv[0], Size: req.WindowSize,
 		Conn: s.conn, Raw: s.raw,
 		Process: func() ([]byte, error) {
-			cwd := ocispec.WorkspaceDir
-			if req.WorkspaceSubdir != "" {
-				cwd = path.Join(cwd, req.WorkspaceSubdir)
-			}
+			cwd := sessionCwd(req)
 			u, err := c.sessionUser(req)
 			if err != nil {
 				return nil, err
@@ -49,7 +46,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 			}
 			return pj, nil
 		},
-		Started: s.setChild,
+		Started: func(child *proc.Child) { s.setChild(child) },
 		Stopped: s.wasStopped,
 		Refuse:  func(err error) { refuse(s.conn, err) },
 	}, frames, func(admitted bool) sessionterm.Routes[*escalation.PromptAsk, *escalation.HostRun] {

@@ -99,6 +99,61 @@ const InitStartedLine = "lazaret-init-started"
 // it cannot start the sandbox (the rest is the error for the developer).
 const InitErrorPrefix = "lazaret-init-error: "
 
+// The first session: a starting Domain's first non-interactive Client
+// Session is started by the guest init once the Domain is published,
+// instead of by a second `runsc exec` client (package sandboxinit). The
+// Host Coordinator holds one end of a SOCK_SEQPACKET socket pair whose
+// other end the init has as descriptor FirstSessionFD (the Runtime
+// Supervisor passes it to the attached runsc). Each packet is one JSON
+// message: FirstSessionRequest from the coordinator (the start carries the
+// session's stdin, stdout and stderr as SCM_RIGHTS, in that order, which
+// the command gets as they are, as `runsc exec` gives it its client's),
+// FirstSessionReport from the init.
+const FirstSessionFD = 3
+
+// FirstSessionVersion is the version of the first session's messages; a
+// message of another version is refused.
+const FirstSessionVersion = 1
+
+// FirstSessionMaxMessage bounds one first-session message (the init
+// keeps a buffer of it while it waits for the start): a start with a larger
+// environment attaches with runsc exec instead.
+const FirstSessionMaxMessage = 64 << 10
+
+// FirstSessionRequest is the coordinator's message to the init: Start, or
+// Signal (to the command's process, or with Group its process group).
+type FirstSessionRequest struct {
+	Version int           `json:"version"`
+	Start   *FirstSession `json:"start,omitempty"`
+	Signal  int           `json:"signal,omitempty"`
+	Group   bool          `json:"group,omitempty"`
+}
+
+// FirstSession is the first session's command, as the init starts it.
+// Its capabilities and resource limits are the init's own: the sandbox's
+// process specification gives the init what a session's process
+// specification gives a session (process), and a non-root UID drops the
+// capabilities at the exec.
+type FirstSession struct {
+	Args []string `json:"args"`
+	Env  []string `json:"env"`
+	Cwd  string   `json:"cwd"`
+	UID  uint32   `json:"uid"`
+	GID  uint32   `json:"gid"`
+}
+
+// FirstSessionReport is the init's message to the coordinator: the
+// command started (Pid, in the sandbox), or exited (Exited: its exit Code
+// or its killing Signal, also when it could not start; the init then
+// wrote why on the command's stderr).
+type FirstSessionReport struct {
+	Version int  `json:"version"`
+	Pid     int  `json:"pid,omitempty"`
+	Exited  bool `json:"exited,omitempty"`
+	Code    int  `json:"code,omitempty"`
+	Signal  int  `json:"signal,omitempty"`
+}
+
 // ExecArg selects lazaret-init's session launcher role.
 const ExecArg = "__lazaret-exec"
 

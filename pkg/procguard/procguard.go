@@ -72,7 +72,9 @@ var Allowed = map[string]map[string]string{
 		"golang.org/x/sys/unix.PidfdOpen":       "pidfd_open once per lookup (PidfsRecoveryMatch step 4), then fstat-matched",
 	},
 	"github.com/lazaret/lazaret/pkg/sandboxinit": {
-		"golang.org/x/sys/unix.Wait4": "the guest's PID 1 reaps orphans inside the sandbox (never a host process)",
+		"golang.org/x/sys/unix.Wait4": "the guest's PID 1 reaps orphans and the first session's command inside the sandbox (never a host process)",
+		"syscall.ForkExec":            "the guest's PID 1 starts the first session's command inside the sandbox (never a host process), its only spawn",
+		"golang.org/x/sys/unix.Kill":  "the guest's PID 1 signals the first session's command (or its group, which it leads) by a guest pid it has not reaped yet, so not a recycled one",
 	},
 }
 

@@ -13,6 +13,10 @@
 // the lease-loss path), or when runsc exits.
 //
 // The message sequence with HC is drawn in api/lazaret/v1/supervisor.proto.
+// RS passes the first session's socket (--first-session-fd), which it
+// neither reads nor writes, to the attached runsc as the init's
+// ocispec.FirstSessionFD: HC and the init speak over it (pkg/hc's
+// firstsession.go).
 //
 // Its egress proxy and the broker's wrapper role run from the executable
 // HC names with --roles-exe (lazaret-hc, which links no image library and

@@ -56,6 +56,7 @@ func Main(args []string) int {
 	logLevel := fs.String("log-level", "info", "debug|info|warn|error")
 	rolesExe := fs.String("roles-exe", "", "the lazaret-hc executable to run the egress role and the wrappers from (default: this binary)")
 	gitRoutingExe := fs.String("git-routing-exe", "", "the lazaret-gitroute executable to run the Git-routing daemon from (default: this binary)")
+	firstSessionFD := fs.Int("first-session-fd", -1, "inherited socket of the Host Coordinator's first session, for the sandbox's init (ocispec.FirstSessionFD)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -106,6 +107,10 @@ func Main(args []string) int {
 	}
 	s := &supervisor{timing: rec, rolesExe: roles, gitRoutingExe: routingExe, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	s.mt.domain, s.mt.gen = cred.domain, cred.generation
+	if *firstSessionFD >= 3 {
+		unix.CloseOnExec(*firstSessionFD)
+		s.firstSession = os.NewFile(uintptr(*firstSessionFD), "first-session")
+	}
 	go s.watchLifetime(os.NewFile(uintptr(*lifetimeFD), "lifetime"))
 	code := s.run()
 	s.mtLeaseLoss()
@@ -214,31 +219,35 @@ type supervisor struct {
 	// role, as the daemon's start is on the start-up's critical path.
 	gitRoutingExe string
 	policyFD      int
-	cred          credential
-	policy        netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
-	routes        []netsetup.Route
-	tapAddr       netip.Prefix
-	probe         string // the init's network probe report line
-	log           *slog.Logger
-	ch            *fdpass.Channel
-	broker        *proc.Broker
-	start         *lv1.StartSandbox
-	rt            runsc.Runtime
-	art           prepared.Artifact
-	anchors       []anchor.MountIdentity // mounted State Anchors, in mount order
-	lowerUse      *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
-	held          *heldLower             // the hold begun before StartSandbox (joinLower)
-	purged        chan struct{}          // closed when reclaimed artifacts are deleted
-	stopPurge     context.CancelFunc     // stops that deletion (awaitPurge)
-	routing       *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
-	kids          *runscChildren         // the attached runsc's sandbox and gofer, once proven
-	routed        *lv1.GitRoutingReady
-	acks          chan *lv1.ProcessOwnershipCommitAck
-	leases        chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
-	unmounted     []uint64                // anchors verified and unmounted at teardown
-	mountNS       *lv1.NamespaceIdentity  // RS's mount namespace (hello)
-	stop          chan struct{}           // HC asked to stop
-	hcGone        chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
+	// firstSession is the coordinator's first-session socket for the
+	// sandbox's init (ocispec.FirstSessionFD), passed to the attached
+	// runsc; nil without one.
+	firstSession *os.File
+	cred         credential
+	policy       netpolicy.Policy // verified against StartSandbox's digest (checkPolicy)
+	routes       []netsetup.Route
+	tapAddr      netip.Prefix
+	probe        string // the init's network probe report line
+	log          *slog.Logger
+	ch           *fdpass.Channel
+	broker       *proc.Broker
+	start        *lv1.StartSandbox
+	rt           runsc.Runtime
+	art          prepared.Artifact
+	anchors      []anchor.MountIdentity // mounted State Anchors, in mount order
+	lowerUse     *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
+	held         *heldLower             // the hold begun before StartSandbox (joinLower)
+	purged       chan struct{}          // closed when reclaimed artifacts are deleted
+	stopPurge    context.CancelFunc     // stops that deletion (awaitPurge)
+	routing      *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
+	kids         *runscChildren         // the attached runsc's sandbox and gofer, once proven
+	routed       *lv1.GitRoutingReady
+	acks         chan *lv1.ProcessOwnershipCommitAck
+	leases       chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
+	unmounted    []uint64                // anchors verified and unmounted at teardown
+	mountNS      *lv1.NamespaceIdentity  // RS's mount namespace (hello)
+	stop         chan struct{}           // HC asked to stop
+	hcGone       chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
 	// profileHold is the profile's shared lock while its profile paths
 	// are bound (package profilestate).
 	profileHold *os.File
@@ -532,12 +541,18 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	argv := s.rt.Run(st.BundleDir, st.ContainerId)
+	files := []*os.File{inR, outW, os.Stderr}
+	var passed []int
+	if s.firstSession != nil {
+		files = append(files, s.firstSession) // descriptor 3 of runsc
+		passed = append(passed, ocispec.FirstSessionFD)
+	}
+	argv := s.rt.Run(st.BundleDir, st.ContainerId, passed...)
 	s.timing.Mark("starting runsc")
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "attached_runsc",
 		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
-		Target:   proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: st.BundleDir, Files: []*os.File{inR, outW, os.Stderr}},
+		Target:   proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: st.BundleDir, Files: files},
 		// HC acknowledges runsc's staged ownership only once the
 		// connectivity helper has configured the tap; the policy's routes
 		// go onto it before the barrier releases runsc (gVisor imports
@@ -562,6 +577,9 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	})
 	inR.Close()
 	outW.Close()
+	if s.firstSession != nil {
+		s.firstSession.Close() // runsc holds it now
+	}
 	if err != nil {
 		inW.Close()
 		outR.Close()

@@ -120,9 +120,15 @@ func (r Runtime) argv(sub ...string) []string {
 	return append(append([]string{r.Path}, r.GlobalFlags()...), sub...)
 }
 
-// Run is the attached (non-detached) `runsc run` of the bundle.
-func (r Runtime) Run(bundle, id string) []string {
-	return r.argv("run", "--bundle", bundle, id)
+// Run is the attached (non-detached) `runsc run` of the bundle. Each of
+// passFDs is a descriptor of the runsc client that the container's root
+// process gets under the same number (--pass-fd N:N).
+func (r Runtime) Run(bundle, id string, passFDs ...int) []string {
+	args := []string{"run", "--bundle", bundle}
+	for _, fd := range passFDs {
+		args = append(args, "--pass-fd", fmt.Sprintf("%d:%d", fd, fd))
+	}
+	return r.argv(append(args, id)...)
 }
 
 // Exec is a non-detached `runsc exec` of a process document; pidFile

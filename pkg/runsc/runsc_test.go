@@ -36,6 +36,9 @@ func TestFlags(t *testing.T) {
 	if e := strings.Join(r.Exec("/p.json", "/pid", "c"), " "); !strings.HasSuffix(e, "exec --process /p.json --internal-pid-file /pid c") {
 		t.Error(e)
 	}
+	if e := strings.Join(r.Run("/b", "c", 3), " "); !strings.HasSuffix(e, "run --bundle /b --pass-fd 3:3 c") {
+		t.Error(e)
+	}
 	if e := strings.Join(r.Exec("/p.json", "/pid", "c", 3), " "); !strings.HasSuffix(e, "exec --process /p.json --internal-pid-file /pid --pass-fd 3:3 c") {
 		t.Error(e)
 	}

@@ -6,7 +6,9 @@
 // stdout (a pipe read by the Runtime Supervisor),
 // reaps orphaned guest processes, and exits when its stdin (held by the
 // Runtime Supervisor) reaches EOF — which ends the container and every guest
-// process in it. It is terminal-neutral: sessions attach with `runsc exec`.
+// process in it. It is terminal-neutral: sessions attach with `runsc exec`,
+// except a starting Domain's first non-interactive session, whose command
+// the init starts itself when the Host Coordinator asks (firstsession.go).
 //
 // It runs inside gVisor, never on the host, and is the lazaret-init
 // binary (with the session launcher, ExecMain), which Lazaret mounts into
@@ -53,6 +55,7 @@ func Main(args []string) int {
 	// new thread, and the sandbox with it. One P keeps init to the threads
 	// it has: nothing here needs parallelism.
 	runtime.GOMAXPROCS(1)
+	first := adoptFirstSession()
 	fmt.Println(ocispec.InitStartedLine)
 	if *user != "" {
 		u, err := guestuser.Parse(*user)
@@ -82,34 +85,66 @@ func Main(args []string) int {
 		io.Copy(io.Discard, os.Stdin)
 		close(eof)
 	}()
+	// The coordinator's first-session requests (firstsession.go).
+	requests := make(chan firstRequest, 4)
+	if first != nil {
+		go first.read(requests)
+	}
 	fmt.Println(ocispec.ReadyLine)
-	// From here on init only reaps and waits: give back what the start
-	// (the user and the probe) needed. Its guest memory is the host
-	// memory of the sandbox's address space for it. At once, not after a
-	// delay: a delayed settle could need a new thread while a fork bomb
-	// holds every task the guest may have (see GOMAXPROCS above), and it
-	// runs beside the coordinator's publication, before any session.
-	idlemem.Settle(nil)
+	// From here on init only reaps, waits and serves the first session:
+	// give back what the start (the user and the probe) needed. Its guest
+	// memory is the host memory of the sandbox's address space for it.
+	// The settle (tens of milliseconds in gVisor, its executable's pages
+	// dropped) waits for the first session's command to have started and
+	// exited, or for settleWait after the ready line or the command's
+	// start, so that it neither delays the command nor its exit's report;
+	// not longer: a settle much later could need a new thread while a
+	// fork bomb holds every task the guest may have (see GOMAXPROCS
+	// above).
+	settle := time.NewTimer(settleWait)
+	settled := false
+	settleNow := func() {
+		if !settled {
+			settled = true
+			settle.Stop()
+			idlemem.Settle(nil)
+		}
+	}
 	for {
 		select {
 		case <-eof:
 			return 0
+		case <-settle.C:
+			settleNow()
+		case r := <-requests:
+			first.handle(r)
+			if r.req.Start != nil && !settled {
+				settle.Reset(settleWait)
+			}
 		case s := <-sigs:
 			if s != unix.SIGCHLD {
 				return 0
 			}
-			reap()
+			reap(first.reaped)
+			if first != nil && first.exited() {
+				settleNow()
+			}
 		}
 	}
 }
 
-// reap collects every exited orphan reparented to init.
-func reap() {
+// settleWait bounds how long the init defers its settle (see Main).
+const settleWait = 100 * time.Millisecond
+
+// reap collects every exited child of init (orphans reparented to it and
+// the first session's command), passing each to reaped.
+func reap(reaped func(pid int, ws unix.WaitStatus)) {
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
 		if pid <= 0 || err != nil {
 			return
 		}
+		reaped(pid, ws)
 	}
 }

@@ -46,6 +46,11 @@ type Config struct {
 	// faster than any other. The daemon's start is on the critical path of
 	// every cold start (RS joins its mount just before runsc).
 	GitRoutingExe string
+	// FirstSession, when set, is the sandbox init's end of the first
+	// session's socket (ocispec.FirstSessionFD): RS inherits it as its
+	// descriptor 8 (--first-session-fd) and passes it to the attached
+	// runsc. The driver closes it once RS holds it.
+	FirstSession *os.File
 	// Lock is the Domain lock's descriptor: RS inherits it and holds the
 	// lock until it exits.
 	Lock *os.File
@@ -271,7 +276,7 @@ func (d *Driver) launch() error {
 			Env:  env,
 			Dir:  "/",
 			// stdin /dev/null; stdout/stderr to the coordinator log.
-			Files:      []*os.File{nil, os.Stderr, os.Stderr, peer, lifeR, d.cfg.Lock, policyFile, credFile},
+			Files:      rsFiles(d.cfg, peer, lifeR, policyFile, credFile),
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET,
 		},
 		Setup: func(ctx context.Context, h *pidfs.Handle) error { return mapIDs(ctx, h.PID()) },
@@ -292,6 +297,9 @@ func (d *Driver) launch() error {
 	})
 	peer.Close()
 	lifeR.Close()
+	if d.cfg.FirstSession != nil {
+		d.cfg.FirstSession.Close() // RS holds it now
+	}
 	if err != nil {
 		// A failure before the stage (e.g. newuidmap) is reported once the
 		// coordinator released the acquisition, in the order it had when
@@ -377,6 +385,15 @@ func Environ(rec *timing.Recorder) []string {
 // errNoChannel refuses a message before the coordinator holds the channel.
 var errNoChannel = errdefs.New(errdefs.ErrUnavailable, "the runtime supervisor's channel is not held")
 
+// rsFiles are RS's inherited descriptors, numbered as rsArgs names them.
+func rsFiles(cfg Config, channel, lifetime, policy, cred *os.File) []*os.File {
+	files := []*os.File{nil, os.Stderr, os.Stderr, channel, lifetime, cfg.Lock, policy, cred}
+	if cfg.FirstSession != nil {
+		files = append(files, cfg.FirstSession) // 8
+	}
+	return files
+}
+
 // rsArgs is RS's command line.
 func rsArgs(cfg Config) []string {
 	args := []string{locate.RS, "--channel-fd=3", "--lifetime-fd=4", "--lock-fd=5", "--policy-fd=6", "--credential-fd=7", "--log-level=" + cfg.LogLevel}
@@ -385,6 +402,9 @@ func rsArgs(cfg Config) []string {
 	}
 	if cfg.GitRoutingExe != "" {
 		args = append(args, "--git-routing-exe="+cfg.GitRoutingExe)
+	}
+	if cfg.FirstSession != nil {
+		args = append(args, "--first-session-fd=8")
 	}
 	return args
 }

@@ -1,0 +1,290 @@
+package sandboxinit
+
+// The first session: the init starts a starting Domain's first
+// non-interactive session's command once the Domain is published, which
+// saves the session a second `runsc exec` client (its process start costs
+// the start-up tens of milliseconds of CPU on two busy cores). The Host
+// Coordinator's requests and the init's reports travel over the socket the
+// init has as ocispec.FirstSessionFD. The command gets what `runsc exec`
+// would give it: its own session and process group, the session's user,
+// working directory and environment, the init's capabilities and resource
+// limits (the sandbox's process specification gives the init what a
+// session's gives a session; a non-root user drops the capabilities at the
+// exec), the coordinator's stdin, stdout and stderr descriptors as they are
+// (passed with the start, as runsc exec passes its client's), and a launch
+// failure reported like a shell's (127/126 and the product's message).
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/ocispec"
+)
+
+// firstSession is the init's side of the first session. Its methods other
+// than read run on the init's main goroutine.
+type firstSession struct {
+	conn    *net.UnixConn
+	started bool
+	pid     int // the command's pid while it runs
+}
+
+// firstRequest is one coordinator request with the descriptors it carried.
+type firstRequest struct {
+	req   ocispec.FirstSessionRequest
+	files []*os.File
+}
+
+// adoptFirstSession returns the first session's socket, nil when the init
+// was given none.
+func adoptFirstSession() *firstSession {
+	fd := ocispec.FirstSessionFD
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil
+	}
+	unix.CloseOnExec(fd)
+	f := os.NewFile(uintptr(fd), "first-session")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lazaret-init: first-session socket: %v\n", err)
+		return nil
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil
+	}
+	return &firstSession{conn: uc}
+}
+
+// read sends the coordinator's requests to requests until the socket
+// ends. A malformed request is dropped (its descriptors closed).
+func (f *firstSession) read(requests chan<- firstRequest) {
+	buf := make([]byte, ocispec.FirstSessionMaxMessage)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	for {
+		n, oobn, flags, _, err := f.conn.ReadMsgUnix(buf, oob)
+		if err != nil || (n == 0 && oobn == 0) {
+			return
+		}
+		files := receivedFiles(oob[:oobn])
+		var r firstRequest
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || json.Unmarshal(buf[:n], &r.req) != nil || r.req.Version != ocispec.FirstSessionVersion {
+			fmt.Fprintln(os.Stderr, "lazaret-init: a malformed first-session request dropped")
+			closeFiles(files)
+			continue
+		}
+		r.files = files
+		if r.req.Start != nil {
+			// Only signals follow, small ones: the init does not keep the
+			// start's buffer for the session's life.
+			buf = make([]byte, 512)
+		}
+		requests <- r
+	}
+}
+
+// receivedFiles are the descriptors of SCM_RIGHTS messages in oob.
+func receivedFiles(oob []byte) []*os.File {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var files []*os.File
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd)
+			files = append(files, os.NewFile(uintptr(fd), "first-session-stream"))
+		}
+	}
+	return files
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// handle serves one request.
+func (f *firstSession) handle(r firstRequest) {
+	switch {
+	case r.req.Start != nil:
+		f.start(*r.req.Start, r.files)
+	case r.req.Signal > 0 && r.req.Signal < 65:
+		closeFiles(r.files)
+		if f.pid > 0 {
+			target := f.pid
+			if r.req.Group {
+				target = -f.pid
+			}
+			unix.Kill(target, unix.Signal(r.req.Signal))
+		}
+	default:
+		closeFiles(r.files)
+	}
+}
+
+// start starts the command with the passed stdin, stdout and stderr. Only
+// the first start is served.
+func (f *firstSession) start(s ocispec.FirstSession, files []*os.File) {
+	defer closeFiles(files)
+	if f.started || len(files) != 3 {
+		fmt.Fprintln(os.Stderr, "lazaret-init: a first-session start without its three streams, or a second one, refused")
+		return
+	}
+	f.started = true
+	stderr := files[2]
+	if len(s.Args) == 0 || !path.IsAbs(s.Cwd) {
+		f.fail(stderr, ExitNotFound, "lazaret: the session's command is malformed\n")
+		return
+	}
+	argv0 := s.Args[0]
+	file, status, msg := lookPathIn(argv0, envValue(s.Env, "PATH"), s.Cwd)
+	if status != 0 {
+		f.fail(stderr, status, msg)
+		return
+	}
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if os.Geteuid() == 0 {
+		// The init is the sandbox's root: the command runs as the
+		// session's user, with no supplementary groups (as runsc exec
+		// starts a process document's).
+		sys.Credential = &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: []uint32{}}
+	} else if uint32(os.Geteuid()) != s.UID || uint32(os.Getegid()) != s.GID {
+		// Only this package's tests run it as another user.
+		f.fail(stderr, ExitNotExecutable, fmt.Sprintf("lazaret: %s: cannot run as %d:%d\n", argv0, s.UID, s.GID))
+		return
+	}
+	pid, err := syscall.ForkExec(file, s.Args, &syscall.ProcAttr{
+		Dir:   s.Cwd,
+		Env:   s.Env,
+		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
+		Sys:   sys,
+	})
+	if err != nil {
+		status := ExitNotExecutable
+		if errors.Is(err, syscall.ENOENT) {
+			status = ExitNotFound
+		}
+		f.fail(stderr, status, fmt.Sprintf("lazaret: %s: %v\n", argv0, err))
+		return
+	}
+	f.pid = pid
+	f.report(ocispec.FirstSessionReport{Pid: pid})
+}
+
+// fail reports a command that could not start: msg on its stderr and
+// status as its exit.
+func (f *firstSession) fail(stderr *os.File, status int, msg string) {
+	io.WriteString(stderr, msg)
+	f.report(ocispec.FirstSessionReport{Exited: true, Code: status})
+}
+
+// report sends one report to the coordinator.
+func (f *firstSession) report(r ocispec.FirstSessionReport) {
+	r.Version = ocispec.FirstSessionVersion
+	b, _ := json.Marshal(r)
+	if _, err := f.conn.Write(b); err != nil {
+		fmt.Fprintf(os.Stderr, "lazaret-init: first-session report: %v\n", err)
+	}
+}
+
+// exited reports whether the command was started (or refused) and is
+// over.
+func (f *firstSession) exited() bool { return f.started && f.pid == 0 }
+
+// reaped reports the command's exit when pid is its pid.
+func (f *firstSession) reaped(pid int, ws unix.WaitStatus) {
+	if f == nil || pid <= 0 || pid != f.pid {
+		return
+	}
+	f.pid = 0
+	r := ocispec.FirstSessionReport{Exited: true, Code: ws.ExitStatus()}
+	if ws.Signaled() {
+		r.Code, r.Signal = 0, int(ws.Signal())
+	}
+	f.report(r)
+}
+
+// lookPathIn resolves argv0 as a shell would with PATH pathEnv, relative
+// to cwd, and returns the file to execute, or a shell's status (127 not
+// found, 126 not executable) and the message for the session's stderr.
+// The check is the init's (root's) own access; a command the session's
+// user may not execute fails at the exec instead, with the same status.
+func lookPathIn(argv0, pathEnv, cwd string) (file string, status int, msg string) {
+	abs := func(p string) string {
+		if path.IsAbs(p) {
+			return p
+		}
+		return path.Join(cwd, p)
+	}
+	var candidates []string
+	if strings.Contains(argv0, "/") {
+		candidates = []string{argv0}
+	} else {
+		for _, dir := range strings.Split(pathEnv, ":") {
+			if dir == "" {
+				dir = "."
+			}
+			candidates = append(candidates, path.Join(dir, argv0))
+		}
+	}
+	denied := false
+	for _, c := range candidates {
+		switch err := executable(abs(c)); {
+		case err == nil:
+			return abs(c), 0, ""
+		case errors.Is(err, fs.ErrPermission):
+			denied = true
+		}
+	}
+	if denied {
+		return "", ExitNotExecutable, fmt.Sprintf("lazaret: %s: permission denied\n", argv0)
+	}
+	return "", ExitNotFound, fmt.Sprintf("lazaret: %s: command not found in the sandbox\n", argv0)
+}
+
+// executable reports whether p is an executable file (fs.ErrPermission:
+// it exists but is not; fs.ErrNotExist: it does not).
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return fs.ErrPermission
+	}
+	if err := unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS); err != nil {
+		return fs.ErrPermission
+	}
+	return nil
+}
+
+// envValue is the value of name in env (the last entry wins, as runsc
+// keeps it), "" if none.
+func envValue(env []string, name string) string {
+	v := ""
+	for _, e := range env {
+		if k, val, ok := strings.Cut(e, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
+}
