@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"os/exec"
@@ -103,7 +102,7 @@ func TestFaultInjectionRecovery(t *testing.T) {
 			// of those stages has a terminal.
 			env := []string{failpoint.Env + "=" + stage}
 			var c *exec.Cmd
-			errb := &lockedWriter{w: new(bytes.Buffer)}
+			errb := new(syncBuffer)
 			if strings.Contains(stage, ":session_exec:") {
 				p := startOnPTY(t, e, ws, append(env, modelTraceEnv(ws)...), filepath.Join(e.binFP, "lazaret"), "run", "-p", "tiny", "--", "echo", "hi")
 				go func() { io.Copy(errb, p.m) }()
@@ -219,22 +218,4 @@ func allClean(t *testing.T, ws, profile string) {
 		os.Lchown(p, e.uid, e.gid)
 		return nil
 	})
-}
-
-// lockedWriter serialises writes to w with reads of String.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }
