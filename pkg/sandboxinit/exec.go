@@ -56,12 +56,9 @@ options:
 	}
 	path, err := exec.LookPath(args[0])
 	if err != nil {
-		if errors.Is(err, fs.ErrPermission) {
-			fmt.Fprintf(os.Stderr, "lazaret: %s: permission denied\n", args[0])
-			return ExitNotExecutable
-		}
-		fmt.Fprintf(os.Stderr, "lazaret: %s: command not found in the sandbox\n", args[0])
-		return ExitNotFound
+		status, msg := lookupFailure(args[0], errors.Is(err, fs.ErrPermission))
+		fmt.Fprint(os.Stderr, msg)
+		return status
 	}
 	if identify {
 		if err := ReportIdentity(ocispec.IdentityFD); err != nil {
@@ -69,12 +66,28 @@ options:
 			return ExitNoIdentity
 		}
 	}
-	err = syscall.Exec(path, args, env)
-	fmt.Fprintf(os.Stderr, "lazaret: %s: %v\n", args[0], err)
-	if errors.Is(err, syscall.ENOENT) {
-		return ExitNotFound
+	status, msg := execFailure(args[0], syscall.Exec(path, args, env))
+	fmt.Fprint(os.Stderr, msg)
+	return status
+}
+
+// lookupFailure is a shell's status and Lazaret's message for a command
+// argv0 whose lookup failed: denied (found, but not executable) 126,
+// otherwise 127. The launcher and the first session report alike.
+func lookupFailure(argv0 string, denied bool) (status int, msg string) {
+	if denied {
+		return ExitNotExecutable, fmt.Sprintf("lazaret: %s: permission denied\n", argv0)
 	}
-	return ExitNotExecutable
+	return ExitNotFound, fmt.Sprintf("lazaret: %s: command not found in the sandbox\n", argv0)
+}
+
+// execFailure is the same for an exec of argv0 that failed with err.
+func execFailure(argv0 string, err error) (status int, msg string) {
+	status = ExitNotExecutable
+	if errors.Is(err, syscall.ENOENT) {
+		status = ExitNotFound
+	}
+	return status, fmt.Sprintf("lazaret: %s: %v\n", argv0, err)
 }
 
 // launchEnv is env without GOMAXPROCS, the launcher's own.

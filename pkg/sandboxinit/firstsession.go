@@ -179,11 +179,8 @@ func (f *firstSession) start(s ocispec.FirstSession, files []*os.File) {
 		Sys:   sys,
 	})
 	if err != nil {
-		status := ExitNotExecutable
-		if errors.Is(err, syscall.ENOENT) {
-			status = ExitNotFound
-		}
-		f.fail(stderr, status, fmt.Sprintf("lazaret: %s: %v\n", argv0, err))
+		status, msg := execFailure(argv0, err)
+		f.fail(stderr, status, msg)
 		return
 	}
 	f.pid = pid
@@ -255,10 +252,8 @@ func lookPathIn(argv0, pathEnv, cwd string) (file string, status int, msg string
 			denied = true
 		}
 	}
-	if denied {
-		return "", ExitNotExecutable, fmt.Sprintf("lazaret: %s: permission denied\n", argv0)
-	}
-	return "", ExitNotFound, fmt.Sprintf("lazaret: %s: command not found in the sandbox\n", argv0)
+	status, msg = lookupFailure(argv0, denied)
+	return "", status, msg
 }
 
 // executable reports whether p is an executable file (fs.ErrPermission:
