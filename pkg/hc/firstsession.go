@@ -121,13 +121,13 @@ type firstProcess struct {
 	slot *firstSlot
 	done chan struct{}
 	mu   sync.Mutex
-	pid  int
 	st   pidfs.ExitStatus
 	over bool
 }
 
 // reports reads the init's reports until the command's exit, or until the
 // socket ends (the sandbox is gone): then the command is reported killed.
+// onStart runs at the report of the command's start.
 func (p *firstProcess) reports(onStart func()) {
 	buf := make([]byte, 512)
 	for {
@@ -145,9 +145,8 @@ func (p *firstProcess) reports(onStart func()) {
 			return
 		}
 		if r.Pid > 0 {
-			p.mu.Lock()
-			p.pid = r.Pid
-			p.mu.Unlock()
+			// The coordinator acts on the command only through the
+			// init, which knows its pid: the report marks the start.
 			onStart()
 		}
 	}
