@@ -55,7 +55,6 @@ func Main(args []string) int {
 	// new thread, and the sandbox with it. One P keeps init to the threads
 	// it has: nothing here needs parallelism.
 	runtime.GOMAXPROCS(1)
-	first := adoptFirstSession()
 	fmt.Println(ocispec.InitStartedLine)
 	if *user != "" {
 		u, err := guestuser.Parse(*user)
@@ -85,12 +84,15 @@ func Main(args []string) int {
 		io.Copy(io.Discard, os.Stdin)
 		close(eof)
 	}()
-	// The coordinator's first-session requests (firstsession.go).
+	fmt.Println(ocispec.ReadyLine)
+	// The coordinator's first-session requests (firstsession.go): the
+	// socket is adopted only now, off the start's path, as nothing before
+	// the ready line uses it (the start waits in the socket meanwhile).
+	first := adoptFirstSession()
 	requests := make(chan firstRequest, 4)
 	if first != nil {
 		go first.read(requests)
 	}
-	fmt.Println(ocispec.ReadyLine)
 	// From here on init only reaps, waits and serves the first session:
 	// give back what the start (the user and the probe) needed. Its guest
 	// memory is the host memory of the sandbox's address space for it.
