@@ -140,7 +140,7 @@ func ReplayLazaret(recs []modeltrace.Record) ([]DomainReplay, error) {
 	}
 	var out []DomainReplay
 	for _, d := range order {
-		rep, err := replayWindows(d, by[d])
+		rep, err := replayWindows(d, separateRetriedSessions(by[d]))
 		if err != nil {
 			return out, err
 		}
@@ -294,6 +294,61 @@ func ConfigFor(domain string, recs []modeltrace.Record) (*lazaret.Config, Bindin
 const windowStride = lazaret.MaxRequests / 2
 
 // requestOf returns the Escalation Request a record names ("" for none).
+// sessionBegins are the model's actions that begin a Client Session: each
+// needs sessionPhase = "New", so a model session begins at most once.
+var sessionBegins = map[string]bool{"StartNewDomain": true, "StartReadySession": true, "WaitForDomain": true}
+
+// separateRetriedSessions gives each Client Session of a CLI process its own
+// name. The trace names a session by its CLI's process
+// (modeltrace.SessionKey), and a CLI whose session ended before it was
+// accepted starts or joins again as a new Client Session under the same
+// name (client.End.Retry: its coordinator was lost or stopping). As a
+// model session begins once, a later session-beginning step under a name
+// that began one is that CLI's next session: from it on, the name's
+// records (arguments and the "session" fact) are renamed "<name>#2", and
+// so on. Records are copied, not changed.
+func separateRetriedSessions(recs []modeltrace.Record) []modeltrace.Record {
+	begun := map[string]int{}
+	name := func(k string) string {
+		if n := begun[k]; n > 1 {
+			return fmt.Sprintf("%s#%d", k, n)
+		}
+		return k
+	}
+	out := make([]modeltrace.Record, len(recs))
+	for i, r := range recs {
+		kind, known := Lookup(r.Model, r.Action)
+		if known && sessionBegins[r.Action] && len(kind.Params) > 0 && kind.Params[0] == Session && len(r.Args) > 0 {
+			begun[r.Args[0]]++
+		}
+		if known {
+			var args []string
+			for j, p := range kind.Params {
+				if p != Session || j >= len(r.Args) || name(r.Args[j]) == r.Args[j] {
+					continue
+				}
+				if args == nil {
+					args = append([]string(nil), r.Args...)
+				}
+				args[j] = name(r.Args[j])
+			}
+			if args != nil {
+				r.Args = args
+			}
+		}
+		if s, ok := r.Facts["session"]; ok && name(s) != s {
+			facts := make(map[string]string, len(r.Facts))
+			for k, v := range r.Facts {
+				facts[k] = v
+			}
+			facts["session"] = name(s)
+			r.Facts = facts
+		}
+		out[i] = r
+	}
+	return out
+}
+
 func requestOf(r modeltrace.Record) string {
 	kind, ok := Lookup(r.Model, r.Action)
 	if !ok || len(kind.Params) == 0 || kind.Params[0] != Request || len(r.Args) == 0 {

@@ -279,3 +279,40 @@ func readRecorded(t *testing.T, path string) []modeltrace.Record {
 	}
 	return recs
 }
+
+// TestReplayRetriedSession: a CLI whose coordinator is lost after its
+// session registered starts the next generation itself as a new Client
+// Session under the same trace name (its pid); the replay gives that
+// session its own model session (S2), where the model's S1 has failed.
+func TestReplayRetriedSession(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	t.Setenv(modeltrace.Env, path)
+	if err := modeltrace.Start("hc", os.Getenv); err != nil {
+		t.Fatal(err)
+	}
+	const dom, s1 = "8501ae07", "cli-101"
+	for _, a := range [][]string{
+		{"StartNewDomain", s1}, {"CreateTrustAnchor", dom}, {"StartRuntimeSupervisor", dom}, {"MountStateAnchor", dom},
+		{"StartSidecar", dom}, {"ArmRuntimeCausalEdge", dom}, {"StartSandbox", dom}, {"PublishDomain", dom},
+		{"AdvanceWaitingSession", s1}, {"RegisterSession", s1},
+	} {
+		modeltrace.Emit(dom, 1, a[0], a[1])
+	}
+	for _, a := range []string{"BootstrapRecoveryCoordinator", "RecoverSandbox", "RecoverSidecar", "RecoverStateAnchor", "FinishRecovery"} {
+		modeltrace.EmitReconcile(dom, 1, a, dom)
+	}
+	modeltrace.Emit(dom, 2, "StartNewDomain", s1) // the same CLI, started again
+	modeltrace.Emit(dom, 2, "CreateTrustAnchor", dom)
+	recs := readRecorded(t, path)
+	reps, err := ReplayLazaret(recs)
+	if err != nil {
+		t.Fatalf("a retried session rejected:\n%v", err)
+	}
+	last := reps[0].Steps[len(reps[0].Steps)-2]
+	if last != "StartNewDomain(S2)" {
+		t.Fatalf("the retried session replays as %q, want StartNewDomain(S2); steps %q", last, reps[0].Steps)
+	}
+	if recs[len(recs)-2].Args[0] != s1 {
+		t.Fatalf("the replay changed the caller's records: %+v", recs[len(recs)-2])
+	}
+}
