@@ -46,11 +46,15 @@
 //     field), which runsc forwards to the guest's foreground job. The root
 //     `runsc run` stays terminal-neutral; no `--console-socket`.
 //   - Session Terminal record (package `sessionterm`): `Intent` → PTY +
-//     exec wrapper through `broker.Acquire` → guest leader pid from
+//     exec wrapper through `broker.Acquire` (`Staged`, then `Accepted` while
+//     the exec client waits at its exec stop) → guest leader pid from
 //     `--internal-pid-file`, its process group and start time from the guest's
 //     `/proc/<pid>/stat` (a short `runsc exec cat`; `runsc ps` has only
-//     minutes) with pgid = pid checked → `Running` → `Accepted`, and only then
-//     are events admitted. `sessionterm.Recorder` records each step in the
+//     minutes) with pgid = pid checked → `Running`, and only then
+//     are events admitted. Every session's `Accepted` precedes the point
+//     where its command can run (`session.accept`): a CLI that loses its
+//     coordinator before `Accepted` starts or joins again, and must never
+//     run a command twice. `sessionterm.Recorder` records each step in the
 //     Domain Store (`sessionterm.StoreRecorder`, one transaction each). A command that ends
 //     before it is identified still gets its output and status but no event.
 //   - Event loop: one goroutine per session selects over client frames,

@@ -243,6 +243,10 @@ func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame) 
 	p := &firstProcess{slot: c.first, done: make(chan struct{})}
 	c.timing.Mark("session admitted; starting it in the sandbox's init")
 	start := ocispec.FirstSession{Args: req.Argv, Env: s.env(req, u), Cwd: cwd, UID: uint32(u.UID), GID: uint32(u.GID)}
+	// The init starts the command once it reads the request, even if this
+	// coordinator is gone by then: the CLI hears Accepted first
+	// (session.accept).
+	s.accept(false)
 	err = c.first.send(ocispec.FirstSessionRequest{Start: &start}, inR, outW, errW)
 	inR.Close()
 	outW.Close()

@@ -39,6 +39,19 @@ type session struct {
 	// stop reached the session before its command started); stopped: by
 	// `lazaret stop`, which the Exit frame reports.
 	killed, stopped bool
+	acceptOnce      sync.Once
+}
+
+// accept sends the session's Accepted frame, once. It is sent before the
+// command can run — from the exec client's acquisition while it is held
+// at its exec stop, or before the start request goes to the sandbox's
+// init — never after: a CLI whose coordinator is lost before Accepted
+// starts or joins again (client.End.Retry), which is safe only if the
+// command cannot have run.
+func (s *session) accept(joined bool) {
+	s.acceptOnce.Do(func() {
+		s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: s.c.generation, Joined: joined, SessionCapability: s.capability}}})
+	})
 }
 
 // kill stops the session's exec client (Domain teardown, lazaret stop),

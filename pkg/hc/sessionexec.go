@@ -110,6 +110,9 @@ func (s *session) run(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joine
 		Target:   proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/", Files: []*os.File{inR, outW, errW}, Setsid: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			log.Debug("staged ownership", "slot", "session_exec", "identity", id.String())
+			// The exec client waits at its exec stop: the command has not
+			// run, and runs only after this.
+			s.accept(joined)
 			return nil
 		},
 	})
@@ -146,7 +149,8 @@ func (s *session) relay(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joi
 		by = "runsc exec"
 	}
 	log.Info("session started", "argv0", req.Argv[0], "joined", joined, "by", by)
-	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.id, Generation: c.generation, Joined: joined, SessionCapability: s.capability}}})
+	// Accepted went out before the start already (session.accept).
+	s.accept(joined)
 	idlemem.SettleSoon(log) // the start is done; HC goes back to relaying
 
 	var outWG sync.WaitGroup

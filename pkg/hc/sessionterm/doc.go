@@ -41,10 +41,16 @@
 //
 // Acquisition (the Session Terminal record):
 //
-//	RecordIntent → pty.Open → broker.Acquire(exec wrapper, Setsid+Setctty)
-//	  → the launcher's /proc/self/stat on the identity pipe (pid, pgrp ==
-//	  pid, start time) and the same pid in --internal-pid-file
-//	  → RecordRunning → Accepted → events admitted
+//	RecordIntent → pty.Open → broker.Acquire(exec wrapper, Setsid+Setctty:
+//	  RecordStaged, then Accepted while the exec client waits at its exec
+//	  stop, then the release) → the launcher's /proc/self/stat on the
+//	  identity pipe (pid, pgrp == pid, start time) and the same pid in
+//	  --internal-pid-file → RecordRunning → events admitted
+//
+// Accepted precedes the release because a CLI that loses its coordinator
+// before Accepted starts or joins again (client.End.Retry): it must never
+// run a command twice. The events the CLI sends from Accepted on wait
+// unread until RecordRunning.
 //
 // The identity pipe's write end is the exec client's descriptor
 // ocispec.IdentityFD, passed to the guest (`runsc exec --pass-fd`); the

@@ -196,6 +196,10 @@ type memRecorder struct {
 	mu    sync.Mutex
 	steps []string
 	ids   []Identity
+	// accepted, when set, is closed once the client read the session's
+	// Accepted frame: RecordRunning refuses to record before it, so a
+	// session whose Accepted followed its command's start fails.
+	accepted <-chan struct{}
 }
 
 func (r *memRecorder) add(s string) error {
@@ -211,6 +215,13 @@ func (r *memRecorder) RecordStaged(_ context.Context, id string, exec pidfs.Iden
 	return r.add("Staged")
 }
 func (r *memRecorder) RecordRunning(_ context.Context, id Identity) error {
+	if r.accepted != nil {
+		select {
+		case <-r.accepted:
+		case <-time.After(10 * time.Second):
+			return errors.New("the guest group was identified (the command runs) before the client read Accepted")
+		}
+	}
 	r.mu.Lock()
 	r.ids = append(r.ids, id)
 	r.mu.Unlock()
@@ -220,6 +231,26 @@ func (r *memRecorder) RecordReleaseIntent(_ context.Context, id string) error {
 	return r.add("ReleaseIntent")
 }
 func (r *memRecorder) RecordClean(_ context.Context, id string) error { return r.add("Clean") }
+
+// running waits for the session's Running record (Accepted precedes it)
+// and returns its identity.
+func (r *memRecorder) running(t *testing.T) Identity {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.Lock()
+		if len(r.ids) > 0 {
+			id := r.ids[0]
+			r.mu.Unlock()
+			return id
+		}
+		r.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no Running record within 10s (records %q)", r.trail())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 func (r *memRecorder) trail() string {
 	r.mu.Lock()
@@ -275,7 +306,8 @@ func startRunWith(t *testing.T, argv []string, process func() ([]byte, error), r
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	h := &runHarness{t: t, dir: dir, rec: &memRecorder{}, frames: make(chan *lv1.ClientFrame), server: make(chan *lv1.ServerFrame, 256), done: make(chan struct{})}
+	accepted := make(chan struct{})
+	h := &runHarness{t: t, dir: dir, rec: &memRecorder{accepted: accepted}, frames: make(chan *lv1.ClientFrame), server: make(chan *lv1.ServerFrame, 256), done: make(chan struct{})}
 	d := Domain{Broker: broker, Runtime: runsc.Runtime{Path: exe, Root: dir}, Container: "ctr-1", Generation: 1, Dir: dir, Recorder: h.rec, Log: log}
 	if process == nil {
 		process = func() ([]byte, error) {
@@ -292,11 +324,15 @@ func startRunWith(t *testing.T, argv []string, process func() ([]byte, error), r
 	}
 	go func() {
 		client := control.NewConn(cli)
+		var acceptedOnce sync.Once
 		for {
 			var fr lv1.ServerFrame
 			if err := client.Read(&fr); err != nil {
 				close(h.server)
 				return
+			}
+			if fr.GetAccepted() != nil {
+				acceptedOnce.Do(func() { close(accepted) })
 			}
 			h.server <- &fr
 		}
@@ -380,27 +416,29 @@ func stdin(s string) *lv1.ClientFrame {
 	return &lv1.ClientFrame{Msg: &lv1.ClientFrame_Stdin{Stdin: &lv1.StdinData{Data: []byte(s)}}}
 }
 
-// TestRunSessionLifecycle: Intent → Staged → Running (guest leader and
-// group identified from its stat) → Accepted; input and resize reach the
-// terminal, Interrupt reaches the guest group; exactly one Exit after the
-// output; the release records Clean once the group is gone.
+// TestRunSessionLifecycle: Intent → Staged → Accepted (the exec client
+// still at its exec stop: the recorder refuses Running before the client
+// read it) → Running (guest leader and group identified from its stat);
+// input and resize reach the terminal, Interrupt reaches the guest group;
+// exactly one Exit after the output; the release records Clean once the
+// group is gone.
 func TestRunSessionLifecycle(t *testing.T) {
 	h := startRun(t, []string{"sh", "-c", "echo ready; read a; stty size; echo got:$a; exec cat"}, nil)
 	acc := h.next().GetAccepted()
 	if acc == nil || acc.SessionId != "s1" || acc.Generation != 1 {
 		t.Fatalf("expected Accepted, got %v", acc)
 	}
+	h.output("ready") // forwarded only once Running is recorded
 	if got := h.rec.trail(); got != "Intent Staged Running" {
-		t.Fatalf("records before Accepted: %q", got)
+		t.Fatalf("records once the session runs: %q", got)
 	}
-	id := h.rec.ids[0]
+	id := h.rec.running(t)
 	if id.GuestLeaderPID <= 0 || id.GuestPGID != id.GuestLeaderPID || id.GuestLeaderStart == 0 || !strings.HasPrefix(id.PTY, "pts/") {
 		t.Fatalf("running identity %+v", id)
 	}
 	if id.ExecClient.HostPID != uint32(id.GuestLeaderPID) {
 		t.Fatalf("exec client %s is not the (host) guest leader %d", id.ExecClient, id.GuestLeaderPID)
 	}
-	h.output("ready")
 	// The loop handles one frame completely before it takes the next: the
 	// resize is applied before the input that makes the command read it.
 	h.send(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Resize{Resize: &lv1.Resize{Size: &lv1.WindowSize{Rows: 50, Cols: 132}}}})
@@ -435,11 +473,11 @@ func TestRunClientLost(t *testing.T) {
 	if got := h.rec.trail(); got != "Intent Staged Running ReleaseIntent Clean" {
 		t.Fatalf("records %q", got)
 	}
-	if err := unix.Kill(h.rec.ids[0].GuestLeaderPID, 0); !errors.Is(err, unix.ESRCH) {
+	if err := unix.Kill(h.rec.running(t).GuestLeaderPID, 0); !errors.Is(err, unix.ESRCH) {
 		t.Fatalf("guest leader still exists: %v", err)
 	}
 	// The leader was running: the release checked it in the guest first.
-	if inv := h.invocations(); !strings.Contains(inv, "/proc/"+strconv.Itoa(h.rec.ids[0].GuestLeaderPID)+"/stat") {
+	if inv := h.invocations(); !strings.Contains(inv, "/proc/"+strconv.Itoa(h.rec.running(t).GuestLeaderPID)+"/stat") {
 		t.Fatalf("no guest check of the running leader among the runsc invocations:\n%s", inv)
 	}
 }
@@ -505,7 +543,7 @@ func TestRunGroupOutlivesLeader(t *testing.T) {
 	if h.next().GetAccepted() == nil {
 		t.Fatal("not accepted")
 	}
-	pgid := h.rec.ids[0].GuestPGID
+	pgid := h.rec.running(t).GuestPGID
 	t.Cleanup(func() { unix.Kill(-pgid, unix.SIGKILL) })
 	h.output("ready")
 	close(h.frames)

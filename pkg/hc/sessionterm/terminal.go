@@ -14,6 +14,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -246,7 +247,16 @@ func Run[A, H any](d Domain, s Session, frames <-chan *lv1.ClientFrame, routes f
 			Files: []*os.File{slave, slave, slave, identW}, Setsid: true, Setctty: true},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			t.log.Debug("staged ownership", "slot", "session_exec", "identity", id.String())
-			return d.Recorder.RecordStaged(ctx, s.ID, id)
+			if err := d.Recorder.RecordStaged(ctx, s.ID, id); err != nil {
+				return err
+			}
+			// Accepted goes out while the exec client waits at its exec
+			// stop, before the command can run: a CLI that loses its
+			// coordinator before Accepted starts or joins again
+			// (client.End.Retry), which is safe only then. Its events wait
+			// unread until the guest group is identified (below).
+			t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.ID, Generation: d.Generation, Joined: s.Joined, SessionCapability: s.Capability}}})
+			return nil
 		},
 	})
 	slave.Close() // the exec client holds the only slave descriptors now
@@ -275,6 +285,7 @@ func Run[A, H any](d Domain, s Session, frames <-chan *lv1.ClientFrame, routes f
 			fail(err)
 			return
 		}
+		failpoint.Hit("lazaret-hc:session-running") // the command runs
 		admitted = true
 	}
 	t.gate = newOutputGate()
@@ -282,7 +293,6 @@ func Run[A, H any](d Domain, s Session, frames <-chan *lv1.ClientFrame, routes f
 	d.Timing.Mark("session started")
 	t.log.Info("session started", "argv0", s.Argv0, "joined", s.Joined, "pty", t.id.PTY, "size", sizeOf(s.Size).String(),
 		"guest_pid", t.id.GuestLeaderPID, "guest_pgid", t.id.GuestPGID, "guest_start", t.id.GuestLeaderStart)
-	t.Send(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Accepted{Accepted: &lv1.Accepted{SessionId: s.ID, Generation: d.Generation, Joined: s.Joined, SessionCapability: s.Capability}}})
 	if d.Settle != nil {
 		d.Settle(t.log)
 	}
