@@ -50,7 +50,7 @@ func faultStages() []string {
 		}
 	}
 	for _, st := range []string{"started", "hello-verified", "helper-started", "lower-intent", "lease-acquired", "lease-held", "anchor-intent", "anchor-prepared",
-		"staged-recorded", "publication-committed", "published", "first-session-requested", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
+		"staged-recorded", "publication-committed", "published", "first-session-requested", "session-running", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
 		s = append(s, "lazaret-hc:"+st)
 	}
 	for _, st := range []string{"hello-sent", "prepared", "lease-recorded", "rootfs-mounted", "anchors-mounted", "git-routing-acquired", "git-routing-mounted", "runsc-ready", "kill-git-routing-after-ready", "git-routing-stopped", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {
@@ -99,11 +99,12 @@ func TestFaultInjectionRecovery(t *testing.T) {
 			// A starting Domain's first non-interactive session is started
 			// by the sandbox's init; a session exec client is acquired for
 			// an interactive session (or one that joins): the faulted run
-			// of those stages has a terminal.
+			// of those stages, and of the interactive session's Running
+			// record, has a terminal.
 			env := []string{failpoint.Env + "=" + stage}
 			var c *exec.Cmd
 			errb := new(syncBuffer)
-			if strings.Contains(stage, ":session_exec:") {
+			if strings.Contains(stage, ":session_exec:") || stage == "lazaret-hc:session-running" {
 				p := startOnPTY(t, e, ws, append(env, modelTraceEnv(ws)...), filepath.Join(e.binFP, "lazaret"), "run", "-p", "tiny", "--", "echo", "hi")
 				go func() { io.Copy(errb, p.m) }()
 				c = p.cmd
