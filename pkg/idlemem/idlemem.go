@@ -19,6 +19,17 @@
 // touches most of a binary that an idle process never runs again, and each
 // Domain's processes would otherwise keep those pages mapped. Writable
 // mappings (the data segment, the heap) are never touched.
+//
+// A process inside the Agent Sandbox (the guest init) calls SettleHeap,
+// which keeps its executable mapped: its code pages are not clean file
+// pages there. gVisor's systrap platform patches the application's system
+// call sites (mov $nr, %eax; syscall) into jumps to its trampoline in the
+// process's private copy of the page; dropping the copy reverts the sites
+// while threads sleep in system calls entered through them, and a thread
+// whose call a signal restarts then resumes in the middle of a re-patched
+// instruction: SIGILL (measured: a guest Go program dropping its text
+// while signalled threads sleep in futex dies so within seconds; without
+// the drop it runs on).
 package idlemem
 
 import (
@@ -85,7 +96,13 @@ type Result struct {
 // log, which may be nil. A call while another runs does nothing. It costs a
 // blocking garbage collection (milliseconds for these heaps); processes
 // call SettleSoon.
-func Settle(log *slog.Logger) Result {
+func Settle(log *slog.Logger) Result { return settleWith(log, true) }
+
+// SettleHeap is Settle without unmapping the executable's pages: for a
+// process inside the Agent Sandbox (see the package documentation).
+func SettleHeap(log *slog.Logger) Result { return settleWith(log, false) }
+
+func settleWith(log *slog.Logger, text bool) Result {
 	// Calls that come while one runs (concurrent session starts) are
 	// covered by it.
 	if !running.CompareAndSwap(false, true) {
@@ -97,7 +114,12 @@ func Settle(log *slog.Logger) Result {
 	var r Result
 	r.HeapReleased = freeHeap()
 	heapTook := time.Since(begin)
-	n, size, err := dropExecutable()
+	var n int
+	var size uint64
+	var err error
+	if text {
+		n, size, err = dropExecutable()
+	}
 	r.TextMappings, r.TextBytes = n, size
 	if log != nil {
 		if err != nil {

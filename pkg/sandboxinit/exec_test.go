@@ -118,3 +118,13 @@ func TestLauncherCommandNotFoundReportsNothing(t *testing.T) {
 		t.Fatalf("report %q for a command that did not start", b)
 	}
 }
+
+// TestInitSettleKeepsExecutable: the init's settle gives back heap only.
+// Inside gVisor its code pages carry the platform's patched system call
+// sites, and unmapping them crashes threads sleeping in those calls
+// (package idlemem); natively Settle would unmap them here.
+func TestInitSettleKeepsExecutable(t *testing.T) {
+	if r := settleIdle(nil); r.TextMappings != 0 || r.TextBytes != 0 {
+		t.Fatalf("the init's settle unmapped %d executable mappings (%d bytes)", r.TextMappings, r.TextBytes)
+	}
+}

@@ -96,8 +96,9 @@ func Main(args []string) int {
 	// From here on init only reaps, waits and serves the first session:
 	// give back what the start (the user and the probe) needed. Its guest
 	// memory is the host memory of the sandbox's address space for it.
-	// The settle (tens of milliseconds in gVisor, its executable's pages
-	// dropped) waits for the first session's command to have started and
+	// The settle (tens of milliseconds in gVisor; the heap only, as its
+	// executable's pages carry gVisor's patched system call sites: see
+	// package idlemem) waits for the first session's command to have started and
 	// exited, or for settleWait after the ready line or the command's
 	// start, so that it neither delays the command nor its exit's report;
 	// not longer: a settle much later could need a new thread while a
@@ -109,7 +110,7 @@ func Main(args []string) int {
 		if !settled {
 			settled = true
 			settle.Stop()
-			idlemem.Settle(nil)
+			settleIdle(nil)
 		}
 	}
 	for {
@@ -137,6 +138,10 @@ func Main(args []string) int {
 
 // settleWait bounds how long the init defers its settle (see Main).
 const settleWait = 100 * time.Millisecond
+
+// settleIdle is the init's settle: never one that unmaps its executable
+// (package idlemem says why).
+var settleIdle = idlemem.SettleHeap
 
 // reap collects every exited child of init (orphans reparented to it and
 // the first session's command), passing each to reaped.
