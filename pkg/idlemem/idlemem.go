@@ -27,9 +27,9 @@
 // process's private copy of the page; dropping the copy reverts the sites
 // while threads sleep in system calls entered through them, and a thread
 // whose call a signal restarts then resumes in the middle of a re-patched
-// instruction: SIGILL (measured: a guest Go program dropping its text
-// while signalled threads sleep in futex dies so within seconds; without
-// the drop it runs on).
+// instruction: SIGILL (measured: a guest Go program that drops its text
+// while signalled threads sleep in futex dies of it within seconds, and
+// runs on without the drop).
 package idlemem
 
 import (

@@ -293,7 +293,6 @@ func ConfigFor(domain string, recs []modeltrace.Record) (*lazaret.Config, Bindin
 // trace as beyond the model's bounds.
 const windowStride = lazaret.MaxRequests / 2
 
-// requestOf returns the Escalation Request a record names ("" for none).
 // sessionBegins are the model's actions that begin a Client Session: each
 // needs sessionPhase = "New", so a model session begins at most once.
 var sessionBegins = map[string]bool{"StartNewDomain": true, "StartReadySession": true, "WaitForDomain": true}
@@ -349,6 +348,7 @@ func separateRetriedSessions(recs []modeltrace.Record) []modeltrace.Record {
 	return out
 }
 
+// requestOf returns the Escalation Request a record names ("" for none).
 func requestOf(r modeltrace.Record) string {
 	kind, ok := Lookup(r.Model, r.Action)
 	if !ok || len(kind.Params) == 0 || kind.Params[0] != Request || len(r.Args) == 0 {
