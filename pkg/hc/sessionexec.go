@@ -149,8 +149,6 @@ func (s *session) relay(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joi
 		by = "runsc exec"
 	}
 	log.Info("session started", "argv0", req.Argv[0], "joined", joined, "by", by)
-	// Accepted went out before the start already (session.accept).
-	s.accept(joined)
 	idlemem.SettleSoon(log) // the start is done; HC goes back to relaying
 
 	var outWG sync.WaitGroup
