@@ -72,10 +72,7 @@ func faultStages() []string {
 // stage's recovery does not see a neighbour's processes as holders.
 func TestFaultInjectionRecovery(t *testing.T) {
 	parallel(t)
-	e := need(t)
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
-	}
+	e := needFailpoints(t)
 	stages := faultStages()
 	var (
 		mu         sync.Mutex

@@ -211,6 +211,17 @@ func need(t *testing.T) *env {
 	return E
 }
 
+// needFailpoints is need for a scenario that runs the failpoint build
+// (-bin-fp): without it the scenario fails with the fix.
+func needFailpoints(t *testing.T) *env {
+	t.Helper()
+	e := need(t)
+	if e.binFP == "" {
+		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
+	}
+	return e
+}
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)

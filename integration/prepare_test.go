@@ -221,10 +221,7 @@ func gcJSON(t *testing.T, bin string, extraEnv []string, args ...string) (gcRepo
 // quarantined tree inside the user namespace at once (the live preparation
 // untouched); the killed image prepares again and nothing is left.
 func TestOR7GCReclaimsAbandonedPrepareThroughIntent(t *testing.T) {
-	e := need(t)
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
-	}
+	e := needFailpoints(t)
 	imageA, cfgA := freshImage(t)
 	imageB, cfgB := freshImage(t)
 	staging := filepath.Join(e.stateHome, "lazaret", "prepared", ".staging")
@@ -347,10 +344,7 @@ func stagingNames(t *testing.T) []string {
 // the next run's preparer and lease acquisition roll the reclamation back;
 // one killed right after the rename is completed by the next gc.
 func TestOR7GCCrashRecovery(t *testing.T) {
-	e := need(t)
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
-	}
+	e := needFailpoints(t)
 	image, cfg := freshImage(t)
 	ws := workspace(t)
 	run := func() {

@@ -209,11 +209,9 @@ echo secret > ~/.claude/.credentials.json && chmod 600 ~/.claude/.credentials.js
 // workspace, starts with an empty directory and deletes the trash (files
 // of guest uid 1000 included) in the user namespace.
 func TestSpec38ProfilePathResetCrashConsistency(t *testing.T) {
+	needFailpoints(t)
 	r := newRmEnv(t)
 	e := r.e
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")
-	}
 	cfg := profilePathsConfig(t)
 	wsA, wsB := workspace(t), workspace(t)
 	res := r.run(t, wsA, "run", "--config", cfg, "-p", "pp", "--", "sh", "-c", "mkdir ~/.login/priv && echo s > ~/.login/priv/f && chmod 700 ~/.login/priv && echo ok")

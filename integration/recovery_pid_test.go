@@ -38,10 +38,7 @@ import (
 // sleep in both cases.
 func TestSpec32RecoveryNeverSignalsRecycledPID(t *testing.T) {
 	parallel(t)
-	e := need(t)
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
-	}
+	e := needFailpoints(t)
 	for _, tc := range []struct {
 		name, rsStage string
 		recorded      bool

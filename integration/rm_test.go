@@ -251,11 +251,9 @@ func TestRmDomainState(t *testing.T) {
 // `lazaret rm --all` killed there leaves only the trash, which the next
 // `lazaret rm --all` deletes, with the Storage Root.
 func TestRmCrashConsistency(t *testing.T) {
+	needFailpoints(t)
 	r := newRmEnv(t)
 	e := r.e
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")
-	}
 	fp := []string{failpoint.Env + "=" + "lazaret:rm:moved"}
 	ws1, ws2 := workspace(t), workspace(t)
 	for _, ws := range []string{ws1, ws2} {

@@ -26,10 +26,7 @@ import (
 // The joining command appends a line to count.txt in the workspace.
 func TestClientSessionCommandRunsAtMostOnce(t *testing.T) {
 	parallel(t)
-	e := need(t)
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: run through `make integration` (it passes -bin-fp)")
-	}
+	e := needFailpoints(t)
 	const appendLine = "echo run >> /workspace/count.txt"
 	for _, tc := range []struct {
 		name, stage string

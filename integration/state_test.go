@@ -234,10 +234,7 @@ func domainOf(ws, profile string) domain.ID {
 // later reset completes.
 func TestSpec38ResetCrashConsistency(t *testing.T) {
 	parallel(t)
-	e := need(t)
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")
-	}
+	e := needFailpoints(t)
 	for _, stage := range []string{"swap-recovered", "empty-created", "exchanged", "trashed"} {
 		t.Run(stage, func(t *testing.T) {
 			ws := workspace(t)

@@ -329,10 +329,7 @@ func TestSR13IgnoredStateListInspectReset(t *testing.T) {
 // the next run finishes and deletes the rest, and a later reset completes.
 func TestSR13IgnoredStateResetCrashConsistency(t *testing.T) {
 	parallel(t)
-	e := need(t)
-	if e.binFP == "" {
-		t.Fatal("no failpoint build: pass -bin-fp (make integration does)")
-	}
+	e := needFailpoints(t)
 	for _, stage := range []string{"swap-recovered", "empty-created", "exchanged", "trashed", "path-trashed"} {
 		t.Run(stage, func(t *testing.T) {
 			ws := workspace(t)
