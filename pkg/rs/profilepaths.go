@@ -1,11 +1,8 @@
 package rs
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"strings"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/profilestate"
@@ -20,10 +17,7 @@ import (
 // The spec must bind exactly those directories, each at its guest path.
 func (s *supervisor) prepareProfilePaths() error {
 	st := s.start
-	var sp specs.Spec
-	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
-		return errdefs.Mark(err, errdefs.ErrCorrupt)
-	}
+	sp := s.spec
 	profilesDir := filepath.Join(st.StorageRoot, profilestate.Dir) + "/"
 	want := map[string]string{} // source → guest path
 	for _, g := range st.ProfilePaths {

@@ -1,14 +1,10 @@
 package rs
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/mountskel"
 	"github.com/lazaret/lazaret/pkg/ocispec"
@@ -25,11 +21,7 @@ func (s *supervisor) skeletonDir() string { return filepath.Join(s.start.BundleD
 // lower: the shared prepared lower and the persistent State Anchor uppers
 // are never written.
 func (s *supervisor) mountRoot(art prepared.Artifact, rootfs string) error {
-	var sp specs.Spec
-	if err := json.Unmarshal(s.start.OciSpecJson, &sp); err != nil {
-		return errdefs.Mark(err, errdefs.ErrCorrupt)
-	}
-	pts, err := mountskel.Needed(&sp, art.Rootfs, ocispec.AnchorSourceDir(s.start.BundleDir))
+	pts, err := mountskel.Needed(s.spec, art.Rootfs, ocispec.AnchorSourceDir(s.start.BundleDir))
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
@@ -232,6 +234,7 @@ type supervisor struct {
 	ch           *fdpass.Channel
 	broker       *proc.Broker
 	start        *lv1.StartSandbox
+	spec         *specs.Spec // start's OCI spec, decoded once by launch (read-only)
 	rt           runsc.Runtime
 	art          prepared.Artifact
 	anchors      []anchor.MountIdentity // mounted State Anchors, in mount order
@@ -442,6 +445,11 @@ func (w progressWriter) Write(b []byte) (int, error) {
 // launch prepares the filesystem and network and starts the attached runsc.
 func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	st := s.start
+	var sp specs.Spec
+	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
+		return nil, nil, errdefs.Mark(fmt.Errorf("the coordinator's OCI spec: %w", err), errdefs.ErrCorrupt)
+	}
+	s.spec = &sp
 	if err := mountns.MakePrivate(); err != nil {
 		return nil, nil, err
 	}
