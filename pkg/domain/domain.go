@@ -19,6 +19,7 @@
 //	    runsc/                               runsc --root state
 //	    bundle/                              OCI bundle (rootfs mounted only in RS's namespace)
 //	    control/                             source of the sandbox's fixed control mount
+//	$XDG_RUNTIME_DIR/lazaret/.guest-bin/     guest binaries, one copy per build (package guestbin)
 package domain
 
 import (

@@ -1,7 +1,6 @@
 package hc
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 
@@ -79,25 +78,4 @@ func writeFileMode(path string, data []byte, mode os.FileMode) error {
 // credentialMounts are the credential path's own bind mounts: the key's.
 func (c *coordinator) credentialMounts() []ocispec.ControlFile {
 	return []ocispec.ControlFile{{Source: filepath.Join(c.credentialDir(), sandboxKeyFile), Target: CredentialsDir + "/" + sandboxKeyFile}}
-}
-
-func copyExecutable(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	tmp := dst + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/guestbin"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/modelsteps"
@@ -319,17 +320,24 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 			return err
 		}
 	}
-	// The copies (about 10 MB) are made beside RS's release and start-up,
-	// not before them: nothing reads them before StartSandbox, which
-	// waits for them (sandboxStart).
+	// The guest binaries (about 10 MB) are hard links to the runtime
+	// root's copy of this build (package guestbin), made beside RS's
+	// release and start-up, not before them: nothing reads them before
+	// StartSandbox, which waits for them (sandboxStart).
 	binaries := make(chan error, 1)
 	c.guestBinaries = binaries
 	go func() {
-		for _, b := range []struct{ path, name string }{{escalate, locate.Escalate}, {guestInit, locate.Init}} {
-			if err := copyExecutable(b.path, filepath.Join(c.paths.ControlMountSource(), "bin", b.name)); err != nil {
-				binaries <- fmt.Errorf("install %s into the control mount: %w", b.name, err)
-				return
-			}
+		srcs := []guestbin.Source{{Name: locate.Escalate, Path: escalate}, {Name: locate.Init, Path: guestInit}}
+		res, err := guestbin.Install(roots.Runtime, filepath.Join(c.paths.ControlMountSource(), "bin"), srcs, time.Now)
+		if err != nil {
+			binaries <- fmt.Errorf("install the guest binaries into the control mount: %w", err)
+			return
+		}
+		switch {
+		case res.CacheErr != nil:
+			c.log.Warn("guest binaries copied: their cache in the runtime root cannot be written", "cache_key", res.Key, "err", res.CacheErr)
+		case res.Made || !res.Linked:
+			c.log.Info("guest binaries installed", "cache_key", res.Key, "copied_into_cache", res.Made, "linked", res.Linked)
 		}
 		binaries <- nil
 	}()

@@ -18,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/guestbin"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/profilestate"
@@ -488,7 +489,7 @@ func rmAll(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport) error
 }
 
 // purgeAll deletes the Storage Root's trash, then the Storage Root itself
-// and the empty runtime root.
+// and, with the guest binary cache, the empty runtime root.
 func purgeAll(c *cli.Context, root *removal.Root, rep *rmReport) error {
 	if err := purgeRemoved(c, root, rep); err != nil {
 		return err
@@ -499,6 +500,9 @@ func purgeAll(c *cli.Context, root *removal.Root, rep *rmReport) error {
 	}
 	rep.StorageRootRemoved = gone
 	if roots, err := domain.DefaultRoots(os.Getenv, os.Getuid()); err == nil {
+		if err := guestbin.Remove(roots.Runtime); err != nil {
+			return err
+		}
 		os.Remove(roots.Runtime) // only when empty: no Domain runs
 	}
 	return nil
