@@ -42,11 +42,16 @@ func (c *coordinator) startGeneration() {
 
 // wrapperExecutable is the binary the coordinator's broker runs its
 // wrapper role from (the barrier of an acquisition that has no exec stop,
-// package proc): the CLI's --front-exe, the lazaret front, when it is an
-// absolute path to an executable regular file, else this binary, which
-// hosts the same role; a start of the front costs about half the CPU of
-// one of lazaret-hc.
+// package proc): the smallest Lazaret binary hosting the role, because a
+// wrapper starts for every acquired child on the start's CPU-bound path
+// (its package initialisation is most of its cost): lazaret-gitroute
+// (~4 ms of package initialisation here), else the CLI's --front-exe, the
+// lazaret front (~9 ms), when it is an absolute path to an executable
+// regular file, else this binary (~15 ms), which hosts the same role.
 func (c *coordinator) wrapperExecutable() string {
+	if p := c.cfg.gitRouteExe; p != "" && filepath.IsAbs(p) && locate.IsExecutable(p) {
+		return p
+	}
 	if p := c.cfg.frontExe; p != "" {
 		if filepath.IsAbs(p) && locate.IsExecutable(p) {
 			return p

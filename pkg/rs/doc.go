@@ -18,15 +18,16 @@
 // ocispec.FirstSessionFD: HC and the init speak over it (pkg/hc's
 // firstsession.go).
 //
-// Its egress proxy and the broker's wrapper role run from the executable
-// HC names with --roles-exe (lazaret-hc, which links no image library and
-// so starts faster than this binary) once RS has checked it can exec that
-// path in its own namespaces (rolesExecutable); otherwise from lazaret-rs,
-// which hosts the same roles. Its Git-routing daemon, whose start is on
-// the critical path of a cold start, runs from --git-routing-exe (the
-// lazaret front, smaller still) under the same check, else from the roles
-// executable. Failpoint stages keep the name lazaret-rs
-// (proc.NewBrokerWrapped).
+// Its egress proxy runs from the executable HC names with --roles-exe
+// (lazaret-hc, which links no image library and so starts faster than this
+// binary) once RS has checked it can exec that path in its own namespaces
+// (rolesExecutable); otherwise from lazaret-rs, which hosts the same
+// roles. Its Git-routing daemon, whose start is on the critical path of a
+// cold start, runs from --git-routing-exe (lazaret-gitroute, smaller
+// still) under the same check, else from this binary; the broker's
+// wrapper role, started for every acquired child, runs from
+// lazaret-gitroute too, else from the roles executable. Failpoint stages
+// keep the name lazaret-rs (proc.NewBrokerWrapped).
 //
 // The sections below are the design of this package in detail; docs/ARCHITECTURE.md is the map.
 //

@@ -91,9 +91,17 @@ func Main(args []string) int {
 	}
 	roles := rolesExecutable("roles-exe", *rolesExe, exe, log)
 	routingExe := rolesExecutable("git-routing-exe", *gitRoutingExe, exe, log)
-	// The failpoint stages keep naming this process (lazaret-rs) whichever
-	// binary the wrappers run from.
-	broker, err := proc.NewBrokerWrapped(log, roles, filepath.Base(exe))
+	// The wrappers (one per acquired child: the Git-routing daemon, runsc,
+	// the egress proxy) run from the smallest binary hosting the role,
+	// lazaret-gitroute, else from lazaret-hc, which is smaller than this
+	// one: a wrapper's start is mostly its package initialisation, on the
+	// start's CPU-bound path. The failpoint stages keep naming this process
+	// (lazaret-rs) whichever binary the wrappers run from.
+	wrapperExe := roles
+	if routingExe != exe {
+		wrapperExe = routingExe
+	}
+	broker, err := proc.NewBrokerWrapped(log, wrapperExe, filepath.Base(exe))
 	if err != nil {
 		log.Error("start broker", "err", err)
 		return 1

@@ -37,8 +37,9 @@ type Config struct {
 	Path     string
 	LogLevel string
 	// RolesExe, when set, is the lazaret-hc executable (locate.Self) that
-	// RS runs its hidden egress role and its wrappers from (RS's
-	// --roles-exe): it starts faster than lazaret-rs.
+	// RS runs its hidden egress role from (RS's --roles-exe), and its
+	// wrappers when GitRoutingExe cannot run them: it starts faster than
+	// lazaret-rs.
 	RolesExe string
 	// GitRoutingExe, when set, is the executable RS runs its Git-routing
 	// daemon from (RS's --git-routing-exe; else lazaret-rs itself):
