@@ -239,7 +239,7 @@ func unused(entry string) bool {
 // copyExecutable copies src to dst (mode 0755) through a temporary name,
 // synced when durable (a cache entry outlives the generation; a fallback
 // copy in the control mount does not).
-func copyExecutable(src, dst string, durable bool) error {
+func copyExecutable(src, dst string, durable bool) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -250,25 +250,24 @@ func copyExecutable(src, dst string, durable bool) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(tmp)
+	defer func() {
+		if err != nil {
+			out.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = io.Copy(out, in); err != nil {
 		return err
 	}
-	if err := out.Chmod(0o755); err != nil {
-		out.Close()
-		os.Remove(tmp)
+	if err = out.Chmod(0o755); err != nil {
 		return err
 	}
 	if durable {
-		if err := out.Sync(); err != nil {
-			out.Close()
-			os.Remove(tmp)
+		if err = out.Sync(); err != nil {
 			return err
 		}
 	}
-	if err := out.Close(); err != nil {
-		os.Remove(tmp)
+	if err = out.Close(); err != nil {
 		return err
 	}
 	return os.Rename(tmp, dst)
