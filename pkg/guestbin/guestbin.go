@@ -83,7 +83,7 @@ func Install(runtimeRoot, dst string, srcs []Source, now func() time.Time) (Resu
 	entry := filepath.Join(cache, key)
 	res := Result{Key: key}
 	if !complete(entry, srcs, sizes) {
-		if res.CacheErr = make1(cache, entry, srcs, sizes); res.CacheErr == nil {
+		if res.CacheErr = writeEntry(cache, entry, srcs, sizes); res.CacheErr == nil {
 			res.Made = true
 			collect(cache, key, now)
 		}
@@ -144,10 +144,10 @@ func complete(entry string, srcs []Source, sizes []int64) bool {
 	return true
 }
 
-// make1 writes the entry: copies in a temporary directory, synced, renamed
-// into place (replacing an incomplete entry; a concurrent writer's
-// complete one wins).
-func make1(cache, entry string, srcs []Source, sizes []int64) (err error) {
+// writeEntry writes the cache entry: copies in a temporary directory,
+// synced, renamed into place (replacing an incomplete entry; a concurrent
+// writer's complete one wins).
+func writeEntry(cache, entry string, srcs []Source, sizes []int64) (err error) {
 	if err := os.MkdirAll(cache, 0o700); err != nil {
 		return fmt.Errorf("guest binary cache: %w", err)
 	}
