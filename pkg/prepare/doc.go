@@ -13,6 +13,12 @@
 // outside it. The binary must therefore call reexec.Init() first thing in
 // main (see the package documentation of go.podman.io/storage/pkg/reexec).
 //
+// A start whose prepared lower exists reads only the image's manifest (the
+// platform's instance of a manifest list): its digest names the artifact
+// and pins the config and layers the artifact was prepared from. The config
+// is read and verified (platform, diff IDs) only for a preparation, so a
+// registry image costs a start one manifest request, not a config blob too.
+//
 // Preparation runs as namespace-root inside the unprivileged user's user
 // namespace with the full subordinate id map, so owners, set-id and sticky
 // bits and modes come out exactly as in the image. Device nodes cannot be

@@ -48,7 +48,7 @@ func catalogState(t *testing.T, root string) (ops []*v1.PreparationOperationReco
 
 func resolvedDigest(t *testing.T, ref string) string {
 	t.Helper()
-	img, err := resolve(context.Background(), ref, false)
+	img, err := resolve(context.Background(), ref)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 		return fail(err)
 	}
 
-	img, err := resolve(ctx, opts.ImageRef, true)
+	img, err := resolve(ctx, opts.ImageRef)
 	if err != nil {
 		return prepared.Artifact{}, err
 	}
@@ -136,6 +136,12 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 			fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s\n", id, opts.ImageRef)
 			return prepared.ArtifactFor(opts.StorageRoot, rec), nil
 		}
+	}
+	// Not reused: what a preparation records and applies (read here, before
+	// the lock and outside the catalog's transactions; a reuse needs only
+	// the manifest's digest, which pins the config).
+	if err := img.readConfig(ctx); err != nil {
+		return prepared.Artifact{}, err
 	}
 	// Concurrent Domains preparing the same image do it once: the first
 	// takes the artifact's preparation lock, the others wait for it and then
@@ -357,7 +363,7 @@ func Lookup(storageRoot, imageRef string) (prepared.Artifact, bool, error) {
 	if err := checkOptions(storageRoot, imageRef); err != nil {
 		return prepared.Artifact{}, false, err
 	}
-	img, err := resolve(context.Background(), imageRef, false)
+	img, err := resolve(context.Background(), imageRef)
 	if err != nil {
 		return prepared.Artifact{}, false, err
 	}

@@ -692,3 +692,45 @@ func TestBlobDigestMismatchRefused(t *testing.T) {
 		t.Errorf("staging left: %v", n)
 	}
 }
+
+// A start that reuses its prepared lower reads the image's manifest only
+// (for a registry image: one request, not two); a preparation still reads
+// and verifies the config.
+func TestReuseReadsManifestOnly(t *testing.T) {
+	requireRoot(t)
+	layout := filepath.Join(t.TempDir(), "img")
+	if _, err := imagebuild.WriteLayout(context.Background(), layout, "t", imagebuild.ImageConfig{},
+		layerTar(t, tarEntry{name: "f", typ: tar.TypeReg, mode: 0o644, body: "content"})); err != nil {
+		t.Fatal(err)
+	}
+	ref := "oci:" + layout + ":t"
+	root := t.TempDir()
+	a, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hex, ok := strings.CutPrefix(a.Source.ConfigDigest, "sha256:")
+	if !ok {
+		t.Fatalf("config digest %q", a.Source.ConfigDigest)
+	}
+	config := filepath.Join(layout, "blobs", "sha256", hex)
+	if err := os.Rename(config, config+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	b, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 2, Progress: &progress})
+	if err != nil {
+		t.Fatalf("reuse read the config blob: %v", err)
+	}
+	if b != a || !strings.Contains(progress.String(), "reusing") {
+		t.Fatalf("second Ensure %+v (%q), want reuse of %+v", b, progress.String(), a)
+	}
+	other := t.TempDir()
+	_, err = Ensure(context.Background(), Options{StorageRoot: other, ImageRef: ref, DomainID: testDomain, Generation: 1})
+	if err == nil || !strings.Contains(err.Error(), "read image config") {
+		t.Fatalf("prepare without the config blob: err = %v, want a config read error", err)
+	}
+	if n := stagingEntries(t, other); len(n) != 0 {
+		t.Errorf("staging left: %v", n)
+	}
+}

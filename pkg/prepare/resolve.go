@@ -22,12 +22,17 @@ import (
 	"go.podman.io/image/v5/types"
 )
 
-// resolvedImage is one single-platform image opened for preparation.
+// resolvedImage is one single-platform image opened for preparation:
+// resolve names its manifest (all a reuse needs), readConfig adds its
+// verified config and layers (what a preparation needs).
 type resolvedImage struct {
-	src     types.ImageSource
-	source  prepared.SourceIdentity
-	layers  []types.BlobInfo
-	diffIDs []digest.Digest
+	ref      string
+	sys      *types.SystemContext
+	src      types.ImageSource
+	unparsed *image.UnparsedImage
+	source   prepared.SourceIdentity
+	layers   []types.BlobInfo
+	diffIDs  []digest.Digest
 }
 
 func (r *resolvedImage) close() {
@@ -53,9 +58,11 @@ func (r *resolvedImage) layerRecords() []prepared.LayerRecord {
 	return out
 }
 
-// resolve opens imageRef, picks the instance for this platform from a
-// manifest list, and (with full) reads and verifies the config.
-func resolve(ctx context.Context, imageRef string, full bool) (_ *resolvedImage, retErr error) {
+// resolve opens imageRef and picks the instance for this platform from a
+// manifest list: its manifest digest identifies the prepared lower. The
+// config is read only for a preparation (readConfig): a start that reuses
+// its lower reads one manifest, which for a registry image is one request.
+func resolve(ctx context.Context, imageRef string) (_ *resolvedImage, retErr error) {
 	ref, err := parseImageName(imageRef)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s: parse image reference: %w (%w; use oci:PATH[:TAG] for a local OCI layout or docker://REGISTRY/NAME[:TAG] for a registry)",
@@ -66,7 +73,7 @@ func resolve(ctx context.Context, imageRef string, full bool) (_ *resolvedImage,
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s: open image: %w (%w%s)", imageRef, err, ErrBadReference, refHint(imageRef))
 	}
-	r := &resolvedImage{src: src}
+	r := &resolvedImage{ref: imageRef, sys: sys, src: src}
 	defer func() {
 		if retErr != nil {
 			r.close()
@@ -95,42 +102,47 @@ func resolve(ctx context.Context, imageRef string, full bool) (_ *resolvedImage,
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s: manifest digest: %w", imageRef, err)
 	}
+	r.unparsed = unparsed
 	r.source = prepared.SourceIdentity{Ref: transports.ImageName(ref), ManifestDigest: md.String()}
-	if !full {
-		return r, nil
-	}
-	img, err := image.FromUnparsedImage(ctx, sys, unparsed)
+	return r, nil
+}
+
+// readConfig reads and verifies the image's config (its platform, its
+// layers' diff IDs) and lists its layers.
+func (r *resolvedImage) readConfig(ctx context.Context) error {
+	imageRef := r.ref
+	img, err := image.FromUnparsedImage(ctx, r.sys, r.unparsed)
 	if err != nil {
-		return nil, fmt.Errorf("prepare %s: parse manifest: %w", imageRef, err)
+		return fmt.Errorf("prepare %s: parse manifest: %w", imageRef, err)
 	}
 	cfg, err := img.OCIConfig(ctx) // verifies the config blob's digest
 	if err != nil {
-		return nil, fmt.Errorf("prepare %s: read image config: %w", imageRef, err)
+		return fmt.Errorf("prepare %s: read image config: %w", imageRef, err)
 	}
 	if cfg.OS != "" && cfg.OS != "linux" {
-		return nil, fmt.Errorf("prepare %s: image is for %s, not linux", imageRef, cfg.OS)
+		return fmt.Errorf("prepare %s: image is for %s, not linux", imageRef, cfg.OS)
 	}
 	if cfg.Architecture != "" && cfg.Architecture != runtime.GOARCH {
-		return nil, fmt.Errorf("prepare %s: image is for %s, this host runs %s", imageRef, cfg.Architecture, runtime.GOARCH)
+		return fmt.Errorf("prepare %s: image is for %s, this host runs %s", imageRef, cfg.Architecture, runtime.GOARCH)
 	}
 	r.source.ConfigDigest = img.ConfigInfo().Digest.String()
 	r.layers = img.LayerInfos()
 	r.diffIDs = cfg.RootFS.DiffIDs
 	if len(r.layers) == 0 {
-		return nil, fmt.Errorf("prepare %s: image has no layers", imageRef)
+		return fmt.Errorf("prepare %s: image has no layers", imageRef)
 	}
 	if len(r.diffIDs) != len(r.layers) {
-		return nil, fmt.Errorf("prepare %s: manifest lists %d layers but config has %d diff IDs", imageRef, len(r.layers), len(r.diffIDs))
+		return fmt.Errorf("prepare %s: manifest lists %d layers but config has %d diff IDs", imageRef, len(r.layers), len(r.diffIDs))
 	}
 	for i, l := range r.layers {
 		if err := l.Digest.Validate(); err != nil {
-			return nil, fmt.Errorf("prepare %s: layer %d digest: %w", imageRef, i, err)
+			return fmt.Errorf("prepare %s: layer %d digest: %w", imageRef, i, err)
 		}
 		if err := r.diffIDs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("prepare %s: layer %d diff ID: %w", imageRef, i, err)
+			return fmt.Errorf("prepare %s: layer %d diff ID: %w", imageRef, i, err)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 func refHint(imageRef string) string {
