@@ -55,7 +55,7 @@ func asUser(t *testing.T, e *env, dir string, argv ...string) time.Duration {
 	t.Helper()
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Dir = dir
-	c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc}
+	c.Env = userEnv(e)
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
 	start := time.Now()
 	out, err := c.CombinedOutput()
@@ -64,6 +64,12 @@ func asUser(t *testing.T, e *env, dir string, argv ...string) time.Duration {
 		t.Fatalf("%v: %v\n%s", argv, err, out)
 	}
 	return d
+}
+
+// userEnv is the environment the bench runs the product with as the test
+// user.
+func userEnv(e *env) []string {
+	return []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc}
 }
 
 // untraced drops the model trace from c: the bench joins one Domain more
@@ -102,7 +108,8 @@ func srtCheck(t *testing.T, e *env, ws, srt string) {
 
 // TestBench measures, in one run: bare `runsc run` of the busybox bundle in
 // the same kind of user namespace vs a cold `lazaret run -- true` (and,
-// with -srt, `srt true` as the same user, the three interleaved); and bare
+// with -srt, `srt true` as the same user, the three interleaved), their
+// wall times and the CPU time of everything each started; and bare
 // `runsc exec` vs a joining `lazaret run -- true` in a running Domain.
 func TestBench(t *testing.T) {
 	e := need(t)
@@ -142,11 +149,11 @@ s=$(date +%%s%%N)
 %[3]s --root=%[2]s/state --ignore-cgroups --network=sandbox --overlay2=root:memory --file-access-mounts=shared run --bundle %[2]s "bare-$1" >/dev/null
 e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))`, rootfs, bundle, e.runsc)
 	sub := strconv.Itoa(e.subStart) + ",1,65536"
-	bareOnce := func(i int) float64 {
+	bareOnce := func(i int, g *cpuGroup) float64 {
 		c := exec.Command("unshare", "--user", "--map-user=0", "--map-group=0", "--map-users="+sub, "--map-groups="+sub, "--mount", "--net", "--propagation", "private", "sh", "-c", script, "bare", strconv.Itoa(i))
 		c.Env = []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + e.home}
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
-		out, err := c.CombinedOutput()
+		out, err := g.in(c).CombinedOutput()
 		if err != nil {
 			t.Fatalf("bare runsc run: %v\n%s", err, out)
 		}
@@ -161,13 +168,26 @@ e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))`, rootfs, bundle, e.runsc)
 		srtCheck(t, e, ws, srt)
 	}
 
-	var bareRun, cold, srtRuns []float64
+	// Each run also reads the CPU time of everything it started (a cgroup
+	// per run, bench_cpu_test.go): the cold start's to its CLI's exit (what
+	// competes with its start) and with its teardown.
+	var bareRun, cold, srtRuns, bareCPU, coldCPU, coldCPUTotal, srtCPU []float64
 	for i := 0; i < n; i++ {
-		bareRun = append(bareRun, bareOnce(i))
-		cold = append(cold, ms(asUser(t, e, ws, lazaret, "run", "-p", "tiny", "--", "true")))
+		g := newCPUGroup(t)
+		bareRun = append(bareRun, bareOnce(i, g))
+		bareCPU = append(bareCPU, g.usageMS(t))
+		g.close(t)
+		g = newCPUGroup(t)
+		cold = append(cold, ms(asUserIn(t, e, g, ws, lazaret, "run", "-p", "tiny", "--", "true")))
+		coldCPU = append(coldCPU, g.usageMS(t))
 		noLeftovers(t)
+		coldCPUTotal = append(coldCPUTotal, g.usageMS(t))
+		g.close(t)
 		if srt != "" {
-			srtRuns = append(srtRuns, ms(asUser(t, e, ws, srt, "true")))
+			g = newCPUGroup(t)
+			srtRuns = append(srtRuns, ms(asUserIn(t, e, g, ws, srt, "true")))
+			srtCPU = append(srtCPU, g.usageMS(t))
+			g.close(t)
 		}
 	}
 
@@ -260,6 +280,19 @@ e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))`, rootfs, bundle, e.runsc)
 	lzTTY := measurement{Name: "lazaret_run_true_join_terminal", RunsMS: joinTTY, MedianMS: median(joinTTY)}
 	rep.Measurements = append(rep.Measurements, bareTTY, lzTTY)
 	rep.Ratios["join_terminal"] = lzTTY.MedianMS / bareTTY.MedianMS
+	cpu := []measurement{
+		{Name: "cpu_bare_runsc_run", RunsMS: bareCPU},
+		{Name: "cpu_lazaret_run_true_cold_to_exit", RunsMS: coldCPU},
+		{Name: "cpu_lazaret_run_true_cold_with_teardown", RunsMS: coldCPUTotal},
+	}
+	if srt != "" {
+		cpu = append(cpu, measurement{Name: "cpu_srt_true", RunsMS: srtCPU})
+	}
+	for i := range cpu {
+		cpu[i].MedianMS = median(cpu[i].RunsMS)
+	}
+	rep.Measurements = append(rep.Measurements, cpu...)
+	rep.Ratios["cold_start_cpu"] = cpu[1].MedianMS / cpu[0].MedianMS
 	fmt.Printf("\n%-24s %10s   (median of %d)\n", "measurement", "ms", n)
 	for _, m := range rep.Measurements {
 		fmt.Printf("%-24s %10.1f\n", m.Name, m.MedianMS)
@@ -270,6 +303,12 @@ e=$(date +%%s%%N); echo $(( (e - s) / 1000 ))`, rootfs, bundle, e.runsc)
 	} else {
 		fmt.Println("srt not measured: pass -srt=$(scripts/setup.sh bench-deps) (make bench does)")
 	}
+	cpuLine := fmt.Sprintf("CPU per cold start (every process it started, cgroup cpu.stat): lazaret run -- true %.0f ms to its exit, %.0f ms with its teardown; bare runsc run %.0f ms",
+		cpu[1].MedianMS, cpu[2].MedianMS, cpu[0].MedianMS)
+	if srt != "" {
+		cpuLine += fmt.Sprintf("; srt true %.0f ms", cpu[3].MedianMS)
+	}
+	fmt.Printf("%s; to exit / bare: %.2fx\n", cpuLine, rep.Ratios["cold_start_cpu"])
 	printStages(stages, stageRuns)
 	fmt.Printf("join ratio (lazaret run -- true in a running Domain / bare runsc exec): %.2fx\n", rep.Ratios["join"])
 	fmt.Printf("interactive join ratio (the same on a terminal / bare runsc exec of a terminal process, %.1f / %.1f ms): %.2fx\n", lzTTY.MedianMS, bareTTY.MedianMS, rep.Ratios["join_terminal"])
