@@ -16,8 +16,8 @@
 // A start whose prepared lower exists reads only the image's manifest (the
 // platform's instance of a manifest list): its digest names the artifact
 // and pins the config and layers the artifact was prepared from. The config
-// is read and verified (platform, diff IDs) only for a preparation, so a
-// registry image costs a start one manifest request, not a config blob too.
+// is read and verified (platform, diff IDs) only for a preparation, so such
+// a start of a registry image requests no config blob.
 //
 // Preparation runs as namespace-root inside the unprivileged user's user
 // namespace with the full subordinate id map, so owners, set-id and sticky

@@ -61,7 +61,8 @@ func (r *resolvedImage) layerRecords() []prepared.LayerRecord {
 // resolve opens imageRef and picks the instance for this platform from a
 // manifest list: its manifest digest identifies the prepared lower. The
 // config is read only for a preparation (readConfig): a start that reuses
-// its lower reads one manifest, which for a registry image is one request.
+// its lower reads manifests only, not the config blob (from a registry, one
+// request fewer).
 func resolve(ctx context.Context, imageRef string) (_ *resolvedImage, retErr error) {
 	ref, err := parseImageName(imageRef)
 	if err != nil {
