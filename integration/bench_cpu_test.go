@@ -62,12 +62,14 @@ func newCPUGroup(t *testing.T) *cpuGroup {
 }
 
 // in makes c start inside the group (clone3 CLONE_INTO_CGROUP), before it
-// runs anything.
+// runs anything; a nil group leaves c where the bench runs.
 func (g *cpuGroup) in(c *exec.Cmd) *exec.Cmd {
 	if c.SysProcAttr == nil {
 		c.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	c.SysProcAttr.UseCgroupFD, c.SysProcAttr.CgroupFD = true, g.fd
+	if g != nil {
+		c.SysProcAttr.UseCgroupFD, c.SysProcAttr.CgroupFD = true, g.fd
+	}
 	return c
 }
 
@@ -108,7 +110,7 @@ func (g *cpuGroup) close(t *testing.T) {
 	}
 }
 
-// asUserIn is asUser with the command started in g.
+// asUserIn is asUser with the command started in g (when not nil).
 func asUserIn(t *testing.T, e *env, g *cpuGroup, dir string, argv ...string) time.Duration {
 	t.Helper()
 	c := g.in(exec.Command(argv[0], argv[1:]...))

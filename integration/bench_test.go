@@ -53,17 +53,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // asUser runs argv as the test user and returns its wall time.
 func asUser(t *testing.T, e *env, dir string, argv ...string) time.Duration {
 	t.Helper()
-	c := exec.Command(argv[0], argv[1:]...)
-	c.Dir = dir
-	c.Env = userEnv(e)
-	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
-	start := time.Now()
-	out, err := c.CombinedOutput()
-	d := time.Since(start)
-	if err != nil {
-		t.Fatalf("%v: %v\n%s", argv, err, out)
-	}
-	return d
+	return asUserIn(t, e, nil, dir, argv...)
 }
 
 // userEnv is the environment the bench runs the product with as the test
