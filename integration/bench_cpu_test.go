@@ -26,8 +26,9 @@ import (
 // wall time (the cgroup core accounts usage_usec with no controller
 // enabled: a hybrid host's /sys/fs/cgroup/unified serves).
 type cpuGroup struct {
-	dir string
-	fd  int
+	dir    string
+	fd     int
+	closed bool
 }
 
 var cpuGroupSeq atomic.Int64
@@ -58,7 +59,11 @@ func newCPUGroup(t *testing.T) *cpuGroup {
 		os.Remove(dir)
 		t.Fatalf("CPU accounting cgroup: %v", err)
 	}
-	return &cpuGroup{dir: dir, fd: fd}
+	g := &cpuGroup{dir: dir, fd: fd}
+	// A bench that fails mid-run still removes the group once its
+	// processes are gone.
+	t.Cleanup(func() { g.remove() })
+	return g
 }
 
 // in makes c start inside the group (clone3 CLONE_INTO_CGROUP), before it
@@ -100,14 +105,23 @@ func (g *cpuGroup) usageMS(t *testing.T) float64 {
 // for the product's teardown).
 func (g *cpuGroup) close(t *testing.T) {
 	t.Helper()
-	unix.Close(g.fd)
-	if !waitUntil(10*time.Second, 50*time.Millisecond, func() bool {
-		err := os.Remove(g.dir)
-		return err == nil || errors.Is(err, os.ErrNotExist)
-	}) {
+	if !g.remove() {
 		procs, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
 		t.Errorf("CPU accounting cgroup %s still holds processes: %s", g.dir, procs)
 	}
+}
+
+// remove closes the group's descriptor and removes its directory, waiting
+// up to 10 s for its processes to end; false if they did not.
+func (g *cpuGroup) remove() bool {
+	if !g.closed {
+		g.closed = true
+		unix.Close(g.fd)
+	}
+	return waitUntil(10*time.Second, 50*time.Millisecond, func() bool {
+		err := os.Remove(g.dir)
+		return err == nil || errors.Is(err, os.ErrNotExist)
+	})
 }
 
 // asUserIn is asUser with the command started in g (when not nil).
