@@ -224,6 +224,9 @@ func TestTerminalInteractiveShell(t *testing.T) {
 	m.line(p, "top -d 1")
 	m.waitFor(p, "load average", 15*time.Second)
 	m.keys(p, "q")
+	// top restores the terminal with TCSAFLUSH, discarding what was typed
+	// before it exited: type the next command at the shell's new prompt.
+	m.waitMatch(p, regexp.MustCompile(`(?m)^root@[^\n]*#\s*$`), 10*time.Second)
 	m.line(p, "echo top-$((4+4))")
 	m.waitLine(p, "top-8", 10*time.Second)
 
