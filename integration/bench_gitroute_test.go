@@ -55,7 +55,7 @@ func benchTimes(t *testing.T, e *env, ws, name string, argv ...string) (map[stri
 	t.Helper()
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Dir = ws
-	c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "GIT_CONFIG_NOSYSTEM=1"}
+	c.Env = append(userEnv(e), "GIT_CONFIG_NOSYSTEM=1")
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
 	out, err := c.CombinedOutput()
 	if err != nil {

@@ -35,7 +35,7 @@ func benchStages(t *testing.T, e *env, ws, lazaret string, runs int) []stage {
 	for i := 0; i < runs; i++ {
 		c := exec.Command(lazaret, "run", "-p", "tiny", "--", "true")
 		c.Dir = ws
-		c.Env = []string{"HOME=" + e.home, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "XDG_STATE_HOME=" + e.stateHome, "XDG_RUNTIME_DIR=" + e.runtime, "LAZARET_RUNSC=" + e.runsc, "LAZARET_DEBUG=timing"}
+		c.Env = append(userEnv(e), "LAZARET_DEBUG=timing")
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(e.uid), Gid: uint32(e.gid)}}
 		var stderr bytes.Buffer
 		c.Stderr = &stderr
