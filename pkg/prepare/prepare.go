@@ -117,25 +117,12 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 	log = log.With("artifact_id", id, "manifest_digest", img.source.ManifestDigest)
 
 	// Fast path: a Published record and its valid tree.
-	if rec, found, err := st.Lookup(id, img.source.ManifestDigest); err != nil {
+	if rec, reusable, err := st.Reusable(ctx, cat, id, img.source.ManifestDigest); err != nil {
 		return fail(err)
-	} else if found {
-		var published bool
-		if err := cat.View(ctx, func(tx *catalog.Tx) error {
-			a, err := tx.Artifact(id)
-			published = err == nil && a.GetState() == catalog.Published
-			if errors.Is(err, catalog.ErrNotFound) {
-				err = nil
-			}
-			return err
-		}); err != nil {
-			return fail(err)
-		}
-		if published {
-			log.Info("reusing prepared lower")
-			fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s\n", id, opts.ImageRef)
-			return prepared.ArtifactFor(opts.StorageRoot, rec), nil
-		}
+	} else if reusable {
+		log.Info("reusing prepared lower")
+		fmt.Fprintf(opts.Progress, "prepare: reusing %s for %s\n", id, opts.ImageRef)
+		return prepared.ArtifactFor(opts.StorageRoot, rec), nil
 	}
 	// Not reused: what a preparation records and applies (read here, before
 	// the lock and outside the catalog's transactions; a reuse needs only
