@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/imagebuild"
+	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/pty"
 )
 
@@ -327,6 +329,52 @@ func TestOR7GCReclaimsAbandonedPrepareThroughIntent(t *testing.T) {
 	}
 	if n := stagingNames(t); len(n) != 1 {
 		t.Errorf("staging after the scenario: %v (want only the intent-less tree)", n)
+	}
+}
+
+// TestSpec35PreparerDiesWithTheSupervisor (§3.5, OR-7): lazaret-rs links
+// no image library and runs the preparer (lazaret-cli's hidden role) as its
+// child. A supervisor killed while its preparer works (failpoint
+// lazaret-rs:preparer-progress, after the prepare intent) takes the
+// preparer with it — nothing of the start is left running — and leaves
+// the intent Running, naming the preparer, not the supervisor; the next
+// start settles it and prepares the image, and nothing is left.
+func TestSpec35PreparerDiesWithTheSupervisor(t *testing.T) {
+	e := needFailpoints(t)
+	image, cfg := freshImage(t)
+	c := e.cmdWith(e.binFP, workspace(t), []string{failpoint.Env + "=lazaret-rs:preparer-progress"}, "run", "--config", cfg, "-p", "fresh", "--", "true")
+	var errb bytes.Buffer
+	c.Stderr = &errb
+	c.Run()
+	if c.ProcessState.ExitCode() == 0 {
+		t.Fatalf("run whose supervisor was killed while preparing succeeded: %s", errb.String())
+	}
+	noProcessesOrMounts(t)
+	ops, _ := catalogState(t)
+	_, running := opsOf(ops, image)
+	if len(running) != 1 {
+		t.Fatalf("killed preparation left intents %v (stderr %s)", running, errb.String())
+	}
+	pid := running[0].GetPreparerPid()
+	if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), prepared.PreparerArg) {
+		t.Fatalf("the preparer (pid %d) outlived its supervisor: %q", pid, cmd)
+	}
+	var logs strings.Builder
+	paths, _ := filepath.Glob(filepath.Join(e.stateHome, "lazaret", "domains", "*", "hc.log"))
+	for _, p := range paths {
+		b, _ := os.ReadFile(p)
+		logs.Write(b)
+	}
+	if !strings.Contains(logs.String(), fmt.Sprintf("role=preparer pid=%d ", pid)) {
+		t.Errorf("the prepare intent names pid %d, which is not the preparer role's (no such line in any hc.log)", pid)
+	}
+	if r := lz(t, workspace(t), nil, "run", "--config", cfg, "-p", "fresh", "--", "cat", "/etc/fresh"); r.code != 0 || !strings.HasPrefix(r.stdout, "fresh ") {
+		t.Fatalf("run after the killed preparation: %+v", r)
+	}
+	noLeftovers(t)
+	ops, arts := catalogState(t)
+	if _, r := opsOf(ops, image); len(r) != 0 || artifactOf(arts, image).GetState() != catalog.Published {
+		t.Errorf("after the next start: running %v record %v", r, artifactOf(arts, image))
 	}
 }
 

@@ -11,13 +11,13 @@
 // gitroute) normally runs from the lazaret front (RS's --git-routing-exe)
 // and the egress proxy (package egress) from lazaret-hc (RS's
 // --roles-exe); this binary hosts the same hidden roles for when those
-// binaries cannot be executed in RS's namespaces.
+// binaries cannot be executed in RS's namespaces. It links no image
+// library: a start that must prepare its lower runs lazaret-cli's preparer
+// role (RS's --preparer-exe).
 package main
 
 import (
 	"os"
-
-	"go.podman.io/storage/pkg/reexec"
 
 	"github.com/lazaret/lazaret/pkg/egress"
 	"github.com/lazaret/lazaret/pkg/gitroute"
@@ -31,11 +31,6 @@ import (
 
 func main() {
 	release.MaybeAnswer("lazaret-rs")
-	// The prepared-lower preparer applies layers in a chrooted re-exec of
-	// this binary (go.podman.io/storage chrootarchive).
-	if reexec.Init() {
-		os.Exit(0)
-	}
 	proc.MaybeRunWrapperInPlace()
 	if len(os.Args) > 1 && os.Args[1] == gitroute.DaemonArg {
 		os.Exit(gitroute.Main(os.Args[2:]))

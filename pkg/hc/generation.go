@@ -16,6 +16,7 @@ type generationConfig struct {
 	image         string          // the profile's image reference
 	frontExe      string          // --front-exe as given (wrapperExecutable checks it)
 	gitRouteExe   string          // lazaret-gitroute: the Git-routing daemon and the helper's link
+	preparerExe   string          // lazaret-cli: the preparer of a prepared lower (RS's --preparer-exe)
 	profile       *config.Profile // the validated Agent Profile
 	coordinatorID string          // this coordinator's runtime-unique ID
 	guest         guestEnv        // hostname and base environment of guest processes

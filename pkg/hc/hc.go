@@ -260,6 +260,12 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	if c.cfg.gitRouteExe, err = locate.Find(locate.GitRoute, os.Getenv); err != nil {
 		return err
 	}
+	// RS runs its preparer from lazaret-cli, only for a start that must
+	// prepare its lower: without it, such a start fails and says so.
+	if c.cfg.preparerExe, err = locate.Find(locate.CLI, os.Getenv); err != nil {
+		c.log.Warn("no preparer for a prepared lower: a start that must prepare one fails", "err", err)
+		c.cfg.preparerExe = ""
+	}
 	if c.broker, err = proc.NewBrokerWrapped(c.log, c.wrapperExecutable(), locate.HC); err != nil {
 		return err
 	}

@@ -76,7 +76,7 @@ func (c *coordinator) spawnSupervisor(path, rolesExe, logLevel string) *supervis
 		first = c.first.theirs
 	}
 	return supervisor.Spawn(supervisor.Config{
-		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, GitRoutingExe: c.cfg.gitRouteExe, LogLevel: logLevel, Lock: c.lockFile,
+		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, GitRoutingExe: c.cfg.gitRouteExe, PreparerExe: c.cfg.preparerExe, LogLevel: logLevel, Lock: c.lockFile,
 		Inputs: c.supervisorInputs, Staged: c.supervisorStaged, FirstSession: first,
 		// The broker killed and reaped the child: a staged RS was
 		// terminated by the coordinator.

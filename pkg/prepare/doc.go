@@ -29,9 +29,20 @@
 //
 // The image-free part — IDs, the artifact record, the prepared/ tree's
 // store primitives, usage holds, gc and purge — is package prepared, so that
-// the Host Coordinator and the CLI's lease and state paths do not link the
-// image stack; this package (linked by lazaret-rs) adds image resolution,
-// layer application and the preparation protocol on top of it.
+// the Host Coordinator, the Runtime Supervisor and the CLI's lease and
+// state paths do not link the image stack; this package adds image
+// resolution, layer application and the preparation protocol on top of
+// it. It runs in lazaret-cli's preparer role (Main, prepared.PreparerArg),
+// which lazaret-rs spawns in its own user and mount namespaces, through its
+// broker (so the preparer dies with it), when a start finds no reusable
+// artifact: RS's own reuse check resolves a local layout's manifest digest
+// without the image library (package ocilayout) and asks the prepared store
+// and the Storage Catalog (prepared.FindReusable, the same check as
+// Ensure's fast path, Store.Reusable). The role writes progress lines to
+// its standard output (RS relays them to HC), logs to its standard error
+// (hc.log), records its steps of tla/PreparedLower.tla in the model trace
+// as RS's, and reports its prepared.PreparerResult on descriptor 3; RS
+// validates the artifact it names before holding it.
 //
 // Layout beneath the Storage Root:
 //
@@ -71,7 +82,7 @@
 // and a recipe image as a base plus one layer (`AppendLayer`).
 // `pkg/prepare` resolves any go.podman.io/image reference (`oci:`,
 // `docker://`, …) with digest verification and applies layers with
-// go.podman.io/storage `chrootarchive` (a chrooted re-exec of `lazaret-rs`,
+// go.podman.io/storage `chrootarchive` (a chrooted re-exec of `lazaret-cli`,
 // registered by `reexec.Init` in its main) as namespace root of the full map,
 // so owners and modes are exact; device nodes are skipped and counted. The tree
 // is staged under `prepared/.staging/`, published by `renameat2(NOREPLACE)` as

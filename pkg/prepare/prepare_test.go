@@ -21,6 +21,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/imagebuild"
+	"github.com/lazaret/lazaret/pkg/ocilayout"
 	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"go.podman.io/storage/pkg/reexec"
@@ -205,6 +206,19 @@ func TestEnsureBusybox(t *testing.T) {
 	}
 	if _, found, err := Lookup(t.TempDir(), ref); found || err != nil {
 		t.Fatalf("Lookup in empty root: %v %v", found, err)
+	}
+	// The Runtime Supervisor's reuse check, without the image library,
+	// finds the same artifact (and none in an empty Storage Root).
+	d, err := ocilayout.ManifestDigest(ref)
+	if err != nil || d != a.Source.ManifestDigest {
+		t.Fatalf("ocilayout.ManifestDigest(%s) = %q, %v; want %s", ref, d, err, a.Source.ManifestDigest)
+	}
+	l, found, err = prepared.FindReusable(context.Background(), root, d, catalog.Options{})
+	if err != nil || !found || l != a {
+		t.Fatalf("prepared.FindReusable = %+v %v %v", l, found, err)
+	}
+	if _, found, err := prepared.FindReusable(context.Background(), t.TempDir(), d, catalog.Options{}); found || err != nil {
+		t.Fatalf("FindReusable in empty root: %v %v", found, err)
 	}
 }
 

@@ -7,11 +7,13 @@
 // preparer builds on (Store: staging, publication, preparation locks,
 // settling prepare intents).
 //
-// It links no image library: the Host Coordinator, the CLI's gc, state and
-// rm paths and the state-maintenance role read and lock prepared lowers
+// It links no image library: the Host Coordinator, the Runtime Supervisor
+// (its reuse check, FindReusable, and its hold), the CLI's gc, state and rm
+// paths and the state-maintenance role read and lock prepared lowers
 // through it without initialising go.podman.io/image or go.podman.io/storage.
-// Package prepare resolves images and applies their layers (lazaret-rs
-// only) and uses this package for everything on disk.
+// Package prepare resolves images and applies their layers (lazaret-cli's
+// preparer role, PreparerArg, which RS runs as its child) and uses this
+// package for everything on disk.
 //
 // Layout beneath the Storage Root (formats unchanged by the split; see
 // package prepare for how a tree is prepared):

@@ -1,8 +1,10 @@
 package rs
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,14 +15,15 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/anchor"
+	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/ignoredstate"
-	"github.com/lazaret/lazaret/pkg/modeltrace"
+	"github.com/lazaret/lazaret/pkg/ocilayout"
 	"github.com/lazaret/lazaret/pkg/ocispec"
-	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/prepared"
+	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/removal"
 )
 
@@ -233,11 +236,7 @@ func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepared.Artifact, error) 
 // trees are deleted here, in the user namespace, in the background.
 func (s *supervisor) holdLower(in lowerInputs) (prepared.Artifact, error) {
 	for attempt := 0; ; attempt++ {
-		// Ensure reuses a Published artifact at once; otherwise it prepares
-		// it (once across concurrent Domains), recording every step in the
-		// Storage Catalog.
-		art, err := prepare.Ensure(context.Background(), prepare.Options{StorageRoot: in.storageRoot, ImageRef: in.imageRef, Logger: s.log,
-			Progress: progressWriter{s}, DomainID: domain.ID(in.domainID), Generation: in.generation, Step: s.prepareStep})
+		art, err := s.ensureLower(in)
 		if err != nil {
 			return prepared.Artifact{}, err
 		}
@@ -252,6 +251,103 @@ func (s *supervisor) holdLower(in lowerInputs) (prepared.Artifact, error) {
 		s.startPurge(in.storageRoot)
 		return art, nil
 	}
+}
+
+// ensureLower returns the prepared lower of in. A local layout's image
+// whose artifact is Published is reused here, without the image library
+// (packages ocilayout and prepared); anything else — an artifact to
+// prepare, a registry reference, a layout this check does not resolve, an
+// artifact a preparer, gc or a crash left unsettled — is the preparer's
+// (runPreparer), which reuses what it can and prepares the rest once
+// across concurrent Domains, recording every step in the Storage Catalog.
+func (s *supervisor) ensureLower(in lowerInputs) (prepared.Artifact, error) {
+	d, err := ocilayout.ManifestDigest(in.imageRef)
+	if err != nil {
+		s.log.Debug("the preparer resolves the image", "image_ref", in.imageRef, "why", err)
+		return s.runPreparer(in)
+	}
+	art, found, err := prepared.FindReusable(context.Background(), in.storageRoot, d, catalog.Options{Logger: s.log})
+	if err != nil || !found {
+		s.log.Debug("no reusable prepared lower; running the preparer", "image_ref", in.imageRef, "manifest_digest", d, "err", err)
+		return s.runPreparer(in)
+	}
+	s.log.Info("reusing prepared lower", "image_ref", in.imageRef, "artifact_id", art.ID, "manifest_digest", d)
+	s.progress("prepare: reusing %s for %s", art.ID, in.imageRef)
+	return art, nil
+}
+
+// runPreparer runs the preparer role of lazaret-cli (s.preparerExe) in
+// RS's namespaces for in, relays its progress to the coordinator, and
+// returns the artifact it reports, validated here. The child dies with RS
+// (the broker's parent-death edge), so a prepare intent naming it is
+// settled by the next preparer or gc once RS is gone.
+func (s *supervisor) runPreparer(in lowerInputs) (prepared.Artifact, error) {
+	exe := s.preparerExe
+	if exe == "" {
+		return prepared.Artifact{}, errdefs.New(errdefs.ErrUnsupportedHost,
+			"prepare %s: no preparer: the coordinator named no lazaret-cli executable this supervisor can run (hc.log says why); reinstall Lazaret so that lazaret-cli is beside lazaret-hc", in.imageRef)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return prepared.Artifact{}, err
+	}
+	defer outR.Close()
+	resR, resW, err := os.Pipe()
+	if err != nil {
+		outW.Close()
+		return prepared.Artifact{}, err
+	}
+	defer resR.Close()
+	args := []string{exe, prepared.PreparerArg, "--storage-root=" + in.storageRoot, "--image=" + in.imageRef,
+		"--domain=" + in.domainID, fmt.Sprintf("--generation=%d", in.generation), "--log-level=" + s.logLevel()}
+	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
+		Slot:     "preparer",
+		ExecStop: true,
+		// RS's environment, as when RS prepared in-process: the model
+		// trace, failpoints, the registry credentials' HOME.
+		Target: proc.Command{Path: exe, Args: args, Env: os.Environ(), Dir: "/", Files: []*os.File{nil, outW, os.Stderr, resW}},
+	})
+	outW.Close()
+	resW.Close()
+	if err != nil {
+		return prepared.Artifact{}, fmt.Errorf("prepare %s: start the preparer %s: %w", in.imageRef, exe, err)
+	}
+	relayed := make(chan struct{})
+	go func() {
+		defer close(relayed)
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			if line := strings.TrimSpace(sc.Text()); line != "" {
+				s.progress("%s", line)
+				// Tests: the supervisor dies while its preparer works.
+				failpoint.Hit("lazaret-rs:preparer-progress")
+			}
+		}
+	}()
+	id, digest, rerr := prepared.ReadPreparerResult(resR)
+	<-child.Done()
+	<-relayed
+	st, werr := child.Status()
+	switch {
+	case werr != nil:
+		return prepared.Artifact{}, fmt.Errorf("prepare %s: the preparer: %w", in.imageRef, werr)
+	case rerr != nil && (!st.Exited || st.Code != 1):
+		// No result of its own: it was killed or crashed.
+		return prepared.Artifact{}, errdefs.New(errdefs.ErrUnavailable, "prepare %s: the preparer (pid %d) %s before it finished (hc.log in the Domain Root has its log); the next start settles what it left",
+			in.imageRef, child.Identity().HostPID, st)
+	case rerr != nil:
+		return prepared.Artifact{}, rerr
+	case !st.Exited || st.Code != 0:
+		return prepared.Artifact{}, errdefs.New(errdefs.ErrInternal, "prepare %s: the preparer reported %s but %s", in.imageRef, id, st)
+	}
+	art, found, err := prepared.LookupDigest(in.storageRoot, id, digest)
+	if err != nil {
+		return prepared.Artifact{}, err
+	}
+	if !found {
+		return prepared.Artifact{}, fmt.Errorf("prepare %s: the preparer reported %s, which is not in the Storage Root: %w", in.imageRef, id, prepared.ErrGone)
+	}
+	return art, nil
 }
 
 // startPurge deletes the trash of storageRoot in the background, until
@@ -312,10 +408,4 @@ func (s *supervisor) awaitPurge() {
 	case <-time.After(purgeStopBound):
 		s.log.Warn("deletion of reclaimed trees did not stop in time at exit; the next start continues", "bound", purgeStopBound)
 	}
-}
-
-// prepareStep records a preparation step (package prepare's Options.Step)
-// for this supervisor's generation, whose start demands the artifact.
-func (s *supervisor) prepareStep(action, artifact string) {
-	modeltrace.EmitArtifact(s.mt.domain, s.mt.gen, action, artifact)
 }

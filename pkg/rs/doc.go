@@ -19,8 +19,7 @@
 // firstsession.go).
 //
 // Its egress proxy runs from the executable HC names with --roles-exe
-// (lazaret-hc, which links no image library and so starts faster than this
-// binary) once RS has checked it can exec that path in its own namespaces
+// (lazaret-hc, which starts faster than this binary) once RS has checked it can exec that path in its own namespaces
 // (rolesExecutable); otherwise from lazaret-rs, which hosts the same
 // roles. Its Git-routing daemon, whose start is on the critical path of a
 // cold start, runs from --git-routing-exe (lazaret-gitroute, smaller
@@ -28,6 +27,14 @@
 // wrapper role, started for every acquired child, runs from
 // lazaret-gitroute too, else from the roles executable. Failpoint stages
 // keep the name lazaret-rs (proc.NewBrokerWrapped).
+//
+// It links no image library (cmd/lazaret-rs TestLinksNoImageStack): a
+// start whose image is a local layout (`oci:PATH[:TAG]`) with a Published
+// prepared lower reuses it after reading the layout's index and manifest
+// (package ocilayout) and asking the prepared store and the Storage Catalog
+// (prepared.FindReusable); any other start runs lazaret-cli's preparer
+// role (--preparer-exe, package prepare's Main) as its child and relays
+// its progress (ensureLower, runPreparer).
 //
 // The sections below are the design of this package in detail; docs/ARCHITECTURE.md is the map.
 //

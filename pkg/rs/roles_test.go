@@ -33,4 +33,15 @@ func TestRolesExecutable(t *testing.T) {
 			t.Errorf("%s: rolesExecutable(%q) = %q, want %q", name, c.roles, got, c.want)
 		}
 	}
+	// The preparer has no fallback: this binary does not host it.
+	for name, c := range map[string]struct{ exe, want string }{
+		"unset":      {"", ""},
+		"executable": {exe, exe},
+		"missing":    {filepath.Join(dir, "gone"), ""},
+		"plain":      {plain, ""},
+	} {
+		if got := rolesExecutable("preparer-exe", c.exe, "", log); got != c.want {
+			t.Errorf("preparer %s: rolesExecutable(%q) = %q, want %q", name, c.exe, got, c.want)
+		}
+	}
 }

@@ -58,6 +58,7 @@ func Main(args []string) int {
 	logLevel := fs.String("log-level", "info", "debug|info|warn|error")
 	rolesExe := fs.String("roles-exe", "", "the lazaret-hc executable to run the egress role and the wrappers from (default: this binary)")
 	gitRoutingExe := fs.String("git-routing-exe", "", "the lazaret-gitroute executable to run the Git-routing daemon from (default: this binary)")
+	preparerExe := fs.String("preparer-exe", "", "the lazaret-cli executable to run the preparer of a prepared lower from")
 	firstSessionFD := fs.Int("first-session-fd", -1, "inherited socket of the Host Coordinator's first session, for the sandbox's init (ocispec.FirstSessionFD)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -91,6 +92,9 @@ func Main(args []string) int {
 	}
 	roles := rolesExecutable("roles-exe", *rolesExe, exe, log)
 	routingExe := rolesExecutable("git-routing-exe", *gitRoutingExe, exe, log)
+	// No fallback: this binary does not link the image library. A start
+	// that reuses its prepared lower never runs the preparer.
+	preparer := rolesExecutable("preparer-exe", *preparerExe, "", log)
 	// The wrappers (one per acquired child: the Git-routing daemon, runsc,
 	// the egress proxy) run from the smallest binary hosting the role,
 	// lazaret-gitroute, else from lazaret-hc, which is smaller than this
@@ -115,7 +119,7 @@ func Main(args []string) int {
 		log.Error("protocol credential", "err", err)
 		return 2
 	}
-	s := &supervisor{timing: rec, rolesExe: roles, gitRoutingExe: routingExe, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s := &supervisor{timing: rec, rolesExe: roles, gitRoutingExe: routingExe, preparerExe: preparer, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	s.mt.domain, s.mt.gen = cred.domain, cred.generation
 	if *firstSessionFD >= 3 {
 		unix.CloseOnExec(*firstSessionFD)
@@ -137,19 +141,25 @@ func rolesExecutable(option, path, fallback string, log *slog.Logger) string {
 		return fallback
 	}
 	var st unix.Stat_t
+	var why string
 	switch err := unix.Stat(path, &st); {
 	case !filepath.IsAbs(path):
-		log.Warn("roles executable is not an absolute path; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback)
+		why = "not an absolute path"
 	case err != nil:
-		log.Warn("roles executable is not reachable in the supervisor's namespaces; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback, "err", err)
+		why = "not reachable: " + err.Error()
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		log.Warn("roles executable is not a regular file; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback)
+		why = "not a regular file"
 	default:
 		if err := unix.Access(path, unix.X_OK); err != nil {
-			log.Warn("roles executable is not executable in the supervisor's namespaces; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback, "err", err)
-			return fallback
+			why = "not executable: " + err.Error()
+			break
 		}
 		return path
+	}
+	if fallback == "" { // the preparer: this binary does not host it
+		log.Warn("roles executable unusable in the supervisor's namespaces; its roles are unavailable", "option", option, "exe", path, "reason", why)
+	} else {
+		log.Warn("roles executable unusable in the supervisor's namespaces; running its roles from the fallback", "option", option, "exe", path, "fallback", fallback, "reason", why)
 	}
 	return fallback
 }
@@ -228,7 +238,11 @@ type supervisor struct {
 	// front binary (lazaret) when HC names it, the smallest that hosts the
 	// role, as the daemon's start is on the start-up's critical path.
 	gitRoutingExe string
-	policyFD      int
+	// preparerExe is lazaret-cli, whose preparer role prepares a lower
+	// (runPreparer); "" when the coordinator named none this supervisor
+	// can run (a start that must prepare then fails, saying so).
+	preparerExe string
+	policyFD    int
 	// firstSession is the coordinator's first-session socket for the
 	// sandbox's init (ocispec.FirstSessionFD), passed to the attached
 	// runsc; nil without one.

@@ -47,6 +47,10 @@ type Config struct {
 	// faster than any other. The daemon's start is on the critical path of
 	// every cold start (RS joins its mount just before runsc).
 	GitRoutingExe string
+	// PreparerExe, when set, is the lazaret-cli executable RS runs its
+	// preparer role from (RS's --preparer-exe) when a start finds no
+	// reusable prepared lower: lazaret-rs does not link the image library.
+	PreparerExe string
 	// FirstSession, when set, is the sandbox init's end of the first
 	// session's socket (ocispec.FirstSessionFD): RS inherits it as its
 	// descriptor 8 (--first-session-fd) and passes it to the attached
@@ -403,6 +407,9 @@ func rsArgs(cfg Config) []string {
 	}
 	if cfg.GitRoutingExe != "" {
 		args = append(args, "--git-routing-exe="+cfg.GitRoutingExe)
+	}
+	if cfg.PreparerExe != "" {
+		args = append(args, "--preparer-exe="+cfg.PreparerExe)
 	}
 	if cfg.FirstSession != nil {
 		args = append(args, "--first-session-fd=8")
