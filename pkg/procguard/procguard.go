@@ -6,7 +6,7 @@
 // explicit allow-list names with its reason, and every argv of Lazaret's
 // own code that asks runsc to signal numeric pids for it (RunscArgv:
 // `runsc kill --all`, `runsc delete`), which nothing may allow. procguard_test.go runs it over
-// every package the four binaries link, dependencies included, so a
+// every package the binaries link, dependencies included, so a
 // dependency that spawns or reaps is seen and must be justified.
 package procguard
 
@@ -96,21 +96,21 @@ var DependencyAllowed = map[string]map[string]string{
 		"(*os/exec.Cmd).Run": "fusermount -u fallback of unmount, never taken under DirectMountStrict (umount(2) only)",
 	},
 	"github.com/docker/docker-credential-helpers/client": {
-		"(*os/exec.Cmd).Output": "registry credential helpers, run only while lazaret-rs prepares a docker:// image, before it acquires any child; pid-specific wait",
+		"(*os/exec.Cmd).Output": "registry credential helpers, run only by the preparer role (lazaret-cli, RS's child, which acquires no child) for a docker:// image; pid-specific wait",
 	},
 	"go.podman.io/image/v5/docker": {
-		"(*os/exec.Cmd).Run": "additional-layer-store auth helper, only for docker:// images with that store configured, during preparation before any acquisition",
+		"(*os/exec.Cmd).Run": "additional-layer-store auth helper, only for docker:// images with that store configured, in the preparer role (which acquires no child)",
 	},
 	"go.podman.io/storage/pkg/archive": {
-		"(*os/exec.Cmd).Run": "external decompressor for some layer formats, during preparation before any acquisition",
+		"(*os/exec.Cmd).Run": "external decompressor for some layer formats, in the preparer role (which acquires no child)",
 	},
 	"go.podman.io/storage/pkg/chrootarchive": {
-		"(*os/exec.Cmd).Start": "the chrooted layer-apply re-exec of lazaret-rs (reexec.Init in its main), during preparation before any acquisition",
+		"(*os/exec.Cmd).Start": "the chrooted layer-apply re-exec of lazaret-cli (reexec.Init in its main), in the preparer role (which acquires no child)",
 		"(*os/exec.Cmd).Wait":  "waits for exactly that re-exec child (pid-specific)",
-		"(*os/exec.Cmd).Run":   "the chrooted layer-apply re-exec of lazaret-rs, during preparation before any acquisition",
+		"(*os/exec.Cmd).Run":   "the chrooted layer-apply re-exec of lazaret-cli, in the preparer role (which acquires no child)",
 	},
 	"go.podman.io/storage/pkg/idtools": {
-		"(*os/exec.Cmd).CombinedOutput": "getent/user tools for id lookups, reached only from preparation paths before any acquisition",
+		"(*os/exec.Cmd).CombinedOutput": "getent/user tools for id lookups, reached only from the preparer role (which acquires no child)",
 	},
 	"go.podman.io/storage/pkg/system": {
 		"golang.org/x/sys/unix.Kill": "inside system.IsProcessAlive/KillProcess, never called by Lazaret (ProjectForbidden lists them)",

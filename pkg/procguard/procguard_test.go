@@ -11,7 +11,7 @@ import (
 	"golang.org/x/tools/go/packages"
 )
 
-// TestBinariesObeyTheBroker loads every package the four binaries link —
+// TestBinariesObeyTheBroker loads every package the binaries link —
 // dependencies included — and fails on any guarded process API outside the
 // allow-list, and on any allow-list entry no longer needed.
 func TestBinariesObeyTheBroker(t *testing.T) {
@@ -24,7 +24,7 @@ func TestBinariesObeyTheBroker(t *testing.T) {
 		BuildFlags: []string{"-tags=containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"},
 		Env:        append([]string{"CGO_ENABLED=0"}, os.Environ()...),
 	}
-	roots, err := packages.Load(cfg, "./cmd/lazaret", "./cmd/lazaret-hc", "./cmd/lazaret-rs", "./cmd/lazaret-gitroute", "./cmd/lazaret-escalate", "./cmd/lazaret-init")
+	roots, err := packages.Load(cfg, "./cmd/lazaret", "./cmd/lazaret-cli", "./cmd/lazaret-hc", "./cmd/lazaret-rs", "./cmd/lazaret-gitroute", "./cmd/lazaret-escalate", "./cmd/lazaret-init")
 	if err != nil {
 		t.Fatal(err)
 	}
