@@ -33,6 +33,12 @@
 // with its packages initialised, which in step 8 goes on as the target in
 // place (MaybeRunWrapperInPlace) instead of executing it: for the Runtime
 // Supervisor, whose initialisation then overlaps the coordinator's own.
+// AcquireSpec.UnshareExe has util-linux's unshare(1) create a target's new
+// user (and mount, network, …) namespaces and execute the wrapper in them,
+// so that step 3 is an ordinary spawn sharing the broker's memory instead
+// of a copy of its address space (Go copies it for a new user namespace);
+// Setup runs once the child is in its new user namespace, and an
+// unshare(1) that fails to get there makes the acquisition clone instead.
 package proc
 
 import (
@@ -46,6 +52,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -373,6 +380,84 @@ type AcquireSpec struct {
 	// once released: it then holds what the target would have held,
 	// executed as the namespace's root.
 	InPlace bool
+	// UnshareExe, when set, is util-linux's unshare(1), which creates the
+	// target's new namespaces (Target.Cloneflags: user, mount, network,
+	// IPC, UTS, cgroup) and executes the wrapper in them, spawned without
+	// them: for a new user namespace Go's spawn cannot share the broker's
+	// memory (syscall refuses CLONE_VM with CLONE_NEWUSER), so it copies the
+	// broker's whole address space, and every page the broker writes after
+	// that faults. Spawned like any other child, unshare(1) copies nothing.
+	// Setup runs once the child is in its new user namespace. When
+	// unshare(1) exits without getting there (an option it lacks, a policy
+	// that refuses it), the acquisition is made again with the clone
+	// flags, and says so in the broker's log.
+	UnshareExe string
+}
+
+// unshareOptions are unshare(1)'s options for each clone flag it can
+// create a namespace for (a new PID namespace needs its --fork: not used).
+var unshareOptions = []struct {
+	flag   uintptr
+	option string
+}{
+	{unix.CLONE_NEWUSER, "--user"}, {unix.CLONE_NEWNS, "--mount"}, {unix.CLONE_NEWNET, "--net"},
+	{unix.CLONE_NEWIPC, "--ipc"}, {unix.CLONE_NEWUTS, "--uts"}, {unix.CLONE_NEWCGROUP, "--cgroup"},
+}
+
+// viaUnshare returns the command that runs cmd in the new namespaces
+// cmd.Cloneflags names through unshare(1) at exe, and false when
+// unshare(1) cannot create them all (cmd is then cloned into them).
+func viaUnshare(exe string, cmd Command) (Command, bool) {
+	if cmd.Cloneflags&unix.CLONE_NEWUSER == 0 {
+		return cmd, false // nothing to gain: such a spawn shares the broker's memory
+	}
+	args := []string{"unshare"}
+	rest := cmd.Cloneflags
+	for _, o := range unshareOptions {
+		if rest&o.flag != 0 {
+			args = append(args, o.option)
+			rest &^= o.flag
+		}
+	}
+	if rest != 0 {
+		return cmd, false
+	}
+	// The mount namespace's propagation stays as cloning leaves it (the
+	// target makes its own mounts private), and what KeepCapabilities
+	// keeps across the wrapper's exec, --keep-caps keeps (as ambient
+	// capabilities, which the held wrapper drops once released).
+	args = append(args, "--propagation", "unchanged")
+	if cmd.KeepCapabilities {
+		args = append(args, "--keep-caps")
+	}
+	args = append(append(args, "--", cmd.Path), cmd.Args[1:]...)
+	cmd.Path, cmd.Args, cmd.Cloneflags, cmd.KeepCapabilities = exe, args, 0, false
+	return cmd, true
+}
+
+// unshareBound bounds the wait for unshare(1) to enter its new user
+// namespace (it does so first thing, in well under a millisecond).
+const unshareBound = 5 * time.Second
+
+// awaitUserNamespace waits until the spawned child is in a user namespace
+// other than the broker's, and reports false if it exited (or did not get
+// there within unshareBound). The child is unreaped, so its pid is its own.
+func awaitUserNamespace(ctx context.Context, h *pidfs.Handle) bool {
+	own, err := os.Readlink("/proc/self/ns/user")
+	if err != nil {
+		return false
+	}
+	p := fmt.Sprintf("/proc/%d/ns/user", h.PID())
+	deadline := time.Now().Add(unshareBound)
+	for {
+		if ns, err := os.Readlink(p); err == nil && ns != own {
+			return true
+		}
+		if _, exited, err := h.Exited(); err != nil || exited || time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
 }
 
 // ErrWrapperAborted reports a wrapper that exited before release.
@@ -420,6 +505,23 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		// namespace is no root there and would lose every capability.
 		KeepCapabilities: spec.InPlace && t.Cloneflags&unix.CLONE_NEWUSER != 0,
 	}
+	unshared := false
+	if spec.UnshareExe != "" {
+		wrapper, unshared = viaUnshare(spec.UnshareExe, wrapper)
+	}
+	// cloneInstead makes the acquisition again with the clone flags, after
+	// unshare(1) exited without entering its namespaces (the dead child
+	// reaped; it never ran the wrapper's target).
+	cloneInstead := func(h *pidfs.Handle) (*Child, error) {
+		bw.Close()
+		c := b.track(spec.Slot, h)
+		c.Signal(unix.SIGKILL)
+		<-c.Done()
+		st, _ := c.Status()
+		b.log.Warn("unshare(1) did not create the namespaces; cloning into them instead", "slot", spec.Slot, "unshare", spec.UnshareExe, "status", st.String())
+		spec.UnshareExe = ""
+		return b.Acquire(ctx, spec)
+	}
 	hit := func(step string) { failpoint.Hit(b.name + ":acquire:" + spec.Slot + ":" + step) }
 	hit("barrier")
 	b.spawnMu.Lock()
@@ -432,6 +534,9 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 	// Step 4: the child must still be alive and ours (waitid ECHILD refuses).
 	if _, exited, werr := h.Exited(); werr != nil || exited {
 		b.spawnMu.Unlock()
+		if unshared && werr == nil {
+			return cloneInstead(h)
+		}
 		bw.Close()
 		c := b.track(spec.Slot, h)
 		<-c.Done()
@@ -441,6 +546,12 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		return nil, errdefs.Mark(fmt.Errorf("acquire %s: wrapper check: %w", spec.Slot, werr), errdefs.ErrRefused)
 	}
 	b.spawnMu.Unlock()
+	if unshared {
+		if !awaitUserNamespace(ctx, h) {
+			return cloneInstead(h)
+		}
+		b.log.Debug("unshare(1) created the namespaces", "slot", spec.Slot, "unshare", spec.UnshareExe)
+	}
 	hit("spawned")
 	id := h.Identity() // step 5 (formed from the same pidfd at spawn)
 	c := b.track(spec.Slot, h)

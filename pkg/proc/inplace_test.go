@@ -1,9 +1,11 @@
 package proc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,16 +48,24 @@ func inPlaceTarget(out string) int {
 // acquireInPlace acquires the test binary in place, reporting to out.
 func acquireInPlace(t *testing.T, out string, clone uintptr, setup func(context.Context, *pidfs.Handle) error, stage func(context.Context, pidfs.Identity) error) (*Child, error) {
 	t.Helper()
+	return acquireInPlaceWith(t, testBroker(t), "", out, clone, setup, stage)
+}
+
+// acquireInPlaceWith is acquireInPlace through broker b, with unshare(1)
+// at unshareExe creating the namespaces when it is not "".
+func acquireInPlaceWith(t *testing.T, b *Broker, unshareExe, out string, clone uintptr, setup func(context.Context, *pidfs.Handle) error, stage func(context.Context, pidfs.Identity) error) (*Child, error) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testBroker(t).Acquire(context.Background(), AcquireSpec{
-		Slot:    "t",
-		InPlace: true,
-		Target:  Command{Path: exe, Args: []string{"target", "a", "b"}, Env: []string{inPlaceEnv + "=" + out}, Cloneflags: clone},
-		Setup:   setup,
-		Stage:   stage,
+	return b.Acquire(context.Background(), AcquireSpec{
+		Slot:       "t",
+		InPlace:    true,
+		UnshareExe: unshareExe,
+		Target:     Command{Path: exe, Args: []string{"target", "a", "b"}, Env: []string{inPlaceEnv + "=" + out}, Cloneflags: clone},
+		Setup:      setup,
+		Stage:      stage,
 	})
 }
 
@@ -98,16 +108,27 @@ func TestInPlaceStageFailureNeverRunsTarget(t *testing.T) {
 // ambient capability on any thread.
 func TestInPlaceKeepsCapabilitiesInNewUserNamespace(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	mapOwn := func(_ context.Context, h *pidfs.Handle) error {
-		for _, w := range [][2]string{{"setgroups", "deny"}, {"uid_map", fmt.Sprintf("0 %d 1", os.Getuid())}, {"gid_map", fmt.Sprintf("0 %d 1", os.Getgid())}} {
-			if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", h.PID(), w[0]), []byte(w[1]), 0); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	c, err := acquireInPlace(t, out, unix.CLONE_NEWUSER, mapOwn, nil)
+	c, err := acquireInPlace(t, out, unix.CLONE_NEWUSER, mapOwnIDs, nil)
 	exitedWith3(t, c, err)
+	checkNamespaceRootCapabilities(t, out)
+}
+
+// mapOwnIDs maps the child's namespace root to the test's own ids: it
+// fails unless the child is already in a new user namespace.
+func mapOwnIDs(_ context.Context, h *pidfs.Handle) error {
+	for _, w := range [][2]string{{"setgroups", "deny"}, {"uid_map", fmt.Sprintf("0 %d 1", os.Getuid())}, {"gid_map", fmt.Sprintf("0 %d 1", os.Getgid())}} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", h.PID(), w[0]), []byte(w[1]), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNamespaceRootCapabilities checks the target's report in out: every
+// capability permitted and effective, none inheritable or ambient, on
+// every thread.
+func checkNamespaceRootCapabilities(t *testing.T, out string) {
+	t.Helper()
 	last, err := capability.Last()
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +154,71 @@ func TestInPlaceKeepsCapabilitiesInNewUserNamespace(t *testing.T) {
 	}
 	if threads < 2 {
 		t.Errorf("capabilities of %d threads reported, want every thread of a Go process:\n%s", threads, b)
+	}
+}
+
+// unshareTool is util-linux's unshare(1), which the Host Coordinator uses
+// to create the Runtime Supervisor's namespaces.
+func unshareTool(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/unshare", "/bin/unshare"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no unshare(1) at /usr/bin/unshare: install util-linux (apt-get install util-linux)")
+	return ""
+}
+
+// TestInPlaceThroughUnshare (AcquireSpec.UnshareExe): unshare(1) creates
+// the new user, mount and network namespaces and executes the held
+// wrapper in them; Setup maps the ids once the child is in its user
+// namespace (mapOwnIDs fails before), and the target goes on in place as
+// that namespace's root, in new mount and network namespaces, keeping no
+// inheritable or ambient capability — without falling back to the clone.
+func TestInPlaceThroughUnshare(t *testing.T) {
+	tool := unshareTool(t)
+	var log bytes.Buffer
+	b := testBroker(t)
+	b.log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	out := filepath.Join(t.TempDir(), "out")
+	var nsDiffer bool
+	setup := func(ctx context.Context, h *pidfs.Handle) error {
+		for _, ns := range []string{"mnt", "net"} {
+			own, _ := os.Readlink("/proc/self/ns/" + ns)
+			theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", h.PID(), ns))
+			nsDiffer = err == nil && theirs != own
+			if !nsDiffer {
+				return fmt.Errorf("%s namespace %q, the broker's %q (%v)", ns, theirs, own, err)
+			}
+		}
+		return mapOwnIDs(ctx, h)
+	}
+	c, err := acquireInPlaceWith(t, b, tool, out, unix.CLONE_NEWUSER|unix.CLONE_NEWNS|unix.CLONE_NEWNET, setup, nil)
+	exitedWith3(t, c, err)
+	checkNamespaceRootCapabilities(t, out)
+	if rep, _ := os.ReadFile(out); !strings.Contains(string(rep), "\nargs a b\n") {
+		t.Errorf("target's arguments: %s", rep)
+	}
+	if strings.Contains(log.String(), "cloning into them instead") || !strings.Contains(log.String(), "unshare(1) created the namespaces") {
+		t.Errorf("the namespaces were not unshare(1)'s:\n%s", log.String())
+	}
+}
+
+// TestInPlaceUnshareFailureFallsBackToClone: an unshare(1) that exits
+// without entering a new namespace (here /bin/false) costs a retry, not
+// the acquisition: the child is cloned into its namespaces instead, the
+// broker's log says so, and the target runs as with the clone.
+func TestInPlaceUnshareFailureFallsBackToClone(t *testing.T) {
+	var log bytes.Buffer
+	b := testBroker(t)
+	b.log = slog.New(slog.NewTextHandler(&log, nil))
+	out := filepath.Join(t.TempDir(), "out")
+	c, err := acquireInPlaceWith(t, b, "/bin/false", out, unix.CLONE_NEWUSER, mapOwnIDs, nil)
+	exitedWith3(t, c, err)
+	checkNamespaceRootCapabilities(t, out)
+	if !strings.Contains(log.String(), "cloning into them instead") || !strings.Contains(log.String(), "unshare=/bin/false") {
+		t.Errorf("no fallback logged:\n%s", log.String())
 	}
 }
 

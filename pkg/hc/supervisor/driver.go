@@ -51,6 +51,10 @@ type Config struct {
 	// preparer role from (RS's --preparer-exe) when a start finds no
 	// reusable prepared lower: lazaret-rs does not link the image library.
 	PreparerExe string
+	// UnshareExe, when set, is util-linux's unshare(1), which creates RS's
+	// namespaces (proc.AcquireSpec.UnshareExe) so that spawning RS does not
+	// copy the coordinator's address space.
+	UnshareExe string
 	// FirstSession, when set, is the sandbox init's end of the first
 	// session's socket (ocispec.FirstSessionFD): RS inherits it as its
 	// descriptor 8 (--first-session-fd) and passes it to the attached
@@ -274,7 +278,8 @@ func (d *Driver) launch() error {
 		// lazaret-rs waits at the barrier in its own wrapper role: its
 		// packages initialise while the coordinator opens its store, not
 		// after the release.
-		InPlace: true,
+		InPlace:    true,
+		UnshareExe: d.cfg.UnshareExe,
 		Target: proc.Command{
 			Path: d.cfg.Path,
 			Args: rsArgs(d.cfg),
