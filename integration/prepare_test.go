@@ -228,19 +228,7 @@ func TestOR7GCReclaimsAbandonedPrepareThroughIntent(t *testing.T) {
 	imageB, cfgB := freshImage(t)
 	staging := filepath.Join(e.stateHome, "lazaret", "prepared", ".staging")
 	// A: killed after staging.
-	c := e.cmdWith(e.binFP, workspace(t), []string{failpoint.Env + "=prepare:staged"}, "run", "--config", cfgA, "-p", "fresh", "--", "true")
-	var errb bytes.Buffer
-	c.Stderr = &errb
-	c.Run()
-	if c.ProcessState.ExitCode() == 0 {
-		t.Fatalf("run killed at prepare:staged succeeded: %s", errb.String())
-	}
-	noProcessesOrMounts(t)
-	ops, _ := catalogState(t)
-	_, runningA := opsOf(ops, imageA)
-	if len(runningA) != 1 {
-		t.Fatalf("killed preparation left intents %v (stderr %s)", runningA, errb.String())
-	}
+	runningA := killedPreparation(t, "prepare:staged", imageA, cfgA)
 	deadName := runningA[0].GetStagingName()
 	if _, err := os.Stat(filepath.Join(staging, deadName, "artifact.json")); err != nil {
 		t.Fatalf("abandoned staging tree: %v", err)
@@ -276,7 +264,7 @@ func TestOR7GCReclaimsAbandonedPrepareThroughIntent(t *testing.T) {
 			}
 		}
 	}
-	ops, _ = catalogState(t)
+	ops, _ := catalogState(t)
 	if _, r := opsOf(ops, imageB); len(r) != 1 || r[0].GetStagingName() != liveName {
 		t.Fatalf("live preparation's intent: %v (staging %s)", r, liveName)
 	}
@@ -332,6 +320,28 @@ func TestOR7GCReclaimsAbandonedPrepareThroughIntent(t *testing.T) {
 	}
 }
 
+// killedPreparation runs profile "fresh" of cfg with failpoint fp armed,
+// requires the run to fail and to leave nothing of the test user running
+// or mounted, and returns the one Running prepare intent it left for image.
+func killedPreparation(t *testing.T, fp, image, cfg string) []*v1.PreparationOperationRecordV1 {
+	t.Helper()
+	e := need(t)
+	c := e.cmdWith(e.binFP, workspace(t), []string{failpoint.Env + "=" + fp}, "run", "--config", cfg, "-p", "fresh", "--", "true")
+	var errb bytes.Buffer
+	c.Stderr = &errb
+	c.Run()
+	if c.ProcessState.ExitCode() == 0 {
+		t.Fatalf("run killed at %s succeeded: %s", fp, errb.String())
+	}
+	noProcessesOrMounts(t)
+	ops, _ := catalogState(t)
+	_, running := opsOf(ops, image)
+	if len(running) != 1 {
+		t.Fatalf("preparation killed at %s left intents %v (stderr %s)", fp, running, errb.String())
+	}
+	return running
+}
+
 // TestSpec35PreparerDiesWithTheSupervisor (§3.5, OR-7): lazaret-rs links
 // no image library and runs the preparer (lazaret-cli's hidden role) as its
 // child. A supervisor killed while its preparer works (failpoint
@@ -342,19 +352,7 @@ func TestOR7GCReclaimsAbandonedPrepareThroughIntent(t *testing.T) {
 func TestSpec35PreparerDiesWithTheSupervisor(t *testing.T) {
 	e := needFailpoints(t)
 	image, cfg := freshImage(t)
-	c := e.cmdWith(e.binFP, workspace(t), []string{failpoint.Env + "=lazaret-rs:preparer-progress"}, "run", "--config", cfg, "-p", "fresh", "--", "true")
-	var errb bytes.Buffer
-	c.Stderr = &errb
-	c.Run()
-	if c.ProcessState.ExitCode() == 0 {
-		t.Fatalf("run whose supervisor was killed while preparing succeeded: %s", errb.String())
-	}
-	noProcessesOrMounts(t)
-	ops, _ := catalogState(t)
-	_, running := opsOf(ops, image)
-	if len(running) != 1 {
-		t.Fatalf("killed preparation left intents %v (stderr %s)", running, errb.String())
-	}
+	running := killedPreparation(t, "lazaret-rs:preparer-progress", image, cfg)
 	pid := running[0].GetPreparerPid()
 	if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), prepared.PreparerArg) {
 		t.Fatalf("the preparer (pid %d) outlived its supervisor: %q", pid, cmd)

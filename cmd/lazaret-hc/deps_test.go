@@ -12,11 +12,7 @@ import (
 // layer application (package prepare) stay in lazaret-rs, so the
 // coordinator does not initialise the image stack at every start.
 func TestLinksNoImageStack(t *testing.T) {
-	forbidden := []string{
-		"go.podman.io/image/", "go.podman.io/storage", "github.com/opencontainers/image-spec",
-		"github.com/lazaret/lazaret/pkg/prepare", "github.com/lazaret/lazaret/pkg/imagebuild",
-	}
-	for _, v := range linkcheck.Forbidden(t, ".", forbidden) {
+	for _, v := range linkcheck.Forbidden(t, ".", linkcheck.ImageStack) {
 		t.Errorf("lazaret-hc links image-stack package %s (forbidden %s): move what it needs into pkg/prepared", v.Dep, v.Rule)
 	}
 }

@@ -1,6 +1,6 @@
 // Package linkcheck is the test helper behind the binaries' "links no …"
 // tests (cmd/lazaret-hc, cmd/lazaret-escalate, cmd/lazaret-init,
-// cmd/lazaret-gitroute, and the
+// cmd/lazaret-gitroute, cmd/lazaret-rs, and the
 // front's TestFrontStaysLean in cmd/lazaret/runverb): it lists
 // what a main package links with `go list -deps` and reports every
 // dependency a forbidden rule names.
@@ -14,6 +14,16 @@ import (
 	"strings"
 	"testing"
 )
+
+// ImageStack are the rules of the binaries that link no image library
+// (lazaret-hc, lazaret-rs): the container image and storage libraries and
+// the packages of Lazaret's own that use them (image preparation and
+// builds); what those binaries need of a prepared lower is in package
+// prepared, and a local layout's manifest digest in package ocilayout.
+var ImageStack = []string{
+	"go.podman.io/image/", "go.podman.io/storage", "github.com/opencontainers/image-spec",
+	"github.com/lazaret/lazaret/pkg/prepare", "github.com/lazaret/lazaret/pkg/imagebuild",
+}
 
 // Violation is one linked package and the rule that forbids it.
 type Violation struct {
