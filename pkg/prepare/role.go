@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"syscall"
 
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -32,11 +33,15 @@ func Main(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	result := os.NewFile(3, "result")
-	if result == nil {
-		fmt.Fprintln(os.Stderr, "lazaret prepare-lower: started without its result descriptor 3; it is run by lazaret-rs, not by hand")
+	var st syscall.Stat_t
+	if err := syscall.Fstat(3, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		fmt.Fprintln(os.Stderr, "lazaret prepare-lower: started without its result pipe on descriptor 3; it is run by lazaret-rs, not by hand")
 		return 2
 	}
+	// The layer application's re-executions must not hold the result
+	// open: the supervisor reads it to its end.
+	syscall.CloseOnExec(3)
+	result := os.NewFile(3, "result")
 	defer result.Close()
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*logLevel))
