@@ -320,6 +320,41 @@ func TestOR7GCReclaimsAbandonedPrepareThroughIntent(t *testing.T) {
 	}
 }
 
+// TestSpec35PinnedRegistryImageReusedOffline (§3.5): a profile whose image
+// is a registry reference pinned to a manifest digest reuses the prepared
+// lower of that manifest without the registry: the lower is the content
+// the digest names. The image is prepared from a local layout, then run
+// as docker://127.0.0.1:1/fresh@DIGEST — a registry that cannot answer
+// (loopback port 1: any request would be refused at once, and nothing
+// leaves the host) — and the start reuses the same artifact.
+func TestSpec35PinnedRegistryImageReusedOffline(t *testing.T) {
+	e := need(t)
+	image, cfg := freshImage(t)
+	if r := lz(t, workspace(t), nil, "run", "--config", cfg, "-p", "fresh", "--", "cat", "/etc/fresh"); r.code != 0 || !strings.HasPrefix(r.stdout, "fresh ") {
+		t.Fatalf("run of the layout: %+v", r)
+	}
+	_, arts := catalogState(t)
+	a := artifactOf(arts, image)
+	if a.GetState() != catalog.Published {
+		t.Fatalf("layout's artifact: %v", a)
+	}
+	pinned := "docker://127.0.0.1:1/fresh@" + a.GetManifestDigest()
+	pcfg := filepath.Join(filepath.Dir(cfg), "pinned.toml")
+	if err := os.WriteFile(pcfg, []byte("[profiles.pinned]\nimage = \""+pinned+"\"\npersistent_paths = []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(pcfg, e.uid, e.gid)
+	r := lz(t, workspace(t), nil, "run", "--config", pcfg, "-p", "pinned", "--", "cat", "/etc/fresh")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "fresh ") {
+		t.Fatalf("run of the pinned registry reference: %+v", r)
+	}
+	ops, arts := catalogState(t)
+	if n, _ := opsOf(ops, pinned); n != 0 || artifactOf(arts, pinned) != nil {
+		t.Errorf("the pinned reference prepared again: %d operations, artifact %v", n, artifactOf(arts, pinned))
+	}
+	noLeftovers(t)
+}
+
 // killedPreparation runs profile "fresh" of cfg with failpoint fp armed,
 // requires the run to fail and to leave nothing of the test user running
 // or mounted, and returns the one Running prepare intent it left for image.

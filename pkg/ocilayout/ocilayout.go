@@ -93,10 +93,10 @@ func ManifestDigest(ref string) (string, error) {
 	if d.MediaType != mediaTypeOCIManifest && d.MediaType != mediaTypeDockerManifest {
 		return "", unresolved(ref, "its index entry is a "+d.MediaType)
 	}
-	hexDigest, ok := strings.CutPrefix(d.Digest, "sha256:")
-	if !ok || !isHex64(hexDigest) {
+	if !ValidDigest(d.Digest) {
 		return "", unresolved(ref, fmt.Sprintf("digest %q is not sha256", d.Digest))
 	}
+	hexDigest := strings.TrimPrefix(d.Digest, "sha256:")
 	m, err := readBounded(filepath.Join(dir, "blobs", "sha256", hexDigest), maxManifestBytes)
 	if err != nil {
 		return "", unresolved(ref, err.Error())
@@ -148,8 +148,12 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-func isHex64(s string) bool {
-	if len(s) != 64 {
+// ValidDigest reports whether d is a sha256 digest in its canonical form,
+// "sha256:" and 64 lower-case hex digits (the form of every prepared
+// lower's manifest digest).
+func ValidDigest(d string) bool {
+	s, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(s) != 64 {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

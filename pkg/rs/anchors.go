@@ -261,7 +261,7 @@ func (s *supervisor) holdLower(in lowerInputs) (prepared.Artifact, error) {
 // (runPreparer), which reuses what it can and prepares the rest once
 // across concurrent Domains, recording every step in the Storage Catalog.
 func (s *supervisor) ensureLower(in lowerInputs) (prepared.Artifact, error) {
-	d, err := ocilayout.ManifestDigest(in.imageRef)
+	d, err := reuseDigest(in.imageRef)
 	if err != nil {
 		s.log.Debug("the preparer resolves the image", "image_ref", in.imageRef, "why", err)
 		return s.runPreparer(in)
@@ -274,6 +274,24 @@ func (s *supervisor) ensureLower(in lowerInputs) (prepared.Artifact, error) {
 	s.log.Info("reusing prepared lower", "image_ref", in.imageRef, "artifact_id", art.ID, "manifest_digest", d)
 	s.progress("prepare: reusing %s for %s", art.ID, in.imageRef)
 	return art, nil
+}
+
+// reuseDigest is the manifest digest a start may reuse the prepared lower
+// of without the image library: a local layout's (package ocilayout), or
+// the digest a registry reference pins (docker://NAME@sha256:HEX). A
+// pinned digest that names a manifest list has no prepared lower of its
+// own (artifacts are the platform's manifest's), so FindReusable finds
+// none and the preparer resolves it; a pinned single-platform manifest is
+// reused without asking the registry, as the prepared lower is the content
+// that digest names.
+func reuseDigest(ref string) (string, error) {
+	if name, ok := strings.CutPrefix(ref, "docker://"); ok {
+		if _, d, ok := strings.Cut(name, "@"); ok && ocilayout.ValidDigest(d) {
+			return d, nil
+		}
+		return "", fmt.Errorf("%s: a registry reference pins no sha256 digest (%w)", ref, ocilayout.ErrUnresolved)
+	}
+	return ocilayout.ManifestDigest(ref)
 }
 
 // runPreparer runs the preparer role of lazaret-cli (s.preparerExe) in

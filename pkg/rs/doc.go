@@ -29,10 +29,12 @@
 // keep the name lazaret-rs (proc.NewBrokerWrapped).
 //
 // It links no image library (cmd/lazaret-rs TestLinksNoImageStack): a
-// start whose image is a local layout (`oci:PATH[:TAG]`) with a Published
-// prepared lower reuses it after reading the layout's index and manifest
-// (package ocilayout) and asking the prepared store and the Storage Catalog
-// (prepared.FindReusable); any other start runs lazaret-cli's preparer
+// start whose image is a local layout (`oci:PATH[:TAG]`) or a registry
+// reference pinned to a manifest digest (`docker://NAME@sha256:…`) with a
+// Published prepared lower reuses it after reading the layout's index and
+// manifest (package ocilayout) or taking the pinned digest (reuseDigest:
+// no registry request), and asking the prepared store and the Storage
+// Catalog (prepared.FindReusable); any other start runs lazaret-cli's preparer
 // role (--preparer-exe, package prepare's Main) as its child and relays
 // its progress (ensureLower, runPreparer).
 //
