@@ -232,18 +232,11 @@ func (c *coordinator) profilePaths() ([]ocispec.ProfilePath, error) {
 	return out, nil
 }
 
-// unshareExecutable is util-linux's unshare(1) at its standard path, or ""
+// unshareExecutable is util-linux's unshare(1) (proc.UnshareTool), or ""
 // when the host has none (RS is then cloned into its namespaces). Spawning
 // RS through it does not copy the coordinator's address space: with the
 // clone, Go's spawn for a new user namespace copies it, and every page the
 // coordinator writes while it opens its store and records the generation
 // then faults (about 12 ms of a cold start's wall time here, measured
 // against the clone over 60 interleaved starts).
-func unshareExecutable() string {
-	for _, p := range []string{"/usr/bin/unshare", "/bin/unshare"} {
-		if locate.IsExecutable(p) {
-			return p
-		}
-	}
-	return ""
-}
+func unshareExecutable() string { return proc.UnshareTool() }

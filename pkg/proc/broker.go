@@ -59,6 +59,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/capability"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 )
 
@@ -392,6 +393,17 @@ type AcquireSpec struct {
 	// that refuses it), the acquisition is made again with the clone
 	// flags, and says so in the broker's log.
 	UnshareExe string
+}
+
+// UnshareTool is util-linux's unshare(1) at its standard path, for
+// AcquireSpec.UnshareExe, or "" when the host has none.
+func UnshareTool() string {
+	for _, p := range []string{"/usr/bin/unshare", "/bin/unshare"} {
+		if locate.IsExecutable(p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // unshareOptions are unshare(1)'s options for each clone flag it can

@@ -157,17 +157,15 @@ func checkNamespaceRootCapabilities(t *testing.T, out string) {
 	}
 }
 
-// unshareTool is util-linux's unshare(1), which the Host Coordinator uses
-// to create the Runtime Supervisor's namespaces.
+// unshareTool is util-linux's unshare(1) (UnshareTool), which the Host
+// Coordinator uses to create the Runtime Supervisor's namespaces.
 func unshareTool(t *testing.T) string {
 	t.Helper()
-	for _, p := range []string{"/usr/bin/unshare", "/bin/unshare"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
+	p := UnshareTool()
+	if p == "" {
+		t.Fatal("no unshare(1) at /usr/bin/unshare: install util-linux (apt-get install util-linux)")
 	}
-	t.Fatal("no unshare(1) at /usr/bin/unshare: install util-linux (apt-get install util-linux)")
-	return ""
+	return p
 }
 
 // TestInPlaceThroughUnshare (AcquireSpec.UnshareExe): unshare(1) creates
