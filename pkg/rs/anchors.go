@@ -300,7 +300,8 @@ func reuseDigest(ref string) (string, error) {
 // (the broker's parent-death edge), so a prepare intent naming it is
 // settled by the next preparer or gc once RS is gone.
 func (s *supervisor) runPreparer(in lowerInputs) (prepared.Artifact, error) {
-	exe := s.preparerExe
+	// No fallback: this binary does not link the image library.
+	exe := rolesExecutable("preparer-exe", s.preparerExe, "", s.log)
 	if exe == "" {
 		return prepared.Artifact{}, errdefs.New(errdefs.ErrUnsupportedHost,
 			"prepare %s: no preparer: the coordinator named no lazaret-cli executable this supervisor can run (hc.log says why); reinstall Lazaret so that lazaret-cli is beside lazaret-hc", in.imageRef)

@@ -92,9 +92,6 @@ func Main(args []string) int {
 	}
 	roles := rolesExecutable("roles-exe", *rolesExe, exe, log)
 	routingExe := rolesExecutable("git-routing-exe", *gitRoutingExe, exe, log)
-	// No fallback: this binary does not link the image library. A start
-	// that reuses its prepared lower never runs the preparer.
-	preparer := rolesExecutable("preparer-exe", *preparerExe, "", log)
 	// The wrappers (one per acquired child: the Git-routing daemon, runsc,
 	// the egress proxy) run from the smallest binary hosting the role,
 	// lazaret-gitroute, else from lazaret-hc, which is smaller than this
@@ -119,7 +116,7 @@ func Main(args []string) int {
 		log.Error("protocol credential", "err", err)
 		return 2
 	}
-	s := &supervisor{timing: rec, rolesExe: roles, gitRoutingExe: routingExe, preparerExe: preparer, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s := &supervisor{timing: rec, rolesExe: roles, gitRoutingExe: routingExe, preparerExe: *preparerExe, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	s.mt.domain, s.mt.gen = cred.domain, cred.generation
 	if *firstSessionFD >= 3 {
 		unix.CloseOnExec(*firstSessionFD)
@@ -238,9 +235,9 @@ type supervisor struct {
 	// front binary (lazaret) when HC names it, the smallest that hosts the
 	// role, as the daemon's start is on the start-up's critical path.
 	gitRoutingExe string
-	// preparerExe is lazaret-cli, whose preparer role prepares a lower
-	// (runPreparer); "" when the coordinator named none this supervisor
-	// can run (a start that must prepare then fails, saying so).
+	// preparerExe is lazaret-cli as the coordinator named it
+	// (--preparer-exe), whose preparer role prepares a lower; runPreparer
+	// checks it, as only a start that must prepare needs it.
 	preparerExe string
 	policyFD    int
 	// firstSession is the coordinator's first-session socket for the
