@@ -59,6 +59,28 @@ func faultStages() []string {
 	return s
 }
 
+// ranMarker is the file a fault stage's session command writes in the
+// workspace.
+const ranMarker = "ran-by-the-session"
+
+// beforePublication reports whether a fault stage comes before the
+// Domain's publication, which no session command may precede.
+func beforePublication(stage string) bool {
+	for _, p := range []string{"lazaret-hc:acquire:rs:", "wrapper:rs:", "lazaret-hc:acquire:helper:", "lazaret-rs:acquire:attached_runsc:", "lazaret-rs:acquire:git_routing:"} {
+		if strings.HasPrefix(stage, p) {
+			return true
+		}
+	}
+	switch stage {
+	case "lazaret-hc:started", "lazaret-hc:hello-verified", "lazaret-hc:helper-started", "lazaret-hc:lower-intent", "lazaret-hc:lease-acquired",
+		"lazaret-hc:lease-held", "lazaret-hc:anchor-intent", "lazaret-hc:anchor-prepared", "lazaret-hc:staged-recorded", "lazaret-hc:publication-committed",
+		"lazaret-rs:hello-sent", "lazaret-rs:prepared", "lazaret-rs:lease-recorded", "lazaret-rs:rootfs-mounted", "lazaret-rs:anchors-mounted",
+		"lazaret-rs:git-routing-acquired", "lazaret-rs:git-routing-mounted", "lazaret-rs:runsc-ready":
+		return true
+	}
+	return false
+}
+
 // TestFaultInjectionRecovery (FR-7, OR-6): for every stage, a run whose
 // Lazaret process (or wrapper, or attached runsc) is SIGKILLed there leaves
 // no process or mount behind, and the next `lazaret run` recovers and
@@ -106,7 +128,7 @@ func TestFaultInjectionRecovery(t *testing.T) {
 				go func() { io.Copy(errb, p.m) }()
 				c = p.cmd
 			} else {
-				c = e.cmdWith(e.binFP, ws, env, "run", "-p", "tiny", "--", "echo", "hi")
+				c = e.cmdWith(e.binFP, ws, env, "run", "-p", "tiny", "--", "sh", "-c", "echo hi > "+ranMarker)
 				c.Stdout, c.Stderr = io.Discard, errb
 				c.Start()
 			}
@@ -130,6 +152,13 @@ func TestFaultInjectionRecovery(t *testing.T) {
 			}
 			if !hit {
 				t.Fatalf("stage %s was never reached (exit %d, stderr %q)", stage, c.ProcessState.ExitCode(), errb.String())
+			}
+			// The first session's command runs only once the Domain is
+			// published (the init starts it at the coordinator's request,
+			// sent after the publication): killed before that, it never
+			// ran, or it would have left its file in the workspace.
+			if _, err := os.Stat(filepath.Join(ws, ranMarker)); err == nil && beforePublication(stage) {
+				t.Fatalf("killed at %s, before the Domain's publication, the session's command ran anyway (it wrote %s)", stage, ranMarker)
 			}
 			start := time.Now()
 			r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "recovered")
