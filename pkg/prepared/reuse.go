@@ -3,8 +3,6 @@ package prepared
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 
 	"github.com/lazaret/lazaret/pkg/catalog"
 )
@@ -42,24 +40,11 @@ func (st *Store) Reusable(ctx context.Context, cat *catalog.Catalog, id, manifes
 // prepares it (package prepare).
 func FindReusable(ctx context.Context, storageRoot, manifestDigest string, opts catalog.Options) (Artifact, bool, error) {
 	id := ArtifactID(manifestDigest)
-	st, err := OpenStore(storageRoot, false)
-	if errors.Is(err, os.ErrNotExist) {
-		return Artifact{}, false, nil
-	}
-	if err != nil {
-		return Artifact{}, false, fmt.Errorf("prepare %s: %w", id, err)
-	}
-	defer st.Close()
-	cat, err := catalog.New(storageRoot, opts)
-	if err != nil {
-		return Artifact{}, false, fmt.Errorf("prepare %s: %w", id, err)
-	}
-	rec, found, err := st.Reusable(ctx, cat, id, manifestDigest)
-	if err != nil || !found {
+	return lookupIn(storageRoot, id, func(st *Store) (*Record, bool, error) {
+		cat, err := catalog.New(storageRoot, opts)
 		if err != nil {
-			err = fmt.Errorf("prepare %s: %w", id, err)
+			return nil, false, err
 		}
-		return Artifact{}, false, err
-	}
-	return ArtifactFor(storageRoot, rec), true, nil
+		return st.Reusable(ctx, cat, id, manifestDigest)
+	})
 }
