@@ -75,8 +75,14 @@ func (c *coordinator) spawnSupervisor(path, rolesExe, logLevel string) *supervis
 	if c.first != nil {
 		first = c.first.theirs
 	}
+	// RS's namespaces come from util-linux's unshare(1) when the host has
+	// it (else RS is cloned into them): Go's spawn into a new user
+	// namespace copies the coordinator's address space, and every page the
+	// coordinator then writes while it opens its store and records the
+	// generation faults (about 12 ms of a cold start's wall time here,
+	// measured against the clone over 60 interleaved starts).
 	return supervisor.Spawn(supervisor.Config{
-		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, GitRoutingExe: c.cfg.gitRouteExe, PreparerExe: c.cfg.preparerExe, UnshareExe: unshareExecutable(), LogLevel: logLevel, Lock: c.lockFile,
+		Log: c.log, Timing: c.timing, Broker: c.broker, Path: path, RolesExe: rolesExe, GitRoutingExe: c.cfg.gitRouteExe, PreparerExe: c.cfg.preparerExe, UnshareExe: proc.UnshareTool(), LogLevel: logLevel, Lock: c.lockFile,
 		Inputs: c.supervisorInputs, Staged: c.supervisorStaged, FirstSession: first,
 		// The broker killed and reaped the child: a staged RS was
 		// terminated by the coordinator.
@@ -231,12 +237,3 @@ func (c *coordinator) profilePaths() ([]ocispec.ProfilePath, error) {
 	}
 	return out, nil
 }
-
-// unshareExecutable is util-linux's unshare(1) (proc.UnshareTool), or ""
-// when the host has none (RS is then cloned into its namespaces). Spawning
-// RS through it does not copy the coordinator's address space: with the
-// clone, Go's spawn for a new user namespace copies it, and every page the
-// coordinator writes while it opens its store and records the generation
-// then faults (about 12 ms of a cold start's wall time here, measured
-// against the clone over 60 interleaved starts).
-func unshareExecutable() string { return proc.UnshareTool() }
