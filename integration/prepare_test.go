@@ -422,7 +422,8 @@ func stagingNames(t *testing.T) []string {
 
 // TestOR7GCCrashRecovery (OR-7): a `lazaret gc` SIGKILLed right after the
 // catalog records Reclaiming (before the rename) does not block the image:
-// the next run's preparer and lease acquisition roll the reclamation back;
+// the next run's preparer (RS finds the tree, but the coordinator reads it
+// Reclaiming in the catalog) and lease acquisition roll the reclamation back;
 // one killed right after the rename is completed by the next gc.
 func TestOR7GCCrashRecovery(t *testing.T) {
 	e := needFailpoints(t)
@@ -456,6 +457,11 @@ func TestOR7GCCrashRecovery(t *testing.T) {
 	run() // rolls back, leases, runs
 	if st, tree := state(); st != catalog.Published || !tree {
 		t.Fatalf("after the recovering run: %v, tree present %v", st, tree)
+	}
+	// RS found the tree, the coordinator's verdict (from the catalog) said
+	// it was not Published, and the preparer settled it.
+	if lg := lz(t, ws, nil, "logs", "-p", "fresh"); !strings.Contains(lg.stdout, "the Storage Catalog does not record the prepared lower Published; running the preparer") {
+		t.Errorf("the recovering run's log does not say the preparer settled the found tree: %+v", lg)
 	}
 	_, r = gcJSON(t, e.binFP, []string{failpoint.Env + "=gc:renamed"}, "--keep", "0", "--min-age", "0")
 	if r.code == 0 || !strings.Contains(r.stderr, "failpoint hit: gc:renamed") {

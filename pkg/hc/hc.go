@@ -117,6 +117,10 @@ type coordinator struct {
 	// lazaret-escalate into the control mount (init), which sandboxStart
 	// awaits.
 	guestBinaries <-chan error
+	// reusableLower waits for the prepared artifact the Storage Catalog
+	// lets RS reuse as it is (preparedlower.Service.ReuseVerdict), read
+	// beside RS's start.
+	reusableLower func() string
 	// sessions is the Client Session registry (package sessions),
 	// guarded by mu.
 	sessions  *sessions.Registry[*session]
@@ -347,6 +351,15 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 		}
 		binaries <- nil
 	}()
+	// Whether the Storage Catalog lets RS reuse the prepared lower it finds
+	// (StartSandbox.reusable_artifact_id), read beside RS's start.
+	reuse := make(chan struct{})
+	var reusable string
+	go func() {
+		defer close(reuse)
+		reusable = c.lower.ReuseVerdict(context.Background())
+	}()
+	c.reusableLower = func() string { <-reuse; return reusable }
 	gitCfg, err := hostGitConfig()
 	if err != nil {
 		return err

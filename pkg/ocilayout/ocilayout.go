@@ -1,9 +1,11 @@
 // Package ocilayout resolves an `oci:PATH[:TAG]` image reference to the
 // digest of the single-platform image manifest it names, reading the OCI
 // image layout's index.json and that manifest's blob, without the image
-// library (go.podman.io/image): the Runtime Supervisor's reuse check of a
-// prepared lower needs only that digest, and linking the image library
-// into lazaret-rs would cost every cold start its initialisation.
+// library (go.podman.io/image): the reuse check of a prepared lower (the
+// Runtime Supervisor's lookup of the tree, the coordinator's verdict from
+// the Storage Catalog: ReuseDigest) needs only that digest, and linking
+// the image library into lazaret-rs or lazaret-hc would cost every cold
+// start its initialisation.
 //
 // It follows the image library's oci layout transport for the references it
 // accepts: PATH and TAG split at the first ':'; with a TAG, the first index
@@ -58,6 +60,24 @@ type descriptor struct {
 type index struct {
 	SchemaVersion int          `json:"schemaVersion"`
 	Manifests     []descriptor `json:"manifests"`
+}
+
+// ReuseDigest is the manifest digest a start may reuse the prepared lower
+// of without the image library: a local layout's (ManifestDigest), or the
+// digest a registry reference pins (docker://NAME@sha256:HEX). A pinned
+// digest that names a manifest list has no prepared lower of its own
+// (artifacts are the platform's manifest's), so none is found and the
+// preparer resolves it; a pinned single-platform manifest is reused
+// without asking the registry, as the prepared lower is the content that
+// digest names. Anything else wraps ErrUnresolved.
+func ReuseDigest(ref string) (string, error) {
+	if name, ok := strings.CutPrefix(ref, "docker://"); ok {
+		if _, d, ok := strings.Cut(name, "@"); ok && ValidDigest(d) {
+			return d, nil
+		}
+		return "", fmt.Errorf("%s: a registry reference pins no sha256 digest (%w)", ref, ErrUnresolved)
+	}
+	return ManifestDigest(ref)
 }
 
 // ManifestDigest returns the digest ("sha256:" and 64 hex digits) of the

@@ -149,3 +149,31 @@ func TestManifestDigestAgreesWithTheImageLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestReuseDigest: a registry reference is reused without the image
+// library only when it pins a canonical sha256 digest; a tag, or a digest
+// in another form, is the preparer's; an oci: reference is package
+// ocilayout's.
+func TestReuseDigest(t *testing.T) {
+	d := "sha256:" + strings.Repeat("0123456789abcdef", 4)
+	for ref, want := range map[string]string{
+		"docker://docker.io/library/debian@" + d:                               d,
+		"docker://registry.example:5000/a/b:12@" + d:                           d,
+		"docker://docker.io/library/debian:12":                                 "",
+		"docker://docker.io/library/debian@sha256:" + strings.Repeat("AB", 32): "",
+		"docker://docker.io/library/debian@sha512:" + strings.Repeat("ab", 64): "",
+		"docker://docker.io/library/debian@" + d[:70]:                          "",
+		"oci:" + t.TempDir() + ":latest":                                       "", // no layout there
+	} {
+		got, err := ReuseDigest(ref)
+		if want == "" {
+			if !errors.Is(err, ErrUnresolved) {
+				t.Errorf("%s: %q, %v; want ErrUnresolved", ref, got, err)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %s", ref, got, err, want)
+		}
+	}
+}

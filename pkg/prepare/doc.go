@@ -37,8 +37,9 @@
 // broker (so the preparer dies with it), when a start finds no reusable
 // artifact: RS's own reuse check resolves a local layout's manifest digest
 // without the image library (package ocilayout) and asks the prepared store
-// and the Storage Catalog (prepared.FindReusable, the same check as
-// Ensure's fast path, Store.Reusable). The role writes progress lines to
+// (prepared.LookupDigest), and the coordinator asks the Storage Catalog
+// (preparedlower's ReuseVerdict; together the same check as Ensure's fast
+// path, preparedcatalog.Reusable). The role writes progress lines to
 // its standard output (RS relays them to HC), logs to its standard error
 // (hc.log), records its steps of tla/PreparedLower.tla in the model trace
 // as RS's, and reports its prepared.PreparerResult on descriptor 3; RS
@@ -52,7 +53,7 @@
 //	                              its inode is recorded in the prepare intent
 //	  .staging/<random>/          one preparation in progress, named by its
 //	                              durable prepare intent in the Storage Catalog
-//	  .used/<id>, .trash/         usage times; reclaimed and quarantined trees (prepared.GC)
+//	  .used/<id>, .trash/         usage times; reclaimed and quarantined trees (preparedcatalog.GC)
 //	    rootfs/
 //	    artifact.json
 //	  pl-<32 hex>/                a published artifact, never modified again

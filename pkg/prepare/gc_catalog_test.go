@@ -12,6 +12,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/prepared"
+	"github.com/lazaret/lazaret/pkg/preparedcatalog"
 )
 
 // TestGCRespectsCatalogLeases (OR-7): with the Storage Catalog consulted,
@@ -37,9 +38,9 @@ func TestGCRespectsCatalogLeases(t *testing.T) {
 	if err := cat.AcquireLease(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	policy := prepared.GCPolicy{Catalog: cat, Ctx: ctx}
+	policy := preparedcatalog.GCPolicy{Catalog: cat, Ctx: ctx}
 	for _, dry := range []bool{true, false} {
-		res, err := prepared.GC(root, policy, dry, time.Now())
+		res, err := preparedcatalog.GC(root, policy, dry, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,14 +58,14 @@ func TestGCRespectsCatalogLeases(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrRefused) {
 		t.Fatalf("release without proof: %v", err)
 	}
-	if res, _ := prepared.GC(root, policy, false, time.Now()); res.Entries[0].Action != "keep" {
+	if res, _ := preparedcatalog.GC(root, policy, false, time.Now()); res.Entries[0].Action != "keep" {
 		t.Fatalf("artifact reclaimed with its lease retained: %+v", res.Entries)
 	}
 	if _, err := cat.ReleaseLease(ctx, key, catalog.ReleaseProof{
 		ReleaseIntent: func(catalog.LeaseKey) error { return nil }, MountAbsent: func(catalog.LeaseKey) error { return nil }}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := prepared.GC(root, policy, false, time.Now())
+	res, err := preparedcatalog.GC(root, policy, false, time.Now())
 	if err != nil || len(res.Entries) != 1 || res.Entries[0].Action != "reclaimed" {
 		t.Fatalf("unleased artifact not reclaimed: %+v %v", res, err)
 	}
@@ -78,7 +79,7 @@ func TestGCRespectsCatalogLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropRecord(t, cat, b.ID)
-	if res, err := prepared.GC(root, policy, false, time.Now()); err != nil || len(res.Entries) != 1 || res.Entries[0].Action != "reclaimed" {
+	if res, err := preparedcatalog.GC(root, policy, false, time.Now()); err != nil || len(res.Entries) != 1 || res.Entries[0].Action != "reclaimed" {
 		t.Fatalf("unrecorded artifact %s: %+v %v", b.ID, res, err)
 	}
 	prepared.PurgeTrash(context.Background(), root)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lazaret/lazaret/pkg/prepared"
+	"github.com/lazaret/lazaret/pkg/preparedcatalog"
 )
 
 // TestGCRespectsHolds (OR-7): an artifact held by a user (Hold) is never
@@ -29,7 +30,7 @@ func TestGCRespectsHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	res, err := prepared.GC(root, prepared.GCPolicy{}, false, now)
+	res, err := preparedcatalog.GC(root, preparedcatalog.GCPolicy{}, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,22 +41,22 @@ func TestGCRespectsHolds(t *testing.T) {
 	}
 	use.Release()
 	// Policy: kept while among the Keep most recent or younger than MinAge.
-	for _, p := range []prepared.GCPolicy{{Keep: 1}, {MinAge: time.Hour}} {
-		res, _ := prepared.GC(root, p, false, now)
+	for _, p := range []preparedcatalog.GCPolicy{{Keep: 1}, {MinAge: time.Hour}} {
+		res, _ := preparedcatalog.GC(root, p, false, now)
 		for _, e := range res.Entries {
 			if e.Action != "keep" {
 				t.Errorf("policy %+v reclaimed %+v", p, e)
 			}
 		}
 	}
-	res, err = prepared.GC(root, prepared.GCPolicy{}, true, now)
+	res, err = preparedcatalog.GC(root, preparedcatalog.GCPolicy{}, true, now)
 	if err != nil || res.TrashEntries != 0 {
 		t.Fatalf("dry run: %+v %v", res, err)
 	}
 	if _, err := os.Stat(a.Dir); err != nil {
 		t.Fatal("dry run reclaimed")
 	}
-	res, err = prepared.GC(root, prepared.GCPolicy{}, false, now)
+	res, err = preparedcatalog.GC(root, preparedcatalog.GCPolicy{}, false, now)
 	if err != nil || res.TrashEntries != 1 {
 		t.Fatalf("gc: %+v %v", res, err)
 	}
@@ -79,7 +80,7 @@ func TestGCRespectsHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, _ = prepared.GC(root, prepared.GCPolicy{Keep: 5, MinAge: time.Hour, MaxBytes: 1}, false, time.Now())
+	res, _ = preparedcatalog.GC(root, preparedcatalog.GCPolicy{Keep: 5, MinAge: time.Hour, MaxBytes: 1}, false, time.Now())
 	if res.TrashEntries != 1 {
 		t.Fatalf("size budget: %+v", res)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/prepared"
+	"github.com/lazaret/lazaret/pkg/preparedcatalog"
 )
 
 var testDomain = domain.DeriveID("default", "/home/dev/prepare-test")
@@ -111,13 +112,13 @@ func plantIntent(t *testing.T, root, op, id, name string, mkTree bool) string {
 	return lockPath
 }
 
-func entryFor(res prepared.GCResult, name string) prepared.GCEntry {
+func entryFor(res preparedcatalog.GCResult, name string) preparedcatalog.GCEntry {
 	for _, e := range res.Entries {
 		if e.Name == name {
 			return e
 		}
 	}
-	return prepared.GCEntry{}
+	return preparedcatalog.GCEntry{}
 }
 
 // TestGCDecisionsOnStagingTrees (OR-7): gc reclaims an abandoned staging
@@ -161,7 +162,7 @@ func TestGCDecisionsOnStagingTrees(t *testing.T) {
 	}
 
 	for _, dry := range []bool{true, false} {
-		res, err := prepared.GC(root, prepared.GCPolicy{}, dry, time.Now())
+		res, err := preparedcatalog.GC(root, preparedcatalog.GCPolicy{}, dry, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +210,7 @@ func TestGCDecisionsOnStagingTrees(t *testing.T) {
 	}
 	// Once the live preparer is gone, its tree is reclaimed too.
 	live.Close()
-	res, err := prepared.GC(root, prepared.GCPolicy{}, false, time.Now())
+	res, err := preparedcatalog.GC(root, preparedcatalog.GCPolicy{}, false, time.Now())
 	if err != nil || entryFor(res, ".staging/live").Action != "reclaimed" {
 		t.Fatalf("after the preparer ended: %+v %v", res, err)
 	}
@@ -260,7 +261,7 @@ func crashChild(spec string) int {
 	case "prepare":
 		_, err = ensure(context.Background(), Options{StorageRoot: root, ImageRef: ref, DomainID: testDomain, Generation: 1}, h)
 	case "gc":
-		_, err = prepared.GC(root, prepared.GCPolicy{At: h.at}, false, time.Now())
+		_, err = preparedcatalog.GC(root, preparedcatalog.GCPolicy{At: h.at}, false, time.Now())
 	}
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")
@@ -327,7 +328,7 @@ func TestCrashAtEachPrepareStep(t *testing.T) {
 				var steps []string
 				record := func(action, id string) { steps = append(steps, action) }
 				if by == "gc" {
-					res, err := prepared.GC(root, prepared.GCPolicy{Keep: 5, Step: record}, false, time.Now())
+					res, err := preparedcatalog.GC(root, preparedcatalog.GCPolicy{Keep: 5, Step: record}, false, time.Now())
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -381,7 +382,7 @@ func TestCrashAtEachGCStep(t *testing.T) {
 	requireRoot(t)
 	ref := busyboxRef(t)
 	ctx := context.Background()
-	for _, step := range prepared.GCSteps {
+	for _, step := range preparedcatalog.GCSteps {
 		for _, by := range []string{"lease", "prepare", "gc"} {
 			t.Run(step+"/settled-by-"+by, func(t *testing.T) {
 				root := t.TempDir()
@@ -399,7 +400,7 @@ func TestCrashAtEachGCStep(t *testing.T) {
 					// left prepared/ is completed and prepared again.
 					lease := func(id string) error {
 						return cat.Update(ctx, func(tx *catalog.Tx) error {
-							out, err := tx.RecoverReclaim(id, prepared.ProbeTree(root))
+							out, err := tx.RecoverReclaim(id, preparedcatalog.ProbeTree(root))
 							if err != nil {
 								return err
 							}
@@ -433,14 +434,14 @@ func TestCrashAtEachGCStep(t *testing.T) {
 						t.Fatal(err)
 					}
 				case "gc":
-					res, err := prepared.GC(root, prepared.GCPolicy{}, false, time.Now())
+					res, err := preparedcatalog.GC(root, preparedcatalog.GCPolicy{}, false, time.Now())
 					if err != nil {
 						t.Fatal(err)
 					}
 					t.Logf("gc: recovered %v", res.Recovered)
 				}
 				// A final gc settles the abandoned intent in every case.
-				if _, err := prepared.GC(root, prepared.GCPolicy{Keep: 5}, false, time.Now()); err != nil {
+				if _, err := preparedcatalog.GC(root, preparedcatalog.GCPolicy{Keep: 5}, false, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 				checkSettled(t, root)

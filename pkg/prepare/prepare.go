@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/prepared"
+	"github.com/lazaret/lazaret/pkg/preparedcatalog"
 )
 
 // Options configures Ensure.
@@ -117,7 +118,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 	log = log.With("artifact_id", id, "manifest_digest", img.source.ManifestDigest)
 
 	// Fast path: a Published record and its valid tree.
-	if rec, reusable, err := st.Reusable(ctx, cat, id, img.source.ManifestDigest); err != nil {
+	if rec, reusable, err := preparedcatalog.Reusable(ctx, st, cat, id, img.source.ManifestDigest); err != nil {
 		return fail(err)
 	} else if reusable {
 		log.Info("reusing prepared lower")
@@ -167,13 +168,13 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 					return fmt.Errorf("prepare intent %s names lock inode %d:%d, the preparation lock is %d:%d: cannot prove its preparer gone; move prepared/.locks/%s aside only if no Lazaret runs",
 						op.GetOperationId(), op.GetLockDev(), op.GetLockIno(), lock.ID.Dev, lock.ID.Ino, id)
 				}
-				what, err := st.SettleIntent(tx, op, h.hit)
+				what, err := preparedcatalog.SettleIntent(st, tx, op, h.hit)
 				if err != nil {
 					return err
 				}
 				log.Warn("settled the prepare intent of a preparer that died", "operation_id", op.GetOperationId(), "outcome", what)
 			}
-			out, err := tx.RecoverReclaim(id, st.ProbeTreeAt)
+			out, err := tx.RecoverReclaim(id, preparedcatalog.ProbeTreeAt(st))
 			if err != nil {
 				return err
 			}
@@ -184,7 +185,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 			if out != catalog.NotReclaiming {
 				log.Warn("recovered an interrupted reclamation", "outcome", out.String())
 			}
-			st.RecordReclaim(out, id)
+			preparedcatalog.RecordReclaim(st, out, id)
 			rec, found, err := st.Lookup(id, img.source.ManifestDigest)
 			if err != nil {
 				return err
@@ -216,7 +217,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 				// A tree published before the catalog recorded preparations.
 				reuse = rec
 				return tx.AdoptArtifact(catalog.Adoption{ArtifactID: id, OperationID: opID, PreparerVersion: rec.Preparer,
-					Source: prepared.SourceOfRecord(rec), RootfsBytes: rec.RootfsBytes})
+					Source: preparedcatalog.SourceOfRecord(rec), RootfsBytes: rec.RootfsBytes})
 			}
 			if err := checkIdentityMap(); err != nil {
 				return err
@@ -228,7 +229,7 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 			prepareNow = true
 			if err := tx.BeginPreparation(catalog.Preparation{OperationID: opID, ArtifactID: id, PreparerVersion: preparerVersion(),
 				DomainID: opts.DomainID, Generation: opts.Generation, StagingName: stagingName, Source: img.sourceImage(),
-				Lock: lock.ID, Preparer: self}); err != nil {
+				Lock: preparedcatalog.LockIdentity(lock), Preparer: self}); err != nil {
 				return err
 			}
 			st.RecordStep("BeginPrepare", id)
@@ -265,14 +266,14 @@ func ensure(ctx context.Context, opts Options, h hooks) (prepared.Artifact, erro
 	fmt.Fprintf(opts.Progress, "preparing image %s (first use; later starts reuse it): %d layers, %s -> %s\n", opts.ImageRef, len(img.layers), prepared.HumanBytes(img.totalBytes()), id)
 	stg, err := st.NewStaging(stagingName)
 	if err != nil {
-		return fail(errors.Join(err, st.Abandon(ctx, cat, opID, lock, h.hit, log)))
+		return fail(errors.Join(err, preparedcatalog.Abandon(ctx, st, cat, opID, lock, h.hit, log)))
 	}
 	st.RecordStep("CreateStageTree", id)
 	published := false
 	defer func() {
 		if !published {
 			stg.CloseFDs()
-			if err := st.Abandon(ctx, cat, opID, lock, h.hit, log); err != nil {
+			if err := preparedcatalog.Abandon(ctx, st, cat, opID, lock, h.hit, log); err != nil {
 				log.Warn("abandoning the preparation failed; gc settles its intent", "staging", stg.Name(), "err", err)
 			}
 		}

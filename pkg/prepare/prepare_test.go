@@ -23,6 +23,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/imagebuild"
 	"github.com/lazaret/lazaret/pkg/ocilayout"
 	"github.com/lazaret/lazaret/pkg/prepared"
+	"github.com/lazaret/lazaret/pkg/preparedcatalog"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"go.podman.io/storage/pkg/reexec"
 	"golang.org/x/sys/unix"
@@ -207,18 +208,32 @@ func TestEnsureBusybox(t *testing.T) {
 	if _, found, err := Lookup(t.TempDir(), ref); found || err != nil {
 		t.Fatalf("Lookup in empty root: %v %v", found, err)
 	}
-	// The Runtime Supervisor's reuse check, without the image library,
-	// finds the same artifact (and none in an empty Storage Root).
+	// The Runtime Supervisor's lookup, without the image library, finds
+	// the same artifact, and the coordinator's reuse verdict, from the
+	// Storage Catalog, names it Published (neither in an empty Storage
+	// Root).
 	d, err := ocilayout.ManifestDigest(ref)
 	if err != nil || d != a.Source.ManifestDigest {
 		t.Fatalf("ocilayout.ManifestDigest(%s) = %q, %v; want %s", ref, d, err, a.Source.ManifestDigest)
 	}
-	l, found, err = prepared.FindReusable(context.Background(), root, d, catalog.Options{})
+	l, found, err = prepared.LookupDigest(root, prepared.ArtifactID(d), d)
 	if err != nil || !found || l != a {
-		t.Fatalf("prepared.FindReusable = %+v %v %v", l, found, err)
+		t.Fatalf("prepared.LookupDigest = %+v %v %v", l, found, err)
 	}
-	if _, found, err := prepared.FindReusable(context.Background(), t.TempDir(), d, catalog.Options{}); found || err != nil {
-		t.Fatalf("FindReusable in empty root: %v %v", found, err)
+	for _, r := range []struct {
+		root string
+		want bool
+	}{{root, true}, {t.TempDir(), false}} {
+		cat, err := catalog.New(r.root, catalog.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if published, err := preparedcatalog.Published(context.Background(), cat, a.ID); published != r.want || err != nil {
+			t.Fatalf("preparedcatalog.Published in %s = %v, %v; want %v", r.root, published, err, r.want)
+		}
+	}
+	if _, found, err := prepared.LookupDigest(t.TempDir(), a.ID, d); found || err != nil {
+		t.Fatalf("prepared.LookupDigest in empty root: %v %v", found, err)
 	}
 }
 
@@ -562,7 +577,7 @@ func TestInterruptedStagingIgnored(t *testing.T) {
 	if b.ID != a.ID || strings.Contains(progress.String(), "reusing") {
 		t.Fatalf("Ensure %+v %q", b, progress.String())
 	}
-	if _, err := prepared.GC(root, prepared.GCPolicy{Keep: 5}, false, time.Now()); err != nil {
+	if _, err := preparedcatalog.GC(root, preparedcatalog.GCPolicy{Keep: 5}, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if names := stagingEntries(t, root); strings.Join(names, ",") != "deadbeef,locked,"+a.ID {

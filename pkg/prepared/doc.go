@@ -1,16 +1,19 @@
 // Package prepared is the image-free side of the prepared lower (spec §3.5,
 // FR-22, SR-15, OR-7): the prepared-artifact ID, the artifact record
 // (artifact.json) and its validation, the Storage Root's prepared/ tree and
-// the locks on it — usage holds (Hold), gc (GC, PurgeTrash, TrashEntries),
-// the whole-store exclusion of `lazaret rm --all` (LockAll), the tree probe
-// of reclamation recovery (ProbeTree) — and the store primitives the
-// preparer builds on (Store: staging, publication, preparation locks,
-// settling prepare intents).
+// the locks on it — usage holds (Hold), the trash (PurgeTrash,
+// TrashEntries), the whole-store exclusion of `lazaret rm --all` (LockAll),
+// the file-system steps of gc's reclamation and of settling a prepare
+// intent (LockExclusive, MoveToTrash, QuarantineStaging, Probe) — and the
+// store primitives the preparer builds on (Store: staging, publication,
+// preparation locks). What the Storage Catalog records around those steps
+// is package preparedcatalog's.
 //
-// It links no image library: the Host Coordinator, the Runtime Supervisor
-// (its reuse check, FindReusable, and its hold), the CLI's gc, state and rm
-// paths and the state-maintenance role read and lock prepared lowers
-// through it without initialising go.podman.io/image or go.podman.io/storage.
+// It links no image library and no database: the Host Coordinator, the
+// Runtime Supervisor (its lookup, LookupDigest, and its hold), the CLI's
+// gc, state and rm paths and the state-maintenance role read and lock
+// prepared lowers through it without initialising go.podman.io/image,
+// go.podman.io/storage or pebble.
 // Package prepare resolves images and applies their layers (lazaret-cli's
 // preparer role, PreparerArg, which RS runs as its child) and uses this
 // package for everything on disk.

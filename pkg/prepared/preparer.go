@@ -11,7 +11,8 @@ import (
 // PreparerArg is the hidden role of lazaret-cli that prepares a lower
 // (package prepare's Main): the Runtime Supervisor, which does not link
 // the image library, runs it in its own namespaces when a start finds no
-// reusable artifact (FindReusable). Its flags name the Storage Root, the
+// reusable artifact (no tree of the image, or one the Storage Catalog does
+// not record Published). Its flags name the Storage Root, the
 // image reference, and the Domain generation preparing it; it writes
 // progress lines to its standard output, logs to its standard error and
 // its PreparerResult as one JSON line to descriptor 3.

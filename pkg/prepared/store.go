@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/lazaret/lazaret/pkg/catalog"
 )
 
 // resolveBeneath confines every lookup below a directory descriptor and
@@ -47,18 +44,6 @@ type Store struct {
 
 // SetStep sets the function RecordStep calls (nil: none).
 func (st *Store) SetStep(step func(action, artifactID string)) { st.step = step }
-
-// RecordReclaim records how RecoverReclaim settled an interrupted
-// reclamation: completed (ReclaimArtifact) or rolled back, the tree never
-// having left (RollbackReclaim).
-func (st *Store) RecordReclaim(out catalog.ReclaimOutcome, id string) {
-	switch out {
-	case catalog.Completed:
-		st.RecordStep("ReclaimArtifact", id)
-	case catalog.RolledBack:
-		st.RecordStep("RollbackReclaim", id)
-	}
-}
 
 // RecordStep calls the SetStep function, when set, with a
 // tla/PreparedLower.tla action and the artifact ID.
@@ -316,38 +301,6 @@ func removeAllAtCtx(ctx context.Context, dirfd int, name string) error {
 	f.Close()
 	if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
 		return &os.PathError{Op: "unlinkat", Path: name, Err: err}
-	}
-	return nil
-}
-
-// Abandon ends this process's own failed preparation opID (under its
-// preparation lock): quarantine its staging tree, abandon the intent,
-// delete the quarantined tree (the caller is namespace root of the user
-// namespace). hit is called at the crash points SettleIntent passes.
-func (st *Store) Abandon(ctx context.Context, cat *catalog.Catalog, opID string, lock *PrepLock, hit func(string), log *slog.Logger) error {
-	var q string
-	err := cat.Update(ctx, func(tx *catalog.Tx) error {
-		op, err := tx.Operation(opID)
-		if err != nil {
-			return err
-		}
-		if op.GetLockIno() != lock.ID.Ino {
-			return fmt.Errorf("intent %s names another lock inode", opID)
-		}
-		_, err = st.SettleIntent(tx, op, hit)
-		if err == nil {
-			q = quarantinePrefix + op.GetStagingName()
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if tfd, err := openBeneath(st.preparedFD, trashDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err == nil {
-		defer unix.Close(tfd)
-		if err := removeAllAt(tfd, q); err != nil {
-			log.Warn("deleting the quarantined staging tree failed; the next start deletes it", "quarantine", q, "err", err)
-		}
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/anchor"
-	"github.com/lazaret/lazaret/pkg/catalog"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
@@ -195,7 +194,11 @@ type heldLower struct {
 	in   lowerInputs
 	done chan struct{}
 	art  prepared.Artifact
-	err  error
+	// found: art is the image's tree, found and held without the
+	// preparer; StartSandbox says whether the Storage Catalog lets the
+	// start reuse it as it is (resolveLower).
+	found bool
+	err   error
 }
 
 // holdLowerEarly begins holdLower for in while the coordinator verifies
@@ -207,91 +210,105 @@ func (s *supervisor) holdLowerEarly(in lowerInputs) {
 	s.held = h
 	go func() {
 		defer close(h.done)
-		h.art, h.err = s.holdLower(in)
+		h.art, h.found, h.err = s.holdLower(in, false)
 		s.timing.Mark("prepared lower held early")
 	}()
 }
 
 // joinLower returns the lower held for StartSandbox st: the early hold if
-// it names the same lower (refusing one that does not), else a hold now.
+// it names the same lower (refusing one that does not), else a hold now;
+// then resolveLower.
 func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepared.Artifact, error) {
 	want := lowerInputs{storageRoot: st.StorageRoot, imageRef: st.ImageRef, domainID: st.DomainId, generation: st.Generation}
 	h := s.held
 	if h == nil {
-		return s.holdLower(want)
+		h = &heldLower{in: want}
+		h.art, h.found, h.err = s.holdLower(want, false)
+	} else {
+		<-h.done
 	}
-	<-h.done
 	if h.err != nil {
 		return prepared.Artifact{}, h.err
 	}
 	if h.in != want {
 		return prepared.Artifact{}, errdefs.New(errdefs.ErrRefused, "StartSandbox names the prepared lower of %+v, but the coordinator's credential named %+v", want, h.in)
 	}
-	return h.art, nil
+	return s.resolveLower(want, h.art, h.found, st.GetReusableArtifactId())
 }
 
-// holdLower looks up (or prepares) the prepared lower and holds it for RS's
-// lifetime, so `lazaret gc` cannot reclaim it while the sandbox runs; an
-// artifact reclaimed between lookup and hold is prepared again. Reclaimed
-// trees are deleted here, in the user namespace, in the background.
-func (s *supervisor) holdLower(in lowerInputs) (prepared.Artifact, error) {
+// resolveLower settles a tree found without the preparer against the
+// coordinator's verdict (StartSandbox.reusable_artifact_id: the artifact
+// the Storage Catalog records Published for the image): the same artifact
+// is reused as it is; otherwise (no record, a preparation, a reclamation a
+// crash left unsettled) the hold is dropped and the preparer settles it
+// under the artifact's preparation lock, as when no tree was found. The
+// coordinator's lease checks Published again under the catalog's lock
+// before anything is mounted.
+func (s *supervisor) resolveLower(in lowerInputs, art prepared.Artifact, found bool, verdict string) (prepared.Artifact, error) {
+	if !found {
+		return art, nil // the preparer's
+	}
+	if verdict == art.ID {
+		s.log.Info("reusing prepared lower", "image_ref", in.imageRef, "artifact_id", art.ID, "manifest_digest", art.Source.ManifestDigest)
+		s.progress("prepare: reusing %s for %s", art.ID, in.imageRef)
+		return art, nil
+	}
+	s.log.Info("the Storage Catalog does not record the prepared lower Published; running the preparer", "image_ref", in.imageRef, "artifact_id", art.ID, "coordinator_verdict", verdict)
+	s.lowerUse.Release()
+	s.lowerUse = nil
+	art, _, err := s.holdLower(in, true)
+	return art, err
+}
+
+// holdLower looks up (or, with prepare or when none is found, prepares)
+// the prepared lower and holds it for RS's lifetime, so `lazaret gc`
+// cannot reclaim it while the sandbox runs; an artifact reclaimed between
+// lookup and hold is looked up (or prepared) again. found reports a tree
+// found without the preparer. Reclaimed trees are deleted here, in the
+// user namespace, in the background.
+func (s *supervisor) holdLower(in lowerInputs, prepare bool) (art prepared.Artifact, found bool, err error) {
 	for attempt := 0; ; attempt++ {
-		art, err := s.ensureLower(in)
+		art, found, err = s.ensureLower(in, prepare)
 		if err != nil {
-			return prepared.Artifact{}, err
+			return prepared.Artifact{}, false, err
 		}
 		use, err := prepared.Hold(in.storageRoot, art.ID)
 		if errors.Is(err, prepared.ErrGone) && attempt < 3 {
 			continue
 		}
 		if err != nil {
-			return prepared.Artifact{}, err
+			return prepared.Artifact{}, false, err
 		}
 		s.lowerUse = use
-		s.startPurge(in.storageRoot)
-		return art, nil
-	}
-}
-
-// ensureLower returns the prepared lower of in. A local layout's image
-// whose artifact is Published is reused here, without the image library
-// (packages ocilayout and prepared); anything else — an artifact to
-// prepare, a registry reference, a layout this check does not resolve, an
-// artifact a preparer, gc or a crash left unsettled — is the preparer's
-// (runPreparer), which reuses what it can and prepares the rest once
-// across concurrent Domains, recording every step in the Storage Catalog.
-func (s *supervisor) ensureLower(in lowerInputs) (prepared.Artifact, error) {
-	d, err := reuseDigest(in.imageRef)
-	if err != nil {
-		s.log.Debug("the preparer resolves the image", "image_ref", in.imageRef, "why", err)
-		return s.runPreparer(in)
-	}
-	art, found, err := prepared.FindReusable(context.Background(), in.storageRoot, d, catalog.Options{Logger: s.log})
-	if err != nil || !found {
-		s.log.Debug("no reusable prepared lower; running the preparer", "image_ref", in.imageRef, "manifest_digest", d, "err", err)
-		return s.runPreparer(in)
-	}
-	s.log.Info("reusing prepared lower", "image_ref", in.imageRef, "artifact_id", art.ID, "manifest_digest", d)
-	s.progress("prepare: reusing %s for %s", art.ID, in.imageRef)
-	return art, nil
-}
-
-// reuseDigest is the manifest digest a start may reuse the prepared lower
-// of without the image library: a local layout's (package ocilayout), or
-// the digest a registry reference pins (docker://NAME@sha256:HEX). A
-// pinned digest that names a manifest list has no prepared lower of its
-// own (artifacts are the platform's manifest's), so FindReusable finds
-// none and the preparer resolves it; a pinned single-platform manifest is
-// reused without asking the registry, as the prepared lower is the content
-// that digest names.
-func reuseDigest(ref string) (string, error) {
-	if name, ok := strings.CutPrefix(ref, "docker://"); ok {
-		if _, d, ok := strings.Cut(name, "@"); ok && ocilayout.ValidDigest(d) {
-			return d, nil
+		if s.purged == nil {
+			s.startPurge(in.storageRoot)
 		}
-		return "", fmt.Errorf("%s: a registry reference pins no sha256 digest (%w)", ref, ocilayout.ErrUnresolved)
+		return art, found, nil
 	}
-	return ocilayout.ManifestDigest(ref)
+}
+
+// ensureLower returns the prepared lower of in. Unless prepare is set, a
+// valid tree of the image's manifest (a local layout's, or a pinned
+// registry digest's: ocilayout.ReuseDigest) is returned as found, without
+// the image library or the Storage Catalog (whether it may be reused as it
+// is comes with StartSandbox: resolveLower); anything else — no such
+// tree, a registry reference, a layout this check does not resolve — is
+// the preparer's (runPreparer), which reuses what it can and prepares the
+// rest once across concurrent Domains, recording every step in the
+// Storage Catalog.
+func (s *supervisor) ensureLower(in lowerInputs, prepare bool) (prepared.Artifact, bool, error) {
+	if !prepare {
+		d, err := ocilayout.ReuseDigest(in.imageRef)
+		if err != nil {
+			s.log.Debug("the preparer resolves the image", "image_ref", in.imageRef, "why", err)
+		} else if art, found, err := prepared.LookupDigest(in.storageRoot, prepared.ArtifactID(d), d); err == nil && found {
+			return art, true, nil
+		} else {
+			s.log.Debug("no prepared lower to reuse; running the preparer", "image_ref", in.imageRef, "manifest_digest", d, "err", err)
+		}
+	}
+	art, err := s.runPreparer(in)
+	return art, false, err
 }
 
 // runPreparer runs the preparer role of lazaret-cli (s.preparerExe) in

@@ -32,9 +32,12 @@
 // start whose image is a local layout (`oci:PATH[:TAG]`) or a registry
 // reference pinned to a manifest digest (`docker://NAME@sha256:…`) with a
 // Published prepared lower reuses it after reading the layout's index and
-// manifest (package ocilayout) or taking the pinned digest (reuseDigest:
-// no registry request), and asking the prepared store and the Storage
-// Catalog (prepared.FindReusable); any other start runs lazaret-cli's preparer
+// manifest (package ocilayout) or taking the pinned digest
+// (ocilayout.ReuseDigest: no registry request), and finding and holding
+// the tree in the prepared store (prepared.LookupDigest) — the coordinator
+// says in StartSandbox whether the Storage Catalog records it Published
+// (resolveLower), so RS links no database (cmd/lazaret-rs
+// TestLinksNoDatabase); any other start runs lazaret-cli's preparer
 // role (--preparer-exe, package prepare's Main) as its child and relays
 // its progress (ensureLower, runPreparer).
 //

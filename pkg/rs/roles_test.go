@@ -1,15 +1,11 @@
 package rs
 
 import (
-	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-
-	"github.com/lazaret/lazaret/pkg/ocilayout"
 )
 
 // TestRolesExecutable: RS runs its roles from --roles-exe only when it can
@@ -46,34 +42,6 @@ func TestRolesExecutable(t *testing.T) {
 	} {
 		if got := rolesExecutable("preparer-exe", c.exe, "", log); got != c.want {
 			t.Errorf("preparer %s: rolesExecutable(%q) = %q, want %q", name, c.exe, got, c.want)
-		}
-	}
-}
-
-// TestReuseDigest: a registry reference is reused without the image
-// library only when it pins a canonical sha256 digest; a tag, or a digest
-// in another form, is the preparer's; an oci: reference is package
-// ocilayout's.
-func TestReuseDigest(t *testing.T) {
-	d := "sha256:" + strings.Repeat("0123456789abcdef", 4)
-	for ref, want := range map[string]string{
-		"docker://docker.io/library/debian@" + d:                               d,
-		"docker://registry.example:5000/a/b:12@" + d:                           d,
-		"docker://docker.io/library/debian:12":                                 "",
-		"docker://docker.io/library/debian@sha256:" + strings.Repeat("AB", 32): "",
-		"docker://docker.io/library/debian@sha512:" + strings.Repeat("ab", 64): "",
-		"docker://docker.io/library/debian@" + d[:70]:                          "",
-		"oci:" + t.TempDir() + ":latest":                                       "", // no layout there
-	} {
-		got, err := reuseDigest(ref)
-		if want == "" {
-			if !errors.Is(err, ocilayout.ErrUnresolved) {
-				t.Errorf("%s: %q, %v; want ErrUnresolved", ref, got, err)
-			}
-			continue
-		}
-		if err != nil || got != want {
-			t.Errorf("%s: %q, %v; want %s", ref, got, err, want)
 		}
 	}
 }

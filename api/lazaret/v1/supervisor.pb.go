@@ -649,9 +649,16 @@ type StartSandbox struct {
 	// commits more. 0: no limit.
 	MemoryLimitBytes uint64 `protobuf:"varint,25,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
 	// The egress proxy of the allowlist network mode; absent in the deny mode.
-	Egress        *EgressProxySpec `protobuf:"bytes,26,opt,name=egress,proto3" json:"egress,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Egress *EgressProxySpec `protobuf:"bytes,26,opt,name=egress,proto3" json:"egress,omitempty"`
+	// The prepared artifact of image_ref that the Storage Catalog records
+	// Published, as the coordinator read it while RS started: RS reuses the
+	// tree it found and holds only when it is this one, else (empty: no
+	// record, a preparation or a reclamation to settle, a reference not
+	// resolved without the image library) the preparer settles it. The
+	// lease checks Published again under the catalog's lock.
+	ReusableArtifactId string `protobuf:"bytes,27,opt,name=reusable_artifact_id,json=reusableArtifactId,proto3" json:"reusable_artifact_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StartSandbox) Reset() {
@@ -829,6 +836,13 @@ func (x *StartSandbox) GetEgress() *EgressProxySpec {
 		return x.Egress
 	}
 	return nil
+}
+
+func (x *StartSandbox) GetReusableArtifactId() string {
+	if x != nil {
+		return x.ReusableArtifactId
+	}
+	return ""
 }
 
 // GitRoutingStart tells RS to acquire the Git-routing daemon (participant
@@ -1996,7 +2010,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
 	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\x12Q\n" +
 	"\x15sandbox_net_namespace\x18\x06 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x13sandboxNetNamespace\x12*\n" +
-	"\x11sandbox_netns_tid\x18\a \x01(\rR\x0fsandboxNetnsTid\"\xa3\x06\n" +
+	"\x11sandbox_netns_tid\x18\a \x01(\rR\x0fsandboxNetnsTid\"\xd5\x06\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -2029,7 +2043,8 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\vsession_gid\x18\x18 \x01(\rR\n" +
 	"sessionGid\x12,\n" +
 	"\x12memory_limit_bytes\x18\x19 \x01(\x04R\x10memoryLimitBytes\x123\n" +
-	"\x06egress\x18\x1a \x01(\v2\x1b.lazaret.v1.EgressProxySpecR\x06egress\"\xee\x02\n" +
+	"\x06egress\x18\x1a \x01(\v2\x1b.lazaret.v1.EgressProxySpecR\x06egress\x120\n" +
+	"\x14reusable_artifact_id\x18\x1b \x01(\tR\x12reusableArtifactId\"\xee\x02\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +

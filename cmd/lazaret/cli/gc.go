@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/prepared"
+	"github.com/lazaret/lazaret/pkg/preparedcatalog"
 	"github.com/lazaret/lazaret/pkg/recipe"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 )
@@ -92,7 +93,7 @@ Examples:
 		if err != nil {
 			return err
 		}
-		policy := prepared.GCPolicy{Keep: c.Int("keep"), MinAge: c.Duration("min-age"), MaxBytes: c.Int64("max-size")}
+		policy := preparedcatalog.GCPolicy{Keep: c.Int("keep"), MinAge: c.Duration("min-age"), MaxBytes: c.Int64("max-size")}
 		// The reclaim steps of tla/PreparedLower.tla, in the model trace
 		// when LAZARET_MODEL_TRACE names one.
 		if err := modeltrace.Start("cli", os.Getenv); err != nil {
@@ -108,7 +109,7 @@ Examples:
 			}
 			policy.Catalog, policy.Ctx = cat, c.Context
 		}
-		res, err := prepared.GC(roots.Storage, policy, c.Bool("dry-run"), time.Now())
+		res, err := preparedcatalog.GC(roots.Storage, policy, c.Bool("dry-run"), time.Now())
 		if err != nil {
 			return err
 		}
@@ -126,7 +127,7 @@ Examples:
 			enc := json.NewEncoder(c.App.Writer)
 			enc.SetIndent("", "  ")
 			return enc.Encode(struct {
-				prepared.GCResult
+				preparedcatalog.GCResult
 				// TrashDeleted counts the reclaimed trees gc deleted;
 				// trash_entries those left for the next lazaret run.
 				TrashDeleted int              `json:"trash_deleted"`

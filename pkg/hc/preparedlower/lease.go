@@ -15,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/prepared"
+	"github.com/lazaret/lazaret/pkg/preparedcatalog"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -81,7 +82,7 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		// A gc that died between Reclaiming and its rename would block the
 		// lease: settle it first (RS holds the tree shared, so no gc is
 		// mid-rename and the record rolls back to Published).
-		if out, err := tx.RecoverReclaim(id, prepared.ProbeTree(s.cfg.StorageRoot)); err != nil {
+		if out, err := tx.RecoverReclaim(id, preparedcatalog.ProbeTree(s.cfg.StorageRoot)); err != nil {
 			return err
 		} else if out != catalog.NotReclaiming {
 			s.log.Warn("recovered an interrupted reclamation before leasing", "artifact_id", id, "outcome", out.String())
