@@ -94,24 +94,25 @@ func (st *Store) LockExclusive(id string) (l *TreeLock, inUse bool, err error) {
 
 // MoveToTrash renames prepared/<id> (whose TreeLock the caller holds) to
 // prepared/.trash/<dst>, syncs both directories and drops its usage time:
-// reclamation's one visible step. A failed rename leaves the tree where it
-// was.
-func (st *Store) MoveToTrash(id, dst string) error {
+// reclamation's one visible step. moved reports whether the rename took
+// place: a failed rename leaves the tree where it was, a failed sync after
+// it does not.
+func (st *Store) MoveToTrash(id, dst string) (moved bool, err error) {
 	tfd, err := openOrCreateDir(st.preparedFD, trashDir, 0o700, true)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer unix.Close(tfd)
 	if err := unix.Renameat2(st.preparedFD, id, tfd, dst, unix.RENAME_NOREPLACE); err != nil {
-		return fmt.Errorf("reclaim %s: %w", id, &os.PathError{Op: "renameat2", Path: dst, Err: err})
+		return false, fmt.Errorf("reclaim %s: %w", id, &os.PathError{Op: "renameat2", Path: dst, Err: err})
 	}
 	for _, fd := range []int{tfd, st.preparedFD} {
 		if err := unix.Fsync(fd); err != nil {
-			return fmt.Errorf("reclaim %s: fsync: %w", id, err)
+			return true, fmt.Errorf("reclaim %s: fsync: %w", id, err)
 		}
 	}
 	unix.Unlinkat(st.preparedFD, usedDir+"/"+id, 0)
-	return nil
+	return true, nil
 }
 
 // Probe reports whether prepared/<id> is absent, idle or held

@@ -60,13 +60,13 @@ func TestTreeSteps(t *testing.T) {
 	if _, _, err := st.LockExclusive(other); err == nil {
 		t.Fatal("LockExclusive of a missing tree succeeded")
 	}
-	if err := st.MoveToTrash(id, id+".1"); err != nil {
-		t.Fatal(err)
+	if moved, err := st.MoveToTrash(id, id+".1"); !moved || err != nil {
+		t.Fatalf("MoveToTrash = %v, %v", moved, err)
 	}
 	l.Release()
 	probe(TreeAbsent, id)
-	if err := st.MoveToTrash(id, id+".2"); err == nil || !strings.Contains(err.Error(), "reclaim "+id) {
-		t.Fatalf("MoveToTrash of a moved tree: %v", err)
+	if moved, err := st.MoveToTrash(id, id+".2"); moved || err == nil || !strings.Contains(err.Error(), "reclaim "+id) {
+		t.Fatalf("MoveToTrash of a moved tree: moved %v, %v", moved, err)
 	}
 	if n, err := st.TrashCount(); n != 1 || err != nil {
 		t.Fatalf("TrashCount = %d, %v; want 1", n, err)

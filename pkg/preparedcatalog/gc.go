@@ -323,8 +323,8 @@ func reclaim(st *prepared.Store, p GCPolicy, id string, now time.Time) error {
 		}
 	}
 	p.hit("reclaiming")
-	if err := st.MoveToTrash(id, dst); err != nil {
-		if recorded { // the tree never moved: back to Published
+	if moved, err := st.MoveToTrash(id, dst); err != nil {
+		if recorded && !moved { // the tree never moved: back to Published
 			if rerr := p.Catalog.Update(p.Ctx, func(tx *catalog.Tx) error {
 				if err := tx.RollbackReclaim(id); err != nil {
 					return err
