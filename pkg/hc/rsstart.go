@@ -220,17 +220,8 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		PolicyDigest: digest[:], TapDevice: slirp.Tap, TapGateway: c.net.Gateway().String(), GitRouting: routing,
 		Profile: c.cfg.profile.Name, ProfilePaths: c.cfg.profile.ProfilePaths, SessionUid: c.cfg.profile.SessionUser().UID, SessionGid: c.cfg.profile.SessionUser().GID,
 		MemoryLimitBytes: c.cfg.limits.Memory, Egress: c.net.EgressSpec(),
-		ReusableArtifactId: c.reusable(),
+		ReusableArtifactId: c.reusableLower(),
 	}, nil
-}
-
-// reusable is the prepared artifact the Storage Catalog lets RS reuse as
-// it is ("" before the generation began reading it: RS runs the preparer).
-func (c *coordinator) reusable() string {
-	if c.reusableLower == nil {
-		return ""
-	}
-	return c.reusableLower()
 }
 
 // profilePaths are the profile's profile paths as binds of the profile's

@@ -167,13 +167,6 @@ func LookupID(storageRoot, id string) (Artifact, bool, error) {
 // that it was prepared from manifestDigest when that is not empty. found
 // is false when the Storage Root has no such artifact.
 func LookupDigest(storageRoot, id, manifestDigest string) (Artifact, bool, error) {
-	return lookupIn(storageRoot, id, func(st *Store) (*Record, bool, error) { return st.Lookup(id, manifestDigest) })
-}
-
-// lookupIn opens the Storage Root's prepared store without creating it
-// and returns the artifact id that lookup finds there; found is false when
-// there is no store or lookup finds none.
-func lookupIn(storageRoot, id string, lookup func(st *Store) (*Record, bool, error)) (Artifact, bool, error) {
 	st, err := OpenStore(storageRoot, false)
 	if errors.Is(err, os.ErrNotExist) {
 		return Artifact{}, false, nil
@@ -182,7 +175,7 @@ func lookupIn(storageRoot, id string, lookup func(st *Store) (*Record, bool, err
 		return Artifact{}, false, fmt.Errorf("prepare %s: %w", id, err)
 	}
 	defer st.Close()
-	rec, found, err := lookup(st)
+	rec, found, err := st.Lookup(id, manifestDigest)
 	if err != nil || !found {
 		if err != nil {
 			err = fmt.Errorf("prepare %s: %w", id, err)
