@@ -84,6 +84,12 @@ type Profile struct {
 	// IgnoredPathIsolation redirects Git-ignored workspace paths to
 	// Ignored Workspace State (FR-9, SR-13). Default true.
 	IgnoredPathIsolation bool `json:"ignored_path_isolation"`
+	// IgnoredBinds serves ignored directories (those with Ignored
+	// Workspace State at generation start and the ignore rules' top-level
+	// directory patterns) as direct binds of their state copies instead of
+	// through the Git-routing daemon (package ignoredbind). Default true;
+	// only with IgnoredPathIsolation.
+	IgnoredBinds bool `json:"ignored_binds"`
 	// ShareEditorConfig exposes EditorConfigDirs of the workspace to the
 	// sandbox instead of hiding them. Default false.
 	ShareEditorConfig bool `json:"share_editor_config"`

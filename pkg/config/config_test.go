@@ -67,7 +67,7 @@ func TestBuiltinProfilesWithoutFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Image != "debian" || !d.IgnoredPathIsolation || d.ShareEditorConfig || !d.Builtin {
+	if d.Image != "debian" || !d.IgnoredPathIsolation || !d.IgnoredBinds || d.ShareEditorConfig || !d.Builtin {
 		t.Fatalf("default profile %+v", d)
 	}
 	if !reflect.DeepEqual(d.Network.Deny, DefaultDeny) && len(d.Network.Deny) != len(DefaultDeny) {
@@ -709,7 +709,7 @@ persistent_paths = ["/root/.cache"]
 	// The built-in defaults are fingerprinted: the no-file default profile
 	// equals a file that restates them.
 	d1, _ := Builtin().Profile("default")
-	d2, _ := mustParse(t, "[profiles.default]\nimage = \"debian\"\nignored_path_isolation = true\n[profiles.default.network]\ndeny = [\"10.0.0.0/8\"]\n").Profile("default")
+	d2, _ := mustParse(t, "[profiles.default]\nimage = \"debian\"\nignored_path_isolation = true\nignored_binds = true\n[profiles.default.network]\ndeny = [\"10.0.0.0/8\"]\n").Profile("default")
 	if d1.Fingerprint() != d2.Fingerprint() {
 		t.Error("restating defaults changed the fingerprint")
 	}
@@ -729,6 +729,7 @@ func TestFingerprintChangesAndDiff(t *testing.T) {
 		{"env value", `EDITOR = "nano"`, `EDITOR = "ed"`, "env: value changed for EDITOR"},
 		{"env name", `EDITOR = "nano" }`, `EDITOR = "nano", SECRET = "s3cr3t" }`, "env: added SECRET"},
 		{"isolation", "ignored_path_isolation = false", "ignored_path_isolation = true", "ignored_path_isolation: false → true"},
+		{"binds", "ignored_path_isolation = false", "ignored_path_isolation = false\nignored_binds = false", "ignored_binds: true → false"},
 		{"rule", `["git", "fetch"], `, "", `auto_approve: removed prefix ["git" "fetch"]`},
 		{"volume mode", `mode = "rw"`, `mode = "ro"`, "volumes: added /home/dev/.cache/go-build:/root/.cache/go-build:ro; removed /home/dev/.cache/go-build:/root/.cache/go-build:rw"},
 		{"persistent", `"/root/.npm"]`, `"/root/.npm", "/srv/x"]`, "persistent_paths: added /srv/x"},

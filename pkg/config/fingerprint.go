@@ -45,9 +45,12 @@ type canonicalProfile struct {
 	Env                  map[string]string `json:"env"`
 	AutoApprove          []Rule            `json:"auto_approve"`
 	IgnoredPathIsolation bool              `json:"ignored_path_isolation"`
-	ShareEditorConfig    bool              `json:"share_editor_config"`
-	GitCommonDir         bool              `json:"git_common_dir,omitempty"`
-	Volumes              []Volume          `json:"volumes"`
+	// NoIgnoredBinds: ignored_binds = false; omitted by default, so such a
+	// profile keeps its fingerprint.
+	NoIgnoredBinds    bool     `json:"no_ignored_binds,omitempty"`
+	ShareEditorConfig bool     `json:"share_editor_config"`
+	GitCommonDir      bool     `json:"git_common_dir,omitempty"`
+	Volumes           []Volume `json:"volumes"`
 	// User and UserID: omitted for root, so a root profile keeps the
 	// fingerprint it had before users were configurable.
 	User   string `json:"user,omitempty"`
@@ -77,6 +80,7 @@ func (p *Profile) canonical() canonicalProfile {
 		Env:                  map[string]string{},
 		AutoApprove:          []Rule{},
 		IgnoredPathIsolation: p.IgnoredPathIsolation,
+		NoIgnoredBinds:       !p.IgnoredBinds,
 		ShareEditorConfig:    p.ShareEditorConfig,
 		GitCommonDir:         p.GitCommonDir,
 		Volumes:              append([]Volume{}, p.Volumes...),
@@ -203,6 +207,7 @@ func FromCanonical(b []byte) (*Profile, error) {
 		PersistentPaths:      c.PersistentPaths,
 		Env:                  c.Env,
 		IgnoredPathIsolation: c.IgnoredPathIsolation,
+		IgnoredBinds:         !c.NoIgnoredBinds,
 		ShareEditorConfig:    c.ShareEditorConfig,
 		GitCommonDir:         c.GitCommonDir,
 		Volumes:              c.Volumes,
@@ -340,6 +345,7 @@ func Diff(a, b *Profile) []string {
 	}
 	set("auto_approve", rulesA, rulesB)
 	scalar("ignored_path_isolation", fmt.Sprint(ca.IgnoredPathIsolation), fmt.Sprint(cb.IgnoredPathIsolation))
+	scalar("ignored_binds", fmt.Sprint(!ca.NoIgnoredBinds), fmt.Sprint(!cb.NoIgnoredBinds))
 	scalar("share_editor_config", fmt.Sprint(ca.ShareEditorConfig), fmt.Sprint(cb.ShareEditorConfig))
 	scalar("git_common_dir", fmt.Sprint(ca.GitCommonDir), fmt.Sprint(cb.GitCommonDir))
 	scalar("user", userOf(ca), userOf(cb))

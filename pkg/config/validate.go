@@ -104,8 +104,8 @@ var builtinProfiles = []builtinProfile{
 
 var (
 	topKeys      = []string{"defaults", "profiles", "programs"}
-	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
-	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
+	profileKeys  = []string{"description", "image", "recipe", "command", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "ignored_binds", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
+	defaultsKeys = []string{"image", "persistent_paths", "profile_paths", "default_persistent_paths", "ignored_path_isolation", "ignored_binds", "share_editor_config", "git_common_dir", "user", "user_id", "linger", "host_ca", "env", "env_pass", "secrets", "ports", "network", "auto_approve", "volumes", "limits"}
 	networkKeys  = []string{"mode", "allow", "allow_hosts", "allow_presets", "deny", "dns", "ask"}
 	volumeKeys   = []string{"source", "target", "mode"}
 	recipeKeys   = []string{"base", "run"}
@@ -133,6 +133,7 @@ type layer struct {
 	recipe               *entry[*Recipe]
 	command              *entry[[]string]
 	isolation, shareEdit *entry[bool]
+	ignoredBinds         *entry[bool]
 	gitCommonDir         *entry[bool]
 	defaultPersistent    *entry[bool]
 	user                 *entry[string]
@@ -383,6 +384,10 @@ func (d *doc) decodeLayer(base pathKey, t map[string]any, defaults bool, opt Opt
 		case "ignored_path_isolation":
 			if b, ok := d.boolean(p, v); ok {
 				l.isolation = &entry[bool]{b, p, d.entryWhere(p, defaults)}
+			}
+		case "ignored_binds":
+			if b, ok := d.boolean(p, v); ok {
+				l.ignoredBinds = &entry[bool]{b, p, d.entryWhere(p, defaults)}
 			}
 		case "share_editor_config":
 			if b, ok := d.boolean(p, v); ok {
@@ -736,7 +741,7 @@ func (d *doc) decodeVolume(p pathKey, v any, opt Options) (Volume, bool) {
 // built-in profile; f may be nil: not in the file) and checks the
 // cross-entry rules.
 func (d *doc) merge(name string, def, b, f *layer) *Profile {
-	p := &Profile{Name: name, Image: DefaultImage, IgnoredPathIsolation: true, Env: map[string]string{}}
+	p := &Profile{Name: name, Image: DefaultImage, IgnoredPathIsolation: true, IgnoredBinds: true, Env: map[string]string{}}
 	withDefaults := true
 	layers := []*layer{def, b, f}
 	for _, l := range layers {
@@ -758,6 +763,9 @@ func (d *doc) merge(name string, def, b, f *layer) *Profile {
 		}
 		if l.isolation != nil {
 			p.IgnoredPathIsolation = l.isolation.v
+		}
+		if l.ignoredBinds != nil {
+			p.IgnoredBinds = l.ignoredBinds.v
 		}
 		if l.shareEdit != nil {
 			p.ShareEditorConfig = l.shareEdit.v

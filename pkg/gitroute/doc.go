@@ -277,6 +277,35 @@
 // Paths no ignore rule can match skip the state-side lookup; setattr
 // resolves its node once by descriptor.
 //
+// Ignored directories at bind speed (`pkg/ignoredbind`): the heavy writers
+// among ignored paths do not go through the daemon at all. At generation
+// start HC binds, at `/workspace/<rel>`, the Ignored Workspace State copy
+// `<DomainRoot>/ignored-state/<rel>` of every ignored directory that has one
+// (any depth: the sticky start scan's findings) and of every top-level
+// literal directory pattern of the rules (`node_modules/`, `.venv/`,
+// `target/`, `dist/`), creating a pattern's state directory when missing:
+// the daemon then lists that state directory at the routed path, which is
+// the bind's mount point, so nothing is created on the host. Not bound, and
+// so still routed: `.git` and anything in it, a path overlapping a Git
+// Sentry mount (editor configuration), a path whose parent is not a
+// plain host directory (runsc would create the missing chain through the
+// daemon, on the host), a directory beneath another bound one, and anything
+// beyond 64 binds (logged). `ocispec.Check` accepts such a bind only from the
+// path's own state directory under the Domain root, over the routed
+// workspace; RS re-checks each source before runsc starts (openat2 beneath
+// the Domain Root without symlinks or mount crossings, a directory owned by
+// the developer or a guest id) and fails the start otherwise. When the
+// session user is not root, RS gives a bound directory, and what the
+// developer owns in it (earlier router writes), to the session user's guest
+// ids, so the agent can write it; what any guest user writes there belongs
+// to its subordinate id on the host while the generation runs, and RS gives
+// all of it back to the developer when the sandbox is gone (after a crash,
+// the next start does; package rs, "Bound ignored directories"), so
+// Ignored Workspace State is the developer's whenever no generation runs.
+// A bound directory cannot be removed or renamed inside
+// (EBUSY), only its contents; a tool that deletes the directory itself
+// (`rm -rf node_modules`) gets EBUSY for that last step.
+//
 // Teardown and faults: RS unmounts the routed workspace after `runsc delete`
 // and stops the exact daemon through its pidfd (SIGTERM, then SIGKILL); HC
 // proves the daemon absent (PidfsRecoveryMatch) and records the participant

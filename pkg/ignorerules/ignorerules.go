@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -35,6 +36,9 @@ type pattern struct {
 	base string
 	// basename patterns (no slash) match the last component only.
 	basename bool
+	// literal is the pattern's text when it has no wildcard or escape
+	// (leading slash removed), else "".
+	literal string
 }
 
 // source is one file of patterns in precedence order.
@@ -111,6 +115,35 @@ func (r *Rules) Empty() bool {
 		}
 	}
 	return true
+}
+
+// TopDirPatterns returns, sorted and without duplicates, the names of the
+// directory patterns of the top-level .gitignore, info/exclude and
+// core.excludesFile that name one top-level directory literally
+// ("node_modules/", "/.venv/", "target/"): no wildcard, no negation, one
+// path component. Whether such a name is ignored still depends on every
+// rule and on the index (Ignored).
+func (r *Rules) TopDirPatterns() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(s *source) {
+		if s == nil {
+			return
+		}
+		for _, pt := range s.patterns {
+			if pt.negate || !pt.dirOnly || pt.literal == "" || strings.Contains(pt.literal, "/") || pt.literal == "." || pt.literal == ".." || seen[pt.literal] {
+				continue
+			}
+			seen[pt.literal] = true
+			out = append(out, pt.literal)
+		}
+	}
+	add(r.perDir[""])
+	for _, s := range r.global {
+		add(s)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func parentOf(p string) string {
@@ -242,6 +275,9 @@ func compile(line string) (pattern, bool, error) {
 		return pattern{}, false, err
 	}
 	pt.re = re
+	if !strings.ContainsAny(line, "*?[\\") {
+		pt.literal = line
+	}
 	return pt, true, nil
 }
 

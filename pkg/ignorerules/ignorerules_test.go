@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -150,5 +151,22 @@ func TestExcludesFile(t *testing.T) {
 	os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[user]\n\tname = x\n[core]\n\texcludesFile = ~/.gitignore_global\n"), 0o644)
 	if got := ExcludesFile(gitdir, home, ""); got != filepath.Join(home, ".gitignore_global") {
 		t.Errorf("global: %q", got)
+	}
+}
+
+func TestTopDirPatterns(t *testing.T) {
+	r := NewRules()
+	if err := r.AddGitignore("", []byte("node_modules/\n/.venv/\ntarget/\n*.log\n!keep/\nbuild-*/\nsrc/gen/\ndist\n/out/\nnode_modules/\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddGitignore("sub", []byte("deep/\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddGlobal([]byte("\\[x]/\n.cache/\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(r.TopDirPatterns(), ",")
+	if want := ".cache,.venv,node_modules,out,target"; got != want {
+		t.Fatalf("TopDirPatterns = %s, want %s", got, want)
 	}
 }

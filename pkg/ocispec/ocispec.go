@@ -269,6 +269,14 @@ type Sandbox struct {
 	// RouterSource is the Git-routing daemon's mount of the workspace; Git
 	// Sentry binds may take their source from it.
 	RouterSource string
+	// DomainRoot is the Domain's root directory on the host; the sources
+	// of IgnoredBinds lie in its Ignored Workspace State.
+	DomainRoot string
+	// IgnoredBinds are Git-ignored directories served as direct binds of
+	// their Ignored Workspace State copies (SR-13, package ignoredbind)
+	// on top of the routed workspace, whose daemon provides their mount
+	// points: nothing is created on the host.
+	IgnoredBinds []IgnoredBind
 	// Protected are the Git Sentry mounts below WorkspaceDir (SR-4),
 	// parents first.
 	Protected []Protected
@@ -300,6 +308,61 @@ var HostFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
 // ControlFile is a read-only bind of one host file under ControlDir.
 type ControlFile struct {
 	Source, Target string
+}
+
+// IgnoredBind is one Git-ignored directory bound from the Domain's
+// Ignored Workspace State: Source is <DomainRoot>/ignored-state/<Rel>,
+// bound at /workspace/<Rel>.
+type IgnoredBind struct {
+	Rel, Source string
+}
+
+// IgnoredStateDir is the Ignored Workspace State directory beneath the
+// Domain root (package ignoredstate).
+const IgnoredStateDir = "ignored-state"
+
+// IgnoredBindSource is the state directory of the workspace-relative
+// ignored path rel.
+func IgnoredBindSource(domainRoot, rel string) string {
+	return path.Join(domainRoot, IgnoredStateDir, rel)
+}
+
+// validIgnoredBind: a clean relative path below the workspace, outside
+// every Git directory, whose source is its own state directory under the
+// Domain root.
+func (s Sandbox) validIgnoredBind(b IgnoredBind) error {
+	if b.Rel == "" || path.IsAbs(b.Rel) || path.Clean(b.Rel) != b.Rel || b.Rel == "." || b.Rel == ".." || strings.HasPrefix(b.Rel, "../") {
+		return fmt.Errorf("ocispec: ignored bind %q must be a clean path relative to the workspace", b.Rel)
+	}
+	for _, c := range strings.Split(b.Rel, "/") {
+		if c == ".git" || c == ".." {
+			return fmt.Errorf("ocispec: ignored bind %q may not be or lie in a Git directory", b.Rel)
+		}
+	}
+	if s.DomainRoot == "" || !path.IsAbs(s.DomainRoot) || path.Clean(s.DomainRoot) != s.DomainRoot || s.DomainRoot == "/" {
+		return fmt.Errorf("ocispec: ignored bind %q needs a clean absolute Domain root, not %q", b.Rel, s.DomainRoot)
+	}
+	if b.Source != IgnoredBindSource(s.DomainRoot, b.Rel) {
+		return fmt.Errorf("ocispec: ignored bind %q must bind its state directory %s, not %q", b.Rel, IgnoredBindSource(s.DomainRoot, b.Rel), b.Source)
+	}
+	if s.RouterSource == "" || s.workspaceSource() != s.RouterSource {
+		return fmt.Errorf("ocispec: ignored bind %q needs the routed workspace (its daemon provides the mount point)", b.Rel)
+	}
+	for _, p := range s.Protected {
+		if p.Rel == b.Rel || strings.HasPrefix(b.Rel, p.Rel+"/") || strings.HasPrefix(p.Rel, b.Rel+"/") {
+			return fmt.Errorf("ocispec: ignored bind %q overlaps the Git Sentry mount %q", b.Rel, p.Rel)
+		}
+	}
+	return nil
+}
+
+func (s Sandbox) isIgnoredBind(m specs.Mount) bool {
+	for _, b := range s.IgnoredBinds {
+		if m.Destination == path.Join(WorkspaceDir, b.Rel) && m.Source == b.Source && s.validIgnoredBind(b) == nil && !hasOpt(m.Options, "rbind") && hasOpt(m.Options, "nosuid") && hasOpt(m.Options, "nodev") {
+			return true
+		}
+	}
+	return false
 }
 
 // Anchor is one State Anchor bind: Source is AnchorSourceDir(bundle)/<name>.
@@ -509,6 +572,17 @@ func Spec(s Sandbox, init Process) (*specs.Spec, error) {
 	for _, p := range s.Protected {
 		sp.Mounts = append(sp.Mounts, protectedMount(path.Join(WorkspaceDir, p.Rel), p))
 	}
+	for i, b := range s.IgnoredBinds {
+		if err := s.validIgnoredBind(b); err != nil {
+			return nil, err
+		}
+		for _, o := range s.IgnoredBinds[:i] {
+			if o.Rel == b.Rel || strings.HasPrefix(b.Rel, o.Rel+"/") || strings.HasPrefix(o.Rel, b.Rel+"/") {
+				return nil, fmt.Errorf("ocispec: ignored binds %q and %q overlap", o.Rel, b.Rel)
+			}
+		}
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: path.Join(WorkspaceDir, b.Rel), Type: "bind", Source: b.Source, Options: []string{"bind", "rw", "nosuid", "nodev"}})
+	}
 	sp.Mounts = append(sp.Mounts, specs.Mount{Destination: ControlDir, Type: "bind", Source: s.ControlSource, Options: []string{"rbind", "ro"}})
 	for _, f := range s.ControlFiles {
 		if !strings.HasPrefix(f.Target, ControlDir+"/") || path.Clean(f.Target) != f.Target || !path.IsAbs(f.Source) {
@@ -609,6 +683,7 @@ func Check(sp *specs.Spec, s Sandbox) error {
 		case isHostFile(m.Destination) && s.EtcFiles[m.Destination] == m.Source && !hasOpt(m.Options, "rbind"):
 		case isAnchor(s.Anchors, m):
 		case isProfilePath(s.ProfilePaths, m):
+		case s.isIgnoredBind(m):
 		default:
 			return fmt.Errorf("ocispec: host path %q mounted at %q is neither the workspace nor a read-only control mount", m.Source, m.Destination)
 		}

@@ -512,3 +512,95 @@ func TestLaunchEnvironment(t *testing.T) {
 		t.Errorf("init env %q (base %q)", got, base)
 	}
 }
+
+// TestIgnoredBinds: Git-ignored directories bound from the Domain's
+// Ignored Workspace State, only at their own workspace path, from their own
+// state directory, never in a Git directory.
+func TestIgnoredBinds(t *testing.T) {
+	base := sandbox()
+	base.RouterSource, base.WorkspaceSource = "/run/user/1001/lazaret/abc/workspace", "/run/user/1001/lazaret/abc/workspace"
+	base.DomainRoot = "/home/dev/.local/state/lazaret/domains/abc"
+	st := base.DomainRoot + "/ignored-state"
+	s := base
+	s.IgnoredBinds = []IgnoredBind{{Rel: "node_modules", Source: st + "/node_modules"}, {Rel: "app/.venv", Source: st + "/app/.venv"}}
+	sp, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, m := range sp.Mounts {
+		if strings.HasPrefix(m.Source, st) {
+			got[m.Destination] = m.Source + " " + strings.Join(m.Options, ",")
+		}
+	}
+	if got["/workspace/node_modules"] != st+"/node_modules bind,rw,nosuid,nodev" || got["/workspace/app/.venv"] != st+"/app/.venv bind,rw,nosuid,nodev" || len(got) != 2 {
+		t.Fatalf("ignored binds %v", got)
+	}
+	for name, b := range map[string]IgnoredBind{
+		"dotdot":       {Rel: "../x", Source: st + "/../x"},
+		"absolute":     {Rel: "/etc", Source: st + "/etc"},
+		"unclean":      {Rel: "a/./b", Source: st + "/a/b"},
+		"git":          {Rel: ".git", Source: st + "/.git"},
+		"in git":       {Rel: "sub/.git/hooks", Source: st + "/sub/.git/hooks"},
+		"other source": {Rel: "node_modules", Source: "/home/dev/secrets"},
+		"other state":  {Rel: "node_modules", Source: st + "/dist"},
+		"outside root": {Rel: "node_modules", Source: "/home/dev/.local/state/lazaret/domains/other/ignored-state/node_modules"},
+		"empty":        {Rel: "", Source: st},
+		"dot":          {Rel: ".", Source: st},
+	} {
+		s := base
+		s.IgnoredBinds = []IgnoredBind{b}
+		if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
+			t.Errorf("%s: ignored bind %+v accepted", name, b)
+		}
+	}
+	s = base
+	s.IgnoredBinds = []IgnoredBind{{Rel: "a", Source: st + "/a"}, {Rel: "a/b", Source: st + "/a/b"}}
+	if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
+		t.Error("nested ignored binds accepted")
+	}
+	s = base
+	s.DomainRoot = ""
+	s.IgnoredBinds = []IgnoredBind{{Rel: "node_modules", Source: "/ignored-state/node_modules"}}
+	if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
+		t.Error("ignored bind without a Domain root accepted")
+	}
+	s = base
+	s.Protected = []Protected{{Rel: ".vscode", Transient: true}}
+	s.IgnoredBinds = []IgnoredBind{{Rel: ".vscode", Source: st + "/.vscode"}}
+	if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
+		t.Error("ignored bind over a Git Sentry mount accepted")
+	}
+	s = sandbox() // the plain workspace bind: no daemon to provide mount points
+	s.DomainRoot = base.DomainRoot
+	s.IgnoredBinds = []IgnoredBind{{Rel: "node_modules", Source: st + "/node_modules"}}
+	if _, err := Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"}); err == nil {
+		t.Error("ignored bind over the host workspace accepted")
+	}
+	// Check has teeth: a mount that looks like an ignored bind but binds
+	// another state directory, or elsewhere, is refused.
+	s = base
+	s.IgnoredBinds = []IgnoredBind{{Rel: "node_modules", Source: st + "/node_modules"}}
+	sp, err = Spec(s, Process{Args: []string{InitPath, InitArg}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range sp.Mounts {
+		if m.Destination != "/workspace/node_modules" {
+			continue
+		}
+		for _, mut := range []func(*specs.Mount){
+			func(m *specs.Mount) { m.Source = st + "/other" },
+			func(m *specs.Mount) { m.Destination = "/etc" },
+			func(m *specs.Mount) { m.Options = []string{"rbind", "rw", "nosuid", "nodev"} },
+			func(m *specs.Mount) { m.Options = []string{"bind", "rw"} },
+		} {
+			bad := *sp
+			bad.Mounts = append([]specs.Mount(nil), sp.Mounts...)
+			mut(&bad.Mounts[i])
+			if err := Check(&bad, s); err == nil {
+				t.Errorf("Check accepted %+v", bad.Mounts[i])
+			}
+		}
+	}
+}

@@ -39,6 +39,9 @@ func (s *supervisor) beforeMounts(rootfs string) error {
 	if err := s.prepareProfilePaths(); err != nil {
 		return err
 	}
+	if err := s.prepareIgnoredBinds(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(rootfs, 0o700); err != nil {
 		return err
 	}

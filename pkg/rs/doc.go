@@ -191,4 +191,21 @@
 // `builder`'s inside until the sandbox stops; after a restart it appears as
 // the session user's again). Host files of other owners are reported as
 // they are.
+//
+// Bound ignored directories (package ignoredbind, ignoredbinds.go) are the
+// one place the guest's own ids reach the host: the sandbox writes the
+// Ignored Workspace State copy directly, so a file a non-root guest user
+// creates, or a guest chown, carries that id's subordinate id on the host
+// while the generation runs, and for a non-root session user RS gives the
+// bound directories (and what the developer owns in them) to that user
+// before runsc starts. The same ownership rule holds whenever no generation
+// runs: before any of that RS durably records the bound paths in the Domain
+// Root (`ignored-binds.given`), and once the sandbox and gofer are proven
+// gone it gives everything in them back to the developer (lchown, never
+// following a symlink) and removes the record. A supervisor killed before
+// that leaves the record; the next one gives the recorded paths back (all of
+// Ignored Workspace State if the record is damaged) before it binds
+// anything. Within a generation a guest chown there is real, as on a
+// plain bind; after it, what the developer owns appears as root, or as the
+// session user once given again, as through the daemon.
 package rs

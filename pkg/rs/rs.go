@@ -257,6 +257,7 @@ type supervisor struct {
 	rt           runsc.Runtime
 	art          prepared.Artifact
 	anchors      []anchor.MountIdentity // mounted State Anchors, in mount order
+	given        []string               // ignored directories bound and given for the generation (GivenFile)
 	lowerUse     *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
 	held         *heldLower             // the hold begun before StartSandbox (joinLower)
 	purged       chan struct{}          // closed when reclaimed artifacts are deleted
@@ -899,8 +900,10 @@ func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File, await ...bool
 	if err := s.runscChildrenGone(s.kids); err != nil {
 		s.log.Error("runsc sandbox or gofer not proven gone: runsc state kept for the coordinator's check", "container", id, "err", err)
 	} else {
-		// Nothing of the sandbox reads the profile paths any more.
+		// Nothing of the sandbox reads the profile paths or writes the
+		// bound ignored directories any more.
 		s.releaseProfilePaths()
+		s.returnIgnoredBinds()
 		if err := runsc.RemoveState(s.rt.Root, id); err != nil {
 			s.log.Warn("remove runsc state", "container", id, "err", err)
 		}

@@ -59,6 +59,11 @@ func (s *Service) Start(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
 		sb.Protected = append(sb.Protected, ocispec.Protected{Rel: m.Rel, Source: src, ReadOnly: m.Kind == gitsentry.ReadOnly, Transient: m.Kind == gitsentry.Transient})
 	}
 	sb.RouterSource, sb.WorkspaceSource = mnt, mnt
+	if isolate && s.cfg.Profile.IgnoredBinds {
+		if err := s.ignoredBinds(sb); err != nil {
+			return nil, fmt.Errorf("bind ignored directories from Ignored Workspace State: %w", err)
+		}
+	}
 	if !isolate {
 		s.log.Info("ignored-path isolation disabled by the profile: Git-ignored paths are the host's; the Git-routing daemon still keeps Git directories the host lacks, absent editor configuration and the Git configuration guard")
 	}

@@ -19,6 +19,9 @@ type stickyState struct {
 	// rules is the generation's ignore-rules snapshot, read from the same
 	// host files the Git-routing daemon reads just after.
 	rules *ignorerules.Rules
+	// found is what the start scan found (ignoredBinds reads it after
+	// awaitSticky).
+	found []stickyignore.Found
 	// asked: the start scan succeeded and the daemon was asked for
 	// (guarded by Service.mu).
 	asked bool
@@ -103,6 +106,9 @@ func (s *Service) recordSticky(when string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if when == "start" {
+		s.sticky.found = found
 	}
 	if added := rec.Add(found, s.cfg.Generation, time.Now()); len(added) > 0 {
 		if err := stickyignore.Save(s.cfg.DomainRoot, rec); err != nil {

@@ -1,0 +1,376 @@
+package rs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/anchor"
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/ignoredbind"
+	"github.com/lazaret/lazaret/pkg/ocispec"
+	"github.com/lazaret/lazaret/pkg/statetree"
+)
+
+// ignoredBindResolve keeps the source check inside the Domain Root, on its
+// filesystem, without a symlink.
+const ignoredBindResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// overflowID is what an id outside this user namespace's map reads as.
+const overflowID = 65534
+
+// prepareIgnoredBinds re-checks, just before runsc starts, every bind of
+// an ignored directory from the Domain's Ignored Workspace State that HC
+// put in the spec (package ignoredbind), and fails the start if one is not
+// exactly right: each must be <DomainRoot>/ignored-state/<rel> at
+// /workspace/<rel> with rel clean and outside every Git directory, the
+// workspace must be the routed one (its daemon serves the mount point),
+// and the source must be a directory reached from the Domain Root without
+// a symlink or another filesystem, owned by the developer or a guest id of
+// the Domain's range. When the session user is not root, a source (and
+// what the developer owns in it, the router's earlier writes) is given to
+// the session user's guest ids, so the agent can write its own dependency
+// directories.
+func (s *supervisor) prepareIgnoredBinds() error {
+	st := s.start
+	var sp specs.Spec
+	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
+		return errdefs.Mark(err, errdefs.ErrCorrupt)
+	}
+	root := anchor.Root(st.StorageRoot, st.DomainId)
+	if err := s.returnAfterCrash(root); err != nil {
+		return err
+	}
+	prefix := path.Join(root, ocispec.IgnoredStateDir) + "/"
+	var binds []specs.Mount
+	for _, m := range sp.Mounts {
+		if strings.HasPrefix(path.Clean(m.Source)+"/", prefix) || strings.HasPrefix(m.Source, prefix) {
+			binds = append(binds, m)
+		}
+	}
+	if len(binds) == 0 {
+		return nil
+	}
+	if len(binds) > ignoredbind.MaxBinds {
+		return errdefs.New(errdefs.ErrRefused, "the spec binds %d ignored directories, more than %d", len(binds), ignoredbind.MaxBinds)
+	}
+	if g := st.GitRouting; g == nil || !g.IgnoredPathIsolation {
+		return errdefs.New(errdefs.ErrRefused, "the spec binds ignored directories from Ignored Workspace State without ignored-path isolation")
+	}
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errdefs.Mark(&os.PathError{Op: "open Domain Root", Path: root, Err: err}, errdefs.ErrUnavailable)
+	}
+	defer unix.Close(rfd)
+	var rels []string
+	for _, m := range binds {
+		rel := strings.TrimPrefix(m.Source, prefix)
+		if !ignoredbind.Valid(rel) || ignoredbind.HasGitComponent(rel) || m.Source != ocispec.IgnoredBindSource(root, rel) || m.Destination != path.Join(ocispec.WorkspaceDir, rel) {
+			return errdefs.New(errdefs.ErrRefused, "refusing to bind %s at %s: not an ignored directory's own state at its workspace path", m.Source, m.Destination)
+		}
+		rels = append(rels, rel)
+	}
+	// Recorded before anything is given away or runsc writes: a crash from
+	// here on leaves the record for the next supervisor (returnAfterCrash).
+	if err := writeGiven(root, rels); err != nil {
+		return fmt.Errorf("record the bound ignored directories: %w", err)
+	}
+	s.given = rels
+	for _, m := range binds {
+		rel := strings.TrimPrefix(m.Source, prefix)
+		if err := s.checkIgnoredBind(rfd, rel); err != nil {
+			return fmt.Errorf("ignored directory %s cannot be bound from %s: %w", rel, m.Source, err)
+		}
+	}
+	s.log.Info("ignored directories bound from Ignored Workspace State checked", "count", len(binds))
+	return nil
+}
+
+// GivenFile, in the Domain Root, records the ignored directories a
+// generation binds into its sandbox while it runs. In a bind the guest's
+// own ids reach the host: a file a non-root guest user writes, or a guest
+// chown, leaves a subordinate id on the host, and for a non-root session
+// user the directories are given to that user for the generation. The
+// Runtime Supervisor gives every bound directory back to the developer
+// when the sandbox is gone (returnIgnoredBinds) and then removes the
+// record; after a crash the next supervisor finds it and does the same
+// before anything else (returnAfterCrash). So Ignored Workspace State is
+// the developer's whenever no generation runs, as the Git-routing daemon
+// keeps it always.
+const GivenFile = "ignored-binds.given"
+
+// givenHeader is the record's first line; the version is refused when
+// newer than this build's.
+const (
+	givenMagic   = "lazaret-ignored-binds-given"
+	givenVersion = 1
+)
+
+// writeGiven durably records rels (workspace-relative) as given. A torn
+// write reads as damaged, which returns everything.
+func writeGiven(root string, rels []string) error {
+	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+	}
+	defer unix.Close(rfd)
+	fd, err := statetree.OpenBeneath(rfd, GivenFile, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), GivenFile)
+	_, err = fmt.Fprintf(f, "%s %d\n%s\n", givenMagic, givenVersion, strings.Join(rels, "\n"))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", GivenFile, err)
+	}
+	return unix.Fsync(rfd)
+}
+
+// removeGiven durably removes the record.
+func removeGiven(root string) error {
+	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+	}
+	defer unix.Close(rfd)
+	if err := unix.Unlinkat(rfd, GivenFile, 0); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "unlink", Path: GivenFile, Err: err}
+	}
+	return unix.Fsync(rfd)
+}
+
+// readGiven reads the record: nil, nil when there is none; all reports a
+// record that names no usable paths (damaged), so everything is returned.
+func readGiven(root string) (rels []string, all bool, err error) {
+	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+	}
+	defer unix.Close(rfd)
+	fd, err := statetree.OpenBeneath(rfd, GivenFile, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, nil
+	}
+	f := os.NewFile(uintptr(fd), GivenFile)
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	f.Close()
+	if err != nil {
+		return nil, true, nil
+	}
+	head, rest, _ := strings.Cut(string(b), "\n")
+	var v int
+	if _, err := fmt.Sscanf(head, givenMagic+" %d", &v); err != nil || v < 1 {
+		return nil, true, nil
+	}
+	if v > givenVersion {
+		return nil, false, errdefs.New(errdefs.ErrRefused, "%s was written by a newer Lazaret (format %d, this build reads %d): run that version to end its Domain, or `lazaret state reset --ignored` with it", path.Join(root, GivenFile), v, givenVersion)
+	}
+	for _, r := range strings.Split(strings.TrimSpace(rest), "\n") {
+		if r == "" {
+			continue
+		}
+		if !ignoredbind.Valid(r) {
+			return nil, true, nil
+		}
+		rels = append(rels, r)
+	}
+	return rels, false, nil
+}
+
+// returnAfterCrash gives back to the developer what an earlier generation
+// that ended without doing so (a crash) left given, before this one binds
+// anything.
+func (s *supervisor) returnAfterCrash(root string) error {
+	rels, all, err := readGiven(root)
+	if err != nil {
+		return err
+	}
+	if rels == nil && !all {
+		return nil
+	}
+	if all {
+		rels = []string{""}
+	}
+	n, err := returnTrees(root, rels)
+	if err != nil {
+		return fmt.Errorf("give the ignored directories an earlier generation bound back to the developer: %w", err)
+	}
+	s.log.Warn("ignored directories an interrupted generation bound given back to the developer", "paths", len(rels), "entries", n)
+	return removeGiven(root)
+}
+
+// returnIgnoredBinds gives this generation's bound ignored directories
+// back to the developer once nothing of the sandbox writes there, and
+// removes the record. A failure keeps the record for the next supervisor.
+func (s *supervisor) returnIgnoredBinds() {
+	if s.given == nil {
+		return
+	}
+	root := anchor.Root(s.start.StorageRoot, s.start.DomainId)
+	n, err := returnTrees(root, s.given)
+	if err == nil {
+		err = removeGiven(root)
+	}
+	if err != nil {
+		s.log.Error("bound ignored directories not given back to the developer: the next start does it", "err", err)
+		return
+	}
+	s.log.Info("bound ignored directories given back to the developer", "paths", len(s.given), "entries", n)
+	s.given = nil
+}
+
+// returnTrees gives every entry of ignored-state/<rel> for each rel ("":
+// all of it), and the directory itself, to the developer; a missing one
+// (reset meanwhile) is skipped.
+func returnTrees(root string, rels []string) (int, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+	}
+	defer unix.Close(rfd)
+	total := 0
+	for _, rel := range rels {
+		p := ocispec.IgnoredStateDir
+		if rel != "" {
+			p += "/" + rel
+		}
+		fd, err := unix.Openat2(rfd, p, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: ignoredBindResolve})
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			return total, &os.PathError{Op: "open beneath the Domain Root without symlinks", Path: p, Err: err}
+		}
+		n, err := chownTree(fd, toDeveloper, 0)
+		total += n
+		if err == nil {
+			var st unix.Stat_t
+			if err = unix.Fstat(fd, &st); err == nil && (st.Uid != 0 || st.Gid != 0) {
+				err = unix.Fchown(fd, 0, 0)
+				total++
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return total, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return total, nil
+}
+
+// checkIgnoredBind checks (and, for a non-root session user, hands over)
+// the state directory ignored-state/rel beneath the Domain Root rfd.
+func (s *supervisor) checkIgnoredBind(rfd int, rel string) error {
+	fd, err := unix.Openat2(rfd, ocispec.IgnoredStateDir+"/"+rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: ignoredBindResolve})
+	if err != nil {
+		return errdefs.Mark(&os.PathError{Op: "open beneath the Domain Root without symlinks", Path: rel, Err: err}, errdefs.ErrRefused)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if !ownedInDomain(st.Uid, st.Gid) {
+		return errdefs.New(errdefs.ErrRefused, "owned by %d:%d, neither the developer nor a guest id of the Domain", st.Uid, st.Gid)
+	}
+	uid, gid := s.start.SessionUid, s.start.SessionGid
+	if uid == 0 || st.Uid == uid && st.Gid == gid {
+		return nil
+	}
+	// The directory is the developer's (created by HC or by the router):
+	// give it, and what the developer owns in it, to the session user.
+	if st.Uid == 0 {
+		n, err := chownTree(fd, toSessionUser(uid, gid), 0)
+		if err != nil {
+			return fmt.Errorf("give it to the session user %d:%d: %w", uid, gid, err)
+		}
+		s.log.Info("ignored directory given to the session user", "path", rel, "uid", uid, "gid", gid, "entries", n)
+	}
+	if err := unix.Fchown(fd, int(uid), int(gid)); err != nil {
+		return &os.PathError{Op: "chown", Path: rel, Err: err}
+	}
+	return nil
+}
+
+// ownedInDomain: the developer (0 in this namespace) or a mapped guest id.
+func ownedInDomain(uid, gid uint32) bool {
+	return uid < ocispec.GuestIDs && gid < ocispec.GuestIDs && uid != overflowID && gid != overflowID
+}
+
+// chownTree changes the owner of every entry beneath the directory dirfd
+// (not dirfd itself) to what to returns for it, when it returns ok, never
+// following a symlink; it returns how many it changed. -1 leaves an id.
+func chownTree(dirfd int, to func(*unix.Stat_t) (uid, gid int, ok bool), depth int) (int, error) {
+	if depth > statetree.MaxDepth {
+		return 0, errdefs.New(errdefs.ErrRefused, "directory nesting deeper than %d", statetree.MaxDepth)
+	}
+	names, err := statetree.ReadNames(dirfd)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return n, &os.PathError{Op: "lstat", Path: name, Err: err}
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			cfd, err := statetree.OpenBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+			if err != nil {
+				return n, err
+			}
+			k, err := chownTree(cfd, to, depth+1)
+			unix.Close(cfd)
+			n += k
+			if err != nil {
+				return n, err
+			}
+		}
+		uid, gid, ok := to(&st)
+		if !ok {
+			continue
+		}
+		if err := unix.Fchownat(dirfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return n, &os.PathError{Op: "lchown", Path: name, Err: err}
+		}
+		n++
+	}
+	return n, nil
+}
+
+// toSessionUser gives what the developer (id 0 here) owns to uid:gid,
+// keeping a group other than the developer's.
+func toSessionUser(uid, gid uint32) func(*unix.Stat_t) (int, int, bool) {
+	return func(st *unix.Stat_t) (int, int, bool) {
+		if st.Uid != 0 {
+			return 0, 0, false
+		}
+		g := int(gid)
+		if st.Gid != 0 {
+			g = -1
+		}
+		return int(uid), g, true
+	}
+}
+
+// toDeveloper gives back to the developer (0:0 here) whatever another id
+// owns.
+func toDeveloper(st *unix.Stat_t) (int, int, bool) {
+	return 0, 0, st.Uid != 0 || st.Gid != 0
+}
