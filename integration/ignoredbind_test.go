@@ -170,6 +170,15 @@ mkdir -p node_modules/pkg && echo a > node_modules/pkg/index.js && mkdir -p app/
 	noLeftovers(t)
 }
 
+// nodeModulesRepo makes ws a Git repository whose committed .gitignore
+// names node_modules/ (a top-level directory pattern: a bound directory).
+func nodeModulesRepo(t *testing.T, e *env, ws string) {
+	git := gitRepo(t, e, ws)
+	writeAs(t, e, filepath.Join(ws, ".gitignore"), "node_modules/\n")
+	git("add", ".gitignore")
+	git("commit", "-qm", "ignore")
+}
+
 // rsGivenFile is rs.GivenFile, the Domain Root's record of the ignored
 // directories a running generation has bound.
 const rsGivenFile = "ignored-binds.given"
@@ -203,10 +212,7 @@ func TestSR13IgnoredBindsGivenBackAfterCrash(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	ws := workspace(t)
-	git := gitRepo(t, e, ws)
-	writeAs(t, e, filepath.Join(ws, ".gitignore"), "node_modules/\n")
-	git("add", ".gitignore")
-	git("commit", "-qm", "ignore")
+	nodeModulesRepo(t, e, ws)
 	domainRoot := filepath.Join(e.stateHome, "lazaret", "domains", string(domainOf(ws, "tiny")))
 	state := filepath.Join(domainRoot, "ignored-state", "node_modules")
 	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "set -e; mkdir -p /workspace/node_modules/a/b; echo x > /workspace/node_modules/a/b/f; chown -R 4242:4243 /workspace/node_modules/a; echo ready; sleep 60")
@@ -261,10 +267,7 @@ func TestSR13IgnoredBindsOptOut(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	ws := workspace(t)
-	git := gitRepo(t, e, ws)
-	writeAs(t, e, filepath.Join(ws, ".gitignore"), "node_modules/\n")
-	git("add", ".gitignore")
-	git("commit", "-qm", "ignore")
+	nodeModulesRepo(t, e, ws)
 	script := `sed 's/^/MOUNT /' /proc/self/mounts; cd /workspace; mkdir -p node_modules/p && echo x > node_modules/p/i.js
 rm -rf node_modules && echo RM-OK || echo RM-FAILED; ls -A node_modules 2>&1 | tr '\n' ' '; echo`
 	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", script)

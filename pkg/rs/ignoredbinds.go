@@ -19,10 +19,6 @@ import (
 	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
-// ignoredBindResolve keeps the source check inside the Domain Root, on its
-// filesystem, without a symlink.
-const ignoredBindResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
-
 // overflowID is what an id outside this user namespace's map reads as.
 const overflowID = 65534
 
@@ -83,14 +79,41 @@ func (s *supervisor) prepareIgnoredBinds() error {
 		return fmt.Errorf("record the bound ignored directories: %w", err)
 	}
 	s.given = rels
+	var jobs []*giveJob
 	for _, m := range binds {
 		rel := strings.TrimPrefix(m.Source, prefix)
-		if err := s.checkIgnoredBind(rfd, rel); err != nil {
+		job, err := s.checkIgnoredBind(rfd, rel)
+		if err != nil {
+			for _, j := range jobs {
+				unix.Close(j.fd)
+			}
 			return fmt.Errorf("ignored directory %s cannot be bound from %s: %w", rel, m.Source, err)
+		}
+		if job != nil {
+			jobs = append(jobs, job)
 		}
 	}
 	s.log.Info("ignored directories bound from Ignored Workspace State checked", "count", len(binds))
+	if len(jobs) > 0 {
+		// What is inside the bound directories is given to the session
+		// user while runsc boots: no guest process runs before readiness,
+		// which awaits it (awaitGiving).
+		done := make(chan error, 1)
+		s.giving = done
+		go func() { done <- s.give(jobs) }()
+	}
 	return nil
+}
+
+// awaitGiving waits for the contents of the bound ignored directories to
+// be given to the session user (prepareIgnoredBinds), once.
+func (s *supervisor) awaitGiving() error {
+	if s.giving == nil {
+		return nil
+	}
+	err := <-s.giving
+	s.giving = nil
+	return err
 }
 
 // GivenFile, in the Domain Root, records the ignored directories a
@@ -219,6 +242,9 @@ func (s *supervisor) returnAfterCrash(root string) error {
 // back to the developer once nothing of the sandbox writes there, and
 // removes the record. A failure keeps the record for the next supervisor.
 func (s *supervisor) returnIgnoredBinds() {
+	if err := s.awaitGiving(); err != nil {
+		s.log.Warn("giving bound ignored directories to the session user failed", "err", err)
+	}
 	if s.given == nil {
 		return
 	}
@@ -250,12 +276,12 @@ func returnTrees(root string, rels []string) (int, error) {
 		if rel != "" {
 			p += "/" + rel
 		}
-		fd, err := unix.Openat2(rfd, p, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: ignoredBindResolve})
+		fd, err := statetree.OpenBeneath(rfd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 			continue
 		}
 		if err != nil {
-			return total, &os.PathError{Op: "open beneath the Domain Root without symlinks", Path: p, Err: err}
+			return total, fmt.Errorf("beneath the Domain Root, without symlinks or mounts: %w", err)
 		}
 		n, err := chownTree(fd, toDeveloper, 0)
 		total += n
@@ -274,38 +300,68 @@ func returnTrees(root string, rels []string) (int, error) {
 	return total, nil
 }
 
-// checkIgnoredBind checks (and, for a non-root session user, hands over)
-// the state directory ignored-state/rel beneath the Domain Root rfd.
-func (s *supervisor) checkIgnoredBind(rfd int, rel string) error {
-	fd, err := unix.Openat2(rfd, ocispec.IgnoredStateDir+"/"+rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: ignoredBindResolve})
+// giveJob is a bound directory (open) whose contents go to the session
+// user.
+type giveJob struct {
+	fd  int
+	rel string
+}
+
+// checkIgnoredBind checks the state directory ignored-state/rel beneath
+// the Domain Root rfd and, for a non-root session user, gives the
+// directory itself to that user at once (runsc reads its owner when it
+// mounts it); when the developer owned it, it returns the job of giving
+// what the developer owns inside (the router's earlier writes, everything
+// after a return), whose descriptor the caller closes.
+func (s *supervisor) checkIgnoredBind(rfd int, rel string) (*giveJob, error) {
+	fd, err := statetree.OpenBeneath(rfd, ocispec.IgnoredStateDir+"/"+rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return errdefs.Mark(&os.PathError{Op: "open beneath the Domain Root without symlinks", Path: rel, Err: err}, errdefs.ErrRefused)
+		return nil, errdefs.Mark(fmt.Errorf("beneath the Domain Root, without symlinks or mounts: %w", err), errdefs.ErrRefused)
 	}
-	defer unix.Close(fd)
+	keep := false
+	defer func() {
+		if !keep {
+			unix.Close(fd)
+		}
+	}()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return err
+		return nil, err
 	}
 	if !ownedInDomain(st.Uid, st.Gid) {
-		return errdefs.New(errdefs.ErrRefused, "owned by %d:%d, neither the developer nor a guest id of the Domain", st.Uid, st.Gid)
+		return nil, errdefs.New(errdefs.ErrRefused, "owned by %d:%d, neither the developer nor a guest id of the Domain", st.Uid, st.Gid)
 	}
 	uid, gid := s.start.SessionUid, s.start.SessionGid
 	if uid == 0 || st.Uid == uid && st.Gid == gid {
-		return nil
-	}
-	// The directory is the developer's (created by HC or by the router):
-	// give it, and what the developer owns in it, to the session user.
-	if st.Uid == 0 {
-		n, err := chownTree(fd, toSessionUser(uid, gid), 0)
-		if err != nil {
-			return fmt.Errorf("give it to the session user %d:%d: %w", uid, gid, err)
-		}
-		s.log.Info("ignored directory given to the session user", "path", rel, "uid", uid, "gid", gid, "entries", n)
+		return nil, nil
 	}
 	if err := unix.Fchown(fd, int(uid), int(gid)); err != nil {
-		return &os.PathError{Op: "chown", Path: rel, Err: err}
+		return nil, &os.PathError{Op: "chown", Path: rel, Err: err}
 	}
-	return nil
+	if st.Uid != 0 {
+		return nil, nil
+	}
+	keep = true
+	return &giveJob{fd: fd, rel: rel}, nil
+}
+
+// give gives what the developer owns beneath each job's directory to the
+// session user, closing the descriptors; the first error is returned.
+func (s *supervisor) give(jobs []*giveJob) error {
+	uid, gid := s.start.SessionUid, s.start.SessionGid
+	var first error
+	for _, j := range jobs {
+		n, err := chownTree(j.fd, toSessionUser(uid, gid), 0)
+		unix.Close(j.fd)
+		if err != nil {
+			if first == nil {
+				first = fmt.Errorf("give ignored directory %s to the session user %d:%d: %w", j.rel, uid, gid, err)
+			}
+			continue
+		}
+		s.log.Info("ignored directory given to the session user", "path", j.rel, "uid", uid, "gid", gid, "entries", n)
+	}
+	return first
 }
 
 // ownedInDomain: the developer (0 in this namespace) or a mapped guest id.

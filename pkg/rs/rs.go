@@ -258,6 +258,7 @@ type supervisor struct {
 	art          prepared.Artifact
 	anchors      []anchor.MountIdentity // mounted State Anchors, in mount order
 	given        []string               // ignored directories bound and given for the generation (GivenFile)
+	giving       chan error             // the session user's share of them, given while runsc boots (awaitGiving)
 	lowerUse     *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
 	held         *heldLower             // the hold begun before StartSandbox (joinLower)
 	purged       chan struct{}          // closed when reclaimed artifacts are deleted
@@ -691,6 +692,12 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	}
 	if failpoint.Armed("lazaret-rs:kill-git-routing-after-ready") && s.routing != nil {
 		s.routing.Signal(unix.SIGKILL) // simulates a Git-routing daemon crash
+	}
+	// Readiness before publication: the session user has what is inside
+	// the bound ignored directories.
+	if err := s.awaitGiving(); err != nil {
+		s.teardown(child, inW)
+		return nil, nil, err
 	}
 	id := child.Identity()
 	s.timing.Mark("sandbox and gofer identified")
