@@ -10,8 +10,9 @@
 //   - it is an ignored directory that already has a state copy
 //     (<DomainRoot>/ignored-state/<rel>, at any depth: the topmost routed
 //     entry, as the router routes it), or
-//   - it is named by a top-level directory pattern of the workspace's
-//     ignore rules (node_modules/, .venv/, target/, dist/:
+//   - it is named by a top-level directory pattern of the repository's
+//     ignore rules (node_modules/, .venv/, target/, dist/ in the top-level
+//     .gitignore or info/exclude, not the developer's core.excludesFile:
 //     ignorerules.Rules.TopDirPatterns); its state directory is created
 //     when missing.
 //

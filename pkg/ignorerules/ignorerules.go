@@ -45,6 +45,9 @@ type pattern struct {
 type source struct {
 	base     string
 	patterns []pattern
+	// personal: the developer's core.excludesFile, not the repository's
+	// own rules (TopDirPatterns leaves it out).
+	personal bool
 }
 
 // Rules is an immutable snapshot of the ignore rules and the tracked paths.
@@ -77,10 +80,22 @@ func (r *Rules) AddGitignore(dir string, content []byte) error {
 // AddGlobal adds a whole-repository source (info/exclude first, then
 // core.excludesFile: earlier calls take precedence).
 func (r *Rules) AddGlobal(content []byte) error {
+	return r.addGlobal(content, false)
+}
+
+// AddExcludesFile adds the developer's core.excludesFile, after
+// info/exclude: it ignores like AddGlobal's sources, but its patterns are
+// the developer's, not the repository's, so TopDirPatterns leaves them out.
+func (r *Rules) AddExcludesFile(content []byte) error {
+	return r.addGlobal(content, true)
+}
+
+func (r *Rules) addGlobal(content []byte, personal bool) error {
 	s, err := parse("", content)
 	if err != nil {
 		return err
 	}
+	s.personal = personal
 	r.global = append(r.global, s)
 	return nil
 }
@@ -118,16 +133,17 @@ func (r *Rules) Empty() bool {
 }
 
 // TopDirPatterns returns, sorted and without duplicates, the names of the
-// directory patterns of the top-level .gitignore, info/exclude and
-// core.excludesFile that name one top-level directory literally
-// ("node_modules/", "/.venv/", "target/"): no wildcard, no negation, one
-// path component. Whether such a name is ignored still depends on every
-// rule and on the index (Ignored).
+// directory patterns of the repository's own top-level rules (the
+// top-level .gitignore and info/exclude, not the developer's
+// core.excludesFile, which would name directories in every repository)
+// that name one top-level directory literally ("node_modules/", "/.venv/",
+// "target/"): no wildcard, no negation, one path component. Whether such a
+// name is ignored still depends on every rule and on the index (Ignored).
 func (r *Rules) TopDirPatterns() []string {
 	seen := map[string]bool{}
 	var out []string
 	add := func(s *source) {
-		if s == nil {
+		if s == nil || s.personal {
 			return
 		}
 		for _, pt := range s.patterns {

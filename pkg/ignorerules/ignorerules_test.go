@@ -165,6 +165,14 @@ func TestTopDirPatterns(t *testing.T) {
 	if err := r.AddGlobal([]byte("\\[x]/\n.cache/\n")); err != nil {
 		t.Fatal(err)
 	}
+	// The developer's own excludes file ignores, but names no directory
+	// of this repository.
+	if err := r.AddExcludesFile([]byte(".idea/\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Ignored(".idea", true) {
+		t.Error(".idea/ of core.excludesFile does not ignore")
+	}
 	got := strings.Join(r.TopDirPatterns(), ",")
 	if want := ".cache,.venv,node_modules,out,target"; got != want {
 		t.Fatalf("TopDirPatterns = %s, want %s", got, want)

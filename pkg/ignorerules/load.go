@@ -67,7 +67,7 @@ func Load(ws, excludesFile string) (*Rules, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	for _, f := range []string{filepath.Join(common, "info", "exclude"), excludesFile} {
+	for i, f := range []string{filepath.Join(common, "info", "exclude"), excludesFile} {
 		if f == "" {
 			continue
 		}
@@ -78,7 +78,11 @@ func Load(ws, excludesFile string) (*Rules, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := r.AddGlobal(b); err != nil {
+		add := r.AddGlobal
+		if i == 1 {
+			add = r.AddExcludesFile
+		}
+		if err := add(b); err != nil {
 			return nil, err
 		}
 	}
