@@ -30,9 +30,11 @@ const overflowID = 65534
 // workspace must be the routed one (its daemon serves the mount point),
 // and the source must be a directory reached from the Domain Root without
 // a symlink or another filesystem, owned by the developer or a guest id of
-// the Domain's range. When the session user is not root, a source (and
-// what the developer owns in it, the router's earlier writes) is given to
-// the session user's guest ids, so the agent can write its own dependency
+// the Domain's range. First it gives back what an interrupted generation
+// left given (returnAfterCrash); then it records the bound paths
+// (GivenFile) before anything is given away. When the session user is not
+// root, a source (and what the developer owns in it) is given to the
+// session user's guest ids, so the agent can write its own dependency
 // directories.
 func (s *supervisor) prepareIgnoredBinds() error {
 	st := s.start
@@ -129,8 +131,8 @@ func (s *supervisor) awaitGiving() error {
 // keeps it always.
 const GivenFile = "ignored-binds.given"
 
-// givenHeader is the record's first line; the version is refused when
-// newer than this build's.
+// givenMagic and givenVersion open the record's first line; a version
+// newer than this build's is refused.
 const (
 	givenMagic   = "lazaret-ignored-binds-given"
 	givenVersion = 1
