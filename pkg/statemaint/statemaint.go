@@ -540,23 +540,11 @@ func ignoredCopy(domainRoot, rel, hostPath, direction string, force bool) (treec
 	case "in":
 		// The mirror directories above the path, as the routing daemon
 		// creates them on demand.
-		dd := stateFD
-		for _, c := range strings.Split(strings.TrimSuffix(parent, "/"), "/") {
-			if c == "" {
-				continue
-			}
-			next, err := statetree.MkdirBeneath(dd, c, 0o755)
-			if dd != stateFD {
-				unix.Close(dd)
-			}
-			if err != nil {
-				return treecopy.Stats{}, err
-			}
-			dd = next
+		dd, err := statetree.MkdirAllBeneath(stateFD, parent, 0o755)
+		if err != nil {
+			return treecopy.Stats{}, err
 		}
-		if dd != stateFD {
-			defer unix.Close(dd)
-		}
+		defer unix.Close(dd)
 		return treecopy.Copy(hostDir, filepath.Base(hostPath), dd, name, force)
 	}
 	return treecopy.Stats{}, errdefs.New(errdefs.ErrInvalid, "--direction %q: out or in", direction)

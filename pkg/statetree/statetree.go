@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -75,6 +76,29 @@ func MkdirBeneath(dirfd int, name string, mode uint32) (int, error) {
 		return -1, &os.PathError{Op: "mkdirat", Path: name, Err: err}
 	}
 	return OpenDir(dirfd, name)
+}
+
+// MkdirAllBeneath creates every directory of the slash-separated path rel
+// beneath dirfd, one component at a time (mode; existing ones are fine;
+// never through a symlink or onto another filesystem), and opens the last;
+// with no component it opens a duplicate of dirfd. The caller closes it.
+func MkdirAllBeneath(dirfd int, rel string, mode uint32) (int, error) {
+	dir, err := unix.Dup(dirfd)
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range strings.Split(rel, "/") {
+		if c == "" {
+			continue
+		}
+		next, err := MkdirBeneath(dir, c, mode)
+		unix.Close(dir)
+		if err != nil {
+			return -1, err
+		}
+		dir = next
+	}
+	return dir, nil
 }
 
 // IsDir reports whether name is a plain directory in dirfd (false with a

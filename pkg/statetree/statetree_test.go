@@ -279,3 +279,40 @@ func TestSwapEmptyCrashConsistency(t *testing.T) {
 		t.Fatal("purge followed a symlink out of the trash")
 	}
 }
+
+// TestMkdirAllBeneath: every component is created (existing ones kept),
+// the last is opened; a symlinked component is refused, not followed.
+func TestMkdirAllBeneath(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rfd)
+	os.Mkdir(filepath.Join(root, "a"), 0o700)
+	fd, err := MkdirAllBeneath(rfd, "a/b/c", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if fi, err := os.Stat(filepath.Join(root, "a", "b", "c")); err != nil || !fi.IsDir() {
+		t.Fatalf("a/b/c not created: %v", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "a")); fi.Mode().Perm() != 0o700 {
+		t.Errorf("an existing component's mode changed: %v", fi.Mode())
+	}
+	if fd, err := MkdirAllBeneath(rfd, "", 0o755); err != nil {
+		t.Errorf("no component: %v", err)
+	} else {
+		unix.Close(fd)
+	}
+	os.Symlink(outside, filepath.Join(root, "link"))
+	if fd, err := MkdirAllBeneath(rfd, "link/x", 0o755); err == nil {
+		unix.Close(fd)
+		t.Error("a symlinked component was followed")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Error("a directory was created through the symlink")
+	}
+}

@@ -88,9 +88,11 @@ func (s *Service) ignoredBinds(sb *ocispec.Sandbox) error {
 	var names []string
 	for _, b := range binds {
 		if b.Create {
-			if err := mkdirStateChain(sfd, b.Rel); err != nil {
+			fd, err := statetree.MkdirAllBeneath(sfd, b.Rel, 0o755)
+			if err != nil {
 				return err
 			}
+			unix.Close(fd)
 		}
 		src := ocispec.IgnoredBindSource(s.cfg.DomainRoot, b.Rel)
 		if src != filepath.Join(stateDir, filepath.FromSlash(b.Rel)) {
@@ -119,24 +121,4 @@ func typeBeneath(dirfd int, rel string) uint32 {
 		return 0
 	}
 	return st.Mode & unix.S_IFMT
-}
-
-// mkdirStateChain creates rel's directories beneath the state directory
-// descriptor (mirror parents included), never following a symlink.
-func mkdirStateChain(sfd int, rel string) error {
-	dir, err := unix.Dup(sfd)
-	if err != nil {
-		return err
-	}
-	for _, c := range strings.Split(rel, "/") {
-		mode := uint32(0o755)
-		next, err := statetree.MkdirBeneath(dir, c, mode)
-		unix.Close(dir)
-		if err != nil {
-			return err
-		}
-		dir = next
-	}
-	unix.Close(dir)
-	return nil
 }
