@@ -11,7 +11,6 @@ import (
 	"github.com/lazaret/lazaret/pkg/ignoredbind"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/statetree"
-	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
 
 // scanResolve confines the lookups of ignoredBinds beneath the workspace
@@ -28,13 +27,9 @@ const scanResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOL
 // isolation.
 // The Runtime Supervisor re-checks every source before runsc starts.
 func (s *Service) ignoredBinds(sb *ocispec.Sandbox) error {
-	rules := s.sticky.rules
-	if rules == nil {
+	rules, rec := s.sticky.rules, s.sticky.record
+	if rules == nil || rec == nil {
 		return nil
-	}
-	rec, err := stickyignore.Load(s.cfg.DomainRoot)
-	if err != nil {
-		return err
 	}
 	stateDir := s.cfg.StateDir
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {

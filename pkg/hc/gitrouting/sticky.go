@@ -19,9 +19,10 @@ type stickyState struct {
 	// rules is the generation's ignore-rules snapshot, read from the same
 	// host files the Git-routing daemon reads just after.
 	rules *ignorerules.Rules
-	// found is what the start scan found (ignoredBinds reads it after
-	// awaitSticky).
-	found []stickyignore.Found
+	// found is what the start scan found and record the sticky record it
+	// saved (ignoredBinds reads both after awaitSticky).
+	found  []stickyignore.Found
+	record *stickyignore.Record
 	// asked: the start scan succeeded and the daemon was asked for
 	// (guarded by Service.mu).
 	asked bool
@@ -108,7 +109,7 @@ func (s *Service) recordSticky(when string) error {
 		return err
 	}
 	if when == "start" {
-		s.sticky.found = found
+		s.sticky.found, s.sticky.record = found, rec
 	}
 	if added := rec.Add(found, s.cfg.Generation, time.Now()); len(added) > 0 {
 		if err := stickyignore.Save(s.cfg.DomainRoot, rec); err != nil {
