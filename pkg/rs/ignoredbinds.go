@@ -1,7 +1,6 @@
 package rs
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,11 +36,7 @@ const overflowID = 65534
 // session user's guest ids, so the agent can write its own dependency
 // directories.
 func (s *supervisor) prepareIgnoredBinds() error {
-	st := s.start
-	var sp specs.Spec
-	if err := json.Unmarshal(st.OciSpecJson, &sp); err != nil {
-		return errdefs.Mark(err, errdefs.ErrCorrupt)
-	}
+	st, sp := s.start, s.spec // launch parsed the spec
 	root := anchor.Root(st.StorageRoot, st.DomainId)
 	if err := s.returnAfterCrash(root); err != nil {
 		return err
