@@ -142,6 +142,16 @@ type Command struct {
 	// its id maps exist it is not that namespace's root, and the exec
 	// would clear them.
 	KeepCapabilities bool
+	// FDTable, when larger than len(Files), starts the child with a
+	// descriptor table of at least FDTable slots: descriptor FDTable-1 is
+	// /dev/null (the slots between are closed), and the table a process
+	// starts with is sized by its highest open descriptor. The table
+	// survives exec and, in a child that clones others while holding that
+	// descriptor, theirs too. A table that must grow while the process's
+	// threads share it waits for an RCU grace period, milliseconds on a
+	// busy host (measured: 1–23 ms in runsc's sandbox start); a table sized
+	// up front never grows. Ignored if the descriptor limit forbids it.
+	FDTable int
 }
 
 // Child is a process spawned by the broker.
@@ -203,6 +213,15 @@ func nullFile() (*os.File, error) {
 	return devNull.f, devNull.err
 }
 
+// fdTableAllowed reports whether a child may be given descriptor size-1:
+// the descriptors are placed under this process's limit (which the Go
+// runtime raised to the hard limit), the child's own limit is restored
+// after.
+func fdTableAllowed(size int) bool {
+	var lim unix.Rlimit
+	return unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur >= uint64(size)
+}
+
 // spawn forks cmd from the locked thread and returns its handle.
 func (b *Broker) spawn(cmd Command) (*pidfs.Handle, error) { return b.spawnWith(cmd, nil) }
 
@@ -223,6 +242,16 @@ func (b *Broker) spawnWith(cmd Command, mod func(*syscall.SysProcAttr)) (*pidfs.
 		n, err := nullFile()
 		if err != nil {
 			return nil, err
+		}
+		files = append(files, n.Fd())
+	}
+	if cmd.FDTable > len(files) && fdTableAllowed(cmd.FDTable) {
+		n, err := nullFile()
+		if err != nil {
+			return nil, err
+		}
+		for len(files) < cmd.FDTable-1 {
+			files = append(files, ^uintptr(0)) // -1: closed in the child
 		}
 		files = append(files, n.Fd())
 	}
@@ -513,6 +542,7 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		Setsid:     t.Setsid,
 		Setctty:    t.Setctty,
 		Cloneflags: t.Cloneflags,
+		FDTable:    t.FDTable,
 		// Executed before Setup maps its ids, a wrapper in a new user
 		// namespace is no root there and would lose every capability.
 		KeepCapabilities: spec.InPlace && t.Cloneflags&unix.CLONE_NEWUSER != 0,

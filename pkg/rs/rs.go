@@ -581,7 +581,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "attached_runsc",
 		ExecStop: true, // no wrapper re-exec of lazaret-rs on the start-up path
-		Target:   proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: st.BundleDir, Files: files},
+		Target:   proc.Command{Path: argv[0], Args: argv, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: st.BundleDir, Files: files, FDTable: runsc.RunFDTable},
 		// HC acknowledges runsc's staged ownership only once the
 		// connectivity helper has configured the tap; the policy's routes
 		// go onto it before the barrier releases runsc (gVisor imports
