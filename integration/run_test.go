@@ -151,6 +151,58 @@ func TestRunStdio(t *testing.T) {
 	noLeftovers(t)
 }
 
+// TestCallerDescriptorsStayWithTheCLI: a descriptor the developer's shell
+// or harness left open in `lazaret run` (here descriptor 10, a file) is
+// held by no process the CLI starts — not the Host Coordinator, which
+// outlives the CLI, the Runtime Supervisor, the Git-routing daemon, runsc
+// or the sandbox — so it is closed when the CLI exits, and a pipe's reader
+// sees its end.
+func TestCallerDescriptorsStayWithTheCLI(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	marker := filepath.Join(e.userDir("caller-fd"), "marker-"+randHex(4))
+	f, err := os.Create(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo up; read x; exit 0")
+	c.ExtraFiles = []*os.File{nil, nil, nil, nil, nil, nil, nil, f} // descriptor 10
+	stdin, _ := c.StdinPipe()
+	stdout, _ := c.StdoutPipe()
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 3)
+	if _, err := io.ReadFull(stdout, line); err != nil {
+		t.Fatalf("session: %v", err)
+	}
+	holders := map[string]bool{}
+	for _, up := range ownProcs(e, t) {
+		if up.pid == c.Process.Pid {
+			continue
+		}
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", up.pid))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fd); l == marker {
+				holders[fmt.Sprintf("%d %s (%s)", up.pid, up.cmdline, filepath.Base(fd))] = true
+			}
+		}
+	}
+	if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/10", c.Process.Pid)); l != marker {
+		t.Errorf("the CLI's descriptor 10 is %q, not the marker: the check proves nothing", l)
+	}
+	for h := range holders {
+		t.Errorf("a process the CLI started holds the caller's descriptor: %s", h)
+	}
+	stdin.Close()
+	if err := c.Wait(); err != nil {
+		t.Errorf("session: %v", err)
+	}
+	noLeftovers(t)
+}
+
 // TestWorkspaceBidirectional (spec §3.4, FR-3): the project is at /workspace,
 // edits are visible both ways at once, files created inside belong to the
 // developer on the host, and the command runs in the matching subdirectory.

@@ -34,5 +34,7 @@ func main() {
 	proc.MaybeRunWrapper()
 	proc.MaybeRunQualifyBroker()
 	proc.MaybeRunQualificationSuite()
+	// The caller's stray descriptors stay with this CLI.
+	proc.CloseInheritedOnExec()
 	os.Exit(cli.Main(os.Args))
 }

@@ -25,6 +25,9 @@ import (
 func main() {
 	release.MaybeAnswer("lazaret")
 	proc.MaybeRunWrapper()
+	// The caller's stray descriptors stay with this CLI (the wrapper
+	// above keeps what it is handed for its target).
+	proc.CloseInheritedOnExec()
 	// It settles once idle (package idlemem).
 	idlemem.DeferCollection()
 	os.Exit(runverb.Main(os.Args))

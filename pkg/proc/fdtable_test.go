@@ -83,3 +83,45 @@ func TestFDTablePresizesChild(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseInheritedOnExec: a descriptor opened without close-on-exec
+// (as a caller leaves one) is close-on-exec afterwards, and a child
+// started without it in its Files does not get it.
+func TestCloseInheritedOnExec(t *testing.T) {
+	fd, err := unix.Open(os.DevNull, unix.O_RDONLY, 0) // no O_CLOEXEC
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	high := 200
+	if err := unix.Dup2(fd, high); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(high)
+	for _, d := range []int{fd, high} {
+		if fl, _ := unix.FcntlInt(uintptr(d), unix.F_GETFD, 0); fl&unix.FD_CLOEXEC != 0 {
+			t.Fatalf("descriptor %d is close-on-exec before the call", d)
+		}
+	}
+	CloseInheritedOnExec()
+	for _, d := range []int{fd, high} {
+		if fl, err := unix.FcntlInt(uintptr(d), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC == 0 {
+			t.Errorf("descriptor %d not close-on-exec after the call (flags %#x, %v)", d, fl, err)
+		}
+	}
+	b := testBroker(t)
+	c, err := b.Start("t", Command{Path: "/bin/sleep", Args: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Signal(unix.SIGKILL); c.Wait(context.Background()) }()
+	// Start returns once the exec succeeded (syscall.ForkExec).
+	ents, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(int(c.Identity().HostPID)), "fd"))
+	var open []string
+	for _, e := range ents {
+		open = append(open, e.Name())
+	}
+	if got := strings.Join(open, " "); got != "0 1 2" {
+		t.Errorf("child's descriptors %q, want only 0 1 2", got)
+	}
+}
