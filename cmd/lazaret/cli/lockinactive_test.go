@@ -9,14 +9,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
 )
 
 // TestLockInactiveWaitsForEndingTeardown: a coordinator whose teardown
 // ends between the CLI's connection and its status request (here: a
-// listener that accepts and closes, as a coordinator does once it no
-// longer serves, while the lock is still held) is not reported active;
-// the lock is waited for and taken once released.
+// listener that goes during the status request, its lock released a
+// little later) is not reported active; the lock is waited for and taken
+// once released. TestRmRefusals covers the other side: a socket that still
+// answers without a status (a starting coordinator) is active.
 func TestLockInactiveWaitsForEndingTeardown(t *testing.T) {
 	base, err := os.MkdirTemp("", "lz-li-") // short: the socket path limit
 	if err != nil {
@@ -39,6 +42,13 @@ func TestLockInactiveWaitsForEndingTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	holder, err := os.OpenFile(paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(holder.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -48,19 +58,21 @@ func TestLockInactiveWaitsForEndingTeardown(t *testing.T) {
 			c.Close()
 		}
 	}()
-	holder, err := os.OpenFile(paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
+	// The teardown ends during the status request: the socket goes at
+	// once, the lock 300 ms later (the coordinator's exit).
+	asked := false
+	liveStatus = func(domain.Paths, string) (*lv1.DomainStatus, error) {
+		if !asked {
+			asked = true
+			ln.Close() // removes the socket
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				holder.Close()
+			}()
+		}
+		return nil, client.ErrNotPublished
 	}
-	if err := unix.Flock(int(holder.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	// The "teardown" ends 300 ms later: socket gone, lock released.
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		ln.Close()
-		holder.Close()
-	}()
+	defer func() { liveStatus = client.LiveStatus }()
 	lock, err := os.OpenFile(paths.LockFile(), os.O_RDWR, 0o600)
 	if err != nil {
 		t.Fatal(err)

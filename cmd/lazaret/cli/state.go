@@ -361,7 +361,9 @@ func resetArgs(c *cli.Context) (all, yes, asJSON bool, args []string) {
 func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 	paths := rd.paths
 	deadline := time.Now().Add(20 * time.Second)
-	var unanswered error // the last status request a connected coordinator did not answer
+	active := func() error {
+		return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs), then %s; --yes does not bypass this", paths.ID, activeSessions(paths, rd.prof.Name), what)
+	}
 	for {
 		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -379,25 +381,34 @@ func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 			// A coordinator tearing down (its last session just left, or
 			// it failed) still answers until it exits: wait for it, as
 			// for the lock; only a starting or running one is active.
-			// One that answers the connection but not the status request
-			// after it is not known active either: a teardown that ends
-			// (socket gone, coordinator exited) between the two is what
-			// it usually is, so the lock is waited for.
-			st, err := client.LiveStatus(paths, rd.prof.Name)
-			unanswered = err
+			st, err := liveStatus(paths, rd.prof.Name)
 			if err == nil && st.GetState() != "stopping" && st.GetState() != "failed" {
-				return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs), then %s; --yes does not bypass this", paths.ID, activeSessions(paths, rd.prof.Name), what)
+				return active()
+			}
+			if err != nil {
+				// No status: a starting coordinator (not yet published),
+				// or a teardown that ended between the dial and the
+				// request. Look again: a lock now free was the latter; a
+				// socket still answering, the former.
+				if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+					return nil
+				}
+				if conn, derr := client.Dial(paths); derr == nil {
+					conn.Close()
+					return active()
+				}
 			}
 		}
 		if time.Now().After(deadline) {
-			if unanswered != nil {
-				return errdefs.New(errdefs.ErrRefused, "Domain %s did not stop within 20s: its coordinator accepts connections on %s but does not answer its status (%v); see `lazaret logs`, then retry %s", paths.ID, paths.ControlSocket(), unanswered, what)
-			}
 			return errdefs.New(errdefs.ErrRefused, "Domain %s is still stopping (its lock is held by its coordinator or runtime supervisor): retry %s when `lazaret status` shows it stopped", paths.ID, what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// liveStatus is client.LiveStatus (a variable so that a test can end the
+// coordinator between lockInactive's connection and its status request).
+var liveStatus = client.LiveStatus
 
 // activeSessions describes a running Domain's sessions from its
 // coordinator's status (best effort).
