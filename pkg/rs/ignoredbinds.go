@@ -57,9 +57,9 @@ func (s *supervisor) prepareIgnoredBinds() error {
 	if g := st.GitRouting; g == nil || !g.IgnoredPathIsolation {
 		return errdefs.New(errdefs.ErrRefused, "the spec binds ignored directories from Ignored Workspace State without ignored-path isolation")
 	}
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	rfd, err := openDomainRoot(root, unix.O_PATH)
 	if err != nil {
-		return errdefs.Mark(&os.PathError{Op: "open Domain Root", Path: root, Err: err}, errdefs.ErrUnavailable)
+		return errdefs.Mark(err, errdefs.ErrUnavailable)
 	}
 	defer unix.Close(rfd)
 	var rels []string
@@ -136,9 +136,9 @@ const (
 // writeGiven durably records rels (workspace-relative) as given. A torn
 // write reads as damaged, which returns everything.
 func writeGiven(root string, rels []string) error {
-	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	rfd, err := openDomainRoot(root, unix.O_RDONLY)
 	if err != nil {
-		return &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+		return err
 	}
 	defer unix.Close(rfd)
 	fd, err := statetree.OpenBeneath(rfd, GivenFile, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, 0o600)
@@ -161,9 +161,9 @@ func writeGiven(root string, rels []string) error {
 
 // removeGiven durably removes the record.
 func removeGiven(root string) error {
-	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	rfd, err := openDomainRoot(root, unix.O_RDONLY)
 	if err != nil {
-		return &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+		return err
 	}
 	defer unix.Close(rfd)
 	if err := unix.Unlinkat(rfd, GivenFile, 0); err != nil && err != unix.ENOENT {
@@ -175,9 +175,9 @@ func removeGiven(root string) error {
 // readGiven reads the record: nil, nil when there is none; all reports a
 // record that names no usable paths (damaged), so everything is returned.
 func readGiven(root string) (rels []string, all bool, err error) {
-	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	rfd, err := openDomainRoot(root, unix.O_RDONLY)
 	if err != nil {
-		return nil, false, &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+		return nil, false, err
 	}
 	defer unix.Close(rfd)
 	fd, err := statetree.OpenBeneath(rfd, GivenFile, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
@@ -262,9 +262,9 @@ func (s *supervisor) returnIgnoredBinds() {
 // all of it), and the directory itself, to the developer; a missing one
 // (reset meanwhile) is skipped.
 func returnTrees(root string, rels []string) (int, error) {
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	rfd, err := openDomainRoot(root, unix.O_PATH)
 	if err != nil {
-		return 0, &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+		return 0, err
 	}
 	defer unix.Close(rfd)
 	total := 0
@@ -359,6 +359,16 @@ func (s *supervisor) give(jobs []*giveJob) error {
 		s.log.Info("ignored directory given to the session user", "path", j.rel, "uid", uid, "gid", gid, "entries", n)
 	}
 	return first
+}
+
+// openDomainRoot opens the Domain Root directory itself (never through a
+// symlink) with flags (O_RDONLY or O_PATH).
+func openDomainRoot(root string, flags int) (int, error) {
+	fd, err := unix.Open(root, flags|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open Domain Root", Path: root, Err: err}
+	}
+	return fd, nil
 }
 
 // ownedInDomain: the developer (0 in this namespace) or a mapped guest id.
