@@ -700,7 +700,8 @@ func TestDX5TimingTrace(t *testing.T) {
 	}
 	want := []string{"cli lazaret run started", "cli starting the coordinator", "hc coordinator started", "hc store open", "hc recovery done",
 		"hc generation recorded", "hc starting the runtime supervisor", "rs supervisor started", "hc runtime supervisor hello verified",
-		"rs prepared lower held", "rs lease recorded by the coordinator", "rs State Anchors mounted", "rs starting runsc",
+		"rs prepared lower held", "hc lease requested", "hc lease intent recorded", "hc Storage Catalog locked and open",
+		"hc lease inserted into the Storage Catalog", "rs lease recorded by the coordinator", "rs State Anchors mounted", "rs starting runsc",
 		"rs runsc ready (sandbox init running)", "hc sandbox ready", "hc Domain published", "hc session admitted; starting it in the sandbox's init",
 		"cli session accepted", "hc session command exited", "cli exit status received", "cli lazaret run exits"}
 	var got []string

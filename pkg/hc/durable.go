@@ -47,6 +47,7 @@ func (c *coordinator) openStore(rt runsc.Runtime) error {
 		Image: c.cfg.image, PersistentPaths: c.cfg.profile.PersistentPaths, Coordinator: c.self,
 		Supervisor: func() pidfs.Identity { return c.rs.Identity() },
 		Send:       func(ctx context.Context, m *lv1.CoordinatorMessage) error { return c.rs.Send(ctx, m) },
+		Mark:       c.timing.Mark,
 	})
 	c.sb = sandbox.New(sandbox.Config{
 		Log: c.log, Store: c.store, Domain: c.paths.ID, Coordinator: c.self, Runtime: rt,

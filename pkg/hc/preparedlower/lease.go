@@ -39,6 +39,7 @@ func saSnapshot(artifact string, ns *lv1.NamespaceIdentity, mounts *lv1.StateAnc
 // Acquire is acquisition steps 1-4 for the artifact RS holds; it answers
 // LeaseRecorded only once every step is durable.
 func (s *Service) Acquire(ctx context.Context, a *lv1.ArtifactReady, hello *lv1.SupervisorHello) error {
+	s.mark("lease requested")
 	if err := s.recordLease(ctx, a, hello); err != nil {
 		return err
 	}
@@ -72,6 +73,7 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		return err
 	}
 	s.step(func(p *steps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent")
+	s.mark("lease intent recorded")
 	failpoint.Hit("lazaret-hc:lower-intent")
 	cat, err := s.catalog()
 	if err != nil {
@@ -79,6 +81,7 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 	}
 	key := s.leaseKey(gen, id)
 	if err := cat.Update(ctx, func(tx *catalog.Tx) error {
+		s.mark("Storage Catalog locked and open")
 		// A gc that died between Reclaiming and its rename would block the
 		// lease: settle it first (RS holds the tree shared, so no gc is
 		// mid-rename and the record rolls back to Published).
@@ -100,6 +103,7 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 	}); err != nil {
 		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
 	}
+	s.mark("lease inserted into the Storage Catalog")
 	failpoint.Hit("lazaret-hc:lease-acquired")
 	// state_anchor is recorded even without persistent paths: its mount
 	// namespace is where the read-only lower is bound too.

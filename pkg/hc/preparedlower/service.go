@@ -49,6 +49,16 @@ type Config struct {
 	Supervisor func() pidfs.Identity
 	// Send sends a message to RS (LeaseRecorded).
 	Send func(context.Context, *lv1.CoordinatorMessage) error
+	// Mark records a start-up stage (LAZARET_DEBUG=timing); nil records
+	// nothing.
+	Mark func(stage string)
+}
+
+// mark records a start-up stage when the coordinator traces them.
+func (s *Service) mark(stage string) {
+	if s.cfg.Mark != nil {
+		s.cfg.Mark(stage)
+	}
 }
 
 // Service drives one generation's prepared lower and State Anchors, and
