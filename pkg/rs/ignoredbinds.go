@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -246,6 +247,7 @@ func (s *supervisor) returnIgnoredBinds() {
 		return
 	}
 	root := anchor.Root(s.start.StorageRoot, s.start.DomainId)
+	began := time.Now()
 	n, err := returnTrees(root, s.given)
 	if err == nil {
 		err = removeGiven(root)
@@ -254,7 +256,7 @@ func (s *supervisor) returnIgnoredBinds() {
 		s.log.Error("bound ignored directories not given back to the developer: the next start does it", "err", err)
 		return
 	}
-	s.log.Info("bound ignored directories given back to the developer", "paths", len(s.given), "entries", n)
+	s.log.Info("bound ignored directories given back to the developer", "paths", len(s.given), "entries", n, "duration", time.Since(began))
 	s.given = nil
 }
 
@@ -280,7 +282,7 @@ func returnTrees(root string, rels []string) (int, error) {
 		if err != nil {
 			return total, fmt.Errorf("beneath the Domain Root, without symlinks or mounts: %w", err)
 		}
-		n, err := chownTree(fd, toDeveloper, 0)
+		n, err := chownTree(fd, toDeveloper)
 		total += n
 		if err == nil {
 			var st unix.Stat_t
@@ -348,7 +350,8 @@ func (s *supervisor) give(jobs []*giveJob) error {
 	uid, gid := s.start.SessionUid, s.start.SessionGid
 	var first error
 	for _, j := range jobs {
-		n, err := chownTree(j.fd, toSessionUser(uid, gid), 0)
+		began := time.Now()
+		n, err := chownTree(j.fd, toSessionUser(uid, gid))
 		unix.Close(j.fd)
 		if err != nil {
 			if first == nil {
@@ -356,7 +359,7 @@ func (s *supervisor) give(jobs []*giveJob) error {
 			}
 			continue
 		}
-		s.log.Info("ignored directory given to the session user", "path", j.rel, "uid", uid, "gid", gid, "entries", n)
+		s.log.Info("ignored directory given to the session user", "path", j.rel, "uid", uid, "gid", gid, "entries", n, "duration", time.Since(began))
 	}
 	return first
 }
@@ -374,47 +377,6 @@ func openDomainRoot(root string, flags int) (int, error) {
 // ownedInDomain: the developer (0 in this namespace) or a mapped guest id.
 func ownedInDomain(uid, gid uint32) bool {
 	return uid < ocispec.GuestIDs && gid < ocispec.GuestIDs && uid != overflowID && gid != overflowID
-}
-
-// chownTree changes the owner of every entry beneath the directory dirfd
-// (not dirfd itself) to what to returns for it, when it returns ok, never
-// following a symlink; it returns how many it changed. -1 leaves an id.
-func chownTree(dirfd int, to func(*unix.Stat_t) (uid, gid int, ok bool), depth int) (int, error) {
-	if depth > statetree.MaxDepth {
-		return 0, errdefs.New(errdefs.ErrRefused, "directory nesting deeper than %d", statetree.MaxDepth)
-	}
-	names, err := statetree.ReadNames(dirfd)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, name := range names {
-		var st unix.Stat_t
-		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return n, &os.PathError{Op: "lstat", Path: name, Err: err}
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			cfd, err := statetree.OpenBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-			if err != nil {
-				return n, err
-			}
-			k, err := chownTree(cfd, to, depth+1)
-			unix.Close(cfd)
-			n += k
-			if err != nil {
-				return n, err
-			}
-		}
-		uid, gid, ok := to(&st)
-		if !ok {
-			continue
-		}
-		if err := unix.Fchownat(dirfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return n, &os.PathError{Op: "lchown", Path: name, Err: err}
-		}
-		n++
-	}
-	return n, nil
 }
 
 // toSessionUser gives what the developer (id 0 here) owns to uid:gid,

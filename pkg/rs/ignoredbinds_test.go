@@ -59,12 +59,7 @@ func TestGivenRecord(t *testing.T) {
 // record goes. After a crash the next supervisor does the same for the
 // recorded paths before anything else.
 func TestReturnIgnoredBinds(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("LAZARET_ALLOW_SKIP") == "1" {
-			t.Skip("LAZARET_ALLOW_SKIP=1: needs root (chown)")
-		}
-		t.Fatal("needs root (chown); run unit tests as root (make unit)")
-	}
+	needRoot(t)
 	storage := t.TempDir()
 	id := "0123456789abcdef0123456789abcdef"
 	root := filepath.Join(storage, "domains", id)
