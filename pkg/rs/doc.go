@@ -207,5 +207,8 @@
 // Ignored Workspace State if the record is damaged) before it binds
 // anything. Within a generation a guest chown there is real, as on a
 // plain bind; after it, what the developer owns appears as root, or as the
-// session user once given again, as through the daemon.
+// session user once given again, as through the daemon. Both walks
+// (chowntree.go) read directories on parallel walkers: a dependency
+// directory holds 10^5 entries, and the give is on the start's path, the
+// give-back on the next start's (it waits for the Domain lock).
 package rs
