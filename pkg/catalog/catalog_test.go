@@ -599,3 +599,54 @@ func TestViewWritesNothing(t *testing.T) {
 		t.Fatal("a write inside a View succeeded")
 	}
 }
+
+// A Session holds storage-catalog.lock from Begin to Close: its
+// transactions see each other, are durable once they return, a failed one
+// leaves nothing, its View refuses to write, other operations wait for the
+// lock (bounded), and a closed Session refuses transactions.
+func TestSession(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	c, err := New(root, Options{Logger: quiet(), LockTimeout: 100 * time.Millisecond})
+	must(t, "new", err)
+	publish(t, c, "art-1")
+	s, err := c.Begin(ctx)
+	must(t, "begin", err)
+	if err := c.View(ctx, func(*Tx) error { t.Error("ran beside a Session"); return nil }); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("operation while a Session is open: %v, want ErrUnavailable", err)
+	}
+	key := LeaseKey{ArtifactID: "art-1", DomainID: domA, Generation: 7}
+	must(t, "published", s.View(func(tx *Tx) error {
+		rec, err := tx.Artifact("art-1")
+		if err == nil && rec.GetState() != Published {
+			err = fmt.Errorf("state %v", rec.GetState())
+		}
+		return err
+	}))
+	if err := s.View(func(tx *Tx) error { return tx.AcquireLease(key) }); err == nil {
+		t.Fatal("a Session's View wrote")
+	}
+	boom := errors.New("boom")
+	if err := s.Update(func(tx *Tx) error {
+		if err := tx.AcquireLease(key); err != nil {
+			return err
+		}
+		return boom
+	}); err != boom {
+		t.Fatalf("failed transaction: %v", err)
+	}
+	must(t, "discarded", s.View(func(tx *Tx) error {
+		if _, err := tx.Lease(key); !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("lease after a failed transaction: %v", err)
+		}
+		return nil
+	}))
+	must(t, "lease", s.Update(func(tx *Tx) error { return tx.AcquireLease(key) }))
+	must(t, "seen", s.View(func(tx *Tx) error { _, err := tx.Lease(key); return err }))
+	must(t, "close", s.Close())
+	must(t, "close again", s.Close())
+	if err := s.View(func(*Tx) error { return nil }); !errors.Is(err, ErrSessionClosed) {
+		t.Fatalf("transaction on a closed Session: %v", err)
+	}
+	must(t, "durable", newCatalog(t, root).View(ctx, func(tx *Tx) error { _, err := tx.Lease(key); return err }))
+}
