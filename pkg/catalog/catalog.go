@@ -10,7 +10,10 @@
 // A View opens pebble read-only: it writes nothing (no WAL, manifest,
 // options or marker file, no directory), so the reads on the start-up path
 // (preparation's reuse check) cost no fsync. A catalog that was never
-// written reads as empty.
+// written reads as empty. A Session (Begin … Close) is the same lock and
+// open held for a transaction known to come (the lease a coordinator's
+// reuse verdict announces), briefly and bounded by its holder: the open's
+// synced writes are then paid ahead of it.
 //
 // so that concurrent Domain coordinators never open it at the same time and
 // no handle outlives the call.
