@@ -73,6 +73,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	})
 	outW.Close()
 	if err != nil {
+		outR.Close()
 		return nil, nil, err
 	}
 	s.timing.Mark("Git-routing daemon staged and released")
