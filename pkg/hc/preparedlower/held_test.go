@@ -27,6 +27,34 @@ func (f *fixture) catalogFree() bool {
 	return err == nil
 }
 
+// openedForLease is a fixture's generation 1 whose Service opened the
+// catalog for its lease (OpenForLease), once it holds the lock.
+func openedForLease(t *testing.T) (*fixture, *supervisortest.Supervisor, *Service) {
+	t.Helper()
+	f := newFixture(t)
+	sup := supervisortest.New(t)
+	s := f.service(sup)
+	f.begin(s, 1)
+	s.OpenForLease(context.Background())
+	if !eventually(func() bool { return !f.catalogFree() }) {
+		t.Fatal("OpenForLease did not take storage-catalog.lock")
+	}
+	return f, sup, s
+}
+
+// lease delivers RS's ArtifactReady and expects the lease recorded.
+func (f *fixture) lease(s *Service, sup *supervisortest.Supervisor) {
+	f.t.Helper()
+	sup.ArtifactReady(f.ready())
+	if err := deliver(f.t, s, sup, &lv1.SupervisorHello{MountNamespace: f.held}); err != nil {
+		f.t.Fatal(err)
+	}
+	sup.ExpectLeaseRecorded(f.art)
+	if !f.leased(1) {
+		f.t.Fatal("no catalog lease after LeaseRecorded")
+	}
+}
+
 // eventually polls cond for up to two seconds.
 func eventually(cond func() bool) bool {
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -37,27 +65,13 @@ func eventually(cond func() bool) bool {
 	return cond()
 }
 
-// TestLeaseThroughOpenedCatalog: the catalog opened as StartSandbox goes
-// out holds storage-catalog.lock until the lease; the lease takes it,
-// with the same durable steps in the same order, and the lock is released
+// TestLeaseThroughOpenedCatalog: the catalog opened at the reuse verdict
+// holds storage-catalog.lock until the lease; the lease takes it, with
+// the same durable steps in the same order, and the lock is released
 // right after.
 func TestLeaseThroughOpenedCatalog(t *testing.T) {
-	f := newFixture(t)
-	sup := supervisortest.New(t)
-	s := f.service(sup)
-	f.begin(s, 1)
-	s.OpenForLease(context.Background())
-	if !eventually(func() bool { return !f.catalogFree() }) {
-		t.Fatal("OpenForLease did not take storage-catalog.lock")
-	}
-	sup.ArtifactReady(f.ready())
-	if err := deliver(t, s, sup, &lv1.SupervisorHello{MountNamespace: f.held}); err != nil {
-		t.Fatal(err)
-	}
-	sup.ExpectLeaseRecorded(f.art)
-	if !f.leased(1) {
-		t.Fatal("no catalog lease after LeaseRecorded")
-	}
+	f, sup, s := openedForLease(t)
+	f.lease(s, sup)
 	f.wantActions(1, "AcquireLeaseIntent", "InsertLease", "CommitLeaseHeld", "CommitSupervisor", "AnchorIntent")
 	if !eventually(f.catalogFree) {
 		t.Fatal("storage-catalog.lock still held after the lease")
@@ -70,34 +84,14 @@ func TestLeaseThroughOpenedCatalog(t *testing.T) {
 func TestOpenedCatalogIsBounded(t *testing.T) {
 	defer func(d time.Duration) { heldFor = d }(heldFor)
 	heldFor = 50 * time.Millisecond
-	f := newFixture(t)
-	sup := supervisortest.New(t)
-	s := f.service(sup)
-	f.begin(s, 1)
-	s.OpenForLease(context.Background())
-	if !eventually(func() bool { return !f.catalogFree() }) {
-		t.Fatal("OpenForLease did not take storage-catalog.lock")
-	}
+	f, sup, s := openedForLease(t)
 	if !eventually(f.catalogFree) {
 		t.Fatalf("storage-catalog.lock held beyond %s", heldFor)
 	}
-	sup.ArtifactReady(f.ready())
-	if err := deliver(t, s, sup, &lv1.SupervisorHello{MountNamespace: f.held}); err != nil {
-		t.Fatal(err)
-	}
-	sup.ExpectLeaseRecorded(f.art)
-	if !f.leased(1) {
-		t.Fatal("no catalog lease after the session's bound")
-	}
+	f.lease(s, sup)
 
 	heldFor = time.Hour
-	g := newFixture(t)
-	s2 := g.service(supervisortest.New(t))
-	g.begin(s2, 1)
-	s2.OpenForLease(context.Background())
-	if !eventually(func() bool { return !g.catalogFree() }) {
-		t.Fatal("OpenForLease did not take storage-catalog.lock")
-	}
+	g, _, s2 := openedForLease(t)
 	s2.BeginRelease()
 	if !g.catalogFree() {
 		t.Fatal("storage-catalog.lock held after BeginRelease")
