@@ -10,10 +10,7 @@
 // A View opens pebble read-only: it writes nothing (no WAL, manifest,
 // options or marker file, no directory), so the reads on the start-up path
 // (preparation's reuse check) cost no fsync. A catalog that was never
-// written reads as empty. A Session (Begin … Close) is the same lock and
-// open held for a transaction known to come (the lease a coordinator's
-// reuse verdict announces), briefly and bounded by its holder: the open's
-// synced writes are then paid ahead of it.
+// written reads as empty.
 //
 // so that concurrent Domain coordinators never open it at the same time and
 // no handle outlives the call.
@@ -66,7 +63,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -254,26 +250,11 @@ func (c *Catalog) Exclusive(ctx context.Context, fn func() error) error {
 }
 
 func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx) error) (err error) {
-	lf, db, err := c.open(ctx, op, write)
+	lf, err := c.lock(ctx)
 	if err != nil {
 		return err
 	}
 	defer lf.Close() // closing the only descriptor releases the flock
-	defer func() {
-		if cerr := db.Close(); cerr != nil && err == nil {
-			err = errdefs.Mark(fmt.Errorf("storage catalog: close: %w", cerr), errdefs.ErrInternal)
-		}
-	}()
-	return c.txn(db, write, fn)
-}
-
-// open takes storage-catalog.lock and opens pebble under it (read-only
-// unless write). The caller closes the database, then the lock.
-func (c *Catalog) open(ctx context.Context, op string, write bool) (*os.File, *pebble.DB, error) {
-	lf, err := c.lock(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
 	dir := filepath.Join(c.root, Dir)
 	po := &pebble.Options{
 		FS:                 c.opts.FS,
@@ -305,8 +286,7 @@ func (c *Catalog) open(ctx context.Context, op string, write bool) (*os.File, *p
 			// that a View creates nothing.
 			po.FS, po.ReadOnly = vfs.NewMem(), false
 		} else if err != nil {
-			lf.Close()
-			return nil, nil, errdefs.Mark(fmt.Errorf("storage catalog: %w", err), errdefs.ErrUnsupportedHost)
+			return errdefs.Mark(fmt.Errorf("storage catalog: %w", err), errdefs.ErrUnsupportedHost)
 		}
 	}
 	db, err := pebble.Open(dir, po)
@@ -317,15 +297,13 @@ func (c *Catalog) open(ctx context.Context, op string, write bool) (*os.File, *p
 		db, err = pebble.Open(dir, po)
 	}
 	if err != nil {
-		lf.Close()
-		return nil, nil, errdefs.Mark(fmt.Errorf("storage catalog: open: %w", err), errdefs.ErrCorrupt)
+		return errdefs.Mark(fmt.Errorf("storage catalog: open: %w", err), errdefs.ErrCorrupt)
 	}
-	return lf, db, nil
-}
-
-// txn runs fn as one transaction on db: an indexed batch, committed
-// synced when write and fn wrote anything, discarded if fn fails.
-func (c *Catalog) txn(db *pebble.DB, write bool, fn func(tx *Tx) error) error {
+	defer func() {
+		if cerr := db.Close(); cerr != nil && err == nil {
+			err = errdefs.Mark(fmt.Errorf("storage catalog: close: %w", cerr), errdefs.ErrInternal)
+		}
+	}()
 	b := db.NewIndexedBatch()
 	defer b.Close()
 	tx := &Tx{c: c, r: b}
@@ -351,67 +329,6 @@ func (c *Catalog) txn(db *pebble.DB, write bool, fn func(tx *Tx) error) error {
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return errdefs.Mark(fmt.Errorf("storage catalog: commit: %w", err), errdefs.ErrInternal)
-	}
-	return nil
-}
-
-// Session holds the Storage Catalog open for a transaction that is known
-// to come: Begin pays pebble's open (several synced writes: it replays
-// the previous operation's log into a table and writes a new manifest,
-// log and options file; 2.5-7 ms measured here) ahead of it, so the
-// transaction itself costs only its synced batch. storage-catalog.lock is
-// held from Begin to Close, so every other catalog operation of any
-// process waits meanwhile: a holder keeps a Session only briefly and
-// bounds it, as it would a transaction (OR-6).
-type Session struct {
-	c  *Catalog
-	mu sync.Mutex
-	lf *os.File
-	db *pebble.DB
-}
-
-// Begin takes storage-catalog.lock and opens the catalog for reading and
-// writing (creating it when it does not exist, as Update does).
-func (c *Catalog) Begin(ctx context.Context) (*Session, error) {
-	lf, db, err := c.open(ctx, "session", true)
-	if err != nil {
-		return nil, err
-	}
-	return &Session{c: c, lf: lf, db: db}, nil
-}
-
-// ErrSessionClosed is returned by a transaction on a closed Session.
-var ErrSessionClosed = errors.New("storage catalog: session closed")
-
-// Update runs fn as one transaction of the Session: one synced batch,
-// discarded if fn fails.
-func (s *Session) Update(fn func(tx *Tx) error) error { return s.run(true, fn) }
-
-// View runs fn read-only in the Session; mutators refuse.
-func (s *Session) View(fn func(tx *Tx) error) error { return s.run(false, fn) }
-
-func (s *Session) run(write bool, fn func(tx *Tx) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.db == nil {
-		return ErrSessionClosed
-	}
-	return s.c.txn(s.db, write, fn)
-}
-
-// Close closes pebble, then releases storage-catalog.lock. Closing a
-// closed Session does nothing.
-func (s *Session) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.db == nil {
-		return nil
-	}
-	err := s.db.Close()
-	s.lf.Close()
-	s.db, s.lf = nil, nil
-	if err != nil {
-		return errdefs.Mark(fmt.Errorf("storage catalog: close: %w", err), errdefs.ErrInternal)
 	}
 	return nil
 }

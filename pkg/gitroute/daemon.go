@@ -24,14 +24,8 @@ import (
 // which RS runs it from, and of lazaret-rs).
 const DaemonArg = "__lazaret-git-routing"
 
-// MountedLine is printed on stdout once the filesystem is mounted, before
-// the daemon drops its capabilities and serves it: the kernel holds every
-// request on the mount, the sandbox's too, until it serves. ReadyLine
-// follows once it serves, with no capability but FileCapabilities left.
-const (
-	MountedLine = "lazaret-git-routing-mounted"
-	ReadyLine   = "lazaret-git-routing-ready"
-)
+// ReadyLine is printed on stdout once the filesystem is mounted.
+const ReadyLine = "lazaret-git-routing-ready"
 
 // FileCapabilities are all the daemon keeps after its mount: the file
 // permission overrides of its user namespace, which serving the sandbox's
@@ -101,30 +95,22 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "git-routing:", err)
 		return 2
 	}
-	srv, r, err := mount(*ws, *state, *mnt, *excludes, hide, sticky, g, own, *isolate, log)
+	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, sticky, g, own, *isolate, log)
 	if err != nil {
 		log.Error("mount", "err", err)
 		return 1
 	}
 	defer r.Close()
-	rec.Mark("Git-routing filesystem mounted")
-	// The Runtime Supervisor goes on with the sandbox's start once the
-	// mount exists; nothing reaches the filesystem before it is served
-	// below.
-	fmt.Fprintln(os.Stdout, MountedLine)
 	// The mount was the one privileged step: the daemon serves requests the
-	// sandbox drives, so before it serves any it keeps only
-	// FileCapabilities on every thread and can gain none (no_new_privs).
-	// (Every thread: ~40 stop-the-worlds, milliseconds on a busy host, off
-	// the start's critical path now.) The Runtime Supervisor, not the
-	// daemon, unmounts at teardown.
+	// sandbox drives, so from here on it keeps only FileCapabilities on any
+	// thread and can gain none (no_new_privs). The Runtime Supervisor, not
+	// the daemon, unmounts at teardown.
 	if err := capability.Keep(FileCapabilities); err != nil {
 		log.Error("drop capabilities after the mount", "err", err)
 		srv.Unmount()
 		return 1
 	}
-	r.serve(srv)
-	rec.Mark("Git-routing filesystem served")
+	rec.Mark("Git-routing filesystem mounted")
 	fmt.Fprintln(os.Stdout, ReadyLine)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
@@ -150,16 +136,6 @@ func Main(args []string) int {
 // mnt, enforcing the guard g; sticky paths are routed to state too
 // (Routing.AddSticky) and files are owned by the rule own. The caller owns the returned server and router.
 func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
-	srv, r, err := mount(ws, state, mnt, excludesFile, hidden, sticky, g, own, isolate, log)
-	if err == nil {
-		r.serve(srv)
-	}
-	return srv, r, err
-}
-
-// mount is Mount without serving: the kernel holds every request on the
-// new mount (INIT first) until serve.
-func mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
 	rules := ignorerules.NewRules()
 	if isolate {
 		var err error
@@ -193,17 +169,26 @@ func mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 		log.Warn("no inotify: host changes reach the sandbox within the short cache lifetime", "err", err, "short_timeout", shortTimeout)
 		r.watch, to = nil, shortTimeout
 	}
-	srv, err := newServer(mnt, r.Root(), MountOptions(to))
+	srv, err := serve(mnt, r.Root(), MountOptions(to))
 	if err != nil {
 		r.Close()
 		return nil, nil, fmt.Errorf("mount the Git-routing filesystem at %s: %w (is /dev/fuse usable by this user? `lazaret doctor` checks it)", mnt, err)
+	}
+	if r.watch != nil {
+		r.watch.r = r
+		var st unix.Stat_t
+		if err := unix.Fstat(hostFD, &st); err == nil {
+			r.watch.root = r.root.EmbeddedInode()
+			r.watch.add(r.watch.root, hostFD, st.Ino)
+		}
+		go r.watch.run()
 	}
 	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty(), "sticky_paths", len(sticky), "guarded_files", len(g.Files), "guarded_trees", len(g.Trees))
 	return srv, r, nil
 }
 
-// newServer mounts root at mnt, like go-fuse's fs.Mount but without
-// serving it (Router.serve does) and without its WaitMount: that probes the new mount from this very process
+// serve mounts root at mnt and serves it, like go-fuse's fs.Mount but
+// without its WaitMount: that probes the new mount from this very process
 // (it opens, polls and closes a magic file on it). A daemon SIGKILLed while
 // it has a file or a request outstanding on its own mount can never exit:
 // the close at exit (FLUSH) waits for a reply only its dead serve loop could
@@ -213,23 +198,13 @@ func mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 // kernel holds every request until the serve loop answers INIT; the probe
 // exists for processes that poll their own FUSE files through Go's
 // netpoller, which this daemon does not do.
-func newServer(mnt string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
-	return fuse.NewServer(fs.NewNodeFS(root, opts), mnt, &opts.MountOptions)
-}
-
-// serve starts serving srv, r's mount, and watching the host workspace
-// for the kernel's caches.
-func (r *Router) serve(srv *fuse.Server) {
-	go srv.Serve()
-	if r.watch != nil {
-		r.watch.r = r
-		var st unix.Stat_t
-		if err := unix.Fstat(r.roots[0], &st); err == nil {
-			r.watch.root = r.root.EmbeddedInode()
-			r.watch.add(r.watch.root, r.roots[0], st.Ino)
-		}
-		go r.watch.run()
+func serve(mnt string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
+	srv, err := fuse.NewServer(fs.NewNodeFS(root, opts), mnt, &opts.MountOptions)
+	if err != nil {
+		return nil, err
 	}
+	go srv.Serve()
+	return srv, nil
 }
 
 // names is a repeatable string flag.

@@ -97,12 +97,9 @@
 // releases it, it mounts FUSE directly (ns-root of RS's userns, `allow_other`,
 // `/dev/fuse` must be usable) at `RuntimeDir/workspace` in RS's private mount
 // namespace (it never touches its own mount, so a SIGKILL always reaps it:
-// see newServer in daemon.go) and prints a mounted line (RS goes on with the
-// sandbox's start: the kernel holds every request on the mount until it is
-// served), then keeps only `gitroute.FileCapabilities` (the file permission
-// overrides; `capability.Keep` on every thread, `no_new_privs`), only then
-// serves, and prints a ready line, which RS awaits before `SandboxReady` —
-// RS, not the daemon, unmounts at teardown; RS reports the daemon identity and the
+// see serve in daemon.go), then keeps only `gitroute.FileCapabilities` (the file permission
+// overrides; `capability.Keep` on every thread, `no_new_privs`) and prints a
+// ready line — RS, not the daemon, unmounts at teardown; RS reports the daemon identity and the
 // mount (statx mount ID, fs dev, mount point identity) in `SandboxReady`, and
 // HC commits the participant `Prepared`. The spec binds the mount at
 // `/workspace` and the Git directories (`.git`, `.git/modules/M`,

@@ -358,11 +358,6 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	go func() {
 		defer close(reuse)
 		reusable = c.lower.ReuseVerdict(context.Background())
-		if reusable != "" {
-			// RS holds that lower (early) and asks for its lease right
-			// after StartSandbox: the catalog's open runs meanwhile.
-			c.lower.OpenForLease(context.Background())
-		}
 	}()
 	c.reusableLower = func() string { <-reuse; return reusable }
 	gitCfg, err := hostGitConfig()

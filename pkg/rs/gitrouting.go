@@ -42,6 +42,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	if err != nil {
 		return nil, nil, err
 	}
+	defer outR.Close()
 	args := gitroute.Args(g.Workspace, g.StateDir, g.Mountpoint, g.ExcludesFile)
 	if !g.IgnoredPathIsolation {
 		args = append(args, "--isolate=false")
@@ -73,44 +74,23 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	})
 	outW.Close()
 	if err != nil {
-		outR.Close()
 		return nil, nil, err
 	}
 	s.timing.Mark("Git-routing daemon staged and released")
 	failpoint.Hit("lazaret-rs:git-routing-acquired")
-	// The daemon says when its mount exists (the start goes on: the sandbox
-	// needs it first at runsc's gofer start, much later) and when it serves
-	// it, with its capabilities dropped (readiness awaits that:
-	// awaitRoutingServed).
-	mounted, served := make(chan error, 1), make(chan error, 1)
-	s.routingServed = served
+	ready := make(chan error, 1)
 	go func() {
-		defer outR.Close()
 		sc := bufio.NewScanner(outR)
-		isMounted := false
 		for sc.Scan() {
-			switch strings.TrimSpace(sc.Text()) {
-			case gitroute.MountedLine:
-				if !isMounted {
-					isMounted = true
-					mounted <- nil
-				}
-			case gitroute.ReadyLine:
-				if !isMounted {
-					mounted <- nil
-				}
-				served <- nil
+			if strings.TrimSpace(sc.Text()) == gitroute.ReadyLine {
+				ready <- nil
 				return
 			}
 		}
-		err := errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before serving the workspace (see hc.log in the Domain Root)")
-		if !isMounted {
-			mounted <- err
-		}
-		served <- err
+		ready <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before mounting the workspace (see hc.log in the Domain Root)")
 	}()
 	select {
-	case err = <-mounted:
+	case err = <-ready:
 	case <-time.After(routingReadyTimeout):
 		err = errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon did not mount the workspace within %s", routingReadyTimeout)
 	case <-s.hcGone:
@@ -120,10 +100,8 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 		s.stopChild(child)
 		return nil, nil, err
 	}
-	// The mount is not served yet: the attributes the mount gave its root
-	// (AT_STATX_DONT_SYNC), never a request to the daemon.
 	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, g.Mountpoint, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID|unix.STATX_INO, &stx); err != nil {
+	if err := unix.Statx(unix.AT_FDCWD, g.Mountpoint, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID|unix.STATX_INO, &stx); err != nil {
 		s.stopChild(child)
 		return nil, nil, &os.PathError{Op: "statx", Path: g.Mountpoint, Err: err}
 	}
@@ -137,28 +115,6 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 		MountpointDev: uint64(before.Dev), MountpointIno: before.Ino, Mountpoint: g.Mountpoint,
 	}
 	return child, ev, nil
-}
-
-// awaitRoutingServed waits until the Git-routing daemon serves its mount
-// with only its file capabilities left (its ReadyLine), once; readiness
-// waits for it, so no session meets a mount that is not served.
-func (s *supervisor) awaitRoutingServed() error {
-	if s.routingServed == nil {
-		return nil
-	}
-	var err error
-	select {
-	case err = <-s.routingServed:
-	case <-time.After(routingReadyTimeout):
-		err = errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon did not serve the workspace within %s", routingReadyTimeout)
-	case <-s.hcGone:
-		err = errdefs.New(errdefs.ErrUnavailable, "host coordinator gone during start")
-	}
-	s.routingServed = nil
-	if err == nil {
-		s.timing.Mark("Git routing served")
-	}
-	return err
 }
 
 // stopGitRouting stops the generation's daemon, if any (idempotent).

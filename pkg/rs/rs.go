@@ -266,15 +266,12 @@ type supervisor struct {
 	routing      *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
 	kids         *runscChildren         // the attached runsc's sandbox and gofer, once proven
 	routed       *lv1.GitRoutingReady
-	// routingServed reports the daemon serving its mount (nil: awaited,
-	// or no daemon).
-	routingServed <-chan error
-	acks          chan *lv1.ProcessOwnershipCommitAck
-	leases        chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
-	unmounted     []uint64                // anchors verified and unmounted at teardown
-	mountNS       *lv1.NamespaceIdentity  // RS's mount namespace (hello)
-	stop          chan struct{}           // HC asked to stop
-	hcGone        chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
+	acks         chan *lv1.ProcessOwnershipCommitAck
+	leases       chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
+	unmounted    []uint64                // anchors verified and unmounted at teardown
+	mountNS      *lv1.NamespaceIdentity  // RS's mount namespace (hello)
+	stop         chan struct{}           // HC asked to stop
+	hcGone       chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
 	// profileHold is the profile's shared lock while its profile paths
 	// are bound (package profilestate).
 	profileHold *os.File
@@ -696,12 +693,8 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if failpoint.Armed("lazaret-rs:kill-git-routing-after-ready") && s.routing != nil {
 		s.routing.Signal(unix.SIGKILL) // simulates a Git-routing daemon crash
 	}
-	// Readiness before publication: the routed workspace is served, and
-	// the session user has what is inside the bound ignored directories.
-	if err := s.awaitRoutingServed(); err != nil {
-		s.teardown(child, inW)
-		return nil, nil, err
-	}
+	// Readiness before publication: the session user has what is inside
+	// the bound ignored directories.
 	if err := s.awaitGiving(); err != nil {
 		s.teardown(child, inW)
 		return nil, nil, err

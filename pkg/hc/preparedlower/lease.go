@@ -75,23 +75,12 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 	s.step(func(p *steps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent")
 	s.mark("lease intent recorded")
 	failpoint.Hit("lazaret-hc:lower-intent")
-	// The Session opened at the reuse verdict (OpenForLease), if any:
-	// pebble is open already, so the lease costs its synced batch; it is
-	// closed, and the catalog's lock released, beside the rest of the
-	// acquisition.
-	var update func(func(*catalog.Tx) error) error
-	held := s.takeHeld(ctx)
-	if held != nil {
-		update = held.Update
-	} else {
-		cat, err := s.catalog()
-		if err != nil {
-			return err
-		}
-		update = func(fn func(*catalog.Tx) error) error { return cat.Update(ctx, fn) }
+	cat, err := s.catalog()
+	if err != nil {
+		return err
 	}
 	key := s.leaseKey(gen, id)
-	err := update(func(tx *catalog.Tx) error {
+	if err := cat.Update(ctx, func(tx *catalog.Tx) error {
 		s.mark("Storage Catalog locked and open")
 		// A gc that died between Reclaiming and its rename would block the
 		// lease: settle it first (RS holds the tree shared, so no gc is
@@ -111,11 +100,7 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		// Under storage-catalog.lock, before the lease is visible.
 		s.step(nil, "InsertLease")
 		return nil
-	})
-	if held != nil {
-		go s.closeHeld(held)
-	}
-	if err != nil {
+	}); err != nil {
 		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
 	}
 	s.mark("lease inserted into the Storage Catalog")

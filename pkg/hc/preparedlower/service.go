@@ -80,8 +80,6 @@ type Service struct {
 	leased    string
 	unmounted []uint64
 	pl        steps // the model steps recorded (model.go)
-
-	held heldState // the Storage Catalog Session opened for the lease (held.go)
 }
 
 // New returns the role's Service over an open Domain Store.
@@ -124,7 +122,6 @@ func (s *Service) SupervisorMessage(ctx context.Context, m *lv1.SupervisorMessag
 // model's BeginRelease): no lease or anchor acquisition step is taken
 // after it.
 func (s *Service) BeginRelease() {
-	s.dropHeld()
 	s.leaseMu.Lock()
 	defer s.leaseMu.Unlock()
 	s.releasing = true
