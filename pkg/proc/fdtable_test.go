@@ -66,15 +66,7 @@ func TestFDTablePresizesChild(t *testing.T) {
 			if fdSize < size {
 				t.Errorf("child's descriptor table has %d slots, want at least %d", fdSize, size)
 			}
-			ents, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var open []string
-			for _, e := range ents {
-				open = append(open, e.Name())
-			}
-			if got, want := strings.Join(open, " "), "0 1 2 255 3"; got != want {
+			if got, want := openFDs(t, pid), "0 1 2 255 3"; got != want {
 				t.Errorf("child's descriptors %q, want %q", got, want)
 			}
 			if l, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "fd", strconv.Itoa(size-1))); l != os.DevNull {
@@ -116,12 +108,22 @@ func TestCloseInheritedOnExec(t *testing.T) {
 	}
 	defer func() { c.Signal(unix.SIGKILL); c.Wait(context.Background()) }()
 	// Start returns once the exec succeeded (syscall.ForkExec).
-	ents, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(int(c.Identity().HostPID)), "fd"))
+	if got := openFDs(t, int(c.Identity().HostPID)); got != "0 1 2" {
+		t.Errorf("child's descriptors %q, want only 0 1 2", got)
+	}
+}
+
+// openFDs is process pid's open descriptors, space-separated in
+// /proc/PID/fd's order.
+func openFDs(t *testing.T, pid int) string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var open []string
 	for _, e := range ents {
 		open = append(open, e.Name())
 	}
-	if got := strings.Join(open, " "); got != "0 1 2" {
-		t.Errorf("child's descriptors %q, want only 0 1 2", got)
-	}
+	return strings.Join(open, " ")
 }
