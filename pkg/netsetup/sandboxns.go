@@ -9,7 +9,6 @@ import (
 	"runtime"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -132,8 +131,20 @@ func (n *SandboxNamespace) Configure(proxy, sandbox netip.Addr, bits int) error 
 	if err := netlink.LinkSetUp(here); err != nil {
 		return fmt.Errorf("bring %s up: %w", ProxyLink, err)
 	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
-	if err != nil {
+	// The handle's socket is opened on the namespace's own thread: a
+	// netlink socket stays in the namespace it was opened in, whichever
+	// thread uses it. Never a setns there and back on the calling thread
+	// (netlink.NewHandleAt): were that thread the thread-group leader, for
+	// that moment the process's /proc/<pid>/ns/net would be the sandbox's,
+	// which is what the connectivity helper joins by this process's pid
+	// to configure its tap and default route, and what the coordinator
+	// verifies.
+	var h *netlink.Handle
+	if err := n.Do(func() error {
+		var err error
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		return err
+	}); err != nil {
 		return fmt.Errorf("netlink in the sandbox network namespace: %w", err)
 	}
 	defer h.Close()
