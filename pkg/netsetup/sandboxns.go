@@ -27,7 +27,11 @@ const (
 // ENETUNREACH. A dedicated locked thread of this process lives in it for
 // the process's lifetime (runsc joins it by that thread's
 // /proc/<pid>/task/<tid>/ns/net); every configuration step that must run
-// inside it (sysctls, lo) runs on that thread.
+// inside it (sysctls, lo, the netlink socket that configures its end of
+// the veth pair) runs on that thread. No other thread ever enters it, not
+// even for a moment: /proc/<pid>/ns/net, the thread-group leader's, must
+// always name the process's own namespace (the connectivity helper joins
+// it by pid and the coordinator verifies it).
 type SandboxNamespace struct {
 	tid      int
 	dev, ino uint64
