@@ -73,6 +73,20 @@ func inPrivateNetns(t *testing.T, name, mode string) bool {
 	return false
 }
 
+// childSetup prepares a re-executed child's private network namespace
+// (lo up, four Ps) and returns the namespace's identity.
+func childSetup(t *testing.T) unix.Stat_t {
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
+		t.Fatal(err)
+	}
+	if err := LoopbackUp(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GOMAXPROCS(4)
+	return self
+}
+
 // TestSandboxNamespace: the sandbox namespace is held by a thread other
 // than the thread-group leader (so /proc/<pid>/ns/net, which the
 // coordinator verifies, stays the process's own, however the scheduler
@@ -83,16 +97,9 @@ func TestSandboxNamespace(t *testing.T) {
 	if !inPrivateNetns(t, "TestSandboxNamespace", "1") {
 		return
 	}
-	var self unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
-		t.Fatal(err)
-	}
-	if err := LoopbackUp(); err != nil {
-		t.Fatal(err)
-	}
 	// Many namespaces, with the main goroutine parked so the scheduler
 	// is free to place a holder on the leader thread.
-	runtime.GOMAXPROCS(4)
+	self := childSetup(t)
 	var last *SandboxNamespace
 	for i := 0; i < 24; i++ {
 		n, err := NewSandboxNamespace()
@@ -149,14 +156,7 @@ func TestConfigureKeepsTheLeaderInItsNamespace(t *testing.T) {
 	if !inPrivateNetns(t, "TestConfigureKeepsTheLeaderInItsNamespace", leaderChild) {
 		return
 	}
-	var self unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
-		t.Fatal(err)
-	}
-	if err := LoopbackUp(); err != nil {
-		t.Fatal(err)
-	}
-	runtime.GOMAXPROCS(4)
+	self := childSetup(t)
 	var stop, moved, samples atomic.Int64
 	done := make(chan struct{})
 	go func() {
