@@ -215,7 +215,13 @@
 //     host refuse to execute the file (ETXTBSY) that the sandbox just built.
 //     Before the daemon unlinks or renames over a name it keeps a read-write
 //     descriptor of that inode, so a file the sandbox still has open (the
-//     temporary-file idiom) stays readable, writable and stat-able. runsc's
+//     temporary-file idiom) stays readable, writable and stat-able; for a
+//     symlink, FIFO, socket or device node it keeps an O_PATH descriptor.
+//     Either keeps the inode, and so its number, allocated until FORGET:
+//     the daemon reports host inode numbers, and gVisor gives a file whose
+//     (device, inode number) it still holds for a deleted file that file's
+//     inode, so a freed number reused at once made a new file look like the
+//     deleted symlink inside the sandbox. runsc's
 //     gofer opens and closes host files whenever its dentry cache churns, and
 //     the long lifetimes cut the requests of a warm `git status` and of an
 //     untar several-fold.

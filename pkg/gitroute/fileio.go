@@ -43,12 +43,16 @@ var maxCachedFDs int64 = 4096
 var cachedFDs atomic.Int64
 
 // fileFD is a node's kept descriptor: read-only, or read-write once the
-// daemon itself unlinked or replaced the node's name (orphan).
+// daemon itself unlinked or replaced the node's name (orphan). pin is the
+// O_PATH descriptor that keeps the inode of a deleted node of any other
+// type but a directory allocated (pinned: pinNumber).
 type fileFD struct {
-	mu  sync.RWMutex
-	fd  int
-	ok  bool
-	acc int
+	mu     sync.RWMutex
+	fd     int
+	ok     bool
+	acc    int
+	pin    int
+	pinned bool
 }
 
 // keep makes fd the node's kept read descriptor if it has none and the
@@ -70,9 +74,16 @@ func (n *node) keep(fd int) bool {
 // orphan keeps a descriptor of the node's inode — read-write if it can —
 // before the daemon unlinks or renames over its name base in dfd: the
 // sandbox may still have the file open, and reads and writes through it
-// must keep working after the name is gone (no path names it then).
+// must keep working after the name is gone (no path names it then). The
+// descriptor also keeps the inode's number allocated until the kernel
+// forgets the node, which a node of another type gets from pinNumber.
 func (n *node) orphan(dfd int, base string) {
-	if n.StableAttr().Mode != unix.S_IFREG {
+	switch n.StableAttr().Mode {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return
+	default:
+		n.pinNumber(dfd, base)
 		return
 	}
 	var fd int
@@ -187,7 +198,40 @@ func (n *node) withKept(f func(b backend, fd int) error) (bool, error) {
 	return true, f(n.backend(), n.io.fd)
 }
 
-// OnForget closes the node's descriptor once the kernel has forgotten it.
+// pinNumber keeps an O_PATH descriptor of a symlink, FIFO, socket or
+// device node before the daemon unlinks or renames over its name base in
+// dfd, until the kernel forgets the node. Nothing goes through it: it
+// keeps the inode, and so its number, allocated while the sandbox may
+// still hold the deleted file. The daemon reports the host's inode
+// numbers, and gVisor's gofer client gives every file it meets under a
+// (device, inode number) it still holds the inode it holds: without the
+// pin, ext4 hands the freed number to the next file created (at once, on
+// a busy directory), and in the sandbox that new regular file was a
+// symlink — the deleted one, with its size and target. (A regular file
+// keeps its number through orphan's descriptor; directories do not meet
+// this.)
+func (n *node) pinNumber(dfd int, base string) {
+	how := unix.OpenHow{Flags: uint64(unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC), Resolve: resolveFlags}
+	fd, err := unix.Openat2(dfd, base, &how)
+	if err != nil {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Ino != n.StableAttr().Ino&^stateInoBit {
+		unix.Close(fd)
+		return
+	}
+	n.io.mu.Lock()
+	defer n.io.mu.Unlock()
+	if n.io.pinned {
+		unix.Close(fd)
+		return
+	}
+	n.io.pin, n.io.pinned = fd, true
+}
+
+// OnForget closes the node's descriptors once the kernel has forgotten
+// it.
 func (n *node) OnForget() {
 	n.io.mu.Lock()
 	defer n.io.mu.Unlock()
@@ -195,6 +239,10 @@ func (n *node) OnForget() {
 		unix.Close(n.io.fd)
 		n.io.ok = false
 		cachedFDs.Add(-1)
+	}
+	if n.io.pinned {
+		unix.Close(n.io.pin)
+		n.io.pinned = false
 	}
 }
 

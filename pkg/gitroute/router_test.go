@@ -493,3 +493,82 @@ func inProcess(t *testing.T, srv interface{ WaitMount() error }) {
 		t.Fatal(err)
 	}
 }
+
+// TestRouterKeepsDeletedNumbers: a symlink deleted through the router
+// while the kernel still holds its node keeps its host inode number until
+// the node is forgotten, so no file created meanwhile gets that number
+// (gVisor would serve such a file as the deleted symlink: see pinNumber);
+// once the node is forgotten its pin is closed.
+func TestRouterKeepsDeletedNumbers(t *testing.T) {
+	if os.Getenv(helperEnv) == "" {
+		root := t.TempDir()
+		for _, d := range []string{"ws/churn", "state", "mnt"} {
+			os.MkdirAll(filepath.Join(root, d), 0o755)
+		}
+		git(t, filepath.Join(root, "ws"), "init", "-q")
+		c := exec.Command("unshare", "-Urm", os.Args[0], "-test.run=^TestRouterKeepsDeletedNumbers$", "-test.v")
+		c.Env = append(os.Environ(), helperEnv+"="+root)
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("router scenario in a user+mount namespace: %v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+		return
+	}
+	root := os.Getenv(helperEnv)
+	ws, state, mnt := filepath.Join(root, "ws"), filepath.Join(root, "state"), filepath.Join(root, "mnt")
+	srv, r, err := Mount(ws, state, mnt, "", nil, nil, Guard{}, Ownership{}, true, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inProcess(t, srv)
+	defer func() { srv.Unmount(); r.Close() }()
+	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	before := fds()
+	const rounds, files = 40, 16
+	reused := 0
+	for i := 0; i < rounds; i++ {
+		link := filepath.Join(mnt, "churn", "link")
+		if err := os.Symlink("/nonexistent-target", link); err != nil {
+			t.Fatal(err)
+		}
+		// As the sandbox's gofer does, hold the node through the mount.
+		held, err := unix.Open(link, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(ws, "churn", "link"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(link); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < files; j++ {
+			p := filepath.Join(ws, "churn", fmt.Sprintf("f%d", j))
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var nst unix.Stat_t
+			if unix.Stat(p, &nst) == nil && nst.Ino == st.Ino {
+				reused++
+			}
+		}
+		unix.Close(held)
+		for j := 0; j < files; j++ {
+			os.Remove(filepath.Join(ws, "churn", fmt.Sprintf("f%d", j)))
+		}
+	}
+	if reused > 0 {
+		t.Errorf("%d of %d files created while a deleted symlink's node was held got its inode number", reused, rounds*files)
+	}
+	// The kernel forgets the deleted nodes once nothing holds them; their
+	// pins close then.
+	deadline := time.Now().Add(5 * time.Second)
+	for fds() > before+2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := fds(); n > before+2 {
+		t.Errorf("%d descriptors open after the deleted nodes were released, %d before: pins leak", n, before)
+	}
+}
