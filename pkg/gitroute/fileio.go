@@ -86,22 +86,14 @@ func (n *node) orphan(dfd int, base string) {
 		n.pinNumber(dfd, base)
 		return
 	}
-	var fd int
-	var err error
-	acc := unix.O_RDWR
+	fd, acc := -1, unix.O_RDWR
 	for _, a := range []int{unix.O_RDWR, unix.O_RDONLY} {
-		acc = a
-		how := unix.OpenHow{Flags: uint64(a | unix.O_NOFOLLOW | unix.O_CLOEXEC), Resolve: resolveFlags}
-		if fd, err = unix.Openat2(dfd, base, &how); err == nil {
+		if fd = n.openOwn(dfd, base, a); fd >= 0 {
+			acc = a
 			break
 		}
 	}
-	if err != nil {
-		return
-	}
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Ino != n.StableAttr().Ino&^stateInoBit {
-		unix.Close(fd)
+	if fd < 0 {
 		return
 	}
 	n.io.mu.Lock()
@@ -198,6 +190,22 @@ func (n *node) withKept(f func(b backend, fd int) error) (bool, error) {
 	return true, f(n.backend(), n.io.fd)
 }
 
+// openOwn opens base in dfd with flags (never following a symlink) and
+// returns the descriptor if it names the node's own inode, else -1.
+func (n *node) openOwn(dfd int, base string, flags int) int {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC), Resolve: resolveFlags}
+	fd, err := unix.Openat2(dfd, base, &how)
+	if err != nil {
+		return -1
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Ino != n.StableAttr().Ino&^stateInoBit {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
+}
+
 // pinNumber keeps an O_PATH descriptor of a symlink, FIFO, socket or
 // device node before the daemon unlinks or renames over its name base in
 // dfd, until the kernel forgets the node. Nothing goes through it: it
@@ -211,14 +219,8 @@ func (n *node) withKept(f func(b backend, fd int) error) (bool, error) {
 // keeps its number through orphan's descriptor; directories do not meet
 // this.)
 func (n *node) pinNumber(dfd int, base string) {
-	how := unix.OpenHow{Flags: uint64(unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC), Resolve: resolveFlags}
-	fd, err := unix.Openat2(dfd, base, &how)
-	if err != nil {
-		return
-	}
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Ino != n.StableAttr().Ino&^stateInoBit {
-		unix.Close(fd)
+	fd := n.openOwn(dfd, base, unix.O_PATH)
+	if fd < 0 {
 		return
 	}
 	n.io.mu.Lock()
