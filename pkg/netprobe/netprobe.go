@@ -21,8 +21,9 @@
 //     rcode) to a query for a name under .invalid within a bound. An offline
 //     host gets no answer: that is recorded, not fatal.
 //
-// The package is pure Go networking and linked into the in-sandbox binary,
-// so it imports nothing host-side.
+// It is linked into the sandbox's init, so it imports nothing host-side,
+// and it is a primitive package: its socket calls are made directly
+// (socket.go), on the calling thread, without Go's dialer (Run says why).
 package netprobe
 
 import (
@@ -34,12 +35,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Version of the Spec and Report encodings; a different one is refused.
@@ -234,65 +234,69 @@ func unroutable(a netip.Addr) bool {
 }
 
 // Run executes the probe in the caller's network view.
+//
+// It runs on the calling thread alone, with plain socket calls (socket.go)
+// and no goroutines: in the init it is a fresh process's first network
+// use inside gVisor, on the path to the Domain's publication, where Go's
+// dialer (a netpoller registration, socket options and address queries
+// per connect, each a system call the sentry serves) and a goroutine per
+// probe cost more than the probes' own round trips. The DNS query goes out
+// first so that its round trip through the helper's forwarder overlaps the
+// route checks; every connect is then begun at once and one wait collects
+// all answers.
 func Run(ctx context.Context, s Spec) Report {
 	r := Report{Version: Version, Fingerprint: s.Fingerprint}
 	if s.Mode == ModeAllowlist {
 		for _, p := range s.Deny {
 			r.Deny = append(r.Deny, routeOf(p, s.Deny, s.Connected))
 		}
-		r.Proxy, _ = connectAnswerAt(ctx, s.Proxy, 2*time.Second)
+		w := newWait(ctx)
+		proxy := w.connect(s.Proxy, 2*time.Second)
+		w.run()
+		r.Proxy = proxy.answer()
 		return r
 	}
 	all := append(append([]netip.Prefix(nil), s.Deny...), s.Allow...)
-	type dnsResult struct {
-		rcode int
-		ms    int64
-		err   error
-	}
-	dnsDone := make(chan dnsResult, 1)
-	go func() {
-		t := time.Now()
-		rc, err := QueryDNS(ctx, s.DNS, s.DNSBound)
-		dnsDone <- dnsResult{rc, time.Since(t).Milliseconds(), err}
-	}()
-	// Every deny prefix and the gateway are probed at once, each on its
-	// own goroutine (the report keeps the spec's order): no probe waits
-	// for a timeout, but the sandbox's first connects each cost a few
-	// milliseconds, and this runs on the path to the Domain's publication.
-	var wg sync.WaitGroup
+	w := newWait(ctx)
+	dns := w.query(s.DNS, s.DNSBound)
 	if len(s.Deny) > 0 {
 		r.Deny = make([]Route, len(s.Deny))
 	}
+	refused := make([]*connectProbe, len(s.Deny))
 	for i, p := range s.Deny {
-		wg.Go(func() {
-			rt := routeOf(p, all, s.Connected)
-			if rt.Error == "" && rt.Source == rt.Probe {
-				// Answered on lo (the fail-fast address space): only then is a
-				// connect safe to try — it cannot leave the sandbox.
-				rt.Refused, rt.RefusedMillis = connectAnswer(ctx, rt.Probe, time.Second)
-			}
-			r.Deny[i] = rt
-		})
-	}
-	var gwSource netip.Addr
-	var gw string
-	wg.Go(func() {
-		if src, err := SourceFor(s.Gateway); err == nil {
-			gwSource = src
+		r.Deny[i] = routeOf(p, all, s.Connected)
+		if rt := r.Deny[i]; rt.Error == "" && rt.Source == rt.Probe {
+			// Answered on lo (the fail-fast address space): only then is a
+			// connect safe to try — it cannot leave the sandbox.
+			refused[i] = w.connect(netip.AddrPortFrom(rt.Probe, 9), time.Second)
 		}
-		gw = gatewayAnswer(ctx, s.Gateway)
-	})
+	}
 	for _, p := range s.Allow {
 		r.Allow = append(r.Allow, routeOf(p, all, s.Connected))
 	}
-	wg.Wait()
-	r.GatewaySource, r.Gateway = gwSource, gw
-	d := <-dnsDone
-	r.DNSMillis = d.ms
-	if d.err != nil {
-		r.DNSError = d.err.Error()
+	if src, err := SourceFor(s.Gateway); err == nil {
+		r.GatewaySource = src
+	}
+	// With host loopback disabled slirp4netns answers a connect to its
+	// gateway at once with an ICMP network-unreachable error (measured);
+	// with the route to the gateway proven present (GatewaySource), that
+	// error can only have come from the helper.
+	gw := w.connect(netip.AddrPortFrom(s.Gateway, 9), 2*time.Second)
+	w.run()
+	for i, c := range refused {
+		if c != nil {
+			r.Deny[i].Refused, r.Deny[i].RefusedMillis = c.answer(), c.ms
+		}
+	}
+	r.Gateway = gw.answer()
+	if errors.Is(gw.err, unix.ENETUNREACH) {
+		r.Gateway = "unreachable"
+	}
+	r.DNSMillis = dns.ms
+	if dns.err != nil {
+		r.DNSError = dns.err.Error()
 	} else {
-		r.DNSAnswered, r.DNSRcode = true, d.rcode
+		r.DNSAnswered, r.DNSRcode = true, dns.rcode
 	}
 	return r
 }
@@ -314,100 +318,25 @@ func routeOf(p netip.Prefix, all []netip.Prefix, connected netip.Prefix) Route {
 	return rt
 }
 
-// SourceFor is the source address the network stack picks for a UDP
-// "connection" to dst. No packet is sent.
-func SourceFor(dst netip.Addr) (netip.Addr, error) {
-	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
-}
-
-// connectAnswer connects to a's discard port and says how it was answered
-// and how fast.
-func connectAnswer(ctx context.Context, a netip.Addr, bound time.Duration) (string, int64) {
-	return connectAnswerAt(ctx, netip.AddrPortFrom(a, 9), bound)
-}
-
-func connectAnswerAt(ctx context.Context, ap netip.AddrPort, bound time.Duration) (string, int64) {
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	start := time.Now()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp4", ap.String())
-	ms := time.Since(start).Milliseconds()
-	switch {
-	case err == nil:
-		c.Close()
-		return "connected", ms
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "refused", ms
-	}
-	return err.Error(), ms
-}
-
-// gatewayAnswer connects to the gateway's discard port. With host loopback
-// disabled slirp4netns answers at once with an ICMP network-unreachable
-// error (measured); with the route to the gateway proven present
-// (GatewaySource), that error can only have come from the helper.
-func gatewayAnswer(ctx context.Context, gw netip.Addr) string {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp4", netip.AddrPortFrom(gw, 9).String())
-	if err == nil {
-		c.Close()
-		return "connected"
-	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return "refused"
-	}
-	if errors.Is(err, syscall.ENETUNREACH) {
-		return "unreachable"
-	}
-	return err.Error()
-}
-
 // QueryDNS sends one A query for a random name under lazaret.invalid to
 // server:53 and waits at most bound for a well-formed reply with the same
 // ID. It returns the reply's rcode.
 func QueryDNS(ctx context.Context, server netip.Addr, bound time.Duration) (int, error) {
-	if !server.IsValid() {
-		return 0, errors.New("no DNS forwarder")
-	}
+	w := newWait(ctx)
+	q := w.query(server, bound)
+	w.run()
+	return q.rcode, q.err
+}
+
+// newQuery is one DNS query's ID and wire form, for a random name under
+// lazaret.invalid.
+func newQuery() (uint16, []byte) {
 	var idb [2]byte
 	var label [6]byte
 	rand.Read(idb[:])
 	rand.Read(label[:])
 	id := binary.BigEndian.Uint16(idb[:])
-	name := "probe-" + hex.EncodeToString(label[:]) + ".lazaret.invalid"
-	q := BuildQuery(id, name)
-	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(server, 53)))
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	deadline := time.Now().Add(bound)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	c.SetDeadline(deadline)
-	if _, err := c.Write(q); err != nil {
-		return 0, err
-	}
-	buf := make([]byte, 1500)
-	for {
-		n, err := c.Read(buf)
-		if err != nil {
-			return 0, err
-		}
-		rc, err := ParseReply(buf[:n], id)
-		if err == nil {
-			return rc, nil
-		}
-	}
+	return id, BuildQuery(id, "probe-"+hex.EncodeToString(label[:])+".lazaret.invalid")
 }
 
 // BuildQuery encodes a recursive A/IN query.

@@ -1,6 +1,8 @@
 package netprobe
 
 import (
+	"encoding/binary"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -188,8 +190,8 @@ func TestJudgeAllowlist(t *testing.T) {
 }
 
 // TestRunLoopback runs the probe in this process's network view against
-// loopback only. Each deny prefix is probed on its own goroutine; the
-// report must still list them in the spec's order. 127.0.0.0/8's probe,
+// loopback only. Every connect is begun before the answers are collected;
+// the report must still list the prefixes in the spec's order. 127.0.0.0/8's probe,
 // 127.0.0.1, is lo's own address, so it is also connected to (on the
 // discard port, which nothing here serves); the other prefixes' probes
 // answer from 127.0.0.1, not from themselves, so they are not.
@@ -213,5 +215,110 @@ func TestRunLoopback(t *testing.T) {
 	}
 	if r.DNSAnswered || r.DNSError == "" {
 		t.Errorf("DNS without a forwarder: answered %v, error %q; want not answered and an error", r.DNSAnswered, r.DNSError)
+	}
+}
+
+// dnsServer serves DNS on a loopback port for the duration of the test
+// (dnsPort points the probe at it): answer gets each query and returns the
+// datagrams to send back, in order.
+func dnsServer(t *testing.T, answer func(q []byte) [][]byte) {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	old := dnsPort
+	dnsPort = uint16(c.LocalAddr().(*net.UDPAddr).Port)
+	t.Cleanup(func() { dnsPort = old })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := c.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			for _, m := range answer(append([]byte(nil), buf[:n]...)) {
+				c.WriteToUDP(m, from)
+			}
+		}
+	}()
+}
+
+// reply is a response to query q with rcode rc; id overrides its ID when
+// non-zero, and response false clears the QR bit.
+func reply(q []byte, rc byte, id uint16, response bool) []byte {
+	m := append([]byte(nil), q...)
+	if id != 0 {
+		binary.BigEndian.PutUint16(m, id)
+	}
+	m[2], m[3] = 0x01, rc
+	if response {
+		m[2] |= 0x80
+	}
+	return m
+}
+
+// TestQueryDNSTakesItsOwnReply: replies for another query and messages
+// that are not responses are skipped; the first reply to this query with
+// its ID gives the rcode.
+func TestQueryDNSTakesItsOwnReply(t *testing.T) {
+	dnsServer(t, func(q []byte) [][]byte {
+		other := binary.BigEndian.Uint16(q) ^ 0x5555
+		return [][]byte{reply(q, 2, other, true), reply(q, 2, 0, false), reply(q, 3, 0, true), reply(q, 5, 0, true)}
+	})
+	rc, err := QueryDNS(t.Context(), addr("127.0.0.1"), 5*time.Second)
+	if err != nil || rc != 3 {
+		t.Fatalf("QueryDNS = %d, %v; want rcode 3 (NXDOMAIN) from the matching response", rc, err)
+	}
+}
+
+// TestQueryDNSWithoutAReply: a forwarder that stays silent is reported
+// once the bound has passed, one that is not there at once.
+func TestQueryDNSWithoutAReply(t *testing.T) {
+	dnsServer(t, func([]byte) [][]byte { return nil })
+	if _, err := QueryDNS(t.Context(), addr("127.0.0.1"), 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no reply within 50ms") {
+		t.Fatalf("silent forwarder: %v; want no reply within the bound", err)
+	}
+	// A port nobody serves: loopback answers with port unreachable.
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnsPort = uint16(c.LocalAddr().(*net.UDPAddr).Port)
+	c.Close()
+	if _, err := QueryDNS(t.Context(), addr("127.0.0.1"), 5*time.Second); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("no forwarder: %v; want the refusal", err)
+	}
+	if _, err := QueryDNS(t.Context(), netip.Addr{}, time.Second); err == nil {
+		t.Fatal("a query without a forwarder address succeeded")
+	}
+}
+
+// TestConnectAnswers: a listening port connects, a closed one refuses,
+// each within its bound; a destination that is not IPv4 is an error, not
+// an answer.
+func TestConnectAnswers(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	open := netip.MustParseAddrPort(l.Addr().String())
+	c, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := netip.MustParseAddrPort(c.Addr().String())
+	c.Close()
+	w := newWait(t.Context())
+	a, b := w.connect(open, 5*time.Second), w.connect(closed, 5*time.Second)
+	v6 := w.connect(netip.MustParseAddrPort("[::1]:9"), 5*time.Second)
+	w.run()
+	if a.answer() != "connected" || b.answer() != "refused" {
+		t.Errorf("listening port answered %q (%v), closed port %q (%v); want connected and refused", a.answer(), a.err, b.answer(), b.err)
+	}
+	if v6.err == nil || v6.answer() == "connected" || v6.answer() == "refused" {
+		t.Errorf("an IPv6 destination answered %q (%v); want an error", v6.answer(), v6.err)
 	}
 }

@@ -1,0 +1,297 @@
+package netprobe
+
+// The package's primitive part: its socket calls, made directly so that a
+// probe costs the sandbox's network stack its own round trips and nothing
+// more (see Run).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// SourceFor is the source address the network stack picks for a UDP
+// "connection" to dst. No packet is sent.
+func SourceFor(dst netip.Addr) (netip.Addr, error) {
+	sa, err := inet4(netip.AddrPortFrom(dst, 9))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return netip.Addr{}, os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, sa); err != nil {
+		return netip.Addr{}, os.NewSyscallError("connect", err)
+	}
+	local, err := unix.Getsockname(fd)
+	if err != nil {
+		return netip.Addr{}, os.NewSyscallError("getsockname", err)
+	}
+	in4, ok := local.(*unix.SockaddrInet4)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("the source toward %s is not an IPv4 address", dst)
+	}
+	return netip.AddrFrom4(in4.Addr), nil
+}
+
+func inet4(ap netip.AddrPort) (*unix.SockaddrInet4, error) {
+	if !ap.Addr().Is4() {
+		return nil, fmt.Errorf("%s is not an IPv4 address", ap.Addr())
+	}
+	return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}, nil
+}
+
+// dnsPort is where the forwarder is asked (a variable for the tests).
+var dnsPort uint16 = 53
+
+// errNoAnswer is a probe's bound passing without an answer.
+var errNoAnswer = errors.New("no answer")
+
+// wait holds the probes begun with connect and query and collects their
+// answers in one loop (run).
+type wait struct {
+	deadline time.Time // the context's; zero for none
+	pending  []waiter
+}
+
+type waiter interface {
+	pollFD() unix.PollFd
+	due() time.Time
+	ready(revents int16, now time.Time) bool // reports whether the probe is done
+	expire(now time.Time)                    // its bound passed
+	fail(err error, now time.Time)           // the wait itself failed
+}
+
+func newWait(ctx context.Context) *wait {
+	w := &wait{}
+	if d, ok := ctx.Deadline(); ok {
+		w.deadline = d
+	}
+	return w
+}
+
+func (w *wait) bound(start time.Time, d time.Duration) time.Time {
+	due := start.Add(d)
+	if !w.deadline.IsZero() && w.deadline.Before(due) {
+		return w.deadline
+	}
+	return due
+}
+
+// connectProbe is a TCP connect and how it was answered: err nil for an
+// accepted connection, else the connect's error (errNoAnswer when none
+// came within its bound); ms is how long the answer took.
+type connectProbe struct {
+	fd    int
+	start time.Time
+	until time.Time
+	bound time.Duration
+	err   error
+	ms    int64
+}
+
+// connect begins a non-blocking TCP connect to ap, answered within bound.
+func (w *wait) connect(ap netip.AddrPort, bound time.Duration) *connectProbe {
+	c := &connectProbe{fd: -1, start: time.Now(), bound: bound}
+	c.until = w.bound(c.start, bound)
+	sa, err := inet4(ap)
+	if err != nil {
+		c.err = err
+		return c
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		c.err = os.NewSyscallError("socket", err)
+		return c
+	}
+	switch err := unix.Connect(fd, sa); err {
+	case unix.EINPROGRESS:
+		c.fd = fd
+		w.pending = append(w.pending, c)
+	default:
+		unix.Close(fd)
+		c.finish(err, time.Now())
+	}
+	return c
+}
+
+func (c *connectProbe) finish(err error, now time.Time) {
+	c.err, c.ms = err, now.Sub(c.start).Milliseconds()
+	if c.fd >= 0 {
+		unix.Close(c.fd)
+		c.fd = -1
+	}
+}
+
+func (c *connectProbe) pollFD() unix.PollFd {
+	return unix.PollFd{Fd: int32(c.fd), Events: unix.POLLOUT}
+}
+
+func (c *connectProbe) due() time.Time { return c.until }
+
+func (c *connectProbe) ready(revents int16, now time.Time) bool {
+	v, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	switch {
+	case err != nil:
+		c.finish(os.NewSyscallError("getsockopt", err), now)
+	case v != 0:
+		c.finish(unix.Errno(v), now)
+	default:
+		c.finish(nil, now)
+	}
+	return true
+}
+
+func (c *connectProbe) expire(now time.Time)          { c.finish(errNoAnswer, now) }
+func (c *connectProbe) fail(err error, now time.Time) { c.finish(err, now) }
+
+// answer says how the connect was answered: "connected", "refused",
+// or what else happened.
+func (c *connectProbe) answer() string {
+	switch {
+	case c.err == nil:
+		return "connected"
+	case errors.Is(c.err, unix.ECONNREFUSED):
+		return "refused"
+	case errors.Is(c.err, errNoAnswer):
+		return fmt.Sprintf("no answer within %s", c.bound)
+	case errors.As(c.err, new(unix.Errno)):
+		return "connect: " + c.err.Error()
+	}
+	return c.err.Error()
+}
+
+// dnsProbe is a DNS query and its reply's rcode, or why none came.
+type dnsProbe struct {
+	fd    int
+	id    uint16
+	start time.Time
+	until time.Time
+	bound time.Duration
+	rcode int
+	err   error
+	ms    int64
+}
+
+// query sends one A query for a random name under lazaret.invalid to
+// server:53, answered within bound by a well-formed reply with its ID.
+func (w *wait) query(server netip.Addr, bound time.Duration) *dnsProbe {
+	q := &dnsProbe{fd: -1, start: time.Now(), bound: bound}
+	q.until = w.bound(q.start, bound)
+	if !server.IsValid() {
+		q.err = errors.New("no DNS forwarder")
+		return q
+	}
+	sa, err := inet4(netip.AddrPortFrom(server, dnsPort))
+	if err != nil {
+		q.err = err
+		return q
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		q.err = os.NewSyscallError("socket", err)
+		return q
+	}
+	q.fd = fd
+	id, msg := newQuery()
+	q.id = id
+	if err := unix.Connect(fd, sa); err != nil {
+		q.finish(0, os.NewSyscallError("connect", err), time.Now())
+		return q
+	}
+	if _, err := unix.Write(fd, msg); err != nil {
+		q.finish(0, os.NewSyscallError("send", err), time.Now())
+		return q
+	}
+	w.pending = append(w.pending, q)
+	return q
+}
+
+func (q *dnsProbe) finish(rcode int, err error, now time.Time) {
+	q.rcode, q.err, q.ms = rcode, err, now.Sub(q.start).Milliseconds()
+	if q.fd >= 0 {
+		unix.Close(q.fd)
+		q.fd = -1
+	}
+}
+
+func (q *dnsProbe) pollFD() unix.PollFd {
+	return unix.PollFd{Fd: int32(q.fd), Events: unix.POLLIN}
+}
+
+func (q *dnsProbe) due() time.Time { return q.until }
+
+func (q *dnsProbe) ready(revents int16, now time.Time) bool {
+	var buf [1500]byte
+	for {
+		n, err := unix.Read(q.fd, buf[:])
+		if err == unix.EAGAIN || err == unix.EINTR {
+			return false
+		}
+		if err != nil {
+			q.finish(0, os.NewSyscallError("receive", err), now)
+			return true
+		}
+		if rc, err := ParseReply(buf[:n], q.id); err == nil {
+			q.finish(rc, nil, now)
+			return true
+		}
+	}
+}
+
+func (q *dnsProbe) expire(now time.Time) {
+	q.finish(0, fmt.Errorf("no reply within %s", q.bound), now)
+}
+
+func (q *dnsProbe) fail(err error, now time.Time) { q.finish(0, err, now) }
+
+// run waits until every begun probe is answered or past its bound.
+func (w *wait) run() {
+	for len(w.pending) > 0 {
+		now := time.Now()
+		live := w.pending[:0]
+		next := time.Time{}
+		for _, p := range w.pending {
+			if !now.Before(p.due()) {
+				p.expire(now)
+				continue
+			}
+			live = append(live, p)
+			if next.IsZero() || p.due().Before(next) {
+				next = p.due()
+			}
+		}
+		w.pending = live
+		if len(live) == 0 {
+			return
+		}
+		fds := make([]unix.PollFd, len(live))
+		for i, p := range live {
+			fds[i] = p.pollFD()
+		}
+		timeout := int(math.Ceil(float64(next.Sub(now)) / float64(time.Millisecond)))
+		if _, err := unix.Poll(fds, timeout); err != nil && err != unix.EINTR {
+			for _, p := range live {
+				p.fail(os.NewSyscallError("poll", err), time.Now())
+			}
+			w.pending = nil
+			return
+		}
+		now = time.Now()
+		rest := live[:0]
+		for i, p := range live {
+			if fds[i].Revents == 0 || !p.ready(fds[i].Revents, now) {
+				rest = append(rest, p)
+			}
+		}
+		w.pending = rest
+	}
+}
