@@ -86,22 +86,46 @@ func (w *wait) bound(start time.Time, d time.Duration) time.Time {
 	return due
 }
 
+// probe is what every probe has: its socket while it waits (-1 once
+// done), when it began, its bound and when that passes, and its outcome:
+// err and how long it took (ms).
+type probe struct {
+	fd     int
+	events int16
+	start  time.Time
+	until  time.Time
+	bound  time.Duration
+	err    error
+	ms     int64
+}
+
+func (w *wait) begin(bound time.Duration, events int16) probe {
+	p := probe{fd: -1, events: events, start: time.Now(), bound: bound}
+	p.until = w.bound(p.start, bound)
+	return p
+}
+
+// done records the outcome and closes the socket.
+func (p *probe) done(err error, now time.Time) {
+	p.err, p.ms = err, now.Sub(p.start).Milliseconds()
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+	}
+}
+
+func (p *probe) pollFD() unix.PollFd { return unix.PollFd{Fd: int32(p.fd), Events: p.events} }
+
+func (p *probe) due() time.Time { return p.until }
+
 // connectProbe is a TCP connect and how it was answered: err nil for an
 // accepted connection, else the connect's error (errNoAnswer when none
 // came within its bound); ms is how long the answer took.
-type connectProbe struct {
-	fd    int
-	start time.Time
-	until time.Time
-	bound time.Duration
-	err   error
-	ms    int64
-}
+type connectProbe struct{ probe }
 
 // connect begins a non-blocking TCP connect to ap, answered within bound.
 func (w *wait) connect(ap netip.AddrPort, bound time.Duration) *connectProbe {
-	c := &connectProbe{fd: -1, start: time.Now(), bound: bound}
-	c.until = w.bound(c.start, bound)
+	c := &connectProbe{w.begin(bound, unix.POLLOUT)}
 	sa, err := inet4(ap)
 	if err != nil {
 		c.err = err
@@ -118,40 +142,26 @@ func (w *wait) connect(ap netip.AddrPort, bound time.Duration) *connectProbe {
 		w.pending = append(w.pending, c)
 	default:
 		unix.Close(fd)
-		c.finish(err, time.Now())
+		c.done(err, time.Now())
 	}
 	return c
 }
-
-func (c *connectProbe) finish(err error, now time.Time) {
-	c.err, c.ms = err, now.Sub(c.start).Milliseconds()
-	if c.fd >= 0 {
-		unix.Close(c.fd)
-		c.fd = -1
-	}
-}
-
-func (c *connectProbe) pollFD() unix.PollFd {
-	return unix.PollFd{Fd: int32(c.fd), Events: unix.POLLOUT}
-}
-
-func (c *connectProbe) due() time.Time { return c.until }
 
 func (c *connectProbe) ready(revents int16, now time.Time) bool {
 	v, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 	switch {
 	case err != nil:
-		c.finish(os.NewSyscallError("getsockopt", err), now)
+		c.done(os.NewSyscallError("getsockopt", err), now)
 	case v != 0:
-		c.finish(unix.Errno(v), now)
+		c.done(unix.Errno(v), now)
 	default:
-		c.finish(nil, now)
+		c.done(nil, now)
 	}
 	return true
 }
 
-func (c *connectProbe) expire(now time.Time)          { c.finish(errNoAnswer, now) }
-func (c *connectProbe) fail(err error, now time.Time) { c.finish(err, now) }
+func (c *connectProbe) expire(now time.Time)          { c.done(errNoAnswer, now) }
+func (c *connectProbe) fail(err error, now time.Time) { c.done(err, now) }
 
 // answer says how the connect was answered: "connected", "refused",
 // or what else happened.
@@ -171,21 +181,15 @@ func (c *connectProbe) answer() string {
 
 // dnsProbe is a DNS query and its reply's rcode, or why none came.
 type dnsProbe struct {
-	fd    int
+	probe
 	id    uint16
-	start time.Time
-	until time.Time
-	bound time.Duration
 	rcode int
-	err   error
-	ms    int64
 }
 
 // query sends one A query for a random name under lazaret.invalid to
 // server:53, answered within bound by a well-formed reply with its ID.
 func (w *wait) query(server netip.Addr, bound time.Duration) *dnsProbe {
-	q := &dnsProbe{fd: -1, start: time.Now(), bound: bound}
-	q.until = w.bound(q.start, bound)
+	q := &dnsProbe{probe: w.begin(bound, unix.POLLIN)}
 	if !server.IsValid() {
 		q.err = errors.New("no DNS forwarder")
 		return q
@@ -216,18 +220,9 @@ func (w *wait) query(server netip.Addr, bound time.Duration) *dnsProbe {
 }
 
 func (q *dnsProbe) finish(rcode int, err error, now time.Time) {
-	q.rcode, q.err, q.ms = rcode, err, now.Sub(q.start).Milliseconds()
-	if q.fd >= 0 {
-		unix.Close(q.fd)
-		q.fd = -1
-	}
+	q.rcode = rcode
+	q.done(err, now)
 }
-
-func (q *dnsProbe) pollFD() unix.PollFd {
-	return unix.PollFd{Fd: int32(q.fd), Events: unix.POLLIN}
-}
-
-func (q *dnsProbe) due() time.Time { return q.until }
 
 func (q *dnsProbe) ready(revents int16, now time.Time) bool {
 	var buf [1500]byte
