@@ -86,7 +86,14 @@ func (c *coordinator) teardownSteps(sessions []*session, rs *proc.Child) []teard
 				c.log.Error("record state anchor release intent", "err", err)
 			}
 		}},
-		{name: "release network", store: true, records: []string{"network ReleaseIntent", "helper ReleaseIntent"}, run: c.net.Release},
+		// Once the helper's release is intended it may begin to stop: it
+		// serves only the sandbox, whose sessions have ended, and its
+		// process's end in the kernel then overlaps RS's stop (the
+		// "stop connectivity helper" step waits for it).
+		{name: "release network", store: true, records: []string{"network ReleaseIntent", "helper ReleaseIntent"}, run: func() {
+			c.net.Release()
+			c.net.BeginStop()
+		}},
 		{name: "release git routing", store: true, records: []string{"git_routing ReleaseIntent"}, run: func() {
 			if err := c.routing.Release(); err != nil {
 				c.log.Error("record git_routing release intent", "err", err)

@@ -256,9 +256,35 @@ func (s *Service) Release() {
 	}
 }
 
-// Stop ends the helper: closing the exit-fd peer makes slirp4netns exit; a
-// helper that lingers is killed through its pidfd. A start in flight ends
-// (bounded) first.
+// BeginStop closes the exit-fd peer of a started helper without waiting:
+// slirp4netns exits at once, but its process takes tens of milliseconds
+// to end in the kernel (its sandbox's mount namespace goes with it: 31 ms
+// from exit_group to the pidfd here), which the teardown spends stopping
+// the Runtime Supervisor meanwhile. Stop waits for the exit. A helper
+// whose start is still in flight is left to Stop.
+func (s *Service) BeginStop() {
+	s.mu.Lock()
+	launched := s.launched
+	s.mu.Unlock()
+	if launched {
+		select {
+		case <-s.started:
+		default:
+			return
+		}
+	}
+	s.mu.Lock()
+	w := s.exitW
+	s.exitW = nil
+	s.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+}
+
+// Stop ends the helper: closing the exit-fd peer (unless BeginStop did)
+// makes slirp4netns exit; a helper that lingers is killed through its
+// pidfd. A start in flight ends (bounded) first.
 func (s *Service) Stop() {
 	s.mu.Lock()
 	launched := s.launched

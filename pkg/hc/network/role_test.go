@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -198,6 +199,16 @@ func TestLifecycleRecordsEachStep(t *testing.T) {
 	e.s.Release()
 	if h, n := e.phases(t); h != participant.ReleaseIntent || n != participant.ReleaseIntent {
 		t.Fatalf("after release: helper %s, network %s", h, n)
+	}
+	// Once released the helper may begin to stop: BeginStop closes its
+	// exit fd without waiting, and the helper exits on it (twice is
+	// harmless); Stop then only waits.
+	e.s.BeginStop()
+	e.s.BeginStop()
+	select {
+	case <-e.s.helper.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the helper did not exit once BeginStop closed its exit fd")
 	}
 	// RS still runs: nothing is recorded Clean.
 	e.s.Stop()
