@@ -27,6 +27,11 @@ const DaemonArg = "__lazaret-git-routing"
 // ReadyLine is printed on stdout once the filesystem is mounted.
 const ReadyLine = "lazaret-git-routing-ready"
 
+// EndWatchesSignal asks a serving daemon to stop watching the host
+// workspace: its sandbox is stopping (the Runtime Supervisor sends it at
+// the start of its teardown, once the daemon reported ready).
+const EndWatchesSignal = unix.SIGUSR1
+
 // FileCapabilities are all the daemon keeps after its mount: the file
 // permission overrides of its user namespace, which serving the sandbox's
 // root needs (gVisor already checked the guest's permissions; root inside
@@ -111,6 +116,15 @@ func Main(args []string) int {
 		return 1
 	}
 	rec.Mark("Git-routing filesystem mounted")
+	// EndWatchesSignal from the Runtime Supervisor, at the start of its
+	// teardown: the watches go (hostWatch.endWatches says why). Installed
+	// before the ready line, after which RS may send it.
+	endWatches := make(chan os.Signal, 1)
+	signal.Notify(endWatches, EndWatchesSignal)
+	go func() {
+		<-endWatches
+		r.watch.endWatches()
+	}()
 	fmt.Fprintln(os.Stdout, ReadyLine)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)

@@ -118,6 +118,15 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 }
 
 // stopGitRouting stops the generation's daemon, if any (idempotent).
+// endRoutingWatches tells a ready daemon, as the sandbox begins to stop,
+// to remove its host watches (gitroute.EndWatchesSignal), so that its exit
+// in stopGitRouting does not wait for the kernel to free them.
+func (s *supervisor) endRoutingWatches() {
+	if s.routing != nil && s.routed != nil {
+		s.routing.Signal(gitroute.EndWatchesSignal)
+	}
+}
+
 func (s *supervisor) stopGitRouting() {
 	child := s.routing
 	s.routing = nil

@@ -875,6 +875,7 @@ func (s *supervisor) serve(sandbox *proc.Child, stdin *os.File) int {
 // mount namespace as RS exits, which the coordinator proves.
 func (s *supervisor) teardown(sandbox *proc.Child, stdin *os.File, await ...bool) {
 	stdin.Close()
+	s.endRoutingWatches()
 	id := s.start.ContainerId
 	wait := func(d time.Duration) bool {
 		select {
