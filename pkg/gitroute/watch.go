@@ -106,7 +106,7 @@ type hostWatch struct {
 	byWD   map[int32]*fs.Inode
 	byIno  map[uint64]bool // host directory inode numbers already watched
 	failed atomic.Bool     // a watch could not be added: short lifetimes
-	ended  bool            // EndWatches ran: no watch is added any more
+	ended  bool            // endWatches ran: no watch is added any more
 	now    func() time.Time
 	selfMu sync.Mutex
 	selfAt map[selfKey]selfRec // the daemon's own recent changes
@@ -350,7 +350,6 @@ func (w *hostWatch) invalidateAll() {
 	walk(w.root)
 }
 
-// close stops run.
 // endWatches removes every watch, for a daemon whose sandbox is stopping:
 // host changes need no invalidation any more. It is what makes the
 // daemon's exit quick: closing an inotify instance waits until the
@@ -372,6 +371,7 @@ func (w *hostWatch) endWatches() {
 	clear(w.byIno)
 }
 
+// close stops run.
 func (w *hostWatch) close() {
 	if w != nil {
 		unix.Close(w.fd)

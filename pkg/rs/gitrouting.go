@@ -117,7 +117,6 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	return child, ev, nil
 }
 
-// stopGitRouting stops the generation's daemon, if any (idempotent).
 // endRoutingWatches tells a ready daemon, as the sandbox begins to stop,
 // to remove its host watches (gitroute.EndWatchesSignal), so that its exit
 // in stopGitRouting does not wait for the kernel to free them.
@@ -127,6 +126,7 @@ func (s *supervisor) endRoutingWatches() {
 	}
 }
 
+// stopGitRouting stops the generation's daemon, if any (idempotent).
 func (s *supervisor) stopGitRouting() {
 	child := s.routing
 	s.routing = nil
