@@ -263,42 +263,21 @@ func (s *Service) Release() {
 // the Runtime Supervisor meanwhile. Stop waits for the exit. A helper
 // whose start is still in flight is left to Stop.
 func (s *Service) BeginStop() {
-	s.mu.Lock()
-	launched := s.launched
-	s.mu.Unlock()
-	if launched {
-		select {
-		case <-s.started:
-		default:
-			return
-		}
+	if s.startInFlight(false) {
+		return
 	}
-	s.mu.Lock()
-	w := s.exitW
-	s.exitW = nil
-	s.mu.Unlock()
-	if w != nil {
-		w.Close()
-	}
+	s.closeExit()
 }
 
 // Stop ends the helper: closing the exit-fd peer (unless BeginStop did)
 // makes slirp4netns exit; a helper that lingers is killed through its
 // pidfd. A start in flight ends (bounded) first.
 func (s *Service) Stop() {
+	s.startInFlight(true)
+	s.closeExit()
 	s.mu.Lock()
-	launched := s.launched
+	h := s.helper
 	s.mu.Unlock()
-	if launched {
-		<-s.started
-	}
-	s.mu.Lock()
-	h, w := s.helper, s.exitW
-	s.exitW = nil
-	s.mu.Unlock()
-	if w != nil {
-		w.Close()
-	}
 	if h == nil {
 		return
 	}
@@ -310,6 +289,38 @@ func (s *Service) Stop() {
 		<-h.Done()
 	}
 	failpoint.Hit("lazaret-hc:helper-stopped")
+}
+
+// startInFlight reports whether Launch ran and its start attempt has not
+// ended; with wait it waits for that end first (and reports false).
+func (s *Service) startInFlight(wait bool) bool {
+	s.mu.Lock()
+	launched := s.launched
+	s.mu.Unlock()
+	if !launched {
+		return false
+	}
+	if wait {
+		<-s.started
+		return false
+	}
+	select {
+	case <-s.started:
+		return false
+	default:
+		return true
+	}
+}
+
+// closeExit closes the exit-fd peer, once: the helper exits on it.
+func (s *Service) closeExit() {
+	s.mu.Lock()
+	w := s.exitW
+	s.exitW = nil
+	s.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
 }
 
 // Finish records the helper and network participants Clean after
