@@ -64,6 +64,16 @@
 //	                                                        sandbox | publication
 //	t/<gen>/<session id>         SessionTerminalRecordV1    one per Client Session terminal
 //	x/<gen>                      GenerationMailboxRecordV1  the generation's Escalation Mailbox
+//	s                            SettledThroughV1           the recovery watermark
+//
+// Retention: Close deletes the g/, p/, t/ and x/ records of every generation
+// at or below both the recovery watermark and the latest generation less
+// RetainedGenerations (one range deletion per prefix, made durable by the
+// flush that follows). Those generations are settled — Clean everywhere,
+// their leases released — and no recovery reads them again; an unsettled
+// or retained generation is kept however old, and the latest one always,
+// so generation numbers keep rising. The store's size is thereby bounded
+// by the window, not by the number of starts.
 //
 // Schema history: v1 recorded process slots as PID/start-only values
 // (ProcessSlotV1.schema_v1_pid_start); migration 1 -> 2 rewrites each one to

@@ -310,7 +310,13 @@ func (tx *Tx) Generations() ([]uint64, error) { return tx.GenerationsAfter(0) }
 
 // LatestGeneration returns the highest stored generation number, 0 if none:
 // the last generation key, read without walking the Domain's history.
-func (tx *Tx) LatestGeneration() (uint64, error) {
+func (tx *Tx) LatestGeneration() (uint64, error) { return tx.generationAtEnd(true) }
+
+// firstGeneration returns the lowest stored generation number, 0 if none.
+func (tx *Tx) firstGeneration() (uint64, error) { return tx.generationAtEnd(false) }
+
+// generationAtEnd reads the last (or first) generation key.
+func (tx *Tx) generationAtEnd(last bool) (uint64, error) {
 	if tx.done {
 		return 0, errdefs.New(errdefs.ErrInternal, "domain store: transaction used after it ended")
 	}
@@ -321,17 +327,21 @@ func (tx *Tx) LatestGeneration() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var latest uint64
-	if it.Last() {
-		if latest, err = generationOfKey(it.Key()); err != nil {
+	var g uint64
+	found := it.First()
+	if last {
+		found = it.Last()
+	}
+	if found {
+		if g, err = generationOfKey(it.Key()); err != nil {
 			it.Close()
 			return 0, err
 		}
 	}
 	if err := it.Close(); err != nil {
-		return 0, errdefs.Mark(fmt.Errorf("domain store: read the latest generation: %w", err), errdefs.ErrCorrupt)
+		return 0, errdefs.Mark(fmt.Errorf("domain store: read the generation keys' end: %w", err), errdefs.ErrCorrupt)
 	}
-	return latest, nil
+	return g, nil
 }
 
 // ---------------------------------------------------------------------------
