@@ -52,12 +52,20 @@ func generationsOfKeys(d map[string]string) map[string][]uint64 {
 	return out
 }
 
-func span(from, through uint64) []uint64 {
-	var out []uint64
+// wantGenerations fails t unless every per-generation key prefix of s
+// holds records of exactly the generations from..through.
+func wantGenerations(t testing.TB, s *Store, from, through uint64) {
+	t.Helper()
+	var want []uint64
 	for g := from; g <= through; g++ {
-		out = append(out, g)
+		want = append(want, g)
 	}
-	return out
+	held := generationsOfKeys(dump(t, s.db))
+	for _, p := range []string{prefixGeneration, prefixParticipant, prefixSession, prefixMailbox} {
+		if !slices.Equal(held[p], want) {
+			t.Errorf("%s records of generations %v, want %d..%d", p, held[p], from, through)
+		}
+	}
 }
 
 // TestCloseForgetsSettledGenerations: Close deletes every record of the
@@ -78,11 +86,7 @@ func TestCloseForgetsSettledGenerations(t *testing.T) {
 	// The watermark (5) is below the window's start (10-4 = 6): 1..5 go.
 	s = e.openRetaining(t, 4)
 	after := dump(t, s.db)
-	for p, gs := range generationsOfKeys(after) {
-		if !slices.Equal(gs, span(6, 10)) {
-			t.Errorf("%s records of generations %v after the close, want 6..10", p, gs)
-		}
-	}
+	wantGenerations(t, s, 6, 10)
 	for k, v := range before {
 		if w, kept := after[k]; kept && w != v {
 			t.Errorf("record %q changed by the close", k)
@@ -103,11 +107,7 @@ func TestCloseForgetsSettledGenerations(t *testing.T) {
 	ok(t, "settle through 11", s.Update(func(tx *Tx) error { return tx.SetSettledThrough(11) }))
 	ok(t, "close", s.Close())
 	s = e.openRetaining(t, 4)
-	for p, gs := range generationsOfKeys(dump(t, s.db)) {
-		if !slices.Equal(gs, span(9, 12)) {
-			t.Errorf("%s records of generations %v, want 9..12", p, gs)
-		}
-	}
+	wantGenerations(t, s, 9, 12)
 	ok(t, "the next generation after the forgotten ones", s.Update(func(tx *Tx) error { return tx.CreateGeneration(newGen(13)) }))
 	mustRefuse(t, "a forgotten generation's number again", s.Update(func(tx *Tx) error { return tx.CreateGeneration(newGen(3)) }))
 	ok(t, "view", s.View(func(tx *Tx) error {
@@ -123,38 +123,26 @@ func TestCloseForgetsSettledGenerations(t *testing.T) {
 	ok(t, "close", s.Close())
 }
 
-// TestCloseKeepsUnsettledGenerations: without a watermark (a Domain whose
-// every earlier generation awaits recovery) nothing is forgotten, however
-// many generations there are.
+// TestCloseKeepsUnsettledGenerations: a generation above the watermark
+// (one that awaits recovery) is kept however old, and without a watermark
+// nothing is forgotten, however many generations there are.
 func TestCloseKeepsUnsettledGenerations(t *testing.T) {
-	e := newEnv(t, nil)
-	s := e.openRetaining(t, 2)
-	for n := uint64(1); n <= 8; n++ {
-		fullGeneration(t, s, n)
-	}
-	ok(t, "settle through 3", s.Update(func(tx *Tx) error { return tx.SetSettledThrough(3) }))
-	ok(t, "close", s.Close())
-	s = e.openRetaining(t, 2)
-	for p, gs := range generationsOfKeys(dump(t, s.db)) {
-		if !slices.Equal(gs, span(4, 8)) {
-			t.Errorf("%s records of generations %v, want 4..8 (above the watermark 3)", p, gs)
+	for _, c := range []struct {
+		settled, from uint64
+	}{{settled: 3, from: 4}, {settled: 0, from: 1}} {
+		e := newEnv(t, nil)
+		s := e.openRetaining(t, 2)
+		for n := uint64(1); n <= 8; n++ {
+			fullGeneration(t, s, n)
 		}
-	}
-	ok(t, "close", s.Close())
-
-	e = newEnv(t, nil)
-	s = e.openRetaining(t, 2)
-	for n := uint64(1); n <= 8; n++ {
-		fullGeneration(t, s, n)
-	}
-	ok(t, "close", s.Close())
-	s = e.openRetaining(t, 2)
-	for p, gs := range generationsOfKeys(dump(t, s.db)) {
-		if !slices.Equal(gs, span(1, 8)) {
-			t.Errorf("%s records of generations %v with no watermark, want all of 1..8", p, gs)
+		if c.settled > 0 {
+			ok(t, "settle", s.Update(func(tx *Tx) error { return tx.SetSettledThrough(c.settled) }))
 		}
+		ok(t, "close", s.Close())
+		s = e.openRetaining(t, 2)
+		wantGenerations(t, s, c.from, 8)
+		ok(t, "close", s.Close())
 	}
-	ok(t, "close", s.Close())
 }
 
 // TestStoreSizeBoundedByRetention: a Domain started again and again, each
