@@ -166,7 +166,7 @@ bench: setup build
 	scripts/setup.sh user $(TEST_USER)
 	scripts/setup.sh images $(TEST_USER) busybox debian node claude
 	@mkdir -p bench/results
-	LAZARET_COMMIT=$(VERSION) $(GO) test -tags '$(TAGS) lazaret_bench' -count=1 -v -timeout 40m -run '^TestBench(Network|Egress|StateAnchors|GitRouting|NpmInstall|Escalation|Recipe|Scale)?$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results -srt=$$(scripts/setup.sh bench-deps) -npm-cache=$$(scripts/setup.sh bench-npm)
+	LAZARET_COMMIT=$(VERSION) $(GO) test -tags '$(TAGS) lazaret_bench' -count=1 -v -timeout 40m -run '^TestBench(Network|Egress|StateAnchors|GitRouting|NpmInstall|Escalation|Recipe|Scale|IgnoredBindWalk)?$$' ./integration/ -args -user=$(TEST_USER) -runsc=$(RUNSC) -bin=$(CURDIR)/bin -bench-out=$(CURDIR)/bench/results -srt=$$(scripts/setup.sh bench-deps) -npm-cache=$$(scripts/setup.sh bench-npm)
 	$(GO) run ./scripts/benchtable
 
 PROTOC_GEN_GO := $(DEPS_DIR)/bin/protoc-gen-go
