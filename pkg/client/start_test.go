@@ -3,6 +3,7 @@ package client
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/locate"
@@ -26,5 +27,20 @@ func TestCoordinatorEnvPassesProgramOverrides(t *testing.T) {
 	got := coordinatorEnv(environ)
 	if !slices.Equal(got, want) {
 		t.Fatalf("coordinatorEnv = %v, want %v", got, want)
+	}
+}
+
+// TestLockWaitBacksOff: a held Domain lock is polled every 2 ms for the
+// first 100 ms of the wait (a teardown's length), every 20 ms after.
+func TestLockWaitBacksOff(t *testing.T) {
+	for _, c := range []struct{ waited, want time.Duration }{
+		{0, 2 * time.Millisecond},
+		{99 * time.Millisecond, 2 * time.Millisecond},
+		{100 * time.Millisecond, 20 * time.Millisecond},
+		{time.Minute, 20 * time.Millisecond},
+	} {
+		if got := lockWait(c.waited); got != c.want {
+			t.Errorf("after %v: wait %v, want %v", c.waited, got, c.want)
+		}
 	}
 }

@@ -59,7 +59,8 @@ func WaitUnlocked(paths domain.Paths, wait time.Duration) error {
 		return fmt.Errorf("open Domain lock: %w", err)
 	}
 	defer lock.Close()
-	deadline := time.Now().Add(wait)
+	began := time.Now()
+	deadline := began.Add(wait)
 	for {
 		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -72,6 +73,6 @@ func WaitUnlocked(paths domain.Paths, wait time.Duration) error {
 		if time.Now().After(deadline) {
 			return errdefs.New(errdefs.ErrUnavailable, "Domain %s did not finish stopping within %s; see %s (lazaret logs)", paths.ID, wait, paths.Log())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(lockWait(time.Since(began)))
 	}
 }
