@@ -424,14 +424,15 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 // is in L0 (which drops what was forgotten) and closes pebble. The Domain
 // lock stays with its holder.
 //
-// The flush and the compaction are for the next Open, which is on the cold-start path: pebble
-// replays every WAL newer than the last flush and, in Open, writes what it
-// replayed to a new L0 table (a synced sstable, a directory sync and a
-// version edit) before it returns; and with two tables in L0 (each Close
-// leaves one) it starts an L0 compaction as soon as the store opens, which
-// rewrites the whole store (a few hundred KiB) with its syncs beside the
-// start-up it opens in. A store flushed and compacted at Close has an empty
-// WAL to replay and nothing in L0; the compaction costs the teardown a few
+// The flush and the compaction are for the next Open, which is on the
+// cold-start path: pebble replays every WAL newer than the last flush and,
+// in Open, writes what it replayed to a new L0 table (a synced sstable, a
+// directory sync and a version edit) before it returns; and with two
+// tables in L0 (each Close leaves one) it starts an L0 compaction as soon
+// as the store opens, which rewrites the whole store (tens of KiB: the
+// retention window bounds it) with its syncs beside the start-up it opens
+// in. A store flushed and compacted at Close has an empty WAL to replay
+// and nothing in L0; the compaction costs the teardown a few
 // milliseconds, after the last session's CLI has gone. Durability does not
 // depend on either: every Update was synced to the WAL when it committed,
 // and a store that was not closed (a crash) is recovered from its WAL
