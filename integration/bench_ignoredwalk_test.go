@@ -39,10 +39,7 @@ var (
 // command pays, and what `linger` saves it.
 func TestBenchIgnoredBindWalk(t *testing.T) {
 	e := need(t)
-	n := *flagRuns
-	if n > 7 {
-		n = 7
-	}
+	n := min(*flagRuns, 7)
 	lazaret := filepath.Join(e.bin, "lazaret")
 	big, empty := workspace(t), workspace(t)
 	for _, ws := range []string{big, empty} {
