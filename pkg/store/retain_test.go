@@ -2,11 +2,15 @@ package store
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
 )
@@ -183,5 +187,70 @@ func TestStoreSizeBoundedByRetention(t *testing.T) {
 	at40 := tables()
 	if at10 == 0 || at40 > at10+at10/4 {
 		t.Fatalf("tables: %d bytes after 10 starts, %d after 40: the store grows with its history", at10, at40)
+	}
+}
+
+// TestCrashDuringCloseForgets takes a crash clone before every mutating
+// filesystem operation of a Close that forgets generations (its unsynced
+// batch of range deletions, the flush, the compaction, pebble's own close)
+// and checks that each clone reopens to the store before the Close or the
+// store after it: never some prefixes' records of a generation forgotten
+// and others kept.
+func TestCrashDuringCloseForgets(t *testing.T) {
+	build := func(s *Store) {
+		for n := uint64(1); n <= 6; n++ {
+			fullGeneration(t, s, n)
+		}
+		ok(t, "settle through 4", s.Update(func(tx *Tx) error { return tx.SetSettledThrough(4) }))
+	}
+	// Reference states on a plain in-memory filesystem.
+	ref := newEnv(t, vfs.NewMem())
+	rs := ref.openRetaining(t, 2)
+	build(rs)
+	before := dump(t, rs.db)
+	ok(t, "close", rs.Close())
+	rs = ref.openRetaining(t, 2)
+	after := dump(t, rs.db)
+	wantGenerations(t, rs, 5, 6)
+	rs.Close()
+
+	for _, unsynced := range []int{0, 50} {
+		mem := vfs.NewCrashableMem()
+		e := newEnv(t, mem)
+		e.root, e.lock = ref.root, ref.lock // same logical path in a fresh filesystem
+		rng := rand.New(rand.NewPCG(11, uint64(unsynced)))
+		rec := &crashRecorder{mem: mem, reads: unsynced == 0, cfg: func() vfs.CrashCloneCfg {
+			if unsynced == 0 {
+				return vfs.CrashCloneCfg{}
+			}
+			return vfs.CrashCloneCfg{UnsyncedDataPercent: unsynced, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}
+		}}
+		s, err := Open(e.root, e.lock, testID, Options{Logger: quietLogger(), Now: fixedClock(), FS: errorfs.Wrap(mem, rec), retain: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		build(s)
+		rec.armed.Store(true)
+		ok(t, "close", s.Close())
+		rec.armed.Store(false)
+		if len(rec.points) == 0 {
+			t.Fatal("no crash point inside Close")
+		}
+		sawAfter := false
+		for i, p := range rec.points {
+			got := reopenDump(t, e.root, e, p.fs)
+			switch {
+			case sameDump(got, before):
+			case sameDump(got, after):
+				sawAfter = true
+			default:
+				t.Fatalf("unsynced %d%%, crash point %d (before %v %s): neither the store before the Close nor after it:\n got %s",
+					unsynced, i, p.op.Kind, p.op.Path, describe(got))
+			}
+		}
+		if !sawAfter {
+			t.Errorf("unsynced %d%%: no crash point after the forgetting was durable (%d points)", unsynced, len(rec.points))
+		}
+		t.Logf("unsynced %d%%: %d crash points inside Close", unsynced, len(rec.points))
 	}
 }
