@@ -138,6 +138,7 @@ UNIT_PKGS = ./api/... ./cmd/... $(shell $(GO) list -tags '$(TAGS)' ./pkg/... | g
 
 unit:
 	$(GO) test -tags '$(TAGS)' -count=1 $(UNIT_PKGS) ./scripts/...
+	$(GO) test -tags '$(TAGS) lazaret_failpoints' -count=1 ./pkg/failpoint
 
 # The fast inner loop: vet and every unit test in -short mode (the long
 # crash matrices, property runs and kernel suites are skipped; make unit

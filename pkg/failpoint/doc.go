@@ -3,7 +3,11 @@
 // `lazaret_failpoints` (integration tests only) read LAZARET_FAILPOINT and
 // SIGKILL their own process, through its pidfd, when execution reaches the
 // named stage. A hit is logged first, so a test can prove the stage was
-// reached rather than passing vacuously.
+// reached rather than passing vacuously. A hit waits for the sections
+// Hold covers in other goroutines: a step the model trace records just
+// before it becomes durable (the prepared-lower lease's InsertLease, under
+// storage-catalog.lock) is never cut from its commit by a kill elsewhere
+// in the process.
 //
 // Stage names are "<process>:<stage>", e.g. "lazaret-hc:acquire:rs:staged",
 // "lazaret-rs:runsc-ready", "wrapper:session_exec:armed".

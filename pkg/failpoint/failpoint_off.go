@@ -8,6 +8,12 @@ const Enabled = false
 // Hit does nothing in production builds.
 func Hit(string) {}
 
+// Hold does nothing in production builds: nothing kills the process at a
+// stage.
+func Hold() (end func()) { return noHold }
+
+func noHold() {}
+
 // Environ returns nothing in production builds: LAZARET_FAILPOINT is never
 // read or forwarded.
 func Environ() []string { return nil }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -32,11 +33,26 @@ func isArmed(name string) bool {
 	return false
 }
 
-// Hit kills this process with SIGKILL if stage is an armed one.
+// held is read-locked by every section Hold covers; Hit write-locks it
+// before the kill, so a kill waits for the sections in progress.
+var held sync.RWMutex
+
+// Hold begins a section that a hit in another goroutine of this process
+// does not cut in two, and returns its end: the hit waits until every held
+// section has ended (a section begun while a hit waits waits for ever: the
+// process is about to die). A section must not reach a Hit itself.
+func Hold() (end func()) {
+	held.RLock()
+	return held.RUnlock
+}
+
+// Hit kills this process with SIGKILL if stage is an armed one, once no
+// section Hold covers is in progress.
 func Hit(name string) {
 	if !isArmed(name) {
 		return
 	}
+	held.Lock()
 	fmt.Fprintf(os.Stderr, "failpoint hit: %s (pid %d): SIGKILL\n", name, os.Getpid())
 	self, err := pidfs.Open(os.Getpid())
 	if err != nil {

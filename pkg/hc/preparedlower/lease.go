@@ -80,7 +80,13 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		return err
 	}
 	key := s.leaseKey(gen, id)
-	if err := cat.Update(ctx, func(tx *catalog.Tx) error {
+	// The trace's InsertLease is recorded under storage-catalog.lock before
+	// the lease is visible, so before it is committed: a failpoint that
+	// kills this process meanwhile (from another goroutine: the helper's or
+	// the Git-routing daemon's start) waits for the commit, or the trace
+	// would name a lease no catalog holds.
+	endHold := failpoint.Hold()
+	err = cat.Update(ctx, func(tx *catalog.Tx) error {
 		s.mark("Storage Catalog locked and open")
 		// A gc that died between Reclaiming and its rename would block the
 		// lease: settle it first (RS holds the tree shared, so no gc is
@@ -100,7 +106,9 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		// Under storage-catalog.lock, before the lease is visible.
 		s.step(nil, "InsertLease")
 		return nil
-	}); err != nil {
+	})
+	endHold()
+	if err != nil {
 		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
 	}
 	s.mark("lease inserted into the Storage Catalog")
