@@ -64,15 +64,16 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		return errdefs.New(errdefs.ErrUnavailable, "the generation is being torn down: not leasing %s", id)
 	}
 	gen := s.gen
-	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		if err := tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, nil); err != nil {
-			return err
-		}
-		return tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_INTENT))
-	}); err != nil {
+	if err := s.commitStep(func() error {
+		return s.cfg.Store.Update(func(tx *store.Tx) error {
+			if err := tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, nil); err != nil {
+				return err
+			}
+			return tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_INTENT))
+		})
+	}, func(p *steps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent"); err != nil {
 		return err
 	}
-	s.step(func(p *steps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent")
 	s.mark("lease intent recorded")
 	failpoint.Hit("lazaret-hc:lower-intent")
 	cat, err := s.catalog()
@@ -81,33 +82,32 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 	}
 	key := s.leaseKey(gen, id)
 	// The trace's InsertLease is recorded under storage-catalog.lock before
-	// the lease is visible, so before it is committed: a failpoint that
-	// kills this process meanwhile (from another goroutine: the helper's or
-	// the Git-routing daemon's start) waits for the commit, or the trace
-	// would name a lease no catalog holds.
-	endHold := failpoint.Hold()
-	err = cat.Update(ctx, func(tx *catalog.Tx) error {
-		s.mark("Storage Catalog locked and open")
-		// A gc that died between Reclaiming and its rename would block the
-		// lease: settle it first (RS holds the tree shared, so no gc is
-		// mid-rename and the record rolls back to Published).
-		if out, err := tx.RecoverReclaim(id, preparedcatalog.ProbeTree(s.cfg.StorageRoot)); err != nil {
-			return err
-		} else if out != catalog.NotReclaiming {
-			s.log.Warn("recovered an interrupted reclamation before leasing", "artifact_id", id, "outcome", out.String())
-			s.recordReclaim(out, id)
-		}
-		if err := verifyArtifact(tx, s.cfg.StorageRoot, id, source); err != nil {
-			return err
-		}
-		if err := tx.AcquireLease(key); err != nil {
-			return err
-		}
-		// Under storage-catalog.lock, before the lease is visible.
-		s.step(nil, "InsertLease")
-		return nil
-	})
-	endHold()
+	// the lease is visible, so before it is committed: the transaction is
+	// a commitStep section (with no step after it), or the trace could
+	// name a lease no catalog holds.
+	err = s.commitStep(func() error {
+		return cat.Update(ctx, func(tx *catalog.Tx) error {
+			s.mark("Storage Catalog locked and open")
+			// A gc that died between Reclaiming and its rename would block the
+			// lease: settle it first (RS holds the tree shared, so no gc is
+			// mid-rename and the record rolls back to Published).
+			if out, err := tx.RecoverReclaim(id, preparedcatalog.ProbeTree(s.cfg.StorageRoot)); err != nil {
+				return err
+			} else if out != catalog.NotReclaiming {
+				s.log.Warn("recovered an interrupted reclamation before leasing", "artifact_id", id, "outcome", out.String())
+				s.recordReclaim(out, id)
+			}
+			if err := verifyArtifact(tx, s.cfg.StorageRoot, id, source); err != nil {
+				return err
+			}
+			if err := tx.AcquireLease(key); err != nil {
+				return err
+			}
+			// Under storage-catalog.lock, before the lease is visible.
+			s.step(nil, "InsertLease")
+			return nil
+		})
+	}, nil)
 	if err != nil {
 		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
 	}
@@ -128,25 +128,26 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 	// StagedOwnershipNoDependents). Its target-specific readiness is proven
 	// by now: RS answered the hello under its staged identity and holds the
 	// artifact it names.
-	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		if err := tx.PutParticipant(gen, participant.PreparedLower, participant.LeaseHeld, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_HELD)); err != nil {
-			return err
-		}
-		if err := tx.PutParticipant(gen, participant.Sandbox, participant.Intent, &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Sandbox{Sandbox: &lv1.SandboxSnapshotV1{
-			Coordinator: store.CommittedSlot(s.cfg.Coordinator), Supervisor: store.CommittedSlot(s.cfg.Supervisor()), Runsc: unassignedSlot(),
-		}}}); err != nil {
-			return err
-		}
-		if err := tx.PutParticipant(gen, participant.StateAnchor, participant.Intent, nil); err != nil {
-			return err
-		}
-		return tx.PutParticipant(gen, participant.StateAnchor, participant.Intent, saSnapshot(id, ns, nil))
-	}); err != nil {
-		return err
-	}
 	// One transaction: the model's CommitLeaseHeld, CommitSupervisor and
 	// AnchorIntent, recorded before LeaseRecorded lets RS mount.
-	s.step(func(p *steps) { p.anchor = true }, "CommitLeaseHeld", "CommitSupervisor", "AnchorIntent")
+	if err := s.commitStep(func() error {
+		return s.cfg.Store.Update(func(tx *store.Tx) error {
+			if err := tx.PutParticipant(gen, participant.PreparedLower, participant.LeaseHeld, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_HELD)); err != nil {
+				return err
+			}
+			if err := tx.PutParticipant(gen, participant.Sandbox, participant.Intent, &lv1.RoleSnapshotV1{Role: &lv1.RoleSnapshotV1_Sandbox{Sandbox: &lv1.SandboxSnapshotV1{
+				Coordinator: store.CommittedSlot(s.cfg.Coordinator), Supervisor: store.CommittedSlot(s.cfg.Supervisor()), Runsc: unassignedSlot(),
+			}}}); err != nil {
+				return err
+			}
+			if err := tx.PutParticipant(gen, participant.StateAnchor, participant.Intent, nil); err != nil {
+				return err
+			}
+			return tx.PutParticipant(gen, participant.StateAnchor, participant.Intent, saSnapshot(id, ns, nil))
+		})
+	}, func(p *steps) { p.anchor = true }, "CommitLeaseHeld", "CommitSupervisor", "AnchorIntent"); err != nil {
+		return err
+	}
 	failpoint.Hit("lazaret-hc:lease-held")
 	failpoint.Hit("lazaret-hc:anchor-intent")
 	s.mu.Lock()
@@ -223,16 +224,17 @@ func (s *Service) AnchorsMounted(m *lv1.AnchorsMounted, hello *lv1.SupervisorHel
 	if s.releasing {
 		return errdefs.New(errdefs.ErrUnavailable, "the generation is being torn down: state_anchor stays in Intent")
 	}
-	if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		return tx.PutParticipant(s.gen, participant.StateAnchor, participant.Prepared, saSnapshot(leased, ns, mounts))
-	}); err != nil {
-		return err
-	}
-	s.step(func(p *steps) {
+	if err := s.commitStep(func() error {
+		return s.cfg.Store.Update(func(tx *store.Tx) error {
+			return tx.PutParticipant(s.gen, participant.StateAnchor, participant.Prepared, saSnapshot(leased, ns, mounts))
+		})
+	}, func(p *steps) {
 		for _, a := range mounts.Anchors {
 			p.mounts = append(p.mounts, a.GetMountId())
 		}
-	}, "CommitAnchorPrepared")
+	}, "CommitAnchorPrepared"); err != nil {
+		return err
+	}
 	failpoint.Hit("lazaret-hc:anchor-prepared")
 	return nil
 }

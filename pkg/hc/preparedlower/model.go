@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	"github.com/lazaret/lazaret/pkg/catalog"
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 )
 
@@ -66,6 +67,23 @@ func (s *Service) step(update func(*steps), actions ...string) {
 	for _, a := range actions {
 		s.emitLocked(a)
 	}
+}
+
+// commitStep makes a durable change (commit) and then records the model
+// steps it is (step's update and actions) as one section that a failpoint
+// kill in another goroutine of this coordinator does not cut in two
+// (failpoint.Hold): the lease's steps run beside the connectivity
+// helper's and the Git-routing daemon's starts, whose failpoints would
+// otherwise leave a trace without a step the store holds (or, for a step
+// recorded before its commit, with one it does not).
+func (s *Service) commitStep(commit func() error, update func(*steps), actions ...string) error {
+	end := failpoint.Hold()
+	defer end()
+	if err := commit(); err != nil {
+		return err
+	}
+	s.step(update, actions...)
+	return nil
 }
 
 // SupervisorSpawned records SpawnSupervisor: RS exists, staged in the
