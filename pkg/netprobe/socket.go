@@ -19,13 +19,9 @@ import (
 // SourceFor is the source address the network stack picks for a UDP
 // "connection" to dst. No packet is sent.
 func SourceFor(dst netip.Addr) (netip.Addr, error) {
-	sa, err := inet4(netip.AddrPortFrom(dst, 9))
+	fd, sa, err := socketTo(netip.AddrPortFrom(dst, 9), unix.SOCK_DGRAM)
 	if err != nil {
 		return netip.Addr{}, err
-	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return netip.Addr{}, os.NewSyscallError("socket", err)
 	}
 	defer unix.Close(fd)
 	if err := unix.Connect(fd, sa); err != nil {
@@ -47,6 +43,20 @@ func inet4(ap netip.AddrPort) (*unix.SockaddrInet4, error) {
 		return nil, fmt.Errorf("%s is not an IPv4 address", ap.Addr())
 	}
 	return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}, nil
+}
+
+// socketTo opens a non-blocking IPv4 socket of typ for a probe of ap and
+// returns it with ap's address.
+func socketTo(ap netip.AddrPort, typ int) (int, *unix.SockaddrInet4, error) {
+	sa, err := inet4(ap)
+	if err != nil {
+		return -1, nil, err
+	}
+	fd, err := unix.Socket(unix.AF_INET, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, nil, os.NewSyscallError("socket", err)
+	}
+	return fd, sa, nil
 }
 
 // dnsPort is where the forwarder is asked (a variable for the tests).
@@ -118,6 +128,8 @@ func (p *probe) pollFD() unix.PollFd { return unix.PollFd{Fd: int32(p.fd), Event
 
 func (p *probe) due() time.Time { return p.until }
 
+func (p *probe) fail(err error, now time.Time) { p.done(err, now) }
+
 // connectProbe is a TCP connect and how it was answered: err nil for an
 // accepted connection, else the connect's error (errNoAnswer when none
 // came within its bound); ms is how long the answer took.
@@ -126,14 +138,9 @@ type connectProbe struct{ probe }
 // connect begins a non-blocking TCP connect to ap, answered within bound.
 func (w *wait) connect(ap netip.AddrPort, bound time.Duration) *connectProbe {
 	c := &connectProbe{w.begin(bound, unix.POLLOUT)}
-	sa, err := inet4(ap)
+	fd, sa, err := socketTo(ap, unix.SOCK_STREAM)
 	if err != nil {
 		c.err = err
-		return c
-	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		c.err = os.NewSyscallError("socket", err)
 		return c
 	}
 	switch err := unix.Connect(fd, sa); err {
@@ -160,8 +167,7 @@ func (c *connectProbe) ready(revents int16, now time.Time) bool {
 	return true
 }
 
-func (c *connectProbe) expire(now time.Time)          { c.done(errNoAnswer, now) }
-func (c *connectProbe) fail(err error, now time.Time) { c.done(err, now) }
+func (c *connectProbe) expire(now time.Time) { c.done(errNoAnswer, now) }
 
 // answer says how the connect was answered: "connected", "refused",
 // or what else happened.
@@ -194,34 +200,24 @@ func (w *wait) query(server netip.Addr, bound time.Duration) *dnsProbe {
 		q.err = errors.New("no DNS forwarder")
 		return q
 	}
-	sa, err := inet4(netip.AddrPortFrom(server, dnsPort))
+	fd, sa, err := socketTo(netip.AddrPortFrom(server, dnsPort), unix.SOCK_DGRAM)
 	if err != nil {
 		q.err = err
-		return q
-	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		q.err = os.NewSyscallError("socket", err)
 		return q
 	}
 	q.fd = fd
 	id, msg := newQuery()
 	q.id = id
 	if err := unix.Connect(fd, sa); err != nil {
-		q.finish(0, os.NewSyscallError("connect", err), time.Now())
+		q.done(os.NewSyscallError("connect", err), time.Now())
 		return q
 	}
 	if _, err := unix.Write(fd, msg); err != nil {
-		q.finish(0, os.NewSyscallError("send", err), time.Now())
+		q.done(os.NewSyscallError("send", err), time.Now())
 		return q
 	}
 	w.pending = append(w.pending, q)
 	return q
-}
-
-func (q *dnsProbe) finish(rcode int, err error, now time.Time) {
-	q.rcode = rcode
-	q.done(err, now)
 }
 
 func (q *dnsProbe) ready(revents int16, now time.Time) bool {
@@ -232,21 +228,20 @@ func (q *dnsProbe) ready(revents int16, now time.Time) bool {
 			return false
 		}
 		if err != nil {
-			q.finish(0, os.NewSyscallError("receive", err), now)
+			q.done(os.NewSyscallError("receive", err), now)
 			return true
 		}
 		if rc, err := ParseReply(buf[:n], q.id); err == nil {
-			q.finish(rc, nil, now)
+			q.rcode = rc
+			q.done(nil, now)
 			return true
 		}
 	}
 }
 
 func (q *dnsProbe) expire(now time.Time) {
-	q.finish(0, fmt.Errorf("no reply within %s", q.bound), now)
+	q.done(fmt.Errorf("no reply within %s", q.bound), now)
 }
-
-func (q *dnsProbe) fail(err error, now time.Time) { q.finish(0, err, now) }
 
 // run waits until every begun probe is answered or past its bound.
 func (w *wait) run() {
