@@ -64,7 +64,9 @@ func waitStopped(t *testing.T, ws string, within time.Duration) time.Duration {
 // left in the sandbox's memory-backed /tmp is still there); status shows
 // the time left; the Domain keeps the longest linger a session asked for,
 // stops when it passes with no session, and leaves nothing behind. The
-// profile key works the same way, and bad values are refused clearly.
+// profile key works the same way, `lazaret stop` ends a lingering Domain
+// (and one that names no profile points at it), and bad values are
+// refused clearly.
 func TestSpec32Linger(t *testing.T) {
 	parallel(t)
 	e := need(t)
@@ -133,6 +135,15 @@ func TestSpec32Linger(t *testing.T) {
 		t.Fatalf("run --linger 10m: %d\n%s", r.code, r.stderr)
 	}
 	waitLingering(t, ws)
+	// A stop that names no profile looks at the default profile's Domain,
+	// which is stopped, and says which of this workspace's Domains runs.
+	r = lz(t, ws, nil, "stop")
+	if r.code != 0 || !strings.Contains(r.stdout, "nothing to stop") || !strings.Contains(r.stdout, "profile tiny is running: stop it with `lazaret stop -p tiny`") {
+		t.Errorf("stop without -p beside a lingering tiny Domain: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if lingerStatus(t, ws) == nil {
+		t.Fatal("a stop of the default profile's Domain stopped the tiny one")
+	}
 	if r = lz(t, ws, nil, "stop", "-p", "tiny"); r.code != 0 {
 		t.Fatalf("stop of a lingering Domain: %d\n%s", r.code, r.stderr)
 	}

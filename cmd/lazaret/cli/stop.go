@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
@@ -34,7 +35,9 @@ var stopCommand = &cli.Command{
 with status 143), cancels their pending escalation prompts and host commands,
 and tears the Domain down as after its last session, without its linger (a
 lingering Domain, with no session, stops at once). It returns once the
-teardown is complete. A stopped Domain is left as it is (success).
+teardown is complete. A stopped Domain is left as it is (success); when
+no --profile was given and another profile's Domain of the workspace is
+running, stop names it and the command that stops it.
 
 Examples:
    lazaret stop                        this workspace's Domain of the default profile
@@ -115,6 +118,11 @@ func stopAction(c *cli.Context) error {
 				fmt.Fprintf(c.App.Writer, "stopped Domain %s (profile %s, workspace %s): generation %d, %d session(s) ended\n", v.DomainID, orUnknown(v.Profile), orUnknown(v.Workspace), v.Generation, v.Sessions)
 			} else {
 				fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s) is not running: nothing to stop\n", v.DomainID, orUnknown(v.Profile), orUnknown(v.Workspace))
+				if !c.Bool("all") && !c.IsSet("profile") {
+					for _, o := range liveDomainsOf(v.Workspace, v.Profile) {
+						fmt.Fprintf(c.App.Writer, "this workspace's Domain of profile %s is %s: stop it with `lazaret stop -p %s%s`\n", o.profile, o.state, o.profile, dirArg(c))
+					}
+				}
 			}
 		}
 		if c.Bool("all") && len(views) == 0 && len(errs) == 0 {
@@ -122,6 +130,50 @@ func stopAction(c *cli.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// liveDomain is a Domain's profile and state (as `lazaret status` shows it).
+type liveDomain struct{ profile, state string }
+
+// liveDomainsOf returns the Domains of workspace, other than profile
+// except's, that are not stopped: what a `lazaret stop` that named no
+// profile, and found the default profile's Domain stopped, most likely
+// meant. Their status is read only on that path; a failure to read it is
+// no hint.
+func liveDomainsOf(workspace, except string) []liveDomain {
+	if workspace == "" {
+		return nil
+	}
+	roots, err := domain.DefaultRoots(os.Getenv, os.Getuid())
+	if err != nil {
+		return nil
+	}
+	docs, err := client.Statuses(roots)
+	if err != nil {
+		return nil
+	}
+	return liveDomains(docs, workspace, except)
+}
+
+// liveDomains picks, from status documents, the Domains of workspace
+// other than profile except's whose state is not "stopped", in the
+// documents' order.
+func liveDomains(docs []*lv1.DomainStatus, workspace, except string) []liveDomain {
+	var out []liveDomain
+	for _, d := range docs {
+		if d.GetWorkspace() == workspace && d.GetProfile() != except && d.GetProfile() != "" && d.GetState() != "stopped" && d.GetState() != "" {
+			out = append(out, liveDomain{d.GetProfile(), d.GetState()})
+		}
+	}
+	return out
+}
+
+// dirArg is the -C option that names the command's --dir again, if given.
+func dirArg(c *cli.Context) string {
+	if d := c.String("dir"); d != "" {
+		return " -C " + shellQuote(d)
+	}
+	return ""
 }
 
 // stopDomain asks the Domain's coordinator to stop and waits until it has

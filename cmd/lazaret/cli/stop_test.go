@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"reflect"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+)
+
+// TestLiveDomainsHint: a `lazaret stop` that named no profile and found
+// the default profile's Domain stopped names the other Domains of the
+// same workspace that are not stopped — only those, and not the one it
+// looked at.
+func TestLiveDomainsHint(t *testing.T) {
+	doc := func(ws, profile, state string) *lv1.DomainStatus {
+		return &lv1.DomainStatus{Workspace: proto.String(ws), Profile: proto.String(profile), State: proto.String(state)}
+	}
+	docs := []*lv1.DomainStatus{
+		doc("/src/app", "default", "stopped"),
+		doc("/src/app", "tiny", "running"),
+		doc("/src/app", "claude", "starting"),
+		doc("/src/app", "old", "stopped"),
+		doc("/src/other", "codex", "running"),
+		{State: proto.String("running")}, // no stored identity
+	}
+	got := liveDomains(docs, "/src/app", "default")
+	want := []liveDomain{{"tiny", "running"}, {"claude", "starting"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("liveDomains = %v, want %v", got, want)
+	}
+	if got := liveDomains(docs, "/src/none", "default"); len(got) != 0 {
+		t.Errorf("a workspace with no Domain: %v", got)
+	}
+	if got := liveDomains(docs, "/src/app", "tiny"); !reflect.DeepEqual(got, []liveDomain{{"claude", "starting"}}) {
+		t.Errorf("the profile stop looked at is no hint: %v", got)
+	}
+}
