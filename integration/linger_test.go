@@ -126,6 +126,16 @@ func TestSpec32Linger(t *testing.T) {
 	if d = waitLingering(t, ws); d["profile"] != "lg" {
 		t.Errorf("lingering Domain %v, want profile lg", d["profile"])
 	}
+	// A changed profile cannot join the lingering Domain: the refusal says
+	// it lingers and how to end it, not to wait for sessions it has not.
+	changed := filepath.Join(filepath.Dir(cfg), "changed.toml")
+	if err := os.WriteFile(changed, []byte("[profiles.lg]\nimage = \"busybox\"\nlinger = \"5s\"\nenv = { FOO = \"bar\" }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = lz(t, ws, nil, "run", "--config", changed, "-p", "lg", "--", "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "env: added FOO") || !strings.Contains(r.stderr, "It lingers with no session") || !strings.Contains(r.stderr, "`lazaret stop -p lg` ends it now") {
+		t.Errorf("a changed profile against the lingering Domain: %d\n%s", r.code, r.stderr)
+	}
 	waitStopped(t, ws, 60*time.Second)
 	noLeftovers(t)
 

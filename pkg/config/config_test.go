@@ -752,8 +752,8 @@ func TestFingerprintChangesAndDiff(t *testing.T) {
 			if strings.Contains(d, "s3cr3t") || strings.Contains(d, "nano") {
 				t.Fatalf("diff leaks an env value: %q", d)
 			}
-			err := MismatchError(bp, p)
-			if !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), c.want) {
+			err := MismatchError(bp, p, MismatchRemedy(bp.Name, 0, 0, false))
+			if !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), c.want) || !strings.HasSuffix(err.Error(), "Wait for its sessions to end (the Domain then stops) or undo the change; `lazaret stop -p coder` ends the Domain and its sessions now") {
 				t.Fatalf("mismatch error %v", err)
 			}
 		})
@@ -1093,6 +1093,26 @@ func TestNetworkAllowlistMode(t *testing.T) {
 		_, err := Parse("config.toml", []byte("[profiles.web]\n"+in+"\n"), Options{})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", in, err, want)
+		}
+	}
+}
+
+// TestMismatchRemedy: the refusal's last sentence follows the Domain's
+// state — a lingering Domain (no session) is stopped or the change undone;
+// one with sessions is waited for (and then its linger), and a stop is
+// named as ending those sessions too.
+func TestMismatchRemedy(t *testing.T) {
+	for _, c := range []struct {
+		linger, left time.Duration
+		lingering    bool
+		want         string
+	}{
+		{0, 0, false, "Wait for its sessions to end (the Domain then stops) or undo the change; `lazaret stop -p lg` ends the Domain and its sessions now"},
+		{10 * time.Minute, 0, false, "Wait for its sessions to end (the Domain then stops after lingering 10m0s) or undo the change; `lazaret stop -p lg` ends the Domain and its sessions now"},
+		{10 * time.Minute, 9*time.Minute + 12400*time.Millisecond, true, "It lingers with no session (9m12s left): `lazaret stop -p lg` ends it now, or undo the change"},
+	} {
+		if got := MismatchRemedy("lg", c.linger, c.left, c.lingering); got != c.want {
+			t.Errorf("MismatchRemedy(%s, %s, %v) = %q, want %q", c.linger, c.left, c.lingering, got, c.want)
 		}
 	}
 }

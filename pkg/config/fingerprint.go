@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 )
@@ -403,11 +404,29 @@ func setDiff(x, y []string) (added, removed []string) {
 }
 
 // MismatchError explains a configuration mismatch between a running Domain
-// and a joining session (the model's RejectConfigurationMismatch).
-func MismatchError(running, joining *Profile) error {
+// and a joining session (the model's RejectConfigurationMismatch); remedy
+// is the sentence that tells the developer how to get past it (the
+// Domain's state decides it: see MismatchRemedy).
+func MismatchError(running, joining *Profile, remedy string) error {
 	changes := Diff(running, joining)
-	return errdefs.New(errdefs.ErrRefused, "configuration mismatch: the running Domain of profile %q was started with configuration %s, this session has %s; what changed: %s. Wait for the running sessions to end (the Domain then stops) or undo the change",
-		running.Name, short(running.Fingerprint()), short(joining.Fingerprint()), strings.Join(changes, "; "))
+	return errdefs.New(errdefs.ErrRefused, "configuration mismatch: the running Domain of profile %q was started with configuration %s, this session has %s; what changed: %s. %s",
+		running.Name, short(running.Fingerprint()), short(joining.Fingerprint()), strings.Join(changes, "; "), remedy)
+}
+
+// MismatchRemedy is MismatchError's remedy for a Domain of profile name
+// with the given linger (0: none): lingering (no session, the linger
+// counting down, left remaining) it is stopped or the change undone; with
+// sessions, they are waited for (then its linger) or the change undone,
+// and a stop, which would end those sessions too, is named as such.
+func MismatchRemedy(name string, linger, left time.Duration, lingering bool) string {
+	if lingering {
+		return fmt.Sprintf("It lingers with no session (%s left): `lazaret stop -p %s` ends it now, or undo the change", left.Round(time.Second), name)
+	}
+	then := "the Domain then stops"
+	if linger > 0 {
+		then = fmt.Sprintf("the Domain then stops after lingering %s", linger)
+	}
+	return fmt.Sprintf("Wait for its sessions to end (%s) or undo the change; `lazaret stop -p %s` ends the Domain and its sessions now", then, name)
 }
 
 func short(fp string) string {

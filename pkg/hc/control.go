@@ -72,7 +72,11 @@ func (c *coordinator) admit(req *lv1.RunRequest, client *trust.ClientIdentity) (
 		if err != nil || joining.Fingerprint() != req.ConfigurationFingerprint {
 			return nil, nil, errdefs.New(errdefs.ErrRefused, "the running Domain uses another configuration (fingerprint %s, yours %s)", c.cfg.profile.Fingerprint(), req.ConfigurationFingerprint)
 		}
-		return nil, nil, config.MismatchError(c.cfg.profile, joining)
+		c.mu.Lock()
+		left, lingering := c.sessions.LingerLeft()
+		remedy := config.MismatchRemedy(c.cfg.profileName, c.sessions.Linger(), left, lingering && c.st == stateRunning)
+		c.mu.Unlock()
+		return nil, nil, config.MismatchError(c.cfg.profile, joining, remedy)
 	}
 	reg, err := trust.DecodeSigned(req.SessionRegistration)
 	if err != nil {
