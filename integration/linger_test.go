@@ -154,6 +154,11 @@ func TestSpec32Linger(t *testing.T) {
 	if lingerStatus(t, ws) == nil {
 		t.Fatal("a stop of the default profile's Domain stopped the tiny one")
 	}
+	// Maintenance of a lingering Domain is refused, saying it lingers.
+	r = lz(t, ws, nil, "rm", "-p", "tiny", "--yes")
+	if r.code == 0 || !strings.Contains(r.stderr, "it lingers with no session") || !strings.Contains(r.stderr, "`lazaret stop -p tiny` ends it now, then remove") {
+		t.Errorf("rm of a lingering Domain: %d\n%s", r.code, r.stderr)
+	}
 	if r = lz(t, ws, nil, "stop", "-p", "tiny"); r.code != 0 {
 		t.Fatalf("stop of a lingering Domain: %d\n%s", r.code, r.stderr)
 	}

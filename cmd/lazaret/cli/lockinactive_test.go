@@ -4,10 +4,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/client"
@@ -81,5 +83,34 @@ func TestLockInactiveWaitsForEndingTeardown(t *testing.T) {
 	rd := resolvedDomain{paths: paths, prof: profile{Name: "tiny"}}
 	if err := lockInactive(lock, rd, "reset"); err != nil {
 		t.Fatalf("a Domain whose teardown was ending was refused: %v", err)
+	}
+}
+
+// TestActiveRefusalNamesWhatKeepsItUp: the refusal of a maintenance
+// operation on an active Domain names its sessions, or, for a Domain that
+// lingers with none, the time left and the stop that ends it.
+func TestActiveRefusalNamesWhatKeepsItUp(t *testing.T) {
+	id := domain.DeriveID("tiny", "/ws")
+	running := &lv1.DomainStatus{State: proto.String("running"), Generation: proto.Uint64(4),
+		Sessions: []*lv1.SessionStatus{{SessionId: proto.String("s1")}}}
+	msg := activeRefusalFor(id, "tiny", running, nil, "remove it").Error()
+	for _, want := range []string{"is active (state running, generation 4, running session(s) s1)", "end its sessions", "`lazaret stop -p tiny` (which ends them), then remove it", "--yes does not bypass this"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("with a session: %q lacks %q", msg, want)
+		}
+	}
+	lingering := &lv1.DomainStatus{State: proto.String("running"), Generation: proto.Uint64(4), LingerMs: proto.Int64(600000), LingerLeftMs: proto.Int64(551600)}
+	msg = activeRefusalFor(id, "tiny", lingering, nil, "remove it").Error()
+	for _, want := range []string{"is active (state running, generation 4)", "it lingers with no session for 9m12s more", "`lazaret stop -p tiny` ends it now, then remove it"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("lingering: %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "end its sessions") {
+		t.Errorf("lingering: %q asks to end sessions it has not", msg)
+	}
+	msg = activeRefusalFor(id, "tiny", nil, os.ErrDeadlineExceeded, "remove it").Error()
+	if !strings.Contains(msg, "is active (its coordinator answers)") || !strings.Contains(msg, "`lazaret stop -p tiny`") {
+		t.Errorf("no status: %q", msg)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/anchor"
 	"github.com/lazaret/lazaret/pkg/client"
@@ -361,9 +362,7 @@ func resetArgs(c *cli.Context) (all, yes, asJSON bool, args []string) {
 func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 	paths := rd.paths
 	deadline := time.Now().Add(20 * time.Second)
-	active := func() error {
-		return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs), then %s; --yes does not bypass this", paths.ID, activeSessions(paths, rd.prof.Name), what)
-	}
+	active := func() error { return activeRefusal(paths, rd.prof.Name, what) }
 	for {
 		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -410,22 +409,33 @@ func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 // coordinator between lockInactive's connection and its status request).
 var liveStatus = client.LiveStatus
 
-// activeSessions describes a running Domain's sessions from its
-// coordinator's status (best effort).
-func activeSessions(paths domain.Paths, profile string) string {
+// activeRefusal refuses operation what on an active Domain, saying from its
+// coordinator's status (best effort) what keeps it up and how to end
+// that: its sessions, or its linger.
+func activeRefusal(paths domain.Paths, profile, what string) error {
 	doc, err := client.LiveStatus(paths, profile)
-	if err != nil {
-		return "its coordinator answers on " + paths.ControlSocket()
+	return activeRefusalFor(paths.ID, profile, doc, err, what)
+}
+
+// activeRefusalFor is activeRefusal's message for the status doc (or the
+// error reading it).
+func activeRefusalFor(id domain.ID, profile string, doc *lv1.DomainStatus, statusErr error, what string) error {
+	if statusErr != nil || doc == nil {
+		return errdefs.New(errdefs.ErrRefused, "Domain %s is active (its coordinator answers): end its sessions (exit the sandboxed programs) or `lazaret stop -p %s`, then %s; --yes does not bypass this", id, profile, what)
+	}
+	desc := fmt.Sprintf("state %s, generation %d", doc.GetState(), doc.GetGeneration())
+	if doc.LingerLeftMs != nil && len(doc.GetSessions()) == 0 {
+		left := (time.Duration(doc.GetLingerLeftMs()) * time.Millisecond).Round(time.Second)
+		return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): it lingers with no session for %s more; `lazaret stop -p %s` ends it now, then %s; --yes does not bypass this", id, desc, left, profile, what)
 	}
 	var ids []string
 	for _, x := range doc.GetSessions() {
 		ids = append(ids, x.GetSessionId())
 	}
-	desc := fmt.Sprintf("state %s, generation %d", doc.GetState(), doc.GetGeneration())
 	if len(ids) > 0 {
 		desc += ", running session(s) " + strings.Join(ids, ", ")
 	}
-	return desc
+	return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs) or `lazaret stop -p %s` (which ends them), then %s; --yes does not bypass this", id, desc, profile, what)
 }
 
 // lockForMaintenance takes exclusive lifecycle ownership of the Domain and
