@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -72,6 +71,8 @@ func Main(args []string) int {
 	// An unknown verb (`lazaret statu`, `lazaret state ignored ls`) is a
 	// usage error, said as such: urfave/cli would report "No help topic"
 	// and exit as if Lazaret itself had failed.
+	runverb.OnUsageErrors(app.Commands)
+	app.OnUsageError = func(c *cli.Context, err error, sub bool) error { return runverb.UsageError(c, err, sub) }
 	var unknown error
 	app.CommandNotFound = func(c *cli.Context, name string) { unknown = unknownCommand(c, name) }
 	err := app.Run(args)
@@ -81,12 +82,24 @@ func Main(args []string) int {
 	return runverb.ExitCode(err)
 }
 
+// nearestCommand is the visible command of commands that name most likely
+// means (runverb.NearestName over their names and aliases), "" if none.
+func nearestCommand(commands []*cli.Command, name string) string {
+	var names []string
+	for _, cmd := range commands {
+		if !cmd.Hidden && cmd.Name != "help" {
+			names = append(names, cmd.Names()...)
+		}
+	}
+	return runverb.NearestName(names, name)
+}
+
 // unknownCommand is the usage error for a subcommand name that the command
 // of c does not have, with the nearest one it has when one is near.
 func unknownCommand(c *cli.Context, name string) error {
 	path, commands := c.App.Name, c.App.Commands
 	if c.Command != nil && len(c.Command.Subcommands) > 0 {
-		path, commands = commandPath(c), c.Command.Subcommands
+		path, commands = runverb.CommandPath(c), c.Command.Subcommands
 	}
 	hint := ""
 	if name == "help" {
@@ -97,84 +110,4 @@ func unknownCommand(c *cli.Context, name string) error {
 		hint = fmt.Sprintf("; did you mean `%s %s`?", path, near)
 	}
 	return errdefs.New(errdefs.ErrInvalid, "`%s` has no command %q%s (`%s --help` lists them)", path, name, hint, path)
-}
-
-// commandPath is the command line of c's command: "lazaret state ignored".
-func commandPath(c *cli.Context) string {
-	var names []string
-	for _, x := range c.Lineage() {
-		if x.Command != nil && x.Command.Name != "" && x.Command.Name != c.App.Name {
-			names = append([]string{x.Command.Name}, names...)
-		}
-	}
-	return strings.Join(append([]string{c.App.Name}, names...), " ")
-}
-
-// nearestCommand is the name (or alias) of commands that name most likely
-// means: one it begins (`stat`), one it abbreviates (`ls`: its letters in
-// order, from the first), or one at most two edits away (`statsu`, for
-// names of four letters or more); "" if none.
-func nearestCommand(commands []*cli.Command, name string) string {
-	if len(name) < 2 {
-		return ""
-	}
-	abbrev, best, bestD := "", "", 3
-	for _, cmd := range commands {
-		if cmd.Hidden {
-			continue
-		}
-		for _, n := range cmd.Names() {
-			switch {
-			case n == "help" || n == "h":
-			case strings.HasPrefix(n, name):
-				return n
-			case abbrev == "" && abbreviates(name, n):
-				abbrev = n
-			case len(name) >= 4:
-				if d := editDistance(n, name); d < bestD {
-					best, bestD = n, d
-				}
-			}
-		}
-	}
-	if abbrev != "" {
-		return abbrev
-	}
-	return best
-}
-
-// abbreviates reports whether the letters of short appear in long in
-// order, starting with long's first.
-func abbreviates(short, long string) bool {
-	if short == "" || long == "" || short[0] != long[0] {
-		return false
-	}
-	i := 0
-	for j := 0; j < len(long) && i < len(short); j++ {
-		if long[j] == short[i] {
-			i++
-		}
-	}
-	return i == len(short)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

@@ -38,3 +38,24 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 		t.Errorf("nearestCommand(zz) = %q", got)
 	}
 }
+
+// TestBadOptionIsUsageError: an unknown option or one missing its value,
+// on any command, is a usage error (status 2) naming the command and the
+// option meant when one is near, without the whole help text.
+func TestBadOptionIsUsageError(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "--jsn"}, "`lazaret status` has no option --jsn; did you mean --json? (`lazaret status --help` lists the options)"},
+		{[]string{"logs", "--folow"}, "did you mean --follow?"},
+		{[]string{"state", "ignored", "list", "-q"}, "`lazaret state ignored list` has no option -q"},
+		{[]string{"stop", "-p"}, "`lazaret stop`: option -p needs a value"},
+		{[]string{"--jsn"}, "`lazaret` has no option --jsn"},
+	} {
+		code, msg := runCaptured(t, c.args...)
+		if code != 2 || !strings.Contains(msg, c.want) || strings.Contains(msg, "Incorrect Usage") || strings.Contains(msg, "USAGE:") {
+			t.Errorf("lazaret %s: status %d, %q; want 2 and %q", strings.Join(c.args, " "), code, msg, c.want)
+		}
+	}
+}

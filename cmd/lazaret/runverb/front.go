@@ -39,7 +39,9 @@ func Main(args []string) int {
 		Commands:        []*cli.Command{Command},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {},
+		OnUsageError:    UsageError,
 	}
+	OnUsageErrors(app.Commands)
 	err := app.Run(args)
 	if errors.Is(err, ErrFullCLI) {
 		return handOver(args)

@@ -1,0 +1,23 @@
+package runverb
+
+import "testing"
+
+// TestNearestName: a prefix, an abbreviation or a near misspelling finds
+// the name meant; a far or too short one finds none.
+func TestNearestName(t *testing.T) {
+	names := []string{"profile", "p", "linger", "tty", "T", "publish", "dir", "C"}
+	for in, want := range map[string]string{
+		"lingr":   "linger",  // abbreviation
+		"ling":    "linger",  // prefix
+		"profiel": "profile", // two edits
+		"pub":     "publish",
+		"zz":      "",
+		"x":       "",
+		"linger":  "", // itself: not a misspelling
+		"qwerty":  "",
+	} {
+		if got := NearestName(names, in); got != want {
+			t.Errorf("NearestName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
