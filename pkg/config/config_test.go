@@ -225,7 +225,7 @@ target = "/srv"
 readonly = true
 `,
 		at{2, `unknown key "color"`},
-		at{4, `unknown key "imgae": the keys allowed here are description, image`},
+		at{4, `unknown key "imgae" (did you mean "image"?): the keys allowed here are description, image`},
 		at{6, `unknown key "allowed"`},
 		at{10, `unknown key "readonly"`},
 	)

@@ -10,6 +10,7 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/suggest"
 )
 
 // Error is one configuration problem at a place in the file.
@@ -325,7 +326,11 @@ func (d *doc) keys(path pathKey, t map[string]any) []string {
 }
 
 func (d *doc) unknown(path pathKey, key string, allowed []string) {
-	d.errorf(path.child(key), "unknown key %q: the keys allowed here are %s (see docs/CONFIG.md)", key, strings.Join(allowed, ", "))
+	meant := ""
+	if near := suggest.Nearest(allowed, key); near != "" {
+		meant = fmt.Sprintf(" (did you mean %q?)", near)
+	}
+	d.errorf(path.child(key), "unknown key %q%s: the keys allowed here are %s (see docs/CONFIG.md)", key, meant, strings.Join(allowed, ", "))
 }
 
 func typeName(v any) string {

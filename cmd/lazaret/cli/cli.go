@@ -10,6 +10,7 @@ import (
 
 	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/suggest"
 )
 
 // ExitLazaret is the exit status when Lazaret itself failed (the command did
@@ -83,7 +84,7 @@ func Main(args []string) int {
 }
 
 // nearestCommand is the visible command of commands that name most likely
-// means (runverb.NearestName over their names and aliases), "" if none.
+// means (suggest.Nearest over their names and aliases), "" if none.
 func nearestCommand(commands []*cli.Command, name string) string {
 	var names []string
 	for _, cmd := range commands {
@@ -91,7 +92,7 @@ func nearestCommand(commands []*cli.Command, name string) string {
 			names = append(names, cmd.Names()...)
 		}
 	}
-	return runverb.NearestName(names, name)
+	return suggest.Nearest(names, name)
 }
 
 // unknownCommand is the usage error for a subcommand name that the command

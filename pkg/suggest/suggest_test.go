@@ -1,10 +1,10 @@
-package runverb
+package suggest
 
 import "testing"
 
-// TestNearestName: a prefix, an abbreviation or a near misspelling finds
+// TestNearest: a prefix, an abbreviation or a near misspelling finds
 // the name meant; a far or too short one finds none.
-func TestNearestName(t *testing.T) {
+func TestNearest(t *testing.T) {
 	names := []string{"profile", "p", "linger", "tty", "T", "publish", "dir", "C"}
 	for in, want := range map[string]string{
 		"lingr":   "linger",  // abbreviation
@@ -16,8 +16,8 @@ func TestNearestName(t *testing.T) {
 		"linger":  "", // itself: not a misspelling
 		"qwerty":  "",
 	} {
-		if got := NearestName(names, in); got != want {
-			t.Errorf("NearestName(%q) = %q, want %q", in, got, want)
+		if got := Nearest(names, in); got != want {
+			t.Errorf("Nearest(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
