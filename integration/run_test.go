@@ -610,7 +610,8 @@ func findProcess(t *testing.T, name string) int {
 }
 
 // TestActionableErrors (DX-5): bad input and missing prerequisites produce an
-// error naming the fix, exit 2 or 125, and leave nothing behind.
+// error naming the fix, exit 2 (a usage error) or 125, and leave nothing
+// behind; a start that fails names its log.
 func TestActionableErrors(t *testing.T) {
 	parallel(t)
 	e := need(t)
@@ -628,6 +629,11 @@ func TestActionableErrors(t *testing.T) {
 		{"no command", nil, []string{"run"}, ws, 2, "no command given"},
 		{"missing runsc", []string{"LAZARET_RUNSC=/nonexistent/runsc"}, []string{"run", "-p", "tiny", "--", "true"}, ws, 125, "LAZARET_RUNSC=/nonexistent/runsc is not an executable"},
 		{"home as workspace", nil, []string{"run", "-p", "tiny", "-C", e.home, "--", "true"}, ws, 125, "refusing your home directory"},
+		// A start that fails says where its log is and how to read it.
+		{"runsc that is not runsc", []string{"LAZARET_RUNSC=/bin/true"}, []string{"run", "-p", "tiny", "--", "true"}, ws, 125, "the sandbox exited before its init was ready; its log: `lazaret logs -p tiny` (" + e.stateHome},
+		{"unknown command", nil, []string{"statu"}, ws, 2, "`lazaret` has no command \"statu\"; did you mean `lazaret status`?"},
+		{"unknown option", nil, []string{"run", "-p", "tiny", "--lingr", "5m", "--", "true"}, ws, 2, "`lazaret run` has no option --lingr; did you mean --linger?"},
+		{"option without its value", nil, []string{"run", "-p"}, ws, 2, "`lazaret run`: option -p needs a value"},
 	}
 	for _, c := range cases {
 		cmd := e.cmd(c.dir, c.env, c.args...)

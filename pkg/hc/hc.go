@@ -2,6 +2,7 @@ package hc
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -410,6 +411,17 @@ func (c *coordinator) runscQuiet(argv []string) {
 	}
 }
 
+// withLogHint adds to a start's failure where the Domain log, which has the
+// failing component's own lines, is read — unless it is a refusal or a
+// bad input whose message is the whole story. The error's categories are
+// kept (errors.Is).
+func (c *coordinator) withLogHint(err error) error {
+	if errors.Is(err, errdefs.ErrRefused) || errors.Is(err, errdefs.ErrInvalid) {
+		return err
+	}
+	return fmt.Errorf("%w; its log: `lazaret logs -p %s` (%s)", err, c.cfg.profileName, c.paths.Log())
+}
+
 func (c *coordinator) setState(s state, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -420,6 +432,10 @@ func (c *coordinator) setState(s state, err error) {
 	c.st = s
 	if err != nil {
 		c.failErr = err
+		if s == stateFailed && prev == stateStarting {
+			// What the sessions are told; the log has the failure itself.
+			c.failErr = c.withLogHint(err)
+		}
 	}
 	if prev == stateStarting && s == stateRunning {
 		c.mt.Publish()

@@ -42,7 +42,7 @@ func ReadPreparerResult(r io.Reader) (id, manifestDigest string, err error) {
 		return "", "", errdefs.Mark(fmt.Errorf("read the preparer's result: %w", err), errdefs.ErrInternal)
 	}
 	if len(b) == 0 {
-		return "", "", errdefs.New(errdefs.ErrInternal, "the preparer exited without a result (see hc.log in the Domain Root)")
+		return "", "", errdefs.New(errdefs.ErrInternal, "the preparer exited without a result (the Domain log has its lines)")
 	}
 	var res PreparerResult
 	if err := json.Unmarshal(b, &res); err != nil {

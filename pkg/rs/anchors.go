@@ -372,7 +372,7 @@ func (s *supervisor) runPreparer(in lowerInputs) (prepared.Artifact, error) {
 		return prepared.Artifact{}, fmt.Errorf("prepare %s: the preparer: %w", in.imageRef, werr)
 	case rerr != nil && (!st.Exited || st.Code != 1):
 		// No result of its own: it was killed or crashed.
-		return prepared.Artifact{}, errdefs.New(errdefs.ErrUnavailable, "prepare %s: the preparer (pid %d) %s before it finished (hc.log in the Domain Root has its log); the next start settles what it left",
+		return prepared.Artifact{}, errdefs.New(errdefs.ErrUnavailable, "prepare %s: the preparer (pid %d) %s before it finished (the Domain log has its lines); the next start settles what it left",
 			in.imageRef, child.Identity().HostPID, st)
 	case rerr != nil:
 		return prepared.Artifact{}, rerr

@@ -151,7 +151,7 @@ func (s *supervisor) startEgress() error {
 				return
 			}
 		}
-		ready <- errdefs.New(errdefs.ErrUnavailable, "the egress proxy exited before it listened (see hc.log in the Domain Root)")
+		ready <- errdefs.New(errdefs.ErrUnavailable, "the egress proxy exited before it listened")
 	}()
 	select {
 	case err = <-ready:

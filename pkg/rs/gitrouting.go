@@ -87,7 +87,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 				return
 			}
 		}
-		ready <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before mounting the workspace (see hc.log in the Domain Root)")
+		ready <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before mounting the workspace")
 	}()
 	select {
 	case err = <-ready:

@@ -654,7 +654,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 			}
 			s.log.Info("sandbox init", "line", line)
 		}
-		ready <- errdefs.New(errdefs.ErrUnavailable, "the sandbox exited before its init was ready (see %s)", "hc.log in the Domain Root")
+		ready <- errdefs.New(errdefs.ErrUnavailable, "the sandbox exited before its init was ready")
 	}()
 	select {
 	case err := <-ready:
