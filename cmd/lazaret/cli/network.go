@@ -58,14 +58,13 @@ func networkLogAction(c *cli.Context) error {
 		}
 		return nil
 	}
-	ds, err := egress.ReadDenials(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		if !c.Bool("follow") {
-			fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s) has refused nothing: its denial log is empty (only the allowlist network mode's egress proxy writes it)\n", rd.paths.ID, name)
-			return nil
-		}
-	} else if err != nil {
+	ds, err := egress.ReadDenials(path) // none for a log never written
+	if err != nil {
 		return err
+	}
+	if len(ds) == 0 && !c.Bool("follow") {
+		fmt.Fprintf(c.App.ErrWriter, "Domain %s (profile %s) has refused nothing: its denial log is empty (only the allowlist network mode's egress proxy writes it)\n", rd.paths.ID, name)
+		return nil
 	}
 	if err := print(ds); err != nil {
 		return err
