@@ -73,6 +73,7 @@ func Main(args []string) int {
 	// usage error, said as such: urfave/cli would report "No help topic"
 	// and exit as if Lazaret itself had failed.
 	runverb.OnUsageErrors(app.Commands)
+	refuseStrayArgs(app.Commands, app.Name)
 	app.OnUsageError = func(c *cli.Context, err error, sub bool) error { return runverb.UsageError(c, err, sub) }
 	var unknown error
 	app.CommandNotFound = func(c *cli.Context, name string) { unknown = unknownCommand(c, name) }
@@ -111,4 +112,42 @@ func unknownCommand(c *cli.Context, name string) error {
 		hint = fmt.Sprintf("; did you mean `%s %s`?", path, near)
 	}
 	return errdefs.New(errdefs.ErrInvalid, "`%s` has no command %q%s (`%s --help` lists them)", path, name, hint, path)
+}
+
+// refuseStrayArgs makes every command of cmds (and their subcommands) that
+// declares no arguments (an empty ArgsUsage) refuse one as a usage error,
+// before it does anything: `lazaret status foo` or `lazaret gc old` ran as
+// if the word were not there. A command with --profile and --dir says
+// what names its Domain instead.
+func refuseStrayArgs(cmds []*cli.Command, parent string) {
+	for _, cmd := range cmds {
+		path := parent + " " + cmd.Name
+		refuseStrayArgs(cmd.Subcommands, path)
+		if cmd.Action == nil || cmd.ArgsUsage != "" || cmd.SkipFlagParsing {
+			continue
+		}
+		hint := ""
+		if hasFlag(cmd, "profile") && hasFlag(cmd, "dir") {
+			hint = ": the Domain is that of -p PROFILE and -C DIR"
+		}
+		action := cmd.Action
+		cmd.Action = func(c *cli.Context) error {
+			if c.Args().Present() {
+				return errdefs.New(errdefs.ErrInvalid, "`%s` takes no arguments (got %q)%s", path, c.Args().First(), hint)
+			}
+			return action(c)
+		}
+	}
+}
+
+// hasFlag reports whether cmd has a flag of that name.
+func hasFlag(cmd *cli.Command, name string) bool {
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -3,6 +3,8 @@ package cli
 import (
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 // TestUnknownCommandIsUsageError: an unknown verb, at any depth, is a
@@ -57,5 +59,41 @@ func TestBadOptionIsUsageError(t *testing.T) {
 		if code != 2 || !strings.Contains(msg, c.want) || strings.Contains(msg, "Incorrect Usage") || strings.Contains(msg, "USAGE:") {
 			t.Errorf("lazaret %s: status %d, %q; want 2 and %q", strings.Join(c.args, " "), code, msg, c.want)
 		}
+	}
+}
+
+// TestStrayArgsRefused: every command that declares no arguments refuses
+// one as a usage error before doing anything (it used to run as if the
+// word were not there), and one with --profile and --dir says what names
+// its Domain.
+func TestStrayArgsRefused(t *testing.T) {
+	rmEnv(t) // whatever a command that did run would touch is a temporary home
+	var leaves [][]string
+	var walk func(path []string, cmds []*cli.Command)
+	walk = func(path []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			p := append(append([]string(nil), path...), c.Name)
+			walk(p, c.Subcommands)
+			if c.Action != nil && c.ArgsUsage == "" && len(c.Subcommands) == 0 {
+				leaves = append(leaves, p)
+			}
+		}
+	}
+	walk(nil, appCommands())
+	if len(leaves) < 10 {
+		t.Fatalf("only %d commands without arguments: %v", len(leaves), leaves)
+	}
+	for _, p := range leaves {
+		code, msg := runCaptured(t, append(p, "zz-stray")...)
+		want := "`lazaret " + strings.Join(p, " ") + "` takes no arguments (got \"zz-stray\")"
+		if code != 2 || !strings.Contains(msg, want) {
+			t.Errorf("lazaret %s zz-stray: status %d, %q; want 2 and %q", strings.Join(p, " "), code, msg, want)
+		}
+	}
+	if _, msg := runCaptured(t, "status", "zz"); strings.Contains(msg, "-p PROFILE") {
+		t.Errorf("status names no Domain, but says: %q", msg)
+	}
+	if _, msg := runCaptured(t, "stop", "zz"); !strings.Contains(msg, "the Domain is that of -p PROFILE and -C DIR") {
+		t.Errorf("stop: %q", msg)
 	}
 }

@@ -33,8 +33,9 @@ Examples:
 		{
 			Name:  "show",
 			Usage: "print the effective profiles (defaults and built-ins applied) and their fingerprints",
+			ArgsUsage: "[PROFILE]",
 			Description: `Examples:
-   lazaret config show --profile claude
+   lazaret config show claude          only the claude profile (or --profile claude)
    lazaret config show --json`,
 			Flags: []cli.Flag{
 				configFlag,
@@ -88,11 +89,22 @@ func views(c *config.Config, only string) ([]profileView, error) {
 }
 
 func configShow(c *cli.Context) error {
+	name := c.String("profile")
+	switch args := c.Args(); {
+	case args.Len() > 1 && strings.HasPrefix(args.Get(1), "-"):
+		return errdefs.New(errdefs.ErrInvalid, "options go before the profile name: `lazaret config show %s %s`", strings.Join(args.Tail(), " "), args.First())
+	case args.Len() > 1:
+		return errdefs.New(errdefs.ErrInvalid, "lazaret config show takes at most one profile name (got %q)", args.Slice())
+	case args.Len() == 1 && name != "" && name != args.First():
+		return errdefs.New(errdefs.ErrInvalid, "lazaret config show names two profiles (%q and --profile %q): give one", args.First(), name)
+	case args.Len() == 1:
+		name = args.First()
+	}
 	cfg, err := config.Load(c.String("config"), os.Getenv)
 	if err != nil {
 		return err
 	}
-	vs, err := views(cfg, c.String("profile"))
+	vs, err := views(cfg, name)
 	if err != nil {
 		return err
 	}
