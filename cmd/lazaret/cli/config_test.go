@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -62,5 +63,38 @@ func TestConfigVerbsExitStatus(t *testing.T) {
 	os.WriteFile(filepath.Join(home, "data", "lazaret", "images", "busybox", "index.json"), []byte("{}"), 0o600)
 	if ref, err := p.ImageRef(); err != nil || ref != "oci:"+filepath.Join(home, "data", "lazaret", "images", "busybox")+":latest" {
 		t.Fatalf("imageRef %q %v", ref, err)
+	}
+}
+
+// TestConfigShowProfileArgument: `config show PROFILE` shows that profile
+// only, as --profile does; two names, or options after the name, are
+// usage errors that say how to write it.
+func TestConfigShowProfileArgument(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", "")
+	out, err := os.CreateTemp(t.TempDir(), "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	defer devnull.Close()
+	stdout, stderr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = out, devnull
+	code := Main([]string{"lazaret", "config", "show", "tiny"})
+	os.Stdout, os.Stderr = stdout, stderr
+	b, _ := os.ReadFile(out.Name())
+	if code != 0 || !strings.Contains(string(b), "[profiles.tiny]") || strings.Contains(string(b), "[profiles.claude]") {
+		t.Errorf("config show tiny: exit %d\n%s", code, b)
+	}
+	for args, want := range map[string]string{
+		"tiny --json":     "options go before the profile name: `lazaret config show --json tiny`",
+		"tiny default":    "takes at most one profile name",
+		"-p default tiny": "names two profiles",
+		"nope":            `unknown profile "nope"`,
+	} {
+		code, msg := runCaptured(t, append([]string{"config", "show"}, strings.Fields(args)...)...)
+		if code != 2 || !strings.Contains(msg, want) {
+			t.Errorf("config show %s: exit %d %q, want 2 and %q", args, code, msg, want)
+		}
 	}
 }
