@@ -55,6 +55,9 @@ func appCommands() []*cli.Command {
 func Main(args []string) int {
 	front = os.Getenv(runverb.EnvFront)
 	os.Unsetenv(runverb.EnvFront)
+	if len(args) == 2 && (args[1] == "--version" || args[1] == "-V") {
+		args = []string{args[0], versionCommand.Name} // as other tools answer it
+	}
 	app := &cli.App{
 		Name:  "lazaret",
 		Usage: "run AI coding agents in a rootless gVisor sandbox with your project at /workspace",

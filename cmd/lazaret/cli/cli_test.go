@@ -97,3 +97,15 @@ func TestStrayArgsRefused(t *testing.T) {
 		t.Errorf("stop: %q", msg)
 	}
 }
+
+// TestVersionOption: `lazaret --version` (and -V) is `lazaret version`
+// (which, run from this test binary, finds no Lazaret binaries beside it
+// and says so).
+func TestVersionOption(t *testing.T) {
+	_, want := runCaptured(t, "version")
+	for _, opt := range []string{"--version", "-V"} {
+		if _, msg := runCaptured(t, opt); msg != want || strings.Contains(msg, "no option") {
+			t.Errorf("lazaret %s: %q, want what `lazaret version` says: %q", opt, msg, want)
+		}
+	}
+}
