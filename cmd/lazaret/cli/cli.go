@@ -132,6 +132,9 @@ func refuseStrayArgs(cmds []*cli.Command, parent string) {
 		hint := ""
 		if hasFlag(cmd, "profile") && hasFlag(cmd, "dir") {
 			hint = ": the Domain is that of -p PROFILE and -C DIR"
+			if hasFlag(cmd, "all") {
+				hint += ", or with --all every one"
+			}
 		}
 		action := cmd.Action
 		cmd.Action = func(c *cli.Context) error {
