@@ -31,8 +31,8 @@ Examples:
    lazaret config show --json`,
 	Subcommands: []*cli.Command{
 		{
-			Name:  "show",
-			Usage: "print the effective profiles (defaults and built-ins applied) and their fingerprints",
+			Name:      "show",
+			Usage:     "print the effective profiles (defaults and built-ins applied) and their fingerprints",
 			ArgsUsage: "[PROFILE]",
 			Description: `Examples:
    lazaret config show claude          only the claude profile (or --profile claude)
