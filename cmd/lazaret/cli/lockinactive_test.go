@@ -93,14 +93,14 @@ func TestActiveRefusalNamesWhatKeepsItUp(t *testing.T) {
 	id := domain.DeriveID("tiny", "/ws")
 	running := &lv1.DomainStatus{State: proto.String("running"), Generation: proto.Uint64(4),
 		Sessions: []*lv1.SessionStatus{{SessionId: proto.String("s1")}}}
-	msg := activeRefusalFor(id, "tiny", running, nil, "remove it").Error()
+	msg := activeRefusalFor(id, "lazaret stop -p tiny", running, nil, "remove it").Error()
 	for _, want := range []string{"is active (state running, generation 4, running session(s) s1)", "end its sessions", "`lazaret stop -p tiny` (which ends them), then remove it", "--yes does not bypass this"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("with a session: %q lacks %q", msg, want)
 		}
 	}
 	lingering := &lv1.DomainStatus{State: proto.String("running"), Generation: proto.Uint64(4), LingerMs: proto.Int64(600000), LingerLeftMs: proto.Int64(551600)}
-	msg = activeRefusalFor(id, "tiny", lingering, nil, "remove it").Error()
+	msg = activeRefusalFor(id, "lazaret stop -p tiny", lingering, nil, "remove it").Error()
 	for _, want := range []string{"is active (state running, generation 4)", "it lingers with no session for 9m12s more", "`lazaret stop -p tiny` ends it now, then remove it"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("lingering: %q lacks %q", msg, want)
@@ -109,8 +109,27 @@ func TestActiveRefusalNamesWhatKeepsItUp(t *testing.T) {
 	if strings.Contains(msg, "end its sessions") {
 		t.Errorf("lingering: %q asks to end sessions it has not", msg)
 	}
-	msg = activeRefusalFor(id, "tiny", nil, os.ErrDeadlineExceeded, "remove it").Error()
+	msg = activeRefusalFor(id, "lazaret stop -p tiny", nil, os.ErrDeadlineExceeded, "remove it").Error()
 	if !strings.Contains(msg, "is active (its coordinator answers)") || !strings.Contains(msg, "`lazaret stop -p tiny`") {
 		t.Errorf("no status: %q", msg)
+	}
+}
+
+// TestStopCommandFor: the stop a refusal suggests works where the
+// developer is: -C the workspace only from outside it.
+func TestStopCommandFor(t *testing.T) {
+	ws := t.TempDir()
+	sub := filepath.Join(ws, "src")
+	os.MkdirAll(sub, 0o755)
+	rd := resolvedDomain{prof: profile{Name: "tiny"}, workspace: ws}
+	for dir, want := range map[string]string{
+		ws:          "lazaret stop -p tiny",
+		sub:         "lazaret stop -p tiny",
+		t.TempDir(): "lazaret stop -p tiny -C " + shellQuote(ws),
+	} {
+		t.Chdir(dir)
+		if got := stopCommandFor(rd); got != want {
+			t.Errorf("from %s: %q, want %q", dir, got, want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -362,7 +363,7 @@ func resetArgs(c *cli.Context) (all, yes, asJSON bool, args []string) {
 func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 	paths := rd.paths
 	deadline := time.Now().Add(20 * time.Second)
-	active := func() error { return activeRefusal(paths, rd.prof.Name, what) }
+	active := func() error { return activeRefusal(paths, rd.prof.Name, stopCommandFor(rd), what) }
 	for {
 		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -411,22 +412,35 @@ var liveStatus = client.LiveStatus
 
 // activeRefusal refuses operation what on an active Domain, saying from its
 // coordinator's status (best effort) what keeps it up and how to end
-// that: its sessions, or its linger.
-func activeRefusal(paths domain.Paths, profile, what string) error {
+// that (stop, the command that stops it): its sessions, or its linger.
+func activeRefusal(paths domain.Paths, profile, stop, what string) error {
 	doc, err := client.LiveStatus(paths, profile)
-	return activeRefusalFor(paths.ID, profile, doc, err, what)
+	return activeRefusalFor(paths.ID, stop, doc, err, what)
+}
+
+// stopCommandFor is the `lazaret stop` of rd's Domain as the developer can
+// type it where they are: with -C when the current directory is not in
+// its workspace.
+func stopCommandFor(rd resolvedDomain) string {
+	cmd := "lazaret stop -p " + rd.prof.Name
+	if wd, err := os.Getwd(); err == nil && rd.workspace != "" {
+		if rel, err := filepath.Rel(rd.workspace, wd); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			cmd += " -C " + shellQuote(rd.workspace)
+		}
+	}
+	return cmd
 }
 
 // activeRefusalFor is activeRefusal's message for the status doc (or the
 // error reading it).
-func activeRefusalFor(id domain.ID, profile string, doc *lv1.DomainStatus, statusErr error, what string) error {
+func activeRefusalFor(id domain.ID, stop string, doc *lv1.DomainStatus, statusErr error, what string) error {
 	if statusErr != nil || doc == nil {
-		return errdefs.New(errdefs.ErrRefused, "Domain %s is active (its coordinator answers): end its sessions (exit the sandboxed programs) or `lazaret stop -p %s`, then %s; --yes does not bypass this", id, profile, what)
+		return errdefs.New(errdefs.ErrRefused, "Domain %s is active (its coordinator answers): end its sessions (exit the sandboxed programs) or `%s`, then %s; --yes does not bypass this", id, stop, what)
 	}
 	desc := fmt.Sprintf("state %s, generation %d", doc.GetState(), doc.GetGeneration())
 	if doc.LingerLeftMs != nil && len(doc.GetSessions()) == 0 {
 		left := (time.Duration(doc.GetLingerLeftMs()) * time.Millisecond).Round(time.Second)
-		return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): it lingers with no session for %s more; `lazaret stop -p %s` ends it now, then %s; --yes does not bypass this", id, desc, left, profile, what)
+		return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): it lingers with no session for %s more; `%s` ends it now, then %s; --yes does not bypass this", id, desc, left, stop, what)
 	}
 	var ids []string
 	for _, x := range doc.GetSessions() {
@@ -435,7 +449,7 @@ func activeRefusalFor(id domain.ID, profile string, doc *lv1.DomainStatus, statu
 	if len(ids) > 0 {
 		desc += ", running session(s) " + strings.Join(ids, ", ")
 	}
-	return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs) or `lazaret stop -p %s` (which ends them), then %s; --yes does not bypass this", id, desc, profile, what)
+	return errdefs.New(errdefs.ErrRefused, "Domain %s is active (%s): end its sessions (exit the sandboxed programs) or `%s` (which ends them), then %s; --yes does not bypass this", id, desc, stop, what)
 }
 
 // lockForMaintenance takes exclusive lifecycle ownership of the Domain and
