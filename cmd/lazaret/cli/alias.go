@@ -13,6 +13,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 )
 
 var aliasCommand = &cli.Command{
@@ -137,12 +138,8 @@ func lazaretInvocation() string {
 	return shellQuote(exe)
 }
 
-func shellQuote(s string) string {
-	if regexp.MustCompile(`^[A-Za-z0-9_./+-]+$`).MatchString(s) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+// shellQuote is shellquote.Word.
+var shellQuote = shellquote.Word
 
 // writeAliases prints one function per alias for shell; run is the
 // lazaret run invocation ("command lazaret run [--config F]").
