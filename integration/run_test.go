@@ -877,3 +877,39 @@ func TestFirstSessionLikeJoined(t *testing.T) {
 	}
 	noLeftovers(t)
 }
+
+// TestCorruptStoreNamesTheWayOut (DX-5): a Domain whose store cannot be
+// read is not started, and the refusal names what removes its state (and
+// where to copy it first); that removal works and the next run starts
+// afresh, leaving nothing behind.
+func TestCorruptStoreNamesTheWayOut(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
+		t.Fatalf("first run: %d\n%s", r.code, r.stderr)
+	}
+	noLeftovers(t)
+	root := filepath.Join(e.stateHome, "lazaret", "domains", string(domainOf(ws, "tiny")))
+	manifests, _ := filepath.Glob(filepath.Join(root, "store", "MANIFEST-*"))
+	if len(manifests) == 0 {
+		t.Fatalf("no store manifest under %s", root)
+	}
+	for _, m := range manifests {
+		if err := os.WriteFile(m, []byte("not a pebble manifest, not at all"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "this Domain's records cannot be read") || !strings.Contains(r.stderr, "`lazaret rm -p tiny -C "+ws+"`") || !strings.Contains(r.stderr, "copy "+root+" aside") {
+		t.Fatalf("run over a corrupt store: %d\n%s", r.code, r.stderr)
+	}
+	noLeftovers(t)
+	if r := lz(t, ws, nil, "rm", "-p", "tiny", "-C", ws, "--yes"); r.code != 0 {
+		t.Fatalf("the rm the refusal names: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "afresh"); r.code != 0 || r.stdout != "afresh\n" {
+		t.Fatalf("run after the rm: %d %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	noLeftovers(t)
+}

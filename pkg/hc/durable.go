@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/hc/preparedlower"
 	"github.com/lazaret/lazaret/pkg/hc/sandbox"
@@ -18,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/runsc"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -38,6 +40,14 @@ func (c *coordinator) openStore(rt runsc.Runtime) error {
 	c.self = self.Identity()
 	self.Close()
 	st, err := store.Open(c.paths.DomainRoot, c.lockFile, store.DomainIdentity{ID: c.paths.ID, Profile: c.cfg.profileName, CanonicalWorkspace: c.cfg.workspace}, store.Options{Logger: c.log})
+	if errors.Is(err, errdefs.ErrCorrupt) {
+		// Without its records the coordinator cannot tell what an earlier
+		// generation left mounted, leased or running, so it starts nothing;
+		// the way on is the Domain's removal, which proves nothing of it
+		// runs before it deletes.
+		return fmt.Errorf("%w: this Domain's records cannot be read, so it is not started (what an earlier run left could not be told); copy %s aside if you want to inspect it, then `lazaret rm -p %s -C %s` removes the Domain's state (State Anchors, Ignored Workspace State, store and log; not your workspace) and the next run starts afresh",
+			err, c.paths.DomainRoot, c.cfg.profileName, shellquote.Word(c.cfg.workspace))
+	}
 	if err != nil {
 		return err
 	}
