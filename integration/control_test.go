@@ -331,7 +331,7 @@ func TestJoinRefusals(t *testing.T) {
 	os.WriteFile(cfg, []byte("[profiles.tiny]\nenv = { EXTRA = \"1\" }\n"), 0o600)
 	os.Chown(cfg, e.uid, e.gid)
 	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "tiny", "--", "true")
-	if r.code != 125 || !strings.Contains(r.stderr, "EXTRA") || !strings.Contains(r.stderr, "Wait for its sessions to end (the Domain then stops) or undo the change; `lazaret stop -p tiny` ends the Domain and its sessions now") {
+	if r.code != 125 || !strings.Contains(r.stderr, "EXTRA") || !strings.Contains(r.stderr, "Wait for its sessions to end (the Domain then stops) or undo the change; `lazaret stop -p tiny -C "+ws+"` ends the Domain and its sessions now") {
 		t.Errorf("configuration mismatch: %+v", r)
 	}
 	t.Logf("mismatch refusal: %s", strings.TrimSpace(r.stderr))

@@ -133,7 +133,7 @@ func TestSpec32Linger(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = lz(t, ws, nil, "run", "--config", changed, "-p", "lg", "--", "true")
-	if r.code != 125 || !strings.Contains(r.stderr, "env: added FOO") || !strings.Contains(r.stderr, "It lingers with no session") || !strings.Contains(r.stderr, "`lazaret stop -p lg` ends it now") {
+	if r.code != 125 || !strings.Contains(r.stderr, "env: added FOO") || !strings.Contains(r.stderr, "It lingers with no session") || !strings.Contains(r.stderr, "`lazaret stop -p lg -C "+ws+"` ends it now") {
 		t.Errorf("a changed profile against the lingering Domain: %d\n%s", r.code, r.stderr)
 	}
 	waitStopped(t, ws, 60*time.Second)

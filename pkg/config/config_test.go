@@ -752,7 +752,7 @@ func TestFingerprintChangesAndDiff(t *testing.T) {
 			if strings.Contains(d, "s3cr3t") || strings.Contains(d, "nano") {
 				t.Fatalf("diff leaks an env value: %q", d)
 			}
-			err := MismatchError(bp, p, MismatchRemedy(bp.Name, 0, 0, false))
+			err := MismatchError(bp, p, MismatchRemedy("lazaret stop -p coder", 0, 0, false))
 			if !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), c.want) || !strings.HasSuffix(err.Error(), "Wait for its sessions to end (the Domain then stops) or undo the change; `lazaret stop -p coder` ends the Domain and its sessions now") {
 				t.Fatalf("mismatch error %v", err)
 			}
@@ -1111,7 +1111,7 @@ func TestMismatchRemedy(t *testing.T) {
 		{10 * time.Minute, 0, false, "Wait for its sessions to end (the Domain then stops after lingering 10m0s) or undo the change; `lazaret stop -p lg` ends the Domain and its sessions now"},
 		{10 * time.Minute, 9*time.Minute + 12400*time.Millisecond, true, "It lingers with no session (9m12s left): `lazaret stop -p lg` ends it now, or undo the change"},
 	} {
-		if got := MismatchRemedy("lg", c.linger, c.left, c.lingering); got != c.want {
+		if got := MismatchRemedy("lazaret stop -p lg", c.linger, c.left, c.lingering); got != c.want {
 			t.Errorf("MismatchRemedy(%s, %s, %v) = %q, want %q", c.linger, c.left, c.lingering, got, c.want)
 		}
 	}

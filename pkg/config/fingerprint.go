@@ -413,20 +413,20 @@ func MismatchError(running, joining *Profile, remedy string) error {
 		running.Name, short(running.Fingerprint()), short(joining.Fingerprint()), strings.Join(changes, "; "), remedy)
 }
 
-// MismatchRemedy is MismatchError's remedy for a Domain of profile name
-// with the given linger (0: none): lingering (no session, the linger
+// MismatchRemedy is MismatchError's remedy for a Domain that the command
+// stop stops, with the given linger (0: none): lingering (no session, the linger
 // counting down, left remaining) it is stopped or the change undone; with
 // sessions, they are waited for (then its linger) or the change undone,
 // and a stop, which would end those sessions too, is named as such.
-func MismatchRemedy(name string, linger, left time.Duration, lingering bool) string {
+func MismatchRemedy(stop string, linger, left time.Duration, lingering bool) string {
 	if lingering {
-		return fmt.Sprintf("It lingers with no session (%s left): `lazaret stop -p %s` ends it now, or undo the change", left.Round(time.Second), name)
+		return fmt.Sprintf("It lingers with no session (%s left): `%s` ends it now, or undo the change", left.Round(time.Second), stop)
 	}
 	then := "the Domain then stops"
 	if linger > 0 {
 		then = fmt.Sprintf("the Domain then stops after lingering %s", linger)
 	}
-	return fmt.Sprintf("Wait for its sessions to end (%s) or undo the change; `lazaret stop -p %s` ends the Domain and its sessions now", then, name)
+	return fmt.Sprintf("Wait for its sessions to end (%s) or undo the change; `%s` ends the Domain and its sessions now", then, stop)
 }
 
 func short(fp string) string {

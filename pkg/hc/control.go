@@ -12,6 +12,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/rawio"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
@@ -74,7 +75,8 @@ func (c *coordinator) admit(req *lv1.RunRequest, client *trust.ClientIdentity) (
 		}
 		c.mu.Lock()
 		left, lingering := c.sessions.LingerLeft()
-		remedy := config.MismatchRemedy(c.cfg.profileName, c.sessions.Linger(), left, lingering && c.st == stateRunning)
+		stop := "lazaret stop -p " + c.cfg.profileName + " -C " + shellquote.Word(c.cfg.workspace)
+		remedy := config.MismatchRemedy(stop, c.sessions.Linger(), left, lingering && c.st == stateRunning)
 		c.mu.Unlock()
 		return nil, nil, config.MismatchError(c.cfg.profile, joining, remedy)
 	}
