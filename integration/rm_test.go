@@ -310,3 +310,45 @@ func (r *rmEnv) hold(t *testing.T, ws string) (io.WriteCloser, *bytes.Buffer, fu
 	t.Helper()
 	return holdSessionEnv(t, ws, "tiny", r.env)
 }
+
+// TestCorruptCatalogNamesTheWayOut (DX-5): a Storage Catalog that cannot
+// be read stops every start with the way out; following it (every Domain
+// stopped, the catalog moved aside) the next start prepares its image
+// again and runs, and a stop and a later start work on the new catalog.
+func TestCorruptCatalogNamesTheWayOut(t *testing.T) {
+	parallel(t)
+	r := newRmEnv(t)
+	ws := workspace(t)
+	if res := r.run(t, ws, "run", "-p", "tiny", "--", "true"); res.code != 0 {
+		t.Fatalf("first run: %d\n%s", res.code, res.stderr)
+	}
+	noLeftovers(t)
+	dir := filepath.Join(r.storageRoot, "catalog")
+	manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
+	if len(manifests) == 0 {
+		t.Fatalf("no catalog manifest in %s", dir)
+	}
+	for _, m := range manifests {
+		if err := os.WriteFile(m, []byte("not a pebble manifest"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := r.run(t, ws, "run", "-p", "tiny", "--", "true")
+	want := "the Storage Catalog at " + dir + " cannot be read; stop every Domain (`lazaret stop --all`), move it aside (`mv " + dir + " " + dir + ".broken`) and retry"
+	if res.code != 125 || !strings.Contains(res.stderr, want) {
+		t.Fatalf("run over a corrupt catalog: %d\n%s\nwant %q", res.code, res.stderr, want)
+	}
+	noLeftovers(t)
+	if res := r.run(t, ws, "stop", "--all"); res.code != 0 {
+		t.Fatalf("stop --all: %d\n%s", res.code, res.stderr)
+	}
+	if err := os.Rename(dir, dir+".broken"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if res := r.run(t, ws, "run", "-p", "tiny", "--", "echo", "again"); res.code != 0 || res.stdout != "again\n" {
+			t.Fatalf("run %d after moving the catalog aside: %d %q\n%s", i, res.code, res.stdout, res.stderr)
+		}
+		noLeftovers(t)
+	}
+}

@@ -72,6 +72,7 @@ import (
 
 	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 )
 
 // SchemaVersion is the catalog schema this code reads and writes.
@@ -297,7 +298,12 @@ func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx
 		db, err = pebble.Open(dir, po)
 	}
 	if err != nil {
-		return errdefs.Mark(fmt.Errorf("storage catalog: open: %w", err), errdefs.ErrCorrupt)
+		// A catalog moved aside is recreated empty: each Domain start then
+		// prepares (or records again) its image, a lease it finds absent
+		// is released as such (ReleaseLease's AlreadyAbsent), and a tree in
+		// use is held by its Runtime Supervisor against reclamation.
+		return errdefs.Mark(fmt.Errorf("storage catalog: open: %w: the Storage Catalog at %s cannot be read; stop every Domain (`lazaret stop --all`), move it aside (`mv %s %s.broken`) and retry: each image is prepared again at its next use (or `lazaret rm --all` removes it with everything Lazaret stored)",
+			err, dir, shellquote.Word(dir), shellquote.Word(dir)), errdefs.ErrCorrupt)
 	}
 	defer func() {
 		if cerr := db.Close(); cerr != nil && err == nil {
