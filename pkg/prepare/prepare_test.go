@@ -642,6 +642,8 @@ func TestBadReferences(t *testing.T) {
 		{"busybox", "use oci:PATH"},
 		{"nosuch:thing", `unknown transport "nosuch"`},
 		{"oci:" + filepath.Join(root, "missing") + ":latest", "check that PATH is an OCI image layout"},
+		{"oci:" + filepath.Join(root, "busybox") + ":latest", "the image layout at " + filepath.Join(root, "busybox") + " is missing or damaged: build it again with `lazaret image build busybox`"},
+		{"oci:" + filepath.Join(root, "recipe-0123456789abcdef0123") + ":latest", "build it again with `lazaret image build PROFILE --force`"},
 		{"oci:" + layout + ":nosuchtag", "nosuchtag"},
 	} {
 		_, err := Ensure(context.Background(), Options{StorageRoot: root, ImageRef: tc.ref, DomainID: testDomain, Generation: 1})

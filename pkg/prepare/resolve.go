@@ -3,6 +3,7 @@ package prepare
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strings"
 
@@ -149,6 +150,17 @@ func (r *resolvedImage) readConfig(ctx context.Context) error {
 func refHint(imageRef string) string {
 	switch {
 	case strings.HasPrefix(imageRef, "oci:"):
+		// oci:PATH:TAG; Lazaret's own layouts are named for the image.
+		path := strings.TrimPrefix(imageRef, "oci:")
+		if i := strings.LastIndex(path, ":"); i > 0 {
+			path = path[:i]
+		}
+		switch name := filepath.Base(path); {
+		case name == "busybox" || name == "debian":
+			return fmt.Sprintf("; the image layout at %s is missing or damaged: build it again with `lazaret image build %s`", path, name)
+		case strings.HasPrefix(name, "recipe-"):
+			return fmt.Sprintf("; the recipe image layout at %s is missing or damaged: build it again with `lazaret image build PROFILE --force` for the profile whose recipe it is (`lazaret profile list` shows each profile's image)", path)
+		}
 		return "; check that PATH is an OCI image layout (index.json, blobs/) and that it holds the TAG " +
 			"(build one with `lazaret image build busybox|debian`)"
 	case strings.HasPrefix(imageRef, "docker://"):
