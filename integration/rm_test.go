@@ -352,3 +352,41 @@ func TestCorruptCatalogNamesTheWayOut(t *testing.T) {
 		noLeftovers(t)
 	}
 }
+
+// TestDamagedPreparedImageReclaimed (DX-5, OR-7): a prepared image whose
+// record is damaged fails the starts of its image with the way out; `lazaret
+// gc` reclaims it whatever its policy (unless a running Domain holds it),
+// and the next start prepares the image again.
+func TestDamagedPreparedImageReclaimed(t *testing.T) {
+	parallel(t)
+	r := newRmEnv(t)
+	ws := workspace(t)
+	if res := r.run(t, ws, "run", "-p", "tiny", "--", "true"); res.code != 0 {
+		t.Fatalf("first run: %d\n%s", res.code, res.stderr)
+	}
+	noLeftovers(t)
+	arts, _ := filepath.Glob(filepath.Join(r.storageRoot, "prepared", "pl-*"))
+	if len(arts) != 1 {
+		t.Fatalf("prepared artifacts: %v", arts)
+	}
+	if err := os.WriteFile(filepath.Join(arts[0], "artifact.json"), []byte("damaged"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := r.run(t, ws, "run", "-p", "tiny", "--", "true")
+	if res.code != 125 || !strings.Contains(res.stderr, "prepared artifact is corrupt") || !strings.Contains(res.stderr, "`lazaret gc` reclaims a damaged prepared image") {
+		t.Fatalf("run over a damaged prepared image: %d\n%s", res.code, res.stderr)
+	}
+	noLeftovers(t)
+	// The policy would keep it (the most recent one): damaged, it goes.
+	res = r.run(t, ws, "gc", "--json", "--keep", "5")
+	if res.code != 0 || !strings.Contains(res.stdout, "damaged") || !strings.Contains(res.stdout, `"reclaimed"`) {
+		t.Fatalf("gc of a damaged prepared image: %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if _, err := os.Stat(arts[0]); !os.IsNotExist(err) {
+		t.Fatalf("the damaged tree is still there: %v", err)
+	}
+	if res := r.run(t, ws, "run", "-p", "tiny", "--", "echo", "prepared again"); res.code != 0 || res.stdout != "prepared again\n" {
+		t.Fatalf("run after gc: %d %q\n%s", res.code, res.stdout, res.stderr)
+	}
+	noLeftovers(t)
+}

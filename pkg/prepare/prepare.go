@@ -59,7 +59,12 @@ var (
 // publishing it first if it does not exist yet. An existing artifact is
 // validated (record version, identity, rootfs and mount points) and reused.
 func Ensure(ctx context.Context, opts Options) (prepared.Artifact, error) {
-	return ensure(ctx, opts, hooks{})
+	a, err := ensure(ctx, opts, hooks{})
+	if errors.Is(err, prepared.ErrCorrupt) {
+		// A damaged tree blocks every start of its image until it goes.
+		err = fmt.Errorf("%w; `lazaret gc` reclaims a damaged prepared image that no running Domain uses, and the next start prepares it again", err)
+	}
+	return a, err
 }
 
 // hooks lets tests interpose at fixed points of a preparation.

@@ -191,10 +191,10 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 		e    GCEntry
 		lock *prepared.TreeLock
 	}
-	var free []*cand
+	var free, damaged []*cand
 	var total int64
 	defer func() {
-		for _, c := range free {
+		for _, c := range append(free, damaged...) {
 			c.lock.Release()
 		}
 	}()
@@ -206,24 +206,38 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 			continue
 		}
 		rec, found, err := st.Lookup(n, "")
-		if err != nil || !found {
+		broken := errors.Is(err, prepared.ErrCorrupt)
+		if (err != nil && !broken) || (err == nil && !found) {
 			e.Reason = fmt.Sprintf("not a valid artifact (%v); never deleted", err)
 			res.Entries = append(res.Entries, e)
 			continue
 		}
-		e.Image, e.Bytes, e.LastUsed = rec.Source.Ref, rec.RootfsBytes, rec.Created
-		if t, ok := st.LastUsed(n); ok && t.After(e.LastUsed) {
-			e.LastUsed = t
+		if broken {
+			// Damaged (its record or tree unreadable): no Domain can start
+			// from it, and a start that finds it fails until it is gone. It
+			// is reclaimed as any unused artifact is — held by no Runtime
+			// Supervisor, leased by no generation, Published or unrecorded
+			// in the catalog — whatever the policy.
+			e.Reason = fmt.Sprintf("damaged (%v)", err)
+		} else {
+			e.Image, e.Bytes, e.LastUsed = rec.Source.Ref, rec.RootfsBytes, rec.Created
+			if t, ok := st.LastUsed(n); ok && t.After(e.LastUsed) {
+				e.LastUsed = t
+			}
+			total += e.Bytes
 		}
-		total += e.Bytes
+		kept := "" // what a kept damaged artifact's reason starts with
+		if broken {
+			kept = e.Reason + "; kept while "
+		}
 		lock, inUse, err := st.LockExclusive(n)
 		switch {
 		case err != nil:
-			e.Reason = err.Error()
+			e.Reason = kept + err.Error()
 			res.Entries = append(res.Entries, e)
 			continue
 		case inUse:
-			e.Reason = "in use by a running Domain"
+			e.Reason = kept + "in use by a running Domain"
 			res.Entries = append(res.Entries, e)
 			continue
 		}
@@ -242,15 +256,20 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 				lock.Release()
 				switch {
 				case err != nil:
-					e.Reason = fmt.Sprintf("Storage Catalog leases unknown (%v); kept", err)
+					e.Reason = kept + fmt.Sprintf("Storage Catalog leases unknown (%v); kept", err)
 				case leases > 0:
-					e.Reason = fmt.Sprintf("leased by %d generation(s) in the Storage Catalog", leases)
+					e.Reason = kept + fmt.Sprintf("leased by %d generation(s) in the Storage Catalog", leases)
 				default:
-					e.Reason = fmt.Sprintf("the Storage Catalog records it %v", state)
+					e.Reason = kept + fmt.Sprintf("the Storage Catalog records it %v", state)
 				}
 				res.Entries = append(res.Entries, e)
 				continue
 			}
+		}
+		if broken {
+			e.Action, e.Reason = "reclaim", e.Reason+": it cannot be used; the next start prepares its image again"
+			damaged = append(damaged, &cand{e: e, lock: lock})
+			continue
 		}
 		free = append(free, &cand{e: e, lock: lock})
 	}
@@ -279,7 +298,7 @@ func GC(storageRoot string, p GCPolicy, dryRun bool, now time.Time) (GCResult, e
 			}
 		}
 	}
-	for _, c := range free {
+	for _, c := range append(free, damaged...) {
 		if c.e.Action == "reclaim" && !dryRun {
 			if err := reclaim(st, p, c.e.Name, now); err != nil {
 				c.e.Action, c.e.Reason = "keep", err.Error()

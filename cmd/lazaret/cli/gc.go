@@ -52,7 +52,9 @@ var gcCommand = &cli.Command{
 	Description: `Prepared images (the read-only root filesystems sandboxes start from) are
 shared by all your Domains. gc reclaims those no running Domain holds, under
 a policy: it keeps the --keep most recently used ones and anything used
-within --min-age, unless --max-size is exceeded. It never touches an image a
+within --min-age, unless --max-size is exceeded; a damaged one (its record or
+tree unreadable, so no Domain can start from it) it reclaims whatever the
+policy, the next start preparing it again. It never touches an image a
 running Domain uses or a Storage Catalog lease names, a preparation in
 progress, a staging tree no prepare intent names, or anything it did not
 create. A preparation that died is reclaimed through its durable prepare
