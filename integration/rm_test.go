@@ -311,18 +311,26 @@ func (r *rmEnv) hold(t *testing.T, ws string) (io.WriteCloser, *bytes.Buffer, fu
 	return holdSessionEnv(t, ws, "tiny", r.env)
 }
 
-// TestCorruptCatalogNamesTheWayOut (DX-5): a Storage Catalog that cannot
-// be read stops every start with the way out; following it (every Domain
-// stopped, the catalog moved aside) the next start prepares its image
-// again and runs, and a stop and a later start work on the new catalog.
-func TestCorruptCatalogNamesTheWayOut(t *testing.T) {
-	parallel(t)
+// newRmEnvRanOnce is a private Storage Root whose tiny Domain of a new
+// workspace ran once and left nothing behind.
+func newRmEnvRanOnce(t *testing.T) (*rmEnv, string) {
+	t.Helper()
 	r := newRmEnv(t)
 	ws := workspace(t)
 	if res := r.run(t, ws, "run", "-p", "tiny", "--", "true"); res.code != 0 {
 		t.Fatalf("first run: %d\n%s", res.code, res.stderr)
 	}
 	noLeftovers(t)
+	return r, ws
+}
+
+// TestCorruptCatalogNamesTheWayOut (DX-5): a Storage Catalog that cannot
+// be read stops every start with the way out; following it (every Domain
+// stopped, the catalog moved aside) the next start prepares its image
+// again and runs, and a stop and a later start work on the new catalog.
+func TestCorruptCatalogNamesTheWayOut(t *testing.T) {
+	parallel(t)
+	r, ws := newRmEnvRanOnce(t)
 	dir := filepath.Join(r.storageRoot, "catalog")
 	manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
 	if len(manifests) == 0 {
@@ -359,12 +367,7 @@ func TestCorruptCatalogNamesTheWayOut(t *testing.T) {
 // and the next start prepares the image again.
 func TestDamagedPreparedImageReclaimed(t *testing.T) {
 	parallel(t)
-	r := newRmEnv(t)
-	ws := workspace(t)
-	if res := r.run(t, ws, "run", "-p", "tiny", "--", "true"); res.code != 0 {
-		t.Fatalf("first run: %d\n%s", res.code, res.stderr)
-	}
-	noLeftovers(t)
+	r, ws := newRmEnvRanOnce(t)
 	arts, _ := filepath.Glob(filepath.Join(r.storageRoot, "prepared", "pl-*"))
 	if len(arts) != 1 {
 		t.Fatalf("prepared artifacts: %v", arts)
