@@ -393,3 +393,40 @@ func TestDamagedPreparedImageReclaimed(t *testing.T) {
 	}
 	noLeftovers(t)
 }
+
+// TestCorruptIdentityRemovedByID (DX-5, SR-11): a Domain whose stored
+// identity cannot be read is not started, and the refusal names
+// `lazaret rm --domain ID`, which removes exactly that Domain (not another
+// stopped one) although its identity cannot be checked; the next run
+// starts afresh.
+func TestCorruptIdentityRemovedByID(t *testing.T) {
+	parallel(t)
+	r, ws := newRmEnvRanOnce(t)
+	other := workspace(t)
+	if res := r.run(t, other, "run", "-p", "tiny", "--", "true"); res.code != 0 {
+		t.Fatalf("other run: %d\n%s", res.code, res.stderr)
+	}
+	noLeftovers(t)
+	id := domainOf(ws, "tiny")
+	root := filepath.Join(r.storageRoot, "domains", string(id))
+	if err := os.WriteFile(filepath.Join(root, "domain.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res := r.run(t, ws, "run", "-p", "tiny", "--", "true")
+	if res.code != 125 || !strings.Contains(res.stderr, "`lazaret rm --domain "+string(id)+"` removes this Domain's state") {
+		t.Fatalf("run over an unreadable identity: %d\n%s", res.code, res.stderr)
+	}
+	if res := r.run(t, ws, "rm", "--domain", string(id), "--yes"); res.code != 0 || !strings.Contains(res.stdout, "removed Domain "+string(id)) {
+		t.Fatalf("rm --domain: %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Fatalf("the Domain Root is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(r.storageRoot, "domains", string(domainOf(other, "tiny")))); err != nil {
+		t.Fatalf("rm --domain touched another Domain: %v", err)
+	}
+	if res := r.run(t, ws, "run", "-p", "tiny", "--", "echo", "afresh"); res.code != 0 || res.stdout != "afresh\n" {
+		t.Fatalf("run after rm --domain: %d %q\n%s", res.code, res.stdout, res.stderr)
+	}
+	noLeftovers(t)
+}

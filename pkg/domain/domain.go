@@ -296,7 +296,7 @@ func VerifyOrRecordIdentity(p Paths, profile, workspace string) error {
 	}
 	var got StoredIdentity
 	if err := json.Unmarshal(b, &got); err != nil {
-		return errdefs.New(errdefs.ErrCorrupt, "Domain identity %s is corrupt (%v): move the Domain Root %s aside and retry", file, err, p.DomainRoot)
+		return errdefs.New(errdefs.ErrCorrupt, "Domain identity %s is corrupt (%v): `lazaret rm --domain %s` removes this Domain's state (State Anchors, Ignored Workspace State, store and log; copy %s first to inspect it), and the next run starts it afresh", file, err, p.ID, p.DomainRoot)
 	}
 	if got.Version > identityVersion {
 		return errdefs.New(errdefs.ErrRefused, "Domain identity %s has version %d, newer than this Lazaret understands (%d): upgrade Lazaret", file, got.Version, identityVersion)

@@ -50,6 +50,7 @@ Examples:
    lazaret rm                          this workspace's Domain of the default profile
    lazaret rm -p claude -C ~/src/app --yes
    lazaret rm --older-than 30d         every stopped Domain not used for 30 days
+   lazaret rm --domain 3fa88f5df319960ebf838170fa3a1135   one Domain by its ID (lazaret ls)
    lazaret rm --all --yes              every Domain, the prepared images, the Storage Catalog
    lazaret rm --all --images --yes     and the built images (before uninstalling)`,
 	Flags: []cli.Flag{
@@ -58,6 +59,7 @@ Examples:
 		&cli.BoolFlag{Name: "all", Usage: "remove every Domain's state and everything else under the Storage Root"},
 		&cli.BoolFlag{Name: "images", Usage: "with --all: also remove the images built by lazaret image build ($XDG_DATA_HOME/lazaret/images)"},
 		&cli.StringFlag{Name: "older-than", Usage: "remove every stopped Domain not used for `AGE` (e.g. 30d, 12h, 2w; see lazaret ls)"},
+		&cli.StringFlag{Name: "domain", Usage: "remove the stopped Domain of this `ID` (lazaret ls), whatever its stored identity says (one that cannot be read included)"},
 		&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (the safety checks still apply)"},
 		&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
 	},
@@ -73,12 +75,14 @@ type rmOptions struct {
 	all, images, yes, json bool
 	profile                string
 	olderThan              time.Duration // > 0: rm --older-than
+	domainID               domain.ID     // != "": rm --domain
 }
 
 // rmFlags are the parsed flags and the arguments of `lazaret rm`.
 type rmFlags struct {
 	all, images, yes, json bool
 	profile, olderThan     string
+	domainID               string
 	profileSet, dirSet     bool
 	args                   []string
 }
@@ -108,7 +112,15 @@ func parseRm(f rmFlags) (rmOptions, error) {
 			return rmOptions{}, errdefs.New(errdefs.ErrInvalid, "lazaret rm takes no arguments (got %q): it removes the Domain of -p PROFILE and -C DIR, or with --all everything", a)
 		}
 	}
+	if f.domainID != "" {
+		o.domainID = domain.ID(f.domainID)
+		if !o.domainID.Valid() {
+			return rmOptions{}, errdefs.New(errdefs.ErrInvalid, "--domain %q is not a Domain ID (32 hexadecimal digits, as lazaret ls shows them)", f.domainID)
+		}
+	}
 	switch {
+	case o.domainID != "" && (o.all || o.olderThan > 0 || f.profileSet || f.dirSet):
+		return rmOptions{}, errdefs.New(errdefs.ErrInvalid, "--domain names one Domain: give no --all, --older-than, --profile or --dir with it")
 	case o.olderThan > 0 && (o.all || f.profileSet || f.dirSet):
 		return rmOptions{}, errdefs.New(errdefs.ErrInvalid, "--older-than selects Domains by their last use: give no --all, --profile or --dir with it")
 	case o.images && !o.all:
@@ -151,7 +163,7 @@ func rmAction(c *cli.Context) error {
 		return errdefs.New(errdefs.ErrRefused, "run lazaret rm as the user whose Lazaret state you want to remove, not as root (root's own files are not Lazaret's)")
 	}
 	o, err := parseRm(rmFlags{all: c.Bool("all"), images: c.Bool("images"), yes: c.Bool("yes"), json: c.Bool("json"),
-		profile: c.String("profile"), olderThan: c.String("older-than"), profileSet: c.IsSet("profile"), dirSet: c.IsSet("dir"), args: c.Args().Slice()})
+		profile: c.String("profile"), olderThan: c.String("older-than"), domainID: c.String("domain"), profileSet: c.IsSet("profile"), dirSet: c.IsSet("dir"), args: c.Args().Slice()})
 	if err != nil {
 		return err
 	}
@@ -162,7 +174,12 @@ func rmAction(c *cli.Context) error {
 	rep := &rmReport{Version: 1, All: o.all, Domains: []rmDomainView{}, StorageRoot: roots.Storage}
 	switch {
 	case o.olderThan > 0:
-		err = rmOlder(c, o, roots, rep, time.Now())
+		cutoff := time.Now().Add(-o.olderThan)
+		err = rmStopped(c, o, roots, rep, time.Now(), func(rd resolvedDomain) bool { return lastUse(rd.paths).Before(cutoff) },
+			fmt.Sprintf("not used for %s", c.String("older-than")), "run lazaret rm --older-than again")
+	case o.domainID != "":
+		err = rmStopped(c, o, roots, rep, time.Now(), func(rd resolvedDomain) bool { return rd.paths.ID == o.domainID },
+			"named by --domain", "run lazaret rm --domain again")
 	case o.all:
 		err = rmAll(c, o, roots, rep)
 	default:
@@ -195,6 +212,8 @@ func rmAction(c *cli.Context) error {
 	if len(rep.Domains) == 0 && !rep.StorageRootRemoved && !rep.ImagesRemoved {
 		if o.olderThan > 0 {
 			fmt.Fprintf(w, "no stopped Domain was last used more than %s ago: nothing to remove\n", c.String("older-than"))
+		} else if o.domainID != "" {
+			fmt.Fprintf(w, "no stopped Domain %s has state: nothing to remove (lazaret ls lists the Domains)\n", o.domainID)
 		} else if rep.TrashDeleted > 0 {
 			fmt.Fprintf(w, "finished an interrupted removal (%d tree(s) deleted)\n", rep.TrashDeleted)
 		} else if o.all {
@@ -263,10 +282,13 @@ func rmDomain(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport) er
 	return purgeRemoved(c, root, rep)
 }
 
-// rmOlder removes every stopped Domain last used (lazaret ls) before
-// now-o.olderThan, after listing them and asking; a running one is never
-// selected (and said so), one needing recovery is refused as by rmDomain.
-func rmOlder(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport, now time.Time) error {
+// rmStopped removes every stored Domain that pick selects (what names the
+// selection in the listing, again what to do when a Domain is busy),
+// after listing them and asking; a running one is never selected (and said
+// so), one needing recovery is refused as by rmDomain. It is how
+// --older-than and --domain select: by the Domains found under the Storage
+// Root, whose stored identity may be unreadable.
+func rmStopped(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport, now time.Time, pick func(resolvedDomain) bool, what, again string) error {
 	root, found, err := removal.Open(roots.Storage, os.Getuid())
 	if err != nil || !found {
 		return err
@@ -276,7 +298,6 @@ func rmOlder(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport, now
 	if err != nil {
 		return err
 	}
-	cutoff := now.Add(-o.olderThan)
 	var old []resolvedDomain
 	var locks []*os.File
 	defer func() {
@@ -287,15 +308,14 @@ func rmOlder(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport, now
 	var leases map[domain.ID]int
 	w := c.App.ErrWriter
 	for _, rd := range rds {
-		last := lastUse(rd.paths)
-		if !last.Before(cutoff) {
+		if !pick(rd) {
 			continue
 		}
 		if domainRunning(rd.paths) {
 			fmt.Fprintf(w, "not removing Domain %s (profile %s, workspace %s): it is running (lazaret stop, then rm)\n", rd.paths.ID, orUnknown(rd.prof.Name), orUnknown(rd.workspace))
 			continue
 		}
-		lock, err := lockForMaintenance(rd, "run lazaret rm --older-than again")
+		lock, err := lockForMaintenance(rd, again)
 		if err != nil {
 			return err
 		}
@@ -316,7 +336,7 @@ func rmOlder(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport, now
 	if _, err := rmHelper(); err != nil {
 		return err // before anything is moved
 	}
-	fmt.Fprintf(w, "remove the state of %d Domain(s) not used for %s (State Anchors, Ignored Workspace State, store and log):\n", len(old), c.String("older-than"))
+	fmt.Fprintf(w, "remove the state of %d Domain(s) %s (State Anchors, Ignored Workspace State, store and log):\n", len(old), what)
 	for _, rd := range old {
 		fmt.Fprintf(w, "  Domain %s (profile %s, workspace %s), last used %s\n", rd.paths.ID, orUnknown(rd.prof.Name), orUnknown(rd.workspace), lastUse(rd.paths).Format(time.DateTime))
 	}

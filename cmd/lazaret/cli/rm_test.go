@@ -38,6 +38,11 @@ func TestParseRm(t *testing.T) {
 		{f: rmFlags{profile: "default", olderThan: "30d", all: true}, err: "give no --all, --profile or --dir"},
 		{f: rmFlags{profile: "tiny", olderThan: "12h", profileSet: true}, err: "give no --all, --profile or --dir"},
 		{f: rmFlags{profile: "default", olderThan: "soon"}, err: "give a positive age such as 30d"},
+		{f: rmFlags{profile: "default", domainID: "3fa88f5df319960ebf838170fa3a1135", yes: true}, want: rmOptions{profile: "default", domainID: "3fa88f5df319960ebf838170fa3a1135", yes: true}},
+		{f: rmFlags{profile: "default", domainID: "../etc"}, err: "is not a Domain ID"},
+		{f: rmFlags{profile: "tiny", domainID: "3fa88f5df319960ebf838170fa3a1135", profileSet: true}, err: "--domain names one Domain"},
+		{f: rmFlags{profile: "default", domainID: "3fa88f5df319960ebf838170fa3a1135", olderThan: "1d"}, err: "--domain names one Domain"},
+		{f: rmFlags{profile: "default", domainID: "3fa88f5df319960ebf838170fa3a1135", all: true}, err: "--domain names one Domain"},
 	} {
 		got, err := parseRm(c.f)
 		if c.err != "" {
