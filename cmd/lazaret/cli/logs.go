@@ -254,13 +254,11 @@ func (v *logView) record(gen uint64, r hclog.Record) {
 }
 
 // flagDomain is the Domain of a command that reads one Domain's files:
-// refused as root and with arguments; the Domain of -p PROFILE and -C DIR.
+// refused as root (an argument is refused before, refuseStrayArgs); the
+// Domain of -p PROFILE and -C DIR.
 func flagDomain(c *cli.Context, command string) (resolvedDomain, string, error) {
 	if os.Geteuid() == 0 {
 		return resolvedDomain{}, "", errdefs.New(errdefs.ErrRefused, "run %s as the user whose Domain it is, not as root", command)
-	}
-	if c.Args().Len() > 0 {
-		return resolvedDomain{}, "", errdefs.New(errdefs.ErrInvalid, "%s takes no arguments (got %q): the Domain is that of -p PROFILE and -C DIR", command, c.Args().First())
 	}
 	name := c.String("profile")
 	if !domain.ValidProfileName(name) {

@@ -64,9 +64,6 @@ func lsAction(c *cli.Context) error {
 	if os.Geteuid() == 0 {
 		return errdefs.New(errdefs.ErrRefused, "run lazaret ls as the user whose Domains you want to see, not as root")
 	}
-	if c.Args().Len() > 0 {
-		return errdefs.New(errdefs.ErrInvalid, "lazaret ls takes no arguments (got %q)", c.Args().First())
-	}
 	roots, err := domain.DefaultRoots(os.Getenv, os.Getuid())
 	if err != nil {
 		return err

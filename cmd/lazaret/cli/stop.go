@@ -66,9 +66,6 @@ func stopAction(c *cli.Context) error {
 	if os.Geteuid() == 0 {
 		return errdefs.New(errdefs.ErrRefused, "run lazaret stop as the user whose Domains you want to stop, not as root")
 	}
-	if c.Args().Len() > 0 {
-		return errdefs.New(errdefs.ErrInvalid, "lazaret stop takes no arguments (got %q): it stops the Domain of -p PROFILE and -C DIR, or with --all every Domain", c.Args().First())
-	}
 	var targets []resolvedDomain
 	if c.Bool("all") {
 		if c.IsSet("profile") || c.IsSet("dir") {
