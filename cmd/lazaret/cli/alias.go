@@ -76,7 +76,7 @@ Examples:
 			if err != nil {
 				return err
 			}
-			run += " --config " + shellQuote(abs)
+			run += " --config " + shellquote.Word(abs)
 		}
 		return writeAliases(c.App.Writer, shell, run, aliases)
 	},
@@ -135,11 +135,8 @@ func lazaretInvocation() string {
 			return "command lazaret"
 		}
 	}
-	return shellQuote(exe)
+	return shellquote.Word(exe)
 }
-
-// shellQuote is shellquote.Word.
-var shellQuote = shellquote.Word
 
 // writeAliases prints one function per alias for shell; run is the
 // lazaret run invocation ("command lazaret run [--config F]").

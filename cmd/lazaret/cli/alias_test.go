@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 )
 
 func TestAliasFunctions(t *testing.T) {
@@ -52,7 +53,7 @@ func TestAliasSpecs(t *testing.T) {
 	if shellFromEnv("/usr/bin/fish") != "fish" || shellFromEnv("/bin/zsh") != "zsh" || shellFromEnv("") != "bash" {
 		t.Error("shellFromEnv")
 	}
-	if shellQuote("/opt/it's/lazaret") != `'/opt/it'\''s/lazaret'` || shellQuote("/usr/bin/lazaret") != "/usr/bin/lazaret" {
+	if shellquote.Word("/opt/it's/lazaret") != `'/opt/it'\''s/lazaret'` || shellquote.Word("/usr/bin/lazaret") != "/usr/bin/lazaret" {
 		t.Error("shellQuote")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 )
 
 // TestLockInactiveWaitsForEndingTeardown: a coordinator whose teardown
@@ -125,7 +126,7 @@ func TestStopCommandFor(t *testing.T) {
 	for dir, want := range map[string]string{
 		ws:          "lazaret stop -p tiny",
 		sub:         "lazaret stop -p tiny",
-		t.TempDir(): "lazaret stop -p tiny -C " + shellQuote(ws),
+		t.TempDir(): "lazaret stop -p tiny -C " + shellquote.Word(ws),
 	} {
 		t.Chdir(dir)
 		if got := stopCommandFor(rd); got != want {

@@ -29,6 +29,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/profilestate"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 )
 
 var stateDomainFlags = []cli.Flag{
@@ -425,7 +426,7 @@ func stopCommandFor(rd resolvedDomain) string {
 	cmd := "lazaret stop -p " + rd.prof.Name
 	if wd, err := os.Getwd(); err == nil && rd.workspace != "" {
 		if rel, err := filepath.Rel(rd.workspace, wd); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-			cmd += " -C " + shellQuote(rd.workspace)
+			cmd += " -C " + shellquote.Word(rd.workspace)
 		}
 	}
 	return cmd

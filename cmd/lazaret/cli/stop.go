@@ -117,7 +117,7 @@ func stopAction(c *cli.Context) error {
 				fmt.Fprintf(c.App.Writer, "Domain %s (profile %s, workspace %s) is not running: nothing to stop\n", v.DomainID, orUnknown(v.Profile), orUnknown(v.Workspace))
 				if !c.Bool("all") && !c.IsSet("profile") {
 					for _, o := range liveDomainsOf(v.Workspace, v.Profile) {
-						fmt.Fprintf(c.App.Writer, "this workspace's Domain of profile %s is %s: stop it with `lazaret stop -p %s%s`\n", o.profile, o.state, o.profile, dirArg(c))
+						fmt.Fprintf(c.App.Writer, "this workspace's Domain of profile %s is %s: stop it with `%s`\n", o.profile, o.state, stopCommandFor(resolvedDomain{prof: profile{Name: o.profile}, workspace: v.Workspace}))
 					}
 				}
 			}
@@ -163,14 +163,6 @@ func liveDomains(docs []*lv1.DomainStatus, workspace, except string) []liveDomai
 		}
 	}
 	return out
-}
-
-// dirArg is the -C option that names the command's --dir again, if given.
-func dirArg(c *cli.Context) string {
-	if d := c.String("dir"); d != "" {
-		return " -C " + shellQuote(d)
-	}
-	return ""
 }
 
 // stopDomain asks the Domain's coordinator to stop and waits until it has
