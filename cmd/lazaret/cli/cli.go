@@ -77,7 +77,7 @@ func Main(args []string) int {
 	// and exit as if Lazaret itself had failed.
 	runverb.OnUsageErrors(app.Commands)
 	refuseStrayArgs(app.Commands, app.Name)
-	app.OnUsageError = func(c *cli.Context, err error, sub bool) error { return runverb.UsageError(c, err, sub) }
+	app.OnUsageError = runverb.UsageError
 	var unknown error
 	app.CommandNotFound = func(c *cli.Context, name string) { unknown = unknownCommand(c, name) }
 	err := app.Run(args)
@@ -106,11 +106,11 @@ func unknownCommand(c *cli.Context, name string) error {
 	if c.Command != nil && len(c.Command.Subcommands) > 0 {
 		path, commands = runverb.CommandPath(c), c.Command.Subcommands
 	}
-	hint := ""
 	if name == "help" {
 		// The app has no help command: --help is on every command.
 		return errdefs.New(errdefs.ErrInvalid, "`%s` has no command \"help\": `%s --help` lists its commands and `%s COMMAND --help` explains one", path, path, path)
 	}
+	hint := ""
 	if near := nearestCommand(commands, name); near != "" {
 		hint = fmt.Sprintf("; did you mean `%s %s`?", path, near)
 	}
