@@ -115,6 +115,11 @@ func TestClientSessionCommandRunsAtMostOnce(t *testing.T) {
 				if code != 125 || !strings.Contains(out, "lost the connection to the Host Coordinator") {
 					t.Fatalf("a coordinator lost after Accepted: the CLI should end with the lost connection (125); exit %d, output %q, the command ran %d times", code, out, runs)
 				}
+				// What became of the Domain, and where to look (checked
+				// below: the next run recovers it).
+				if !strings.Contains(out, "the next `lazaret run` here recovers the Domain") || !strings.Contains(out, "`lazaret logs -p tiny`") {
+					t.Fatalf("the lost coordinator's message should say the next run recovers the Domain and name `lazaret logs -p tiny`: %q", out)
+				}
 				if runs > 1 {
 					t.Fatalf("the command ran %d times", runs)
 				}

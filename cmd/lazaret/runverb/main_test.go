@@ -1,11 +1,14 @@
 package runverb
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lazaret/lazaret/pkg/errdefs"
 )
 
 // envFrontTest makes the test binary run the front's Main (TestHandOver).
@@ -55,5 +58,26 @@ func TestHandOver(t *testing.T) {
 	}
 	if out, code := front(filepath.Join(dir, "missing"), "status"); code != ExitLazaret || !strings.Contains(out, "LAZARET_CLI") {
 		t.Errorf("front status without the full CLI: exit %d %q", code, out)
+	}
+}
+
+// TestLostCoordinatorNamesTheWayOn: a session whose coordinator went away
+// says what became of the Domain and the logs command to type, with -C
+// (quoted) only when the run named its workspace with -C.
+func TestLostCoordinatorNamesTheWayOn(t *testing.T) {
+	cause := errdefs.Mark(errors.New("lost the connection to the Host Coordinator: EOF"), errdefs.ErrUnavailable)
+	err := lostCoordinator(cause, "tiny", "", "/src/app")
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("the category is lost: %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"lost the connection to the Host Coordinator: EOF", "the next `lazaret run` here recovers the Domain", "`lazaret logs -p tiny`"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q: %s", want, msg)
+		}
+	}
+	msg = lostCoordinator(cause, "tiny", "../my app", "/src/my app").Error()
+	if !strings.Contains(msg, "`lazaret logs -p tiny -C '/src/my app'`") {
+		t.Errorf("a run with -C: the logs command should name the workspace: %s", msg)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 	"github.com/lazaret/lazaret/pkg/timing"
 )
 
@@ -289,10 +290,25 @@ func runAction(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if end.Lost {
+		return lostCoordinator(end.Err, prof.Name, c.String("dir"), ws.Root)
+	}
 	if end.Err != nil {
 		return end.Err
 	}
 	return ExitError{Code: end.Code}
+}
+
+// lostCoordinator is the error of a session whose coordinator went away
+// (it crashed or was killed): what became of the session and the Domain,
+// and where to look. Nothing of the Domain keeps running (its processes
+// end with the coordinator); the next `lazaret run` recovers its state.
+func lostCoordinator(err error, profile, dirFlag, workspace string) error {
+	logs := "lazaret logs -p " + profile
+	if dirFlag != "" {
+		logs += " -C " + shellquote.Word(workspace)
+	}
+	return fmt.Errorf("%w\nthe Domain's Host Coordinator ended during the session (it crashed or was killed), so the session is over and the sandbox was torn down with it; the next `lazaret run` here recovers the Domain, and `%s` shows its last lines", err, logs)
 }
 
 // session runs the CLI's side of a non-interactive Client Session: it
