@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -508,6 +509,67 @@ func TestFR7RecoveryExaminesOnlyUnsettledGenerations(t *testing.T) {
 	want := []string{"examined=0 settled_through=0", "examined=1 settled_through=1", "examined=1 settled_through=2", "examined=1 settled_through=3"}
 	if !slices.Equal(got, want) {
 		t.Errorf("bootstrap recovery lines:\n got %q\nwant %q", got, want)
+	}
+	noLeftovers(t)
+}
+
+// TestSpec32SandboxCrashTellsEverySession (§3.2, DX-5, OR-6): when the
+// sandbox stops under running sessions (here its attached runsc is
+// SIGKILLed, as a crash or the memory limit would end it), the interactive
+// and the non-interactive session each end with the reason on their
+// standard error — once, not "stopped: the sandbox stopped" — and status
+// 137 (the command killed with its sandbox), the outer terminal's modes
+// are restored, nothing is left behind, and the next run starts afresh.
+func TestSpec32SandboxCrashTellsEverySession(t *testing.T) {
+	need(t)
+	ws := workspace(t)
+	m := newTmux(t, ws, 100, 30)
+	const p = "main"
+	m.startLazaret(p, "cr", "-p tiny")
+	m.line(p, "echo cr-$((6*7))")
+	m.waitLine(p, "cr-42", 3*time.Minute)
+	wait := startBackground(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo started; exec sleep 300")
+
+	// The attached runsc client's pid, as the coordinator reports it; the
+	// process is the test user's runsc (started by the product this test
+	// started).
+	r := lz(t, ws, nil, "status", "--json")
+	var docs []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &docs); err != nil {
+		t.Fatalf("status --json: %v: %+v", err, r)
+	}
+	pid := 0
+	for _, d := range docs {
+		if d["workspace"] == ws && d["state"] == "running" {
+			f, _ := d["attached_runsc_pid"].(float64)
+			pid = int(f)
+		}
+	}
+	if pid <= 0 {
+		t.Fatalf("no attached runsc pid in status: %s", r.stdout)
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || !strings.Contains(string(cmdline), "runsc") || !strings.Contains(string(cmdline), "\x00run\x00") {
+		t.Fatalf("pid %d is not the attached runsc: %q %v", pid, cmdline, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	code, stderr := wait(time.Minute)
+	if code != 137 || !strings.Contains(stderr, "lazaret: the sandbox stopped unexpectedly") || strings.Contains(stderr, "stopped: the sandbox stopped") {
+		t.Errorf("the non-interactive session of the crashed sandbox: exit %d, stderr %q; want 137 and the reason once", code, stderr)
+	}
+	pane := m.waitMatch(p, regexp.MustCompile(`RC-cr=\d+`), time.Minute)
+	if !strings.Contains(pane, "RC-cr=137") || !strings.Contains(pane, "lazaret: the sandbox stopped unexpectedly") {
+		t.Errorf("the interactive session of the crashed sandbox (want the reason and 137):\n%s", pane)
+	}
+	m.waitFor(p, "OUTER$", 10*time.Second)
+	m.sttySame("cr.before", "cr.after")
+	m.kill()
+	noLeftovers(t)
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {
+		t.Errorf("run after the crash: %+v", r)
 	}
 	noLeftovers(t)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -99,6 +100,23 @@ func (c *coordinator) limitsStatus() *lv1.LimitsStatus {
 	return doc
 }
 
+// sandboxStopNote is what a session whose command ended with status code
+// (or signal sig) is told when that end was the sandbox stopping under it
+// (a limit, a crash): the reason as failureNote's line, and the status to
+// report — the command killed with its sandbox. ok is false when the end
+// was the command's own, or `lazaret stop`'s (stopped).
+func (c *coordinator) sandboxStopNote(code, sig int, stopped bool) (note string, newCode, newSig int, ok bool) {
+	if stopped || (sig != int(unix.SIGKILL) && code != 128+int(unix.SIGKILL) && code != runscExecFailed) {
+		return "", code, sig, false
+	}
+	// SIGKILLed, or runsc exec lost the sandbox before it could read the
+	// command's status.
+	if note = c.failureNote(time.Second); note == "" {
+		return "", code, sig, false
+	}
+	return note, 128 + int(unix.SIGKILL), int(unix.SIGKILL), true
+}
+
 // failureNote waits up to wait for the generation to be marked failed
 // (a Runtime Supervisor's report, such as the memory limit's kill, can
 // arrive just after a session's runsc exec saw its process die) and
@@ -110,7 +128,11 @@ func (c *coordinator) failureNote(wait time.Duration) string {
 		err := c.failErr // kept once set, also while the generation tears down
 		c.mu.Unlock()
 		if err != nil {
-			return "lazaret: the sandbox stopped: " + err.Error() + "\n"
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "the sandbox stopped") {
+				msg = "the sandbox stopped: " + msg
+			}
+			return "lazaret: " + msg + "\n"
 		}
 		if time.Now().After(deadline) {
 			return ""

@@ -290,14 +290,11 @@ loop:
 	}
 	c.timing.Mark("session command exited")
 	log.Info("session ended", "status", st.String(), "stopped", s.wasStopped())
-	if sig == int(unix.SIGKILL) || code == 128+int(unix.SIGKILL) || code == runscExecFailed {
-		// SIGKILLed, or runsc exec lost the sandbox before it could read
-		// the command's status: say so if it was the sandbox that stopped
-		// (a limit), and report the command killed with it.
-		if note := c.failureNote(time.Second); note != "" && !s.wasStopped() {
-			s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(note)}}})
-			code, sig = 128+int(unix.SIGKILL), int(unix.SIGKILL)
-		}
+	// Say so if it was the sandbox that stopped (a limit, a crash), and
+	// report the command killed with it.
+	if note, nc, ns, ok := c.sandboxStopNote(code, sig, s.wasStopped()); ok {
+		s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(note)}}})
+		code, sig = nc, ns
 	}
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.wasStopped()}}})
 }

@@ -48,7 +48,10 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 		},
 		Started: func(child *proc.Child) { s.setChild(child) },
 		Stopped: s.wasStopped,
-		Refuse:  func(err error) { refuse(s.conn, err) },
+		SandboxStopped: func(code, sig int) (string, int, int, bool) {
+			return c.sandboxStopNote(code, sig, s.wasStopped())
+		},
+		Refuse: func(err error) { refuse(s.conn, err) },
 	}, frames, func(admitted bool) sessionterm.Routes[*escalation.PromptAsk, *escalation.HostRun] {
 		// The session's prompt port is registered with the escalation role
 		// once its events are admitted; a session whose events are not

@@ -1,6 +1,8 @@
 package sessionterm
 
 import (
+	"strings"
+
 	"golang.org/x/sys/unix"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
@@ -129,6 +131,15 @@ func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, 
 	t.log.Info("session ended", "status", st.String(), "stopped", s.Stopped())
 	// Exactly one Exit, after the last forwarded byte (the pump has ended).
 	s.Raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))
+	if s.SandboxStopped != nil {
+		if note, nc, ns, ok := s.SandboxStopped(code, sig); ok {
+			// The developer's terminal is raw until Exit: the reason goes on
+			// lines of its own.
+			crlf := "\r\n" + strings.ReplaceAll(strings.TrimRight(note, "\n"), "\n", "\r\n") + "\r\n"
+			s.Conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(crlf)}}})
+			code, sig = nc, ns
+		}
+	}
 	s.Conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.Stopped()}}})
 	return false
 }

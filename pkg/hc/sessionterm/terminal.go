@@ -156,6 +156,10 @@ type Session struct {
 	// Stopped reports whether `lazaret stop` ended the session (Exit says
 	// so).
 	Stopped func() bool
+	// SandboxStopped, when set, is asked about the command's end: when it
+	// was the sandbox stopping under the session (a limit, a crash), the
+	// reason for the developer's terminal and the status to report.
+	SandboxStopped func(code, sig int) (note string, newCode, newSig int, ok bool)
 	// Refuse sends the session's error frame.
 	Refuse func(error)
 }
