@@ -4,6 +4,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -53,7 +54,7 @@ func (c *coordinator) statusDocument() *lv1.DomainStatus {
 		}
 		if r := c.sb.Ready(); r != nil {
 			doc.PreparedArtifact = proto.String(r.PreparedArtifactId)
-			doc.Routes = r.ObservedRoutes
+			doc.Routes = netpolicy.DisplayRoutes(r.ObservedRoutes)
 		}
 	}
 	doc.NetworkPolicyDigest = proto.String(c.net.PolicyDigestString())

@@ -40,6 +40,29 @@ func ParseObservedRoute(s string) (ObservedRoute, error) {
 	return r, nil
 }
 
+// String is the route as `ip route` shows it: a connected route has no
+// "via".
+func (r ObservedRoute) String() string {
+	if !r.Gateway.IsValid() {
+		return fmt.Sprintf("%s dev %s", r.Dst, r.Dev)
+	}
+	return fmt.Sprintf("%s via %s dev %s", r.Dst, r.Gateway, r.Dev)
+}
+
+// DisplayRoutes is the Runtime Supervisor's observed route lines as
+// `lazaret status` shows them (ObservedRoute.String); a line that does not
+// parse is shown as it is.
+func DisplayRoutes(lines []string) []string {
+	out := make([]string, 0, len(lines))
+	for _, line := range lines {
+		if r, err := ParseObservedRoute(line); err == nil {
+			line = r.String()
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
 // VerifyRoutes checks the Runtime Supervisor's readiness evidence — the
 // routes it observed in the enforcement namespace — against the policy the
 // coordinator derived itself, not against anything the supervisor says it

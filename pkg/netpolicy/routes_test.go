@@ -58,3 +58,13 @@ func TestVerifyRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestDisplayRoutes: status shows a connected route as `ip route` does,
+// without "via invalid IP"; a line that does not parse is kept as it is.
+func TestDisplayRoutes(t *testing.T) {
+	got := DisplayRoutes([]string{"0.0.0.0/0 via 10.0.2.2 dev tap0", "10.0.2.0/24 via invalid IP dev tap0", "garbage"})
+	want := []string{"0.0.0.0/0 via 10.0.2.2 dev tap0", "10.0.2.0/24 dev tap0", "garbage"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("DisplayRoutes = %q, want %q", got, want)
+	}
+}
