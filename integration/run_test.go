@@ -616,6 +616,12 @@ func TestActionableErrors(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	ws := workspace(t)
+	// A directory the developer may enter but not list (root's, 0711).
+	locked := filepath.Join(filepath.Dir(ws), filepath.Base(ws)+"-locked")
+	if err := os.Mkdir(locked, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(locked) })
 	cases := []struct {
 		name  string
 		env   []string
@@ -625,7 +631,9 @@ func TestActionableErrors(t *testing.T) {
 		match string
 	}{
 		{"unknown profile", nil, []string{"run", "-p", "nope", "--", "true"}, ws, 2, `unknown profile "nope"`},
-		{"not a directory", nil, []string{"run", "-C", "/etc/passwd", "--", "true"}, ws, 2, "not a directory"},
+		{"not a directory", nil, []string{"run", "-C", "/etc/passwd", "--", "true"}, ws, 2, "not a directory: run lazaret inside a project directory, or pass one with -C"},
+		{"missing start directory", nil, []string{"run", "-C", ws + "/nope", "--", "true"}, ws, 2, "the start directory " + ws + "/nope does not exist: run lazaret inside a project directory, or pass one with -C"},
+		{"workspace the developer cannot list", nil, []string{"run", "-p", "tiny", "-C", locked, "--", "true"}, ws, 2, "the Agent Workspace " + locked + " cannot be read and entered by you"},
 		{"no command", nil, []string{"run"}, ws, 2, "no command given"},
 		{"missing runsc", []string{"LAZARET_RUNSC=/nonexistent/runsc"}, []string{"run", "-p", "tiny", "--", "true"}, ws, 125, "LAZARET_RUNSC=/nonexistent/runsc is not an executable"},
 		{"home as workspace", nil, []string{"run", "-p", "tiny", "-C", e.home, "--", "true"}, ws, 125, "refusing your home directory"},

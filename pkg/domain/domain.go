@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -101,7 +102,12 @@ type Workspace struct {
 // (it would expose every dotfile and credential to the sandbox).
 func ResolveWorkspace(dir, home string) (Workspace, error) {
 	canon, err := filepath.EvalSymlinks(dir)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Workspace{}, errdefs.New(errdefs.ErrInvalid, "the start directory %s does not exist: run lazaret inside a project directory, or pass one with -C", dir)
+	case errors.Is(err, fs.ErrPermission):
+		return Workspace{}, errdefs.New(errdefs.ErrInvalid, "the start directory %s cannot be reached (%v): run lazaret in a project directory you can read and enter", dir, err)
+	case err != nil:
 		return Workspace{}, errdefs.Mark(fmt.Errorf("resolve workspace %q: %w", dir, err), errdefs.ErrInvalid)
 	}
 	canon, err = filepath.Abs(canon)
@@ -113,7 +119,7 @@ func ResolveWorkspace(dir, home string) (Workspace, error) {
 		return Workspace{}, errdefs.Mark(fmt.Errorf("resolve workspace: %w", err), errdefs.ErrInvalid)
 	}
 	if !st.IsDir() {
-		return Workspace{}, errdefs.New(errdefs.ErrInvalid, "workspace %s is not a directory: run lazaret from (or pass --workspace) a project directory", canon)
+		return Workspace{}, errdefs.New(errdefs.ErrInvalid, "the start directory %s is not a directory: run lazaret inside a project directory, or pass one with -C", canon)
 	}
 	root, isGit := canon, false
 	for d := canon; ; {
@@ -135,6 +141,12 @@ func ResolveWorkspace(dir, home string) (Workspace, error) {
 			return Workspace{}, errdefs.New(errdefs.ErrRefused, "refusing your home directory %s as the Agent Workspace (it would expose your dotfiles and credentials): run lazaret inside a project directory", root)
 		}
 	}
+	// The workspace is shared with the sandbox as the developer: a tree
+	// they cannot list and enter is refused here, not by the Git or mount
+	// step that would fail on it later.
+	if err := readableDir(root); err != nil {
+		return Workspace{}, errdefs.New(errdefs.ErrInvalid, "the Agent Workspace %s cannot be read and entered by you (%v): run lazaret in a project directory you own, or fix its permissions", root, err)
+	}
 	sub, err := filepath.Rel(root, canon)
 	if err != nil {
 		return Workspace{}, errdefs.Mark(fmt.Errorf("resolve workspace: %w", err), errdefs.ErrInternal)
@@ -143,6 +155,22 @@ func ResolveWorkspace(dir, home string) (Workspace, error) {
 		sub = ""
 	}
 	return Workspace{Root: root, Subdir: sub, Git: isGit}, nil
+}
+
+// readableDir reports why the calling user cannot list and enter
+// directory d, or nil.
+func readableDir(d string) error {
+	f, err := os.Open(d)
+	if err != nil {
+		return err
+	}
+	_, err = f.Readdirnames(1)
+	f.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	_, err = os.Lstat(filepath.Join(d, "."))
+	return err
 }
 
 // Roots are the developer's Lazaret base directories.
