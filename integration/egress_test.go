@@ -1185,7 +1185,8 @@ python3 egress_probe.py direct direct-py-private ` + n.ip("private") + ` 80
 // of its package works through the proxy with no further set-up (npm
 // takes the proxy from the environment, the test CA through host_ca), the
 // installed module loads, and Node's own fetch goes through the proxy
-// (NODE_USE_ENV_PROXY); a name outside the list is refused to Node too.
+// (NODE_USE_ENV_PROXY) without printing its experimental warning; a name
+// outside the list is refused to Node too.
 func TestSpec36AllowlistNpm(t *testing.T) {
 	parallel(t)
 	e := need(t)
@@ -1217,6 +1218,11 @@ node -e 'fetch("https://%[4]s/node-refused").then(r => console.log("refused " + 
 	}
 	if l := got["refused"]; strings.HasPrefix(l, "200") {
 		t.Errorf("Node fetch of a name outside the list: %q, want a refusal", l)
+	}
+	// The built-in profile keeps Node's proxy-agent warning out of the
+	// agent's terminal.
+	if strings.Contains(r.stderr, "UNDICI-EHPA") || strings.Contains(r.stderr, "EnvHttpProxyAgent is experimental") {
+		t.Errorf("Node printed the proxy agent's experimental warning:\n%s", r.stderr)
 	}
 	time.Sleep(300 * time.Millisecond)
 	for _, p := range []string{" GET /" + npmProbePackage, " GET /" + npmProbePackage + "/-/" + npmProbePackage + "-1.0.0.tgz"} {

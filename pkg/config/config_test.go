@@ -1116,3 +1116,28 @@ func TestMismatchRemedy(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinNodeProfilesQuietTheProxyAgent: the profiles on the pinned
+// Node.js keep its proxy agent's experimental warning out of the agent's
+// terminal, also when the user's file amends their env; the others do not
+// set NODE_OPTIONS (their Node, if any, is not Lazaret's to know).
+func TestBuiltinNodeProfilesQuietTheProxyAgent(t *testing.T) {
+	c := mustParse(t, "[profiles.claude]\nenv.EDITOR = \"nano\"\n")
+	for _, name := range []string{"node", "claude", "codex"} {
+		p, err := c.Profile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Env["NODE_OPTIONS"] != "--disable-warning=UNDICI-EHPA" {
+			t.Errorf("%s: NODE_OPTIONS %q", name, p.Env["NODE_OPTIONS"])
+		}
+	}
+	if p, _ := c.Profile("claude"); p.Env["EDITOR"] != "nano" || p.Env["DISABLE_AUTOUPDATER"] != "1" {
+		t.Errorf("amended claude env %v", p.Env)
+	}
+	for _, name := range []string{"default", "tiny"} {
+		if p, _ := c.Profile(name); p.Env["NODE_OPTIONS"] != "" {
+			t.Errorf("%s sets NODE_OPTIONS %q", name, p.Env["NODE_OPTIONS"])
+		}
+	}
+}

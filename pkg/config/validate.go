@@ -84,6 +84,20 @@ func agentPresets(provider string) []string {
 	return []string{provider, "npm", "pypi", "github", "debian"}
 }
 
+// nodeEnv is the environment of the profiles built on nodeSteps' pinned
+// Node.js 22, with extra: in the allowlist mode (NODE_USE_ENV_PROXY) every
+// Node process's first request through the egress proxy would print the
+// experimental warning of the proxy agent (UNDICI-EHPA) into the agent's
+// terminal. --disable-warning needs Node >= 20.11, which the pin is; it is
+// not set for images Lazaret does not pin (an older Node refuses it).
+func nodeEnv(extra map[string]string) map[string]string {
+	env := map[string]string{"NODE_OPTIONS": "--disable-warning=UNDICI-EHPA"}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
 func withSteps(steps ...string) []string {
 	return append(append(append([]string{}, nodeSteps...), steps...), cleanupStep)
 }
@@ -92,14 +106,14 @@ var builtinProfiles = []builtinProfile{
 	{name: "default", image: "debian", description: "Debian 12 with bash, coreutils, git, curl, python3, less, procps"},
 	{name: "tiny", image: "busybox", description: "busybox, for quick checks"},
 	{name: "node", image: "debian", description: "Debian 12 with Node.js 22 and npm (built from a recipe on first use)",
-		recipe: withSteps(), user: "agent", hostCA: true},
+		recipe: withSteps(), user: "agent", env: nodeEnv(nil), hostCA: true},
 	{name: "claude", image: "debian", description: "Claude Code (npm @anthropic-ai/claude-code) on Debian 12 with Node.js 22, as user agent",
 		recipe: withSteps("npm install -g --no-fund --no-audit @anthropic-ai/claude-code && claude --version"), user: "agent",
-		command: []string{"claude"}, env: map[string]string{"DISABLE_AUTOUPDATER": "1", "CLAUDE_CONFIG_DIR": "/home/agent/.claude"},
+		command: []string{"claude"}, env: nodeEnv(map[string]string{"DISABLE_AUTOUPDATER": "1", "CLAUDE_CONFIG_DIR": "/home/agent/.claude"}),
 		profilePaths: []string{"~/.claude"}, hostCA: true, presets: agentPresets("anthropic")},
 	{name: "codex", image: "debian", description: "OpenAI Codex CLI (npm @openai/codex) on Debian 12 with Node.js 22, as user agent",
 		recipe: withSteps("npm install -g --no-fund --no-audit @openai/codex && codex --version"), user: "agent",
-		command: []string{"codex"}, profilePaths: []string{"~/.codex"}, hostCA: true, presets: agentPresets("openai")},
+		command: []string{"codex"}, env: nodeEnv(nil), profilePaths: []string{"~/.codex"}, hostCA: true, presets: agentPresets("openai")},
 }
 
 var (
