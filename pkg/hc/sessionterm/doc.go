@@ -79,7 +79,9 @@
 // Close: exec-client exit → the close handshake (the shown prompt is
 // cancelled, a running host process killed, reaped, audited and answered)
 // → drain the master in order until EOF or the drain deadline → exactly
-// one Exit after the last byte. Release (close,
+// one Exit after the last byte (preceded, when the exec client's end was
+// the sandbox stopping under it, by the reason on its own lines:
+// Session.SandboxStopped). Release (close,
 // lost connection, PTY or exec loss): RecordReleaseIntent; while the exact
 // guest leader (pid and start time) still leads the group: SIGHUP, grace,
 // SIGTERM, grace, SIGKILL to that group (`runsc kill --pgid`); SIGKILL and

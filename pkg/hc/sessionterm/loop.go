@@ -129,16 +129,21 @@ func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, 
 	}
 	t.d.Timing.Mark("session command exited")
 	t.log.Info("session ended", "status", st.String(), "stopped", s.Stopped())
+	// The sandbox's stop, if that is what ended the command (it may wait a
+	// moment for the supervisor's report).
+	var note string
+	if s.SandboxStopped != nil {
+		if n, nc, ns, ok := s.SandboxStopped(code, sig); ok {
+			note, code, sig = n, nc, ns
+		}
+	}
 	// Exactly one Exit, after the last forwarded byte (the pump has ended).
 	s.Raw.SetWriteDeadline(t.clock.Now().Add(writeOutTimeout))
-	if s.SandboxStopped != nil {
-		if note, nc, ns, ok := s.SandboxStopped(code, sig); ok {
-			// The developer's terminal is raw until Exit: the reason goes on
-			// lines of its own.
-			crlf := "\r\n" + strings.ReplaceAll(strings.TrimRight(note, "\n"), "\n", "\r\n") + "\r\n"
-			s.Conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(crlf)}}})
-			code, sig = nc, ns
-		}
+	if note != "" {
+		// The developer's terminal is raw until Exit: the reason goes on
+		// lines of its own.
+		crlf := "\r\n" + strings.ReplaceAll(strings.TrimRight(note, "\n"), "\n", "\r\n") + "\r\n"
+		s.Conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(crlf)}}})
 	}
 	s.Conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.Stopped()}}})
 	return false
