@@ -37,6 +37,7 @@ import (
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
+	"github.com/lazaret/lazaret/pkg/netpolicy"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/store"
 )
@@ -333,7 +334,7 @@ func (c *coordinator) supervisorReady(m *lv1.SupervisorMessage) error {
 		return err
 	}
 	c.timing.Mark("sandbox ready")
-	c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(r.ObservedRoutes, "; "))
+	c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(netpolicy.DisplayRoutes(r.ObservedRoutes), "; "))
 	if err := c.net.ReadyEgress(r); err != nil {
 		return err
 	}

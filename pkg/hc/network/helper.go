@@ -1,10 +1,12 @@
 package network
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -109,6 +111,15 @@ func (s *Service) Start(rs *proc.Child) error {
 		return err
 	}
 	defer readyR.Close()
+	// The helper's output (slirp4netns's banner and messages, the link's
+	// errors) becomes log records, not raw lines in the middle of the log.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		exitR.Close()
+		exitW.Close()
+		readyW.Close()
+		return err
+	}
 	rsPID := rs.Handle().PID() // the coordinator's unreaped child: the pid names it
 	chain := slirp.Chain{Nsenter: nsenter, Self: self, Slirp: slirpPath, ResolvConf: filepath.Join(s.cfg.RuntimeDir, "etc", "helper-resolv.conf"),
 		SupervisorPID: rsPID, Network: addr, ExitFD: 3, ReadyFD: 4, APISocket: APISocket(s.cfg.RuntimeDir)}
@@ -118,7 +129,7 @@ func (s *Service) Start(rs *proc.Child) error {
 		// re-exec of lazaret-hc would take CPU from the critical path.
 		ExecStop: true,
 		Target: proc.Command{Path: nsenter, Args: chain.Argv(), Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Dir: "/",
-			Files: []*os.File{nil, os.Stderr, os.Stderr, exitR, readyW}},
+			Files: []*os.File{nil, outW, outW, exitR, readyW}},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			return s.cfg.Store.Update(func(tx *store.Tx) error {
 				return tx.PutParticipant(gen, participant.Helper, participant.Intent, helperSnapshot(&lv1.HelperSnapshotV1{
@@ -129,12 +140,19 @@ func (s *Service) Start(rs *proc.Child) error {
 	})
 	exitR.Close()
 	readyW.Close()
+	outW.Close()
 	if err != nil {
+		outR.Close()
 		exitW.Close()
 		return fmt.Errorf("start the connectivity helper (slirp4netns): %w", err)
 	}
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		logHelperOutput(s.log, outR)
+	}()
 	s.mu.Lock()
-	s.helper, s.exitW = child, exitW
+	s.helper, s.exitW, s.helperOut = child, exitW, logged
 	s.mu.Unlock()
 	failpoint.Hit("lazaret-hc:helper-started")
 	ready := make(chan error, 1)
@@ -288,6 +306,17 @@ func (s *Service) Stop() {
 		h.Signal(unix.SIGKILL)
 		<-h.Done()
 	}
+	// Its last lines (slirp4netns writes its buffered output at exit)
+	// reach the log before the teardown goes on.
+	s.mu.Lock()
+	logged := s.helperOut
+	s.mu.Unlock()
+	if logged != nil {
+		select {
+		case <-logged:
+		case <-time.After(helperOutputWait):
+		}
+	}
 	failpoint.Hit("lazaret-hc:helper-stopped")
 }
 
@@ -417,4 +446,57 @@ func releaseAndClean(st *store.Store, gen uint64, role participant.Role, detail 
 	return st.Update(func(tx *store.Tx) error {
 		return tx.ReleaseAndClean(gen, role, detail, absent)
 	})
+}
+
+// helperOutputWait bounds the wait for the end of an exited helper's
+// output (a process it left behind could hold the pipe open).
+const helperOutputWait = time.Second
+
+// logHelperOutput logs each line the connectivity helper writes until
+// the pipe ends: slirp4netns's start-up banner and exit chatter at debug
+// level (`lazaret logs --debug`), anything else (its errors, the link's)
+// at info. A line longer than helperLineMax is cut.
+func logHelperOutput(log *slog.Logger, r *os.File) {
+	defer r.Close()
+	emit := func(b []byte) {
+		line := strings.TrimSpace(string(b))
+		if line == "" {
+			return
+		}
+		level := slog.LevelInfo
+		if helperChatter(line) {
+			level = slog.LevelDebug
+		}
+		log.Log(context.Background(), level, "connectivity helper output", "line", line)
+	}
+	br := bufio.NewReaderSize(r, 4096)
+	var line []byte
+	for {
+		frag, more, err := br.ReadLine()
+		if room := helperLineMax - len(line); room > 0 {
+			line = append(line, frag[:min(len(frag), room)]...)
+		}
+		if err != nil {
+			emit(line)
+			return
+		}
+		if !more {
+			emit(line)
+			line = line[:0]
+		}
+	}
+}
+
+// helperLineMax bounds one line of the helper's output.
+const helperLineMax = 16 << 10
+
+// helperChatter reports whether line is slirp4netns's routine output: its
+// banner, the seccomp notice and list, and its exit messages.
+func helperChatter(line string) bool {
+	for _, p := range []string{"Starting slirp", "* ", "WARNING: Support for seccomp is experimental", "seccomp: The following syscalls are blocked", "exitfd event", "do_slirp is exiting", "sent tapfd=", "received tapfd="} {
+		if strings.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return false
 }

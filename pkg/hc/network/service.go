@@ -90,6 +90,9 @@ type Service struct {
 	probe       netprobe.Spec
 	helper      *proc.Child
 	exitW       *os.File // the helper's --exit-fd peer: closing it stops the helper
+	// helperOut is closed once the helper's output is logged to its end
+	// (nil before the helper starts).
+	helperOut   chan struct{}
 	verdict     *netprobe.Verdict
 	pinnedHosts map[string][]string // allow_hosts → the addresses pinned
 	ports       []forwardedPort     // host ports forwarded into the sandbox
