@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/failpoint"
 )
 
 // TestSpec32StopEndsEverySession (§3.2, DX-5): `lazaret stop` while an
@@ -581,4 +583,37 @@ func TestSpec32SandboxCrashTellsEverySession(t *testing.T) {
 		t.Errorf("run after the crash: %+v", r)
 	}
 	noLeftovers(t)
+}
+
+// TestSpec32StarterGoneBeforeItsSession (§3.2, EmptyDomainEventuallyStops):
+// a `lazaret run` killed right after it started the Domain's coordinator,
+// before its session could register, leaves a Domain nobody uses; the
+// coordinator sees its starter gone and tears the Domain down at once (not
+// after its idle timeout), so a run with a changed configuration right
+// after is not refused against it.
+func TestSpec32StarterGoneBeforeItsSession(t *testing.T) {
+	e := needFailpoints(t)
+	ws := workspace(t)
+	c := e.cmdWith(e.binFP, ws, []string{failpoint.Env + "=lazaret:coordinator-spawned"}, "run", "-p", "tiny", "--", "true")
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	c.Run()
+	if !strings.Contains(out.String(), "failpoint hit: lazaret:coordinator-spawned") {
+		t.Fatalf("the starting CLI did not die where it should: exit %d, %q", c.ProcessState.ExitCode(), out.String())
+	}
+	noProcessesOrMounts(t)
+	logs := lz(t, ws, nil, "logs", "-p", "tiny")
+	if !strings.Contains(logs.stdout, "the lazaret run that started the Domain is gone and no session arrived: tearing down") || strings.Contains(logs.stdout, "idle_timeout") {
+		t.Errorf("the coordinator did not tear down on its starter's death:\n%s", logs.stdout)
+	}
+	// A changed configuration starts afresh instead of being refused.
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	if err := os.WriteFile(cfg, []byte("[profiles.tiny]\nenv = { CHANGED = \"1\" }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := lz(t, ws, nil, "run", "--config", cfg, "-p", "tiny", "--", "sh", "-c", "echo $CHANGED"); r.code != 0 || r.stdout != "1\n" {
+		t.Errorf("a changed configuration after the starter's death: %+v", r)
+	}
+	noLeftovers(t)
+	allClean(t, ws, "tiny")
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hclog"
 	"github.com/lazaret/lazaret/pkg/locate"
@@ -292,7 +294,8 @@ func (s *Starter) startCoordinator(lock *os.File) error {
 		return err
 	}
 	defer profileFile.Close()
-	hcArgs := []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--profile-fd=5", "--workspace=" + s.Workspace, "--profile=" + s.Profile, "--image=" + s.Image, "--log-level=" + s.LogLevel}
+	hcArgs := []string{locate.HC, "--lock-fd=3", "--ready-fd=4", "--profile-fd=5", "--workspace=" + s.Workspace, "--profile=" + s.Profile, "--image=" + s.Image, "--log-level=" + s.LogLevel,
+		"--starter-pid=" + strconv.Itoa(os.Getpid())}
 	if s.FrontExe != "" {
 		hcArgs = append(hcArgs, "--front-exe="+s.FrontExe)
 	}
@@ -310,6 +313,9 @@ func (s *Starter) startCoordinator(lock *os.File) error {
 	if err != nil {
 		return fmt.Errorf("start host coordinator: %w", err)
 	}
+	// A CLI gone before its session registers (interrupted, killed): the
+	// coordinator tears down on its own.
+	failpoint.Hit("lazaret:coordinator-spawned")
 	b, _ := io.ReadAll(io.LimitReader(readyR, 64<<10))
 	msg := strings.TrimSpace(string(b))
 	if msg == "ok" {

@@ -144,9 +144,14 @@ func Main(args []string) int {
 	level := fs.String("log-level", "info", "debug|info|warn|error")
 	idle := fs.Duration("idle-timeout", 10*time.Second, "tear down if no session arrives this long after start")
 	frontExe := fs.String("front-exe", "", "the lazaret front binary, which runs this coordinator's wrappers (default: this binary)")
+	starterPID := fs.Int("starter-pid", 0, "pid of the lazaret run that starts this coordinator (its parent)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	// The `lazaret run` that started this coordinator: its pidfd, taken
+	// now, while it waits for this start, or that it is gone already
+	// (starterWatch).
+	starter, starterGone := openStarter(*starterPID)
 	rec := timing.FromEnv("hc", os.Getenv, time.Now)
 	rec.Mark("coordinator started")
 	if err := modeltrace.Start("hc", os.Getenv); err != nil {
@@ -188,6 +193,9 @@ func Main(args []string) int {
 	go c.acceptLoop()
 	go c.startGeneration()
 	go c.idleWatch(*idle)
+	if starter != nil || starterGone {
+		go c.starterWatch(starter, *starterPID, *idle)
+	}
 	<-c.teardownC
 	c.teardown()
 	return 0
@@ -496,6 +504,68 @@ func (c *coordinator) idleWatch(idle time.Duration) {
 	defer c.mu.Unlock()
 	if c.sessions.Idle() {
 		c.log.Warn("no session arrived: tearing down", "idle_timeout", idle)
+		c.requestTeardownLocked()
+	}
+}
+
+// openStarter returns a pidfd handle of pid, the `lazaret run` that
+// starts this coordinator and is its parent, or gone when that process
+// has already exited. Neither (nil, false) when pid is unknown (0) or is
+// not this coordinator's parent: idleWatch then covers a starter that
+// never connects.
+func openStarter(pid int) (h *pidfs.Handle, gone bool) {
+	if pid <= 0 {
+		return nil, false
+	}
+	h, err := pidfs.Open(pid)
+	if errors.Is(err, unix.ESRCH) {
+		return nil, true // exited and reaped
+	}
+	if err != nil {
+		return nil, false
+	}
+	exited := func() bool {
+		t, err := h.Terminated()
+		return err == nil && t
+	}
+	if exited() {
+		h.Close()
+		return nil, true
+	}
+	if os.Getppid() != pid {
+		// Not the parent: exited meanwhile (its children were handed to
+		// a reaper), or not the starter at all.
+		gone = exited()
+		h.Close()
+		return nil, gone
+	}
+	return h, false
+}
+
+// starterWatch tears the Domain down as soon as the `lazaret run` that
+// started this coordinator (starter; nil: gone before the watch began) has
+// exited while no session ever arrived — it was interrupted or died before
+// its session registered — rather than after idleWatch's timeout:
+// meanwhile a changed configuration would be refused against a Domain
+// nobody uses. It acts once the generation's start has ended (published or
+// failed), as idleWatch does: a start is not cut short by it.
+func (c *coordinator) starterWatch(starter *pidfs.Handle, pid int, idle time.Duration) {
+	deadline := time.Now().Add(idle)
+	if starter != nil {
+		defer starter.Close()
+		if gone, err := starter.WaitTerminated(idle); err != nil || !gone {
+			return
+		}
+	}
+	select {
+	case <-c.ready:
+	case <-time.After(time.Until(deadline)):
+		return // idleWatch's turn
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessions.Idle() {
+		c.log.Warn("the lazaret run that started the Domain is gone and no session arrived: tearing down", "starter_pid", pid)
 		c.requestTeardownLocked()
 	}
 }
