@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -642,6 +643,9 @@ func TestActionableErrors(t *testing.T) {
 		{"unknown command", nil, []string{"statu"}, ws, 2, "`lazaret` has no command \"statu\"; did you mean `lazaret status`?"},
 		{"unknown option", nil, []string{"run", "-p", "tiny", "--lingr", "5m", "--", "true"}, ws, 2, "`lazaret run` has no option --lingr; did you mean --linger?"},
 		{"option without its value", nil, []string{"run", "-p"}, ws, 2, "`lazaret run`: option -p needs a value"},
+		// A command line a session request cannot carry: refused before any
+		// Domain starts (noLeftovers below), not retried.
+		{"command line over a megabyte", nil, append([]string{"run", "-p", "tiny", "--", "true"}, slices.Repeat([]string{strings.Repeat("a", 100_000)}, 15)...), ws, 2, "more than a session request carries (1024 KiB): pass large data in a file in the workspace or on standard input"},
 	}
 	for _, c := range cases {
 		cmd := e.cmd(c.dir, c.env, c.args...)

@@ -80,12 +80,34 @@ func (s *Session) Start(opts SessionOptions) {
 	if !opts.HoldOutput {
 		s.OutputReady()
 	}
+	if err := CheckRequestSize(s.req); err != nil {
+		s.emit(Event{End: &End{Err: err}}) // nothing was sent: no retry helps
+		return
+	}
 	if err := s.send(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: s.req}}); err != nil {
 		// The coordinator closed between dial and request: it is stopping.
 		s.emit(Event{End: &End{Retry: true}})
 		return
 	}
 	go s.read(opts)
+}
+
+// registrationHeadroom is what a request's Session Registration (set per
+// attempt, after CheckRequestSize's first check) adds at most.
+const registrationHeadroom = 16 << 10
+
+// CheckRequestSize refuses a RunRequest whose frame the control protocol
+// cannot carry (control.MaxFrame): in practice a command line and
+// environment over about a megabyte.
+func CheckRequestSize(req *lv1.RunRequest) error {
+	n := proto.Size(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Run{Run: req}})
+	if req.SessionRegistration == nil {
+		n += registrationHeadroom
+	}
+	if n <= control.MaxFrame {
+		return nil
+	}
+	return errdefs.New(errdefs.ErrInvalid, "this session's command line and environment take %d KiB, more than a session request carries (%d KiB): pass large data in a file in the workspace or on standard input", n>>10, control.MaxFrame>>10)
 }
 
 // Events delivers the session's events; End is the last.

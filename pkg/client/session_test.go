@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -163,5 +164,27 @@ func TestStop(t *testing.T) {
 	absent, _ := domain.PathsFor(roots, domain.DeriveID(testProfile, "/other"))
 	if st, err := Stop(absent, testProfile, time.Second); st != nil || err != nil {
 		t.Errorf("Stop of a stopped Domain: %v %v", st, err)
+	}
+}
+
+// TestCheckRequestSize: a request the control protocol cannot carry is
+// refused as the developer's input (ErrInvalid, saying what to do), before
+// Starter.Run connects to or starts anything; an ordinary one passes.
+func TestCheckRequestSize(t *testing.T) {
+	small := &lv1.RunRequest{Argv: []string{"true"}}
+	if err := CheckRequestSize(small); err != nil {
+		t.Fatalf("an ordinary request refused: %v", err)
+	}
+	big := &lv1.RunRequest{Argv: []string{"sh", "-c", "echo"}}
+	for i := 0; i < 15; i++ {
+		big.Argv = append(big.Argv, strings.Repeat("a", 100_000))
+	}
+	err := CheckRequestSize(big)
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "more than a session request carries") || !strings.Contains(err.Error(), "standard input") {
+		t.Fatalf("an oversize request: %v", err)
+	}
+	// Starter.Run refuses it before it needs anything of the Starter.
+	if end, err := (&Starter{}).Run(big, nil, nil); end != nil || !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("Starter.Run of an oversize request: %v, %v", end, err)
 	}
 }

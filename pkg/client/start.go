@@ -98,6 +98,11 @@ type Starter struct {
 // MaxAttempts. A signal on abort before a session exists ends Run with
 // 128+n; Run returns the session's End.
 func (s *Starter) Run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*Session) *End) (*End, error) {
+	// A request the control protocol cannot carry is refused before any
+	// Domain starts for it.
+	if err := CheckRequestSize(req); err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
 		raw, err := s.connectOrSignal(abort)
 		var sig signalled
