@@ -539,3 +539,26 @@ echo "mistaken $n of $i"`
 	}
 	noLeftovers(t)
 }
+
+// TestSR3SubmoduleWorkingTreeRefused (SR-3): `lazaret run` inside a
+// submodule's working tree (its gitfile names the superproject's
+// .git/modules/NAME) is refused naming the superproject to run it in; run
+// there, the submodule's files are in the workspace.
+func TestSR3SubmoduleWorkingTreeRefused(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	lib := workspace(t)
+	gitRepo(t, e, lib)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	git("-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+	git("commit", "-qm", "lib")
+	r := lz(t, filepath.Join(ws, "lib"), nil, "run", "-p", "tiny", "--", "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "is a Git submodule of "+ws) || !strings.Contains(r.stderr, "`lazaret run -C "+ws+"`") {
+		t.Errorf("run in the submodule's working tree: %+v", r)
+	}
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "cat", "lib/a.txt"); r.code != 0 || r.stdout != "one\n" {
+		t.Errorf("run in the superproject: %+v", r)
+	}
+	noLeftovers(t)
+}

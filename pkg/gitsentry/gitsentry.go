@@ -53,6 +53,7 @@ import (
 	"strings"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 )
 
 // Kind is how a protected path is mounted.
@@ -117,6 +118,24 @@ type Plan struct {
 	Common []Mount
 }
 
+// submoduleOf reports whether target, the Git directory a workspace's
+// gitfile names, is a submodule's (SUPER/.git/modules/NAME, no commondir
+// file) of a superproject SUPER that contains the workspace, and SUPER.
+func submoduleOf(ws, target string) (super string, ok bool) {
+	i := strings.Index(target, "/.git/modules/")
+	if i <= 0 {
+		return "", false
+	}
+	super = target[:i]
+	if outside(super, ws) {
+		return "", false
+	}
+	if _, err := os.Lstat(filepath.Join(target, "commondir")); err == nil {
+		return "", false // a linked worktree's Git directory
+	}
+	return super, true
+}
+
 // RoutedNames are the top-level names the Git-routing daemon must route to
 // Domain state: the absent editor configuration, and .git when the
 // workspace had none (a repository the sandbox creates is its own).
@@ -158,6 +177,9 @@ func Compute(ws string, opts Options) (Plan, error) {
 		target = filepath.Clean(target)
 		p.GitFile, p.GitDir = true, target
 		if outside(ws, target) {
+			if super, ok := submoduleOf(ws, target); ok {
+				return p, errdefs.New(errdefs.ErrRefused, "%s is a Git submodule of %s, whose Git directory (%s) lies outside this workspace; Lazaret never mounts it silently (SR-3). Run Lazaret in the superproject, which holds the submodule's files: `lazaret run -C %s` (Git commands for the submodule itself run on the host)", ws, super, target, shellquote.Word(super))
+			}
 			if !opts.MountCommonDir {
 				return p, errdefs.New(errdefs.ErrRefused, "%s is a linked Git worktree whose repository (%s) lies outside the workspace; Lazaret never mounts it silently (SR-3). Run Lazaret in the main worktree of the repository, or opt in to mounting its common Git directory at the same path (with the Git Sentry applied there): `lazaret run %s`, or set %s = true in the profile", ws, target, OptInFlag, OptInSetting)
 			}

@@ -126,3 +126,30 @@ func TestComputePlan(t *testing.T) {
 		t.Errorf("plain dir: %+v %v", p, err)
 	}
 }
+
+// TestComputeSubmoduleWorkingTree: a workspace that is a submodule's
+// working tree (its gitfile names SUPER/.git/modules/NAME) is refused with
+// the superproject to run Lazaret in, not with the linked-worktree advice
+// (whose opt-in does not apply to it).
+func TestComputeSubmoduleWorkingTree(t *testing.T) {
+	super := filepath.Join(t.TempDir(), "my app")
+	gitdir := filepath.Join(super, ".git", "modules", "lib")
+	os.MkdirAll(gitdir, 0o755)
+	os.MkdirAll(filepath.Join(super, "lib"), 0o755)
+	os.WriteFile(filepath.Join(super, "lib", ".git"), []byte("gitdir: ../.git/modules/lib\n"), 0o644)
+	for _, opts := range []Options{{}, {MountCommonDir: true}} {
+		_, err := Compute(filepath.Join(super, "lib"), opts)
+		if !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), "is a Git submodule of "+super) ||
+			!strings.Contains(err.Error(), "`lazaret run -C '"+super+"'`") || strings.Contains(err.Error(), "linked Git worktree") {
+			t.Errorf("submodule working tree (%+v): %v", opts, err)
+		}
+	}
+	// A worktree's Git directory (it has commondir) keeps its own advice.
+	if s, ok := submoduleOf(filepath.Join(super, "lib"), gitdir); !ok || s != super {
+		t.Errorf("submoduleOf = %q, %v", s, ok)
+	}
+	os.WriteFile(filepath.Join(gitdir, "commondir"), []byte("../..\n"), 0o644)
+	if _, ok := submoduleOf(filepath.Join(super, "lib"), gitdir); ok {
+		t.Errorf("a Git directory with commondir taken for a submodule's")
+	}
+}
