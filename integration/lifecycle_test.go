@@ -10,7 +10,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,9 +30,7 @@ func TestSpec32StopEndsEverySession(t *testing.T) {
 	ws := workspace(t)
 	m := newTmux(t, ws, 100, 30)
 	const p = "main"
-	m.startLazaret(p, "st", "-p tiny")
-	m.line(p, "echo st-$((6*7))")
-	m.waitLine(p, "st-42", 3*time.Minute)
+	m.startTinyShell(p, "st")
 
 	bg := e.cmd(ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo started; exec sleep 300")
 	out, err := bg.StdoutPipe()
@@ -81,12 +78,7 @@ func TestSpec32StopEndsEverySession(t *testing.T) {
 	if !strings.Contains(bgErr.String(), "the Domain was stopped by `lazaret stop`") {
 		t.Errorf("non-interactive CLI stderr: %q", bgErr.String())
 	}
-	pane := m.waitMatch(p, regexp.MustCompile(`RC-st=\d+`), 30*time.Second)
-	if !strings.Contains(pane, "RC-st=143") || !strings.Contains(pane, "the Domain was stopped by `lazaret stop`") {
-		t.Errorf("interactive CLI after stop:\n%s", pane)
-	}
-	m.waitFor(p, "OUTER$", 10*time.Second)
-	m.sttySame("st.before", "st.after")
+	m.endedWith(p, "st", 143, "the Domain was stopped by `lazaret stop`", 30*time.Second)
 	m.kill()
 	noLeftovers(t)
 	allClean(t, ws, "tiny")
@@ -536,9 +528,7 @@ func TestSpec32SandboxCrashTellsEverySession(t *testing.T) {
 	ws := workspace(t)
 	m := newTmux(t, ws, 100, 30)
 	const p = "main"
-	m.startLazaret(p, "cr", "-p tiny")
-	m.line(p, "echo cr-$((6*7))")
-	m.waitLine(p, "cr-42", 3*time.Minute)
+	m.startTinyShell(p, "cr")
 	wait := startBackground(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", "echo started; exec sleep 300")
 
 	// The attached runsc client's pid, as the coordinator reports it; the
@@ -571,12 +561,7 @@ func TestSpec32SandboxCrashTellsEverySession(t *testing.T) {
 	if code != 137 || !strings.Contains(stderr, "lazaret: the sandbox stopped unexpectedly") || strings.Contains(stderr, "stopped: the sandbox stopped") {
 		t.Errorf("the non-interactive session of the crashed sandbox: exit %d, stderr %q; want 137 and the reason once", code, stderr)
 	}
-	pane := m.waitMatch(p, regexp.MustCompile(`RC-cr=\d+`), time.Minute)
-	if !strings.Contains(pane, "RC-cr=137") || !strings.Contains(pane, "lazaret: the sandbox stopped unexpectedly") {
-		t.Errorf("the interactive session of the crashed sandbox (want the reason and 137):\n%s", pane)
-	}
-	m.waitFor(p, "OUTER$", 10*time.Second)
-	m.sttySame("cr.before", "cr.after")
+	m.endedWith(p, "cr", 137, "lazaret: the sandbox stopped unexpectedly", time.Minute)
 	m.kill()
 	noLeftovers(t)
 	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "again"); r.code != 0 || r.stdout != "again\n" {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,6 +139,28 @@ func (m *tmuxTerm) sttySame(before, after string) {
 	if string(a) != string(b) {
 		m.t.Errorf("outer terminal modes changed:\nbefore %s\nafter  %s", b, a)
 	}
+}
+
+// startTinyShell starts, in target, an interactive `lazaret run -p tiny`
+// tagged tag (startLazaret) and waits until its shell answers.
+func (m *tmuxTerm) startTinyShell(target, tag string) {
+	m.t.Helper()
+	m.startLazaret(target, tag, "-p tiny")
+	m.line(target, "echo "+tag+"-$((6*7))")
+	m.waitLine(target, tag+"-42", 3*time.Minute)
+}
+
+// endedWith waits for the lazaret invocation tag of target (startLazaret)
+// to end, and asserts its exit status is code, the pane shows want, and the
+// outer shell is back with its terminal modes unchanged.
+func (m *tmuxTerm) endedWith(target, tag string, code int, want string, timeout time.Duration) {
+	m.t.Helper()
+	pane := m.waitMatch(target, regexp.MustCompile(`RC-`+tag+`=\d+`), timeout)
+	if !strings.Contains(pane, fmt.Sprintf("RC-%s=%d", tag, code)) || !strings.Contains(pane, want) {
+		m.t.Errorf("lazaret run %s: want status %d and %q in the pane:\n%s", tag, code, want, pane)
+	}
+	m.waitFor(target, "OUTER$", 10*time.Second)
+	m.sttySame(tag+".before", tag+".after")
 }
 
 // startLazaret types, in the outer shell of target, a lazaret invocation
