@@ -540,11 +540,13 @@ echo "mistaken $n of $i"`
 	noLeftovers(t)
 }
 
-// TestSR3SubmoduleWorkingTreeRefused (SR-3): `lazaret run` inside a
-// submodule's working tree (its gitfile names the superproject's
-// .git/modules/NAME) is refused naming the superproject to run it in; run
-// there, the submodule's files are in the workspace.
-func TestSR3SubmoduleWorkingTreeRefused(t *testing.T) {
+// TestSR3Submodules (SR-3, SR-4): `lazaret run` inside a submodule's
+// working tree (its gitfile names the superproject's .git/modules/NAME) is
+// refused naming the superproject to run it in; run there, Git inside works
+// in the submodule's working tree on the submodule's repository (its
+// gitfile is the sandbox's copy), and what the sandbox writes to that
+// gitfile never reaches the host's.
+func TestSR3Submodules(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	lib := workspace(t)
@@ -559,6 +561,21 @@ func TestSR3SubmoduleWorkingTreeRefused(t *testing.T) {
 	}
 	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "cat", "lib/a.txt"); r.code != 0 || r.stdout != "one\n" {
 		t.Errorf("run in the superproject: %+v", r)
+	}
+	hostGitfile, err := os.ReadFile(filepath.Join(ws, "lib", ".git"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = lz(t, ws, nil, "run", "-p", "default", "--", "sh", "-c",
+		`cd lib && git rev-parse --show-toplevel && git log --format=%s && cd .. && git submodule status | cut -c1 && echo 'gitdir: /tmp/elsewhere' > lib/.git`)
+	if r.code != 0 || r.stdout != "/workspace/lib\nfirst\n \n" {
+		t.Errorf("Git in the submodule's working tree inside (want its own repository, initialised): %+v", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "lib", ".git")); err != nil || string(b) != string(hostGitfile) {
+		t.Errorf("the sandbox's write reached the host's gitfile: %q %v", b, err)
+	}
+	if out := hostGit(t, filepath.Join(ws, "lib"), "log", "--format=%s"); out != "first" {
+		t.Errorf("host Git in the submodule: %q", out)
 	}
 	noLeftovers(t)
 }

@@ -178,6 +178,11 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 	r.passthrough = !isolate
 	r.SetOwnership(own)
 	r.AddSticky(sticky...)
+	if n, err := r.SeedSubmoduleGitfiles(ws, rules.Gitlinks()); err != nil {
+		log.Warn("submodule gitfiles not given to the sandbox: Git inside works on the superproject in their working trees", "err", err)
+	} else if n > 0 {
+		log.Info("submodule gitfiles given to the sandbox", "count", n)
+	}
 	to := cacheTimeout
 	if r.watch, err = newHostWatch(log); err != nil {
 		log.Warn("no inotify: host changes reach the sandbox within the short cache lifetime", "err", err, "short_timeout", shortTimeout)

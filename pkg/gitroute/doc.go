@@ -185,9 +185,14 @@
 // that holds hidden ignored entries returns EXDEV (the caller copies), so the
 // hidden content never moves to a visible path; `rmdir` of such a directory
 // fails ENOTEMPTY; a rename between a routed and a host path returns EXDEV;
-// a submodule's working tree is not a repository inside (its gitfile is
-// routed away) — use Git for submodules on the host; `git worktree add` and
-// `git submodule init` inside fail for the same reason.
+// a submodule's gitfile is routed away like any `.git` below the top level,
+// so Mount seeds the state with a copy of each submodule's host gitfile
+// that names the workspace's own `.git/modules/…` (the index's gitlinks;
+// Router.SeedSubmoduleGitfiles; a copy the state has is kept): Git works in
+// the submodule's working tree inside, on its Git directory, which the Git
+// Sentry guards, and host Git keeps reading the host's gitfile. `git
+// worktree add` and `git submodule init` of a new submodule inside fail (the
+// new gitfile or Git directory would be the sandbox's): use the host.
 //
 // Confinement: the daemon holds O_PATH descriptors of the two roots and
 // resolves every path with `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|

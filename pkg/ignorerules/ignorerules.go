@@ -59,7 +59,12 @@ type Rules struct {
 	// tracked holds every tracked path; trackedDirs every ancestor
 	// directory of a tracked path.
 	tracked, trackedDirs map[string]bool
+	// gitlinks are the index's submodule entries (mode 160000), in order.
+	gitlinks []string
 }
+
+// Gitlinks returns the paths of the index's submodules (gitlink entries).
+func (r *Rules) Gitlinks() []string { return r.gitlinks }
 
 // NewRules builds Rules from already-read sources (tests and Load).
 func NewRules() *Rules {

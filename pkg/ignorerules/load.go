@@ -57,13 +57,14 @@ func Load(ws, excludesFile string) (*Rules, error) {
 	r := NewRules()
 	gitdir, common := GitDirs(ws)
 	if b, err := readRuleFile(filepath.Join(gitdir, "index"), maxIndex); err == nil {
-		paths, err := ParseIndex(b)
+		paths, gitlinks, err := ParseIndexEntries(b)
 		if err != nil {
 			return nil, fmt.Errorf("read Git index of %s: %w", ws, err)
 		}
 		for _, p := range paths {
 			r.AddTracked(p)
 		}
+		r.gitlinks = gitlinks
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
@@ -146,12 +147,19 @@ func readRuleFile(p string, limit int64) ([]byte, error) {
 
 // ParseIndex returns the paths recorded in a Git index (versions 2–4).
 func ParseIndex(b []byte) ([]string, error) {
+	paths, _, err := ParseIndexEntries(b)
+	return paths, err
+}
+
+// ParseIndexEntries is ParseIndex that also returns, apart, the paths of
+// the gitlink entries (submodules, mode 160000).
+func ParseIndexEntries(b []byte) (paths, gitlinks []string, err error) {
 	if len(b) < 12 || string(b[:4]) != "DIRC" {
-		return nil, errors.New("not a Git index (no DIRC signature)")
+		return nil, nil, errors.New("not a Git index (no DIRC signature)")
 	}
 	ver := binary.BigEndian.Uint32(b[4:8])
 	if ver < 2 || ver > 4 {
-		return nil, fmt.Errorf("unsupported Git index version %d", ver)
+		return nil, nil, fmt.Errorf("unsupported Git index version %d", ver)
 	}
 	n := binary.BigEndian.Uint32(b[8:12])
 	off := 12
@@ -160,7 +168,7 @@ func ParseIndex(b []byte) ([]string, error) {
 	for i := uint32(0); i < n; i++ {
 		start := off
 		if off+62 > len(b) {
-			return nil, errors.New("truncated index entry")
+			return nil, nil, errors.New("truncated index entry")
 		}
 		mode := binary.BigEndian.Uint32(b[off+24 : off+28])
 		flags := binary.BigEndian.Uint16(b[off+60 : off+62])
@@ -172,19 +180,19 @@ func ParseIndex(b []byte) ([]string, error) {
 		if ver == 4 {
 			strip, k := indexVarint(b[off:])
 			if k == 0 || int(strip) > len(prev) {
-				return nil, errors.New("bad prefix compression in index")
+				return nil, nil, errors.New("bad prefix compression in index")
 			}
 			off += k
 			end := bytes.IndexByte(b[off:], 0)
 			if end < 0 {
-				return nil, errors.New("truncated index path")
+				return nil, nil, errors.New("truncated index path")
 			}
 			name = prev[:len(prev)-int(strip)] + string(b[off:off+end])
 			off += end + 1
 		} else {
 			end := bytes.IndexByte(b[off:], 0)
 			if end < 0 {
-				return nil, errors.New("truncated index path")
+				return nil, nil, errors.New("truncated index path")
 			}
 			name = string(b[off : off+end])
 			off += end + 1
@@ -196,8 +204,11 @@ func ParseIndex(b []byte) ([]string, error) {
 			name = strings.TrimSuffix(name, "/")
 		}
 		out = append(out, name)
+		if mode&0o170000 == 0o160000 {
+			gitlinks = append(gitlinks, name)
+		}
 	}
-	return out, nil
+	return out, gitlinks, nil
 }
 
 // indexVarint decodes Git's offset varint; k is 0 on malformed input.
