@@ -178,7 +178,7 @@ func Compute(ws string, opts Options) (Plan, error) {
 		p.GitFile, p.GitDir = true, target
 		if outside(ws, target) {
 			if super, ok := submoduleOf(ws, target); ok {
-				return p, errdefs.New(errdefs.ErrRefused, "%s is a Git submodule of %s, whose Git directory (%s) lies outside this workspace; Lazaret never mounts it silently (SR-3). Run Lazaret in the superproject, which holds the submodule's files: `lazaret run -C %s` (Git commands for the submodule itself run on the host)", ws, super, target, shellquote.Word(super))
+				return p, errdefs.New(errdefs.ErrRefused, "%s is a Git submodule of %s, whose Git directory (%s) lies outside this workspace; Lazaret never mounts it silently (SR-3). Run Lazaret in the superproject, whose workspace holds the submodule (Git works in its directory there): `lazaret run -C %s`", ws, super, target, shellquote.Word(super))
 			}
 			if !opts.MountCommonDir {
 				return p, errdefs.New(errdefs.ErrRefused, "%s is a linked Git worktree whose repository (%s) lies outside the workspace; Lazaret never mounts it silently (SR-3). Run Lazaret in the main worktree of the repository, or opt in to mounting its common Git directory at the same path (with the Git Sentry applied there): `lazaret run %s`, or set %s = true in the profile", ws, target, OptInFlag, OptInSetting)
