@@ -1,13 +1,14 @@
 package gitroute
 
 import (
-	"bytes"
 	"fmt"
 	"path"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/ignorerules"
 )
 
 // maxGitfile bounds a submodule gitfile the router reads ("gitdir: …").
@@ -43,11 +44,7 @@ func (r *Router) SeedSubmoduleGitfiles(ws string, gitlinks []string) (seeded int
 		if !ok {
 			continue
 		}
-		target := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(content)), "gitdir:"))
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(ws, p, target)
-		}
-		if !strings.HasPrefix(filepath.Clean(target)+"/", modules) || filepath.Clean(target)+"/" == modules {
+		if target, ok := ignorerules.GitfileTarget(content, filepath.Join(ws, p)); !ok || !strings.HasPrefix(target, modules) {
 			continue // names a Git directory elsewhere: not the sandbox's to reach
 		}
 		if fd, err := openBeneath(r.roots[stateBackend], rel, unix.O_PATH, 0); err == nil {
@@ -63,7 +60,7 @@ func (r *Router) SeedSubmoduleGitfiles(ws string, gitlinks []string) (seeded int
 }
 
 // readGitfile reads rel beneath root when it is a regular file of at most
-// maxGitfile bytes starting with "gitdir:".
+// maxGitfile bytes.
 func readGitfile(root int, rel string) ([]byte, bool) {
 	fd, err := openBeneath(root, rel, unix.O_RDONLY, 0)
 	if err != nil {
@@ -75,8 +72,7 @@ func readGitfile(root int, rel string) ([]byte, bool) {
 		return nil, false
 	}
 	b := make([]byte, st.Size)
-	n, err := unix.Pread(fd, b, 0)
-	if err != nil || n != len(b) || !bytes.HasPrefix(b, []byte("gitdir:")) {
+	if n, err := unix.Pread(fd, b, 0); err != nil || n != len(b) {
 		return nil, false
 	}
 	return b, true

@@ -28,12 +28,8 @@ func GitDirs(ws string) (gitdir, common string) {
 	gitdir = filepath.Join(ws, ".git")
 	if st, err := os.Lstat(gitdir); err == nil && st.Mode().IsRegular() {
 		if b, err := readRuleFile(gitdir, maxRuleFile); err == nil {
-			if t, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:"); ok {
-				t = strings.TrimSpace(t)
-				if !filepath.IsAbs(t) {
-					t = filepath.Join(ws, t)
-				}
-				gitdir = filepath.Clean(t)
+			if t, ok := GitfileTarget(b, ws); ok {
+				gitdir = t
 			}
 		}
 	}
@@ -46,6 +42,21 @@ func GitDirs(ws string) (gitdir, common string) {
 		common = filepath.Clean(c)
 	}
 	return gitdir, common
+}
+
+// GitfileTarget is the Git directory a gitfile's content ("gitdir: X")
+// names, X resolved against dir, the directory holding the gitfile; ok is
+// false when the content is not a gitfile's.
+func GitfileTarget(content []byte, dir string) (string, bool) {
+	t, ok := strings.CutPrefix(strings.TrimSpace(string(content)), "gitdir:")
+	if !ok {
+		return "", false
+	}
+	t = strings.TrimSpace(t)
+	if !filepath.IsAbs(t) {
+		t = filepath.Join(dir, t)
+	}
+	return filepath.Clean(t), true
 }
 
 // Load reads the host's rules for the workspace ws at generation start:
