@@ -415,7 +415,9 @@ func ed25519Key(seed []byte) any { return ed25519.NewKeyFromSeed(seed) }
 
 // TestStatus (issue: inspectability): `lazaret status --json` reports a
 // running Domain through its Host Coordinator (generation, state, sessions,
-// process identities) and a stopped one from its identity.
+// process identities) and a stopped one from its identity. The table lists
+// the running Domains first; a stopped one only with --all, or when -C/-p
+// select it (issue 25: the status of the Domain a `lazaret run` here uses).
 func TestStatus(t *testing.T) {
 	parallel(t)
 	e := need(t)
@@ -438,17 +440,48 @@ func TestStatus(t *testing.T) {
 	if s, _ := mine["sessions"].([]any); len(s) != 1 {
 		t.Errorf("sessions: %v", mine["sessions"])
 	}
+	for _, args := range [][]string{{"status"}, {"status", "-p", "tiny"}, {"status", "-C", ws}} {
+		if r := lz(t, ws, nil, args...); r.code != 0 || !strings.Contains(r.stdout, ws) || !strings.Contains(r.stdout, "running") {
+			t.Errorf("%v while it runs: %+v", args, r)
+		}
+	}
 	release(hold)
 	noLeftovers(t)
+	// Stopped: left out of the default list, which says how to see it.
 	r = lz(t, ws, nil, "status")
-	if r.code != 0 || !strings.Contains(r.stdout, ws) || !strings.Contains(r.stdout, "stopped") {
-		t.Errorf("stopped Domain: %+v", r)
+	if r.code != 0 || strings.Contains(r.stdout, ws+"\n") || !strings.Contains(r.stdout, "lazaret status --all") {
+		t.Errorf("status lists the stopped Domain, or does not say how to see it: %+v", r)
 	}
-	// A stopped Domain has no generation: "-", like its other empty fields.
-	for _, l := range strings.Split(r.stdout, "\n") {
-		if f := strings.Fields(l); len(f) > 3 && f[len(f)-1] == ws && (f[2] != "stopped" || f[3] != "-" || strings.Contains(l, "<nil>")) {
-			t.Errorf("stopped Domain's row: %q, want state stopped and generation -", l)
+	r = lz(t, ws, nil, "status", "--json")
+	if strings.Contains(r.stdout, `"workspace": "`+ws+`"`) || strings.Contains(r.stdout, `"workspace":"`+ws+`"`) {
+		t.Errorf("status --json lists the stopped Domain: %s", r.stdout)
+	}
+	// -C (or -p) selects it whatever its state; --all lists it too. A
+	// stopped Domain has no generation: "-", like its other empty fields.
+	for _, args := range [][]string{{"status", "-C", ws}, {"status", "-p", "tiny"}, {"status", "--all"}} {
+		r = lz(t, ws, nil, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, ws) || !strings.Contains(r.stdout, "stopped") {
+			t.Errorf("%v: stopped Domain not listed: %+v", args, r)
 		}
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if f := strings.Fields(l); len(f) > 3 && f[len(f)-1] == ws && (f[2] != "stopped" || f[3] != "-" || strings.Contains(l, "<nil>")) {
+				t.Errorf("%v: stopped Domain's row: %q, want state stopped and generation -", args, l)
+			}
+		}
+	}
+	r = lz(t, ws, nil, "status", "-C", ws, "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &docs); err != nil || len(docs) != 1 || docs[0]["workspace"] != ws || docs[0]["state"] != "stopped" {
+		t.Errorf("status -C --json of the stopped Domain: %v %+v", err, r)
+	}
+	// A profile with no Domain here, and one that does not exist.
+	if r = lz(t, ws, nil, "status", "-p", "default"); r.code != 0 || !strings.Contains(r.stdout, "no Domain of profile default for the workspace "+ws+" yet") {
+		t.Errorf("status -p default: %+v", r)
+	}
+	if r = lz(t, ws, nil, "status", "-p", "nope"); r.code != 0 || !strings.Contains(r.stdout, `unknown profile "nope"`) {
+		t.Errorf("status -p nope: %+v", r)
+	}
+	if r = lz(t, ws, nil, "status", "--all", "-p", "tiny"); r.code != 2 {
+		t.Errorf("status --all -p: %+v, want a usage error", r)
 	}
 	noLeftovers(t)
 }

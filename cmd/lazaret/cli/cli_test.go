@@ -90,11 +90,13 @@ func TestStrayArgsRefused(t *testing.T) {
 			t.Errorf("lazaret %s zz-stray: status %d, %q; want 2 and %q", strings.Join(p, " "), code, msg, want)
 		}
 	}
-	if _, msg := runCaptured(t, "status", "zz"); strings.Contains(msg, "-p PROFILE") {
-		t.Errorf("status names no Domain, but says: %q", msg)
+	for _, verb := range []string{"stop", "status"} {
+		if _, msg := runCaptured(t, verb, "zz"); !strings.Contains(msg, "the Domain is that of -p PROFILE and -C DIR") {
+			t.Errorf("%s: %q", verb, msg)
+		}
 	}
-	if _, msg := runCaptured(t, "stop", "zz"); !strings.Contains(msg, "the Domain is that of -p PROFILE and -C DIR") {
-		t.Errorf("stop: %q", msg)
+	if _, msg := runCaptured(t, "ls", "zz"); strings.Contains(msg, "-p PROFILE") {
+		t.Errorf("ls names no Domain, but says: %q", msg)
 	}
 }
 

@@ -262,7 +262,7 @@ func flagDomain(c *cli.Context, command string) (resolvedDomain, string, error) 
 	}
 	name := c.String("profile")
 	if !domain.ValidProfileName(name) {
-		return resolvedDomain{}, "", errdefs.New(errdefs.ErrInvalid, "%q is not a profile name (1–63 of a-z 0-9 . _ - starting with a letter or digit)", name)
+		return resolvedDomain{}, "", badProfileName(name)
 	}
 	rd, err := resolveDomainOf(c, profile{Name: name})
 	return rd, name, err

@@ -128,7 +128,7 @@ func parseRm(f rmFlags) (rmOptions, error) {
 	case o.all && (f.profileSet || f.dirSet):
 		return rmOptions{}, errdefs.New(errdefs.ErrInvalid, "--all removes every Domain: give no --profile or --dir with it")
 	case !o.all && !domain.ValidProfileName(o.profile):
-		return rmOptions{}, errdefs.New(errdefs.ErrInvalid, "%q is not a profile name (1–63 of a-z 0-9 . _ - starting with a letter or digit)", o.profile)
+		return rmOptions{}, badProfileName(o.profile)
 	}
 	return o, nil
 }

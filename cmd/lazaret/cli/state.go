@@ -126,18 +126,25 @@ func resolveStateDomain(c *cli.Context) (resolvedDomain, error) {
 	return resolveDomainOf(c, prof)
 }
 
+// workspaceOfDir resolves the Agent Workspace of the command's --dir
+// (default: the current directory).
+func workspaceOfDir(c *cli.Context) (domain.Workspace, error) {
+	dir := c.String("dir")
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return domain.Workspace{}, err
+		}
+		dir = wd
+	}
+	return domain.ResolveWorkspace(dir, os.Getenv("HOME"))
+}
+
 // resolveDomainOf resolves the Domain of profile prof and the workspace of
 // the command's --dir (only prof.Name is used) and checks its stored
 // identity.
 func resolveDomainOf(c *cli.Context, prof profile) (resolvedDomain, error) {
-	var err error
-	dir := c.String("dir")
-	if dir == "" {
-		if dir, err = os.Getwd(); err != nil {
-			return resolvedDomain{}, err
-		}
-	}
-	ws, err := domain.ResolveWorkspace(dir, os.Getenv("HOME"))
+	ws, err := workspaceOfDir(c)
 	if err != nil {
 		return resolvedDomain{}, err
 	}

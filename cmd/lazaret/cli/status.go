@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,20 +18,39 @@ import (
 
 var statusCommand = &cli.Command{
 	Name:  "status",
-	Usage: "list your Domains and, for running ones, their generation, processes, sessions and use against limits",
-	Description: `Only a Domain's Host Coordinator opens its store: for a running Domain the
+	Usage: "show your running Domains: their generation, processes, sessions, use against limits and linger",
+	Description: `Lists the Domains that run (or start, stop, or cannot be reached), running
+first; the stopped ones only with --all, or when -C/-p select them
+(` + "`lazaret ls`" + ` lists every Domain with its disk use). With -C DIR and/or -p
+PROFILE it shows the Domains of that workspace (the one containing DIR, default
+the current directory), of that profile, whatever their state.
+
+Only a Domain's Host Coordinator opens its store: for a running Domain the
 state comes from it over the control socket; a stopped Domain shows its
-identity and last generation. MEMORY and TASKS are a running Domain's
-memory and guest tasks against limits.memory and limits.processes, as the
-sandbox's kernel accounts them.
+identity. MEMORY and TASKS are a running Domain's memory and guest tasks
+against limits.memory and limits.processes, as the sandbox's kernel accounts
+them; LINGER its linger, or the time left while it lingers with no session.
+The last egress refusals (allowlist mode) follow for running Domains and for
+the Domains -C/-p select.
 
 Examples:
-   lazaret status
-   lazaret status --json`,
-	Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output"}},
+   lazaret status                      your running Domains
+   lazaret status -p claude            this workspace's Domain of profile claude
+   lazaret status -C ~/src/app --json
+   lazaret status --all                every Domain, stopped ones too`,
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "profile", Aliases: []string{"p"}, Usage: "only the Domain of this Agent Profile (of the workspace of -C, default the current directory)"},
+		&cli.StringFlag{Name: "dir", Aliases: []string{"C"}, Usage: "only the Domains of the Agent Workspace containing this directory"},
+		&cli.BoolFlag{Name: "all", Usage: "stopped Domains too"},
+		&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
+	},
 	Action: func(c *cli.Context) error {
 		if os.Geteuid() == 0 {
 			return errdefs.New(errdefs.ErrRefused, "run lazaret status as the user whose Domains you want to see, not as root")
+		}
+		sel, err := statusSelectionOf(c)
+		if err != nil {
+			return err
 		}
 		roots, err := domain.DefaultRoots(os.Getenv, os.Getuid())
 		if err != nil {
@@ -40,21 +60,22 @@ Examples:
 		if err != nil {
 			return err
 		}
+		shown, hidden := selectStatuses(docs, sel, c.Bool("all"))
 		if c.Bool("json") {
-			b, err := client.MarshalStatusJSON(docs)
+			b, err := client.MarshalStatusJSON(shown)
 			if err != nil {
 				return err
 			}
 			_, err = c.App.Writer.Write(b)
 			return err
 		}
-		if len(docs) == 0 {
-			fmt.Fprintln(c.App.Writer, "no Domains yet: `lazaret run -- COMMAND` in a project starts one")
+		if len(shown) == 0 {
+			fmt.Fprintln(c.App.Writer, noStatusText(len(docs), hidden, sel))
 			return nil
 		}
 		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "DOMAIN\tPROFILE\tSTATE\tGENERATION\tSESSIONS\tMEMORY\tTASKS\tPORTS\tLINGER\tWORKSPACE")
-		for _, d := range docs {
+		for _, d := range shown {
 			mem, tasks := limitsText(d.GetLimits())
 			gen := unset
 			if d.Generation != nil {
@@ -65,9 +86,16 @@ Examples:
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		// The last refusals of each Domain's egress proxy (allowlist mode).
-		for _, d := range docs {
-			if len(d.GetRecentDenials()) == 0 {
+		for _, d := range shown {
+			if d.Error != nil && d.GetState() != stateStopped && d.GetState() != "running" {
+				fmt.Fprintf(c.App.Writer, "%s (%s, %s) is %s: %s\n", d.GetDomainId(), orUnset(d.Profile), orUnset(d.Workspace), d.GetState(), d.GetError())
+			}
+		}
+		if hidden > 0 {
+			fmt.Fprintf(c.App.Writer, "(%s not shown: `lazaret status --all` lists them, `lazaret ls` with their disk use)\n", stoppedCount(hidden))
+		}
+		for _, d := range shown {
+			if len(d.GetRecentDenials()) == 0 || (d.GetState() == stateStopped && sel == nil) {
 				continue
 			}
 			fmt.Fprintf(c.App.Writer, "\nrecent egress refusals of %s (%s), newest last; all: lazaret network log -p %s -C %s\n", d.GetDomainId(), orUnset(d.Profile), orUnset(d.Profile), orUnset(d.Workspace))
@@ -77,6 +105,86 @@ Examples:
 		}
 		return nil
 	},
+}
+
+// stateStopped is the state of a Domain whose coordinator is not running.
+const stateStopped = "stopped"
+
+// statusSelection is what -C and -p select: the Domains of one workspace,
+// of one profile ("" for every profile).
+type statusSelection struct {
+	workspace, profile string
+}
+
+// statusSelectionOf resolves status's -C and -p (nil: neither given).
+func statusSelectionOf(c *cli.Context) (*statusSelection, error) {
+	if !c.IsSet("dir") && !c.IsSet("profile") {
+		return nil, nil
+	}
+	if c.Bool("all") {
+		return nil, errdefs.New(errdefs.ErrInvalid, "--all lists every Domain: give no --profile or --dir with it")
+	}
+	name := c.String("profile")
+	if c.IsSet("profile") && !domain.ValidProfileName(name) {
+		return nil, badProfileName(name)
+	}
+	ws, err := workspaceOfDir(c)
+	if err != nil {
+		return nil, err
+	}
+	return &statusSelection{workspace: ws.Root, profile: name}, nil
+}
+
+// selectStatuses is what status shows of docs, in order: the Domains sel
+// selects (whatever their state), else every Domain with all, else those
+// not stopped; running ones first, each group in docs' order (by
+// workspace), then by profile. hidden counts the stopped Domains left out
+// for want of all.
+func selectStatuses(docs []*lv1.DomainStatus, sel *statusSelection, all bool) (shown []*lv1.DomainStatus, hidden int) {
+	for _, d := range docs {
+		switch {
+		case sel != nil:
+			if d.GetWorkspace() != sel.workspace || (sel.profile != "" && d.GetProfile() != sel.profile) {
+				continue
+			}
+		case !all && d.GetState() == stateStopped:
+			hidden++
+			continue
+		}
+		shown = append(shown, d)
+	}
+	sort.SliceStable(shown, func(i, j int) bool {
+		a, b := shown[i], shown[j]
+		if sa, sb := a.GetState() == stateStopped, b.GetState() == stateStopped; sa != sb {
+			return sb
+		}
+		if a.GetWorkspace() != b.GetWorkspace() {
+			return a.GetWorkspace() < b.GetWorkspace()
+		}
+		return a.GetProfile() < b.GetProfile()
+	})
+	return shown, hidden
+}
+
+// stoppedCount is "1 stopped Domain" or "n stopped Domains".
+func stoppedCount(n int) string { return fmt.Sprintf("%d stopped Domain%s", n, plural(n)) }
+
+// noStatusText is what status prints when it shows no Domain: there are
+// total Domains, hidden of them stopped and not shown.
+func noStatusText(total, hidden int, sel *statusSelection) string {
+	switch {
+	case sel != nil && sel.profile != "":
+		if _, err := lookupProfileIn("", sel.profile); err != nil {
+			return fmt.Sprintf("no Domain of profile %s for the workspace %s: %v", sel.profile, sel.workspace, err)
+		}
+		return fmt.Sprintf("no Domain of profile %s for the workspace %s yet: `lazaret run -p %s` there starts one", sel.profile, sel.workspace, sel.profile)
+	case sel != nil:
+		return fmt.Sprintf("no Domain for the workspace %s yet: `lazaret run` there starts one", sel.workspace)
+	case total == 0:
+		return "no Domains yet: `lazaret run -- COMMAND` in a project starts one"
+	default:
+		return fmt.Sprintf("no running Domain (%s: `lazaret status --all` lists them, `lazaret ls` with their disk use)", stoppedCount(hidden))
+	}
 }
 
 // unset is how the status table shows a field the document does not have

@@ -52,6 +52,12 @@ Examples:
 	Action: stopAction,
 }
 
+// badProfileName is the usage error for a --profile that no profile can
+// have (domain.ValidProfileName).
+func badProfileName(name string) error {
+	return errdefs.New(errdefs.ErrInvalid, "%q is not a profile name (1–63 of a-z 0-9 . _ - starting with a letter or digit)", name)
+}
+
 // stopView is one Domain in stop's report.
 type stopView struct {
 	DomainID   domain.ID `json:"domain_id"`
@@ -81,7 +87,7 @@ func stopAction(c *cli.Context) error {
 	} else {
 		name := c.String("profile")
 		if !domain.ValidProfileName(name) {
-			return errdefs.New(errdefs.ErrInvalid, "%q is not a profile name (1–63 of a-z 0-9 . _ - starting with a letter or digit)", name)
+			return badProfileName(name)
 		}
 		rd, err := resolveDomainOf(c, profile{Name: name})
 		if err != nil {

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+)
+
+func TestSelectStatuses(t *testing.T) {
+	doc := func(ws, profile, state string) *lv1.DomainStatus {
+		return &lv1.DomainStatus{DomainId: proto.String(ws + "/" + profile), Workspace: proto.String(ws), Profile: proto.String(profile), State: proto.String(state)}
+	}
+	// client.Statuses sorts by workspace.
+	docs := []*lv1.DomainStatus{
+		doc("/a", "tiny", "stopped"), doc("/a", "default", "running"),
+		doc("/b", "tiny", "unreachable"), doc("/c", "default", "stopped"), doc("/c", "claude", "starting"),
+	}
+	ids := func(ds []*lv1.DomainStatus) string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.GetDomainId())
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct {
+		name   string
+		sel    *statusSelection
+		all    bool
+		want   string
+		hidden int
+	}{
+		{"default: not stopped, by workspace and profile", nil, false, "/a/default /b/tiny /c/claude", 2},
+		{"all: running first", nil, true, "/a/default /b/tiny /c/claude /a/tiny /c/default", 0},
+		{"workspace, any state and profile", &statusSelection{workspace: "/c"}, false, "/c/claude /c/default", 0},
+		{"workspace and profile", &statusSelection{workspace: "/a", profile: "tiny"}, false, "/a/tiny", 0},
+		{"nothing selected", &statusSelection{workspace: "/d"}, false, "", 0},
+	} {
+		shown, hidden := selectStatuses(docs, tc.sel, tc.all)
+		if got := ids(shown); got != tc.want || hidden != tc.hidden {
+			t.Errorf("%s: %q hidden %d, want %q hidden %d", tc.name, got, hidden, tc.want, tc.hidden)
+		}
+	}
+}
+
+func TestNoStatusText(t *testing.T) {
+	for _, tc := range []struct {
+		total, hidden int
+		sel           *statusSelection
+		want          string
+	}{
+		{0, 0, nil, "no Domains yet"},
+		{3, 3, nil, "no running Domain (3 stopped Domains: `lazaret status --all` lists them"},
+		{1, 1, nil, "(1 stopped Domain: "},
+		{2, 0, &statusSelection{workspace: "/w"}, "no Domain for the workspace /w yet: `lazaret run` there starts one"},
+		{2, 0, &statusSelection{workspace: "/w", profile: "tiny"}, "no Domain of profile tiny for the workspace /w yet: `lazaret run -p tiny` there starts one"},
+	} {
+		if got := noStatusText(tc.total, tc.hidden, tc.sel); !strings.Contains(got, tc.want) {
+			t.Errorf("noStatusText(%d, %d, %+v) = %q, want it to contain %q", tc.total, tc.hidden, tc.sel, got, tc.want)
+		}
+	}
+}
