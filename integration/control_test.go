@@ -411,6 +411,52 @@ func TestJoinDuringStartup(t *testing.T) {
 	noLeftovers(t)
 }
 
+// TestSpec32MismatchWhileStarting: a session with another configuration
+// that arrives while the Domain is still starting for another run is
+// refused at once, and the refusal says so (not "wait for its sessions"):
+// the start is held for seconds by a runsc wrapper that delays `runsc run`
+// (fault injection: the real runsc runs after the delay).
+func TestSpec32MismatchWhileStarting(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	dir := e.userDir("slow-runsc-" + randHex(3))
+	wrapper := filepath.Join(dir, "runsc")
+	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = run ] && { sleep 3; break; }; done\nexec %s \"$@\"\n", e.runsc)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	slow := []string{"LAZARET_RUNSC=" + wrapper}
+	first := e.cmd(ws, slow, "run", "-p", "tiny", "--", "echo", "first")
+	var out1, err1 bytes.Buffer
+	first.Stdout, first.Stderr = &out1, &err1
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	starting := func() bool {
+		r := lz(t, ws, nil, "status", "-C", ws, "-p", "tiny", "--json")
+		var docs []map[string]any
+		return json.Unmarshal([]byte(r.stdout), &docs) == nil && len(docs) == 1 && docs[0]["state"] == "starting"
+	}
+	if !waitUntil(time.Minute, 20*time.Millisecond, starting) {
+		first.Process.Kill()
+		first.Wait()
+		t.Fatalf("the Domain was never seen starting; first run: %s", err1.String())
+	}
+	recordModelTrace(t, "RejectConfigurationMismatch")
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	os.WriteFile(cfg, []byte("[profiles.tiny]\nenv = { EXTRA = \"1\" }\n"), 0o600)
+	os.Chown(cfg, e.uid, e.gid)
+	r := lzEnv(t, ws, slow, nil, "run", "--config", cfg, "-p", "tiny", "--", "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "EXTRA") || !strings.Contains(r.stderr, "It is starting for another `lazaret run`: wait for that run to end") || strings.Contains(r.stderr, "Wait for its sessions") {
+		t.Errorf("mismatched session while the Domain starts: %+v", r)
+	}
+	if err := first.Wait(); err != nil || out1.String() != "first\n" {
+		t.Errorf("the starting run: %v %q %s", err, out1.String(), err1.String())
+	}
+	noLeftovers(t)
+}
+
 func ed25519Key(seed []byte) any { return ed25519.NewKeyFromSeed(seed) }
 
 // TestStatus (issue: inspectability): `lazaret status --json` reports a

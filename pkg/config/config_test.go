@@ -752,7 +752,7 @@ func TestFingerprintChangesAndDiff(t *testing.T) {
 			if strings.Contains(d, "s3cr3t") || strings.Contains(d, "nano") {
 				t.Fatalf("diff leaks an env value: %q", d)
 			}
-			err := MismatchError(bp, p, MismatchRemedy("lazaret stop -p coder", 0, 0, false))
+			err := MismatchError(bp, p, MismatchRemedy("lazaret stop -p coder", 0, 0, WithSessions))
 			if !errors.Is(err, errdefs.ErrRefused) || !strings.Contains(err.Error(), c.want) || !strings.HasSuffix(err.Error(), "Wait for its sessions to end (the Domain then stops) or undo the change; `lazaret stop -p coder` ends the Domain and its sessions now") {
 				t.Fatalf("mismatch error %v", err)
 			}
@@ -1099,20 +1099,21 @@ func TestNetworkAllowlistMode(t *testing.T) {
 
 // TestMismatchRemedy: the refusal's last sentence follows the Domain's
 // state — a lingering Domain (no session) is stopped or the change undone;
-// one with sessions is waited for (and then its linger), and a stop is
-// named as ending those sessions too.
+// one with sessions, or starting for a run, is waited for (and then its
+// linger), and a stop is named as ending those sessions too.
 func TestMismatchRemedy(t *testing.T) {
 	for _, c := range []struct {
 		linger, left time.Duration
-		lingering    bool
+		what         DomainActivity
 		want         string
 	}{
-		{0, 0, false, "Wait for its sessions to end (the Domain then stops) or undo the change; `lazaret stop -p lg` ends the Domain and its sessions now"},
-		{10 * time.Minute, 0, false, "Wait for its sessions to end (the Domain then stops after lingering 10m0s) or undo the change; `lazaret stop -p lg` ends the Domain and its sessions now"},
-		{10 * time.Minute, 9*time.Minute + 12400*time.Millisecond, true, "It lingers with no session (9m12s left): `lazaret stop -p lg` ends it now, or undo the change"},
+		{0, 0, WithSessions, "Wait for its sessions to end (the Domain then stops) or undo the change; `lazaret stop -p lg` ends the Domain and its sessions now"},
+		{10 * time.Minute, 0, WithSessions, "Wait for its sessions to end (the Domain then stops after lingering 10m0s) or undo the change; `lazaret stop -p lg` ends the Domain and its sessions now"},
+		{10 * time.Minute, 9*time.Minute + 12400*time.Millisecond, Lingering, "It lingers with no session (9m12s left): `lazaret stop -p lg` ends it now, or undo the change"},
+		{0, 0, Starting, "It is starting for another `lazaret run`: wait for that run to end (the Domain then stops) or undo the change; `lazaret stop -p lg` ends the Domain and the runs waiting for it now"},
 	} {
-		if got := MismatchRemedy("lazaret stop -p lg", c.linger, c.left, c.lingering); got != c.want {
-			t.Errorf("MismatchRemedy(%s, %s, %v) = %q, want %q", c.linger, c.left, c.lingering, got, c.want)
+		if got := MismatchRemedy("lazaret stop -p lg", c.linger, c.left, c.what); got != c.want {
+			t.Errorf("MismatchRemedy(%s, %s, %v) = %q, want %q", c.linger, c.left, c.what, got, c.want)
 		}
 	}
 }

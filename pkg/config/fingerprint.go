@@ -413,18 +413,36 @@ func MismatchError(running, joining *Profile, remedy string) error {
 		running.Name, short(running.Fingerprint()), short(joining.Fingerprint()), strings.Join(changes, "; "), remedy)
 }
 
+// DomainActivity is what a running Domain is doing when a session with
+// another configuration arrives; it decides MismatchRemedy's advice.
+type DomainActivity int
+
+const (
+	// WithSessions: published, with sessions.
+	WithSessions DomainActivity = iota
+	// Lingering: published, no session, its linger counting down.
+	Lingering
+	// Starting: not yet published; the session that started it (and any
+	// that arrived meanwhile) waits for it.
+	Starting
+)
+
 // MismatchRemedy is MismatchError's remedy for a Domain that the command
-// stop stops, with the given linger (0: none): lingering (no session, the linger
-// counting down, left remaining) it is stopped or the change undone; with
-// sessions, they are waited for (then its linger) or the change undone,
-// and a stop, which would end those sessions too, is named as such.
-func MismatchRemedy(stop string, linger, left time.Duration, lingering bool) string {
-	if lingering {
-		return fmt.Sprintf("It lingers with no session (%s left): `%s` ends it now, or undo the change", left.Round(time.Second), stop)
-	}
+// stop stops, with the given linger (0: none), doing what: lingering (no
+// session, the linger counting down, left remaining) it is stopped or the
+// change undone; with sessions, or starting for them, they are waited for
+// (then its linger) or the change undone, and a stop, which would end
+// those sessions too, is named as such.
+func MismatchRemedy(stop string, linger, left time.Duration, what DomainActivity) string {
 	then := "the Domain then stops"
 	if linger > 0 {
 		then = fmt.Sprintf("the Domain then stops after lingering %s", linger)
+	}
+	switch what {
+	case Lingering:
+		return fmt.Sprintf("It lingers with no session (%s left): `%s` ends it now, or undo the change", left.Round(time.Second), stop)
+	case Starting:
+		return fmt.Sprintf("It is starting for another `lazaret run`: wait for that run to end (%s) or undo the change; `%s` ends the Domain and the runs waiting for it now", then, stop)
 	}
 	return fmt.Sprintf("Wait for its sessions to end (%s) or undo the change; `%s` ends the Domain and its sessions now", then, stop)
 }

@@ -76,7 +76,14 @@ func (c *coordinator) admit(req *lv1.RunRequest, client *trust.ClientIdentity) (
 		c.mu.Lock()
 		left, lingering := c.sessions.LingerLeft()
 		stop := "lazaret stop -p " + c.cfg.profileName + " -C " + shellquote.Word(c.cfg.workspace)
-		remedy := config.MismatchRemedy(stop, c.sessions.Linger(), left, lingering && c.st == stateRunning)
+		what := config.WithSessions
+		switch {
+		case c.st == stateStarting:
+			what = config.Starting
+		case lingering && c.st == stateRunning:
+			what = config.Lingering
+		}
+		remedy := config.MismatchRemedy(stop, c.sessions.Linger(), left, what)
 		c.mu.Unlock()
 		return nil, nil, config.MismatchError(c.cfg.profile, joining, remedy)
 	}
