@@ -86,7 +86,10 @@ func TestSpec35RecipeBuildReuseRebuild(t *testing.T) {
 	}
 	img := storeImage(t, r)
 	t.Cleanup(func() { os.RemoveAll(img) })
-	for _, want := range []string{"[1/2] mkdir -p /opt/recipe", "  | first-step-output", "[2/2] done in", "  | second-step-output", "downloaded", "built the image of profile rcp"} {
+	if strings.Contains(r.stderr, "not built yet") {
+		t.Errorf("image build speaks as a run that found the image missing:\n%s", r.stderr)
+	}
+	for _, want := range []string{"lazaret: building the image of profile rcp from its recipe\n", "[1/2] mkdir -p /opt/recipe", "  | first-step-output", "[2/2] done in", "  | second-step-output", "downloaded", "built the image of profile rcp"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("build progress lacks %q:\n%s", want, r.stderr)
 		}
@@ -113,6 +116,10 @@ func TestSpec35RecipeBuildReuseRebuild(t *testing.T) {
 	r = lz(t, ws1, nil, "image", "build", "--config", cfg, "rcp")
 	if r.code != 0 || !strings.Contains(r.stdout, "is current") || strings.Contains(r.stderr, "[1/2]") {
 		t.Fatalf("second build: %d %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = lzFor(t, 10*time.Minute, ws1, nil, nil, "image", "build", "--force", "--config", cfg, "rcp")
+	if r.code != 0 || !strings.Contains(r.stderr, "rebuilding the image of profile rcp from its recipe (--force)") || !strings.Contains(r.stderr, "[2/2]") {
+		t.Fatalf("forced build: %d %q\n%s", r.code, r.stdout, r.stderr)
 	}
 	noLeftovers(t)
 

@@ -37,7 +37,7 @@ var (
 func init() {
 	// Here, unlike in the front, a recipe profile's run builds its image.
 	runverb.EnsureRecipeImage = func(ctx context.Context, prof runverb.Profile, out io.Writer) error {
-		_, err := ensureRecipeImage(ctx, prof, out, false)
+		_, err := ensureRecipeImage(ctx, prof, out, recipeForRun)
 		return err
 	}
 }

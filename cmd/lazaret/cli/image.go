@@ -94,7 +94,11 @@ func buildProfileImage(c *cli.Context, name string) error {
 	if c.String("dest") != "" {
 		return errdefs.New(errdefs.ErrInvalid, "--dest is for base images: a recipe image lives in the image store under its digest")
 	}
-	built, err := ensureRecipeImage(c.Context, prof, c.App.ErrWriter, c.Bool("force"))
+	req := recipeForBuild
+	if c.Bool("force") {
+		req = recipeForForcedBuild
+	}
+	built, err := ensureRecipeImage(c.Context, prof, c.App.ErrWriter, req)
 	if err != nil {
 		return err
 	}

@@ -42,9 +42,39 @@ func recipeBase(base, dataHome string) (dir, tag, kind string) {
 	return filepath.Join(dataHome, "lazaret", "images", base), imagebuild.DefaultTag, base
 }
 
+// recipeRequest is who asks ensureRecipeImage for a profile's image.
+type recipeRequest int
+
+const (
+	// recipeForRun: a `lazaret run` of the profile, which builds the image
+	// on first use.
+	recipeForRun recipeRequest = iota
+	// recipeForBuild: `lazaret image build PROFILE`.
+	recipeForBuild
+	// recipeForForcedBuild: `lazaret image build --force PROFILE`, which
+	// rebuilds a current image too.
+	recipeForForcedBuild
+)
+
+// recipeBuildNotice is the line ensureRecipeImage prints before it builds
+// profile's image for req: built is whether an image of the recipe was
+// built before, current whether it is current.
+func recipeBuildNotice(profile string, req recipeRequest, built, current bool) string {
+	switch {
+	case current:
+		return fmt.Sprintf("lazaret: rebuilding the image of profile %s from its recipe (--force)", profile)
+	case built:
+		return fmt.Sprintf("lazaret: the base image of profile %s changed since its image was built: rebuilding it from its recipe", profile)
+	case req == recipeForRun:
+		return fmt.Sprintf("lazaret: the image of profile %s is not built yet: building it from its recipe (once; later runs reuse it)", profile)
+	}
+	return fmt.Sprintf("lazaret: building the image of profile %s from its recipe", profile)
+}
+
 // ensureRecipeImage builds prof's recipe image unless it is current (or
-// always with force). It reports whether it built.
-func ensureRecipeImage(ctx context.Context, prof profile, out io.Writer, force bool) (built bool, err error) {
+// always for a forced build). It reports whether it built.
+func ensureRecipeImage(ctx context.Context, prof profile, out io.Writer, req recipeRequest) (built bool, err error) {
+	force := req == recipeForForcedBuild
 	r := prof.Config.Recipe
 	data, err := config.DataHome(os.Getenv)
 	if err != nil {
@@ -95,13 +125,7 @@ func ensureRecipeImage(ctx context.Context, prof profile, out io.Writer, force b
 	if err != nil || ok && !force {
 		return false, err // another lazaret built it meanwhile
 	}
-	switch {
-	case force:
-	case rec == nil:
-		fmt.Fprintf(out, "lazaret: the image of profile %s is not built yet: building it from its recipe (once; later runs reuse it)\n", prof.Name)
-	default:
-		fmt.Fprintf(out, "lazaret: the base image of profile %s changed since its image was built: rebuilding it from its recipe\n", prof.Name)
-	}
+	fmt.Fprintln(out, recipeBuildNotice(prof.Name, req, rec != nil, ok))
 	sb, err := newRecipeSandbox(prof)
 	if err != nil {
 		return false, err
