@@ -305,7 +305,7 @@ func (s *Starter) startCoordinator(lock *os.File) error {
 		hcArgs = append(hcArgs, "--front-exe="+s.FrontExe)
 	}
 	s.Timing.Mark("starting the coordinator")
-	_, err = s.Broker.Start("lazaret-hc", proc.Command{
+	hc, err := s.Broker.Start("lazaret-hc", proc.Command{
 		Path: hcPath,
 		Args: hcArgs,
 		Env:  env,
@@ -327,8 +327,21 @@ func (s *Starter) startCoordinator(lock *os.File) error {
 		s.Timing.Mark("coordinator ready")
 		return nil
 	}
+	// The coordinator reports its failure, then removes its runtime
+	// directory and exits, which releases the Domain lock. The refusal is
+	// returned once it has (bounded): what it suggests — a corrected
+	// re-run, `lazaret rm --domain ID` — must find the Domain stopped, not
+	// "running" for the milliseconds of that cleanup.
+	select {
+	case <-hc.Done():
+	case <-time.After(failedCoordinatorExitWait):
+	}
 	if cat, text, ok := strings.Cut(msg, "\x00"); ok {
 		return errdefs.Mark(errors.New(text), errdefs.FromCategory(cat))
 	}
 	return errdefs.New(errdefs.ErrInternal, "host coordinator failed to start; see %s", s.Paths.Log())
 }
+
+// failedCoordinatorExitWait bounds how long a CLI whose coordinator failed
+// to start waits for it to exit before reporting the failure.
+const failedCoordinatorExitWait = 5 * time.Second
