@@ -51,8 +51,8 @@ func TestTeardownOrder(t *testing.T) {
 		return i
 	}
 	for _, order := range [][]string{
-		{"withdraw publication", "end sessions", "begin release", "release publication"},
-		{"release git routing", "stop runtime supervisor", "stop connectivity helper", "close escalation", "close supervisor channel", "destroy trust anchor", "clean network"},
+		{"withdraw publication", "end sessions", "begin release", "release intents"},
+		{"release intents", "stop runtime supervisor", "stop connectivity helper", "close escalation", "close supervisor channel", "destroy trust anchor", "clean network"},
 		{"clean git routing and sandbox", "close store", "remove runtime files", "end sticky paths", "finish generation"},
 	} {
 		for i := 1; i < len(order); i++ {

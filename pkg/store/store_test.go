@@ -1091,3 +1091,53 @@ func TestReopenAfterCloseWritesNoTable(t *testing.T) {
 		return nil
 	}))
 }
+
+// TestReleaseHeld: a participant holding a resource (recorded with a
+// snapshot, not released) gets ReleaseIntent; one already released or
+// Clean, a bare Intent and a role never recorded are left as they are,
+// without an error (the teardown releases every role in one transaction,
+// whatever the generation got to).
+func TestReleaseHeld(t *testing.T) {
+	e := newEnv(t, nil)
+	s := e.open(t)
+	defer s.Close()
+	startGeneration(t, s, 1)
+	release := func(what string, g uint64, role participant.Role, want bool) {
+		t.Helper()
+		var got bool
+		ok(t, what, s.Update(func(tx *Tx) error {
+			var err error
+			got, err = tx.ReleaseHeld(g, role)
+			return err
+		}))
+		if got != want {
+			t.Errorf("%s: released %v, want %v", what, got, want)
+		}
+	}
+	release("held sandbox", 1, participant.Sandbox, true)
+	release("released sandbox", 1, participant.Sandbox, false)
+	ok(t, "helper clean", s.Update(func(tx *Tx) error {
+		return tx.ReleaseAndClean(1, participant.Helper, "test", []pidfs.Authority{helpProc.Authority, rsProc.Authority})
+	}))
+	release("clean helper", 1, participant.Helper, false)
+	ok(t, "generation 2", s.Update(func(tx *Tx) error { return tx.CreateGeneration(newGen(2)) }))
+	ok(t, "sandbox intent", s.Update(func(tx *Tx) error { return tx.PutParticipant(2, participant.Sandbox, participant.Intent, nil) }))
+	release("bare intent", 2, participant.Sandbox, false)
+	release("never recorded", 2, participant.GitRouting, false)
+	ok(t, "view", s.View(func(tx *Tx) error {
+		for _, c := range []struct {
+			g    uint64
+			role participant.Role
+			want participant.Phase
+		}{{1, participant.Sandbox, participant.ReleaseIntent}, {1, participant.Helper, participant.Clean}, {2, participant.Sandbox, participant.Intent}} {
+			p, err := tx.Participant(c.g, c.role)
+			if err != nil {
+				return err
+			}
+			if p.Phase != c.want {
+				t.Errorf("generation %d %s is %s, want %s", c.g, c.role, p.Phase, c.want)
+			}
+		}
+		return nil
+	}))
+}

@@ -781,6 +781,21 @@ func (tx *Tx) CleanParticipant(gen uint64, role participant.Role, proof particip
 	return tx.writeParticipant(gen, role, participant.Clean, empty)
 }
 
+// ReleaseHeld records ReleaseIntent for role of gen when it holds a
+// resource: recorded with a snapshot and neither ReleaseIntent nor Clean
+// yet. A role never recorded, or recorded without a snapshot (bare
+// Intent), is left as it is. It reports whether it recorded the intent.
+func (tx *Tx) ReleaseHeld(gen uint64, role participant.Role) (bool, error) {
+	p, err := tx.Participant(gen, role)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
+		return false, err
+	}
+	return true, tx.ReleaseParticipant(gen, role)
+}
+
 // ReleaseAndClean ends role of gen the way every owner ends a participant:
 // through ReleaseIntent (unless already there) to Clean, with an exact
 // absence proof naming absent (the recorded process authorities proven

@@ -173,16 +173,14 @@ func (s *Service) Ready(tx *store.Tx, r *lv1.SandboxReady) error {
 
 // Release records ReleaseIntent before teardown stops the daemon.
 func (s *Service) Release() error {
-	return s.cfg.Store.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(s.cfg.Generation, participant.GitRouting)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
-			return err
-		}
-		return tx.ReleaseParticipant(s.cfg.Generation, participant.GitRouting)
-	})
+	return s.cfg.Store.Update(s.ReleaseTx)
+}
+
+// ReleaseTx is Release within tx (the teardown records every release
+// intent in one transaction).
+func (s *Service) ReleaseTx(tx *store.Tx) error {
+	_, err := tx.ReleaseHeld(s.cfg.Generation, participant.GitRouting)
+	return err
 }
 
 // Clean proves the generation g's recorded daemon absent (absence:

@@ -257,21 +257,20 @@ func (s *Service) Commit(tx *store.Tx, r *lv1.SandboxReady, rsID pidfs.Identity)
 // Release records ReleaseIntent for the network and helper participants
 // (keeping identities) before their resources are stopped.
 func (s *Service) Release() {
-	gen := s.cfg.Generation
+	if err := s.cfg.Store.Update(s.ReleaseTx); err != nil {
+		s.log.Error("record release intent", "roles", "network, helper", "err", err)
+	}
+}
+
+// ReleaseTx is Release within tx (the teardown records every release
+// intent in one transaction).
+func (s *Service) ReleaseTx(tx *store.Tx) error {
 	for _, role := range []participant.Role{participant.Network, participant.Helper} {
-		if err := s.cfg.Store.Update(func(tx *store.Tx) error {
-			p, err := tx.Participant(gen, role)
-			if errors.Is(err, store.ErrNotFound) {
-				return nil
-			}
-			if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
-				return err
-			}
-			return tx.ReleaseParticipant(gen, role)
-		}); err != nil {
-			s.log.Error("record release intent", "role", string(role), "err", err)
+		if _, err := tx.ReleaseHeld(s.cfg.Generation, role); err != nil {
+			return fmt.Errorf("%s: %w", role, err)
 		}
 	}
+	return nil
 }
 
 // BeginStop closes the exit-fd peer of a started helper without waiting:

@@ -245,22 +245,29 @@ func (s *Service) AnchorsMounted(m *lv1.AnchorsMounted, hello *lv1.SupervisorHel
 func (s *Service) Release() (bool, error) {
 	released := false
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(s.gen, participant.StateAnchor)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
-			return err
-		}
-		released = true
-		return tx.ReleaseParticipant(s.gen, participant.StateAnchor)
+		var err error
+		released, err = s.ReleaseTx(tx)
+		return err
 	})
 	released = released && err == nil
+	s.ReleaseRecorded(released)
+	return released, err
+}
+
+// ReleaseTx is Release within tx (the teardown records every release
+// intent in one transaction); once tx committed, ReleaseRecorded follows
+// with what it reported.
+func (s *Service) ReleaseTx(tx *store.Tx) (bool, error) {
+	return tx.ReleaseHeld(s.gen, participant.StateAnchor)
+}
+
+// ReleaseRecorded follows a committed ReleaseTx that recorded the intent
+// (released), or its failure or no-op (false).
+func (s *Service) ReleaseRecorded(released bool) {
 	if released {
 		s.step(nil, "AnchorReleaseIntent")
 	}
 	failpoint.Hit("lazaret-hc:anchor-release-intent")
-	return released, err
 }
 
 // mountsAbsent proves every mount of a state_anchor record absent without

@@ -153,12 +153,20 @@ func (s *Service) Release(detail string) error {
 	return Clean(s.cfg.Store, s.cfg.Generation, detail)
 }
 
+// ReleaseTx is Release within tx (the teardown records every release
+// intent in one transaction).
+func (s *Service) ReleaseTx(tx *store.Tx, detail string) error {
+	return cleanTx(tx, s.cfg.Generation, detail)
+}
+
 // Clean records generation g's publication ReleaseIntent → Clean with the
 // runtime-absence proof detail states (teardown after Withdraw, or
 // bootstrap recovery of a dead generation). A publication never recorded,
 // or already Clean, needs nothing.
 func Clean(st *store.Store, g uint64, detail string) error {
-	return st.Update(func(tx *store.Tx) error {
-		return tx.ReleaseAndClean(g, participant.Publication, detail, nil)
-	})
+	return st.Update(func(tx *store.Tx) error { return cleanTx(tx, g, detail) })
+}
+
+func cleanTx(tx *store.Tx, g uint64, detail string) error {
+	return tx.ReleaseAndClean(g, participant.Publication, detail, nil)
 }

@@ -267,16 +267,14 @@ func (s *Service) snapshot(rs, runsc *lv1.ProcessSlotV1, container *string, kids
 // Release records ReleaseIntent (keeping every identity) before the
 // sandbox is stopped; a participant that never left bare Intent stays so.
 func (s *Service) Release() error {
-	return s.cfg.Store.Update(func(tx *store.Tx) error {
-		p, err := tx.Participant(s.gen.Number, participant.Sandbox)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil || p.Phase == participant.ReleaseIntent || p.Phase == participant.Clean || p.Snapshot == nil {
-			return err
-		}
-		return tx.ReleaseParticipant(s.gen.Number, participant.Sandbox)
-	})
+	return s.cfg.Store.Update(s.ReleaseTx)
+}
+
+// ReleaseTx is Release within tx (the teardown records every release
+// intent in one transaction).
+func (s *Service) ReleaseTx(tx *store.Tx) error {
+	_, err := tx.ReleaseHeld(s.gen.Number, participant.Sandbox)
+	return err
 }
 
 // ErrNotProven says a process of the sandbox is not proven absent: the
