@@ -130,9 +130,14 @@ func (s *Service) Commit(tx *store.Tx) error {
 	return tx.PutParticipant(g, participant.Publication, participant.Committed, snap(&now))
 }
 
-// Withdraw removes the publication file and closes the listener (teardown
-// withdraws the publication before the keys are dropped). It does nothing
-// unless Begin bound the socket, and nothing the second time.
+// Withdraw closes the listener and removes the publication file (teardown
+// withdraws the publication before the keys are dropped), in the reverse
+// of Begin's order: a CLI that reaches the socket always finds the
+// publication that authenticates it, so one that finds the socket
+// answering without a publication is facing a starting coordinator, never
+// a withdrawing one (cmd/lazaret/cli lockInactive tells them apart so).
+// It does nothing unless Begin bound the socket, and nothing the second
+// time.
 func (s *Service) Withdraw() {
 	s.mu.Lock()
 	l := s.listener
@@ -141,10 +146,10 @@ func (s *Service) Withdraw() {
 	if l == nil {
 		return
 	}
+	l.Close()
 	if err := os.Remove(s.cfg.File); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.cfg.Log.Warn("remove publication file", "err", err)
 	}
-	l.Close()
 }
 
 // Release records the publication's release once Withdraw removed the
