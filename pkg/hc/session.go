@@ -40,6 +40,7 @@ type session struct {
 	// `lazaret stop`, which the Exit frame reports.
 	killed, stopped bool
 	acceptOnce      sync.Once
+	leaveOnce       sync.Once
 }
 
 // accept sends the session's Accepted frame, once. It is sent before the
@@ -305,14 +306,22 @@ func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFra
 	}
 }
 
+// leave removes s from the Domain's sessions, once: a session whose
+// command ended leaves before its CLI hears the exit (Exit frame), so that
+// once that CLI returns the Domain is already stopping (or lingering) —
+// a maintenance command run right after it (`lazaret state reset`)
+// waits for the teardown instead of finding the Domain running with no
+// session; serveConn's deferred call covers every other end.
 func (c *coordinator) leave(s *session) {
-	defer c.esc.SessionGone(s.id) // after it left c.sessions
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.mt.Disconnect(s.mtKey)
-	if c.sessions.Leave(s.id, c.st == stateRunning) {
-		c.requestTeardownLocked()
-	}
+	s.leaveOnce.Do(func() {
+		defer c.esc.SessionGone(s.id) // after it left c.sessions
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.mt.Disconnect(s.mtKey)
+		if c.sessions.Leave(s.id, c.st == stateRunning) {
+			c.requestTeardownLocked()
+		}
+	})
 }
 
 // lingerExpired ends a linger no session interrupted: the Domain stops as

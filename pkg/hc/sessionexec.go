@@ -296,6 +296,7 @@ loop:
 		s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(note)}}})
 		code, sig = nc, ns
 	}
+	c.leave(s)
 	s.conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.wasStopped()}}})
 }
 

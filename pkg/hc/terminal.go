@@ -52,6 +52,7 @@ func (s *session) runTerminal(req *lv1.RunRequest, frames <-chan *lv1.ClientFram
 			return c.sandboxStopNote(code, sig, s.wasStopped())
 		},
 		Refuse: func(err error) { refuse(s.conn, err) },
+		Ending: func() { c.leave(s) },
 	}, frames, func(admitted bool) sessionterm.Routes[*escalation.PromptAsk, *escalation.HostRun] {
 		// The session's prompt port is registered with the escalation role
 		// once its events are admitted; a session whose events are not

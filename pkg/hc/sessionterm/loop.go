@@ -145,6 +145,9 @@ func loop[A, H any](t *Terminal, frames <-chan *lv1.ClientFrame, admitted bool, 
 		crlf := "\r\n" + strings.ReplaceAll(strings.TrimRight(note, "\n"), "\n", "\r\n") + "\r\n"
 		s.Conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Output{Output: &lv1.Output{Stream: lv1.Stream_STREAM_STDERR, Data: []byte(crlf)}}})
 	}
+	if s.Ending != nil {
+		s.Ending()
+	}
 	s.Conn.Write(&lv1.ServerFrame{Msg: &lv1.ServerFrame_Exit{Exit: &lv1.Exit{Code: int32(code), Signal: int32(sig), Stopped: s.Stopped()}}})
 	return false
 }

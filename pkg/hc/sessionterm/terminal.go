@@ -162,6 +162,10 @@ type Session struct {
 	SandboxStopped func(code, sig int) (note string, newCode, newSig int, ok bool)
 	// Refuse sends the session's error frame.
 	Refuse func(error)
+	// Ending, when set, runs once the command's end is known, just before
+	// the Exit frame (the coordinator lets the session leave the Domain
+	// first).
+	Ending func()
 }
 
 // Terminal is one interactive session's physical terminal, as its route
