@@ -420,12 +420,7 @@ func TestSpec32MismatchWhileStarting(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	ws := workspace(t)
-	dir := e.userDir("slow-runsc-" + randHex(3))
-	wrapper := filepath.Join(dir, "runsc")
-	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = run ] && { sleep 3; break; }; done\nexec %s \"$@\"\n", e.runsc)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper := runscWrapper(t, e, e.userDir("slow-runsc-"+randHex(3)), fmt.Sprintf("for a in \"$@\"; do [ \"$a\" = run ] && { sleep 3; break; }; done\nexec %s \"$@\"", e.runsc))
 	slow := []string{"LAZARET_RUNSC=" + wrapper}
 	first := e.cmd(ws, slow, "run", "-p", "tiny", "--", "echo", "first")
 	var out1, err1 bytes.Buffer

@@ -18,11 +18,7 @@ func TestSetupRunscFiltersPrecompiled(t *testing.T) {
 	e := need(t)
 	ws := workspace(t)
 	logs := e.userDir("runsc-debug-" + randHex(3))
-	wrapper := filepath.Join(logs, "runsc")
-	script := fmt.Sprintf("#!/bin/sh\nexec %s --debug --debug-log=%s/%%COMMAND%%.log \"$@\"\n", e.runsc, logs)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper := runscWrapper(t, e, logs, fmt.Sprintf("exec %s --debug --debug-log=%s/%%COMMAND%%.log \"$@\"", e.runsc, logs))
 	r := lzEnv(t, ws, []string{"LAZARET_RUNSC=" + wrapper}, nil, "run", "-p", "tiny", "--", "true")
 	if r.code != 0 {
 		t.Fatalf("run with runsc debug logs: exit %d\n%s", r.code, r.stderr)
@@ -43,4 +39,17 @@ func TestSetupRunscFiltersPrecompiled(t *testing.T) {
 			t.Errorf("runsc %s compiled its seccomp filter at start instead of loading a precompiled one: %s is not the runsc `make setup` builds (scripts/setup.sh build_runsc; run `make setup`). Its log:\n%s", role, e.runsc, strings.Join(lines, "\n"))
 		}
 	}
+}
+
+// runscWrapper writes dir/runsc, a shell script with body that stands for
+// the pinned runsc (LAZARET_RUNSC=…) to add flags or a delay around it —
+// fault injection and diagnostics only, the real runsc always runs — and
+// returns its path.
+func runscWrapper(t *testing.T, e *env, dir, body string) string {
+	t.Helper()
+	wrapper := filepath.Join(dir, "runsc")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper
 }

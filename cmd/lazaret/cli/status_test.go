@@ -4,19 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 )
 
 func TestSelectStatuses(t *testing.T) {
-	doc := func(ws, profile, state string) *lv1.DomainStatus {
-		return &lv1.DomainStatus{DomainId: proto.String(ws + "/" + profile), Workspace: proto.String(ws), Profile: proto.String(profile), State: proto.String(state)}
-	}
 	// client.Statuses sorts by workspace.
 	docs := []*lv1.DomainStatus{
-		doc("/a", "tiny", "stopped"), doc("/a", "default", "running"),
-		doc("/b", "tiny", "unreachable"), doc("/c", "default", "stopped"), doc("/c", "claude", "starting"),
+		statusDoc("/a", "tiny", "stopped"), statusDoc("/a", "default", "running"),
+		statusDoc("/b", "tiny", "unreachable"), statusDoc("/c", "default", "stopped"), statusDoc("/c", "claude", "starting"),
 	}
 	ids := func(ds []*lv1.DomainStatus) string {
 		var out []string

@@ -14,15 +14,12 @@ import (
 // same workspace that are not stopped — only those, and not the one it
 // looked at.
 func TestLiveDomainsHint(t *testing.T) {
-	doc := func(ws, profile, state string) *lv1.DomainStatus {
-		return &lv1.DomainStatus{Workspace: proto.String(ws), Profile: proto.String(profile), State: proto.String(state)}
-	}
 	docs := []*lv1.DomainStatus{
-		doc("/src/app", "default", "stopped"),
-		doc("/src/app", "tiny", "running"),
-		doc("/src/app", "claude", "starting"),
-		doc("/src/app", "old", "stopped"),
-		doc("/src/other", "codex", "running"),
+		statusDoc("/src/app", "default", "stopped"),
+		statusDoc("/src/app", "tiny", "running"),
+		statusDoc("/src/app", "claude", "starting"),
+		statusDoc("/src/app", "old", "stopped"),
+		statusDoc("/src/other", "codex", "running"),
 		{State: proto.String("running")}, // no stored identity
 	}
 	got := liveDomains(docs, "/src/app", "default")
@@ -36,4 +33,10 @@ func TestLiveDomainsHint(t *testing.T) {
 	if got := liveDomains(docs, "/src/app", "tiny"); !reflect.DeepEqual(got, []liveDomain{{"claude", "starting"}}) {
 		t.Errorf("the profile stop looked at is no hint: %v", got)
 	}
+}
+
+// statusDoc is a status document of a Domain of profile in workspace ws,
+// in state, identified as ws/profile.
+func statusDoc(ws, profile, state string) *lv1.DomainStatus {
+	return &lv1.DomainStatus{DomainId: proto.String(ws + "/" + profile), Workspace: proto.String(ws), Profile: proto.String(profile), State: proto.String(state)}
 }
