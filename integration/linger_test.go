@@ -2,10 +2,14 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -199,6 +203,91 @@ func TestSpec32Linger(t *testing.T) {
 	r = lz(t, ws, nil, "config", "check", "--config", cfg)
 	if r.code == 0 || !strings.Contains(r.stderr+r.stdout, "linger") || !strings.Contains(r.stderr+r.stdout, "config.toml:3:") {
 		t.Errorf("config check of linger = \"soon\": %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	noLeftovers(t)
+}
+
+// coordinatorPID is the pid of the test user's lazaret-hc serving ws (the
+// product this test started), 0 if none.
+func coordinatorPID(t *testing.T, e *env, ws string) int {
+	t.Helper()
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/proc", d.Name()), &st) != nil || int(st.Uid) != e.uid {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) == "lazaret-hc" && slices.Contains(args, "--workspace="+ws) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestSpec32UnresponsiveCoordinator: a lingering Domain whose coordinator
+// accepts connections but does not answer (stopped by SIGSTOP) is shown as
+// unreachable by `lazaret status`, with its pid and how to resume it — not
+// as stopped — and a `lazaret run` there fails with the same words after
+// the enrollment's bound instead of retrying it again and again (up to
+// 100 × 10 s); once resumed, `lazaret stop` ends it.
+func TestSpec32UnresponsiveCoordinator(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--linger", "2m", "--", "true"); r.code != 0 {
+		t.Fatalf("run with a linger: %+v", r)
+	}
+	pid := coordinatorPID(t, e, ws)
+	if pid == 0 {
+		t.Fatal("no coordinator of the lingering Domain")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer func() {
+		// A failure above leaves the Domain lingering: end it.
+		resume()
+		lz(t, ws, nil, "stop", "-p", "tiny")
+	}()
+	words := []string{fmt.Sprintf("Host Coordinator (pid %d) accepted the connection but did not answer within", pid), fmt.Sprintf("`kill -CONT %d`", pid)}
+	r := lz(t, ws, nil, "status", "-C", ws, "--json")
+	var docs []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &docs); err != nil || len(docs) != 1 || docs[0]["state"] != "unreachable" {
+		t.Fatalf("status of a Domain whose coordinator is stopped: %v %+v", err, r)
+	}
+	for _, w := range words {
+		if msg, _ := docs[0]["error"].(string); !strings.Contains(msg, w) {
+			t.Errorf("status error %q lacks %q", msg, w)
+		}
+	}
+	r = lzFor(t, time.Minute, ws, nil, nil, "run", "-p", "tiny", "--", "true")
+	if r.code != 125 {
+		t.Errorf("run against a stopped coordinator: %+v, want 125", r)
+	}
+	for _, w := range words {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("run's error %q lacks %q", r.stderr, w)
+		}
+	}
+	resume()
+	if r := lz(t, ws, nil, "stop", "-p", "tiny"); r.code != 0 || !strings.Contains(r.stdout, "stopped Domain") {
+		t.Errorf("stop once resumed: %+v", r)
 	}
 	noLeftovers(t)
 }

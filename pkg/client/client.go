@@ -140,11 +140,16 @@ func (c *Conn) Close() error { return c.conn.Close() }
 
 // Connect dials the Domain and authenticates.
 func Connect(paths domain.Paths, profile string) (*Conn, error) {
+	return connectWithin(paths, profile, enrollTimeout)
+}
+
+// connectWithin is Connect with bound in place of enrollTimeout.
+func connectWithin(paths domain.Paths, profile string, bound time.Duration) (*Conn, error) {
 	raw, err := Dial(paths)
 	if err != nil {
 		return nil, err
 	}
-	return Authenticate(raw, paths, profile)
+	return authenticate(raw, paths, profile, nil, bound)
 }
 
 // Authenticate turns a dialed control connection into an authenticated
@@ -169,6 +174,12 @@ func Authenticate(raw *net.UnixConn, paths domain.Paths, profile string) (*Conn,
 // AuthenticateWith is Authenticate with the enrollment key of keys (from
 // PrepareKeys; nil: a key generated here). keys is used up: it enrolls once.
 func AuthenticateWith(raw *net.UnixConn, paths domain.Paths, profile string, keys *Keys) (*Conn, error) {
+	return authenticate(raw, paths, profile, keys, enrollTimeout)
+}
+
+// authenticate is AuthenticateWith with bound, the time the coordinator
+// has to enroll this client and complete the authenticated handshake.
+func authenticate(raw *net.UnixConn, paths domain.Paths, profile string, keys *Keys, bound time.Duration) (*Conn, error) {
 	pub, id, err := ReadPublication(paths, profile)
 	if err != nil {
 		raw.Close()
@@ -187,9 +198,11 @@ func AuthenticateWith(raw *net.UnixConn, paths domain.Paths, profile string, key
 		raw.Close()
 		return nil, err
 	}
+	// Who answers the socket, for the message should it stop answering.
+	hcPID := trusteddir.PeerPID(raw)
 	enrollConn := tls.Client(raw, cfg)
 	defer enrollConn.Close()
-	enrollConn.SetDeadline(time.Now().Add(enrollTimeout))
+	enrollConn.SetDeadline(time.Now().Add(bound))
 
 	// The authenticated connection, its handshake waiting for the leaf.
 	raw2, err := Dial(paths)
@@ -216,7 +229,7 @@ func AuthenticateWith(raw *net.UnixConn, paths domain.Paths, profile string, key
 		return nil, errEnrollmentFailed
 	}
 	conn := tls.Client(rconn, cfg2)
-	conn.SetDeadline(time.Now().Add(enrollTimeout))
+	conn.SetDeadline(time.Now().Add(bound))
 	handshake := make(chan error, 1)
 	go func() { handshake <- conn.Handshake() }()
 	abandon := func(err error) (*Conn, error) {
@@ -228,11 +241,11 @@ func AuthenticateWith(raw *net.UnixConn, paths domain.Paths, profile string, key
 
 	fc := control.NewConn(enrollConn)
 	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: csr}}}); err != nil {
-		return abandon(fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished))
+		return abandon(enrollFailure(err, hcPID, profile, bound))
 	}
 	var f lv1.ServerFrame
 	if err := fc.Read(&f); err != nil {
-		return abandon(fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished))
+		return abandon(enrollFailure(err, hcPID, profile, bound))
 	}
 	if e := f.GetError(); e != nil {
 		return abandon(frameError(e))
@@ -245,6 +258,9 @@ func AuthenticateWith(raw *net.UnixConn, paths domain.Paths, profile string, key
 	leaf <- &cert
 	if err := <-handshake; err != nil {
 		conn.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, unresponsive(hcPID, profile, bound)
+		}
 		if peerGone(err) {
 			// The coordinator closed the connection unread after it
 			// enrolled this client: it is tearing down, as when the
@@ -257,6 +273,31 @@ func AuthenticateWith(raw *net.UnixConn, paths domain.Paths, profile string, key
 	}
 	conn.SetDeadline(time.Time{})
 	return &Conn{conn: conn, fc: control.NewConn(conn), Identity: id, ClientID: en.ClientCliId}, nil
+}
+
+// enrollFailure is the error of an enrollment whose exchange failed with
+// err: a coordinator that did not answer in time is unresponsive; one that
+// closed the connection is tearing down (ErrNotPublished: Run starts or
+// joins again).
+func enrollFailure(err error, hcPID int, profile string, bound time.Duration) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return unresponsive(hcPID, profile, bound)
+	}
+	return fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished)
+}
+
+// unresponsive is the error for a coordinator (pid hcPID, 0 if unknown)
+// that accepted the connection but did not answer within bound: stopped
+// (SIGSTOP, a debugger) or hung. It is not ErrNotPublished: the Domain is
+// up, and waiting for it or starting another would not help.
+func unresponsive(hcPID int, profile string, bound time.Duration) error {
+	who := "the Domain's Host Coordinator"
+	resume := ""
+	if hcPID > 0 {
+		who = fmt.Sprintf("the Domain's Host Coordinator (pid %d)", hcPID)
+		resume = fmt.Sprintf("`kill -CONT %d` resumes it if it was stopped; ", hcPID)
+	}
+	return errdefs.New(errdefs.ErrUnavailable, "%s accepted the connection but did not answer within %s: it is stopped or hung; %s`lazaret logs -p %s` has its last records", who, bound, resume, profile)
 }
 
 // Keys is a Client CLI's fresh in-memory enrollment key and its signed

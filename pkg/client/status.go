@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -48,7 +49,11 @@ func (c *Conn) Status() (*lv1.DomainStatus, error) {
 // LiveStatus connects to a running Domain and returns its state document;
 // ErrNotPublished when it is not running.
 func LiveStatus(paths domain.Paths, profile string) (*lv1.DomainStatus, error) {
-	c, err := Connect(paths, profile)
+	return liveStatusWithin(paths, profile, enrollTimeout)
+}
+
+func liveStatusWithin(paths domain.Paths, profile string, bound time.Duration) (*lv1.DomainStatus, error) {
+	c, err := connectWithin(paths, profile, bound)
 	if err != nil {
 		return nil, err
 	}
@@ -56,11 +61,19 @@ func LiveStatus(paths domain.Paths, profile string) (*lv1.DomainStatus, error) {
 	return c.Status()
 }
 
+// listStatusTimeout bounds each coordinator's answer when Statuses lists
+// every Domain: a serving coordinator answers in milliseconds, and one
+// that is stopped or hung is shown as unreachable without holding the
+// whole list for the enrollment's bound.
+const listStatusTimeout = 3 * time.Second
+
 // Statuses is the state document of every Domain under the Storage Root,
 // sorted by workspace: a running Domain's from its coordinator; a stopped
 // one's from its stored identity (state "stopped"); one whose coordinator
 // cannot be reached has state "unreachable" and the reason in error. Each
-// carries the newest RecentDenials of its egress refusals.
+// carries the newest RecentDenials of its egress refusals. The
+// coordinators are asked at once, so that one that does not answer costs
+// the list listStatusTimeout, not that much per Domain.
 func Statuses(roots domain.Roots) ([]*lv1.DomainStatus, error) {
 	dirs, err := os.ReadDir(filepath.Join(roots.Storage, "domains"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -69,7 +82,10 @@ func Statuses(roots domain.Roots) ([]*lv1.DomainStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []*lv1.DomainStatus
+	var (
+		out []*lv1.DomainStatus
+		wg  sync.WaitGroup
+	)
 	for _, d := range dirs {
 		id := domain.ID(d.Name())
 		if !id.Valid() {
@@ -80,26 +96,39 @@ func Statuses(roots domain.Roots) ([]*lv1.DomainStatus, error) {
 			continue
 		}
 		doc := &lv1.DomainStatus{DomainId: proto.String(string(id)), State: proto.String("stopped")}
-		var ident domain.StoredIdentity
-		if b, err := os.ReadFile(filepath.Join(paths.DomainRoot, "domain.json")); err == nil && json.Unmarshal(b, &ident) == nil {
-			doc.Profile, doc.Workspace = proto.String(ident.Profile), proto.String(ident.Workspace)
-		}
-		if ident.Profile != "" {
-			if live, err := LiveStatus(paths, ident.Profile); err == nil {
-				doc = live
-			} else if !errors.Is(err, ErrNotPublished) {
-				doc.State, doc.Error = proto.String("unreachable"), proto.String(err.Error())
-			}
-		}
-		if ds, err := egress.ReadDenials(paths.NetworkDenials()); err == nil && len(ds) > 0 {
-			for _, x := range ds[max(0, len(ds)-RecentDenials):] {
-				doc.RecentDenials = append(doc.RecentDenials, DenialStatus(x))
-			}
-		}
 		out = append(out, doc)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statusOf(paths, doc)
+		}()
 	}
+	wg.Wait()
 	sort.SliceStable(out, func(i, j int) bool { return out[i].GetWorkspace() < out[j].GetWorkspace() })
 	return out, nil
+}
+
+// statusOf fills doc, a stopped Domain's document of paths, with its stored
+// identity, its coordinator's document if it runs (or why it cannot be
+// reached) and its recent egress refusals.
+func statusOf(paths domain.Paths, doc *lv1.DomainStatus) {
+	var ident domain.StoredIdentity
+	if b, err := os.ReadFile(filepath.Join(paths.DomainRoot, "domain.json")); err == nil && json.Unmarshal(b, &ident) == nil {
+		doc.Profile, doc.Workspace = proto.String(ident.Profile), proto.String(ident.Workspace)
+	}
+	if ident.Profile != "" {
+		if live, err := liveStatusWithin(paths, ident.Profile, listStatusTimeout); err == nil {
+			proto.Reset(doc)
+			proto.Merge(doc, live)
+		} else if !errors.Is(err, ErrNotPublished) {
+			doc.State, doc.Error = proto.String("unreachable"), proto.String(err.Error())
+		}
+	}
+	if ds, err := egress.ReadDenials(paths.NetworkDenials()); err == nil && len(ds) > 0 {
+		for _, x := range ds[max(0, len(ds)-RecentDenials):] {
+			doc.RecentDenials = append(doc.RecentDenials, DenialStatus(x))
+		}
+	}
 }
 
 // DenialStatus is d as a status document carries it: the fields of the

@@ -356,6 +356,31 @@ func (d *Dir) openPrivateAt(name string) (*Dir, error) {
 	return &Dir{fd: fd, path: p, owner: d.owner}, nil
 }
 
+// peerCred is SO_PEERCRED of conn: the process that listened on its
+// socket when it connected.
+func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+// PeerPID is the pid of the process that listened on conn's socket when
+// it connected (SO_PEERCRED), 0 when it cannot be read.
+func PeerPID(conn *net.UnixConn) int {
+	cred, err := peerCred(conn)
+	if err != nil {
+		return 0
+	}
+	return int(cred.Pid)
+}
+
 // ErrPeer marks a socket whose server is not the trusted owner.
 var ErrPeer = errors.New("socket peer is not the trusted owner")
 
@@ -372,16 +397,7 @@ func (d *Dir) DialUnix(name string) (*net.UnixConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		cerr = err
-	}
+	cred, cerr := peerCred(conn)
 	if cerr != nil {
 		conn.Close()
 		return nil, fmt.Errorf("SO_PEERCRED of %s: %w", filepath.Join(d.path, name), cerr)
