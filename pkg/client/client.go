@@ -291,13 +291,24 @@ func enrollFailure(err error, hcPID int, profile string, bound time.Duration) er
 // (SIGSTOP, a debugger) or hung. It is not ErrNotPublished: the Domain is
 // up, and waiting for it or starting another would not help.
 func unresponsive(hcPID int, profile string, bound time.Duration) error {
-	who := "the Domain's Host Coordinator"
-	resume := ""
-	if hcPID > 0 {
-		who = fmt.Sprintf("the Domain's Host Coordinator (pid %d)", hcPID)
-		resume = fmt.Sprintf("`kill -CONT %d` resumes it if it was stopped; ", hcPID)
+	return errdefs.Mark(&UnresponsiveError{PID: hcPID, Profile: profile, Bound: bound}, errdefs.ErrUnavailable)
+}
+
+// UnresponsiveError is a Domain's coordinator that accepted a control
+// connection but did not answer within Bound.
+type UnresponsiveError struct {
+	PID     int // the coordinator's, 0 if unknown
+	Profile string
+	Bound   time.Duration
+}
+
+func (e *UnresponsiveError) Error() string {
+	who, resume := "the Domain's Host Coordinator", ""
+	if e.PID > 0 {
+		who = fmt.Sprintf("the Domain's Host Coordinator (pid %d)", e.PID)
+		resume = fmt.Sprintf("`kill -CONT %d` resumes it if it was stopped; ", e.PID)
 	}
-	return errdefs.New(errdefs.ErrUnavailable, "%s accepted the connection but did not answer within %s: it is stopped or hung; %s`lazaret logs -p %s` has its last records", who, bound, resume, profile)
+	return fmt.Sprintf("%s accepted the connection but did not answer within %s: it is stopped or hung; %s`lazaret logs -p %s` has its last records", who, e.Bound, resume, e.Profile)
 }
 
 // Keys is a Client CLI's fresh in-memory enrollment key and its signed

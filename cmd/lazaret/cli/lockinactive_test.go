@@ -134,3 +134,55 @@ func TestStopCommandFor(t *testing.T) {
 		}
 	}
 }
+
+// TestLockInactiveUnresponsive: a coordinator that holds the lock and
+// accepts connections but does not answer is neither waited for nor
+// called active (whose remedy, `lazaret stop`, would not answer either):
+// its error, naming how to resume it, is returned at once.
+func TestLockInactiveUnresponsive(t *testing.T) {
+	base, err := os.MkdirTemp("", "lz-lu-") // short: the socket path limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	roots := domain.Roots{Storage: filepath.Join(base, "s"), Runtime: filepath.Join(base, "r")}
+	paths, err := domain.PathsFor(roots, domain.DeriveID("tiny", "/ws"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{roots.Runtime, paths.RuntimeDir, paths.DomainRoot} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o700)
+	}
+	ln, err := net.Listen("unix", paths.ControlSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	holder, err := os.OpenFile(paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if err := unix.Flock(int(holder.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	stuck := &client.UnresponsiveError{PID: 4242, Profile: "tiny", Bound: 10 * time.Second}
+	liveStatus = func(domain.Paths, string) (*lv1.DomainStatus, error) { return nil, stuck }
+	defer func() { liveStatus = client.LiveStatus }()
+	lock, err := os.OpenFile(paths.LockFile(), os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	start := time.Now()
+	err = lockInactive(lock, resolvedDomain{paths: paths, prof: profile{Name: "tiny"}}, "verify")
+	if err == nil || !strings.Contains(err.Error(), "`kill -CONT 4242` resumes it") || strings.Contains(err.Error(), "is active") {
+		t.Errorf("lockInactive over a coordinator that does not answer: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("it took %s: the refusal should be at once", d)
+	}
+}

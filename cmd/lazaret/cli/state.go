@@ -390,6 +390,9 @@ func lockInactive(lock *os.File, rd resolvedDomain, what string) error {
 			// it failed) still answers until it exits: wait for it, as
 			// for the lock; only a starting or running one is active.
 			st, err := liveStatus(paths, rd.prof.Name)
+			if ue := (*client.UnresponsiveError)(nil); errors.As(err, &ue) {
+				return err // stopped or hung: the error says how to resume it
+			}
 			if err == nil && st.GetState() != "stopping" && st.GetState() != "failed" {
 				return active()
 			}
