@@ -291,3 +291,49 @@ func TestSpec32UnresponsiveCoordinator(t *testing.T) {
 	}
 	noLeftovers(t)
 }
+
+// TestSpec32CrashedDomainStatus (FR-7): a Domain whose coordinator was
+// killed (SIGKILL, no teardown) is listed by `lazaret status` as crashed,
+// with the run that recovers it — not as stopped, nor left out — and that
+// run recovers it.
+func TestSpec32CrashedDomainStatus(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--linger", "2m", "--", "true"); r.code != 0 {
+		t.Fatalf("run with a linger: %+v", r)
+	}
+	pid := coordinatorPID(t, e, ws)
+	if pid == 0 {
+		t.Fatal("no coordinator of the lingering Domain")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	crashed := func() bool {
+		r := lz(t, ws, nil, "status", "-C", ws, "--json")
+		var docs []map[string]any
+		if json.Unmarshal([]byte(r.stdout), &docs) != nil || len(docs) != 1 {
+			return false
+		}
+		doc = docs[0]
+		return doc["state"] == "crashed"
+	}
+	if !waitUntil(30*time.Second, 100*time.Millisecond, crashed) {
+		t.Fatalf("status after the coordinator's SIGKILL: %v", doc)
+	}
+	if msg, _ := doc["error"].(string); !strings.Contains(msg, "`lazaret run -C "+ws+" -p tiny -- true` recovers it") {
+		t.Errorf("crashed Domain's error: %q", msg)
+	}
+	if r := lz(t, ws, nil, "status"); !strings.Contains(r.stdout, ws) || !strings.Contains(r.stdout, "crashed: its last generation ended without its teardown") {
+		t.Errorf("status lists no crashed Domain:\n%s", r.stdout)
+	}
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "back"); r.code != 0 || r.stdout != "back\n" {
+		t.Fatalf("the recovering run: %+v", r)
+	}
+	if r := lz(t, ws, nil, "status", "-C", ws); !strings.Contains(r.stdout, "stopped") || strings.Contains(r.stdout, "crashed") {
+		t.Errorf("after recovery: %s", r.stdout)
+	}
+	noLeftovers(t)
+}

@@ -49,6 +49,11 @@ type DomainState struct {
 	RuntimeLeft bool
 }
 
+// NeedsRecovery reports a Domain a dead Host Coordinator left behind: no
+// coordinator holds the lifecycle lock, yet the runtime directory remains.
+// Its next `lazaret run` recovers it (spec FR-7).
+func (d DomainState) NeedsRecovery() bool { return !d.LockHeld && d.RuntimeLeft }
+
 func missingProbe(name string) error {
 	return errdefs.New(errdefs.ErrUnsupportedHost, "the %s probe was not run (internal error): report this as a Lazaret bug", name)
 }
@@ -255,7 +260,7 @@ func (h Host) StaleDomains(p Probes) (int, error) {
 	}
 	var stale []string
 	for _, d := range ds {
-		if !d.LockHeld && d.RuntimeLeft {
+		if d.NeedsRecovery() {
 			stale = append(stale, fmt.Sprintf("%s (profile %s, workspace %s): run `lazaret run -C %s --profile %s -- true` to recover it", d.ID, d.Profile, d.Workspace, d.Workspace, d.Profile))
 		}
 	}

@@ -9,18 +9,22 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/proto"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 )
 
 var statusCommand = &cli.Command{
 	Name:  "status",
 	Usage: "show your running Domains: their generation, processes, sessions, use against limits and linger",
-	Description: `Lists the Domains that run (or start, stop, or cannot be reached), running
-first; the stopped ones only with --all, or when -C/-p select them
+	Description: `Lists the Domains that run (or start, stop, cannot be reached, or crashed:
+their next run recovers them), running first; the stopped ones only with
+--all, or when -C/-p select them
 (` + "`lazaret ls`" + ` lists every Domain with its disk use). With -C DIR and/or -p
 PROFILE it shows the Domains of that workspace (the one containing DIR, default
 the current directory), of that profile, whatever their state.
@@ -60,6 +64,9 @@ Examples:
 		if err != nil {
 			return err
 		}
+		if scanned, err := scanDomains(roots, os.ReadFile); err == nil {
+			markNeedsRecovery(docs, scanned)
+		}
 		shown, hidden := selectStatuses(docs, sel, c.Bool("all"))
 		if c.Bool("json") {
 			b, err := client.MarshalStatusJSON(shown)
@@ -88,7 +95,11 @@ Examples:
 		}
 		for _, d := range shown {
 			if d.Error != nil && d.GetState() != stateStopped && d.GetState() != "running" {
-				fmt.Fprintf(c.App.Writer, "%s (%s, %s) is %s: %s\n", d.GetDomainId(), orUnset(d.Profile), orUnset(d.Workspace), d.GetState(), d.GetError())
+				verb := "is " + d.GetState()
+				if d.GetState() == stateCrashed {
+					verb = "crashed"
+				}
+				fmt.Fprintf(c.App.Writer, "%s (%s, %s) %s: %s\n", d.GetDomainId(), orUnset(d.Profile), orUnset(d.Workspace), verb, d.GetError())
 			}
 		}
 		if hidden > 0 {
@@ -109,6 +120,34 @@ Examples:
 
 // stateStopped is the state of a Domain whose coordinator is not running.
 const stateStopped = "stopped"
+
+// stateCrashed is the state of a stopped Domain whose last generation
+// ended without its teardown (hostcheck.DomainState.NeedsRecovery).
+const stateCrashed = "crashed"
+
+// markNeedsRecovery gives the stopped Domains of docs that a crash left
+// unrecovered (hostcheck.DomainState.NeedsRecovery of scanned, as
+// `lazaret doctor` finds them) the state stateCrashed and, as their
+// error, the run that recovers them.
+func markNeedsRecovery(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState) {
+	crashed := map[string]bool{}
+	for _, s := range scanned {
+		if s.NeedsRecovery() {
+			crashed[s.ID] = true
+		}
+	}
+	for _, d := range docs {
+		if d.GetState() != stateStopped || !crashed[d.GetDomainId()] {
+			continue
+		}
+		run := "`lazaret run -C WORKSPACE -p PROFILE -- true` (its workspace and profile)"
+		if d.Workspace != nil && d.Profile != nil {
+			run = fmt.Sprintf("`lazaret run -C %s -p %s -- true`", shellquote.Word(d.GetWorkspace()), d.GetProfile())
+		}
+		d.State = proto.String(stateCrashed)
+		d.Error = proto.String("its last generation ended without its teardown (no coordinator holds it, its runtime directory remains); " + run + " recovers it, as any next run there does")
+	}
+}
 
 // statusSelection is what -C and -p select: the Domains of one workspace,
 // of one profile ("" for every profile).

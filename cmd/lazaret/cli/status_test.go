@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
 )
 
 func TestSelectStatuses(t *testing.T) {
@@ -55,5 +56,28 @@ func TestNoStatusText(t *testing.T) {
 		if got := noStatusText(tc.total, tc.hidden, tc.sel); !strings.Contains(got, tc.want) {
 			t.Errorf("noStatusText(%d, %d, %+v) = %q, want it to contain %q", tc.total, tc.hidden, tc.sel, got, tc.want)
 		}
+	}
+}
+
+// TestMarkNeedsRecovery: a stopped Domain whose lock no coordinator holds
+// while its runtime directory remains is shown crashed, with the run that
+// recovers it; a stopped one without a runtime directory, one whose lock
+// is held (starting) and a running one are left as they are.
+func TestMarkNeedsRecovery(t *testing.T) {
+	docs := []*lv1.DomainStatus{statusDoc("/a", "tiny", "stopped"), statusDoc("/b", "tiny", "stopped"), statusDoc("/c", "tiny", "stopped"), statusDoc("/d", "tiny", "running")}
+	markNeedsRecovery(docs, []hostcheck.DomainState{
+		{ID: "/a/tiny", RuntimeLeft: true},
+		{ID: "/b/tiny"},
+		{ID: "/c/tiny", RuntimeLeft: true, LockHeld: true},
+		{ID: "/d/tiny", RuntimeLeft: true},
+	})
+	want := []string{"crashed", "stopped", "stopped", "running"}
+	for i, d := range docs {
+		if d.GetState() != want[i] {
+			t.Errorf("%s: %s, want %s", d.GetDomainId(), d.GetState(), want[i])
+		}
+	}
+	if e := docs[0].GetError(); !strings.Contains(e, "`lazaret run -C /a -p tiny -- true` recovers it") {
+		t.Errorf("crashed Domain's error: %q", e)
 	}
 }
