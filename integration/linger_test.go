@@ -207,6 +207,20 @@ func TestSpec32Linger(t *testing.T) {
 	noLeftovers(t)
 }
 
+// lingeringCoordinator starts a Domain of the tiny profile in ws that
+// lingers (2 minutes) with no session and returns its coordinator's pid.
+func lingeringCoordinator(t *testing.T, e *env, ws string) int {
+	t.Helper()
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--linger", "2m", "--", "true"); r.code != 0 {
+		t.Fatalf("run with a linger: %+v", r)
+	}
+	pid := coordinatorPID(t, e, ws)
+	if pid == 0 {
+		t.Fatal("no coordinator of the lingering Domain")
+	}
+	return pid
+}
+
 // coordinatorPID is the pid of the test user's lazaret-hc serving ws (the
 // product this test started), 0 if none.
 func coordinatorPID(t *testing.T, e *env, ws string) int {
@@ -243,13 +257,7 @@ func TestSpec32UnresponsiveCoordinator(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	ws := workspace(t)
-	if r := lz(t, ws, nil, "run", "-p", "tiny", "--linger", "2m", "--", "true"); r.code != 0 {
-		t.Fatalf("run with a linger: %+v", r)
-	}
-	pid := coordinatorPID(t, e, ws)
-	if pid == 0 {
-		t.Fatal("no coordinator of the lingering Domain")
-	}
+	pid := lingeringCoordinator(t, e, ws)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -300,13 +308,7 @@ func TestSpec32CrashedDomainStatus(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	ws := workspace(t)
-	if r := lz(t, ws, nil, "run", "-p", "tiny", "--linger", "2m", "--", "true"); r.code != 0 {
-		t.Fatalf("run with a linger: %+v", r)
-	}
-	pid := coordinatorPID(t, e, ws)
-	if pid == 0 {
-		t.Fatal("no coordinator of the lingering Domain")
-	}
+	pid := lingeringCoordinator(t, e, ws)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

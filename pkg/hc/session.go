@@ -21,6 +21,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/secretenv"
 	"github.com/lazaret/lazaret/pkg/trust"
+	"github.com/lazaret/lazaret/pkg/trusteddir"
 )
 
 // session is one Client Session: a connection and its `runsc exec` client.
@@ -142,7 +143,7 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	defer raw.Close()
 	// Only the developer can reach the 0700 runtime directory; check the
 	// peer uid anyway (defence in depth, not protocol identity).
-	cred, err := peerCred(raw)
+	cred, err := trusteddir.PeerCred(raw)
 	if err != nil || int(cred.Uid) != os.Getuid() {
 		return
 	}
@@ -349,22 +350,6 @@ func (c *coordinator) sessionUser(req *lv1.RunRequest) (config.GuestUser, error)
 		return config.GuestUser{Name: config.RootUser, Home: "/root"}, nil
 	}
 	return config.GuestUser{}, errdefs.New(errdefs.ErrInvalid, "--user %q: a session runs as the profile's user (%s) or as root (--user root)", req.User, u.Name)
-}
-
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	err = rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return cred, cerr
 }
 
 // startUpProgress is what a session is shown of the generation's start-up

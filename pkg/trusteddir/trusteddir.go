@@ -356,9 +356,10 @@ func (d *Dir) openPrivateAt(name string) (*Dir, error) {
 	return &Dir{fd: fd, path: p, owner: d.owner}, nil
 }
 
-// peerCred is SO_PEERCRED of conn: the process that listened on its
-// socket when it connected.
-func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
+// PeerCred is SO_PEERCRED of conn: the process at the other end when the
+// connection was made (the listener for a dialled one, the dialler for an
+// accepted one).
+func PeerCred(conn *net.UnixConn) (*unix.Ucred, error) {
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -374,7 +375,7 @@ func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
 // PeerPID is the pid of the process that listened on conn's socket when
 // it connected (SO_PEERCRED), 0 when it cannot be read.
 func PeerPID(conn *net.UnixConn) int {
-	cred, err := peerCred(conn)
+	cred, err := PeerCred(conn)
 	if err != nil {
 		return 0
 	}
@@ -397,7 +398,7 @@ func (d *Dir) DialUnix(name string) (*net.UnixConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cred, cerr := peerCred(conn)
+	cred, cerr := PeerCred(conn)
 	if cerr != nil {
 		conn.Close()
 		return nil, fmt.Errorf("SO_PEERCRED of %s: %w", filepath.Join(d.path, name), cerr)

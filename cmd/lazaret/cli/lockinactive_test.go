@@ -24,34 +24,7 @@ import (
 // once released. TestRmRefusals covers the other side: a socket that still
 // answers without a status (a starting coordinator) is active.
 func TestLockInactiveWaitsForEndingTeardown(t *testing.T) {
-	base, err := os.MkdirTemp("", "lz-li-") // short: the socket path limit
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
-	roots := domain.Roots{Storage: filepath.Join(base, "s"), Runtime: filepath.Join(base, "r")}
-	id := domain.DeriveID("tiny", "/ws")
-	paths, err := domain.PathsFor(roots, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{roots.Runtime, paths.RuntimeDir, paths.DomainRoot} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(d, 0o700)
-	}
-	ln, err := net.Listen("unix", paths.ControlSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder, err := os.OpenFile(paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Flock(int(holder.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	paths, ln, holder := heldDomain(t)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -140,35 +113,9 @@ func TestStopCommandFor(t *testing.T) {
 // called active (whose remedy, `lazaret stop`, would not answer either):
 // its error, naming how to resume it, is returned at once.
 func TestLockInactiveUnresponsive(t *testing.T) {
-	base, err := os.MkdirTemp("", "lz-lu-") // short: the socket path limit
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
-	roots := domain.Roots{Storage: filepath.Join(base, "s"), Runtime: filepath.Join(base, "r")}
-	paths, err := domain.PathsFor(roots, domain.DeriveID("tiny", "/ws"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{roots.Runtime, paths.RuntimeDir, paths.DomainRoot} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(d, 0o700)
-	}
-	ln, err := net.Listen("unix", paths.ControlSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
+	paths, ln, holder := heldDomain(t)
 	defer ln.Close()
-	holder, err := os.OpenFile(paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer holder.Close()
-	if err := unix.Flock(int(holder.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
 	stuck := &client.UnresponsiveError{PID: 4242, Profile: "tiny", Bound: 10 * time.Second}
 	liveStatus = func(domain.Paths, string) (*lv1.DomainStatus, error) { return nil, stuck }
 	defer func() { liveStatus = client.LiveStatus }()
@@ -185,4 +132,40 @@ func TestLockInactiveUnresponsive(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("it took %s: the refusal should be at once", d)
 	}
+}
+
+// heldDomain makes the Domain of profile tiny and workspace /ws under a
+// temporary Storage Root and runtime root, as a coordinator holds it: a
+// listener on its control socket (accepting nothing) and its lifecycle
+// lock held through holder.
+func heldDomain(t *testing.T) (domain.Paths, net.Listener, *os.File) {
+	t.Helper()
+	base, err := os.MkdirTemp("", "lz-li-") // short: the socket path limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	roots := domain.Roots{Storage: filepath.Join(base, "s"), Runtime: filepath.Join(base, "r")}
+	paths, err := domain.PathsFor(roots, domain.DeriveID("tiny", "/ws"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{roots.Runtime, paths.RuntimeDir, paths.DomainRoot} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o700)
+	}
+	ln, err := net.Listen("unix", paths.ControlSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := os.OpenFile(paths.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(holder.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	return paths, ln, holder
 }
