@@ -40,8 +40,8 @@ type DomainStatus struct {
 	Profile    *string                `protobuf:"bytes,2,opt,name=profile,proto3,oneof" json:"profile,omitempty"`
 	Workspace  *string                `protobuf:"bytes,3,opt,name=workspace,proto3,oneof" json:"workspace,omitempty"`
 	Generation *uint64                `protobuf:"varint,4,opt,name=generation,proto3,oneof" json:"generation,omitempty"`
-	// starting, running, failed or stopping (from the coordinator); stopped
-	// or unreachable (set by the CLI).
+	// starting, running, failed or stopping (from the coordinator); stopped,
+	// unreachable or crashed (set by the CLI).
 	State                    *string `protobuf:"bytes,5,opt,name=state,proto3,oneof" json:"state,omitempty"`
 	CoordinatorId            *string `protobuf:"bytes,6,opt,name=coordinator_id,json=coordinatorId,proto3,oneof" json:"coordinator_id,omitempty"`
 	ConfigurationFingerprint *string `protobuf:"bytes,7,opt,name=configuration_fingerprint,json=configurationFingerprint,proto3,oneof" json:"configuration_fingerprint,omitempty"`
@@ -70,7 +70,7 @@ type DomainStatus struct {
 	// newest last, from the Domain Root's denial log (set by the CLI).
 	RecentDenials []*EgressDenial `protobuf:"bytes,23,rep,name=recent_denials,json=recentDenials,proto3" json:"recent_denials,omitempty"`
 	// Why the CLI could not reach the coordinator of a Domain that runs
-	// (state unreachable).
+	// (state unreachable), or what recovers a crashed one.
 	Error         *string `protobuf:"bytes,24,opt,name=error,proto3,oneof" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
