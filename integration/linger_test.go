@@ -331,6 +331,18 @@ func TestSpec32CrashedDomainStatus(t *testing.T) {
 	if r := lz(t, ws, nil, "status"); !strings.Contains(r.stdout, ws) || !strings.Contains(r.stdout, "crashed: its last generation ended without its teardown") {
 		t.Errorf("status lists no crashed Domain:\n%s", r.stdout)
 	}
+	var inv struct {
+		Domains []struct{ Workspace, State string }
+	}
+	r := lz(t, ws, nil, "ls", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &inv); err != nil {
+		t.Fatalf("ls --json: %v %+v", err, r)
+	}
+	for _, d := range inv.Domains {
+		if d.Workspace == ws && d.State != "crashed" {
+			t.Errorf("ls shows the crashed Domain as %q", d.State)
+		}
+	}
 	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "back"); r.code != 0 || r.stdout != "back\n" {
 		t.Fatalf("the recovering run: %+v", r)
 	}

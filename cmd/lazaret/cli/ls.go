@@ -14,12 +14,13 @@ import (
 	"github.com/lazaret/lazaret/pkg/diskuse"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 )
 
 var lsCommand = &cli.Command{
 	Name:  "ls",
-	Usage: "list every Domain, running or stopped, with its last use and disk use",
+	Usage: "list every Domain, running, stopped or crashed, with its last use and disk use",
 	Description: `One line per Domain under the Storage Root: its profile, whether it runs,
 when it was last used (when its coordinator last wrote its log), the disk
 use of its State Anchors (what the sandbox installed under persistent
@@ -40,7 +41,7 @@ type lsDomain struct {
 	DomainID  domain.ID     `json:"domain_id"`
 	Profile   string        `json:"profile"`
 	Workspace string        `json:"workspace"`
-	State     string        `json:"state"` // running or stopped
+	State     string        `json:"state"` // running, stopped or crashed
 	LastUse   time.Time     `json:"last_use"`
 	Anchors   diskuse.Usage `json:"state_anchors"`
 	Ignored   diskuse.Usage `json:"ignored_state"`
@@ -91,9 +92,13 @@ func listDomains(c *cli.Context, roots domain.Roots) (*lsReport, error) {
 	}
 	rep := &lsReport{Version: 1, StorageRoot: roots.Storage, Domains: []lsDomain{}, Profiles: []lsProfile{}}
 	for _, rd := range rds {
-		d := lsDomain{DomainID: rd.paths.ID, Profile: rd.prof.Name, Workspace: rd.workspace, State: "stopped", LastUse: lastUse(rd.paths)}
-		if domainRunning(rd.paths) {
+		d := lsDomain{DomainID: rd.paths.ID, Profile: rd.prof.Name, Workspace: rd.workspace, State: stateStopped, LastUse: lastUse(rd.paths)}
+		_, rterr := os.Stat(rd.paths.RuntimeDir)
+		switch st := (hostcheck.DomainState{LockHeld: domainRunning(rd.paths), RuntimeLeft: rterr == nil}); {
+		case st.LockHeld:
 			d.State = "running"
+		case st.NeedsRecovery():
+			d.State = stateCrashed // its next run recovers it (lazaret status says how)
 		}
 		u := use.Domains[string(rd.paths.ID)]
 		d.Anchors, d.Ignored = u.Anchors, u.Ignored
