@@ -198,8 +198,6 @@ func authenticate(raw *net.UnixConn, paths domain.Paths, profile string, keys *K
 		raw.Close()
 		return nil, err
 	}
-	// Who answers the socket, for the message should it stop answering.
-	hcPID := trusteddir.PeerPID(raw)
 	enrollConn := tls.Client(raw, cfg)
 	defer enrollConn.Close()
 	enrollConn.SetDeadline(time.Now().Add(bound))
@@ -241,11 +239,11 @@ func authenticate(raw *net.UnixConn, paths domain.Paths, profile string, keys *K
 
 	fc := control.NewConn(enrollConn)
 	if err := fc.Write(&lv1.ClientFrame{Msg: &lv1.ClientFrame_Enroll{Enroll: &lv1.EnrollRequest{CsrDer: csr}}}); err != nil {
-		return abandon(enrollFailure(err, hcPID, profile, bound))
+		return abandon(enrollFailure(err, raw, profile, bound))
 	}
 	var f lv1.ServerFrame
 	if err := fc.Read(&f); err != nil {
-		return abandon(enrollFailure(err, hcPID, profile, bound))
+		return abandon(enrollFailure(err, raw, profile, bound))
 	}
 	if e := f.GetError(); e != nil {
 		return abandon(frameError(e))
@@ -259,7 +257,7 @@ func authenticate(raw *net.UnixConn, paths domain.Paths, profile string, keys *K
 	if err := <-handshake; err != nil {
 		conn.Close()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, unresponsive(hcPID, profile, bound)
+			return nil, unresponsive(raw, profile, bound)
 		}
 		if peerGone(err) {
 			// The coordinator closed the connection unread after it
@@ -279,19 +277,20 @@ func authenticate(raw *net.UnixConn, paths domain.Paths, profile string, keys *K
 // err: a coordinator that did not answer in time is unresponsive; one that
 // closed the connection is tearing down (ErrNotPublished: Run starts or
 // joins again).
-func enrollFailure(err error, hcPID int, profile string, bound time.Duration) error {
+func enrollFailure(err error, raw *net.UnixConn, profile string, bound time.Duration) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return unresponsive(hcPID, profile, bound)
+		return unresponsive(raw, profile, bound)
 	}
 	return fmt.Errorf("enroll with the Host Coordinator: %w", ErrNotPublished)
 }
 
-// unresponsive is the error for a coordinator (pid hcPID, 0 if unknown)
-// that accepted the connection but did not answer within bound: stopped
+// unresponsive is the error for the coordinator at the other end of raw
+// (still open: its pid is read only now, off the start-up's path) that
+// accepted the connection but did not answer within bound: stopped
 // (SIGSTOP, a debugger) or hung. It is not ErrNotPublished: the Domain is
 // up, and waiting for it or starting another would not help.
-func unresponsive(hcPID int, profile string, bound time.Duration) error {
-	return errdefs.Mark(&UnresponsiveError{PID: hcPID, Profile: profile, Bound: bound}, errdefs.ErrUnavailable)
+func unresponsive(raw *net.UnixConn, profile string, bound time.Duration) error {
+	return errdefs.Mark(&UnresponsiveError{PID: trusteddir.PeerPID(raw), Profile: profile, Bound: bound}, errdefs.ErrUnavailable)
 }
 
 // UnresponsiveError is a Domain's coordinator that accepted a control
