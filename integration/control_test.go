@@ -429,9 +429,8 @@ func TestSpec32MismatchWhileStarting(t *testing.T) {
 		t.Fatal(err)
 	}
 	starting := func() bool {
-		r := lz(t, ws, nil, "status", "-C", ws, "-p", "tiny", "--json")
-		var docs []map[string]any
-		return json.Unmarshal([]byte(r.stdout), &docs) == nil && len(docs) == 1 && docs[0]["state"] == "starting"
+		doc, _ := onlyStatus(t, ws, "-C", ws, "-p", "tiny")
+		return doc != nil && doc["state"] == "starting"
 	}
 	if !waitUntil(time.Minute, 20*time.Millisecond, starting) {
 		first.Process.Kill()
@@ -510,9 +509,8 @@ func TestStatus(t *testing.T) {
 			}
 		}
 	}
-	r = lz(t, ws, nil, "status", "-C", ws, "--json")
-	if err := json.Unmarshal([]byte(r.stdout), &docs); err != nil || len(docs) != 1 || docs[0]["workspace"] != ws || docs[0]["state"] != "stopped" {
-		t.Errorf("status -C --json of the stopped Domain: %v %+v", err, r)
+	if doc, r := onlyStatus(t, ws, "-C", ws); doc == nil || doc["workspace"] != ws || doc["state"] != "stopped" {
+		t.Errorf("status -C --json of the stopped Domain: %+v", r)
 	}
 	// A profile with no Domain here, and one that does not exist.
 	if r = lz(t, ws, nil, "status", "-p", "default"); r.code != 0 || !strings.Contains(r.stdout, "no Domain of profile default for the workspace "+ws+" yet") {

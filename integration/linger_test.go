@@ -14,6 +14,19 @@ import (
 	"time"
 )
 
+// onlyStatus runs `lazaret status --json ARGS` in ws and returns its one
+// document — nil unless it printed exactly one — and the run (for
+// messages).
+func onlyStatus(t *testing.T, ws string, args ...string) (map[string]any, result) {
+	t.Helper()
+	r := lz(t, ws, nil, append([]string{"status", "--json"}, args...)...)
+	var docs []map[string]any
+	if json.Unmarshal([]byte(r.stdout), &docs) != nil || len(docs) != 1 {
+		return nil, r
+	}
+	return docs[0], r
+}
+
 // lingerStatus is the status document of the only Domain of ws's profile
 // that is running, or nil.
 func lingerStatus(t *testing.T, ws string, args ...string) map[string]any {
@@ -274,13 +287,12 @@ func TestSpec32UnresponsiveCoordinator(t *testing.T) {
 		lz(t, ws, nil, "stop", "-p", "tiny")
 	}()
 	words := []string{fmt.Sprintf("Host Coordinator (pid %d) accepted the connection but did not answer within", pid), fmt.Sprintf("`kill -CONT %d`", pid)}
-	r := lz(t, ws, nil, "status", "-C", ws, "--json")
-	var docs []map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &docs); err != nil || len(docs) != 1 || docs[0]["state"] != "unreachable" {
-		t.Fatalf("status of a Domain whose coordinator is stopped: %v %+v", err, r)
+	doc, r := onlyStatus(t, ws, "-C", ws)
+	if doc == nil || doc["state"] != "unreachable" {
+		t.Fatalf("status of a Domain whose coordinator is stopped: %+v", r)
 	}
 	for _, w := range words {
-		if msg, _ := docs[0]["error"].(string); !strings.Contains(msg, w) {
+		if msg, _ := doc["error"].(string); !strings.Contains(msg, w) {
 			t.Errorf("status error %q lacks %q", msg, w)
 		}
 	}
@@ -314,13 +326,8 @@ func TestSpec32CrashedDomainStatus(t *testing.T) {
 	}
 	var doc map[string]any
 	crashed := func() bool {
-		r := lz(t, ws, nil, "status", "-C", ws, "--json")
-		var docs []map[string]any
-		if json.Unmarshal([]byte(r.stdout), &docs) != nil || len(docs) != 1 {
-			return false
-		}
-		doc = docs[0]
-		return doc["state"] == "crashed"
+		doc, _ = onlyStatus(t, ws, "-C", ws)
+		return doc != nil && doc["state"] == "crashed"
 	}
 	if !waitUntil(30*time.Second, 100*time.Millisecond, crashed) {
 		t.Fatalf("status after the coordinator's SIGKILL: %v", doc)
