@@ -52,7 +52,7 @@ func TestStorage(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "profiles", "claude", "paths", ".claude"), 0o700)
 	os.WriteFile(filepath.Join(root, "profiles", "claude", "paths", ".claude", "t"), make([]byte, 7000), 0o600)
 	os.MkdirAll(filepath.Join(root, "profiles", "codex"), 0o700) // no paths yet
-	r, err := Storage(root)
+	r, err := Storage(root, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,5 +65,90 @@ func TestStorage(t *testing.T) {
 	}
 	if r.Unreadable() {
 		t.Error("unreadable")
+	}
+}
+
+// deepChain makes a directory chain one level deeper than the walk goes,
+// so the walk reports it unreadable (whoever runs the test, root too).
+func deepChain(t *testing.T, dir string) {
+	t.Helper()
+	p := dir
+	for range maxDepth + 2 {
+		p = filepath.Join(p, "d")
+	}
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStorageOnlyStopAndMerge(t *testing.T) {
+	root := t.TempDir()
+	a, b := "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	for _, id := range []string{a, b} {
+		os.MkdirAll(filepath.Join(root, "domains", id, "ignored-state"), 0o700)
+		os.WriteFile(filepath.Join(root, "domains", id, "ignored-state", "f"), make([]byte, 40000), 0o600)
+		os.MkdirAll(filepath.Join(root, "domains", id, "anchors", "usr"), 0o700)
+	}
+	// a's anchors hold two chains too deep to read: the whole walk
+	// reports both, a walk that stops at the first only one.
+	deepChain(t, filepath.Join(root, "domains", a, "anchors", "usr", "x"))
+	deepChain(t, filepath.Join(root, "domains", a, "anchors", "usr", "y"))
+	full, err := Storage(root, Options{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := full.Domains[a].Anchors.Unreadable; u != 2 {
+		t.Fatalf("full walk: %d unreadable, want 2", u)
+	}
+	r, err := Storage(root, Options{StopAtUnreadable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := r.Domains[a].Anchors.Unreadable; u != 1 {
+		t.Errorf("stopping walk: %d unreadable, want 1", u)
+	}
+	trees := r.UnreadableTrees()
+	if len(trees) != 1 || trees[0] != (TreeKey{KindAnchors, a}) {
+		t.Fatalf("unreadable trees %v", trees)
+	}
+	// The second pass measures only what it is told, and Merge takes
+	// only those trees: a's readable ignored state keeps the first pass's
+	// figure.
+	os.RemoveAll(filepath.Join(root, "domains", a, "anchors", "usr", "x"))
+	os.RemoveAll(filepath.Join(root, "domains", a, "anchors", "usr", "y"))
+	os.WriteFile(filepath.Join(root, "domains", a, "anchors", "usr", "big"), make([]byte, 300000), 0o600)
+	again, err := Storage(root, Options{Only: trees})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Domains) != 1 || len(again.Profiles) != 0 || again.Domains[a].Anchors.Bytes < 300000 {
+		t.Fatalf("second pass %+v", again)
+	}
+	before := r.Domains[a].Ignored
+	r.Merge(again, trees)
+	if d := r.Domains[a]; d.Anchors.Bytes < 300000 || d.Anchors.Unreadable != 0 || d.Ignored != before || d.Ignored.Bytes < 40000 {
+		t.Errorf("merged %+v", d)
+	}
+	if r.Unreadable() || r.Domains[b].Ignored.Bytes < 40000 {
+		t.Errorf("after merge %+v", r)
+	}
+	// Only naming a Domain or profile that is not there measures nothing.
+	none, err := Storage(root, Options{Only: []TreeKey{{KindAnchors, "00000000000000000000000000000000"}, {KindProfile, "nobody"}}})
+	if err != nil || len(none.Domains)+len(none.Profiles) != 0 {
+		t.Errorf("absent trees: %+v %v", none, err)
+	}
+}
+
+func TestParseTreeKey(t *testing.T) {
+	for _, s := range []string{"anchors/0123", "ignored/ab", "profile/claude"} {
+		k, err := ParseTreeKey(s)
+		if err != nil || k.String() != s {
+			t.Errorf("ParseTreeKey(%q) = %v, %v", s, k, err)
+		}
+	}
+	for _, s := range []string{"", "anchors", "anchors/", "other/x", "profile/..", "profile/a/b", "ignored/."} {
+		if _, err := ParseTreeKey(s); err == nil {
+			t.Errorf("ParseTreeKey(%q) accepted", s)
+		}
 	}
 }

@@ -85,7 +85,8 @@ const (
 	// (profilestate.Sizes). It takes --storage-root and --profile.
 	OpProfileSizes = "profile-sizes"
 	// OpDiskUsage measures every Domain's state and the profiles' paths
-	// under --storage-root (diskuse.Storage), read-only.
+	// under --storage-root (diskuse.Storage), read-only; --trees
+	// (comma-separated diskuse.TreeKey) measures those trees alone.
 	OpDiskUsage = "disk-usage"
 	// OpIgnoredCopy copies an ignored path out of the Ignored Workspace
 	// State to a host path (--direction=out) or a host path into it
@@ -206,6 +207,7 @@ func Main(args []string) int {
 	uidStart := fl.Uint("uid-start", 0, "first subordinate uid")
 	gidStart := fl.Uint("gid-start", 0, "first subordinate gid")
 	count := fl.Uint("count", 0, "subordinate ids mapped")
+	trees := fl.String("trees", "", "disk-usage: only these trees (comma-separated KIND/NAME)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -222,7 +224,10 @@ func Main(args []string) int {
 		out = res
 	case OpDiskUsage:
 		res := DiskUsageResult{Version: ReportVersion}
-		res.Report, err = diskuse.Storage(*storageRoot)
+		var opts diskuse.Options
+		if opts.Only, err = parseTrees(*trees); err == nil {
+			res.Report, err = diskuse.Storage(*storageRoot, opts)
+		}
 		out = res
 	case OpPurge:
 		res := PurgeResult{Version: ReportVersion}
@@ -578,11 +583,20 @@ type DiskUsageResult struct {
 	diskuse.Report
 }
 
-// DiskUsage measures the Storage Root's Domains and profile paths in the
-// developer's user namespace, where directories of subordinate ids the
-// developer cannot traverse are readable (read-only: no lock needed).
-func DiskUsage(ctx context.Context, rsPath, storageRoot string) (diskuse.Report, error) {
-	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpDiskUsage)
+// DiskUsage measures the Storage Root's trees (all of them when trees is
+// nil) in the developer's user namespace, where directories of
+// subordinate ids the developer cannot traverse are readable (read-only:
+// no lock needed).
+func DiskUsage(ctx context.Context, rsPath, storageRoot string, trees []diskuse.TreeKey) (diskuse.Report, error) {
+	args := []string{"--storage-root=" + storageRoot, "--op=" + OpDiskUsage}
+	if trees != nil {
+		keys := make([]string, len(trees))
+		for i, k := range trees {
+			keys[i] = k.String()
+		}
+		args = append(args, "--trees="+strings.Join(keys, ","))
+	}
+	out, err := run(ctx, rsPath, args...)
 	if err != nil {
 		return diskuse.Report{}, err
 	}
@@ -591,6 +605,22 @@ func DiskUsage(ctx context.Context, rsPath, storageRoot string) (diskuse.Report,
 		return diskuse.Report{}, err
 	}
 	return r.Report, nil
+}
+
+// parseTrees parses --trees: nil (every tree) when empty.
+func parseTrees(s string) ([]diskuse.TreeKey, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var keys []diskuse.TreeKey
+	for _, f := range strings.Split(s, ",") {
+		k, err := diskuse.ParseTreeKey(f)
+		if err != nil {
+			return nil, errdefs.Mark(fmt.Errorf("--trees: %w", err), errdefs.ErrInvalid)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 // decodeResult decodes a role's result into v (whose version is read by

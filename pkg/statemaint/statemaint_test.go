@@ -201,3 +201,37 @@ func TestGuestID(t *testing.T) {
 		}
 	}
 }
+
+// TestMainDiskUsageTrees runs the role's disk-usage operation in this
+// process: --trees measures the trees it names alone; a malformed one is
+// refused (exit 1) with the forms it takes.
+func TestMainDiskUsageTrees(t *testing.T) {
+	sr := filepath.Join(t.TempDir(), "lazaret")
+	a, b := "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	for _, id := range []string{a, b} {
+		if err := os.MkdirAll(filepath.Join(sr, "domains", id, "anchors"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(sr, "domains", id, "anchors", "f"), make([]byte, 5000), 0o644)
+	}
+	out := captureStdout(t, func() {
+		if code := Main([]string{"--op=" + OpDiskUsage, "--storage-root=" + sr, "--trees=anchors/" + a}); code != 0 {
+			t.Errorf("disk-usage: exit %d", code)
+		}
+	})
+	var r DiskUsageResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		t.Fatalf("result %q: %v", out, err)
+	}
+	if len(r.Domains) != 1 || r.Domains[a].Anchors.Bytes < 5000 {
+		t.Errorf("--trees=anchors/%s measured %+v", a, r.Domains)
+	}
+	if _, err := parseTrees("anchors/" + a + ",other/x"); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "anchors/DOMAIN-ID") {
+		t.Errorf("a malformed tree: %v", err)
+	}
+	captureStdout(t, func() {
+		if code := Main([]string{"--op=" + OpDiskUsage, "--storage-root=" + sr, "--trees=profile/../x"}); code != 1 {
+			t.Errorf("a malformed --trees: exit %d", code)
+		}
+	})
+}

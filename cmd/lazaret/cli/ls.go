@@ -113,9 +113,10 @@ func listDomains(c *cli.Context, roots domain.Roots) (*lsReport, error) {
 }
 
 // storageUse measures as the developer, and again in the developer's user
-// namespace when a directory of a subordinate id was not traversable.
+// namespace the trees that had a directory of a subordinate id the
+// developer cannot traverse (each walk as the developer ends there).
 func storageUse(c *cli.Context, storageRoot string) (diskuse.Report, error) {
-	r, err := diskuse.Storage(storageRoot)
+	r, err := diskuse.Storage(storageRoot, diskuse.Options{StopAtUnreadable: true})
 	if err != nil || !r.Unreadable() {
 		return r, err
 	}
@@ -123,7 +124,13 @@ func storageUse(c *cli.Context, storageRoot string) (diskuse.Report, error) {
 	if err != nil {
 		return r, err
 	}
-	return statemaint.DiskUsage(c.Context, rsPath, storageRoot)
+	trees := r.UnreadableTrees()
+	again, err := statemaint.DiskUsage(c.Context, rsPath, storageRoot, trees)
+	if err != nil {
+		return r, err
+	}
+	r.Merge(again, trees)
+	return r, nil
 }
 
 // lastUse is when the Domain was last used: when its coordinator last
