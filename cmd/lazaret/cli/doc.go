@@ -62,9 +62,12 @@
 // ones (spawning through the broker: the pidfs host support probe and a
 // `CLONE_NEWUSER` child with `lazaret-hc` as the broker's self, `slirp4netns
 // --version`), and unit tests inject failing ones for each remedy. A Domain
-// needs recovery when no coordinator holds its lifecycle `flock` (read from
-// `/proc/locks`, never by taking the lock, which could race a starting run)
-// yet its runtime directory remains; its next `lazaret run` recovers it.
+// needs recovery when no coordinator holds its lifecycle `flock` yet its
+// runtime directory remains; its next `lazaret run` recovers it. Whether a
+// coordinator holds that lock is read from `/proc/locks` by every command
+// that asks (status, doctor, ls, rm, `logs --follow`, `network log
+// --follow`: domainlock.go), never by taking the lock, which could make a
+// starting run fail its attempt.
 //
 // Aliases. `lazaret alias [--shell bash|zsh|fish] [PROFILE[=COMMAND]…]`
 // prints one shell function per profile running `lazaret run --profile

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"debug/buildinfo"
 	"encoding/json"
@@ -162,7 +161,7 @@ func scanDomains(roots domain.Roots, readFile func(string) ([]byte, error)) ([]h
 	if err != nil {
 		return nil, err
 	}
-	held := lockedInodes(string(locks))
+	held := newLockTable(string(locks))
 	var out []hostcheck.DomainState
 	for _, d := range dirs {
 		id := domain.ID(d.Name())
@@ -178,10 +177,7 @@ func scanDomains(roots domain.Roots, readFile func(string) ([]byte, error)) ([]h
 		if b, err := readFile(filepath.Join(paths.DomainRoot, "domain.json")); err == nil && json.Unmarshal(b, &ident) == nil {
 			s.Profile, s.Workspace = ident.Profile, ident.Workspace
 		}
-		var st unix.Stat_t
-		if unix.Stat(paths.LockFile(), &st) == nil {
-			s.LockHeld = held[lockKey{unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino}]
-		}
+		s.LockHeld = held.held(paths)
 		if _, err := os.Stat(paths.RuntimeDir); err == nil {
 			s.RuntimeLeft = true
 		}
@@ -190,25 +186,3 @@ func scanDomains(roots domain.Roots, readFile func(string) ([]byte, error)) ([]h
 	return out, nil
 }
 
-type lockKey struct {
-	major, minor uint32
-	ino          uint64
-}
-
-// lockedInodes parses /proc/locks ("1: FLOCK ADVISORY WRITE 1234 00:2b:5678 0 EOF";
-// blocked waiters, "->" lines, hold nothing).
-func lockedInodes(s string) map[lockKey]bool {
-	out := map[lockKey]bool{}
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 6 || f[1] == "->" {
-			continue
-		}
-		var k lockKey
-		if _, err := fmt.Sscanf(f[5], "%x:%x:%d", &k.major, &k.minor, &k.ino); err == nil {
-			out[k] = true
-		}
-	}
-	return out
-}

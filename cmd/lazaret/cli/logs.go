@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
@@ -200,21 +199,6 @@ func generationList(parts []hclog.Part) string {
 	return "generation(s) " + strings.Join(gs, ", ")
 }
 
-// domainRunning reports whether something holds the Domain lock (its
-// coordinator, while the generation lives). The probe takes the lock for
-// an instant; a `lazaret run` starting meanwhile retries.
-func domainRunning(paths domain.Paths) bool {
-	lock, err := os.OpenFile(paths.LockFile(), os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return errors.Is(err, unix.EWOULDBLOCK)
-	}
-	unix.Flock(int(lock.Fd()), unix.LOCK_UN)
-	return false
-}
 
 // logView prints parts and records, human-readable or as JSON lines.
 type logView struct {
