@@ -185,4 +185,3 @@ func scanDomains(roots domain.Roots, readFile func(string) ([]byte, error)) ([]h
 	}
 	return out, nil
 }
-

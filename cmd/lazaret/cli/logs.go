@@ -199,7 +199,6 @@ func generationList(parts []hclog.Part) string {
 	return "generation(s) " + strings.Join(gs, ", ")
 }
 
-
 // logView prints parts and records, human-readable or as JSON lines.
 type logView struct {
 	w           io.Writer
