@@ -72,6 +72,7 @@ import (
 
 	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/pebbleguard"
 	"github.com/lazaret/lazaret/pkg/shellquote"
 )
 
@@ -261,9 +262,12 @@ func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx
 		FS:                 c.opts.FS,
 		FormatMajorVersion: FormatMajorVersion,
 		Logger:             fatalLogger{log: c.opts.Logger, root: c.root, op: op},
-		ReadOnly:           !write,
-		MemTableSize:       MemTableSize,
-		CacheSize:          CacheSize,
+		// A flush or compaction that fails on the filesystem is fatal,
+		// not retried for ever (package pebbleguard).
+		EventListener: pebbleguard.Listener(fatalLogger{log: c.opts.Logger, root: c.root, op: op}),
+		ReadOnly:      !write,
+		MemTableSize:  MemTableSize,
+		CacheSize:     CacheSize,
 		// pebble keeps no table statistics on disk, so every open that
 		// may write collects them anew, reading each table's properties
 		// in the background, and Close waits for that. They only tune

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/pebbleguard"
 )
 
 // SchemaVersion is the Domain Store schema this code reads and writes.
@@ -197,8 +198,11 @@ func Open(domainRoot string, lock *os.File, id DomainIdentity, opts Options) (*S
 		FS:                 quietFS(opts.FS),
 		FormatMajorVersion: FormatMajorVersion,
 		Logger:             fatalLogger{log: opts.Logger, domain: id.ID, gen: s.gen},
-		MemTableSize:       MemTableSize,
-		CacheSize:          CacheSize,
+		// A flush or compaction that fails on the filesystem is fatal,
+		// not retried for ever (package pebbleguard).
+		EventListener: pebbleguard.Listener(fatalLogger{log: opts.Logger, domain: id.ID, gen: s.gen}),
+		MemTableSize:  MemTableSize,
+		CacheSize:     CacheSize,
 		// pebble keeps no table statistics on disk and recollects them
 		// after every open, from every table, in the background (Close
 		// waits for it), for compaction heuristics that reclaim
