@@ -21,6 +21,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hclog"
+	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/timing"
@@ -103,6 +104,18 @@ func (s *Starter) Run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*
 	if err := CheckRequestSize(req); err != nil {
 		return nil, err
 	}
+	end, err := s.run(req, abort, attach)
+	if err != nil && !errors.Is(err, errdefs.ErrInvalid) && !errors.Is(err, errdefs.ErrRefused) {
+		// A coordinator that failed or did not answer may have run out of
+		// space for its records: say so when its filesystem is full.
+		if note := hostcheck.LowSpaceNote(hostcheck.StatfsNearest, s.Paths.StorageRoot); note != "" {
+			err = fmt.Errorf("%w\n%s", err, note)
+		}
+	}
+	return end, err
+}
+
+func (s *Starter) run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*Session) *End) (*End, error) {
 	for attempt := 1; ; attempt++ {
 		raw, err := s.connectOrSignal(abort)
 		var sig signalled

@@ -25,7 +25,7 @@ import (
 // broker's self for the pidfs probe.
 func realProbes(hcPath string, roots domain.Roots, rootsErr error) hostcheck.Probes {
 	p := hostcheck.Probes{
-		Statfs: statfsNearest,
+		Statfs: hostcheck.StatfsNearest,
 		Domains: func() ([]hostcheck.DomainState, error) {
 			if rootsErr != nil {
 				return nil, rootsErr
@@ -129,21 +129,6 @@ func parseRunscVersion(out string) (string, error) {
 		return "", fmt.Errorf("runsc --version names no version (%q)", first)
 	}
 	return v, nil
-}
-
-// statfsNearest statfs's path or, if it does not exist yet, its nearest
-// existing ancestor (where it will be created).
-func statfsNearest(path string) (hostcheck.FS, error) {
-	for p := path; ; p = filepath.Dir(p) {
-		var st unix.Statfs_t
-		err := unix.Statfs(p, &st)
-		if err == nil {
-			return hostcheck.FS{Type: int64(st.Type), FreeBytes: st.Bavail * uint64(st.Bsize)}, nil
-		}
-		if !errors.Is(err, unix.ENOENT) || p == "/" {
-			return hostcheck.FS{}, &os.PathError{Op: "statfs", Path: p, Err: err}
-		}
-	}
 }
 
 // scanDomains lists the Domains under roots without touching them: whether

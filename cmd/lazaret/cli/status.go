@@ -65,7 +65,7 @@ Examples:
 			return err
 		}
 		if scanned, err := scanDomains(roots, os.ReadFile); err == nil {
-			markNeedsRecovery(docs, scanned)
+			markNeedsRecovery(docs, scanned, hostcheck.LowSpaceNote(hostcheck.StatfsNearest, roots.Storage))
 		}
 		shown, hidden := selectStatuses(docs, sel, c.Bool("all"))
 		if c.Bool("json") {
@@ -128,8 +128,9 @@ const stateCrashed = "crashed"
 // markNeedsRecovery gives the stopped Domains of docs that a crash left
 // unrecovered (hostcheck.DomainState.NeedsRecovery of scanned, as
 // `lazaret doctor` finds them) the state stateCrashed and, as their
-// error, the run that recovers them.
-func markNeedsRecovery(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState) {
+// error, the run that recovers them — after spaceNote, when the Storage
+// Root's filesystem is too full for that run (hostcheck.LowSpaceNote).
+func markNeedsRecovery(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState, spaceNote string) {
 	crashed := map[string]bool{}
 	for _, s := range scanned {
 		if s.NeedsRecovery() {
@@ -145,7 +146,11 @@ func markNeedsRecovery(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState
 			run = fmt.Sprintf("`lazaret run -C %s -p %s -- true`", shellquote.Word(d.GetWorkspace()), d.GetProfile())
 		}
 		d.State = proto.String(stateCrashed)
-		d.Error = proto.String("its last generation ended without its teardown (no coordinator holds it, its runtime directory remains); " + run + " recovers it, as any next run there does")
+		msg := "its last generation ended without its teardown (no coordinator holds it, its runtime directory remains); " + run + " recovers it, as any next run there does"
+		if spaceNote != "" {
+			msg += "; " + spaceNote
+		}
+		d.Error = proto.String(msg)
 	}
 }
 

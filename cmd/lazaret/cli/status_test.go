@@ -70,14 +70,21 @@ func TestMarkNeedsRecovery(t *testing.T) {
 		{ID: "/b/tiny"},
 		{ID: "/c/tiny", RuntimeLeft: true, LockHeld: true},
 		{ID: "/d/tiny", RuntimeLeft: true},
-	})
+	}, "")
 	want := []string{"crashed", "stopped", "stopped", "running"}
 	for i, d := range docs {
 		if d.GetState() != want[i] {
 			t.Errorf("%s: %s, want %s", d.GetDomainId(), d.GetState(), want[i])
 		}
 	}
-	if e := docs[0].GetError(); !strings.Contains(e, "`lazaret run -C /a -p tiny -- true` recovers it") {
+	if e := docs[0].GetError(); !strings.Contains(e, "`lazaret run -C /a -p tiny -- true` recovers it") || strings.Contains(e, "free") {
 		t.Errorf("crashed Domain's error: %q", e)
+	}
+	// On a full filesystem the recovering run would be refused: the error
+	// says so.
+	docs = []*lv1.DomainStatus{statusDoc("/a", "tiny", "stopped")}
+	markNeedsRecovery(docs, []hostcheck.DomainState{{ID: "/a/tiny", RuntimeLeft: true}}, "the Storage Root /s is on a filesystem with 0 B free")
+	if e := docs[0].GetError(); !strings.Contains(e, "recovers it, as any next run there does; the Storage Root /s is on a filesystem with 0 B free") {
+		t.Errorf("crashed Domain's error on a full filesystem: %q", e)
 	}
 }

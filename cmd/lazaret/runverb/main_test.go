@@ -66,7 +66,7 @@ func TestHandOver(t *testing.T) {
 // (quoted) only when the run named its workspace with -C.
 func TestLostCoordinatorNamesTheWayOn(t *testing.T) {
 	cause := errdefs.Mark(errors.New("lost the connection to the Host Coordinator: EOF"), errdefs.ErrUnavailable)
-	err := lostCoordinator(cause, "tiny", "", "/src/app")
+	err := lostCoordinator(cause, "tiny", "", "/src/app", t.TempDir())
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("the category is lost: %v", err)
 	}
@@ -76,7 +76,7 @@ func TestLostCoordinatorNamesTheWayOn(t *testing.T) {
 			t.Errorf("message lacks %q: %s", want, msg)
 		}
 	}
-	msg = lostCoordinator(cause, "tiny", "../my app", "/src/my app").Error()
+	msg = lostCoordinator(cause, "tiny", "../my app", "/src/my app", t.TempDir()).Error()
 	if !strings.Contains(msg, "`lazaret logs -p tiny -C '/src/my app'`") {
 		t.Errorf("a run with -C: the logs command should name the workspace: %s", msg)
 	}

@@ -238,6 +238,11 @@ func runAction(c *cli.Context) (err error) {
 			return err
 		}
 	}
+	// A coordinator that cannot write its records stops: a (nearly) full
+	// filesystem is refused here, with what to free, before any starts.
+	if err := hostcheck.StartSpace(hostcheck.StatfsNearest, roots.Storage, roots.Runtime); err != nil {
+		return err
+	}
 	req := &lv1.RunRequest{
 		ConfigurationFingerprint: prof.Config.Fingerprint(),
 		CanonicalProfile:         prof.Config.Canonical(),
@@ -291,7 +296,7 @@ func runAction(c *cli.Context) (err error) {
 		return err
 	}
 	if end.Lost {
-		return lostCoordinator(end.Err, prof.Name, c.String("dir"), ws.Root)
+		return lostCoordinator(end.Err, prof.Name, c.String("dir"), ws.Root, roots.Storage)
 	}
 	if end.Err != nil {
 		return end.Err
@@ -303,12 +308,16 @@ func runAction(c *cli.Context) (err error) {
 // (it crashed or was killed): what became of the session and the Domain,
 // and where to look. Nothing of the Domain keeps running (its processes
 // end with the coordinator); the next `lazaret run` recovers its state.
-func lostCoordinator(err error, profile, dirFlag, workspace string) error {
+func lostCoordinator(err error, profile, dirFlag, workspace, storageRoot string) error {
 	logs := "lazaret logs -p " + profile
 	if dirFlag != "" {
 		logs += " -C " + shellquote.Word(workspace)
 	}
-	return fmt.Errorf("%w\nthe Domain's Host Coordinator ended during the session (it crashed or was killed), so the session is over and the sandbox was torn down with it; the next `lazaret run` here recovers the Domain, and `%s` shows its last lines", err, logs)
+	err = fmt.Errorf("%w\nthe Domain's Host Coordinator ended during the session (it crashed or was killed), so the session is over and the sandbox was torn down with it; the next `lazaret run` here recovers the Domain, and `%s` shows its last lines", err, logs)
+	if note := hostcheck.LowSpaceNote(hostcheck.StatfsNearest, storageRoot); note != "" {
+		err = fmt.Errorf("%w\n%s", err, note)
+	}
+	return err
 }
 
 // session runs the CLI's side of a non-interactive Client Session: it
