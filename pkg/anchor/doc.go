@@ -90,9 +90,11 @@
 //     `mkdir upper.swap` → `renameat2(upper.swap, upper, RENAME_EXCHANGE)` →
 //     `renameat2(upper.swap, .trash/…, NOREPLACE)`; the active upper is always
 //     the previous or a complete empty one, and a leftover `upper.swap` is moved
-//     to the trash by the next reset or RS. The trash is deleted by the next RS,
-//     inside the user namespace (the host user cannot delete subordinate-uid
-//     files). The swap-and-trash mechanism, the confined opens and the trash
+//     to the trash by the next reset or RS. The trash is deleted at once by
+//     `lazaret state reset` through the state maintenance role (a full
+//     filesystem would otherwise keep the space until a start it prevents),
+//     or else by the next RS, inside the user namespace (the host user
+//     cannot delete subordinate-uid files). The swap-and-trash mechanism, the confined opens and the trash
 //     deletion live once in `pkg/statetree` (`SwapEmpty`, `FinishSwap`,
 //     `Discard`, `Purge`); State Anchors and Ignored Workspace State both use
 //     it, each with its own failpoint prefix (`lazaret:state-reset:<step>`,

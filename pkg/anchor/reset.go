@@ -27,8 +27,9 @@ import (
 // A crash at any point leaves upper either the previous upper or a complete
 // empty one, never a partial one; step 1 (here or in the next Runtime
 // Supervisor's PurgeTrash) finishes the rest. The trash is deleted inside the
-// user namespace by the next Runtime Supervisor, since the host user cannot
-// delete subordinate-uid files. It reports whether there was an anchor.
+// user namespace (PurgeTrash), since the host user cannot delete
+// subordinate-uid files: by `lazaret state reset` itself through the state
+// maintenance role, or else by the next Runtime Supervisor. It reports whether there was an anchor.
 func Reset(domainRoot, guestPath string, now func() time.Time) (bool, error) {
 	name, err := Name(guestPath)
 	if err != nil {

@@ -77,6 +77,10 @@ const (
 	// Storage Root's prepared/.trash (prepared.PurgeTrash): what `lazaret
 	// gc` moved aside. It takes --storage-root instead of --domain-root.
 	OpPurgePrepared = "purge-prepared"
+	// OpPurgeAnchors deletes the State Anchors' trash of --domain-root
+	// (anchor.PurgeTrash): what `lazaret state reset` discarded, which
+	// the next Runtime Supervisor would otherwise delete.
+	OpPurgeAnchors = "purge-anchors"
 	// OpExportLayer writes the State Anchors' changes as one OCI layer tar
 	// on stdout (anchor.ExportLayer, owners as guest ids) and its
 	// ExportResult on descriptor 3: a recipe build's commit.
@@ -236,6 +240,10 @@ func Main(args []string) int {
 	case OpPurgePrepared:
 		res := PurgeResult{Version: ReportVersion}
 		res.Deleted, err = prepared.PurgeTrash(context.Background(), *storageRoot)
+		out = res
+	case OpPurgeAnchors:
+		res := PurgeResult{Version: ReportVersion}
+		res.Deleted, err = anchor.PurgeTrash(*root, time.Now)
 		out = res
 	case OpProfileSizes:
 		res := ProfileSizesResult{Version: ReportVersion}
@@ -452,6 +460,25 @@ func ResetIgnored(ctx context.Context, rsPath, domainRoot, rel string, all bool)
 // nothing uses it.
 func PurgeTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
 	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpPurge)
+	if err != nil {
+		return 0, err
+	}
+	var r PurgeResult
+	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
+		return 0, err
+	}
+	return r.Deleted, nil
+}
+
+// PurgeAnchorTrash deletes what `lazaret state reset` discarded from the
+// State Anchors of the Domain Root domainRoot (anchor.PurgeTrash, which
+// first finishes an interrupted reset) in the developer's user namespace,
+// where their subordinate-id files can be deleted, and returns how many
+// trash entries it deleted.
+//
+// Preconditions: the caller holds the Domain lock.
+func PurgeAnchorTrash(ctx context.Context, rsPath, domainRoot string) (int, error) {
+	out, err := run(ctx, rsPath, "--domain-root="+domainRoot, "--op="+OpPurgeAnchors)
 	if err != nil {
 		return 0, err
 	}

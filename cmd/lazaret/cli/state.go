@@ -30,6 +30,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/prepare"
 	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/shellquote"
+	"github.com/lazaret/lazaret/pkg/statemaint"
 )
 
 var stateDomainFlags = []cli.Flag{
@@ -338,11 +339,29 @@ func stateReset(c *cli.Context) error {
 			return fmt.Errorf("reset %s: %w", p, err)
 		}
 	}
+	// What was discarded is deleted now, in the developer's user namespace
+	// (its files are of subordinate ids), so that the reset frees its
+	// space at once: the next start would delete it too, but a full
+	// filesystem keeps that start from happening.
+	if err := purgeAnchorTrash(c, rd); err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "lazaret: the discarded state is deleted at the Domain's next start instead: %v\n", err)
+	}
 	if asJSON {
 		return json.NewEncoder(c.App.Writer).Encode(map[string]any{"domain_id": rd.paths.ID, "reset": scope})
 	}
 	fmt.Fprintf(c.App.Writer, "reset: %s\n", strings.Join(scope, ", "))
 	return nil
+}
+
+// purgeAnchorTrash deletes the Domain's State Anchor trash (the caller
+// holds the Domain lock).
+func purgeAnchorTrash(c *cli.Context, rd resolvedDomain) error {
+	rsPath, err := rmHelper()
+	if err != nil {
+		return err
+	}
+	_, err = statemaint.PurgeAnchorTrash(c.Context, rsPath, rd.paths.DomainRoot)
+	return err
 }
 
 // resetArgs reads a reset's flags, accepting them after PATH too
