@@ -19,7 +19,7 @@ import (
 // messages).
 func onlyStatus(t *testing.T, ws string, args ...string) (map[string]any, result) {
 	t.Helper()
-	r := lz(t, ws, nil, append([]string{"status", "--json"}, args...)...)
+	r := lz(t, ws, nil, append([]string{"status", "--json", "-C", ws}, args...)...)
 	var docs []map[string]any
 	if json.Unmarshal([]byte(r.stdout), &docs) != nil || len(docs) != 1 {
 		return nil, r
@@ -31,7 +31,7 @@ func onlyStatus(t *testing.T, ws string, args ...string) (map[string]any, result
 // that is running, or nil.
 func lingerStatus(t *testing.T, ws string, args ...string) map[string]any {
 	t.Helper()
-	r := lz(t, ws, nil, append([]string{"status", "--json"}, args...)...)
+	r := lz(t, ws, nil, append([]string{"status", "--json", "-C", ws}, args...)...)
 	var docs []map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &docs); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, r.stdout)
@@ -101,7 +101,7 @@ func TestSpec32Linger(t *testing.T) {
 		t.Errorf("linger_ms = %v, want 8000", d["linger_ms"])
 	}
 	gen := d["generation"]
-	if text := lz(t, ws, nil, "status").stdout; !strings.Contains(text, " left") {
+	if text := lz(t, ws, nil, "status", "-C", ws).stdout; !strings.Contains(text, " left") {
 		t.Errorf("status does not show the time left:\n%s", text)
 	}
 
@@ -353,8 +353,14 @@ func TestSpec32CrashedDomainStatus(t *testing.T) {
 	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "back"); r.code != 0 || r.stdout != "back\n" {
 		t.Fatalf("the recovering run: %+v", r)
 	}
-	if r := lz(t, ws, nil, "status", "-C", ws); !strings.Contains(r.stdout, "stopped") || strings.Contains(r.stdout, "crashed") {
-		t.Errorf("after recovery: %s", r.stdout)
+	// The recovered generation tears down after its CLI exits (status
+	// shows it stopping meanwhile), then the Domain is stopped.
+	var after string
+	if !waitUntil(10*time.Second, 100*time.Millisecond, func() bool {
+		after = lz(t, ws, nil, "status", "-C", ws).stdout
+		return strings.Contains(after, "stopped") && !strings.Contains(after, "crashed")
+	}) {
+		t.Errorf("after recovery: %s", after)
 	}
 	noLeftovers(t)
 }

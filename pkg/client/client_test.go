@@ -81,7 +81,7 @@ func TestStatusesRunningStoppedDenials(t *testing.T) {
 	}
 	f.Close()
 
-	docs, err := Statuses(roots)
+	docs, err := Statuses(roots, nil)
 	if err != nil || len(docs) != 2 {
 		t.Fatalf("Statuses: %v %v", docs, err)
 	}
@@ -101,6 +101,12 @@ func TestStatusesRunningStoppedDenials(t *testing.T) {
 	}
 	if d := Denial(last); !d.Time.Equal(at) || d.Host != "h6" || d.Decision != "deny" {
 		t.Errorf("denial round trip: %+v", d)
+	}
+	// A selection asks only its Domains' coordinators: the running one it
+	// does not take keeps its stored identity and "stopped".
+	docs, err = Statuses(roots, func(_, ws string) bool { return ws == "/w/a" })
+	if err != nil || len(docs) != 2 || docs[1].GetState() != "stopped" || docs[1].GetWorkspace() != "/w/b" || docs[1].Generation != nil {
+		t.Errorf("Statuses of /w/a only: %v %v", docs, err)
 	}
 }
 

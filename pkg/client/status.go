@@ -73,8 +73,12 @@ const listStatusTimeout = 3 * time.Second
 // cannot be reached has state "unreachable" and the reason in error. Each
 // carries the newest RecentDenials of its egress refusals. The
 // coordinators are asked at once, so that one that does not answer costs
-// the list listStatusTimeout, not that much per Domain.
-func Statuses(roots domain.Roots) ([]*lv1.DomainStatus, error) {
+// the list listStatusTimeout, not that much per Domain. When only is set,
+// only the coordinators of the Domains whose stored profile and workspace
+// it accepts are asked (the others' documents stay "stopped"): a caller
+// that wants one workspace's Domains does not wait for an unrelated
+// coordinator that does not answer.
+func Statuses(roots domain.Roots, only func(profile, workspace string) bool) ([]*lv1.DomainStatus, error) {
 	dirs, err := os.ReadDir(filepath.Join(roots.Storage, "domains"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -100,7 +104,7 @@ func Statuses(roots domain.Roots) ([]*lv1.DomainStatus, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			statusOf(paths, doc)
+			statusOf(paths, doc, only)
 		}()
 	}
 	wg.Wait()
@@ -110,11 +114,15 @@ func Statuses(roots domain.Roots) ([]*lv1.DomainStatus, error) {
 
 // statusOf fills doc, a stopped Domain's document of paths, with its stored
 // identity, its coordinator's document if it runs (or why it cannot be
-// reached) and its recent egress refusals.
-func statusOf(paths domain.Paths, doc *lv1.DomainStatus) {
+// reached) and its recent egress refusals; a Domain only does not accept
+// keeps its identity alone.
+func statusOf(paths domain.Paths, doc *lv1.DomainStatus, only func(profile, workspace string) bool) {
 	var ident domain.StoredIdentity
 	if b, err := os.ReadFile(filepath.Join(paths.DomainRoot, "domain.json")); err == nil && json.Unmarshal(b, &ident) == nil {
 		doc.Profile, doc.Workspace = proto.String(ident.Profile), proto.String(ident.Workspace)
+	}
+	if only != nil && !only(ident.Profile, ident.Workspace) {
+		return
 	}
 	if ident.Profile != "" {
 		if live, err := liveStatusWithin(paths, ident.Profile, listStatusTimeout); err == nil {

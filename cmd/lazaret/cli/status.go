@@ -60,12 +60,13 @@ Examples:
 		if err != nil {
 			return err
 		}
-		docs, err := client.Statuses(roots)
+		docs, err := client.Statuses(roots, sel.accepts)
 		if err != nil {
 			return err
 		}
 		if scanned, err := scanDomains(roots, os.ReadFile); err == nil {
 			markNeedsRecovery(docs, scanned, hostcheck.LowSpaceNote(hostcheck.StatfsNearest, roots.Storage))
+			markUnpublishedHeld(docs, scanned)
 		}
 		shown, hidden := selectStatuses(docs, sel, c.Bool("all"))
 		if c.Bool("json") {
@@ -154,6 +155,38 @@ func markNeedsRecovery(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState
 	}
 }
 
+// markUnpublishedHeld gives the stopped Domains of docs whose Domain lock
+// a coordinator holds (scanned from /proc/locks) the state "stopping": the
+// coordinator withdrew its publication and is tearing down (or has not
+// published yet), and a run there waits for it. Without this, status said
+// stopped while a coordinator that never finished its teardown kept every
+// run of the Domain waiting.
+func markUnpublishedHeld(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState) {
+	held := map[string]bool{}
+	for _, s := range scanned {
+		if s.LockHeld {
+			held[s.ID] = true
+		}
+	}
+	for _, d := range docs {
+		if d.GetState() != stateStopped || !held[d.GetDomainId()] {
+			continue
+		}
+		logs := "`lazaret logs -C WORKSPACE -p PROFILE`"
+		if d.Workspace != nil && d.Profile != nil {
+			logs = fmt.Sprintf("`lazaret logs -C %s -p %s`", shellquote.Word(d.GetWorkspace()), d.GetProfile())
+		}
+		d.State = proto.String("stopping")
+		d.Error = proto.String("its coordinator holds the Domain lock but serves no session: it is tearing down (or not yet published), and a run there waits for it; if that lasts, " + logs + " shows what it is doing")
+	}
+}
+
+// accepts reports whether the selection takes a Domain of profile and
+// workspace; a nil selection takes every Domain (client.Statuses's only).
+func (s *statusSelection) accepts(profile, workspace string) bool {
+	return s == nil || workspace == s.workspace && (s.profile == "" || profile == s.profile)
+}
+
 // statusSelection is what -C and -p select: the Domains of one workspace,
 // of one profile ("" for every profile).
 type statusSelection struct {
@@ -188,7 +221,7 @@ func selectStatuses(docs []*lv1.DomainStatus, sel *statusSelection, all bool) (s
 	for _, d := range docs {
 		switch {
 		case sel != nil:
-			if d.GetWorkspace() != sel.workspace || (sel.profile != "" && d.GetProfile() != sel.profile) {
+			if !sel.accepts(d.GetProfile(), d.GetWorkspace()) {
 				continue
 			}
 		case !all && d.GetState() == stateStopped:

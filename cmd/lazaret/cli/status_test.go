@@ -59,6 +59,22 @@ func TestNoStatusText(t *testing.T) {
 	}
 }
 
+// TestMarkUnpublishedHeld: a stopped Domain whose lock a coordinator holds
+// is shown stopping, with the logs command; others are left as they are.
+func TestMarkUnpublishedHeld(t *testing.T) {
+	docs := []*lv1.DomainStatus{statusDoc("/a", "tiny", "stopped"), statusDoc("/b", "tiny", "stopped"), statusDoc("/c", "tiny", "running")}
+	markUnpublishedHeld(docs, []hostcheck.DomainState{{ID: "/a/tiny", LockHeld: true}, {ID: "/b/tiny"}, {ID: "/c/tiny", LockHeld: true}})
+	want := []string{"stopping", "stopped", "running"}
+	for i, d := range docs {
+		if d.GetState() != want[i] {
+			t.Errorf("%s: %s, want %s", d.GetDomainId(), d.GetState(), want[i])
+		}
+	}
+	if e := docs[0].GetError(); !strings.Contains(e, "holds the Domain lock but serves no session") || !strings.Contains(e, "`lazaret logs -C /a -p tiny`") {
+		t.Errorf("stopping Domain's error: %q", e)
+	}
+}
+
 // TestMarkNeedsRecovery: a stopped Domain whose lock no coordinator holds
 // while its runtime directory remains is shown crashed, with the run that
 // recovers it; a stopped one without a runtime directory, one whose lock

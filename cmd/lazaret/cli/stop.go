@@ -151,7 +151,7 @@ func liveDomainsOf(workspace, except string) []liveDomain {
 	if err != nil {
 		return nil
 	}
-	docs, err := client.Statuses(roots)
+	docs, err := client.Statuses(roots, func(_, ws string) bool { return ws == workspace })
 	if err != nil {
 		return nil
 	}
