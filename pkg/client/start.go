@@ -24,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/shellquote"
 	"github.com/lazaret/lazaret/pkg/timing"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
@@ -87,6 +88,9 @@ type Starter struct {
 	// Keys, when set, are the first attempt's enrollment key and request
 	// (PrepareKeys, started early); later attempts generate their own.
 	Keys *Keys
+	// Notice, when set, shows the developer a line while the start waits
+	// (a coordinator that keeps the Domain lock for long: NoticeAfter).
+	Notice func(string)
 
 	started bool // this CLI already started a coordinator
 }
@@ -186,6 +190,7 @@ func (s *Starter) connectOrSignal(abort <-chan os.Signal) (*net.UnixConn, error)
 func (s *Starter) connect() (*net.UnixConn, error) {
 	deadline := time.Now().Add(StartTimeout)
 	var waitingSince time.Time // when the lock was first found held
+	noticed := false
 	for time.Now().Before(deadline) {
 		conn, err := Dial(s.Paths)
 		if err == nil {
@@ -218,6 +223,10 @@ func (s *Starter) connect() (*net.UnixConn, error) {
 			if waitingSince.IsZero() {
 				waitingSince = time.Now()
 			}
+			if !noticed && time.Since(waitingSince) >= NoticeAfter && s.Notice != nil {
+				noticed = true
+				s.Notice(fmt.Sprintf("the Domain's coordinator is still stopping (it holds the Domain lock and serves no session); waiting for it, up to %s in all — `%s` shows what it is doing", StartTimeout, s.logsCommand()))
+			}
 			time.Sleep(lockWait(time.Since(waitingSince)))
 			continue
 		}
@@ -237,7 +246,19 @@ func (s *Starter) connect() (*net.UnixConn, error) {
 			return nil, err
 		}
 	}
+	if !waitingSince.IsZero() {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s: its coordinator kept the Domain lock for %s without serving a session (stopping, or hung); `%s` shows its last lines", StartTimeout, time.Since(waitingSince).Round(time.Second), s.logsCommand())
+	}
 	return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s; see %s", StartTimeout, s.Paths.Log())
+}
+
+// NoticeAfter is how long a start waits for a Domain lock held by a
+// coordinator that serves no session before it tells the developer.
+const NoticeAfter = 5 * time.Second
+
+// logsCommand is the command that shows the Domain's log.
+func (s *Starter) logsCommand() string {
+	return "lazaret logs -C " + shellquote.Word(s.Workspace) + " -p " + s.Profile
 }
 
 // lockedAtPath reports whether the locked file f is still the file at

@@ -281,6 +281,7 @@ func runAction(c *cli.Context) (err error) {
 		LocateHC: func() (string, error) { return locate.Find(locate.HC, ProgramGetenv(prof.Programs, os.Getenv)) },
 		Environ:  os.Environ(), ExtraEnv: ProgramEnv(prof.Programs, os.Getenv),
 		LogLevel: level, Broker: broker, Timing: runTiming, Keys: keys, FrontExe: frontExe,
+		Notice: func(m string) { fmt.Fprintln(os.Stderr, "lazaret: "+m) },
 	}
 	if modeltrace.On() {
 		// This session is the one a new generation starts for.
