@@ -65,8 +65,7 @@ Examples:
 			return err
 		}
 		if scanned, err := scanDomains(roots, os.ReadFile); err == nil {
-			markNeedsRecovery(docs, scanned, hostcheck.LowSpaceNote(hostcheck.StatfsNearest, roots.Storage))
-			markUnpublishedHeld(docs, scanned)
+			markFromScan(docs, scanned, hostcheck.LowSpaceNote(hostcheck.StatfsNearest, roots.Storage))
 		}
 		shown, hidden := selectStatuses(docs, sel, c.Bool("all"))
 		if c.Bool("json") {
@@ -126,59 +125,57 @@ const stateStopped = "stopped"
 // ended without its teardown (hostcheck.DomainState.NeedsRecovery).
 const stateCrashed = "crashed"
 
-// markNeedsRecovery gives the stopped Domains of docs that a crash left
-// unrecovered (hostcheck.DomainState.NeedsRecovery of scanned, as
-// `lazaret doctor` finds them) the state stateCrashed and, as their
-// error, the run that recovers them — after spaceNote, when the Storage
-// Root's filesystem is too full for that run (hostcheck.LowSpaceNote).
-func markNeedsRecovery(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState, spaceNote string) {
-	crashed := map[string]bool{}
+// markFromScan corrects the state of the stopped Domains of docs by what
+// scanned (from /proc/locks and the runtime root, as `lazaret doctor` finds
+// them) says of them:
+//
+//   - one a crash left unrecovered (hostcheck.DomainState.NeedsRecovery) is
+//     stateCrashed, with the run that recovers it as its error — after
+//     spaceNote, when the Storage Root's filesystem is too full for that run
+//     (hostcheck.LowSpaceNote);
+//   - one whose Domain lock a coordinator holds without a publication is
+//     stateStopping: it is tearing down (or not yet published), and a run
+//     there waits for it. Without this, status said stopped while a
+//     coordinator that never finished its teardown kept every run of the
+//     Domain waiting.
+func markFromScan(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState, spaceNote string) {
+	byID := map[string]hostcheck.DomainState{}
 	for _, s := range scanned {
-		if s.NeedsRecovery() {
-			crashed[s.ID] = true
-		}
+		byID[s.ID] = s
 	}
 	for _, d := range docs {
-		if d.GetState() != stateStopped || !crashed[d.GetDomainId()] {
-			continue
+		s, ok := byID[d.GetDomainId()]
+		switch {
+		case !ok || d.GetState() != stateStopped:
+		case s.NeedsRecovery():
+			msg := "its last generation ended without its teardown (no coordinator holds it, its runtime directory remains); " + domainCommand(d, "run", "-- true") + " recovers it, as any next run there does"
+			if spaceNote != "" {
+				msg += "; " + spaceNote
+			}
+			d.State, d.Error = proto.String(stateCrashed), proto.String(msg)
+		case s.LockHeld:
+			d.State = proto.String(stateStopping)
+			d.Error = proto.String("its coordinator holds the Domain lock but serves no session: it is tearing down (or not yet published), and a run there waits for it; if that lasts, " + domainCommand(d, "logs", "") + " shows what it is doing")
 		}
-		run := "`lazaret run -C WORKSPACE -p PROFILE -- true` (its workspace and profile)"
-		if d.Workspace != nil && d.Profile != nil {
-			run = fmt.Sprintf("`lazaret run -C %s -p %s -- true`", shellquote.Word(d.GetWorkspace()), d.GetProfile())
-		}
-		d.State = proto.String(stateCrashed)
-		msg := "its last generation ended without its teardown (no coordinator holds it, its runtime directory remains); " + run + " recovers it, as any next run there does"
-		if spaceNote != "" {
-			msg += "; " + spaceNote
-		}
-		d.Error = proto.String(msg)
 	}
 }
 
-// markUnpublishedHeld gives the stopped Domains of docs whose Domain lock
-// a coordinator holds (scanned from /proc/locks) the state "stopping": the
-// coordinator withdrew its publication and is tearing down (or has not
-// published yet), and a run there waits for it. Without this, status said
-// stopped while a coordinator that never finished its teardown kept every
-// run of the Domain waiting.
-func markUnpublishedHeld(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState) {
-	held := map[string]bool{}
-	for _, s := range scanned {
-		if s.LockHeld {
-			held[s.ID] = true
-		}
+// stateStopping is the state of a Domain whose coordinator is tearing it
+// down.
+const stateStopping = "stopping"
+
+// domainCommand is `lazaret VERB -C WORKSPACE -p PROFILE [tail]` for the
+// Domain of d (placeholders when its identity is unknown).
+func domainCommand(d *lv1.DomainStatus, verb, tail string) string {
+	ws, prof, note := "WORKSPACE", "PROFILE", " (its workspace and profile)"
+	if d.Workspace != nil && d.Profile != nil {
+		ws, prof, note = shellquote.Word(d.GetWorkspace()), d.GetProfile(), ""
 	}
-	for _, d := range docs {
-		if d.GetState() != stateStopped || !held[d.GetDomainId()] {
-			continue
-		}
-		logs := "`lazaret logs -C WORKSPACE -p PROFILE`"
-		if d.Workspace != nil && d.Profile != nil {
-			logs = fmt.Sprintf("`lazaret logs -C %s -p %s`", shellquote.Word(d.GetWorkspace()), d.GetProfile())
-		}
-		d.State = proto.String("stopping")
-		d.Error = proto.String("its coordinator holds the Domain lock but serves no session: it is tearing down (or not yet published), and a run there waits for it; if that lasts, " + logs + " shows what it is doing")
+	cmd := "lazaret " + verb + " -C " + ws + " -p " + prof
+	if tail != "" {
+		cmd += " " + tail
 	}
+	return "`" + cmd + "`" + note
 }
 
 // accepts reports whether the selection takes a Domain of profile and

@@ -59,11 +59,11 @@ func TestNoStatusText(t *testing.T) {
 	}
 }
 
-// TestMarkUnpublishedHeld: a stopped Domain whose lock a coordinator holds
+// TestMarkFromScanHeld: a stopped Domain whose lock a coordinator holds
 // is shown stopping, with the logs command; others are left as they are.
-func TestMarkUnpublishedHeld(t *testing.T) {
+func TestMarkFromScanHeld(t *testing.T) {
 	docs := []*lv1.DomainStatus{statusDoc("/a", "tiny", "stopped"), statusDoc("/b", "tiny", "stopped"), statusDoc("/c", "tiny", "running")}
-	markUnpublishedHeld(docs, []hostcheck.DomainState{{ID: "/a/tiny", LockHeld: true}, {ID: "/b/tiny"}, {ID: "/c/tiny", LockHeld: true}})
+	markFromScan(docs, []hostcheck.DomainState{{ID: "/a/tiny", LockHeld: true}, {ID: "/b/tiny"}, {ID: "/c/tiny", LockHeld: true}}, "")
 	want := []string{"stopping", "stopped", "running"}
 	for i, d := range docs {
 		if d.GetState() != want[i] {
@@ -75,19 +75,20 @@ func TestMarkUnpublishedHeld(t *testing.T) {
 	}
 }
 
-// TestMarkNeedsRecovery: a stopped Domain whose lock no coordinator holds
+// TestMarkFromScanCrashed: a stopped Domain whose lock no coordinator holds
 // while its runtime directory remains is shown crashed, with the run that
-// recovers it; a stopped one without a runtime directory, one whose lock
-// is held (starting) and a running one are left as they are.
-func TestMarkNeedsRecovery(t *testing.T) {
+// recovers it; one whose lock is held is stopping (TestMarkFromScanHeld); a
+// stopped one without a runtime directory and a running one are left as
+// they are.
+func TestMarkFromScanCrashed(t *testing.T) {
 	docs := []*lv1.DomainStatus{statusDoc("/a", "tiny", "stopped"), statusDoc("/b", "tiny", "stopped"), statusDoc("/c", "tiny", "stopped"), statusDoc("/d", "tiny", "running")}
-	markNeedsRecovery(docs, []hostcheck.DomainState{
+	markFromScan(docs, []hostcheck.DomainState{
 		{ID: "/a/tiny", RuntimeLeft: true},
 		{ID: "/b/tiny"},
 		{ID: "/c/tiny", RuntimeLeft: true, LockHeld: true},
 		{ID: "/d/tiny", RuntimeLeft: true},
 	}, "")
-	want := []string{"crashed", "stopped", "stopped", "running"}
+	want := []string{"crashed", "stopped", "stopping", "running"}
 	for i, d := range docs {
 		if d.GetState() != want[i] {
 			t.Errorf("%s: %s, want %s", d.GetDomainId(), d.GetState(), want[i])
@@ -99,7 +100,7 @@ func TestMarkNeedsRecovery(t *testing.T) {
 	// On a full filesystem the recovering run would be refused: the error
 	// says so.
 	docs = []*lv1.DomainStatus{statusDoc("/a", "tiny", "stopped")}
-	markNeedsRecovery(docs, []hostcheck.DomainState{{ID: "/a/tiny", RuntimeLeft: true}}, "the Storage Root /s is on a filesystem with 0 B free")
+	markFromScan(docs, []hostcheck.DomainState{{ID: "/a/tiny", RuntimeLeft: true}}, "the Storage Root /s is on a filesystem with 0 B free")
 	if e := docs[0].GetError(); !strings.Contains(e, "recovers it, as any next run there does; the Storage Root /s is on a filesystem with 0 B free") {
 		t.Errorf("crashed Domain's error on a full filesystem: %q", e)
 	}
