@@ -459,7 +459,13 @@ func ResetIgnored(ctx context.Context, rsPath, domainRoot, rel string, all bool)
 // Preconditions: what is in the trash was moved there by removal, so
 // nothing uses it.
 func PurgeTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
-	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpPurge)
+	return purge(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpPurge)
+}
+
+// purge runs a purging operation and returns how many trash entries it
+// deleted.
+func purge(ctx context.Context, rsPath string, args ...string) (int, error) {
+	out, err := run(ctx, rsPath, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -478,15 +484,7 @@ func PurgeTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
 //
 // Preconditions: the caller holds the Domain lock.
 func PurgeAnchorTrash(ctx context.Context, rsPath, domainRoot string) (int, error) {
-	out, err := run(ctx, rsPath, "--domain-root="+domainRoot, "--op="+OpPurgeAnchors)
-	if err != nil {
-		return 0, err
-	}
-	var r PurgeResult
-	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
-		return 0, err
-	}
-	return r.Deleted, nil
+	return purge(ctx, rsPath, "--domain-root="+domainRoot, "--op="+OpPurgeAnchors)
 }
 
 // PurgePreparedTrash deletes the prepared images `lazaret gc` reclaimed
@@ -498,15 +496,7 @@ func PurgeAnchorTrash(ctx context.Context, rsPath, domainRoot string) (int, erro
 // settled prepare intent, so nothing holds it, and a Runtime Supervisor
 // deleting the same trash meanwhile is harmless.
 func PurgePreparedTrash(ctx context.Context, rsPath, storageRoot string) (int, error) {
-	out, err := run(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpPurgePrepared)
-	if err != nil {
-		return 0, err
-	}
-	var r PurgeResult
-	if err := decodeResult(out, &r, func() int { return r.Version }); err != nil {
-		return 0, err
-	}
-	return r.Deleted, nil
+	return purge(ctx, rsPath, "--storage-root="+storageRoot, "--op="+OpPurgePrepared)
 }
 
 // ProfileSizesResult is what the profile-sizes operation prints.
