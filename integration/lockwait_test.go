@@ -50,11 +50,11 @@ func TestDX5WaitForHeldDomainLock(t *testing.T) {
 			<-done
 		}
 	}()
-	notice := "the Domain's coordinator is still stopping (it holds the Domain lock and serves no session); waiting for it, up to 3m0s in all — `lazaret logs -C " + canon + " -p tiny` shows what it is doing"
+	notice := "the Domain is busy: its lock is held and no coordinator serves it (one still stopping, or a `lazaret state` or `rm` command at work); waiting, up to 3m0s in all — `lazaret logs -C " + canon + " -p tiny` shows what its coordinator is doing"
 	if !waitUntil(20*time.Second, 100*time.Millisecond, func() bool { return strings.Contains(stderr.String(), notice) }) {
 		t.Fatalf("no notice after 20 s of waiting for the held lock; stderr %q", stderr.String())
 	}
-	if r := lz(t, ws, nil, "status", "-C", ws); !strings.Contains(r.stdout, "stopping") || !strings.Contains(r.stdout, "holds the Domain lock but serves no session") {
+	if r := lz(t, ws, nil, "status", "-C", ws); !strings.Contains(r.stdout, "stopping") || !strings.Contains(r.stdout, "its lock is held and no coordinator serves it") {
 		t.Errorf("status while the lock is held:\n%s", r.stdout)
 	}
 	unix.Flock(int(lock.Fd()), unix.LOCK_UN)

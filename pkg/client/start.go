@@ -225,7 +225,7 @@ func (s *Starter) connect() (*net.UnixConn, error) {
 			}
 			if !noticed && time.Since(waitingSince) >= NoticeAfter && s.Notice != nil {
 				noticed = true
-				s.Notice(fmt.Sprintf("the Domain's coordinator is still stopping (it holds the Domain lock and serves no session); waiting for it, up to %s in all — `%s` shows what it is doing", StartTimeout, s.logsCommand()))
+				s.Notice(fmt.Sprintf("the Domain is busy: its lock is held and no coordinator serves it (one still stopping, or a `lazaret state` or `rm` command at work); waiting, up to %s in all — `%s` shows what its coordinator is doing", StartTimeout, s.logsCommand()))
 			}
 			time.Sleep(lockWait(time.Since(waitingSince)))
 			continue
@@ -247,7 +247,7 @@ func (s *Starter) connect() (*net.UnixConn, error) {
 		}
 	}
 	if !waitingSince.IsZero() {
-		return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s: its coordinator kept the Domain lock for %s without serving a session (stopping, or hung); `%s` shows its last lines", StartTimeout, time.Since(waitingSince).Round(time.Second), s.logsCommand())
+		return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s: its lock was held for %s with no coordinator serving it (one stopping or hung, or a maintenance command); `%s` shows its coordinator's last lines", StartTimeout, time.Since(waitingSince).Round(time.Second), s.logsCommand())
 	}
 	return nil, errdefs.New(errdefs.ErrUnavailable, "could not start or join the Domain within %s; see %s", StartTimeout, s.Paths.Log())
 }

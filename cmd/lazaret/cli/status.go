@@ -133,9 +133,9 @@ const stateCrashed = "crashed"
 //     stateCrashed, with the run that recovers it as its error — after
 //     spaceNote, when the Storage Root's filesystem is too full for that run
 //     (hostcheck.LowSpaceNote);
-//   - one whose Domain lock a coordinator holds without a publication is
-//     stateStopping: it is tearing down (or not yet published), and a run
-//     there waits for it. Without this, status said stopped while a
+//   - one whose Domain lock is held without a publication is stateStopping:
+//     its coordinator is tearing down (or not yet published, or a
+//     maintenance command holds the lock), and a run there waits for it. Without this, status said stopped while a
 //     coordinator that never finished its teardown kept every run of the
 //     Domain waiting.
 func markFromScan(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState, spaceNote string) {
@@ -155,7 +155,7 @@ func markFromScan(docs []*lv1.DomainStatus, scanned []hostcheck.DomainState, spa
 			d.State, d.Error = proto.String(stateCrashed), proto.String(msg)
 		case s.LockHeld:
 			d.State = proto.String(stateStopping)
-			d.Error = proto.String("its coordinator holds the Domain lock but serves no session: it is tearing down (or not yet published), and a run there waits for it; if that lasts, " + domainCommand(d, "logs", "") + " shows what it is doing")
+			d.Error = proto.String("its lock is held and no coordinator serves it: its coordinator is tearing down (or not yet published, or a `lazaret state` or `rm` command holds it), and a run there waits; if that lasts, " + domainCommand(d, "logs", "") + " shows what its coordinator is doing")
 		}
 	}
 }

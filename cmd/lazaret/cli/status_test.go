@@ -70,7 +70,7 @@ func TestMarkFromScanHeld(t *testing.T) {
 			t.Errorf("%s: %s, want %s", d.GetDomainId(), d.GetState(), want[i])
 		}
 	}
-	if e := docs[0].GetError(); !strings.Contains(e, "holds the Domain lock but serves no session") || !strings.Contains(e, "`lazaret logs -C /a -p tiny`") {
+	if e := docs[0].GetError(); !strings.Contains(e, "its lock is held and no coordinator serves it") || !strings.Contains(e, "`lazaret logs -C /a -p tiny`") {
 		t.Errorf("stopping Domain's error: %q", e)
 	}
 }
