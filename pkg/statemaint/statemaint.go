@@ -605,15 +605,7 @@ type DiskUsageResult struct {
 // subordinate ids the developer cannot traverse are readable (read-only:
 // no lock needed).
 func DiskUsage(ctx context.Context, rsPath, storageRoot string, trees []diskuse.TreeKey) (diskuse.Report, error) {
-	args := []string{"--storage-root=" + storageRoot, "--op=" + OpDiskUsage}
-	if trees != nil {
-		keys := make([]string, len(trees))
-		for i, k := range trees {
-			keys[i] = k.String()
-		}
-		args = append(args, "--trees="+strings.Join(keys, ","))
-	}
-	out, err := run(ctx, rsPath, args...)
+	out, err := run(ctx, rsPath, diskUsageArgs(storageRoot, trees)...)
 	if err != nil {
 		return diskuse.Report{}, err
 	}
@@ -623,6 +615,27 @@ func DiskUsage(ctx context.Context, rsPath, storageRoot string, trees []diskuse.
 	}
 	return r.Report, nil
 }
+
+// diskUsageArgs is the disk-usage operation's command line for trees (nil:
+// every tree; so too when there are more than maxTreesArg).
+func diskUsageArgs(storageRoot string, trees []diskuse.TreeKey) []string {
+	args := []string{"--storage-root=" + storageRoot, "--op=" + OpDiskUsage}
+	if len(trees) > maxTreesArg {
+		trees = nil // measure them all: one argument holds at most 128 KiB
+	}
+	if trees != nil {
+		keys := make([]string, len(trees))
+		for i, k := range trees {
+			keys[i] = k.String()
+		}
+		args = append(args, "--trees="+strings.Join(keys, ","))
+	}
+	return args
+}
+
+// maxTreesArg bounds the trees DiskUsage names in --trees (each up to
+// ~45 bytes; the kernel takes 128 KiB per argument).
+const maxTreesArg = 1000
 
 // parseTrees parses --trees: nil (every tree) when empty.
 func parseTrees(s string) ([]diskuse.TreeKey, error) {

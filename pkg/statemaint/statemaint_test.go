@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lazaret/lazaret/pkg/diskuse"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hostcheck"
 	"github.com/lazaret/lazaret/pkg/removal"
@@ -234,4 +235,26 @@ func TestMainDiskUsageTrees(t *testing.T) {
 			t.Errorf("a malformed --trees: exit %d", code)
 		}
 	})
+}
+
+// TestDiskUsageArgs: the trees go in one --trees argument, and more than
+// one argument can hold are measured all at once instead.
+func TestDiskUsageArgs(t *testing.T) {
+	two := []diskuse.TreeKey{{Kind: diskuse.KindAnchors, Name: "a"}, {Kind: diskuse.KindProfile, Name: "claude"}}
+	if got := strings.Join(diskUsageArgs("/s", two), " "); got != "--storage-root=/s --op=disk-usage --trees=anchors/a,profile/claude" {
+		t.Errorf("two trees: %s", got)
+	}
+	if got := diskUsageArgs("/s", nil); len(got) != 2 {
+		t.Errorf("every tree: %v", got)
+	}
+	many := make([]diskuse.TreeKey, maxTreesArg+1)
+	for i := range many {
+		many[i] = diskuse.TreeKey{Kind: diskuse.KindAnchors, Name: strings.Repeat("f", 32)}
+	}
+	if got := diskUsageArgs("/s", many); len(got) != 2 {
+		t.Errorf("%d trees: %d arguments", len(many), len(got))
+	}
+	if n := maxTreesArg * len("ignored/"+strings.Repeat("f", 32)+","); n >= 128<<10 {
+		t.Errorf("maxTreesArg trees make a %d-byte argument, over the kernel's 128 KiB", n)
+	}
 }
