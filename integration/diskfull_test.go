@@ -58,14 +58,8 @@ func TestDX5FullStorageRoot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
-		return waitUntil(within, 100*time.Millisecond, func() bool {
-			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-				return false
-			}
-			unix.Flock(int(f.Fd()), unix.LOCK_UN)
-			return true
-		})
+		defer f.Close() // closing it releases the lock lockWhenFree took
+		return lockWhenFree(f, within) == nil
 	}
 
 	if r := run(3*time.Minute, "run", "-p", "tiny", "--", "true"); r.code != 0 {

@@ -177,6 +177,17 @@ func TestFaultInjectionRecovery(t *testing.T) {
 // allClean opens the stopped Domain's store (taking its lock, as a Host
 // Coordinator would) and asserts that no participant of any generation is
 // left outside Clean and nothing was retained.
+// lockWhenFree takes the exclusive flock of the Domain lock file f as soon
+// as nothing holds it, polling for at most within.
+func lockWhenFree(f *os.File, within time.Duration) error {
+	var err error
+	waitUntil(within, 50*time.Millisecond, func() bool {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		return err == nil
+	})
+	return err
+}
+
 func allClean(t *testing.T, ws, profile string) {
 	t.Helper()
 	e := need(t)
@@ -190,13 +201,8 @@ func allClean(t *testing.T, ws, profile string) {
 	defer lock.Close()
 	// A coordinator that is exiting may still hold the lock for a moment
 	// after its process stopped looking alive (its files close last).
-	var ferr error
-	waitUntil(5*time.Second, 50*time.Millisecond, func() bool {
-		ferr = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		return ferr == nil
-	})
-	if ferr != nil {
-		t.Fatalf("Domain still locked after 5s: %v", ferr)
+	if err := lockWhenFree(lock, 5*time.Second); err != nil {
+		t.Fatalf("Domain still locked after 5s: %v", err)
 	}
 	defer unix.Flock(int(lock.Fd()), unix.LOCK_UN)
 	st, err := store.Open(root, lock, store.DomainIdentity{ID: id, Profile: profile, CanonicalWorkspace: canon}, store.Options{Logger: slog.New(slog.DiscardHandler)})
