@@ -17,12 +17,16 @@ import (
 // the lock, even for an instant, could make a `lazaret run` starting
 // meanwhile fail its attempt and retry (and `logs -f` and `network
 // --follow` ask every 300 ms).
-func domainRunning(paths domain.Paths) bool {
+func domainRunning(paths domain.Paths) bool { return runningProbe()(paths) }
+
+// runningProbe is domainRunning with /proc/locks read once, for a command
+// that asks of every Domain (ls, rm).
+func runningProbe() func(domain.Paths) bool {
 	locks, err := os.ReadFile("/proc/locks")
 	if err != nil {
-		return flockHeld(paths)
+		return flockHeld
 	}
-	return newLockTable(string(locks)).held(paths)
+	return newLockTable(string(locks)).held
 }
 
 // lockTable is what /proc/locks says is locked, read once.

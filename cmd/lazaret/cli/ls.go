@@ -91,10 +91,11 @@ func listDomains(c *cli.Context, roots domain.Roots) (*lsReport, error) {
 		return nil, err
 	}
 	rep := &lsReport{Version: 1, StorageRoot: roots.Storage, Domains: []lsDomain{}, Profiles: []lsProfile{}}
+	running := runningProbe()
 	for _, rd := range rds {
 		d := lsDomain{DomainID: rd.paths.ID, Profile: rd.prof.Name, Workspace: rd.workspace, State: stateStopped, LastUse: lastUse(rd.paths)}
 		_, rterr := os.Stat(rd.paths.RuntimeDir)
-		switch st := (hostcheck.DomainState{LockHeld: domainRunning(rd.paths), RuntimeLeft: rterr == nil}); {
+		switch st := (hostcheck.DomainState{LockHeld: running(rd.paths), RuntimeLeft: rterr == nil}); {
 		case st.LockHeld:
 			d.State = "running"
 		case st.NeedsRecovery():

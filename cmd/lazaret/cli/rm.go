@@ -307,11 +307,12 @@ func rmStopped(c *cli.Context, o rmOptions, roots domain.Roots, rep *rmReport, n
 	}()
 	var leases map[domain.ID]int
 	w := c.App.ErrWriter
+	running := runningProbe() // before this loop takes any lock
 	for _, rd := range rds {
 		if !pick(rd) {
 			continue
 		}
-		if domainRunning(rd.paths) {
+		if running(rd.paths) {
 			fmt.Fprintf(w, "not removing Domain %s (profile %s, workspace %s): it is running (lazaret stop, then rm)\n", rd.paths.ID, orUnknown(rd.prof.Name), orUnknown(rd.workspace))
 			continue
 		}
