@@ -245,15 +245,17 @@ func TestEscalationTerminal(t *testing.T) {
 	m.waitLine("main", strconv.Itoa(e.uid), 30*time.Second)
 	m.waitLine("main", "rc=0", 10*time.Second)
 
-	// Deny.
-	m.keys("main", "C-l")
+	// Deny. (Each step clears the last one's prompt before it waits for
+	// its own: a prompt still on the screen would be answered early, and the
+	// answer would reach the sandbox instead.)
+	m.clearScreen("main", "Run on the host?")
 	m.line("main", "lazaret-escalate -- id -u; echo rc=$?")
 	m.waitFor("main", "Run on the host?", 30*time.Second)
 	m.line("main", "n")
 	m.waitLine("main", "rc=77", 30*time.Second)
 
 	// Edit and approve: the edited argv runs.
-	m.keys("main", "C-l")
+	m.clearScreen("main", "Run on the host?")
 	m.line("main", "lazaret-escalate -- id -u; echo rc=$?")
 	m.waitFor("main", "Run on the host?", 30*time.Second)
 	m.line("main", "e")
@@ -288,7 +290,7 @@ func TestEscalationTerminal(t *testing.T) {
 	m.sttySame("a.before", "a.after")
 	// The session's command itself escalates at once (before its terminal
 	// loop may run): still asked at its terminal, not denied.
-	m.keys("main", "C-l")
+	m.clearScreen("main", "Run on the host?")
 	m.startLazaret("main", "c", "--config "+cfg+" -p esc -- lazaret-escalate -- id -u")
 	m.waitFor("main", "Run on the host?", 3*time.Minute)
 	m.line("main", "y")
@@ -609,7 +611,7 @@ func TestSpec33CloseKillsHostProcess(t *testing.T) {
 
 	// 2. The client disconnects (~.) while the host command runs.
 	discon := filepath.Join(marks, "disconnected")
-	m.keys("main", "C-l")
+	m.clearScreen("main", "Run on the host?")
 	m.startLazaret("main", "b", "--config "+cfg+" -p esc -- sh -c 'lazaret-escalate -- sh -c \"sleep 6.2; touch "+discon+"\"; sleep 100'")
 	m.waitFor("main", "Run on the host?", 3*time.Minute)
 	m.line("main", "y")

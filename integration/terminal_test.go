@@ -72,6 +72,19 @@ func (m *tmuxTerm) line(target, text string) {
 	m.tmux("send-keys", "-t", target, "Enter")
 }
 
+// clearScreen clears target's screen with Ctrl-L, which the program on
+// the terminal handles when it gets to it (through the sandbox, for a
+// session), and waits until stale, what the next wait looks for, is gone
+// from the pane: that wait then matches new output only, never what the
+// last step left on the screen.
+func (m *tmuxTerm) clearScreen(target, stale string) {
+	m.t.Helper()
+	m.keys(target, "C-l")
+	if !waitUntil(10*time.Second, 50*time.Millisecond, func() bool { return !strings.Contains(m.capture(target), stale) }) {
+		m.t.Fatalf("pane %s: Ctrl-L did not clear %q from the screen within 10s; pane:\n%s", target, stale, m.capture(target))
+	}
+}
+
 func (m *tmuxTerm) capture(target string) string { return m.tmux("capture-pane", "-p", "-t", target) }
 
 // waitFor polls the pane until it contains want; it returns the pane.
