@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -576,6 +578,120 @@ func TestSR3Submodules(t *testing.T) {
 	}
 	if out := hostGit(t, filepath.Join(ws, "lib"), "log", "--format=%s"); out != "first" {
 		t.Errorf("host Git in the submodule: %q", out)
+	}
+	noLeftovers(t)
+}
+
+// TestSR4GitDirectoriesMadeWhileRunning (SR-4): the Git Sentry's mounts
+// cover the Git directories that exist when the Domain starts; a submodule
+// or linked worktree the developer adds on the host while it runs (what
+// the sandbox cannot do itself) gets a Git directory no mount covers, and
+// a tree the sandbox prepares below a submodule's objects could be moved
+// in as a nested submodule's Git directory. From inside, every route to
+// such a directory's configuration, hooks, info or links fails; Git work in
+// a submodule goes on; host Git (status, submodule update --recursive)
+// runs nothing planted; and the Domain's log names each refusal and what
+// to do instead.
+func TestSR4GitDirectoriesMadeWhileRunning(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	lib, late := workspace(t), workspace(t)
+	gitRepo(t, e, lib)
+	gitRepo(t, e, late)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	git("-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+	git("commit", "-qm", "lib")
+	wt := ws + "-late-wt"
+	t.Cleanup(func() { os.RemoveAll(wt) })
+	W := ".git/worktrees/" + filepath.Base(wt)
+	pwn := func(tag string) string { return "[ -d /.lazaret ] || touch /workspace/PWNED-" + tag }
+	script := `echo up; while [ ! -e /workspace/go ]; do sleep 0.1; done; cd /workspace
+t() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name SUCCEEDED"; else echo "$name refused"; fi; }
+export M=.git/modules/late
+t late-exists test -f $M/config
+t late-config sh -c 'printf "[core]\n\tfsmonitor = ` + pwn("late-config") + `\n" >> $M/config'
+t late-git-config git --git-dir=$M config core.fsmonitor '` + pwn("late-gitconfig") + `'
+t late-replace-config sh -c 'cp $M/config $M/objects/c && printf "[core]\n\tfsmonitor = ` + pwn("late-replace") + `\n" >> $M/objects/c && mv -f $M/objects/c $M/config'
+t late-hook sh -c 'printf "#!/bin/sh\n` + pwn("late-hook") + `\n" > $M/hooks/post-checkout && chmod +x $M/hooks/post-checkout'
+t late-mv-hooks mv $M/hooks $M/objects/hooks-old
+t late-info sh -c 'echo "* filter=evil" > $M/info/attributes'
+t wt-exists test -f ` + W + `/commondir
+t wt-commondir sh -c 'echo /workspace/evilrepo > ` + W + `/commondir'
+t wt-gitdir sh -c 'echo /workspace/x/.git > ` + W + `/gitdir'
+t wt-config sh -c 'echo "[core] fsmonitor = x" > ` + W + `/config.worktree'
+prep() { m=.git/modules/$1; mkdir -p $m/objects/t/hooks $m/objects/t/refs $m/objects/t/objects &&
+  echo "ref: refs/heads/main" > $m/objects/t/HEAD &&
+  printf "[core]\n\tfsmonitor = ` + pwn("nested") + `\n" > $m/objects/t/config &&
+  printf "#!/bin/sh\n` + pwn("nested-hook") + `\n" > $m/objects/t/hooks/post-checkout && chmod +x $m/objects/t/hooks/post-checkout; }
+prep lib; prep late
+for m in lib late; do
+  t nested-modules-$m mkdir .git/modules/$m/modules
+  t nested-moved-in-$m mv .git/modules/$m/objects/t .git/modules/$m/evil
+done
+echo "--- work"
+cd lib && git checkout -q -b inside && echo b > b.txt && git add b.txt && git commit -qm "lib inside" && echo "WORK OK"`
+	run := e.cmd(ws, nil, "run", "-p", "default", "--", "sh", "-c", script)
+	var out, stderr strings.Builder
+	run.Stderr = &stderr
+	stdout, err := run.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer release(run)
+	br := bufio.NewReader(stdout)
+	if l, err := br.ReadString('\n'); err != nil || l != "up\n" {
+		t.Fatalf("the session did not start: %q %v\n%s", l, err, stderr.String())
+	}
+	// The developer adds a submodule and a linked worktree on the host
+	// while the Domain runs.
+	git("-c", "protocol.file.allow=always", "submodule", "add", "-q", late, "late")
+	git("worktree", "add", "-q", wt, "-b", "late-wt")
+	gitdir := filepath.Join(ws, ".git")
+	before := map[string]map[string]string{}
+	for _, d := range []string{"modules/late", "modules/lib", W[len(".git/"):]} {
+		before[d] = treeDigest(t, filepath.Join(gitdir, d), gitIntegrationFiles)
+	}
+	writeAs(t, e, filepath.Join(ws, "go"), "")
+	io.Copy(&out, br)
+	if err := run.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s%s", err, out.String(), stderr.String())
+	}
+	t.Logf("inside:\n%s%s", out.String(), stderr.String())
+	checkAttacks(t, out.String(), "", "late-exists", "wt-exists")
+	for d, digest := range before {
+		if diff := diffDigest(digest, treeDigest(t, filepath.Join(gitdir, d), gitIntegrationFiles)); len(diff) > 0 {
+			t.Errorf("host .git/%s integration files changed:\n%s", d, strings.Join(diff, "\n"))
+		}
+	}
+	for _, m := range []string{"lib", "late"} {
+		for _, p := range []string{"modules", "evil/config", "evil/hooks"} {
+			if _, err := os.Lstat(filepath.Join(gitdir, "modules", m, p)); err == nil {
+				t.Errorf("the sandbox planted %s in .git/modules/%s", p, m)
+			}
+		}
+	}
+	if got := hostGit(t, filepath.Join(ws, "lib"), "log", "--format=%s", "-1", "inside"); got != "lib inside" {
+		t.Errorf("host log of the submodule's branch made inside: %q", got)
+	}
+	// Host Git in the superproject, the submodules and the worktree runs
+	// nothing planted.
+	git("status")
+	git("-c", "protocol.file.allow=always", "submodule", "update", "--init", "--recursive")
+	hostGit(t, filepath.Join(ws, "late"), "status")
+	hostGit(t, wt, "status")
+	if pwned, _ := filepath.Glob(filepath.Join(ws, "PWNED*")); len(pwned) > 0 {
+		t.Errorf("host Git ran code planted by the sandbox: %v", pwned)
+	}
+	// The Domain's log says what was refused and what to do instead.
+	logs := lz(t, ws, nil, "logs", "-p", "default")
+	for _, want := range []string{"the Git Sentry refused a change the sandbox asked for", "path=.git/modules/late/config", "change Git configuration and hooks on the host"} {
+		if !strings.Contains(logs.stdout, want) {
+			t.Errorf("lazaret logs lacks %q:\n%s", want, logs.stdout)
+		}
 	}
 	noLeftovers(t)
 }

@@ -175,6 +175,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 		maxCachedFDs = int64(lim.Cur / 4) // kept read descriptors: a quarter of the limit at most
 	}
 	r := NewRouter(hostFD, stateFD, rules, hidden, g)
+	r.refused.log = log
 	r.passthrough = !isolate
 	r.SetOwnership(own)
 	r.AddSticky(sticky...)

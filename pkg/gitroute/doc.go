@@ -104,9 +104,17 @@
 // HC commits the participant `Prepared`. The spec binds the mount at
 // `/workspace` and the Git directories (`.git`, `.git/modules/M`,
 // `.git/worktrees/W`) from it, so the daemon's name policy applies there: a
-// new `commondir`, `config`, `config.worktree`, `hooks` or `gitdir` at a Git
-// directory level, or a new entry directly below `.git/modules` or
-// `.git/worktrees`, is refused with EPERM (host Git would follow or obey it);
+// new `commondir`, `config`, `config.worktree`, `hooks`, `gitdir` or `modules` at a Git
+// directory level, or a new entry directly below `.git/modules`, a
+// submodule's `modules` or `.git/worktrees`, is refused with EPERM (host
+// Git would follow or obey it). The mounts are made at start; a Git
+// directory the host makes while the Domain runs (`git submodule add` on
+// the host) reaches the sandbox through the daemon alone, so the daemon
+// also refuses by path any change of a Git directory's control paths
+// (EROFS; gitadmin.go) and a directory moved below `.git/modules` or
+// `.git/worktrees` (EXDEV: the caller copies, and the copy's control names
+// are refused). Each refusal is logged once, a bounded number per
+// generation, with the path and what to do instead;
 // a top-level `.git` the host did not have is the sandbox's own repository
 // in Domain state, where the policy does not apply (`git init` works).
 //

@@ -84,13 +84,34 @@ func (g *guard) holdsGuarded(rel string) bool {
 	return !g.empty() && g.holds[rel]
 }
 
-// guarded reports whether a change of rel in backend b is refused.
+// guarded reports whether a change of rel in backend b is refused: a
+// path of the host Git configuration guard or a Git directory's control
+// path (gitAdmin). A refusal is logged (refusals).
 func (r *Router) guarded(b backend, rel string) bool {
-	return b == hostBackend && r.guard.covers(rel)
+	if b != hostBackend || !r.guard.covers(rel) && !gitAdmin(rel) {
+		return false
+	}
+	r.refused.note(rel)
+	return true
 }
 
 // guardedNode is guarded for an existing node, without computing its path
-// when nothing is guarded (the common case: every write asks).
+// when nothing is guarded and the node is not in .git (the common case:
+// every write asks).
 func (n *node) guardedNode(b backend) bool {
-	return b == hostBackend && !n.r.guard.empty() && n.r.guard.covers(n.rel())
+	if b != hostBackend || n.r.guard.empty() && !n.inGitDir() {
+		return false
+	}
+	return n.r.guarded(b, n.rel())
+}
+
+// inGitDir reports whether the node is below the workspace's top-level
+// .git (its last known parents, as rel).
+func (n *node) inGitDir() bool {
+	root := n.Root()
+	name, p := n.Parent()
+	for p != nil && p != root {
+		name, p = p.Parent()
+	}
+	return p == root && name == ".git"
 }

@@ -98,6 +98,8 @@ type Router struct {
 	root  *node
 	// guard is the generation's host Git configuration guard.
 	guard guard
+	// refused logs what the Git Sentry refuses here.
+	refused refusals
 	// owner is what the developer's files are reported as (Ownership);
 	// selfUID/selfGID are the daemon's, the developer's, ids.
 	owner            Ownership
@@ -211,23 +213,27 @@ func (r *Routing) Ignored(rel string, isDir bool) bool {
 // gitDenied are names the sandbox may never create (or rename or link
 // into place) anywhere below the top-level .git: host Git follows
 // `commondir` to another repository, obeys `config`/`config.worktree`
-// and runs `hooks` of submodule and worktree Git directories. Existing
-// ones are covered by Git Sentry mounts; new ones are refused here
-// (EPERM), so `git worktree add` and `git submodule init` work on the
-// host only.
-var gitDenied = map[string]bool{"commondir": true, "config": true, "config.worktree": true, "hooks": true, "gitdir": true}
+// and runs `hooks` of submodule and worktree Git directories, and a
+// submodule's `modules` holds its nested submodules' Git directories.
+// Existing ones are covered by Git Sentry mounts (and gitAdmin); new ones
+// are refused here (EPERM), as is a new entry directly below a `modules`
+// (a new nested submodule Git directory), so `git worktree add` and `git
+// submodule add/init` work on the host only.
+var gitDenied = map[string]bool{"commondir": true, "config": true, "config.worktree": true, "hooks": true, "gitdir": true, "modules": true}
 
-// denied reports whether creating rel is refused by the Git Sentry.
+// denied reports whether creating rel is refused by the Git Sentry (and
+// logs the refusal: refusals).
 // Only Git-directory levels count (.git, .git/worktrees/W, .git/modules/…
 // outside refs/logs/objects/info), so a branch named "config" still works.
 // A top-level .git routed to state (the host had none) is the sandbox's
 // own repository: `git init` works there, and nothing of it reaches the
 // host.
-func (r *Routing) denied(rel string) bool {
-	if r.hidden[".git"] {
+func (r *Router) denied(rel string) bool {
+	if r.hidden[".git"] || !deniedName(rel) {
 		return false
 	}
-	return deniedName(rel)
+	r.refused.note(rel)
+	return true
 }
 
 func deniedName(rel string) bool {
@@ -240,6 +246,9 @@ func deniedName(rel string) bool {
 			return true
 		}
 	}
+	if strings.HasPrefix(parent, ".git/modules/") && strings.HasSuffix(parent, "/modules") && !inGitData(parent) {
+		return true // a new nested submodule Git directory
+	}
 	if !strings.HasPrefix(rel, ".git/") || !gitDenied[rel[strings.LastIndexByte(rel, '/')+1:]] {
 		return false
 	}
@@ -249,13 +258,19 @@ func deniedName(rel string) bool {
 	case strings.HasPrefix(parent, ".git/worktrees/"):
 		return !strings.Contains(strings.TrimPrefix(parent, ".git/worktrees/"), "/")
 	case strings.HasPrefix(parent, ".git/modules/"):
-		for _, c := range strings.Split(strings.TrimPrefix(parent, ".git/modules/"), "/") {
-			switch c {
-			case "refs", "logs", "objects", "info":
-				return false
-			}
+		return !inGitData(parent)
+	}
+	return false
+}
+
+// inGitData reports whether dir, below .git/modules, lies in a Git
+// directory's data (refs, logs, objects) or info.
+func inGitData(dir string) bool {
+	for _, c := range strings.Split(strings.TrimPrefix(dir, ".git/modules/"), "/") {
+		switch c {
+		case "refs", "logs", "objects", "info":
+			return true
 		}
-		return true
 	}
 	return false
 }
@@ -857,10 +872,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if n.r.guarded(sb, src) || n.r.guarded(db, dst) {
 		return unix.EROFS
 	}
-	if sb == hostBackend && (n.r.guard.holdsGuarded(src) || n.r.guard.holdsGuarded(dst)) {
-		// Moving a directory that holds a guarded path, or onto one, could
-		// replace what host Git reads: let the caller copy (its copy of
-		// the guarded name is refused).
+	if sb == hostBackend && (n.r.guard.holdsGuarded(src) || n.r.guard.holdsGuarded(dst) || (isDir || flags&unix.RENAME_EXCHANGE != 0) && (gitAdminHolds(src) || gitAdminHolds(dst))) {
+		// Moving a directory that holds a guarded path or may be a Git
+		// directory, or onto one, could replace what host Git reads or
+		// bring in control paths never created: let the caller copy (its
+		// copy of the guarded names is refused).
 		return unix.EXDEV
 	}
 	if isDir && sb == hostBackend && n.r.hidesBelow(src) {

@@ -307,6 +307,8 @@ func TestDeniedGitNames(t *testing.T) {
 		".git/modules/a/b/config": true, ".git/modules/a/hooks": true,
 		".git/refs/heads/config": false, ".git/modules/new": true, ".git/modules": true, ".git/worktrees/x": true, ".git/modules/a/refs/heads/hooks": false,
 		".git/logs/refs/heads/commondir": false, "src/config": false, ".git/index": false,
+		".git/modules/a/modules": true, ".git/modules/a/modules/b": true, ".git/modules/a/b/modules/c": true,
+		".git/modules/a/refs/heads/modules": false, ".git/modules/a/objects/modules/x": false, ".git/modules/a/x": false,
 	} {
 		if got := deniedName(rel); got != want {
 			t.Errorf("denied(%q) = %v, want %v", rel, got, want)
@@ -363,6 +365,24 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 		}
 		if b, _ := os.ReadFile(filepath.Join(ws2, "build.log")); string(b) != "host\n" {
 			t.Errorf("isolation off: a plain path is not the host's: %q", b)
+		}
+		late := filepath.Join(ws, ".git/modules/late")
+		if b, _ := os.ReadFile(filepath.Join(late, "config")); string(b) != "[core]\n\tbare = false\n" {
+			t.Errorf("a late submodule's config changed: %q", b)
+		}
+		for _, p := range []string{"hooks/post-checkout", "modules/x", "x/config", "x/hooks", "modules/y/config"} {
+			if _, err := os.Lstat(filepath.Join(late, p)); err == nil {
+				t.Errorf("%s reached the late submodule's Git directory", p)
+			}
+		}
+		if b, _ := os.ReadFile(filepath.Join(late, "HEAD")); string(b) != "ref: refs/heads/topic\n" {
+			t.Errorf("Git's HEAD update in a late submodule did not reach the host: %q", b)
+		}
+		// The refusals are in the daemon's log, with the fix.
+		for _, want := range []string{"the Git Sentry refused a change the sandbox asked for", "path=.git/modules/late/config", "path=.git/worktrees/w/commondir", "fix=\"change Git configuration and hooks on the host"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("daemon log lacks %q", want)
+			}
 		}
 		return
 	}
@@ -424,6 +444,69 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 	if err := os.WriteFile(m("x.local"), []byte("sandbox"), 0o644); err != nil {
 		t.Errorf("a guarded path routed to state: %v", err)
 	}
+
+	// Git directories the host makes while the Domain runs (`git submodule
+	// add` or `git worktree add` on the host), which no Git Sentry mount
+	// covers: their control paths are refused by path, Git's data is not.
+	late := filepath.Join(ws, ".git/modules/late")
+	write(t, filepath.Join(late, "HEAD"), "ref: refs/heads/main\n")
+	write(t, filepath.Join(late, "config"), "[core]\n\tbare = false\n")
+	write(t, filepath.Join(late, "hooks/pre-commit.sample"), "#!/bin/sh\n")
+	write(t, filepath.Join(late, "info/exclude"), "\n")
+	write(t, filepath.Join(late, "refs/heads/main"), "0000000000000000000000000000000000000000\n")
+	os.MkdirAll(filepath.Join(late, "objects"), 0o755)
+	write(t, filepath.Join(late, "modules/y"), "")
+	write(t, filepath.Join(ws, ".git/worktrees/w/commondir"), "../..\n")
+	write(t, filepath.Join(ws, ".git/worktrees/w/HEAD"), "ref: refs/heads/side\n")
+	f, err = os.OpenFile(m(".git/modules/late/config"), os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		_, err = f.WriteString("\tfsmonitor = touch /pwned\n")
+		f.Close()
+	}
+	want("append to a late submodule's config", err, syscall.EROFS)
+	want("truncate it", os.Truncate(m(".git/modules/late/config"), 0), syscall.EROFS)
+	want("chmod it", os.Chmod(m(".git/modules/late/config"), 0o777), syscall.EROFS)
+	want("remove it", os.Remove(m(".git/modules/late/config")), syscall.EROFS)
+	want("rename it away", os.Rename(m(".git/modules/late/config"), m(".git/modules/late/old")), syscall.EROFS)
+	want("link it", os.Link(m(".git/modules/late/config"), m(".git/modules/late/objects/alias")), syscall.EROFS)
+	write(t, m(".git/modules/late/config.lock"), "[core]\n\tfsmonitor = touch /pwned\n")
+	want("rename a lock file onto it", os.Rename(m(".git/modules/late/config.lock"), m(".git/modules/late/config")), syscall.EPERM)
+	want("plant a hook", os.WriteFile(m(".git/modules/late/hooks/post-checkout"), []byte("#!/bin/sh\ntouch /pwned\n"), 0o755), syscall.EROFS)
+	want("write a hook sample", os.WriteFile(m(".git/modules/late/hooks/pre-commit.sample"), []byte("touch /pwned\n"), 0o755), syscall.EROFS)
+	want("write info/exclude", os.WriteFile(m(".git/modules/late/info/exclude"), []byte("*\n"), 0o644), syscall.EROFS)
+	want("a late worktree's commondir", os.WriteFile(m(".git/worktrees/w/commondir"), []byte("/workspace/evil\n"), 0o644), syscall.EROFS)
+	// Git's own work there goes on: objects, refs (a branch named config
+	// too), HEAD through its lock file.
+	write(t, m(".git/modules/late/objects/ab/cdef"), "blob")
+	write(t, m(".git/modules/late/refs/heads/config"), "0000000000000000000000000000000000000000\n")
+	write(t, m(".git/modules/late/HEAD.lock"), "ref: refs/heads/topic\n")
+	if err := os.Rename(m(".git/modules/late/HEAD.lock"), m(".git/modules/late/HEAD")); err != nil {
+		t.Errorf("Git's HEAD update in a late submodule: %v", err)
+	}
+	// A tree prepared below objects (where any name may be created) cannot
+	// be moved in as a nested submodule's Git directory: the caller copies,
+	// and the copy's control names are refused.
+	write(t, m(".git/modules/late/objects/t/HEAD"), "ref: refs/heads/main\n")
+	write(t, m(".git/modules/late/objects/t/config"), "[core]\n\tfsmonitor = touch /pwned\n")
+	write(t, m(".git/modules/late/objects/t/hooks/post-checkout"), "#!/bin/sh\ntouch /pwned\n")
+	want("move a prepared tree in as a nested submodule", os.Rename(m(".git/modules/late/objects/t"), m(".git/modules/late/modules/x")), syscall.EPERM)
+	want("make a nested submodule's Git directory", os.Mkdir(m(".git/modules/late/modules/x"), 0o755), syscall.EPERM)
+	want("move it in as a submodule", os.Rename(m(".git/modules/late/objects/t"), m(".git/modules/late2")), syscall.EPERM)
+	want("move it in as a submodule named late/x", os.Rename(m(".git/modules/late/objects/t"), m(".git/modules/late/x")), syscall.EXDEV)
+	if err := unix.Renameat2(unix.AT_FDCWD, m(".git/modules/late/objects/t"), unix.AT_FDCWD, m(".git/modules/late/modules/y"), unix.RENAME_EXCHANGE); err == nil {
+		t.Errorf("exchanging a prepared tree with a file below .git/modules succeeded")
+	}
+	write(t, m(".git/modules/late/objects/u"), "")
+	if err := unix.Renameat2(unix.AT_FDCWD, m(".git/modules/late/objects/t"), unix.AT_FDCWD, m(".git/modules/late/objects/u"), unix.RENAME_EXCHANGE); err != nil && err != unix.EINVAL {
+		t.Errorf("exchange within objects: %v", err)
+	}
+	unix.Renameat2(unix.AT_FDCWD, m(".git/modules/late/objects/u"), unix.AT_FDCWD, m(".git/modules/late/objects/t"), unix.RENAME_EXCHANGE)
+	if err := os.Mkdir(m(".git/modules/late/x"), 0o755); err != nil {
+		t.Errorf("a new directory in a submodule's Git directory: %v", err)
+	}
+	want("copy its config in", os.WriteFile(m(".git/modules/late/x/config"), []byte("x"), 0o644), syscall.EPERM)
+	want("copy its hooks in", os.Mkdir(m(".git/modules/late/x/hooks"), 0o755), syscall.EPERM)
+	want("rename a submodule's modules away", os.Rename(m(".git/modules/late/modules"), m(".git/modules/late/objects/mods")), syscall.EROFS)
 
 	// Isolation off, no host .git: the sandbox's repositories stay in state.
 	ws2, mnt2 := filepath.Join(root, "ws2"), filepath.Join(root, "mnt2")
