@@ -589,7 +589,8 @@ func TestSR3Submodules(t *testing.T) {
 // a tree the sandbox prepares below a submodule's objects could be moved
 // in as a nested submodule's Git directory. From inside, every route to
 // such a directory's configuration, hooks, info or links fails; Git work in
-// a submodule goes on; host Git (status, submodule update --recursive)
+// a submodule goes on, also in the one added (its gitfile is given to the
+// sandbox when Git first looks for it); host Git (status, submodule update --recursive)
 // runs nothing planted; and the Domain's log names each refusal and what
 // to do instead.
 func TestSR4GitDirectoriesMadeWhileRunning(t *testing.T) {
@@ -630,7 +631,8 @@ for m in lib late; do
   t nested-moved-in-$m mv .git/modules/$m/objects/t .git/modules/$m/evil
 done
 echo "--- work"
-cd lib && git checkout -q -b inside && echo b > b.txt && git add b.txt && git commit -qm "lib inside" && echo "WORK OK"`
+cd lib && git checkout -q -b inside && echo b > b.txt && git add b.txt && git commit -qm "lib inside" && echo "WORK OK"
+cd /workspace/late && echo "late-toplevel=$(git rev-parse --show-toplevel) late-log=$(git log --format=%s -1)"`
 	run := e.cmd(ws, nil, "run", "-p", "default", "--", "sh", "-c", script)
 	var out, stderr strings.Builder
 	run.Stderr = &stderr
@@ -662,6 +664,11 @@ cd lib && git checkout -q -b inside && echo b > b.txt && git add b.txt && git co
 	}
 	t.Logf("inside:\n%s%s", out.String(), stderr.String())
 	checkAttacks(t, out.String(), "", "late-exists", "wt-exists")
+	// Git in the submodule the host added works at once (its gitfile was
+	// given to the sandbox when Git first looked for it).
+	if !strings.Contains(out.String(), "late-toplevel=/workspace/late late-log=first") {
+		t.Errorf("Git in the submodule added while the Domain runs works on something else")
+	}
 	for d, digest := range before {
 		if diff := diffDigest(digest, treeDigest(t, filepath.Join(gitdir, d), gitIntegrationFiles)); len(diff) > 0 {
 			t.Errorf("host .git/%s integration files changed:\n%s", d, strings.Join(diff, "\n"))

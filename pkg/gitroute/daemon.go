@@ -175,7 +175,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 		maxCachedFDs = int64(lim.Cur / 4) // kept read descriptors: a quarter of the limit at most
 	}
 	r := NewRouter(hostFD, stateFD, rules, hidden, g)
-	r.refused.log = log
+	r.log, r.refused.log, r.ws = log, log, ws
 	r.passthrough = !isolate
 	r.SetOwnership(own)
 	r.AddSticky(sticky...)

@@ -196,7 +196,10 @@
 // a submodule's gitfile is routed away like any `.git` below the top level,
 // so Mount seeds the state with a copy of each submodule's host gitfile
 // that names the workspace's own `.git/modules/…` (the index's gitlinks;
-// Router.SeedSubmoduleGitfiles; a copy the state has is kept): Git works in
+// Router.SeedSubmoduleGitfiles; a copy the state has is kept), and gives
+// the gitfile of a submodule the host sets up while the Domain runs when
+// the sandbox first looks for it or the host writes it in a directory the
+// kernel knows (seedLate, once per path and generation): Git works in
 // the submodule's working tree inside, on its Git directory, which the Git
 // Sentry guards, and host Git keeps reading the host's gitfile. `git
 // worktree add` and `git submodule init` of a new submodule inside fail (the

@@ -2,6 +2,7 @@ package gitroute
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,8 +99,16 @@ type Router struct {
 	root  *node
 	// guard is the generation's host Git configuration guard.
 	guard guard
-	// refused logs what the Git Sentry refuses here.
+	// log is the daemon's (a discarding one until Mount sets it); refused
+	// logs what the Git Sentry refuses here.
+	log     *slog.Logger
 	refused refusals
+	// ws is the workspace's host path (for seedLate; "" when unknown);
+	// lateSeeded are the working trees whose gitfile the sandbox was
+	// given this generation or had at its start.
+	ws         string
+	lateMu     sync.Mutex
+	lateSeeded map[string]bool
 	// owner is what the developer's files are reported as (Ownership);
 	// selfUID/selfGID are the daemon's, the developer's, ids.
 	owner            Ownership
@@ -176,7 +185,7 @@ func (r *Router) chown(ino uint64, uid uint32, uok bool, gid uint32, gok bool) {
 // state directory), the generation's rules and its guard.
 func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string, g Guard) *Router {
 	return &Router{Routing: NewRouting(rules, hidden, false), roots: [2]int{hostFD, stateFD}, guard: newGuard(g),
-		selfUID: uint32(unix.Getuid()), selfGID: uint32(unix.Getgid())}
+		selfUID: uint32(unix.Getuid()), selfGID: uint32(unix.Getgid()), log: slog.New(slog.DiscardHandler)}
 }
 
 // Close releases the backend descriptors.
@@ -452,12 +461,17 @@ func (n *node) child(ctx context.Context, b backend, rel string, st *unix.Stat_t
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	dir := n.rel()
+	rel := join(dir, name)
 	var st unix.Stat_t
-	b, err := n.r.locate(join(n.rel(), name), &st)
+	b, err := n.r.locate(rel, &st)
+	if name == ".git" && dir != "" && errno(err) == unix.ENOENT && n.r.seedLate(dir) {
+		b, err = n.r.locate(rel, &st) // a submodule the host set up since the start
+	}
 	if err != nil {
 		return nil, errno(err)
 	}
-	return n.child(ctx, b, join(n.rel(), name), &st, out), 0
+	return n.child(ctx, b, rel, &st, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {

@@ -508,6 +508,25 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 	want("copy its hooks in", os.Mkdir(m(".git/modules/late/x/hooks"), 0o755), syscall.EPERM)
 	want("rename a submodule's modules away", os.Rename(m(".git/modules/late/modules"), m(".git/modules/late/objects/mods")), syscall.EROFS)
 
+	// A submodule the host initialises in a directory the sandbox has
+	// already looked into (its .git not found, that answer cached by the
+	// kernel): the watch gives the sandbox its gitfile at once.
+	os.MkdirAll(filepath.Join(ws, "w2"), 0o755)
+	if _, err := os.Lstat(m("w2/.git")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("w2/.git before the host made it: %v", err)
+	}
+	write(t, filepath.Join(ws, "w2/.git"), "gitdir: ../.git/modules/w2\n")
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(m("w2/.git")); string(b) == "gitdir: ../.git/modules/w2\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, err := os.ReadFile(m("w2/.git"))
+			t.Errorf("a gitfile the host made in a watched directory did not reach the sandbox within 2s: %q %v", b, err)
+			break
+		}
+	}
+
 	// Isolation off, no host .git: the sandbox's repositories stay in state.
 	ws2, mnt2 := filepath.Join(root, "ws2"), filepath.Join(root, "mnt2")
 	srv2, r2, err := Mount(ws2, filepath.Join(root, "state2"), mnt2, "", []string{".git"}, nil, Guard{}, Ownership{}, false, slog.Default())

@@ -29,34 +29,102 @@ const maxGitfile = 4096
 // path); a copy the state already has is kept. ws is the workspace's host
 // path.
 func (r *Router) SeedSubmoduleGitfiles(ws string, gitlinks []string) (seeded int, err error) {
-	modules := filepath.Join(ws, ".git", "modules") + "/"
+	r.lateMu.Lock()
+	defer r.lateMu.Unlock()
 	for _, p := range gitlinks {
-		if p == "" || !filepath.IsLocal(p) || path.Clean(p) != p || p == ".git" || strings.HasPrefix(p, ".git/") {
-			continue
+		ok, err := r.seedGitfile(ws, p)
+		if err != nil {
+			return seeded, err
 		}
-		rel := p + "/.git"
-		if r.Ignored(p, true) || !r.Ignored(rel, false) {
-			// The working tree itself is served from state (ignored or
-			// sticky): host content there is never opened (SR-13).
-			continue
+		if ok {
+			seeded++
 		}
-		content, ok := readGitfile(r.roots[hostBackend], rel)
-		if !ok {
-			continue
+		if r.stateHas(p + "/.git") {
+			r.markSeeded(p) // seedLate leaves it alone: a copy deleted inside stays deleted
 		}
-		if target, ok := ignorerules.GitfileTarget(content, filepath.Join(ws, p)); !ok || !strings.HasPrefix(target, modules) {
-			continue // names a Git directory elsewhere: not the sandbox's to reach
-		}
-		if fd, err := openBeneath(r.roots[stateBackend], rel, unix.O_PATH, 0); err == nil {
-			unix.Close(fd)
-			continue // the sandbox's own copy, kept
-		}
-		if err := r.writeState(rel, content); err != nil {
-			return seeded, fmt.Errorf("give the sandbox the gitfile of submodule %s: %w", p, err)
-		}
-		seeded++
 	}
 	return seeded, nil
+}
+
+// stateHas reports whether Ignored Workspace State has an entry at rel.
+func (r *Router) stateHas(rel string) bool {
+	fd, err := openBeneath(r.roots[stateBackend], rel, unix.O_PATH, 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+}
+
+// seedGitfile copies the host gitfile P/.git of working tree p into
+// Ignored Workspace State when SeedSubmoduleGitfiles's conditions hold
+// and the state has none; it reports whether it made the copy.
+func (r *Router) seedGitfile(ws, p string) (bool, error) {
+	if p == "" || !filepath.IsLocal(p) || path.Clean(p) != p || p == ".git" || strings.HasPrefix(p, ".git/") {
+		return false, nil
+	}
+	rel := p + "/.git"
+	if r.Ignored(p, true) || !r.Ignored(rel, false) {
+		// The working tree itself is served from state (ignored or
+		// sticky): host content there is never opened (SR-13).
+		return false, nil
+	}
+	content, ok := readGitfile(r.roots[hostBackend], rel)
+	if !ok {
+		return false, nil
+	}
+	modules := filepath.Join(ws, ".git", "modules") + "/"
+	if target, ok := ignorerules.GitfileTarget(content, filepath.Join(ws, p)); !ok || !strings.HasPrefix(target, modules) {
+		return false, nil // names a Git directory elsewhere: not the sandbox's to reach
+	}
+	if r.stateHas(rel) {
+		return false, nil // the sandbox's own copy, kept
+	}
+	if err := r.writeState(rel, content); err != nil {
+		return false, fmt.Errorf("give the sandbox the gitfile of submodule %s: %w", p, err)
+	}
+	return true, nil
+}
+
+// seedLate gives the sandbox the gitfile of a submodule the host set up
+// while the Domain runs (`git submodule add` or `update --init` on the
+// host), when the sandbox first looks for P/.git or the host creates it
+// in a directory the sandbox has looked into: without it, Git in P inside
+// would silently work on the superproject until the next start. The host
+// made that gitfile (the sandbox's own .git writes go to state) and the
+// Git directory it names is guarded (gitAdmin), as at start. Each path is
+// seeded once per generation, and never one that had a copy after
+// SeedSubmoduleGitfiles: a copy the sandbox deletes stays deleted (an
+// uninitialised submodule the host then initialises is given). It
+// reports whether it made a copy.
+func (r *Router) seedLate(p string) bool {
+	if r.ws == "" {
+		return false
+	}
+	r.lateMu.Lock()
+	defer r.lateMu.Unlock()
+	if r.lateSeeded[p] {
+		return false
+	}
+	ok, err := r.seedGitfile(r.ws, p)
+	if err != nil {
+		r.log.Warn("submodule gitfile not given to the sandbox: Git inside works on the superproject in its working tree until the next start", "path", p, "err", err)
+		return false
+	}
+	if ok {
+		r.markSeeded(p)
+		r.log.Info("submodule gitfile given to the sandbox", "path", p+"/.git")
+	}
+	return ok
+}
+
+// markSeeded records that p's gitfile was given (or considered at start);
+// r.lateMu is held.
+func (r *Router) markSeeded(p string) {
+	if r.lateSeeded == nil {
+		r.lateSeeded = map[string]bool{}
+	}
+	r.lateSeeded[p] = true
 }
 
 // readGitfile reads rel beneath root when it is a regular file of at most

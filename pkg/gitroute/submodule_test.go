@@ -96,3 +96,75 @@ func TestSeedSubmoduleGitfiles(t *testing.T) {
 		t.Errorf("an embedded .git directory was copied")
 	}
 }
+
+// TestSeedLate: a submodule the host adds while the Domain runs gets its
+// gitfile copied into the state the first time it is asked for, once per
+// generation (a copy the sandbox deletes stays deleted), never for a
+// working tree the start considered, and never for a gitfile naming a Git
+// directory outside .git/modules.
+func TestSeedLate(t *testing.T) {
+	root := t.TempDir()
+	lib := filepath.Join(root, "lib")
+	os.MkdirAll(lib, 0o755)
+	git(t, lib, "init", "-q", "-b", "main")
+	git(t, lib, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "--allow-empty", "-m", "l")
+	ws := filepath.Join(root, "ws")
+	os.MkdirAll(ws, 0o755)
+	git(t, ws, "init", "-q", "-b", "main")
+	git(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "early")
+	state := filepath.Join(root, "state")
+	os.MkdirAll(state, 0o755)
+	rules, err := ignorerules.Load(ws, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostFD, _ := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	stateFD, _ := unix.Open(state, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	r := NewRouter(hostFD, stateFD, rules, nil, Guard{})
+	defer r.Close()
+	if r.seedLate("early") {
+		t.Errorf("seeded without the workspace's path")
+	}
+	r.ws = ws
+	if n, err := r.SeedSubmoduleGitfiles(ws, rules.Gitlinks()); err != nil || n != 1 {
+		t.Fatalf("start seeding: %d, %v", n, err)
+	}
+	os.Remove(filepath.Join(state, "early", ".git")) // the sandbox deletes its copy
+	if r.seedLate("early") {
+		t.Errorf("a working tree that had a copy at the start was seeded again")
+	}
+	// A submodule uninitialised at the start, initialised on the host.
+	git(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "uninit")
+	os.Remove(filepath.Join(ws, "uninit", ".git"))
+	if n, err := r.SeedSubmoduleGitfiles(ws, []string{"uninit"}); err != nil || n != 0 {
+		t.Fatalf("seeding an uninitialised submodule: %d, %v", n, err)
+	}
+	write(t, filepath.Join(ws, "uninit", ".git"), "gitdir: ../.git/modules/uninit\n")
+	if !r.seedLate("uninit") {
+		t.Errorf("a submodule initialised on the host while the Domain runs was not given")
+	}
+	// The host adds a submodule while the Domain runs.
+	git(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "late")
+	hostLate, _ := os.ReadFile(filepath.Join(ws, "late", ".git"))
+	if !r.seedLate("late") {
+		t.Fatal("the late submodule's gitfile was not given")
+	}
+	if b, err := os.ReadFile(filepath.Join(state, "late", ".git")); err != nil || string(b) != string(hostLate) {
+		t.Errorf("state late/.git = %q, %v; want %q", b, err, hostLate)
+	}
+	os.Remove(filepath.Join(state, "late", ".git"))
+	if r.seedLate("late") {
+		t.Errorf("a deleted copy was given again")
+	}
+	// Not a submodule of this workspace, not a working tree, not .git.
+	git(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "away")
+	write(t, filepath.Join(ws, "away", ".git"), "gitdir: ../../lib/.git\n")
+	for _, p := range []string{"away", "nowhere", ".git/modules/late", "../x", ""} {
+		if r.seedLate(p) {
+			t.Errorf("seedLate(%q) copied a gitfile", p)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(state, "away", ".git")); err == nil {
+		t.Errorf("a gitfile naming a directory outside .git/modules was copied")
+	}
+}

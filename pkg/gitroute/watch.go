@@ -290,8 +290,27 @@ func (w *hostWatch) run() {
 			continue
 		}
 		changed := map[*fs.Inode]bool{}
+		// A gitfile the host made (created, then written: either event
+		// may be the first to find it complete) for a submodule it set up
+		// in a directory the kernel knows.
+		for _, evs := range []map[key]bool{entries, contents} {
+			for k := range evs {
+				if k.name != ".git" || w.r == nil {
+					continue
+				}
+				if dir := w.inode(k.wd); dir != nil && !dir.IsRoot() {
+					if d, ok := dir.Operations().(*node); ok && w.r.seedLate(d.rel()) {
+						entries[k] = true
+					}
+				}
+			}
+		}
 		for k := range entries {
-			if dir := w.inode(k.wd); dir != nil && !w.entryCurrent(dir, k.name) {
+			dir := w.inode(k.wd)
+			if dir == nil {
+				continue
+			}
+			if !w.entryCurrent(dir, k.name) {
 				dir.NotifyEntry(k.name)
 				changed[dir] = true
 			}
