@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -40,28 +39,10 @@ func TestGitAdminPaths(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink safe for the daemon's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRefusalsLogged: each refused path is logged once with why and the
 // fix; a flood of refusals is cut after maxLoggedRefusals with one line.
 func TestRefusalsLogged(t *testing.T) {
-	var buf lockedBuffer
+	var buf bytes.Buffer
 	f := &refusals{log: slog.New(slog.NewTextHandler(&buf, nil))}
 	f.note(".git/modules/lib")
 	f.note(".git/modules/lib")

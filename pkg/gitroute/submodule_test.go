@@ -36,17 +36,10 @@ func TestSeedSubmoduleGitfiles(t *testing.T) {
 	state := filepath.Join(root, "state")
 	os.MkdirAll(filepath.Join(state, "kept"), 0o755)
 	write(t, filepath.Join(state, "kept", ".git"), "gitdir: the sandbox's own\n")
-	rules, err := ignorerules.Load(ws, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, rules := testRouter(t, ws, state)
 	if got := rules.Gitlinks(); len(got) != 3 {
 		t.Fatalf("gitlinks %v", got)
 	}
-	hostFD, _ := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	stateFD, _ := unix.Open(state, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	r := NewRouter(hostFD, stateFD, rules, nil, Guard{})
-	defer r.Close()
 	hostSub, _ := os.ReadFile(filepath.Join(ws, "sub", ".git"))
 	n, err := r.SeedSubmoduleGitfiles(ws, append(rules.Gitlinks(), "../escape", ".git/modules/sub"))
 	if err != nil || n != 1 {
@@ -72,14 +65,7 @@ func TestSeedSubmoduleGitfiles(t *testing.T) {
 	// never sees: not read, even when named as a gitlink.
 	write(t, filepath.Join(ws, ".gitignore"), "ign/\n")
 	write(t, filepath.Join(ws, "ign", "x", ".git"), "gitdir: ../../.git/modules/sub\n")
-	rules2, err := ignorerules.Load(ws, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostFD2, _ := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	stateFD2, _ := unix.Open(state, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	r2 := NewRouter(hostFD2, stateFD2, rules2, nil, Guard{})
-	defer r2.Close()
+	r2, _ := testRouter(t, ws, state)
 	if n, _ := r2.SeedSubmoduleGitfiles(ws, []string{"ign/x"}); n != 0 {
 		t.Errorf("a gitfile below an ignored directory was read and copied")
 	}
@@ -114,14 +100,7 @@ func TestSeedLate(t *testing.T) {
 	git(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "early")
 	state := filepath.Join(root, "state")
 	os.MkdirAll(state, 0o755)
-	rules, err := ignorerules.Load(ws, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostFD, _ := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	stateFD, _ := unix.Open(state, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	r := NewRouter(hostFD, stateFD, rules, nil, Guard{})
-	defer r.Close()
+	r, rules := testRouter(t, ws, state)
 	if r.seedLate("early") {
 		t.Errorf("seeded without the workspace's path")
 	}
@@ -167,4 +146,19 @@ func TestSeedLate(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(state, "away", ".git")); err == nil {
 		t.Errorf("a gitfile naming a directory outside .git/modules was copied")
 	}
+}
+
+// testRouter is a router over the host workspace ws and the state
+// directory state with ws's rules, closed when the test ends.
+func testRouter(t *testing.T, ws, state string) (*Router, *ignorerules.Rules) {
+	t.Helper()
+	rules, err := ignorerules.Load(ws, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostFD, _ := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	stateFD, _ := unix.Open(state, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	r := NewRouter(hostFD, stateFD, rules, nil, Guard{})
+	t.Cleanup(r.Close)
+	return r, rules
 }
