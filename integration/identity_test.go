@@ -183,7 +183,8 @@ func hostOwners(t *testing.T, dir string) map[string]uint32 {
 
 // TestSR12GuestChownKeepsHostOwner: whatever guest user creates or chowns
 // a workspace file — also in Ignored Workspace State — the host file
-// belongs to the developer.
+// belongs to the developer, and never with a set-user-ID or set-group-ID
+// bit.
 func TestSR12GuestChownKeepsHostOwner(t *testing.T) {
 	parallel(t)
 	e := need(t)
@@ -191,7 +192,7 @@ func TestSR12GuestChownKeepsHostOwner(t *testing.T) {
 	os.WriteFile(filepath.Join(ws, ".gitignore"), []byte("build/\n"), 0o644)
 	os.Chown(filepath.Join(ws, ".gitignore"), e.uid, e.gid)
 	marker := "ignored-" + randHex(4)
-	script := "set -e; touch f; chown 4242:4242 f; mkdir -p d/e; touch d/e/g; chown -R 1000:1000 d; " +
+	script := "set -e; touch f; chown 4242:4242 f; mkdir -p d/e; touch d/e/g; chown -R 1000:1000 d; cp /bin/true suid; chmod 6755 suid; mkdir sg; chmod 2775 sg; " +
 		"useradd -m other; mkdir -p build; chmod 777 build /workspace; su other -c 'touch /workspace/by-other /workspace/build/" + marker + "'; chown 4242 build/" + marker + "; stat -c %u f"
 	r := lz(t, ws, nil, "run", "--", "sh", "-c", script)
 	if r.code != 0 {
@@ -204,6 +205,15 @@ func TestSR12GuestChownKeepsHostOwner(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "build", marker)); err == nil {
 		t.Fatalf("the ignored file reached the host workspace")
+	}
+	// No set-user-ID or set-group-ID program of the developer's appears on
+	// the host (anyone reaching it would run it as the developer); a
+	// directory keeps its set-group-ID bit.
+	if fi, err := os.Stat(filepath.Join(ws, "suid")); err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+		t.Errorf("the sandbox's chmod 6755 reached the host: %v %v", fi.Mode(), err)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "sg")); err != nil || fi.Mode()&os.ModeSetgid == 0 {
+		t.Errorf("a directory's set-group-ID bit was dropped: %v %v", fi.Mode(), err)
 	}
 	// build/ is a top-level directory pattern, so the sandbox had it as a
 	// direct bind of its Ignored Workspace State copy: while the

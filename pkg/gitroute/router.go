@@ -2,6 +2,7 @@ package gitroute
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -109,6 +110,9 @@ type Router struct {
 	ws         string
 	lateMu     sync.Mutex
 	lateSeeded map[string]bool
+	// specialBitsOnce logs the first set-user-ID or set-group-ID bit
+	// hostMode drops.
+	specialBitsOnce sync.Once
 	// owner is what the developer's files are reported as (Ownership);
 	// selfUID/selfGID are the daemon's, the developer's, ids.
 	owner            Ownership
@@ -602,7 +606,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			if isLink {
 				return unix.EOPNOTSUPP
 			}
-			if err := unix.Chmod(p, m); err != nil {
+			if err := unix.Chmod(p, n.r.hostMode(m, st.Mode&unix.S_IFMT == unix.S_IFDIR)); err != nil {
 				return err
 			}
 		}
@@ -692,7 +696,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if flags&unix.O_TRUNC != 0 {
 		acc = int(flags & unix.O_ACCMODE)
 	}
-	how := unix.OpenHow{Flags: uint64(acc | openFlags(flags) | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC | int(flags&unix.O_EXCL)), Mode: uint64(mode & 0o7777), Resolve: resolveFlags}
+	how := unix.OpenHow{Flags: uint64(acc | openFlags(flags) | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC | int(flags&unix.O_EXCL)), Mode: uint64(n.r.hostMode(mode, false)), Resolve: resolveFlags}
 	fd, err := unix.Openat2(dfd, base, &how)
 	if err != nil {
 		return nil, nil, 0, errno(err)
@@ -744,7 +748,7 @@ func (n *node) mkchild(ctx context.Context, name string, isDir bool, out *fuse.E
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.mkchild(ctx, name, true, out, func(dfd int, base string) error { return unix.Mkdirat(dfd, base, mode&0o7777) })
+	return n.mkchild(ctx, name, true, out, func(dfd int, base string) error { return unix.Mkdirat(dfd, base, n.r.hostMode(mode, true)) })
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -753,7 +757,29 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	default:
 		return nil, unix.EPERM // no device nodes in the workspace
 	}
-	return n.mkchild(ctx, name, false, out, func(dfd int, base string) error { return unix.Mknodat(dfd, base, mode, 0) })
+	return n.mkchild(ctx, name, false, out, func(dfd int, base string) error {
+		return unix.Mknodat(dfd, base, mode&unix.S_IFMT|n.r.hostMode(mode, false), 0)
+	})
+}
+
+// hostMode is the permission part of mode as the daemon sets it on a host
+// file: without the set-user-ID bit, nor the set-group-ID bit of a
+// non-directory. Every file the sandbox makes is the developer's on the
+// host (Ownership), so such a bit would let anyone who can reach the file
+// run a program the agent wrote as the developer; a directory keeps its
+// set-group-ID bit (new entries inherit its group). The first dropped bit
+// of a generation is logged.
+func (r *Router) hostMode(mode uint32, isDir bool) uint32 {
+	m := mode & 0o7777 &^ unix.S_ISUID
+	if !isDir {
+		m &^= unix.S_ISGID
+	}
+	if m != mode&0o7777 {
+		r.specialBitsOnce.Do(func() {
+			r.log.Info("set-user-ID and set-group-ID bits the sandbox sets on its files are not set on the host", "mode", fmt.Sprintf("%04o", mode&0o7777))
+		})
+	}
+	return m
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

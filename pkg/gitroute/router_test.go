@@ -508,6 +508,30 @@ func TestRouterGuardAndGitNames(t *testing.T) {
 	want("copy its hooks in", os.Mkdir(m(".git/modules/late/x/hooks"), 0o755), syscall.EPERM)
 	want("rename a submodule's modules away", os.Rename(m(".git/modules/late/modules"), m(".git/modules/late/objects/mods")), syscall.EROFS)
 
+	// The sandbox's set-user-ID and set-group-ID bits never reach the
+	// host's files (a directory keeps set-group-ID).
+	write(t, m("tools/suid"), "#!/bin/sh\n")
+	if err := syscall.Chmod(m("tools/suid"), 0o6755); err != nil {
+		t.Errorf("chmod 6755: %v", err)
+	}
+	if fd, err := unix.Open(m("tools/suid2"), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755); err != nil {
+		t.Errorf("create 4755: %v", err)
+	} else {
+		unix.Close(fd)
+	}
+	if err := os.Mkdir(m("shared"), 0o755); err == nil {
+		err = syscall.Chmod(m("shared"), 0o3775)
+		if err != nil {
+			t.Errorf("chmod 3775 of a directory: %v", err)
+		}
+	}
+	for p, want := range map[string]uint32{"tools/suid": 0o755, "tools/suid2": 0o755, "shared": 0o3775} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(ws, p), &st); err != nil || st.Mode&0o7777&^0o022 != want&^0o022 {
+			t.Errorf("host mode of %s: %04o (%v), want %04o", p, st.Mode&0o7777, err, want)
+		}
+	}
+
 	// A submodule the host initialises in a directory the sandbox has
 	// already looked into (its .git not found, that answer cached by the
 	// kernel): the watch gives the sandbox its gitfile at once.
