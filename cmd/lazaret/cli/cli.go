@@ -11,6 +11,7 @@ import (
 	"github.com/lazaret/lazaret/cmd/lazaret/runverb"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/suggest"
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 // ExitLazaret is the exit status when Lazaret itself failed (the command did
@@ -75,6 +76,12 @@ func Main(args []string) int {
 	// An unknown verb (`lazaret statu`, `lazaret state ignored ls`) is a
 	// usage error, said as such: urfave/cli would report "No help topic"
 	// and exit as if Lazaret itself had failed.
+	// On a terminal, what the commands print (names the sandbox made,
+	// recipe output, the Domain's log) cannot act on it (package termtext);
+	// --json and pipes stay exact.
+	app.Writer, app.ErrWriter = runverb.TerminalSafe(os.Stdout), runverb.TerminalSafe(os.Stderr)
+	defer flushTerminal(app.Writer)
+	defer flushTerminal(app.ErrWriter)
 	runverb.OnUsageErrors(app.Commands)
 	refuseStrayArgs(app.Commands, app.Name)
 	app.OnUsageError = runverb.UsageError
@@ -156,4 +163,11 @@ func hasFlag(cmd *cli.Command, name string) bool {
 		}
 	}
 	return false
+}
+
+// flushTerminal writes what a termtext.Writer holds (an incomplete rune).
+func flushTerminal(w io.Writer) {
+	if t, ok := w.(*termtext.Writer); ok {
+		t.Flush()
+	}
 }

@@ -69,7 +69,7 @@ Examples:
 			if err != nil {
 				return err
 			}
-			res, err := imagebuild.Build(c.Context, imagebuild.Options{Kind: kind, Dest: dest, Progress: os.Stderr, Broker: broker})
+			res, err := imagebuild.Build(c.Context, imagebuild.Options{Kind: kind, Dest: dest, Progress: c.App.ErrWriter, Broker: broker})
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 // ExitLazaret is the exit status when Lazaret itself failed (the command did
@@ -84,7 +85,8 @@ func ExitCode(err error) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
-	fmt.Fprintf(os.Stderr, "lazaret: %v\n", err)
+	// An error can name what the sandbox made (a path, a name).
+	fmt.Fprintf(os.Stderr, "lazaret: %s\n", termtext.Escape(err.Error()))
 	if errors.Is(err, errdefs.ErrInvalid) {
 		return 2
 	}

@@ -3,6 +3,7 @@ package runverb
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -27,6 +28,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/proc"
 	"github.com/lazaret/lazaret/pkg/rawio"
 	"github.com/lazaret/lazaret/pkg/shellquote"
+	"github.com/lazaret/lazaret/pkg/termtext"
 	"github.com/lazaret/lazaret/pkg/timing"
 )
 
@@ -159,7 +161,7 @@ func runAction(c *cli.Context) (err error) {
 		if EnsureRecipeImage == nil {
 			return ErrFullCLI
 		}
-		if err := EnsureRecipeImage(c.Context, prof, os.Stderr); err != nil {
+		if err := EnsureRecipeImage(c.Context, prof, TerminalSafe(os.Stderr)); err != nil {
 			return err
 		}
 	}
@@ -375,7 +377,7 @@ func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
 				// Progress is for a watching developer; warnings (e.g. DNS
 				// not answering) always reach stderr.
 				if m := f.GetProgress().GetMessage(); stderrTTY || strings.HasPrefix(m, control.ProgressWarning) {
-					fmt.Fprintf(os.Stderr, "lazaret: %s\n", m)
+					fmt.Fprintf(os.Stderr, "lazaret: %s\n", termtext.Escape(m))
 				}
 			case f.GetAccepted() != nil:
 				runTiming.Mark("session accepted")
@@ -408,6 +410,16 @@ func relayStdin(sess *client.Session) {
 func IsTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	return err == nil
+}
+
+// TerminalSafe is f, through a termtext.Writer when f is a terminal: what
+// Lazaret itself writes there (not a session's output) may carry text
+// the sandbox chose, which must not act on the developer's terminal.
+func TerminalSafe(f *os.File) io.Writer {
+	if IsTerminal(int(f.Fd())) {
+		return termtext.NewWriter(f)
+	}
+	return f
 }
 
 // writeOutput writes session output: stderr bytes to stderr, stdout and

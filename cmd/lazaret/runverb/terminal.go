@@ -37,6 +37,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/idlemem"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/pty"
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 // defaultShell is the command of `lazaret run` with no command on a
@@ -305,7 +306,7 @@ func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 					if c.raw { // no output processing: the line ends itself
 						eol = "\r\n"
 					}
-					fmt.Fprintf(os.Stderr, "lazaret: %s%s", f.GetProgress().GetMessage(), eol)
+					fmt.Fprintf(os.Stderr, "lazaret: %s%s", termtext.Escape(f.GetProgress().GetMessage()), eol)
 				}
 			case f.GetAccepted() != nil:
 				runTiming.Mark("session accepted")

@@ -1,0 +1,93 @@
+package integration
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/pty"
+)
+
+// onTerminal runs `lazaret ARGS` in ws with stdout and stderr on a
+// terminal (a PTY whose other end the test reads) and returns what reached
+// the terminal and the exit status.
+func onTerminal(t *testing.T, e *env, ws string, args ...string) (string, int) {
+	t.Helper()
+	m, slave, err := pty.Open(pty.Size{Rows: 50, Cols: 250})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	slave.Chown(e.uid, e.gid)
+	c := e.cmd(ws, nil, args...)
+	c.Stdout, c.Stderr = slave, slave
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close() // the terminal ends (EIO) when the command's copies close
+	var term bytes.Buffer
+	buf := make([]byte, 4096)
+	for {
+		m.SetReadDeadline(time.Now().Add(2 * time.Minute))
+		n, err := m.Read(buf)
+		term.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	c.Wait()
+	return term.String(), c.ProcessState.ExitCode()
+}
+
+// TestDX5SandboxTextCannotDriveTheTerminal: names the agent chooses reach
+// the developer's terminal through Lazaret's own output — a file in a State
+// Anchor (`state inspect`), an ignored file (`state ignored list`, and the
+// sticky-path note of the next `lazaret run`), a path the Git Sentry
+// refused (`lazaret logs`). An escape sequence in them (here: set the
+// window title, clear the screen) arrives escaped, never as control
+// characters; output to a pipe stays exact.
+func TestDX5SandboxTextCannotDriveTheTerminal(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	lib := workspace(t)
+	gitRepo(t, e, lib)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	git("-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+	writeAs(t, e, filepath.Join(ws, ".gitignore"), "*.log\n")
+	git("add", ".gitignore")
+	git("commit", "-qm", "lib, ignore logs")
+	const name = "x\x1b]0;PWNED\x07\x1b[2J"
+	const shown = `x\x1b]0;PWNED\a\x1b[2J`
+	script := `n=$(printf 'x\033]0;PWNED\007\033[2J')
+touch "/usr/$n" "/workspace/$n.log"
+mkdir "/workspace/.git/modules/lib/$n" && touch "/workspace/.git/modules/lib/$n/config" 2>/dev/null
+: > /workspace/.gitignore; echo done`
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", script); r.code != 0 || r.stdout != "done\n" {
+		t.Fatalf("run: %+v", r)
+	}
+	for _, c := range []struct {
+		args []string
+		want string // the escaped name, as it must appear
+	}{
+		{[]string{"state", "inspect", "-p", "tiny", "/usr"}, "/usr/" + shown},
+		{[]string{"state", "ignored", "list", "-p", "tiny"}, shown + ".log"},
+		{[]string{"logs", "-p", "tiny"}, "path=.git/modules/lib/" + shown + "/config"},
+		{[]string{"run", "-p", "tiny", "--", "true"}, "note: " + shown + ".log"},
+	} {
+		out, code := onTerminal(t, e, ws, c.args...)
+		if code != 0 || !strings.Contains(out, c.want) {
+			t.Errorf("lazaret %s on a terminal: exit %d, want %q in:\n%q", strings.Join(c.args, " "), code, c.want, out)
+		}
+		if strings.ContainsAny(out, "\x1b\x07") {
+			t.Errorf("lazaret %s wrote control characters to the terminal: %q", strings.Join(c.args, " "), out)
+		}
+	}
+	// To a pipe the name stays exact, for programs.
+	if r := lz(t, ws, nil, "state", "inspect", "-p", "tiny", "/usr"); r.code != 0 || !strings.Contains(r.stdout, "/usr/"+name) {
+		t.Errorf("state inspect to a pipe: %+v", r)
+	}
+	noLeftovers(t)
+}
