@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 // Version is the format version of Entry.
@@ -200,5 +201,6 @@ func Format(e Entry) string {
 	if e.Reason != "" {
 		fmt.Fprintf(&b, " (%s)", e.Reason)
 	}
-	return b.String()
+	// A justification, a reason or an argv element is the sandbox's text.
+	return termtext.Line(b.String())
 }

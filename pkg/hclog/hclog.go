@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 // StartMarker is the message of the first line every coordinator process
@@ -210,17 +212,19 @@ func Visible(r Record, debug bool) bool {
 // role, message, then key=value.
 func Format(r Record) string {
 	if r.Plain {
-		return fmt.Sprintf("%-12s %-5s %-11s %s", "", "", "", r.Msg)
+		return fmt.Sprintf("%-12s %-5s %-11s %s", "", "", "", termtext.Line(r.Msg))
 	}
 	var b strings.Builder
 	ts := ""
 	if !r.Time.IsZero() {
 		ts = r.Time.Local().Format("15:04:05.000")
 	}
-	fmt.Fprintf(&b, "%-12s %-5s %-11s %s", ts, r.Level, r.Role, r.Msg)
+	fmt.Fprintf(&b, "%-12s %-5s %-11s %s", ts, r.Level, r.Role, termtext.Line(r.Msg))
 	for _, a := range r.Attrs {
+		// Values can name what the sandbox made: quoted (control
+		// characters escaped) as slog writes them.
 		v := a.Value
-		if v == "" || strings.ContainsAny(v, " \t\"=") {
+		if v == "" || strings.ContainsAny(v, " \t\"=") || termtext.Line(v) != v {
 			v = strconv.Quote(v)
 		}
 		fmt.Fprintf(&b, " %s=%s", a.Key, v)

@@ -9,9 +9,11 @@
 // forge lines of Lazaret's own output.
 //
 // Escape renders such a rune as a Go escape (\x1b, \r, \u202e) and every
-// other rune as it is; newline and tab stay. Writer does the same to a
-// stream, for the CLI's output when it is a terminal. Output meant for
-// programs (--json, pipes) is left exact.
+// other rune as it is; newline and tab stay. Line escapes those too, for
+// text shown on one line; the CLI's text formats use it for what the
+// sandbox named. Writer escapes a stream as Escape does, for the CLI's
+// output when it is a terminal. Output meant for programs (--json) is
+// left exact.
 package termtext
 
 import (
@@ -23,41 +25,50 @@ import (
 
 // Safe reports whether s prints as it is: valid UTF-8 of graphic runes,
 // spaces, newlines and tabs only.
-func Safe(s string) bool {
+func Safe(s string) bool { return safe(s, true) }
+
+// Escape returns s with every rune Safe would refuse written as a Go
+// escape sequence; s itself when it is Safe.
+func Escape(s string) string { return escape(s, true) }
+
+// Line is Escape for text shown on one line (a file name, a logged value,
+// a table cell): newlines and tabs are escaped too, so the text cannot
+// forge a line or a column of its own.
+func Line(s string) string { return escape(s, false) }
+
+func safe(s string, layout bool) bool {
 	for _, r := range s {
-		if !keep(r) {
+		if !keep(r, layout) {
 			return false
 		}
 	}
 	return true
 }
 
-// keep reports whether r is printed as it is (utf8.RuneError stands for
-// an invalid byte, which is escaped).
-func keep(r rune) bool {
-	return r == '\n' || r == '\t' || r != utf8.RuneError && unicode.IsGraphic(r)
-}
-
-// Escape returns s with every rune Safe would refuse written as a Go
-// escape sequence; s itself when it is Safe.
-func Escape(s string) string {
-	if Safe(s) {
+func escape(s string, layout bool) string {
+	if safe(s, layout) {
 		return s
 	}
 	b := make([]byte, 0, len(s)+16)
-	return string(appendEscaped(b, []byte(s)))
+	return string(appendEscaped(b, []byte(s), layout))
+}
+
+// keep reports whether r is printed as it is (utf8.RuneError stands for
+// an invalid byte, which is escaped); layout keeps newlines and tabs.
+func keep(r rune, layout bool) bool {
+	return layout && (r == '\n' || r == '\t') || r != utf8.RuneError && unicode.IsGraphic(r)
 }
 
 // appendEscaped appends p, escaped, to b. p holds whole runes (or invalid
 // bytes, escaped one by one).
-func appendEscaped(b, p []byte) []byte {
+func appendEscaped(b, p []byte, layout bool) []byte {
 	for len(p) > 0 {
 		r, n := utf8.DecodeRune(p)
 		switch {
 		case r == utf8.RuneError && n <= 1:
 			b = append(b, `\x`...)
 			b = append(b, "0123456789abcdef"[p[0]>>4], "0123456789abcdef"[p[0]&15])
-		case keep(r):
+		case keep(r, layout):
 			b = append(b, p[:n]...)
 		default:
 			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\u202e'
@@ -92,7 +103,7 @@ func (t *Writer) Write(p []byte) (int, error) {
 		t.part = append([]byte(nil), in[len(in)-k:]...)
 		in = in[:len(in)-k]
 	}
-	if _, err := t.w.Write(appendEscaped(make([]byte, 0, len(in)+16), in)); err != nil {
+	if _, err := t.w.Write(appendEscaped(make([]byte, 0, len(in)+16), in, true)); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -103,7 +114,7 @@ func (t *Writer) Flush() error {
 	if len(t.part) == 0 {
 		return nil
 	}
-	b := appendEscaped(nil, t.part)
+	b := appendEscaped(nil, t.part, true)
 	t.part = nil
 	_, err := t.w.Write(b)
 	return err

@@ -30,6 +30,16 @@ func TestEscape(t *testing.T) {
 	if !Safe("ok ✓\n") || Safe("\x1b") || Safe("\xff") {
 		t.Errorf("Safe")
 	}
+	// On one line, a newline or a tab cannot start a line or a column.
+	for in, want := range map[string]string{
+		"a file.txt":                 "a file.txt",
+		"forged\n04:00 INFO hc done": `forged\n04:00 INFO hc done`,
+		"col\tumn\x1b[1m":            `col\tumn\x1b[1m`,
+	} {
+		if got := Line(in); got != want {
+			t.Errorf("Line(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 // TestWriter: a stream is escaped like Escape, also when a rune or an

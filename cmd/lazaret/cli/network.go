@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lazaret/lazaret/pkg/egress"
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 var networkCommand = &cli.Command{
@@ -113,5 +114,6 @@ func denialText(d egress.Denial) string {
 	if d.Addr != "" {
 		at = " (" + d.Addr + ")"
 	}
-	return fmt.Sprintf("%s  %s  %s %s:%d%s  %s: %s", d.Time.Local().Format("2006-01-02 15:04:05"), who, d.Via, d.Host, d.Port, at, d.Decision, d.Reason)
+	// The session label and the host are what the sandbox asked for.
+	return termtext.Line(fmt.Sprintf("%s  %s  %s %s:%d%s  %s: %s", d.Time.Local().Format("2006-01-02 15:04:05"), who, d.Via, d.Host, d.Port, at, d.Decision, d.Reason))
 }

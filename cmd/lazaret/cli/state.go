@@ -31,6 +31,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/profilestate"
 	"github.com/lazaret/lazaret/pkg/shellquote"
 	"github.com/lazaret/lazaret/pkg/statemaint"
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 var stateDomainFlags = []cli.Flag{
@@ -632,12 +633,12 @@ func printChanges(w io.Writer, rows []changeRow, unreadable []string, why string
 			break
 		}
 		if ch.owner != "" {
-			fmt.Fprintf(w, "  %-8s %-8s %10d  %-11s  %s\n", ch.kind, ch.typ, ch.size, ch.owner, ch.path)
+			fmt.Fprintf(w, "  %-8s %-8s %10d  %-11s  %s\n", ch.kind, ch.typ, ch.size, ch.owner, termtext.Line(ch.path))
 		} else {
-			fmt.Fprintf(w, "  %-8s %-8s %10d  %s\n", ch.kind, ch.typ, ch.size, ch.path)
+			fmt.Fprintf(w, "  %-8s %-8s %10d  %s\n", ch.kind, ch.typ, ch.size, termtext.Line(ch.path))
 		}
 	}
 	for _, u := range unreadable {
-		fmt.Fprintf(w, "  (%s: %s)\n", why, u)
+		fmt.Fprintf(w, "  (%s: %s)\n", why, termtext.Line(u))
 	}
 }

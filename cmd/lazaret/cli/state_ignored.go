@@ -20,6 +20,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 	"github.com/lazaret/lazaret/pkg/stickyignore"
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 var stateIgnoredCommand = &cli.Command{
@@ -256,7 +257,7 @@ func stateIgnoredList(c *cli.Context) error {
 			if _, ok := view.sticky.Covering(e.Path); ok && !e.Stale {
 				note = strings.TrimSuffix("sticky; "+note, "; ")
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", e.Path, e.Type, e.Files, prepared.HumanBytes(e.Bytes), note)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", termtext.Line(e.Path), e.Type, e.Files, prepared.HumanBytes(e.Bytes), note)
 		}
 		if err := w.Flush(); err != nil {
 			return err
@@ -271,7 +272,7 @@ func stateIgnoredList(c *cli.Context) error {
 			if sv.HasState {
 				st = "yes"
 			}
-			fmt.Fprintf(w, "%s\t%s\tgeneration %d, %s\t%s\t%s\n", sv.Path.Path, sv.Type, sv.Generation, sv.Since.Local().Format("2006-01-02 15:04"), st, sv.note())
+			fmt.Fprintf(w, "%s\t%s\tgeneration %d, %s\t%s\t%s\n", termtext.Line(sv.Path.Path), sv.Type, sv.Generation, sv.Since.Local().Format("2006-01-02 15:04"), st, sv.note())
 		}
 		if err := w.Flush(); err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/locate"
 	"github.com/lazaret/lazaret/pkg/statemaint"
 	"github.com/lazaret/lazaret/pkg/statetree"
+	"github.com/lazaret/lazaret/pkg/termtext"
 )
 
 // ExitFindings is the exit status of a verification that found problems.
@@ -87,7 +88,7 @@ func printVerification(w io.Writer, rd resolvedDomain, rep *statemaint.Report, w
 	var advice []string
 	show := func(fs []statetree.Finding) {
 		for _, f := range fs {
-			fmt.Fprintf(w, "  [%s] %s: %s\n", f.Kind, f.Path, f.Detail)
+			fmt.Fprintf(w, "  [%s] %s: %s\n", f.Kind, termtext.Line(f.Path), termtext.Line(f.Detail))
 		}
 	}
 	status := func(fs []statetree.Finding) string {

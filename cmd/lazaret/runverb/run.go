@@ -377,7 +377,7 @@ func session(sess *client.Session, sigs <-chan os.Signal) *client.End {
 				// Progress is for a watching developer; warnings (e.g. DNS
 				// not answering) always reach stderr.
 				if m := f.GetProgress().GetMessage(); stderrTTY || strings.HasPrefix(m, control.ProgressWarning) {
-					fmt.Fprintf(os.Stderr, "lazaret: %s\n", termtext.Escape(m))
+					fmt.Fprintf(os.Stderr, "lazaret: %s\n", termtext.Line(m))
 				}
 			case f.GetAccepted() != nil:
 				runTiming.Mark("session accepted")

@@ -306,7 +306,7 @@ func terminalSession(sess *client.Session, sigs <-chan os.Signal) *client.End {
 					if c.raw { // no output processing: the line ends itself
 						eol = "\r\n"
 					}
-					fmt.Fprintf(os.Stderr, "lazaret: %s%s", termtext.Escape(f.GetProgress().GetMessage()), eol)
+					fmt.Fprintf(os.Stderr, "lazaret: %s%s", termtext.Line(f.GetProgress().GetMessage()), eol)
 				}
 			case f.GetAccepted() != nil:
 				runTiming.Mark("session accepted")
