@@ -542,6 +542,20 @@ echo "mistaken $n of $i"`
 	noLeftovers(t)
 }
 
+// repoWithSubmodule makes a host repository (gitRepo) in a new workspace
+// with one committed submodule, lib, a repository of its own; it returns
+// the workspace and its git.
+func repoWithSubmodule(t *testing.T, e *env) (string, func(args ...string) string) {
+	t.Helper()
+	lib := workspace(t)
+	gitRepo(t, e, lib)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	git("-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+	git("commit", "-qm", "lib")
+	return ws, git
+}
+
 // TestSR3Submodules (SR-3, SR-4): `lazaret run` inside a submodule's
 // working tree (its gitfile names the superproject's .git/modules/NAME) is
 // refused naming the superproject to run it in; run there, Git inside works
@@ -551,12 +565,7 @@ echo "mistaken $n of $i"`
 func TestSR3Submodules(t *testing.T) {
 	parallel(t)
 	e := need(t)
-	lib := workspace(t)
-	gitRepo(t, e, lib)
-	ws := workspace(t)
-	git := gitRepo(t, e, ws)
-	git("-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
-	git("commit", "-qm", "lib")
+	ws, _ := repoWithSubmodule(t, e)
 	r := lz(t, filepath.Join(ws, "lib"), nil, "run", "-p", "tiny", "--", "true")
 	if r.code != 125 || !strings.Contains(r.stderr, "is a Git submodule of "+ws) || !strings.Contains(r.stderr, "`lazaret run -C "+ws+"`") {
 		t.Errorf("run in the submodule's working tree: %+v", r)
@@ -596,13 +605,9 @@ func TestSR3Submodules(t *testing.T) {
 func TestSR4GitDirectoriesMadeWhileRunning(t *testing.T) {
 	parallel(t)
 	e := need(t)
-	lib, late := workspace(t), workspace(t)
-	gitRepo(t, e, lib)
+	late := workspace(t)
 	gitRepo(t, e, late)
-	ws := workspace(t)
-	git := gitRepo(t, e, ws)
-	git("-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
-	git("commit", "-qm", "lib")
+	ws, git := repoWithSubmodule(t, e)
 	wt := ws + "-late-wt"
 	t.Cleanup(func() { os.RemoveAll(wt) })
 	W := ".git/worktrees/" + filepath.Base(wt)

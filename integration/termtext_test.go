@@ -51,14 +51,10 @@ func onTerminal(t *testing.T, e *env, ws string, args ...string) (string, int) {
 func TestDX5SandboxTextCannotDriveTheTerminal(t *testing.T) {
 	parallel(t)
 	e := need(t)
-	lib := workspace(t)
-	gitRepo(t, e, lib)
-	ws := workspace(t)
-	git := gitRepo(t, e, ws)
-	git("-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+	ws, git := repoWithSubmodule(t, e)
 	writeAs(t, e, filepath.Join(ws, ".gitignore"), "*.log\n")
 	git("add", ".gitignore")
-	git("commit", "-qm", "lib, ignore logs")
+	git("commit", "-qm", "ignore logs")
 	const shown = `x\x1b]0;PWNED\a\x1b[2J`
 	script := `n=$(printf 'x\033]0;PWNED\007\033[2J')
 touch "/usr/$n" "/workspace/$n.log"

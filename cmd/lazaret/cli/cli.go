@@ -73,15 +73,16 @@ func Main(args []string) int {
 		HideHelpCommand:      true,
 		ExitErrHandler:       func(*cli.Context, error) {},
 	}
-	// An unknown verb (`lazaret statu`, `lazaret state ignored ls`) is a
-	// usage error, said as such: urfave/cli would report "No help topic"
-	// and exit as if Lazaret itself had failed.
-	// On a terminal, what the commands print (names the sandbox made,
-	// recipe output, the Domain's log) cannot act on it (package termtext);
-	// --json and pipes stay exact.
+	// On a terminal, nothing the commands print (names the sandbox made,
+	// recipe output, the Domain's log) can act on it (package termtext);
+	// to a pipe it goes as it is (the text formats escape what the sandbox
+	// named themselves, --json keeps it exact).
 	app.Writer, app.ErrWriter = runverb.TerminalSafe(os.Stdout), runverb.TerminalSafe(os.Stderr)
 	defer flushTerminal(app.Writer)
 	defer flushTerminal(app.ErrWriter)
+	// An unknown verb (`lazaret statu`, `lazaret state ignored ls`) is a
+	// usage error, said as such: urfave/cli would report "No help topic"
+	// and exit as if Lazaret itself had failed.
 	runverb.OnUsageErrors(app.Commands)
 	refuseStrayArgs(app.Commands, app.Name)
 	app.OnUsageError = runverb.UsageError
