@@ -16,14 +16,7 @@ import (
 // escalationConfig writes a configuration whose profile "esc" (busybox)
 // auto-approves exactly `true`, `echo …`, `head -c …` and `sleep …`.
 func escalationConfig(t *testing.T) string {
-	e := need(t)
-	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
-	body := "[profiles.esc]\nimage = \"busybox\"\nauto_approve = [[\"true\"], [\"echo\"], [\"head\", \"-c\"], [\"sleep\"], [\"pwd\"]]\n"
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	os.Chown(cfg, e.uid, e.gid)
-	return cfg
+	return userConfig(t, need(t), "[profiles.esc]\nimage = \"busybox\"\nauto_approve = [[\"true\"], [\"echo\"], [\"head\", \"-c\"], [\"sleep\"], [\"pwd\"]]\n")
 }
 
 // TestEscalationNonInteractive (§3.7): from a session without a terminal an

@@ -707,3 +707,62 @@ cd /workspace/late && echo "late-toplevel=$(git rev-parse --show-toplevel) late-
 	}
 	noLeftovers(t)
 }
+
+// TestSR4EditorConfigHidden (§3.4): host editors run tasks and settings
+// from the workspace's editor configuration (`.vscode/tasks.json` on folder
+// open, a Dev Container's `initializeCommand` on the host), so by default
+// the sandbox sees an existing directory of it as an empty scratch
+// directory and an existing file read-only, and what it writes there, or
+// creates where the host has none, never reaches the host;
+// share_editor_config = true shares them.
+func TestSR4EditorConfigHidden(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	gitRepo(t, e, ws)
+	host := map[string]string{
+		".vscode/tasks.json":              `{"tasks": [{"label": "host"}]}`,
+		".devcontainer/devcontainer.json": `{"initializeCommand": "true"}`,
+		".devcontainer.json":              `{"initializeCommand": "true"}`,
+		".exrc":                           "set x\n",
+	}
+	for p, c := range host {
+		writeAs(t, e, filepath.Join(ws, p), c)
+	}
+	script := `cd /workspace
+t() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name written"; else echo "$name refused"; fi; }
+echo "listed .vscode=$(ls -A .vscode | wc -l) .devcontainer=$(ls -A .devcontainer | wc -l) .exrc=$(cat .exrc)"
+t vscode sh -c 'echo "{\"tasks\": [{\"runOptions\": {\"runOn\": \"folderOpen\"}}]}" > .vscode/tasks.json'
+t devcontainer sh -c 'echo "{\"initializeCommand\": \"touch PWNED\"}" > .devcontainer/devcontainer.json'
+t devcontainer-json sh -c 'echo "{\"initializeCommand\": \"touch PWNED\"}" > .devcontainer.json'
+t exrc sh -c 'echo "!touch PWNED" >> .exrc'
+t idea sh -c 'mkdir .idea && echo "<run/>" > .idea/workspace.xml'`
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", script)
+	t.Logf("inside:\n%s%s", r.stdout, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "listed .vscode=0 .devcontainer=0 .exrc=set x\n") {
+		t.Errorf("the sandbox saw the host's editor configuration: %+v", r)
+	}
+	for _, want := range []string{"exrc refused", "devcontainer-json refused"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("want %q inside", want)
+		}
+	}
+	for p, c := range host {
+		if b, err := os.ReadFile(filepath.Join(ws, p)); err != nil || string(b) != c {
+			t.Errorf("host %s changed: %q %v", p, b, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(ws, ".idea")); err == nil {
+		t.Errorf("the .idea the sandbox created reached the host")
+	}
+	// Shared on request.
+	cfg := userConfig(t, e, "[profiles.share]\nimage = \"busybox\"\nshare_editor_config = true\n")
+	r = lz(t, ws, nil, "run", "--config", cfg, "-p", "share", "--", "sh", "-c", `echo shared > /workspace/.vscode/tasks.json && cat /workspace/.devcontainer/devcontainer.json`)
+	if r.code != 0 || r.stdout != host[".devcontainer/devcontainer.json"] {
+		t.Errorf("share_editor_config: %+v", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".vscode/tasks.json")); string(b) != "shared\n" {
+		t.Errorf("with share_editor_config the write did not reach the host: %q", b)
+	}
+	noLeftovers(t)
+}

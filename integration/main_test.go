@@ -295,6 +295,18 @@ func lz(t *testing.T, dir string, stdin io.Reader, args ...string) result {
 	return lzEnv(t, dir, nil, stdin, args...)
 }
 
+// userConfig writes body as a configuration file of the test user (the
+// file `--config` names) and returns its path.
+func userConfig(t *testing.T, e *env, body string) string {
+	t.Helper()
+	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(cfg, e.uid, e.gid)
+	return cfg
+}
+
 // lzEnv is lz with extra environment variables (later ones win).
 func lzEnv(t *testing.T, dir string, extraEnv []string, stdin io.Reader, args ...string) result {
 	t.Helper()

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -293,12 +292,7 @@ func serveDNS(c net.PacketConn, answers map[string]string, log func(string)) {
 // netConfig writes a configuration with a profile for the test host.
 func netConfig(t *testing.T, e *env, n *testNet, body string) string {
 	t.Helper()
-	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	os.Chown(cfg, e.uid, e.gid)
-	return cfg
+	return userConfig(t, e, body)
 }
 
 // TestSpec36ControlledEgress (spec §3.6, FR-19, SR-6): default RFC 1918

@@ -17,13 +17,7 @@ import (
 // State Anchor (~/.login), one outside every anchor (/srv/tool-state).
 func profilePathsConfig(t *testing.T) string {
 	t.Helper()
-	e := need(t)
-	cfg := filepath.Join(e.userDir("cfg-"+randHex(3)), "config.toml")
-	doc := "[profiles.pp]\nimage = \"debian\"\nuser = \"agent\"\nprofile_paths = [\"~/.login\", \"/srv/tool-state\"]\n"
-	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return userConfig(t, need(t), "[profiles.pp]\nimage = \"debian\"\nuser = \"agent\"\nprofile_paths = [\"~/.login\", \"/srv/tool-state\"]\n")
 }
 
 // profileListJSON is `lazaret state list --json` of profile in ws.

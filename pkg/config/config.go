@@ -40,8 +40,10 @@ var DefaultDeny = netpolicy.DefaultDeny
 
 // EditorConfigDirs are the workspace editor configuration entries hidden
 // behind sandbox-local transient storage unless share_editor_config is set
-// (spec §3.4): host editors execute tasks and settings from them.
-var EditorConfigDirs = []string{".vscode", ".idea", ".zed", ".helix", ".nvim.lua", ".exrc"}
+// (spec §3.4): host editors execute tasks and settings from them — a Dev
+// Container's (.devcontainer/, .devcontainer.json) initializeCommand runs
+// on the host, and its image is built by the host's container engine.
+var EditorConfigDirs = []string{".vscode", ".idea", ".zed", ".helix", ".nvim.lua", ".exrc", ".devcontainer", ".devcontainer.json"}
 
 // Profile is one validated, effective Agent Profile.
 type Profile struct {
