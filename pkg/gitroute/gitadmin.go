@@ -47,10 +47,10 @@ func gitAdmin(rel string) bool {
 // directory below .git/modules or .git/worktrees (or one of the areas, or
 // .git itself): moving such a directory, or a directory onto such a path,
 // could bring control paths in under names the daemon never saw created
-// (a tree prepared below objects and renamed to
-// .git/modules/M/modules/N would be a nested submodule's Git directory,
-// config and hooks included). The router answers EXDEV, so the caller
-// copies and its copy of each control name is refused.
+// (a tree prepared below objects and renamed to .git/modules/M/N would be
+// the Git directory of a submodule named M/N, config and hooks included).
+// The router answers EXDEV, so the caller copies and its copy of each
+// control name is refused.
 func gitAdminHolds(rel string) bool {
 	switch rel {
 	case ".git", ".git/modules", ".git/worktrees":
