@@ -1,9 +1,11 @@
 package ignorerules
 
 import (
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -127,6 +129,43 @@ func TestParseIndexVersions(t *testing.T) {
 		if want := "a.txt dir/b.txt dir/sub/c.txt dir/sub/d.txt"; joinS(got) != want {
 			t.Errorf("v%s: %q, want %q", v, joinS(got), want)
 		}
+	}
+}
+
+// TestParseIndexBoundsCraftedIndex: the sandbox writes the index, and a
+// crafted one must not make the parser allocate for what it only claims
+// (an entry count of 2^32-1) or expand version 4's prefix compression to
+// paths of quadratic total length (each entry keeping the whole previous
+// path and adding one byte): both are refused, with the fix.
+func TestParseIndexBoundsCraftedIndex(t *testing.T) {
+	header := func(ver, n uint32) []byte {
+		b := []byte("DIRC")
+		b = binary.BigEndian.AppendUint32(b, ver)
+		return binary.BigEndian.AppendUint32(b, n)
+	}
+	if _, err := ParseIndex(append(header(2, 0xffffffff), make([]byte, 128)...)); err == nil || !strings.Contains(err.Error(), "claims 4294967295 entries") {
+		t.Errorf("an entry count the file cannot hold: %v", err)
+	}
+	// Version 4: strip 0, one new byte per entry. 2^18 entries of 65 bytes
+	// (17 MiB) would expand to 32 GiB of paths.
+	const n = 1 << 18
+	b := header(4, n)
+	entry := make([]byte, 62, 65)
+	binary.BigEndian.PutUint32(entry[24:28], 0o100644)
+	for i := 0; i < n; i++ {
+		b = append(b, entry...)
+		b = append(b, 0, 'a', 0) // strip varint 0, suffix "a", NUL
+	}
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ParseIndex(b)
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "not an index Git wrote") || !strings.Contains(err.Error(), "git reset") {
+		t.Errorf("quadratic version 4 paths: %v", err)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 1<<30 {
+		t.Errorf("parsing allocated %d MiB before refusing", grown>>20)
 	}
 }
 

@@ -14,10 +14,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxRuleFile bounds one .gitignore/exclude file; maxIndex bounds the index.
+// maxRuleFile bounds one .gitignore/exclude file; maxIndex bounds the
+// index, and maxIndexPaths the total length of the paths it records
+// (version 4 stores each as a suffix of the previous one; a smaller index
+// may expand eight times, or to 64 MiB); an entry takes at least
+// minIndexEntry bytes (62 of header, a path byte or prefix varint, a NUL).
 const (
-	maxRuleFile = 4 << 20
-	maxIndex    = 1 << 30
+	maxRuleFile   = 4 << 20
+	maxIndex      = 1 << 30
+	maxIndexPaths = 1 << 30
+	minIndexEntry = 64
 )
 
 // GitDirs returns the Git directory of the workspace ws (ws/.git, or the
@@ -172,10 +178,18 @@ func ParseIndexEntries(b []byte) (paths, gitlinks []string, err error) {
 	if ver < 2 || ver > 4 {
 		return nil, nil, fmt.Errorf("unsupported Git index version %d", ver)
 	}
+	// The index is the sandbox's to write: what it claims is bounded by
+	// what it holds before anything is allocated for it.
 	n := binary.BigEndian.Uint32(b[8:12])
+	if uint64(n) > uint64(len(b)-12)/minIndexEntry {
+		return nil, nil, fmt.Errorf("the Git index claims %d entries but its %d bytes hold at most %d", n, len(b), (len(b)-12)/minIndexEntry)
+	}
 	off := 12
 	out := make([]string, 0, n)
 	prev := ""
+	// Version 4 compresses each path against the previous one: a real
+	// index expands a few times at most, a crafted one quadratically.
+	total, pathsLimit := 0, min(maxIndexPaths, max(8*len(b), 64<<20))
 	for i := uint32(0); i < n; i++ {
 		start := off
 		if off+62 > len(b) {
@@ -209,6 +223,9 @@ func ParseIndexEntries(b []byte) (paths, gitlinks []string, err error) {
 			off += end + 1
 			// Entries are NUL-padded to a multiple of 8 bytes.
 			off = start + (off-start+7)&^7
+		}
+		if total += len(name); total > pathsLimit {
+			return nil, nil, fmt.Errorf("the Git index's paths add up to more than %d bytes by entry %d of its %d bytes: it is not an index Git wrote (on the host, `git status` says so; `rm .git/index && git reset` rebuilds it)", pathsLimit, i, len(b))
 		}
 		prev = name
 		if mode&0o170000 == 0o040000 { // sparse-index directory entry
