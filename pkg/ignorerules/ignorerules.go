@@ -61,7 +61,17 @@ type Rules struct {
 	tracked, trackedDirs map[string]bool
 	// gitlinks are the index's submodule entries (mode 160000), in order.
 	gitlinks []string
+	// patterns counts the patterns of every source (maxPatterns).
+	patterns int
 }
+
+// maxPatterns bounds the patterns of all sources together. Each is a
+// compiled regular expression (about 1.2 KiB), and the sandbox can write
+// every .gitignore: without a bound, a few files of short lines would
+// make the coordinator and the Git-routing daemon, on the host, compile
+// gigabytes of them at the next start. Real repositories hold a few
+// thousand at most.
+const maxPatterns = 100_000
 
 // Gitlinks returns the paths of the index's submodules (gitlink entries).
 func (r *Rules) Gitlinks() []string { return r.gitlinks }
@@ -74,7 +84,7 @@ func NewRules() *Rules {
 // AddGitignore adds the patterns of the .gitignore in directory dir
 // (workspace-relative, "" for the top level).
 func (r *Rules) AddGitignore(dir string, content []byte) error {
-	s, err := parse(dir, content)
+	s, err := r.parse(dir, content)
 	if err != nil {
 		return err
 	}
@@ -96,7 +106,7 @@ func (r *Rules) AddExcludesFile(content []byte) error {
 }
 
 func (r *Rules) addGlobal(content []byte, personal bool) error {
-	s, err := parse("", content)
+	s, err := r.parse("", content)
 	if err != nil {
 		return err
 	}
@@ -244,7 +254,8 @@ func (s *source) match(p string, isDir bool) (bool, bool) {
 	return false, false
 }
 
-func parse(base string, content []byte) (*source, error) {
+// parse compiles the patterns of one source into r's budget.
+func (r *Rules) parse(base string, content []byte) (*source, error) {
 	s := &source{base: base}
 	sc := bufio.NewScanner(bytes.NewReader(content))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -254,10 +265,14 @@ func parse(base string, content []byte) (*source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ignore pattern %q (line %d of %s/.gitignore): %w", line, n, base, err)
 		}
-		if ok {
-			pt.base = base
-			s.patterns = append(s.patterns, pt)
+		if !ok {
+			continue
 		}
+		if r.patterns++; r.patterns > maxPatterns {
+			return nil, fmt.Errorf("the ignore rules hold more than %d patterns (at line %d of %s/.gitignore): Lazaret loads no more; trim or merge the .gitignore files on the host", maxPatterns, n, base)
+		}
+		pt.base = base
+		s.patterns = append(s.patterns, pt)
 	}
 	return s, sc.Err()
 }

@@ -2,6 +2,7 @@ package ignorerules
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -166,6 +167,27 @@ func TestParseIndexBoundsCraftedIndex(t *testing.T) {
 	}
 	if grown := after.TotalAlloc - before.TotalAlloc; grown > 1<<30 {
 		t.Errorf("parsing allocated %d MiB before refusing", grown>>20)
+	}
+}
+
+// TestPatternsBounded: the sandbox writes every .gitignore; the patterns
+// of all of them together are bounded (each is a compiled expression on
+// the host), and Load refuses more at once, naming the file.
+func TestPatternsBounded(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < maxPatterns*6/10; i++ {
+		fmt.Fprintf(&b, "gen-%d.out\n", i)
+	}
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, ".gitignore"), []byte(b.String()), 0o644)
+	if _, err := Load(ws, ""); err != nil {
+		t.Fatalf("60%% of the bound: %v", err)
+	}
+	os.MkdirAll(filepath.Join(ws, "sub"), 0o755)
+	os.WriteFile(filepath.Join(ws, "sub", ".gitignore"), []byte(b.String()), 0o644)
+	_, err := Load(ws, "")
+	if err == nil || !strings.Contains(err.Error(), "more than 100000 patterns") || !strings.Contains(err.Error(), "sub/.gitignore") {
+		t.Errorf("120%% of the bound: %v", err)
 	}
 }
 
