@@ -607,3 +607,71 @@ func TestServeRefusesDenyMode(t *testing.T) {
 		t.Fatalf("deny-mode policy served: %v", err)
 	}
 }
+
+// TestHeadersBounded: the proxy runs on the host and reads headers from
+// the sandbox and from upstream servers; neither may make it buffer more
+// than maxHeaderBytes. A request header that never ends is answered 400
+// naming the bound; a response header that never ends is answered 502.
+func TestHeadersBounded(t *testing.T) {
+	// Upstream: a raw server whose response header never ends.
+	ul, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	go func() {
+		for {
+			c, err := ul.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				http.ReadRequest(bufio.NewReader(c))
+				io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+				line := "X-Pad: " + strings.Repeat("a", 1000) + "\r\n"
+				for i := 0; i < 4096; i++ {
+					if _, err := io.WriteString(c, line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	port := ul.Addr().(*net.TCPAddr).Port
+	px := startProxy(t, policy(t, true, false, "web.test"), nil)
+
+	send := func(head string, pad int) string {
+		t.Helper()
+		c, err := net.Dial("tcp", px.http)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go func() {
+			io.WriteString(c, head)
+			line := "X-Pad: " + strings.Repeat("b", 1000) + "\r\n"
+			for i := 0; i < pad; i++ {
+				if _, err := io.WriteString(c, line); err != nil {
+					return
+				}
+			}
+			io.WriteString(c, "\r\n")
+		}()
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no response: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	// 4 MiB of request header lines.
+	if got := send("GET http://web.test:1/ HTTP/1.1\r\nHost: web.test:1\r\n", 4096); !strings.HasPrefix(got, "400 ") || !strings.Contains(got, "larger than 1024 KiB") {
+		t.Errorf("an endless request header: %s", got)
+	}
+	// A response header of 4 MiB from upstream.
+	if got := send(fmt.Sprintf("GET http://web.test:%d/ HTTP/1.1\r\nHost: web.test:%d\r\n", port, port), 0); !strings.HasPrefix(got, "502 ") || !strings.Contains(got, "larger than 1024 KiB") {
+		t.Errorf("an endless response header: %s", got)
+	}
+}

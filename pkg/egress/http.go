@@ -21,10 +21,13 @@ const requestHeaderTimeout = 2 * time.Minute
 // requests (then a splice), or plain HTTP requests with an absolute URI,
 // each forwarded over its own upstream connection.
 func (s *server) serveHTTP(ctx context.Context, c net.Conn) {
-	br := bufio.NewReader(c)
+	hb := &headerBudget{r: c}
+	br := bufio.NewReader(hb)
 	for {
 		c.SetReadDeadline(time.Now().Add(requestHeaderTimeout))
+		hb.limit()
 		req, err := http.ReadRequest(br)
+		hb.lift()
 		if err != nil {
 			if err != io.EOF {
 				s.log.Debug("http proxy: read request", "err", err)
@@ -188,10 +191,13 @@ func (s *server) forward(ctx context.Context, c net.Conn, req *http.Request, ses
 		writeText(c, http.StatusBadGateway, false, fmt.Sprintf("lazaret: egress to %s: sending the request: %v", req.URL.Host, err))
 		return false
 	}
-	ubr := bufio.NewReader(up)
+	uhb := &headerBudget{r: up}
+	ubr := bufio.NewReader(uhb)
 	var resp *http.Response
 	for {
+		uhb.limit()
 		resp, err = http.ReadResponse(ubr, req)
+		uhb.lift()
 		if err != nil {
 			writeText(c, http.StatusBadGateway, false, fmt.Sprintf("lazaret: egress to %s: reading the response: %v", req.URL.Host, err))
 			return false
@@ -239,4 +245,41 @@ func splice(a, b net.Conn) {
 
 func isClosed(err error) bool {
 	return strings.Contains(err.Error(), "use of closed network connection") || strings.Contains(err.Error(), "connection reset")
+}
+
+// maxHeaderBytes bounds a request's header from the sandbox and a
+// response's header from upstream (net/http's server default).
+// http.ReadRequest and ReadResponse read a header without any bound, and
+// this proxy runs on the host: a sandbox sending header lines for the
+// whole requestHeaderTimeout would grow it by gigabytes.
+const maxHeaderBytes = 1 << 20
+
+// errHeaderTooLarge ends a read past maxHeaderBytes.
+var errHeaderTooLarge = fmt.Errorf("the header is larger than %d KiB", maxHeaderBytes>>10)
+
+// headerBudget passes at most maxHeaderBytes from r between limit and
+// lift (the header, read through a bufio.Reader over it), and everything
+// after lift (a body, a splice).
+type headerBudget struct {
+	r       io.Reader
+	n       int64
+	limited bool
+}
+
+func (h *headerBudget) limit() { h.n, h.limited = maxHeaderBytes, true }
+func (h *headerBudget) lift()  { h.limited = false }
+
+func (h *headerBudget) Read(p []byte) (int, error) {
+	if !h.limited {
+		return h.r.Read(p)
+	}
+	if h.n <= 0 {
+		return 0, errHeaderTooLarge
+	}
+	if int64(len(p)) > h.n {
+		p = p[:h.n]
+	}
+	k, err := h.r.Read(p)
+	h.n -= int64(k)
+	return k, err
 }
