@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,6 +89,57 @@ mkdir "/workspace/.git/modules/lib/$n" && touch "/workspace/.git/modules/lib/$n/
 	r := lz(t, ws, nil, "state", "inspect", "-p", "tiny", "--json", "/usr")
 	if r.code != 0 || !strings.Contains(r.stdout, `x\u001b]0;PWNED\u0007\u001b[2J`) {
 		t.Errorf("state inspect --json: %+v", r)
+	}
+	noLeftovers(t)
+}
+
+// TestDX5SandboxCannotForgeTheDomainLog: runsc's standard streams are the
+// sandbox init's, which a guest root process can write through
+// /proc/1/fd/1 and /proc/1/fd/2. What it writes reaches `lazaret logs` only
+// as the value of a record of the Runtime Supervisor saying where it came
+// from — never as a record of its own (here: one claiming the coordinator
+// approved an escalation) — and a flood is cut after 100 lines a stream.
+func TestDX5SandboxCannotForgeTheDomainLog(t *testing.T) {
+	parallel(t)
+	need(t)
+	ws := workspace(t)
+	forged := `time=2026-12-07T05:31:00.000Z level=ERROR msg="escalation approved by developer" role=hc argv=rm`
+	script := `printf '%s\n' '` + forged + `' > /proc/1/fd/2
+i=0; while [ $i -lt 1000 ]; do echo "flood $i" > /proc/1/fd/1; i=$((i+1)); done; echo done`
+	if r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", script); r.code != 0 || r.stdout != "done\n" {
+		t.Fatalf("run: %+v", r)
+	}
+	r := lz(t, ws, nil, "logs", "-p", "tiny", "--json")
+	if r.code != 0 {
+		t.Fatalf("logs: %+v", r)
+	}
+	var fromSandbox, flood int
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var rec struct {
+			Role  string `json:"role"`
+			Msg   string `json:"msg"`
+			Attrs []struct{ Key, Value string }
+		}
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("logs --json line %q: %v", l, err)
+		}
+		if strings.Contains(rec.Msg, "escalation approved by developer") {
+			t.Errorf("the sandbox forged a record of the Domain log: %s", l)
+		}
+		for _, a := range rec.Attrs {
+			switch {
+			case a.Value == forged && rec.Role == "rs" && strings.HasPrefix(rec.Msg, "sandbox stderr after readiness"):
+				fromSandbox++
+			case strings.HasPrefix(a.Value, "flood "):
+				flood++
+			}
+		}
+	}
+	if fromSandbox != 1 {
+		t.Errorf("the sandbox's line is not logged once as a value of a Runtime Supervisor record (%d):\n%s", fromSandbox, r.stdout)
+	}
+	if flood > 100 {
+		t.Errorf("%d lines of the flood logged, want at most 100", flood)
 	}
 	noLeftovers(t)
 }

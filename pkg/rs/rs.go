@@ -1,7 +1,6 @@
 package rs
 
 import (
-	"bufio"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -14,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -570,7 +570,16 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	files := []*os.File{inR, outW, os.Stderr}
+	// runsc's standard error is the init's too, which a guest process can
+	// write (initStream): it reaches the Domain log through this pipe, as
+	// values of records, never raw.
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	var initReady atomic.Bool
+	go s.initStream(errR, "stderr", &initReady, nil)
+	files := []*os.File{inR, outW, errW}
 	var passed []int
 	if s.firstSession != nil {
 		files = append(files, s.firstSession) // descriptor 3 of runsc
@@ -606,6 +615,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	})
 	inR.Close()
 	outW.Close()
+	errW.Close()
 	if s.firstSession != nil {
 		s.firstSession.Close() // runsc holds it now
 	}
@@ -629,32 +639,31 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		}
 	}
 	go func() {
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			line := sc.Text()
-			if line == ocispec.ReadyLine {
+		// The init's protocol is read until its ready line; what follows
+		// is untrusted (initStream).
+		s.initStream(outR, "stdout", &initReady, func(line string) bool {
+			switch msg, failed := strings.CutPrefix(line, ocispec.InitErrorPrefix); {
+			case line == ocispec.ReadyLine:
 				drop() // begun already unless the init skipped its first line
+				initReady.Store(true)
 				ready <- nil
-				continue
-			}
-			if line == ocispec.InitStartedLine {
+			case line == ocispec.InitStartedLine:
 				s.timing.Mark("sandbox init started")
 				drop()
-				continue
-			}
-			if msg, ok := strings.CutPrefix(line, ocispec.InitErrorPrefix); ok {
+			case failed:
 				s.log.Error("sandbox init failed", "err", msg)
 				ready <- errdefs.New(errdefs.ErrInvalid, "the sandbox's init cannot start it: %s", msg)
-				continue
-			}
-			if strings.HasPrefix(line, netprobe.LinePrefix) && s.probe == "" {
+			case strings.HasPrefix(line, netprobe.LinePrefix) && s.probe == "":
 				s.timing.Mark("sandbox init: network probe reported")
 				s.probe = line // read before ReadyLine is sent: no race
-				continue
+			default:
+				return false
 			}
-			s.log.Info("sandbox init", "line", line)
+			return true
+		})
+		if !initReady.Load() {
+			ready <- errdefs.New(errdefs.ErrUnavailable, "the sandbox exited before its init was ready")
 		}
-		ready <- errdefs.New(errdefs.ErrUnavailable, "the sandbox exited before its init was ready")
 	}()
 	select {
 	case err := <-ready:
