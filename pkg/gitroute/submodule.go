@@ -39,21 +39,11 @@ func (r *Router) SeedSubmoduleGitfiles(ws string, gitlinks []string) (seeded int
 		if ok {
 			seeded++
 		}
-		if r.stateHas(p + "/.git") {
+		if st := new(unix.Stat_t); r.stat(stateBackend, p+"/.git", st) == nil {
 			r.markSeeded(p) // seedLate leaves it alone: a copy deleted inside stays deleted
 		}
 	}
 	return seeded, nil
-}
-
-// stateHas reports whether Ignored Workspace State has an entry at rel.
-func (r *Router) stateHas(rel string) bool {
-	fd, err := openBeneath(r.roots[stateBackend], rel, unix.O_PATH, 0)
-	if err != nil {
-		return false
-	}
-	unix.Close(fd)
-	return true
 }
 
 // seedGitfile copies the host gitfile P/.git of working tree p into
@@ -77,7 +67,7 @@ func (r *Router) seedGitfile(ws, p string) (bool, error) {
 	if target, ok := ignorerules.GitfileTarget(content, filepath.Join(ws, p)); !ok || !strings.HasPrefix(target, modules) {
 		return false, nil // names a Git directory elsewhere: not the sandbox's to reach
 	}
-	if r.stateHas(rel) {
+	if st := new(unix.Stat_t); r.stat(stateBackend, rel, st) == nil {
 		return false, nil // the sandbox's own copy, kept
 	}
 	if err := r.writeState(rel, content); err != nil {
