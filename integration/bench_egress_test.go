@@ -44,7 +44,7 @@ func TestBenchEgress(t *testing.T) {
 	ws := workspace(t)
 	writeProbe(t, e, ws)
 	sinkIP, denied := n.ip("api"), n.ip("private")
-	cfg := netConfig(t, e, nil, fmt.Sprintf(`[profiles.egdeny]
+	cfg := userConfig(t, e, fmt.Sprintf(`[profiles.egdeny]
 image = "debian"
 network.dns = [%q]
 `, n.ip("api"))+n.allowlistProfile("egallow", []string{n.name("api")}, ""))

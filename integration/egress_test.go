@@ -1080,7 +1080,7 @@ func TestSpec36AllowlistEgress(t *testing.T) {
 	n := newEgressNet(t)
 	ws := workspace(t)
 	writeProbe(t, e, ws)
-	cfg := netConfig(t, e, nil, n.allowlistProfile("egress", n.allowlistRules(), fmt.Sprintf("network.allow = [%q]\n", n.allowedPrefix())))
+	cfg := userConfig(t, e, n.allowlistProfile("egress", n.allowlistRules(), fmt.Sprintf("network.allow = [%q]\n", n.allowedPrefix())))
 	env := n.caEnv()
 	checkConfig(t, ws, cfg, env)
 	hold := holdDomainWith(t, ws, "egress", env, "run", "--config", cfg, "-p", "egress", "--", "sleep", "600")
@@ -1192,7 +1192,7 @@ func TestSpec36AllowlistNpm(t *testing.T) {
 	e := need(t)
 	n := newEgressNet(t)
 	ws := workspace(t)
-	cfg := netConfig(t, e, nil, fmt.Sprintf(`[profiles.node]
+	cfg := userConfig(t, e, fmt.Sprintf(`[profiles.node]
 network.mode = "allowlist"
 network.allow_hosts = [%q, %q]
 network.dns = [%q]
@@ -1280,7 +1280,7 @@ func TestSpec36AllowlistAsk(t *testing.T) {
 	e := need(t)
 	n := newEgressNet(t)
 	ws := workspace(t)
-	cfg := netConfig(t, e, nil, n.allowlistProfile("askn", []string{n.name("api")}, "network.ask = true\n"))
+	cfg := userConfig(t, e, n.allowlistProfile("askn", []string{n.name("api")}, "network.ask = true\n"))
 	checkConfig(t, ws, cfg, nil)
 	outside, dom := n.name("outside"), n.name("dom")
 	m := newTmux(t, ws, 160, 40)

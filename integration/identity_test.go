@@ -253,7 +253,7 @@ func TestSR12AgentUserOwnsWorkspace(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	ws := workspace(t)
-	cfg := netConfig(t, e, nil, "[profiles.agentp]\nimage = \"debian\"\nuser = \"agent\"\n")
+	cfg := userConfig(t, e, "[profiles.agentp]\nimage = \"debian\"\nuser = \"agent\"\n")
 	host := filepath.Join(ws, "from-host.txt")
 	os.WriteFile(host, []byte("host\n"), 0o644)
 	os.Chown(host, e.uid, e.gid)

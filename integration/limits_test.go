@@ -115,7 +115,7 @@ func domainLimits(t *testing.T, ws string) (memUsed, memLimit, tasks, taskLimit 
 func TestSpec31ResourceLimits(t *testing.T) {
 	e := need(t)
 	ws, ws2 := workspace(t), workspace(t)
-	cfg := netConfig(t, e, nil, limitsConfig)
+	cfg := userConfig(t, e, limitsConfig)
 	run := func(dir string, argv ...string) result {
 		t.Helper()
 		return lzFor(t, 4*time.Minute, dir, nil, nil, append([]string{"run", "--config", cfg, "-p", "lim", "--"}, argv...)...)

@@ -289,12 +289,6 @@ func serveDNS(c net.PacketConn, answers map[string]string, log func(string)) {
 	}
 }
 
-// netConfig writes a configuration with a profile for the test host.
-func netConfig(t *testing.T, e *env, n *testNet, body string) string {
-	t.Helper()
-	return userConfig(t, e, body)
-}
-
 // TestSpec36ControlledEgress (spec §3.6, FR-19, SR-6): default RFC 1918
 // deny (no packet reaches the test host), 198.18 permitted, a more specific
 // allow inside 10/8, a configured deny inside 198.18/15, DNS through the
@@ -325,7 +319,7 @@ func TestSpec36ControlledEgress(t *testing.T) {
 		}
 	}()
 	loPort := lo.Addr().(*net.TCPAddr).Port
-	cfg := netConfig(t, e, n, fmt.Sprintf(`[profiles.nettest]
+	cfg := userConfig(t, e, fmt.Sprintf(`[profiles.nettest]
 image = "debian"
 network.allow = ["%s/24"]
 network.allow_hosts = ["%s"]
@@ -417,7 +411,7 @@ network.dns = ["%s"]
 func TestSpec36EqualPrefixConflict(t *testing.T) {
 	parallel(t)
 	e := need(t)
-	cfg := netConfig(t, e, nil, "[profiles.clash]\nnetwork.allow = [\"198.18.5.0/24\"]\nnetwork.deny = [\"198.18.5.0/24\"]\n[profiles.rfc]\nnetwork.allow = [\"10.0.0.0/8\"]\n")
+	cfg := userConfig(t, e, "[profiles.clash]\nnetwork.allow = [\"198.18.5.0/24\"]\nnetwork.deny = [\"198.18.5.0/24\"]\n[profiles.rfc]\nnetwork.allow = [\"10.0.0.0/8\"]\n")
 	ws := workspace(t)
 	r := lz(t, ws, nil, "config", "check", "--config", cfg)
 	if r.code == 0 {
@@ -466,7 +460,7 @@ func TestSpec36OfflineHostStillStarts(t *testing.T) {
 	parallel(t)
 	e := need(t)
 	n := newTestNet(t)
-	cfg := netConfig(t, e, n, fmt.Sprintf("[profiles.offline]\nimage = \"busybox\"\nnetwork.dns = [\"%s\"]\n", n.profileDenied))
+	cfg := userConfig(t, e, fmt.Sprintf("[profiles.offline]\nimage = \"busybox\"\nnetwork.dns = [\"%s\"]\n", n.profileDenied))
 	ws := workspace(t)
 	r := lz(t, ws, nil, "run", "--config", cfg, "-p", "offline", "--", "echo", "started")
 	if r.code != 0 || r.stdout != "started\n" {

@@ -91,7 +91,7 @@ func TestSpec36ForwardedPorts(t *testing.T) {
 	}
 	defer busy.Close()
 	p3 := busy.Addr().(*net.TCPAddr).Port
-	cfg := netConfig(t, e, nil, fmt.Sprintf(`[profiles.fwd]
+	cfg := userConfig(t, e, fmt.Sprintf(`[profiles.fwd]
 image = "debian"
 ports = ["127.0.0.1:%d:8000"]
 

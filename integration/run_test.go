@@ -829,7 +829,7 @@ func TestFirstSessionLikeJoined(t *testing.T) {
 	sub := filepath.Join(ws, "sub")
 	os.Mkdir(sub, 0o755)
 	os.Chown(sub, e.uid, e.gid)
-	cfg := netConfig(t, e, nil, "[profiles.agentp]\nimage = \"debian\"\nuser = \"agent\"\n")
+	cfg := userConfig(t, e, "[profiles.agentp]\nimage = \"debian\"\nuser = \"agent\"\n")
 	script := `read x; echo "in=$x"; id; grep -E '^(Cap|NoNewPrivs|Seccomp)' /proc/self/status; ulimit -n; ulimit -u; umask; pwd; ` +
 		`env | grep -v '^LAZARET_SESSION_' | sort; echo err >&2; (sleep 0.5; echo late; echo late-err >&2) & exit 5`
 	for _, c := range []struct {
