@@ -3,6 +3,8 @@ package capability
 import (
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,6 +32,76 @@ func TestDropAllInChild(t *testing.T) {
 	}
 	c := exec.Command(os.Args[0], "-test.run=^TestDropAllInChild$", "-test.v")
 	c.Env = append(os.Environ(), "CAPABILITY_TEST_CHILD=1")
+	out, err := c.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+// TestBoundThenKeepInChild bounds a child (this test binary re-executed)
+// to one capability while it keeps its others in use, as the Git-routing
+// daemon does before its mount; threads the runtime creates afterwards
+// inherit the bound, so Keep, which skips what the calling thread's
+// bounding set already lacks, still leaves no thread anything beyond it.
+func TestBoundThenKeepInChild(t *testing.T) {
+	if os.Getuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs root (CI runs the unit tests as root): it bounds capabilities a non-root process does not hold")
+		}
+		t.Skip("needs root: bounds capabilities a non-root process does not hold")
+	}
+	if os.Getenv("CAPABILITY_TEST_CHILD") == "bound" {
+		keep := Of(unix.CAP_CHOWN)
+		if err := Bound(keep); err != nil {
+			t.Fatal(err)
+		}
+		if held, err := ThreadsHold(os.Getpid(), unix.CAP_SYS_ADMIN); err != nil || !held {
+			t.Fatalf("Bound took CAP_SYS_ADMIN out of the effective set (%v)", err)
+		}
+		bnd := func() []string {
+			all, _, err := Held(os.Getpid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var beyond []string
+			for _, h := range all {
+				if _, mask, _ := strings.Cut(h, " CapBnd="); mask != "" {
+					if v, err := strconv.ParseUint(mask, 16, 64); err != nil || Mask(v)&^keep != 0 {
+						beyond = append(beyond, h)
+					}
+				}
+			}
+			return beyond
+		}
+		if b := bnd(); len(b) != 0 {
+			t.Fatalf("after Bound, bounding sets beyond the kept one: %v", b)
+		}
+		// New threads: each goroutine locked to its own.
+		done := make(chan struct{})
+		started := make(chan struct{})
+		for i := 0; i < 4; i++ {
+			go func() {
+				runtime.LockOSThread()
+				started <- struct{}{}
+				<-done
+			}()
+			<-started
+		}
+		if b := bnd(); len(b) != 0 {
+			t.Fatalf("threads made after Bound hold a wider bounding set: %v", b)
+		}
+		if err := Keep(keep); err != nil {
+			t.Fatal(err)
+		}
+		held, nnp, err := Beyond(os.Getpid(), keep)
+		close(done)
+		if err != nil || len(held) != 0 || !nnp {
+			t.Fatalf("after Keep: beyond the kept set %v, no_new_privs %v, %v", held, nnp, err)
+		}
+		return
+	}
+	c := exec.Command(os.Args[0], "-test.run=^TestBoundThenKeepInChild$", "-test.v")
+	c.Env = append(os.Environ(), "CAPABILITY_TEST_CHILD=bound")
 	out, err := c.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS") {
 		t.Fatalf("child: %v\n%s", err, out)

@@ -77,6 +77,13 @@ func Main(args []string) int {
 	rec.Mark("Git-routing daemon started")
 	defer rec.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("role", "git_routing", "pid", os.Getpid())
+	// The bounding set goes now, while the runtime has few threads, not
+	// after the mount (capability.Bound says why): the mount needs
+	// CAP_SYS_ADMIN effective, not bounding.
+	if err := capability.Bound(FileCapabilities); err != nil {
+		log.Error("bound capabilities before the mount", "err", err)
+		return 1
+	}
 	if *ws == "" || *state == "" || *mnt == "" {
 		fmt.Fprintln(os.Stderr, "git-routing: --workspace, --state and --mountpoint are required")
 		return 2

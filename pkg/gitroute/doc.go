@@ -98,7 +98,8 @@
 // `/dev/fuse` must be usable) at `RuntimeDir/workspace` in RS's private mount
 // namespace (it never touches its own mount, so a SIGKILL always reaps it:
 // see serve in daemon.go), then keeps only `gitroute.FileCapabilities` (the file permission
-// overrides; `capability.Keep` on every thread, `no_new_privs`) and prints a
+// overrides; `capability.Keep` on every thread, `no_new_privs`; its bounding set
+// went at its start, `capability.Bound`, while it had few threads) and prints a
 // ready line — RS, not the daemon, unmounts at teardown; RS reports the daemon identity and the
 // mount (statx mount ID, fs dev, mount point identity) in `SandboxReady`, and
 // HC commits the participant `Prepared`. The spec binds the mount at
