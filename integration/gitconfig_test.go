@@ -283,3 +283,38 @@ echo "LOG $(cd ` + dir + ` && git log --format=%s)"`
 		})
 	}
 }
+
+// TestSR4BrokenHostGitConfigurationRefusesStart: a workspace whose Git
+// configuration host Git itself cannot read (a malformed .git/config) is
+// not started — Lazaret could not tell what host Git would run from it —
+// and the developer is told which command failed, Git's own complaint and
+// what to fix; once the configuration is fixed the next run starts, and
+// nothing is left behind either time. The coordinator reads that
+// configuration beside the Runtime Supervisor's start and needs it only for
+// StartSandbox, so the refusal reaches the starting CLI through its
+// session (as the Git Sentry's does), not the coordinator's ready report.
+func TestSR4BrokenHostGitConfigurationRefusesStart(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	cfg := filepath.Join(ws, ".git", "config")
+	good := readFile(t, cfg)
+	writeAs(t, e, cfg, good+"[core\n\tbroken\n")
+	r := lz(t, ws, nil, "run", "--", "true")
+	if r.code == 0 {
+		t.Fatalf("a start over a Git configuration host Git refuses succeeded: %+v", r)
+	}
+	for _, want := range []string{"git config", "exited", "bad config", "fix the configuration it names"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, r.stderr)
+		}
+	}
+	noLeftovers(t)
+	writeAs(t, e, cfg, good)
+	git("status", "--short")
+	if r := lz(t, ws, nil, "run", "--", "true"); r.code != 0 {
+		t.Fatalf("the run after fixing the configuration: %+v", r)
+	}
+	noLeftovers(t)
+}

@@ -21,7 +21,8 @@ import (
 // Domain's names, the profile's variables and the developer's Git identity
 // as command-line-level Git configuration, so that `git commit` works inside
 // without touching the host's ~/.gitconfig. Sessions add their own part
-// (session). It is fixed once init has read the host Git configuration.
+// (session). It is fixed once the generation's start has read the host Git
+// configuration (sandboxStart), before StartSandbox and any session.
 type guestEnv struct {
 	hostname string
 	base     []string

@@ -19,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/failpoint"
 	"github.com/lazaret/lazaret/pkg/fdpass"
+	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/guestbin"
 	"github.com/lazaret/lazaret/pkg/hc/escalation"
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
@@ -91,6 +92,9 @@ type coordinator struct {
 	pub     *publication.Service // the publication role (package publication)
 	net     *network.Service     // the Network Sidecar role (package network)
 	routing *gitrouting.Service  // the Git-routing role (package gitrouting)
+	// hostGit waits for the host's Git configuration, read since before
+	// the store opened (readHostGitConfig); sandboxStart applies it.
+	hostGit func() (gitconfigguard.Result, error)
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
@@ -369,12 +373,13 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 		reusable = c.lower.ReuseVerdict(context.Background())
 	}()
 	c.reusableLower = func() string { <-reuse; return reusable }
-	gitCfg, err := hostGitConfig()
-	if err != nil {
-		return err
-	}
-	c.routing = c.newRouting(gitCfg.Paths)
-	c.cfg.guest = newGuestEnv(c.cfg.workspace, c.cfg.profileName, c.paths.ID, c.cfg.profile, gitIdentity(gitCfg.Effective))
+	// The host's Git configuration is needed from StartSandbox on (the
+	// guest's Git identity, the daemon's guard), not for RS's release:
+	// sandboxStart waits for it, so that a Git slower than the store (a
+	// large or networked configuration) does not hold RS back.
+	c.hostGit = hostGitConfig
+	c.routing = c.newRouting()
+	c.cfg.guest = newGuestEnv(c.cfg.workspace, c.cfg.profileName, c.paths.ID, c.cfg.profile, nil)
 	c.net = c.newNetwork(sidecarID) // shares the guest's hostname
 	// The generation's ephemeral Trust Anchor: TLS CA, protocol issuer,
 	// coordinator leaves and the sandbox request-signing key (spec §3.2).

@@ -10,18 +10,17 @@ import (
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/fdpass"
-	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/hc/gitrouting"
 	"github.com/lazaret/lazaret/pkg/trust"
 )
 
 // newRouting creates the generation's Git-routing role (nothing starts
 // yet); guard is what host Git runs or reads from the workspace.
-func (c *coordinator) newRouting(guard []gitconfigguard.Path) *gitrouting.Service {
+func (c *coordinator) newRouting() *gitrouting.Service {
 	return gitrouting.New(gitrouting.Config{
 		Log: c.log, Store: c.store, Generation: c.generation, Profile: c.cfg.profile,
 		Workspace: c.cfg.workspace, DomainRoot: c.paths.DomainRoot, StateDir: c.paths.IgnoredStateDir(), RoutedWorkspace: c.paths.RoutedWorkspace(),
-		Guard: guard, Progress: c.addProgress, Ack: c.ackStaged,
+		Progress: c.addProgress, Ack: c.ackStaged,
 	})
 }
 

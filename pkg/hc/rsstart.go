@@ -136,6 +136,16 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 	if err := <-c.guestBinaries; err != nil {
 		return nil, err
 	}
+	// The host's Git configuration, read since before the store opened:
+	// the guest's Git identity and the daemon's guard. A configuration
+	// host Git refuses fails the start here, as the Git Sentry's refusal
+	// does.
+	gitCfg, err := c.hostGit()
+	if err != nil {
+		return nil, err
+	}
+	c.routing.SetGuard(gitCfg.Paths)
+	c.cfg.guest = newGuestEnv(c.cfg.workspace, c.cfg.profileName, c.paths.ID, c.cfg.profile, gitIdentity(gitCfg.Effective))
 	h := c.rs.Child().Handle()
 	dev, ino, err := h.NetNamespace()
 	if err != nil {

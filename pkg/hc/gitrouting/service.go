@@ -23,7 +23,7 @@ type Config struct {
 	// RoutedWorkspace the daemon's mount point.
 	Workspace, DomainRoot, StateDir, RoutedWorkspace string
 	// Guard is what host Git runs or reads from the workspace, kept
-	// read-only by the daemon.
+	// read-only by the daemon (or set later, before Start: SetGuard).
 	Guard []gitconfigguard.Path
 	// Progress reports a line (a note) to the starting sessions.
 	Progress func(line string)
@@ -52,6 +52,10 @@ func New(cfg Config) *Service {
 	}
 	return &Service{cfg: cfg, log: cfg.Log}
 }
+
+// SetGuard sets Config.Guard once the host's Git configuration is read,
+// before Start and on the goroutine that calls it.
+func (s *Service) SetGuard(g []gitconfigguard.Path) { s.cfg.Guard = g }
 
 // Wanted reports whether the generation asked RS for a Git-routing daemon.
 func (s *Service) Wanted() bool {
