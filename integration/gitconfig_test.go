@@ -1,12 +1,16 @@
 package integration
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The scenarios below are the attacks on what host Git runs
@@ -315,6 +319,69 @@ func TestSR4BrokenHostGitConfigurationRefusesStart(t *testing.T) {
 	git("status", "--short")
 	if r := lz(t, ws, nil, "run", "--", "true"); r.code != 0 {
 		t.Fatalf("the run after fixing the configuration: %+v", r)
+	}
+	noLeftovers(t)
+}
+
+// TestSR4HostGitConfigurationChangedWhileRunning (SR-4): host Git's
+// configuration changing while a Domain runs — the developer runs `husky
+// install` (core.hooksPath = .husky) while an agent works — makes what host
+// Git now runs read-only inside within seconds, not only from the next
+// start: the sandbox wrote .husky/pre-commit freely before the change, its
+// writes are refused after it, the host file keeps the last write that was
+// allowed, and the Domain log says the guard was updated.
+func TestSR4HostGitConfigurationChangedWhileRunning(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	git := gitRepo(t, e, ws)
+	writeAs(t, e, filepath.Join(ws, ".husky", "pre-commit"), "#!/bin/sh\nexit 0\n")
+	git("add", ".husky")
+	git("commit", "-qm", "hooks")
+	script := `cd /workspace
+echo before > .husky/pre-commit && echo WROTE-BEFORE
+touch started
+i=0
+while [ $i -lt 300 ]; do
+  if ! echo "after $i" > .husky/pre-commit 2>/dev/null; then echo "REFUSED-AT $i"; exit 0; fi
+  i=$((i+1))
+  sleep 0.1
+done
+echo NEVER-REFUSED
+exit 1`
+	c := e.cmd(ws, nil, "run", "--", "sh", "-c", script)
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitUntil(90*time.Second, 50*time.Millisecond, func() bool {
+		_, err := os.Stat(filepath.Join(ws, "started"))
+		return err == nil
+	}) {
+		c.Process.Kill()
+		c.Wait()
+		t.Fatalf("the session did not start writing:\n%s", out.String())
+	}
+	git("config", "core.hooksPath", ".husky")
+	changed := time.Now()
+	err := c.Wait()
+	t.Logf("inside (refused %.1fs after the change):\n%s", time.Since(changed).Seconds(), out.String())
+	if err != nil || !strings.Contains(out.String(), "WROTE-BEFORE") || !strings.Contains(out.String(), "REFUSED-AT") {
+		t.Fatalf("writes before the change allowed and after it refused, wanted: %v", err)
+	}
+	var refused int
+	fmt.Sscanf(out.String()[strings.Index(out.String(), "REFUSED-AT"):], "REFUSED-AT %d", &refused)
+	host := readFile(t, filepath.Join(ws, ".husky", "pre-commit"))
+	if host == fmt.Sprintf("after %d\n", refused) {
+		t.Errorf("the refused write reached the host file: %q", host)
+	}
+	if want := "after " + strconv.Itoa(refused-1) + "\n"; refused > 0 && host != want {
+		t.Errorf("host file %q, want the last allowed write %q", host, want)
+	}
+	logs := lz(t, ws, nil, "logs", "-p", "default")
+	if !strings.Contains(logs.stdout, "Git configuration guard updated") {
+		t.Errorf("the Domain log does not say the guard was updated:\n%s", logs.stdout)
 	}
 	noLeftovers(t)
 }

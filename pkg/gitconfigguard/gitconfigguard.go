@@ -4,7 +4,8 @@
 // gitroute) keeps every path it returns read-only for the generation.
 //
 // The input is the host's own reading of its configuration: at each
-// generation start the Host Coordinator runs the developer's `git config
+// generation start (and again while it runs, whenever a path of
+// Result.Watch changed) the Host Coordinator runs the developer's `git config
 // --show-origin --show-scope -z --list` in the workspace (system, global,
 // repository and worktree files with their includes, exactly as host Git
 // resolves them) through its process broker, and Parse reads the output.
@@ -168,6 +169,12 @@ type Result struct {
 	Paths []Path
 	// Files are the configuration files read, absolute, sorted.
 	Files []string
+	// Watch are the paths whose change (or appearance) can change this
+	// result, absolute, sorted: every file read, every include target
+	// (read or missing), each repository's config and config.worktree,
+	// and the directories of submodule and worktree Git directories.
+	// Package hc watches them while the Domain runs.
+	Watch []string
 }
 
 // Compute reads the host configuration through read and returns the
@@ -181,7 +188,7 @@ func Compute(in Input, read Reader) (Result, error) {
 	if res.Effective, err = Parse(out); err != nil {
 		return res, err
 	}
-	p := &planner{in: in, seen: map[includeFile]bool{}, files: map[string]bool{}, paths: map[string]Path{}}
+	p := &planner{in: in, seen: map[includeFile]bool{}, files: map[string]bool{}, watch: map[string]bool{}, paths: map[string]Path{}}
 	if err := p.follow(p.add(res.Effective, in.TopLevel), read); err != nil {
 		return res, err
 	}
@@ -206,6 +213,18 @@ func Compute(in Input, read Reader) (Result, error) {
 		res.Files = append(res.Files, f)
 	}
 	sort.Strings(res.Files)
+	top := filepath.Join(in.Workspace, ".git")
+	p.watch[top] = true // a repository made on the host (git init)
+	for _, gd := range append([]string{top}, repos...) {
+		p.watch[filepath.Join(gd, "config")] = true
+		p.watch[filepath.Join(gd, "config.worktree")] = true
+	}
+	p.watch[filepath.Join(top, "modules")] = true
+	p.watch[filepath.Join(top, "worktrees")] = true
+	for f := range p.watch {
+		res.Watch = append(res.Watch, f)
+	}
+	sort.Strings(res.Watch)
 	for _, g := range p.paths {
 		res.Paths = append(res.Paths, g)
 	}
@@ -462,6 +481,7 @@ type planner struct {
 	// all configuration files read.
 	seen  map[includeFile]bool
 	files map[string]bool
+	watch map[string]bool // Result.Watch
 	reads int
 	paths map[string]Path
 }
@@ -479,6 +499,7 @@ func (p *planner) add(ents []Entry, top string) []includeFile {
 		if origin != "" {
 			p.seen[includeFile{origin, top}] = true
 			p.files[origin] = true
+			p.watch[origin] = true
 			p.guardFile(origin, false, fmt.Sprintf("%s configuration file read by host Git", e.Scope))
 		}
 		why := fmt.Sprintf("%s (%s)", e.Key, e.Origin)
@@ -492,6 +513,7 @@ func (p *planner) add(ents []Entry, top string) []includeFile {
 				base = filepath.Dir(origin)
 			}
 			f := p.abs(e.Value, base)
+			p.watch[f] = true
 			p.guardFile(f, false, why)
 			if !p.seen[includeFile{f, top}] {
 				queue = append(queue, includeFile{f, top})

@@ -134,6 +134,18 @@ func TestComputeGuardsWhatHostGitRunsOrReads(t *testing.T) {
 			t.Errorf("%s not read: %v", f, r.Files)
 		}
 	}
+	// Watched (package hc re-reads host Git when one changes): every file
+	// read, the missing include (its appearance changes what Git reads),
+	// the repository's config files and where submodules and worktrees
+	// appear.
+	for _, f := range []string{".gitconfig.shared", ".gitconfig.local", "conf/other.inc", ".git/config", ".git/config.worktree", ".git", ".git/modules", ".git/worktrees"} {
+		if !contains(r.Watch, filepath.Join(ws, f)) {
+			t.Errorf("%s not watched: %v", f, r.Watch)
+		}
+	}
+	if !contains(r.Watch, filepath.Join(home, ".gitconfig")) {
+		t.Errorf("the global configuration file read is not watched: %v", r.Watch)
+	}
 	// The effective configuration is host Git's, in its order (the
 	// worktree's value follows the repository's).
 	var fsm []string

@@ -68,6 +68,7 @@ func Main(args []string) int {
 	stickyRoot := fl.String("sticky-root", "", "Domain Root whose record of sticky ignored paths (package stickyignore) also routes to state ('' for none)")
 	fl.Var(&guardFiles, "guard", "workspace-relative path host Git reads or runs, kept read-only (repeatable)")
 	fl.Var(&guardTrees, "guard-tree", "workspace-relative directory kept read-only with everything beneath it (repeatable)")
+	guardFD := fl.Int("guard-fd", -1, "descriptor of guard updates (GuardUpdate lines) from the Runtime Supervisor")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -132,6 +133,11 @@ func Main(args []string) int {
 		<-endWatches
 		r.watch.endWatches()
 	}()
+	if *guardFD >= 0 {
+		unix.CloseOnExec(*guardFD)
+		updates := os.NewFile(uintptr(*guardFD), "guard-updates")
+		go readGuardUpdates(updates, r, log)
+	}
 	fmt.Fprintln(os.Stdout, ReadyLine)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)

@@ -140,8 +140,12 @@
 // interpreter's script; only words with a slash, relative ones from the
 // repository's working tree); through a symlink both the name and its
 // target. HC passes them in `GitRoutingStart` (`guarded_files`,
-// `guarded_trees`), and the daemon refuses every change of a guarded path
-// served from the host — create, write, truncate, chmod/chown/utimes, link
+// `guarded_trees`); while the Domain runs, HC stats what the result depends
+// on (`gitconfigguard.Result.Watch`) every second, runs host Git again when
+// one changed, and sends a changed guard (`GitGuardUpdate`), which RS writes
+// to the daemon's guard pipe (`--guard-fd`, `GuardUpdate` lines) and the
+// daemon puts in force whole (`Router.SetGuard`). The daemon refuses every
+// change of a guarded path served from the host — create, write, truncate, chmod/chown/utimes, link
 // to it or from it, unlink, rename either way — with EROFS, and a rename of
 // a directory holding one, or onto such a name, with EXDEV (the caller
 // copies, and the copy's guarded name is refused), existing or not. A

@@ -84,11 +84,23 @@ func (g *guard) holdsGuarded(rel string) bool {
 	return !g.empty() && g.holds[rel]
 }
 
+// SetGuard replaces the host Git configuration guard (the coordinator
+// recomputed it after host Git's configuration changed): every change the
+// sandbox asks for from now on is checked against g. g must pass
+// CheckPaths.
+func (r *Router) SetGuard(g Guard) {
+	n := newGuard(g)
+	r.guard.Store(&n)
+}
+
+// guardNow is the guard in force.
+func (r *Router) guardNow() *guard { return r.guard.Load() }
+
 // guarded reports whether a change of rel in backend b is refused: a
 // path of the host Git configuration guard or a Git directory's control
 // path (gitAdmin). A refusal is logged (refusals).
 func (r *Router) guarded(b backend, rel string) bool {
-	if b != hostBackend || !r.guard.covers(rel) && !gitAdmin(rel) {
+	if b != hostBackend || !r.guardNow().covers(rel) && !gitAdmin(rel) {
 		return false
 	}
 	r.refused.note(rel)
@@ -99,7 +111,7 @@ func (r *Router) guarded(b backend, rel string) bool {
 // when nothing is guarded and the node is not in .git (the common case:
 // every write asks).
 func (n *node) guardedNode(b backend) bool {
-	if b != hostBackend || n.r.guard.empty() && !n.inGitDir() {
+	if b != hostBackend || n.r.guardNow().empty() && !n.inGitDir() {
 		return false
 	}
 	return n.r.guarded(b, n.rel())

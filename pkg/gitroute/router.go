@@ -98,8 +98,9 @@ type Router struct {
 	// short cache lifetimes).
 	watch *hostWatch
 	root  *node
-	// guard is the generation's host Git configuration guard.
-	guard guard
+	// guard is the generation's host Git configuration guard, replaced
+	// whole when the coordinator recomputes it (SetGuard).
+	guard atomic.Pointer[guard]
 	// log is the daemon's (a discarding one until Mount sets it); refused
 	// logs what the Git Sentry refuses here.
 	log     *slog.Logger
@@ -188,8 +189,10 @@ func (r *Router) chown(ino uint64, uid uint32, uok bool, gid uint32, gok bool) {
 // NewRouter adopts two O_PATH directory descriptors (host workspace and
 // state directory), the generation's rules and its guard.
 func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string, g Guard) *Router {
-	return &Router{Routing: NewRouting(rules, hidden, false), roots: [2]int{hostFD, stateFD}, guard: newGuard(g),
+	r := &Router{Routing: NewRouting(rules, hidden, false), roots: [2]int{hostFD, stateFD},
 		selfUID: uint32(unix.Getuid()), selfGID: uint32(unix.Getgid()), log: slog.New(slog.DiscardHandler)}
+	r.SetGuard(g)
+	return r
 }
 
 // Close releases the backend descriptors.
@@ -912,7 +915,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if n.r.guarded(sb, src) || n.r.guarded(db, dst) {
 		return unix.EROFS
 	}
-	if sb == hostBackend && (n.r.guard.holdsGuarded(src) || n.r.guard.holdsGuarded(dst) || (isDir || flags&unix.RENAME_EXCHANGE != 0) && (gitAdminHolds(src) || gitAdminHolds(dst))) {
+	if sb == hostBackend && (n.r.guardNow().holdsGuarded(src) || n.r.guardNow().holdsGuarded(dst) || (isDir || flags&unix.RENAME_EXCHANGE != 0) && (gitAdminHolds(src) || gitAdminHolds(dst))) {
 		// Moving a directory that holds a guarded path or may be a Git
 		// directory, or onto one, could replace what host Git reads or
 		// bring in control paths never created: let the caller copy (its

@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/locate"
@@ -109,4 +114,103 @@ func gitIdentity(ents []gitconfigguard.Entry) []gitSetting {
 		}
 	}
 	return gs
+}
+
+// hostGitPoll is how often a running Domain checks whether host Git's
+// configuration changed: a stat of each path it depends on
+// (gitconfigguard.Result.Watch), and host Git run again only when one
+// changed.
+var hostGitPoll = time.Second
+
+// watchHostGit keeps the Git-routing daemon's guard (SR-4) current while
+// the Domain runs, from its publication until its teardown begins: host
+// Git's configuration may change meanwhile (`husky install` setting
+// core.hooksPath, a new include, a submodule added), and what host Git
+// would then run from the workspace must become read-only inside at once,
+// not at the next start. first is what StartSandbox was built from. A
+// configuration host Git cannot read now leaves the guard in force.
+func (c *coordinator) watchHostGit(first gitconfigguard.Result) {
+	watch := hostGitWatchSet(first, c.cfg.workspace)
+	// The first tick reads host Git again whatever the paths show: first
+	// was read when the coordinator started, and a change since then must
+	// count too. (A Domain started for one short command is gone by then.)
+	last := ""
+	t := time.NewTicker(hostGitPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.teardownC:
+			return
+		case <-t.C:
+		}
+		// Taken before host Git reads: a change while it runs shows at the
+		// next tick.
+		fp := fingerprintPaths(watch, c.cfg.workspace)
+		if fp == last {
+			continue
+		}
+		r, err := c.readHostGitConfig()()
+		if err != nil {
+			c.log.Warn("host Git's configuration changed and cannot be read now: the Git configuration guard in force stays", "err", err)
+			last = fp
+			continue
+		}
+		if now := hostGitWatchSet(r, c.cfg.workspace); slices.Equal(now, watch) {
+			last = fp
+		} else {
+			watch, last = now, fingerprintPaths(now, c.cfg.workspace)
+		}
+		files, trees, changed := c.routing.GuardUpdate(r.Paths)
+		if !changed {
+			continue
+		}
+		select {
+		case <-c.teardownC:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = c.rs.Send(ctx, &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_GitGuardUpdate{GitGuardUpdate: &lv1.GitGuardUpdate{Files: files, Trees: trees}}})
+		cancel()
+		if err != nil {
+			c.log.Error("host Git's configuration changed: the new Git configuration guard was not sent to the runtime supervisor", "err", err)
+			continue
+		}
+		c.log.Info("host Git's configuration changed while the Domain ran: Git configuration guard updated",
+			"guarded_files", strings.Join(files, " "), "guarded_trees", strings.Join(trees, " "))
+	}
+}
+
+// hostGitWatchSet is r.Watch and the global and system configuration
+// files Git reads when they exist (a new ~/.gitconfig counts too).
+func hostGitWatchSet(r gitconfigguard.Result, ws string) []string {
+	set := append([]string{}, r.Watch...)
+	if home := os.Getenv("HOME"); home != "" {
+		set = append(set, filepath.Join(home, ".gitconfig"), filepath.Join(home, ".config", "git", "config"))
+	}
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		set = append(set, filepath.Join(x, "git", "config"))
+	}
+	return append(set, "/etc/gitconfig")
+}
+
+// fingerprintPaths is what a stat shows of each path: its kind, identity,
+// size and times, or its absence. The workspace's .git counts by kind and
+// identity only: its own times change with every Git command.
+func fingerprintPaths(paths []string, ws string) string {
+	var b strings.Builder
+	top := filepath.Join(ws, ".git")
+	for _, p := range paths {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			fmt.Fprintf(&b, "%s -\n", p)
+			continue
+		}
+		if p == top {
+			fmt.Fprintf(&b, "%s %o %d:%d\n", p, st.Mode&unix.S_IFMT, st.Dev, st.Ino)
+			continue
+		}
+		fmt.Fprintf(&b, "%s %o %d:%d %d %d.%d %d.%d\n", p, st.Mode&unix.S_IFMT, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	return b.String()
 }

@@ -95,6 +95,9 @@ type coordinator struct {
 	// hostGit waits for the host's Git configuration, read since before
 	// the store opened (readHostGitConfig); sandboxStart applies it.
 	hostGit func() (gitconfigguard.Result, error)
+	// hostGitStart is what StartSandbox was built from; watchHostGit
+	// starts from it once the Domain is published.
+	hostGitStart gitconfigguard.Result
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
@@ -466,6 +469,9 @@ func (c *coordinator) setState(s state, err error) {
 	if prev == stateStarting && s == stateRunning {
 		// Published: give back what starting the Domain needed.
 		idlemem.SettleSoon(c.log)
+		if c.routing != nil && c.routing.Wanted() {
+			go c.watchHostGit(c.hostGitStart)
+		}
 	}
 	if s == stateFailed {
 		c.log.Error("generation failed", "err", err)

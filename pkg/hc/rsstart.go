@@ -145,6 +145,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		return nil, err
 	}
 	c.routing.SetGuard(gitCfg.Paths)
+	c.hostGitStart = gitCfg
 	c.cfg.guest = newGuestEnv(c.cfg.workspace, c.cfg.profileName, c.paths.ID, c.cfg.profile, gitIdentity(gitCfg.Effective))
 	h := c.rs.Child().Handle()
 	dev, ino, err := h.NetNamespace()

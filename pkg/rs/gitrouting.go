@@ -43,7 +43,15 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 		return nil, nil, err
 	}
 	defer outR.Close()
+	// Guard updates (the coordinator's GitGuardUpdate, updateGuard) reach
+	// the daemon through a pipe of its own.
+	guardR, guardW, err := os.Pipe()
+	if err != nil {
+		outW.Close()
+		return nil, nil, err
+	}
 	args := gitroute.Args(g.Workspace, g.StateDir, g.Mountpoint, g.ExcludesFile)
+	args = append(args, fmt.Sprintf("--guard-fd=%d", gitroute.GuardFD))
 	if !g.IgnoredPathIsolation {
 		args = append(args, "--isolate=false")
 	} else {
@@ -67,15 +75,20 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	child, err := s.broker.Acquire(context.Background(), proc.AcquireSpec{
 		Slot:     "git_routing",
 		ExecStop: true, // no wrapper re-exec on the start-up path
-		Target:   proc.Command{Path: exe, Args: append([]string{exe}, args...), Env: env, Dir: "/", Files: []*os.File{nil, outW, os.Stderr}},
+		Target:   proc.Command{Path: exe, Args: append([]string{exe}, args...), Env: env, Dir: "/", Files: []*os.File{nil, outW, os.Stderr, guardR}},
 		Stage: func(ctx context.Context, id pidfs.Identity) error {
 			return s.stageSlot(ctx, "git_routing", id)
 		},
 	})
 	outW.Close()
+	guardR.Close()
 	if err != nil {
+		guardW.Close()
 		return nil, nil, err
 	}
+	s.guardMu.Lock()
+	s.guardW = guardW
+	s.guardMu.Unlock()
 	s.timing.Mark("Git-routing daemon staged and released")
 	failpoint.Hit("lazaret-rs:git-routing-acquired")
 	ready := make(chan error, 1)
@@ -131,6 +144,34 @@ func (s *supervisor) stopGitRouting() {
 	child := s.routing
 	s.routing = nil
 	s.stopChild(child)
+	s.guardMu.Lock()
+	if s.guardW != nil {
+		s.guardW.Close()
+		s.guardW = nil
+	}
+	s.guardMu.Unlock()
+}
+
+// updateGuard hands the coordinator's recomputed host Git configuration
+// guard to the running daemon. Without a daemon there is nothing to guard
+// (the coordinator sends none then); a write that fails leaves the daemon's
+// guard as it was, which the log says.
+func (s *supervisor) updateGuard(u *lv1.GitGuardUpdate) {
+	line, err := gitroute.GuardUpdate{Files: u.GetFiles(), Trees: u.GetTrees()}.Line()
+	if err == nil {
+		s.guardMu.Lock()
+		if s.guardW == nil {
+			err = errors.New("no Git-routing daemon runs")
+		} else {
+			_, err = s.guardW.Write(line)
+		}
+		s.guardMu.Unlock()
+	}
+	if err != nil {
+		s.log.Error("host Git configuration guard update not handed to the Git-routing daemon", "err", err)
+		return
+	}
+	s.log.Info("host Git configuration guard update handed to the Git-routing daemon", "files", len(u.GetFiles()), "trees", len(u.GetTrees()))
 }
 
 // stopChild unmounts the routed workspace (lazily: the sandbox is gone or

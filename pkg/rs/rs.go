@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -268,10 +269,13 @@ type supervisor struct {
 	routed       *lv1.GitRoutingReady
 	acks         chan *lv1.ProcessOwnershipCommitAck
 	leases       chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
-	unmounted    []uint64                // anchors verified and unmounted at teardown
-	mountNS      *lv1.NamespaceIdentity  // RS's mount namespace (hello)
-	stop         chan struct{}           // HC asked to stop
-	hcGone       chan struct{}           // lifetime EOF or channel loss: lease-loss teardown
+	// guardW writes the Git-routing daemon's guard updates (updateGuard).
+	guardMu   sync.Mutex
+	guardW    *os.File
+	unmounted []uint64               // anchors verified and unmounted at teardown
+	mountNS   *lv1.NamespaceIdentity // RS's mount namespace (hello)
+	stop      chan struct{}          // HC asked to stop
+	hcGone    chan struct{}          // lifetime EOF or channel loss: lease-loss teardown
 	// profileHold is the profile's shared lock while its profile paths
 	// are bound (package profilestate).
 	profileHold *os.File
@@ -440,6 +444,8 @@ func (s *supervisor) receive() {
 			closeOnce(s.stop)
 		case m.GetNetworkDecision() != nil:
 			s.answerAsk(m.GetNetworkDecision())
+		case m.GetGitGuardUpdate() != nil:
+			s.updateGuard(m.GetGitGuardUpdate())
 		default:
 			s.log.Error("unexpected coordinator message", "msg", m.String())
 		}

@@ -390,6 +390,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Stop
 	//	*CoordinatorMessage_LeaseRecorded
 	//	*CoordinatorMessage_NetworkDecision
+	//	*CoordinatorMessage_GitGuardUpdate
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -477,6 +478,15 @@ func (x *CoordinatorMessage) GetNetworkDecision() *NetworkDecision {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetGitGuardUpdate() *GitGuardUpdate {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_GitGuardUpdate); ok {
+			return x.GitGuardUpdate
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -501,6 +511,10 @@ type CoordinatorMessage_NetworkDecision struct {
 	NetworkDecision *NetworkDecision `protobuf:"bytes,5,opt,name=network_decision,json=networkDecision,proto3,oneof"`
 }
 
+type CoordinatorMessage_GitGuardUpdate struct {
+	GitGuardUpdate *GitGuardUpdate `protobuf:"bytes,6,opt,name=git_guard_update,json=gitGuardUpdate,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Start) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
@@ -510,6 +524,8 @@ func (*CoordinatorMessage_Stop) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_LeaseRecorded) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_NetworkDecision) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_GitGuardUpdate) isCoordinatorMessage_Msg() {}
 
 // SupervisorHello is RS's first packet: what it observes of itself.
 type SupervisorHello struct {
@@ -1498,6 +1514,62 @@ func (x *NetworkDecision) GetDecision() string {
 	return ""
 }
 
+// GitGuardUpdate replaces the running Git-routing daemon's host Git
+// configuration guard (package gitroute's Guard): the coordinator recomputed
+// it after host Git's configuration changed while the Domain ran. Paths are
+// clean and relative to the workspace.
+type GitGuardUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Files         []string               `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	Trees         []string               `protobuf:"bytes,2,rep,name=trees,proto3" json:"trees,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitGuardUpdate) Reset() {
+	*x = GitGuardUpdate{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitGuardUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitGuardUpdate) ProtoMessage() {}
+
+func (x *GitGuardUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitGuardUpdate.ProtoReflect.Descriptor instead.
+func (*GitGuardUpdate) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GitGuardUpdate) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *GitGuardUpdate) GetTrees() []string {
+	if x != nil {
+		return x.Trees
+	}
+	return nil
+}
+
 // GitRoutingReady is the git_routing participant's readiness evidence.
 type GitRoutingReady struct {
 	state  protoimpl.MessageState  `protogen:"open.v1"`
@@ -1515,7 +1587,7 @@ type GitRoutingReady struct {
 
 func (x *GitRoutingReady) Reset() {
 	*x = GitRoutingReady{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1599,7 @@ func (x *GitRoutingReady) String() string {
 func (*GitRoutingReady) ProtoMessage() {}
 
 func (x *GitRoutingReady) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1612,7 @@ func (x *GitRoutingReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitRoutingReady.ProtoReflect.Descriptor instead.
 func (*GitRoutingReady) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{13}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GitRoutingReady) GetDaemon() *PidfsProcessIdentityV1 {
@@ -1596,7 +1668,7 @@ type SupervisorFailure struct {
 
 func (x *SupervisorFailure) Reset() {
 	*x = SupervisorFailure{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1680,7 @@ func (x *SupervisorFailure) String() string {
 func (*SupervisorFailure) ProtoMessage() {}
 
 func (x *SupervisorFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1693,7 @@ func (x *SupervisorFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorFailure.ProtoReflect.Descriptor instead.
 func (*SupervisorFailure) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{14}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SupervisorFailure) GetCategory() string {
@@ -1647,7 +1719,7 @@ type StopSandbox struct {
 
 func (x *StopSandbox) Reset() {
 	*x = StopSandbox{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1731,7 @@ func (x *StopSandbox) String() string {
 func (*StopSandbox) ProtoMessage() {}
 
 func (x *StopSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1744,7 @@ func (x *StopSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopSandbox.ProtoReflect.Descriptor instead.
 func (*StopSandbox) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{15}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{16}
 }
 
 // SupervisorStopped reports that the sandbox is gone and runsc state deleted.
@@ -1687,7 +1759,7 @@ type SupervisorStopped struct {
 
 func (x *SupervisorStopped) Reset() {
 	*x = SupervisorStopped{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1771,7 @@ func (x *SupervisorStopped) String() string {
 func (*SupervisorStopped) ProtoMessage() {}
 
 func (x *SupervisorStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1784,7 @@ func (x *SupervisorStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorStopped.ProtoReflect.Descriptor instead.
 func (*SupervisorStopped) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{16}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SupervisorStopped) GetAnchorsUnmounted() []uint64 {
@@ -1737,7 +1809,7 @@ type ArtifactReady struct {
 
 func (x *ArtifactReady) Reset() {
 	*x = ArtifactReady{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1821,7 @@ func (x *ArtifactReady) String() string {
 func (*ArtifactReady) ProtoMessage() {}
 
 func (x *ArtifactReady) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1834,7 @@ func (x *ArtifactReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactReady.ProtoReflect.Descriptor instead.
 func (*ArtifactReady) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{17}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ArtifactReady) GetPreparedArtifactId() string {
@@ -1798,7 +1870,7 @@ type LeaseRecorded struct {
 
 func (x *LeaseRecorded) Reset() {
 	*x = LeaseRecorded{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1882,7 @@ func (x *LeaseRecorded) String() string {
 func (*LeaseRecorded) ProtoMessage() {}
 
 func (x *LeaseRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1895,7 @@ func (x *LeaseRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecorded.ProtoReflect.Descriptor instead.
 func (*LeaseRecorded) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{18}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseRecorded) GetPreparedArtifactId() string {
@@ -1846,7 +1918,7 @@ type AnchorsMounted struct {
 
 func (x *AnchorsMounted) Reset() {
 	*x = AnchorsMounted{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1930,7 @@ func (x *AnchorsMounted) String() string {
 func (*AnchorsMounted) ProtoMessage() {}
 
 func (x *AnchorsMounted) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1943,7 @@ func (x *AnchorsMounted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorsMounted.ProtoReflect.Descriptor instead.
 func (*AnchorsMounted) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{19}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AnchorsMounted) GetPreparedArtifactId() string {
@@ -1907,7 +1979,7 @@ type AnchorMount struct {
 
 func (x *AnchorMount) Reset() {
 	*x = AnchorMount{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +1991,7 @@ func (x *AnchorMount) String() string {
 func (*AnchorMount) ProtoMessage() {}
 
 func (x *AnchorMount) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2004,7 @@ func (x *AnchorMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorMount.ProtoReflect.Descriptor instead.
 func (*AnchorMount) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{20}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AnchorMount) GetGuestPath() string {
@@ -1993,13 +2065,14 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x0fanchors_mounted\x18\b \x01(\v2\x1a.lazaret.v1.AnchorsMountedH\x00R\x0eanchorsMounted\x129\n" +
 	"\vnetwork_ask\x18\t \x01(\v2\x16.lazaret.v1.NetworkAskH\x00R\n" +
 	"networkAskB\x05\n" +
-	"\x03msg\"\xc5\x02\n" +
+	"\x03msg\"\x8d\x03\n" +
 	"\x12CoordinatorMessage\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x18.lazaret.v1.StartSandboxH\x00R\x05start\x129\n" +
 	"\x03ack\x18\x02 \x01(\v2%.lazaret.v1.ProcessOwnershipCommitAckH\x00R\x03ack\x12-\n" +
 	"\x04stop\x18\x03 \x01(\v2\x17.lazaret.v1.StopSandboxH\x00R\x04stop\x12B\n" +
 	"\x0elease_recorded\x18\x04 \x01(\v2\x19.lazaret.v1.LeaseRecordedH\x00R\rleaseRecorded\x12H\n" +
-	"\x10network_decision\x18\x05 \x01(\v2\x1b.lazaret.v1.NetworkDecisionH\x00R\x0fnetworkDecisionB\x05\n" +
+	"\x10network_decision\x18\x05 \x01(\v2\x1b.lazaret.v1.NetworkDecisionH\x00R\x0fnetworkDecision\x12F\n" +
+	"\x10git_guard_update\x18\x06 \x01(\v2\x1a.lazaret.v1.GitGuardUpdateH\x00R\x0egitGuardUpdateB\x05\n" +
 	"\x03msg\"\x9f\x03\n" +
 	"\x0fSupervisorHello\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
@@ -2106,7 +2179,10 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x03via\x18\x05 \x01(\tR\x03via\"=\n" +
 	"\x0fNetworkDecision\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1a\n" +
-	"\bdecision\x18\x02 \x01(\tR\bdecision\"\xed\x01\n" +
+	"\bdecision\x18\x02 \x01(\tR\bdecision\"<\n" +
+	"\x0eGitGuardUpdate\x12\x14\n" +
+	"\x05files\x18\x01 \x03(\tR\x05files\x12\x14\n" +
+	"\x05trees\x18\x02 \x03(\tR\x05trees\"\xed\x01\n" +
 	"\x0fGitRoutingReady\x12:\n" +
 	"\x06daemon\x18\x01 \x01(\v2\".lazaret.v1.PidfsProcessIdentityV1R\x06daemon\x12\x19\n" +
 	"\bmount_id\x18\x02 \x01(\x04R\amountId\x12\x15\n" +
@@ -2151,7 +2227,7 @@ func file_lazaret_v1_supervisor_proto_rawDescGZIP() []byte {
 	return file_lazaret_v1_supervisor_proto_rawDescData
 }
 
-var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*PidfsProcessIdentityV1)(nil),    // 0: lazaret.v1.PidfsProcessIdentityV1
 	(*NamespaceIdentity)(nil),         // 1: lazaret.v1.NamespaceIdentity
@@ -2166,53 +2242,55 @@ var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*EgressProxySpec)(nil),           // 10: lazaret.v1.EgressProxySpec
 	(*NetworkAsk)(nil),                // 11: lazaret.v1.NetworkAsk
 	(*NetworkDecision)(nil),           // 12: lazaret.v1.NetworkDecision
-	(*GitRoutingReady)(nil),           // 13: lazaret.v1.GitRoutingReady
-	(*SupervisorFailure)(nil),         // 14: lazaret.v1.SupervisorFailure
-	(*StopSandbox)(nil),               // 15: lazaret.v1.StopSandbox
-	(*SupervisorStopped)(nil),         // 16: lazaret.v1.SupervisorStopped
-	(*ArtifactReady)(nil),             // 17: lazaret.v1.ArtifactReady
-	(*LeaseRecorded)(nil),             // 18: lazaret.v1.LeaseRecorded
-	(*AnchorsMounted)(nil),            // 19: lazaret.v1.AnchorsMounted
-	(*AnchorMount)(nil),               // 20: lazaret.v1.AnchorMount
-	(*Progress)(nil),                  // 21: lazaret.v1.Progress
+	(*GitGuardUpdate)(nil),            // 13: lazaret.v1.GitGuardUpdate
+	(*GitRoutingReady)(nil),           // 14: lazaret.v1.GitRoutingReady
+	(*SupervisorFailure)(nil),         // 15: lazaret.v1.SupervisorFailure
+	(*StopSandbox)(nil),               // 16: lazaret.v1.StopSandbox
+	(*SupervisorStopped)(nil),         // 17: lazaret.v1.SupervisorStopped
+	(*ArtifactReady)(nil),             // 18: lazaret.v1.ArtifactReady
+	(*LeaseRecorded)(nil),             // 19: lazaret.v1.LeaseRecorded
+	(*AnchorsMounted)(nil),            // 20: lazaret.v1.AnchorsMounted
+	(*AnchorMount)(nil),               // 21: lazaret.v1.AnchorMount
+	(*Progress)(nil),                  // 22: lazaret.v1.Progress
 }
 var file_lazaret_v1_supervisor_proto_depIdxs = []int32{
 	4,  // 0: lazaret.v1.SupervisorMessage.hello:type_name -> lazaret.v1.SupervisorHello
 	7,  // 1: lazaret.v1.SupervisorMessage.staged:type_name -> lazaret.v1.StagedProcessOwnership
 	9,  // 2: lazaret.v1.SupervisorMessage.ready:type_name -> lazaret.v1.SandboxReady
-	14, // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
-	16, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
-	21, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
-	17, // 6: lazaret.v1.SupervisorMessage.artifact:type_name -> lazaret.v1.ArtifactReady
-	19, // 7: lazaret.v1.SupervisorMessage.anchors_mounted:type_name -> lazaret.v1.AnchorsMounted
+	15, // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
+	17, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
+	22, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
+	18, // 6: lazaret.v1.SupervisorMessage.artifact:type_name -> lazaret.v1.ArtifactReady
+	20, // 7: lazaret.v1.SupervisorMessage.anchors_mounted:type_name -> lazaret.v1.AnchorsMounted
 	11, // 8: lazaret.v1.SupervisorMessage.network_ask:type_name -> lazaret.v1.NetworkAsk
 	5,  // 9: lazaret.v1.CoordinatorMessage.start:type_name -> lazaret.v1.StartSandbox
 	8,  // 10: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
-	15, // 11: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
-	18, // 12: lazaret.v1.CoordinatorMessage.lease_recorded:type_name -> lazaret.v1.LeaseRecorded
+	16, // 11: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
+	19, // 12: lazaret.v1.CoordinatorMessage.lease_recorded:type_name -> lazaret.v1.LeaseRecorded
 	12, // 13: lazaret.v1.CoordinatorMessage.network_decision:type_name -> lazaret.v1.NetworkDecision
-	1,  // 14: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 15: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 16: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 17: lazaret.v1.SupervisorHello.sandbox_net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 18: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	6,  // 19: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
-	10, // 20: lazaret.v1.StartSandbox.egress:type_name -> lazaret.v1.EgressProxySpec
-	0,  // 21: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 22: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 23: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 24: lazaret.v1.SandboxReady.runsc_sandbox:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 25: lazaret.v1.SandboxReady.runsc_gofer:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	13, // 26: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
-	0,  // 27: lazaret.v1.SandboxReady.egress_proxy:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 28: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	1,  // 29: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	20, // 30: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	13, // 14: lazaret.v1.CoordinatorMessage.git_guard_update:type_name -> lazaret.v1.GitGuardUpdate
+	1,  // 15: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 16: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 17: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 18: lazaret.v1.SupervisorHello.sandbox_net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 19: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	6,  // 20: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
+	10, // 21: lazaret.v1.StartSandbox.egress:type_name -> lazaret.v1.EgressProxySpec
+	0,  // 22: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 23: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 24: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 25: lazaret.v1.SandboxReady.runsc_sandbox:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 26: lazaret.v1.SandboxReady.runsc_gofer:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	14, // 27: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
+	0,  // 28: lazaret.v1.SandboxReady.egress_proxy:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 29: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	1,  // 30: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	21, // 31: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_supervisor_proto_init() }
@@ -2239,6 +2317,7 @@ func file_lazaret_v1_supervisor_proto_init() {
 		(*CoordinatorMessage_Stop)(nil),
 		(*CoordinatorMessage_LeaseRecorded)(nil),
 		(*CoordinatorMessage_NetworkDecision)(nil),
+		(*CoordinatorMessage_GitGuardUpdate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2246,7 +2325,7 @@ func file_lazaret_v1_supervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_supervisor_proto_rawDesc), len(file_lazaret_v1_supervisor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

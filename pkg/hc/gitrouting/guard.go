@@ -22,10 +22,14 @@ func (s *Service) guardPaths(plan gitsentry.Plan) (files, trees []string) {
 		}
 		s.log.Debug("host Git configuration guard", "guarded_path", p.Rel, "tree", p.Tree, "reason", p.Reason)
 	}
+	return files, trees
+}
+
+// logGuard says what the daemon keeps read-only (at the start).
+func (s *Service) logGuard(files, trees []string) {
 	if len(files)+len(trees) > 0 {
 		s.log.Info("host Git configuration guard: read-only inside", "guarded_files", strings.Join(files, " "), "guarded_trees", strings.Join(trees, " "))
 	}
-	return files, trees
 }
 
 // coveredByMount reports whether rel is, or lies beneath, a read-only or

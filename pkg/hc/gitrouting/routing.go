@@ -70,6 +70,7 @@ func (s *Service) Start(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
 	home, _ := os.UserHomeDir()
 	_, common := ignorerules.GitDirs(s.cfg.Workspace)
 	files, trees := s.guardPaths(plan)
+	s.logGuard(files, trees)
 	start := &lv1.GitRoutingStart{
 		Workspace: s.cfg.Workspace, StateDir: s.cfg.StateDir, Mountpoint: mnt,
 		ExcludesFile: ignorerules.ExcludesFile(common, home, os.Getenv("XDG_CONFIG_HOME")),
@@ -91,6 +92,7 @@ func (s *Service) Start(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
 	}
 	s.mu.Lock()
 	s.wanted = true
+	s.plan, s.sentFiles, s.sentTrees = plan, files, trees
 	s.mu.Unlock()
 	return start, nil
 }

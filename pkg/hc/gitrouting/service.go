@@ -2,11 +2,13 @@ package gitrouting
 
 import (
 	"log/slog"
+	"slices"
 	"sync"
 
 	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
+	"github.com/lazaret/lazaret/pkg/gitsentry"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -37,9 +39,13 @@ type Service struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	wanted bool                        // Start asked RS for the daemon
-	staged *lv1.StagedProcessOwnership // the daemon's staged ownership, acknowledged
-	sticky stickyState
+	wanted bool           // Start asked RS for the daemon
+	plan   gitsentry.Plan // Start's Git Sentry plan
+	// sentFiles and sentTrees are the daemon's guard: Start's, or the last
+	// GuardUpdate's.
+	sentFiles, sentTrees []string
+	staged               *lv1.StagedProcessOwnership // the daemon's staged ownership, acknowledged
+	sticky               stickyState
 }
 
 // New returns the generation's Git-routing role; nothing is started.
@@ -56,6 +62,26 @@ func New(cfg Config) *Service {
 // SetGuard sets Config.Guard once the host's Git configuration is read,
 // before Start and on the goroutine that calls it.
 func (s *Service) SetGuard(g []gitconfigguard.Path) { s.cfg.Guard = g }
+
+// GuardUpdate is the daemon's guard for the host Git configuration guard
+// paths g, recomputed while the Domain runs (package hc watches host Git's
+// configuration), and whether it differs from the daemon's: changed is
+// false, and nothing is to be sent, without a daemon or when the guard is
+// the same. A changed guard is taken as the daemon's from now on.
+func (s *Service) GuardUpdate(g []gitconfigguard.Path) (files, trees []string, changed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.wanted {
+		return nil, nil, false
+	}
+	s.cfg.Guard = g
+	files, trees = s.guardPaths(s.plan)
+	if slices.Equal(files, s.sentFiles) && slices.Equal(trees, s.sentTrees) {
+		return nil, nil, false
+	}
+	s.sentFiles, s.sentTrees = files, trees
+	return files, trees, true
+}
 
 // Wanted reports whether the generation asked RS for a Git-routing daemon.
 func (s *Service) Wanted() bool {

@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/gitsentry"
 	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
@@ -139,5 +141,33 @@ func TestCoveredByMount(t *testing.T) {
 		if got := coveredByMount(plan, rel); got != want {
 			t.Errorf("coveredByMount(%q) = %v, want %v", rel, got, want)
 		}
+	}
+}
+
+// TestGuardUpdate: a guard recomputed while the Domain runs is to be sent
+// only when the daemon's would change (paths a Git Sentry mount covers
+// left out, as at the start), and never without a daemon.
+func TestGuardUpdate(t *testing.T) {
+	s := New(Config{})
+	husky := []gitconfigguard.Path{{Rel: ".husky", Tree: true}}
+	if _, _, changed := s.GuardUpdate(husky); changed {
+		t.Fatal("an update without a daemon")
+	}
+	s.wanted = true
+	s.plan = gitsentry.Plan{Mounts: []gitsentry.Mount{{Rel: ".git/config", Kind: gitsentry.ReadOnly}}}
+	s.SetGuard([]gitconfigguard.Path{{Rel: "tools/ssh.sh"}})
+	s.sentFiles, s.sentTrees = s.guardPaths(s.plan)
+	if _, _, changed := s.GuardUpdate([]gitconfigguard.Path{{Rel: "tools/ssh.sh"}, {Rel: ".git/config"}}); changed {
+		t.Error("the same guard (a mount covers .git/config) sent again")
+	}
+	files, trees, changed := s.GuardUpdate(append(husky, gitconfigguard.Path{Rel: "tools/ssh.sh"}))
+	if !changed || !slices.Equal(files, []string{"tools/ssh.sh"}) || !slices.Equal(trees, []string{".husky"}) {
+		t.Errorf("core.hooksPath added: files %v trees %v changed %v", files, trees, changed)
+	}
+	if _, _, changed := s.GuardUpdate(append(husky, gitconfigguard.Path{Rel: "tools/ssh.sh"})); changed {
+		t.Error("an update sent twice")
+	}
+	if files, trees, changed := s.GuardUpdate(nil); !changed || len(files)+len(trees) != 0 {
+		t.Errorf("core.hooksPath removed again: files %v trees %v changed %v", files, trees, changed)
 	}
 }
