@@ -133,16 +133,18 @@ func (s *supervisor) mountAnchors(lowerRoot string) error {
 	return s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_AnchorsMounted{AnchorsMounted: msg}})
 }
 
-// awaitLease is the RS side of §3.5 acquisition steps 1-4: it names the
-// held prepared lower to HC and mounts nothing until HC answers that the
-// catalog lease and prepared_lower LeaseHeld (and state_anchor Intent) are
-// durable. Without a coordinator it mounts nothing and fails.
+// requestLease and awaitLease are the RS side of §3.5 acquisition steps
+// 1-4: requestLease names the held prepared lower to HC; awaitLease
+// mounts nothing until HC answers that the catalog lease and
+// prepared_lower LeaseHeld (and state_anchor Intent) are durable. Without a
+// coordinator it mounts nothing and fails.
+func (s *supervisor) requestLease() error {
+	return s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Artifact{Artifact: &lv1.ArtifactReady{
+		PreparedArtifactId: s.art.ID, ImageRef: s.start.ImageRef, ManifestDigest: s.art.Source.ManifestDigest}}})
+}
+
+// awaitLease waits for requestLease's answer.
 func (s *supervisor) awaitLease() error {
-	st := s.start
-	if err := s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Artifact{Artifact: &lv1.ArtifactReady{
-		PreparedArtifactId: s.art.ID, ImageRef: st.ImageRef, ManifestDigest: s.art.Source.ManifestDigest}}}); err != nil {
-		return err
-	}
 	select {
 	case l := <-s.leases:
 		if l.PreparedArtifactId != s.art.ID {

@@ -480,16 +480,6 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	if err := mountns.MakePrivate(); err != nil {
 		return nil, nil, err
 	}
-	if err := netsetup.LoopbackUp(); err != nil {
-		return nil, nil, err
-	}
-	if err := s.checkPolicy(); err != nil {
-		return nil, nil, err
-	}
-	if err := s.checkEgress(); err != nil {
-		return nil, nil, err
-	}
-	s.timing.Mark("start checked (policy, loopback)")
 	// The Git-routing daemon needs neither the lower nor the anchors: it
 	// starts now and mounts the workspace while the lower is held, the
 	// lease recorded and the State Anchors mounted; it is joined before
@@ -536,6 +526,16 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
 	unmounted := make(chan error, 1)
 	go func() { unmounted <- s.beforeMounts(rootfs) }()
+	if err := s.requestLease(); err != nil {
+		<-unmounted
+		return nil, nil, err
+	}
+	// The network's checks need neither the Git routing nor the lower: they
+	// run while the coordinator records the lease, off the start's path.
+	if err := s.checkNetwork(); err != nil {
+		<-unmounted
+		return nil, nil, err
+	}
 	if err := s.awaitLease(); err != nil {
 		<-unmounted
 		return nil, nil, err
@@ -732,6 +732,23 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 // checkPolicy reads the derived policy from the sealed memfd, checks it
 // against the digest HC sent and the StartSandbox tap fields, and disables
 // IPv6 in RS's network namespace.
+// checkNetwork brings up RS's loopback and checks the network policy and
+// the egress proxy's spec against StartSandbox (before routes are installed
+// and runsc starts).
+func (s *supervisor) checkNetwork() error {
+	if err := netsetup.LoopbackUp(); err != nil {
+		return err
+	}
+	if err := s.checkPolicy(); err != nil {
+		return err
+	}
+	if err := s.checkEgress(); err != nil {
+		return err
+	}
+	s.timing.Mark("network checked (policy, loopback)")
+	return nil
+}
+
 func (s *supervisor) checkPolicy() error {
 	raw, err := fdpass.ReadSealedMemfd(s.policyFD, netpolicy.MaxCanonicalSize)
 	if err != nil {
