@@ -45,10 +45,14 @@ func TestFDTablePresizesChild(t *testing.T) {
 			}
 			defer func() { c.Signal(unix.SIGKILL); c.Wait(context.Background()) }()
 			pid := int(c.Identity().HostPID)
-			// The target runs once its exec replaced the wrapper's image.
+			// The target runs once its exec replaced the wrapper's image:
+			// its name, not its /proc exe link, says the exec is done. The
+			// kernel points exe at the new image before it closes the
+			// close-on-exec descriptors and names the task after them, so a
+			// reading between the two saw the wrapper's barrier descriptor.
 			deadline := time.Now().Add(5 * time.Second)
 			for {
-				if exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); strings.HasSuffix(exe, "/sleep") || time.Now().After(deadline) {
+				if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); strings.TrimSpace(string(comm)) == "sleep" || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(time.Millisecond)
