@@ -226,6 +226,9 @@ func nextSupervisorPhase(p supervisorPhase, k supervisorKind) (supervisorPhase, 
 // reads RS's messages, refuses any its phase does not accept, and handles
 // the rest. Any error fails the generation.
 func (c *coordinator) superviseMessages(prepared <-chan error) {
+	if c.exchangeDone != nil {
+		defer close(c.exchangeDone)
+	}
 	var hello *lv1.SupervisorHello
 	for phase := phaseHello; phase != phaseDone; {
 		var m lv1.SupervisorMessage
@@ -234,14 +237,16 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 			err := c.rs.Recv(ctx, &m)
 			cancel()
 			if err != nil {
-				c.setState(stateFailed, fmt.Errorf("runtime supervisor hello: %w", err))
+				if !c.supervisorExited() {
+					c.setState(stateFailed, fmt.Errorf("runtime supervisor hello: %w", err))
+				}
 				return
 			}
 		} else if err := c.rs.Recv(context.Background(), &m); err != nil {
 			c.mu.Lock()
 			stopping := c.st == stateStopping
 			c.mu.Unlock()
-			if !stopping {
+			if !stopping && !c.supervisorExited() {
 				c.setState(stateFailed, fmt.Errorf("runtime supervisor channel: %w", err))
 			}
 			return
@@ -272,6 +277,22 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 			return
 		}
 		phase = next
+	}
+}
+
+// supervisorExited reports whether the channel ended because RS exited
+// (waiting a moment for its exit to show): its exit is then reported as
+// such (failOnExitAfter), after every message it sent was read.
+func (c *coordinator) supervisorExited() bool {
+	child := c.rs.Child()
+	if child == nil {
+		return false
+	}
+	select {
+	case <-child.Done():
+		return true
+	case <-time.After(exitReportWait):
+		return false
 	}
 }
 

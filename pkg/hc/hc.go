@@ -98,6 +98,10 @@ type coordinator struct {
 	// hostGitStart is what StartSandbox was built from; watchHostGit
 	// starts from it once the Domain is published.
 	hostGitStart gitconfigguard.Result
+	// exchangeDone is closed when superviseMessages has read RS's last
+	// message: RS's own report of its failure is read before its exit is
+	// judged (failOnUnexpectedExit).
+	exchangeDone chan struct{}
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
@@ -179,7 +183,7 @@ func Main(args []string) int {
 	unix.CloseOnExec(*lockFD)
 	c := &coordinator{timing: rec, log: log, cfg: generationConfig{workspace: *ws, profileName: *prof, image: *image, frontExe: *frontExe},
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
-		ready:    make(chan struct{}), changed: make(chan struct{}),
+		ready:    make(chan struct{}), changed: make(chan struct{}), exchangeDone: make(chan struct{}),
 		teardownC: make(chan struct{}), failureHeard: make(chan struct{})}
 	c.sessions = sessions.New[*session](sessions.Config{Log: log, LingerExpired: c.lingerExpired})
 	if err := c.init(*profileFD, *level); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -87,7 +88,9 @@ func (c *coordinator) spawnSupervisor(path, rolesExe, logLevel string) *supervis
 		// The broker killed and reaped the child: a staged RS was
 		// terminated by the coordinator.
 		Failed: func() { c.mtSupervisorGone(pidfs.ExitStatus{Signal: unix.SIGKILL}, false, true) },
-		Watch:  func(child *proc.Child) { c.failOnUnexpectedExit(child, "the runtime supervisor exited unexpectedly") },
+		Watch: func(child *proc.Child) {
+			c.failOnExitAfter(child, "the runtime supervisor exited unexpectedly", c.exchangeDone)
+		},
 	})
 }
 
@@ -118,8 +121,28 @@ func (c *coordinator) supervisorStaged(id pidfs.Identity) error {
 // failOnUnexpectedExit fails the generation (which tears it down) when
 // child exits while the Domain is neither stopping nor already failed.
 func (c *coordinator) failOnUnexpectedExit(child *proc.Child, what string) {
+	c.failOnExitAfter(child, what, nil)
+}
+
+// exitReportWait bounds how long a child's exit waits for its last
+// messages to be read (failOnExitAfter).
+const exitReportWait = 2 * time.Second
+
+// failOnExitAfter is failOnUnexpectedExit for a child that reports over a
+// channel: once it exited, the exit counts only after read is closed (the
+// channel read to its end), or exitReportWait.
+func (c *coordinator) failOnExitAfter(child *proc.Child, what string, read <-chan struct{}) {
 	go func() {
 		<-child.Done()
+		if read != nil {
+			// What the child reported before it exited (RS's
+			// SupervisorFailure names the cause and its remedy) is read
+			// first; its exit only says that it ended.
+			select {
+			case <-read:
+			case <-time.After(exitReportWait):
+			}
+		}
 		st, _ := child.Status()
 		c.mu.Lock()
 		stopping := c.st == stateStopping || c.st == stateFailed
