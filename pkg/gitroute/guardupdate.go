@@ -2,6 +2,7 @@ package gitroute
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -55,7 +56,7 @@ func readGuardUpdates(in io.Reader, r *Router, log *slog.Logger) {
 // parseGuardUpdate decodes and checks one update line.
 func parseGuardUpdate(line []byte) (Guard, error) {
 	var u GuardUpdate
-	dec := json.NewDecoder(strings.NewReader(string(line)))
+	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&u); err != nil {
 		return Guard{}, fmt.Errorf("decode: %w", err)

@@ -191,7 +191,9 @@ func hostGitWatchSet(r gitconfigguard.Result, ws string) []string {
 	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
 		set = append(set, filepath.Join(x, "git", "config"))
 	}
-	return append(set, "/etc/gitconfig")
+	set = append(set, "/etc/gitconfig")
+	slices.Sort(set)
+	return slices.Compact(set) // a global file Git read is in r.Watch too
 }
 
 // fingerprintPaths is what a stat shows of each path: its kind, identity,
