@@ -95,6 +95,14 @@ func beforePublication(stage string) bool {
 func TestFaultInjectionRecovery(t *testing.T) {
 	parallel(t)
 	e := needFailpoints(t)
+	// The tiny image is prepared first, by a run nothing kills: a stage
+	// that kills a Domain while its supervisor prepares the image would
+	// leave the half-made stage to whichever Domain prepares it next, in
+	// another scenario's model trace (each trace replays one Domain's
+	// steps), depending only on which scenario ran first.
+	if r := lz(t, workspace(t), nil, "run", "-p", "tiny", "--", "true"); r.code != 0 {
+		t.Fatalf("preparing the tiny image before the fault stages: %+v", r)
+	}
 	stages := faultStages()
 	var (
 		mu         sync.Mutex
