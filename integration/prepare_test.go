@@ -458,10 +458,16 @@ func TestOR7GCCrashRecovery(t *testing.T) {
 	if st, tree := state(); st != catalog.Published || !tree {
 		t.Fatalf("after the recovering run: %v, tree present %v", st, tree)
 	}
-	// RS found the tree, the coordinator's verdict (from the catalog) said
-	// it was not Published, and the preparer settled it.
-	if lg := lz(t, ws, nil, "logs", "-p", "fresh"); !strings.Contains(lg.stdout, "the Storage Catalog does not record the prepared lower Published; running the preparer") {
+	// RS found the tree and named it at once (a provisional
+	// ArtifactReady), the coordinator's verdict (from the catalog) said it
+	// was not Published, so the coordinator did not lease it, and the
+	// preparer settled it (then the lease was recorded: the run ran).
+	lg := lz(t, ws, nil, "logs", "-p", "fresh")
+	if !strings.Contains(lg.stdout, "the Storage Catalog does not record the prepared lower Published; running the preparer") {
 		t.Errorf("the recovering run's log does not say the preparer settled the found tree: %+v", lg)
+	}
+	if !strings.Contains(lg.stdout, "found a prepared lower the Storage Catalog does not record Published for the image: not leasing it") {
+		t.Errorf("the recovering run's log does not say the coordinator declined RS's provisional artifact: %+v", lg)
 	}
 	_, r = gcJSON(t, e.binFP, []string{failpoint.Env + "=gc:renamed"}, "--keep", "0", "--min-age", "0")
 	if r.code == 0 || !strings.Contains(r.stderr, "failpoint hit: gc:renamed") {

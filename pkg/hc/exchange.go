@@ -229,7 +229,10 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 	if c.exchangeDone != nil {
 		defer close(c.exchangeDone)
 	}
-	var hello *lv1.SupervisorHello
+	var (
+		hello       *lv1.SupervisorHello
+		provisional bool // a provisional ArtifactReady was read
+	)
 	for phase := phaseHello; phase != phaseDone; {
 		var m lv1.SupervisorMessage
 		if phase == phaseHello {
@@ -254,13 +257,22 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 		kind := supervisorMessageKind(&m)
 		next, err := nextSupervisorPhase(phase, kind)
 		if err == nil && kind == kindArtifact {
+			a := m.GetArtifact()
+			var lease bool
+			if lease, err = c.leaseArtifact(a, provisional); err != nil {
+				c.setState(stateFailed, err)
+				return
+			}
+			provisional = provisional || a.GetProvisional()
+			if !lease {
+				continue // RS names the artifact it resolves next
+			}
 			// The lease records (a Storage Catalog transaction, tens of
 			// milliseconds) run beside the exchange: the Git-routing
 			// daemon's Staged report, sent right after ArtifactReady,
 			// is acknowledged meanwhile instead of after them. RS sends
 			// the next report of this phase (AnchorsMounted) only after
 			// LeaseRecorded, which the role sends last.
-			a := m.GetArtifact()
 			go func() {
 				if err := c.lower.Acquire(context.Background(), a, hello); err != nil {
 					c.setState(stateFailed, err)
@@ -278,6 +290,27 @@ func (c *coordinator) superviseMessages(prepared <-chan error) {
 		}
 		phase = next
 	}
+}
+
+// leaseArtifact decides whether ArtifactReady a is leased: always, unless
+// it is provisional (RS found the tree without the preparer before reading
+// StartSandbox) and the Storage Catalog's verdict this coordinator sent RS
+// (reusableLower) does not name it; RS then prepares and names the
+// artifact it holds, which is leased. Only the first ArtifactReady may be
+// provisional (provisionalRead: one was read).
+func (c *coordinator) leaseArtifact(a *lv1.ArtifactReady, provisionalRead bool) (bool, error) {
+	if !a.GetProvisional() {
+		return true, nil
+	}
+	if provisionalRead {
+		return false, errdefs.New(errdefs.ErrCorrupt, "runtime supervisor protocol error: a second provisional ArtifactReady (%s)", a.GetPreparedArtifactId())
+	}
+	if verdict := c.reusableLower(); a.GetPreparedArtifactId() != verdict {
+		c.log.Info("the runtime supervisor found a prepared lower the Storage Catalog does not record Published for the image: not leasing it; it runs the preparer",
+			"artifact_id", a.GetPreparedArtifactId(), "reusable_artifact_id", verdict)
+		return false, nil
+	}
+	return true, nil
 }
 
 // supervisorExited reports whether the channel ended because RS exited
@@ -339,7 +372,30 @@ func (c *coordinator) supervisorHello(hello *lv1.SupervisorHello, prepared <-cha
 	}
 	failpoint.Hit("lazaret-hc:hello-verified")
 	c.timing.Mark("StartSandbox built")
-	return c.rs.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}})
+	if err := c.rs.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_Start{Start: start}}); err != nil {
+		return err
+	}
+	announced := make(chan struct{})
+	c.mu.Lock()
+	c.helperAnnounced = announced
+	c.mu.Unlock()
+	go c.announceHelper(announced)
+	return nil
+}
+
+// announceHelper tells RS, once the connectivity helper has configured
+// its tap, that it may install the policy's routes (while the lease, the
+// State Anchors and the Git routing are still in progress, instead of
+// after runsc's staging); then closes announced. A helper that failed is
+// reported by attachRunsc, which refuses runsc's acknowledgement.
+func (c *coordinator) announceHelper(announced chan struct{}) {
+	defer close(announced)
+	if c.net.HelperReady() != nil {
+		return
+	}
+	if err := c.rs.Send(context.Background(), &lv1.CoordinatorMessage{Msg: &lv1.CoordinatorMessage_HelperReady{HelperReady: &lv1.ConnectivityHelperReady{}}}); err != nil {
+		c.log.Warn("telling the runtime supervisor the connectivity helper is ready", "err", err)
+	}
 }
 
 // supervisorReady verifies SandboxReady against what was staged and
@@ -424,6 +480,14 @@ func (c *coordinator) attachRunsc() error {
 	waitStart := time.Now()
 	if err := c.net.HelperReady(); err != nil {
 		return err
+	}
+	// RS installs the routes on the helper's announcement: it precedes
+	// the acknowledgement on the channel.
+	c.mu.Lock()
+	announced := c.helperAnnounced
+	c.mu.Unlock()
+	if announced != nil {
+		<-announced
 	}
 	// What the connectivity helper adds to the start-up's critical path.
 	c.log.Info("connectivity helper awaited", "helper_wait", time.Since(waitStart))

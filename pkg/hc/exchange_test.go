@@ -191,3 +191,39 @@ func TestSuperviseMessagesRefusesOutOfPhase(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseArtifact: an ArtifactReady is leased unless it is provisional
+// and the Storage Catalog's verdict sent in StartSandbox names another
+// artifact (or none); a second provisional one is a protocol error.
+func TestLeaseArtifact(t *testing.T) {
+	const found, other = "pl-found", "pl-other"
+	for _, c := range []struct {
+		name            string
+		a               *lv1.ArtifactReady
+		verdict         string
+		provisionalRead bool
+		lease           bool
+		err             error
+	}{
+		{"prepared", &lv1.ArtifactReady{PreparedArtifactId: found}, other, false, true, nil},
+		{"prepared after a provisional one", &lv1.ArtifactReady{PreparedArtifactId: found}, other, true, true, nil},
+		{"provisional, named by the verdict", &lv1.ArtifactReady{PreparedArtifactId: found, Provisional: true}, found, false, true, nil},
+		{"provisional, another verdict", &lv1.ArtifactReady{PreparedArtifactId: found, Provisional: true}, other, false, false, nil},
+		{"provisional, no verdict", &lv1.ArtifactReady{PreparedArtifactId: found, Provisional: true}, "", false, false, nil},
+		{"second provisional", &lv1.ArtifactReady{PreparedArtifactId: found, Provisional: true}, found, true, false, errdefs.ErrCorrupt},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			co := &coordinator{log: slog.New(slog.DiscardHandler), reusableLower: func() string { return c.verdict }}
+			lease, err := co.leaseArtifact(c.a, c.provisionalRead)
+			if c.err != nil {
+				if !errors.Is(err, c.err) || !strings.Contains(err.Error(), "second provisional ArtifactReady") {
+					t.Fatalf("err %v, want %v naming the second provisional ArtifactReady", err, c.err)
+				}
+				return
+			}
+			if err != nil || lease != c.lease {
+				t.Fatalf("lease %v, err %v; want %v", lease, err, c.lease)
+			}
+		})
+	}
+}

@@ -102,6 +102,10 @@ type coordinator struct {
 	// message: RS's own report of its failure is read before its exit is
 	// judged (failOnUnexpectedExit).
 	exchangeDone chan struct{}
+	// helperAnnounced is closed once RS was told the connectivity helper
+	// is ready (announceHelper), or that will not happen; nil until
+	// StartSandbox is sent.
+	helperAnnounced chan struct{}
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service

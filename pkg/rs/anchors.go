@@ -139,8 +139,15 @@ func (s *supervisor) mountAnchors(lowerRoot string) error {
 // prepared_lower LeaseHeld (and state_anchor Intent) are durable. Without a
 // coordinator it mounts nothing and fails.
 func (s *supervisor) requestLease() error {
+	return s.nameLower(s.art, s.start.ImageRef, false)
+}
+
+// nameLower sends ArtifactReady for art, the prepared lower of imageRef
+// RS holds; provisional when RS found it without the preparer and has not
+// read the coordinator's verdict on it.
+func (s *supervisor) nameLower(art prepared.Artifact, imageRef string, provisional bool) error {
 	return s.send(&lv1.SupervisorMessage{Msg: &lv1.SupervisorMessage_Artifact{Artifact: &lv1.ArtifactReady{
-		PreparedArtifactId: s.art.ID, ImageRef: s.start.ImageRef, ManifestDigest: s.art.Source.ManifestDigest}}})
+		PreparedArtifactId: art.ID, ImageRef: imageRef, ManifestDigest: art.Source.ManifestDigest, Provisional: provisional}}})
 }
 
 // awaitLease waits for requestLease's answer.
@@ -203,27 +210,37 @@ type heldLower struct {
 	// preparer; StartSandbox says whether the Storage Catalog lets the
 	// start reuse it as it is (resolveLower).
 	found bool
+	// named: RS named art to the coordinator as soon as it held it
+	// (ArtifactReady, provisional when found).
+	named bool
 	err   error
 }
 
 // holdLowerEarly begins holdLower for in while the coordinator verifies
-// the hello and builds StartSandbox; launch joins it (joinLower). Nothing
-// of it is recorded by HC before RS reports ArtifactReady, which RS sends
-// only after StartSandbox, as before.
+// the hello and builds StartSandbox; launch joins it (joinLower). The
+// held artifact is named to the coordinator at once (ArtifactReady), so
+// that its lease is recorded while StartSandbox travels and RS checks it:
+// a tree found without the preparer is named provisional, and HC leases
+// it only if the Storage Catalog's verdict names it (the verdict
+// StartSandbox brings RS, which otherwise prepares and names the result).
 func (s *supervisor) holdLowerEarly(in lowerInputs) {
 	h := &heldLower{in: in, done: make(chan struct{})}
 	s.held = h
 	go func() {
 		defer close(h.done)
 		h.art, h.found, h.err = s.holdLower(in, false)
+		if h.err != nil {
+			return
+		}
 		s.timing.Mark("prepared lower held early")
+		h.named = s.nameLower(h.art, in.imageRef, h.found) == nil
 	}()
 }
 
-// joinLower returns the lower held for StartSandbox st: the early hold if
+// joinLower returns the lower held for StartSandbox st — the early hold if
 // it names the same lower (refusing one that does not), else a hold now;
-// then resolveLower.
-func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepared.Artifact, error) {
+// then resolveLower — and whether the coordinator was already told it.
+func (s *supervisor) joinLower(st *lv1.StartSandbox) (art prepared.Artifact, named bool, err error) {
 	want := lowerInputs{storageRoot: st.StorageRoot, imageRef: st.ImageRef, domainID: st.DomainId, generation: st.Generation}
 	h := s.held
 	if h == nil {
@@ -233,12 +250,19 @@ func (s *supervisor) joinLower(st *lv1.StartSandbox) (prepared.Artifact, error) 
 		<-h.done
 	}
 	if h.err != nil {
-		return prepared.Artifact{}, h.err
+		return prepared.Artifact{}, false, h.err
 	}
 	if h.in != want {
-		return prepared.Artifact{}, errdefs.New(errdefs.ErrRefused, "StartSandbox names the prepared lower of %+v, but the coordinator's credential named %+v", want, h.in)
+		return prepared.Artifact{}, false, errdefs.New(errdefs.ErrRefused, "StartSandbox names the prepared lower of %+v, but the coordinator's credential named %+v", want, h.in)
 	}
-	return s.resolveLower(want, h.art, h.found, st.GetReusableArtifactId())
+	verdict := st.GetReusableArtifactId()
+	if art, err = s.resolveLower(want, h.art, h.found, verdict); err != nil {
+		return prepared.Artifact{}, false, err
+	}
+	// The coordinator leases what RS named early when it was prepared
+	// (not provisional) or when the verdict names it, the condition on
+	// which resolveLower kept it.
+	return art, h.named && (!h.found || verdict == h.art.ID), nil
 }
 
 // resolveLower settles a tree found without the preparer against the

@@ -117,7 +117,7 @@ func Main(args []string) int {
 		log.Error("protocol credential", "err", err)
 		return 2
 	}
-	s := &supervisor{timing: rec, rolesExe: roles, gitRoutingExe: routingExe, preparerExe: *preparerExe, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), stop: make(chan struct{}), hcGone: make(chan struct{})}
+	s := &supervisor{timing: rec, rolesExe: roles, gitRoutingExe: routingExe, preparerExe: *preparerExe, policyFD: *policyFD, cred: cred, log: log, ch: ch, broker: broker, acks: make(chan *lv1.ProcessOwnershipCommitAck, 1), leases: make(chan *lv1.LeaseRecorded, 1), helperUp: make(chan struct{}), stop: make(chan struct{}), hcGone: make(chan struct{})}
 	s.mt.domain, s.mt.gen = cred.domain, cred.generation
 	if *firstSessionFD >= 3 {
 		unix.CloseOnExec(*firstSessionFD)
@@ -269,6 +269,10 @@ type supervisor struct {
 	routed       *lv1.GitRoutingReady
 	acks         chan *lv1.ProcessOwnershipCommitAck
 	leases       chan *lv1.LeaseRecorded // HC recorded the prepared-lower lease
+	// helperUp is closed when HC reports the connectivity helper's tap
+	// configured; policyInstalled then delivers installPolicy's outcome.
+	helperUp        chan struct{}
+	policyInstalled chan error
 	// guardW writes the Git-routing daemon's guard updates (updateGuard).
 	guardMu   sync.Mutex
 	guardW    *os.File
@@ -446,6 +450,8 @@ func (s *supervisor) receive() {
 			s.answerAsk(m.GetNetworkDecision())
 		case m.GetGitGuardUpdate() != nil:
 			s.updateGuard(m.GetGitGuardUpdate())
+		case m.GetHelperReady() != nil:
+			closeOnce(s.helperUp)
 		default:
 			s.log.Error("unexpected coordinator message", "msg", m.String())
 		}
@@ -513,7 +519,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		// so that the caller's stopGitRouting stops it.
 		defer joinRouting()
 	}
-	art, err := s.joinLower(st)
+	art, named, err := s.joinLower(st)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -526,9 +532,11 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 	rootfs := filepath.Join(st.BundleDir, "rootfs")
 	unmounted := make(chan error, 1)
 	go func() { unmounted <- s.beforeMounts(rootfs) }()
-	if err := s.requestLease(); err != nil {
-		<-unmounted
-		return nil, nil, err
+	if !named {
+		if err := s.requestLease(); err != nil {
+			<-unmounted
+			return nil, nil, err
+		}
 	}
 	// The network's checks need neither the Git routing nor the lower: they
 	// run while the coordinator records the lease, off the start's path.
@@ -536,6 +544,7 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		<-unmounted
 		return nil, nil, err
 	}
+	s.installPolicyOnHelper()
 	if err := s.awaitLease(); err != nil {
 		<-unmounted
 		return nil, nil, err
@@ -612,10 +621,12 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 			s.emit("StartSandbox")
 			s.mt.sandbox = true
 			s.timing.Mark("runsc ownership acknowledged (helper ready)")
-			if err := s.installPolicy(); err != nil {
+			// The coordinator announced the helper before this
+			// acknowledgement: the routes are in, or going in.
+			if err := s.awaitPolicy(); err != nil {
 				return err
 			}
-			s.timing.Mark("policy routes installed; runsc released")
+			s.timing.Mark("runsc released")
 			return nil
 		},
 	})
@@ -774,10 +785,41 @@ func (s *supervisor) checkPolicy() error {
 	return nil
 }
 
+// installPolicyOnHelper installs the checked policy (installPolicy) as
+// soon as the coordinator announces the connectivity helper's tap
+// configured, while the lease, the State Anchors and the Git routing are
+// prepared; awaitPolicy joins it before runsc is released.
+func (s *supervisor) installPolicyOnHelper() {
+	s.policyInstalled = make(chan error, 1)
+	go func() {
+		select {
+		case <-s.helperUp:
+		case <-s.stop:
+			s.policyInstalled <- errdefs.New(errdefs.ErrUnavailable, "stop requested before the connectivity helper was ready")
+			return
+		case <-s.hcGone:
+			s.policyInstalled <- errdefs.New(errdefs.ErrUnavailable, "host coordinator gone before the connectivity helper was ready")
+			return
+		}
+		err := s.installPolicy()
+		if err == nil {
+			s.timing.Mark("policy routes installed")
+		}
+		s.policyInstalled <- err
+	}()
+}
+
+// awaitPolicy returns installPolicyOnHelper's outcome.
+func (s *supervisor) awaitPolicy() error {
+	if s.policyInstalled == nil {
+		return errdefs.New(errdefs.ErrInternal, "the policy's routes were never begun")
+	}
+	return <-s.policyInstalled
+}
+
 // installPolicy installs the checked policy on the connectivity helper's
-// tap (configured by then: HC acknowledged runsc's staging only after the
-// helper's ready signal) before runsc boots, and keeps the observed routes
-// as evidence.
+// tap (configured by then: the coordinator announced the helper's ready
+// signal) before runsc boots, and keeps the observed routes as evidence.
 func (s *supervisor) installPolicy() error {
 	gw := netip.MustParseAddr(s.start.TapGateway) // checked in checkPolicy
 	tapAddr, err := netsetup.InterfaceAddress(s.start.TapDevice)

@@ -391,6 +391,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_LeaseRecorded
 	//	*CoordinatorMessage_NetworkDecision
 	//	*CoordinatorMessage_GitGuardUpdate
+	//	*CoordinatorMessage_HelperReady
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -487,6 +488,15 @@ func (x *CoordinatorMessage) GetGitGuardUpdate() *GitGuardUpdate {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetHelperReady() *ConnectivityHelperReady {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_HelperReady); ok {
+			return x.HelperReady
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -515,6 +525,10 @@ type CoordinatorMessage_GitGuardUpdate struct {
 	GitGuardUpdate *GitGuardUpdate `protobuf:"bytes,6,opt,name=git_guard_update,json=gitGuardUpdate,proto3,oneof"`
 }
 
+type CoordinatorMessage_HelperReady struct {
+	HelperReady *ConnectivityHelperReady `protobuf:"bytes,7,opt,name=helper_ready,json=helperReady,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Start) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
@@ -526,6 +540,50 @@ func (*CoordinatorMessage_LeaseRecorded) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_NetworkDecision) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_GitGuardUpdate) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_HelperReady) isCoordinatorMessage_Msg() {}
+
+// ConnectivityHelperReady (HC -> RS, after StartSandbox): the connectivity
+// helper has configured the tap in RS's network namespace, so RS may
+// install the policy's routes on it while the lower, the State Anchors and
+// the Git routing are still being prepared. HC sends it before it
+// acknowledges the attached runsc's staged ownership, which RS awaits
+// before it releases runsc (gVisor imports the routes at boot).
+type ConnectivityHelperReady struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectivityHelperReady) Reset() {
+	*x = ConnectivityHelperReady{}
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectivityHelperReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectivityHelperReady) ProtoMessage() {}
+
+func (x *ConnectivityHelperReady) ProtoReflect() protoreflect.Message {
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectivityHelperReady.ProtoReflect.Descriptor instead.
+func (*ConnectivityHelperReady) Descriptor() ([]byte, []int) {
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{4}
+}
 
 // SupervisorHello is RS's first packet: what it observes of itself.
 type SupervisorHello struct {
@@ -546,7 +604,7 @@ type SupervisorHello struct {
 
 func (x *SupervisorHello) Reset() {
 	*x = SupervisorHello{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[4]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +616,7 @@ func (x *SupervisorHello) String() string {
 func (*SupervisorHello) ProtoMessage() {}
 
 func (x *SupervisorHello) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[4]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +629,7 @@ func (x *SupervisorHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorHello.ProtoReflect.Descriptor instead.
 func (*SupervisorHello) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{4}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SupervisorHello) GetDomainId() string {
@@ -679,7 +737,7 @@ type StartSandbox struct {
 
 func (x *StartSandbox) Reset() {
 	*x = StartSandbox{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[5]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +749,7 @@ func (x *StartSandbox) String() string {
 func (*StartSandbox) ProtoMessage() {}
 
 func (x *StartSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[5]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +762,7 @@ func (x *StartSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartSandbox.ProtoReflect.Descriptor instead.
 func (*StartSandbox) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{5}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StartSandbox) GetDomainId() string {
@@ -898,7 +956,7 @@ type GitRoutingStart struct {
 
 func (x *GitRoutingStart) Reset() {
 	*x = GitRoutingStart{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[6]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +968,7 @@ func (x *GitRoutingStart) String() string {
 func (*GitRoutingStart) ProtoMessage() {}
 
 func (x *GitRoutingStart) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[6]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +981,7 @@ func (x *GitRoutingStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitRoutingStart.ProtoReflect.Descriptor instead.
 func (*GitRoutingStart) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{6}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GitRoutingStart) GetWorkspace() string {
@@ -1015,7 +1073,7 @@ type StagedProcessOwnership struct {
 
 func (x *StagedProcessOwnership) Reset() {
 	*x = StagedProcessOwnership{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[7]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1085,7 @@ func (x *StagedProcessOwnership) String() string {
 func (*StagedProcessOwnership) ProtoMessage() {}
 
 func (x *StagedProcessOwnership) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[7]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1098,7 @@ func (x *StagedProcessOwnership) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedProcessOwnership.ProtoReflect.Descriptor instead.
 func (*StagedProcessOwnership) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{7}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StagedProcessOwnership) GetDomainId() string {
@@ -1102,7 +1160,7 @@ type ProcessOwnershipCommitAck struct {
 
 func (x *ProcessOwnershipCommitAck) Reset() {
 	*x = ProcessOwnershipCommitAck{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[8]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1172,7 @@ func (x *ProcessOwnershipCommitAck) String() string {
 func (*ProcessOwnershipCommitAck) ProtoMessage() {}
 
 func (x *ProcessOwnershipCommitAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[8]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1185,7 @@ func (x *ProcessOwnershipCommitAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessOwnershipCommitAck.ProtoReflect.Descriptor instead.
 func (*ProcessOwnershipCommitAck) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{8}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProcessOwnershipCommitAck) GetDomainId() string {
@@ -1209,7 +1267,7 @@ type SandboxReady struct {
 
 func (x *SandboxReady) Reset() {
 	*x = SandboxReady{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[9]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1279,7 @@ func (x *SandboxReady) String() string {
 func (*SandboxReady) ProtoMessage() {}
 
 func (x *SandboxReady) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[9]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1292,7 @@ func (x *SandboxReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReady.ProtoReflect.Descriptor instead.
 func (*SandboxReady) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{9}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SandboxReady) GetPreparedArtifactId() string {
@@ -1341,7 +1399,7 @@ type EgressProxySpec struct {
 
 func (x *EgressProxySpec) Reset() {
 	*x = EgressProxySpec{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1411,7 @@ func (x *EgressProxySpec) String() string {
 func (*EgressProxySpec) ProtoMessage() {}
 
 func (x *EgressProxySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[10]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1424,7 @@ func (x *EgressProxySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressProxySpec.ProtoReflect.Descriptor instead.
 func (*EgressProxySpec) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{10}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EgressProxySpec) GetDns() string {
@@ -1398,7 +1456,7 @@ type NetworkAsk struct {
 
 func (x *NetworkAsk) Reset() {
 	*x = NetworkAsk{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1468,7 @@ func (x *NetworkAsk) String() string {
 func (*NetworkAsk) ProtoMessage() {}
 
 func (x *NetworkAsk) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[11]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1481,7 @@ func (x *NetworkAsk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkAsk.ProtoReflect.Descriptor instead.
 func (*NetworkAsk) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{11}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NetworkAsk) GetId() uint64 {
@@ -1472,7 +1530,7 @@ type NetworkDecision struct {
 
 func (x *NetworkDecision) Reset() {
 	*x = NetworkDecision{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1542,7 @@ func (x *NetworkDecision) String() string {
 func (*NetworkDecision) ProtoMessage() {}
 
 func (x *NetworkDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[12]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1555,7 @@ func (x *NetworkDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkDecision.ProtoReflect.Descriptor instead.
 func (*NetworkDecision) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{12}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NetworkDecision) GetId() uint64 {
@@ -1528,7 +1586,7 @@ type GitGuardUpdate struct {
 
 func (x *GitGuardUpdate) Reset() {
 	*x = GitGuardUpdate{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1598,7 @@ func (x *GitGuardUpdate) String() string {
 func (*GitGuardUpdate) ProtoMessage() {}
 
 func (x *GitGuardUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[13]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1611,7 @@ func (x *GitGuardUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitGuardUpdate.ProtoReflect.Descriptor instead.
 func (*GitGuardUpdate) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{13}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GitGuardUpdate) GetFiles() []string {
@@ -1587,7 +1645,7 @@ type GitRoutingReady struct {
 
 func (x *GitRoutingReady) Reset() {
 	*x = GitRoutingReady{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1657,7 @@ func (x *GitRoutingReady) String() string {
 func (*GitRoutingReady) ProtoMessage() {}
 
 func (x *GitRoutingReady) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[14]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1670,7 @@ func (x *GitRoutingReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitRoutingReady.ProtoReflect.Descriptor instead.
 func (*GitRoutingReady) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{14}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GitRoutingReady) GetDaemon() *PidfsProcessIdentityV1 {
@@ -1668,7 +1726,7 @@ type SupervisorFailure struct {
 
 func (x *SupervisorFailure) Reset() {
 	*x = SupervisorFailure{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1738,7 @@ func (x *SupervisorFailure) String() string {
 func (*SupervisorFailure) ProtoMessage() {}
 
 func (x *SupervisorFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[15]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1751,7 @@ func (x *SupervisorFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorFailure.ProtoReflect.Descriptor instead.
 func (*SupervisorFailure) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{15}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SupervisorFailure) GetCategory() string {
@@ -1719,7 +1777,7 @@ type StopSandbox struct {
 
 func (x *StopSandbox) Reset() {
 	*x = StopSandbox{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1789,7 @@ func (x *StopSandbox) String() string {
 func (*StopSandbox) ProtoMessage() {}
 
 func (x *StopSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[16]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1802,7 @@ func (x *StopSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopSandbox.ProtoReflect.Descriptor instead.
 func (*StopSandbox) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{16}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{17}
 }
 
 // SupervisorStopped reports that the sandbox is gone and runsc state deleted.
@@ -1759,7 +1817,7 @@ type SupervisorStopped struct {
 
 func (x *SupervisorStopped) Reset() {
 	*x = SupervisorStopped{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1829,7 @@ func (x *SupervisorStopped) String() string {
 func (*SupervisorStopped) ProtoMessage() {}
 
 func (x *SupervisorStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[17]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1842,7 @@ func (x *SupervisorStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupervisorStopped.ProtoReflect.Descriptor instead.
 func (*SupervisorStopped) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{17}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SupervisorStopped) GetAnchorsUnmounted() []uint64 {
@@ -1798,18 +1856,28 @@ func (x *SupervisorStopped) GetAnchorsUnmounted() []uint64 {
 // mount of it exists (spec §3.5 acquisition: HC records prepared_lower
 // Intent, acquires the catalog lease, records LeaseHeld and state_anchor
 // Intent, then answers LeaseRecorded).
+//
+// RS names the lower as soon as its hold completes, which is usually before
+// StartSandbox arrives. A tree RS found without the preparer is named
+// provisional: whether the start may reuse it depends on the Storage
+// Catalog's verdict (StartSandbox.reusable_artifact_id). HC leases a
+// provisional artifact only if that verdict names it; otherwise HC records
+// nothing for it, and RS, having read the verdict, runs the preparer and
+// names the artifact it holds then (not provisional). Only the first
+// ArtifactReady may be provisional.
 type ArtifactReady struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	PreparedArtifactId string                 `protobuf:"bytes,1,opt,name=prepared_artifact_id,json=preparedArtifactId,proto3" json:"prepared_artifact_id,omitempty"`
 	ImageRef           string                 `protobuf:"bytes,2,opt,name=image_ref,json=imageRef,proto3" json:"image_ref,omitempty"`
 	ManifestDigest     string                 `protobuf:"bytes,3,opt,name=manifest_digest,json=manifestDigest,proto3" json:"manifest_digest,omitempty"`
+	Provisional        bool                   `protobuf:"varint,4,opt,name=provisional,proto3" json:"provisional,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ArtifactReady) Reset() {
 	*x = ArtifactReady{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1889,7 @@ func (x *ArtifactReady) String() string {
 func (*ArtifactReady) ProtoMessage() {}
 
 func (x *ArtifactReady) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[18]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1902,7 @@ func (x *ArtifactReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactReady.ProtoReflect.Descriptor instead.
 func (*ArtifactReady) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{18}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ArtifactReady) GetPreparedArtifactId() string {
@@ -1858,6 +1926,13 @@ func (x *ArtifactReady) GetManifestDigest() string {
 	return ""
 }
 
+func (x *ArtifactReady) GetProvisional() bool {
+	if x != nil {
+		return x.Provisional
+	}
+	return false
+}
+
 // LeaseRecorded (HC -> RS): the lease of prepared_artifact_id is durable
 // (prepared_lower LeaseHeld) and state_anchor Intent is recorded; RS may
 // mount the lower and the anchors.
@@ -1870,7 +1945,7 @@ type LeaseRecorded struct {
 
 func (x *LeaseRecorded) Reset() {
 	*x = LeaseRecorded{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +1957,7 @@ func (x *LeaseRecorded) String() string {
 func (*LeaseRecorded) ProtoMessage() {}
 
 func (x *LeaseRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[19]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +1970,7 @@ func (x *LeaseRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecorded.ProtoReflect.Descriptor instead.
 func (*LeaseRecorded) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{19}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseRecorded) GetPreparedArtifactId() string {
@@ -1918,7 +1993,7 @@ type AnchorsMounted struct {
 
 func (x *AnchorsMounted) Reset() {
 	*x = AnchorsMounted{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2005,7 @@ func (x *AnchorsMounted) String() string {
 func (*AnchorsMounted) ProtoMessage() {}
 
 func (x *AnchorsMounted) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[20]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2018,7 @@ func (x *AnchorsMounted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorsMounted.ProtoReflect.Descriptor instead.
 func (*AnchorsMounted) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{20}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AnchorsMounted) GetPreparedArtifactId() string {
@@ -1979,7 +2054,7 @@ type AnchorMount struct {
 
 func (x *AnchorMount) Reset() {
 	*x = AnchorMount{}
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[21]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2066,7 @@ func (x *AnchorMount) String() string {
 func (*AnchorMount) ProtoMessage() {}
 
 func (x *AnchorMount) ProtoReflect() protoreflect.Message {
-	mi := &file_lazaret_v1_supervisor_proto_msgTypes[21]
+	mi := &file_lazaret_v1_supervisor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2079,7 @@ func (x *AnchorMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnchorMount.ProtoReflect.Descriptor instead.
 func (*AnchorMount) Descriptor() ([]byte, []int) {
-	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{21}
+	return file_lazaret_v1_supervisor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AnchorMount) GetGuestPath() string {
@@ -2065,15 +2140,17 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x0fanchors_mounted\x18\b \x01(\v2\x1a.lazaret.v1.AnchorsMountedH\x00R\x0eanchorsMounted\x129\n" +
 	"\vnetwork_ask\x18\t \x01(\v2\x16.lazaret.v1.NetworkAskH\x00R\n" +
 	"networkAskB\x05\n" +
-	"\x03msg\"\x8d\x03\n" +
+	"\x03msg\"\xd7\x03\n" +
 	"\x12CoordinatorMessage\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x18.lazaret.v1.StartSandboxH\x00R\x05start\x129\n" +
 	"\x03ack\x18\x02 \x01(\v2%.lazaret.v1.ProcessOwnershipCommitAckH\x00R\x03ack\x12-\n" +
 	"\x04stop\x18\x03 \x01(\v2\x17.lazaret.v1.StopSandboxH\x00R\x04stop\x12B\n" +
 	"\x0elease_recorded\x18\x04 \x01(\v2\x19.lazaret.v1.LeaseRecordedH\x00R\rleaseRecorded\x12H\n" +
 	"\x10network_decision\x18\x05 \x01(\v2\x1b.lazaret.v1.NetworkDecisionH\x00R\x0fnetworkDecision\x12F\n" +
-	"\x10git_guard_update\x18\x06 \x01(\v2\x1a.lazaret.v1.GitGuardUpdateH\x00R\x0egitGuardUpdateB\x05\n" +
-	"\x03msg\"\x9f\x03\n" +
+	"\x10git_guard_update\x18\x06 \x01(\v2\x1a.lazaret.v1.GitGuardUpdateH\x00R\x0egitGuardUpdate\x12H\n" +
+	"\fhelper_ready\x18\a \x01(\v2#.lazaret.v1.ConnectivityHelperReadyH\x00R\vhelperReadyB\x05\n" +
+	"\x03msg\"\x19\n" +
+	"\x17ConnectivityHelperReady\"\x9f\x03\n" +
 	"\x0fSupervisorHello\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -2197,11 +2274,12 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\r\n" +
 	"\vStopSandbox\"@\n" +
 	"\x11SupervisorStopped\x12+\n" +
-	"\x11anchors_unmounted\x18\x01 \x03(\x04R\x10anchorsUnmounted\"\x87\x01\n" +
+	"\x11anchors_unmounted\x18\x01 \x03(\x04R\x10anchorsUnmounted\"\xa9\x01\n" +
 	"\rArtifactReady\x120\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\x12\x1b\n" +
 	"\timage_ref\x18\x02 \x01(\tR\bimageRef\x12'\n" +
-	"\x0fmanifest_digest\x18\x03 \x01(\tR\x0emanifestDigest\"A\n" +
+	"\x0fmanifest_digest\x18\x03 \x01(\tR\x0emanifestDigest\x12 \n" +
+	"\vprovisional\x18\x04 \x01(\bR\vprovisional\"A\n" +
 	"\rLeaseRecorded\x120\n" +
 	"\x14prepared_artifact_id\x18\x01 \x01(\tR\x12preparedArtifactId\"\xbd\x01\n" +
 	"\x0eAnchorsMounted\x120\n" +
@@ -2227,70 +2305,72 @@ func file_lazaret_v1_supervisor_proto_rawDescGZIP() []byte {
 	return file_lazaret_v1_supervisor_proto_rawDescData
 }
 
-var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_lazaret_v1_supervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_lazaret_v1_supervisor_proto_goTypes = []any{
 	(*PidfsProcessIdentityV1)(nil),    // 0: lazaret.v1.PidfsProcessIdentityV1
 	(*NamespaceIdentity)(nil),         // 1: lazaret.v1.NamespaceIdentity
 	(*SupervisorMessage)(nil),         // 2: lazaret.v1.SupervisorMessage
 	(*CoordinatorMessage)(nil),        // 3: lazaret.v1.CoordinatorMessage
-	(*SupervisorHello)(nil),           // 4: lazaret.v1.SupervisorHello
-	(*StartSandbox)(nil),              // 5: lazaret.v1.StartSandbox
-	(*GitRoutingStart)(nil),           // 6: lazaret.v1.GitRoutingStart
-	(*StagedProcessOwnership)(nil),    // 7: lazaret.v1.StagedProcessOwnership
-	(*ProcessOwnershipCommitAck)(nil), // 8: lazaret.v1.ProcessOwnershipCommitAck
-	(*SandboxReady)(nil),              // 9: lazaret.v1.SandboxReady
-	(*EgressProxySpec)(nil),           // 10: lazaret.v1.EgressProxySpec
-	(*NetworkAsk)(nil),                // 11: lazaret.v1.NetworkAsk
-	(*NetworkDecision)(nil),           // 12: lazaret.v1.NetworkDecision
-	(*GitGuardUpdate)(nil),            // 13: lazaret.v1.GitGuardUpdate
-	(*GitRoutingReady)(nil),           // 14: lazaret.v1.GitRoutingReady
-	(*SupervisorFailure)(nil),         // 15: lazaret.v1.SupervisorFailure
-	(*StopSandbox)(nil),               // 16: lazaret.v1.StopSandbox
-	(*SupervisorStopped)(nil),         // 17: lazaret.v1.SupervisorStopped
-	(*ArtifactReady)(nil),             // 18: lazaret.v1.ArtifactReady
-	(*LeaseRecorded)(nil),             // 19: lazaret.v1.LeaseRecorded
-	(*AnchorsMounted)(nil),            // 20: lazaret.v1.AnchorsMounted
-	(*AnchorMount)(nil),               // 21: lazaret.v1.AnchorMount
-	(*Progress)(nil),                  // 22: lazaret.v1.Progress
+	(*ConnectivityHelperReady)(nil),   // 4: lazaret.v1.ConnectivityHelperReady
+	(*SupervisorHello)(nil),           // 5: lazaret.v1.SupervisorHello
+	(*StartSandbox)(nil),              // 6: lazaret.v1.StartSandbox
+	(*GitRoutingStart)(nil),           // 7: lazaret.v1.GitRoutingStart
+	(*StagedProcessOwnership)(nil),    // 8: lazaret.v1.StagedProcessOwnership
+	(*ProcessOwnershipCommitAck)(nil), // 9: lazaret.v1.ProcessOwnershipCommitAck
+	(*SandboxReady)(nil),              // 10: lazaret.v1.SandboxReady
+	(*EgressProxySpec)(nil),           // 11: lazaret.v1.EgressProxySpec
+	(*NetworkAsk)(nil),                // 12: lazaret.v1.NetworkAsk
+	(*NetworkDecision)(nil),           // 13: lazaret.v1.NetworkDecision
+	(*GitGuardUpdate)(nil),            // 14: lazaret.v1.GitGuardUpdate
+	(*GitRoutingReady)(nil),           // 15: lazaret.v1.GitRoutingReady
+	(*SupervisorFailure)(nil),         // 16: lazaret.v1.SupervisorFailure
+	(*StopSandbox)(nil),               // 17: lazaret.v1.StopSandbox
+	(*SupervisorStopped)(nil),         // 18: lazaret.v1.SupervisorStopped
+	(*ArtifactReady)(nil),             // 19: lazaret.v1.ArtifactReady
+	(*LeaseRecorded)(nil),             // 20: lazaret.v1.LeaseRecorded
+	(*AnchorsMounted)(nil),            // 21: lazaret.v1.AnchorsMounted
+	(*AnchorMount)(nil),               // 22: lazaret.v1.AnchorMount
+	(*Progress)(nil),                  // 23: lazaret.v1.Progress
 }
 var file_lazaret_v1_supervisor_proto_depIdxs = []int32{
-	4,  // 0: lazaret.v1.SupervisorMessage.hello:type_name -> lazaret.v1.SupervisorHello
-	7,  // 1: lazaret.v1.SupervisorMessage.staged:type_name -> lazaret.v1.StagedProcessOwnership
-	9,  // 2: lazaret.v1.SupervisorMessage.ready:type_name -> lazaret.v1.SandboxReady
-	15, // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
-	17, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
-	22, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
-	18, // 6: lazaret.v1.SupervisorMessage.artifact:type_name -> lazaret.v1.ArtifactReady
-	20, // 7: lazaret.v1.SupervisorMessage.anchors_mounted:type_name -> lazaret.v1.AnchorsMounted
-	11, // 8: lazaret.v1.SupervisorMessage.network_ask:type_name -> lazaret.v1.NetworkAsk
-	5,  // 9: lazaret.v1.CoordinatorMessage.start:type_name -> lazaret.v1.StartSandbox
-	8,  // 10: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
-	16, // 11: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
-	19, // 12: lazaret.v1.CoordinatorMessage.lease_recorded:type_name -> lazaret.v1.LeaseRecorded
-	12, // 13: lazaret.v1.CoordinatorMessage.network_decision:type_name -> lazaret.v1.NetworkDecision
-	13, // 14: lazaret.v1.CoordinatorMessage.git_guard_update:type_name -> lazaret.v1.GitGuardUpdate
-	1,  // 15: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 16: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 17: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 18: lazaret.v1.SupervisorHello.sandbox_net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	1,  // 19: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	6,  // 20: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
-	10, // 21: lazaret.v1.StartSandbox.egress:type_name -> lazaret.v1.EgressProxySpec
-	0,  // 22: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 23: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 24: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 25: lazaret.v1.SandboxReady.runsc_sandbox:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 26: lazaret.v1.SandboxReady.runsc_gofer:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	14, // 27: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
-	0,  // 28: lazaret.v1.SandboxReady.egress_proxy:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	0,  // 29: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
-	1,  // 30: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
-	21, // 31: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	5,  // 0: lazaret.v1.SupervisorMessage.hello:type_name -> lazaret.v1.SupervisorHello
+	8,  // 1: lazaret.v1.SupervisorMessage.staged:type_name -> lazaret.v1.StagedProcessOwnership
+	10, // 2: lazaret.v1.SupervisorMessage.ready:type_name -> lazaret.v1.SandboxReady
+	16, // 3: lazaret.v1.SupervisorMessage.failure:type_name -> lazaret.v1.SupervisorFailure
+	18, // 4: lazaret.v1.SupervisorMessage.stopped:type_name -> lazaret.v1.SupervisorStopped
+	23, // 5: lazaret.v1.SupervisorMessage.progress:type_name -> lazaret.v1.Progress
+	19, // 6: lazaret.v1.SupervisorMessage.artifact:type_name -> lazaret.v1.ArtifactReady
+	21, // 7: lazaret.v1.SupervisorMessage.anchors_mounted:type_name -> lazaret.v1.AnchorsMounted
+	12, // 8: lazaret.v1.SupervisorMessage.network_ask:type_name -> lazaret.v1.NetworkAsk
+	6,  // 9: lazaret.v1.CoordinatorMessage.start:type_name -> lazaret.v1.StartSandbox
+	9,  // 10: lazaret.v1.CoordinatorMessage.ack:type_name -> lazaret.v1.ProcessOwnershipCommitAck
+	17, // 11: lazaret.v1.CoordinatorMessage.stop:type_name -> lazaret.v1.StopSandbox
+	20, // 12: lazaret.v1.CoordinatorMessage.lease_recorded:type_name -> lazaret.v1.LeaseRecorded
+	13, // 13: lazaret.v1.CoordinatorMessage.network_decision:type_name -> lazaret.v1.NetworkDecision
+	14, // 14: lazaret.v1.CoordinatorMessage.git_guard_update:type_name -> lazaret.v1.GitGuardUpdate
+	4,  // 15: lazaret.v1.CoordinatorMessage.helper_ready:type_name -> lazaret.v1.ConnectivityHelperReady
+	1,  // 16: lazaret.v1.SupervisorHello.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 17: lazaret.v1.SupervisorHello.user_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 18: lazaret.v1.SupervisorHello.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 19: lazaret.v1.SupervisorHello.sandbox_net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	1,  // 20: lazaret.v1.StartSandbox.net_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	7,  // 21: lazaret.v1.StartSandbox.git_routing:type_name -> lazaret.v1.GitRoutingStart
+	11, // 22: lazaret.v1.StartSandbox.egress:type_name -> lazaret.v1.EgressProxySpec
+	0,  // 23: lazaret.v1.StagedProcessOwnership.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 24: lazaret.v1.ProcessOwnershipCommitAck.identity:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 25: lazaret.v1.SandboxReady.attached_runsc:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 26: lazaret.v1.SandboxReady.runsc_sandbox:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 27: lazaret.v1.SandboxReady.runsc_gofer:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	15, // 28: lazaret.v1.SandboxReady.git_routing:type_name -> lazaret.v1.GitRoutingReady
+	0,  // 29: lazaret.v1.SandboxReady.egress_proxy:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	0,  // 30: lazaret.v1.GitRoutingReady.daemon:type_name -> lazaret.v1.PidfsProcessIdentityV1
+	1,  // 31: lazaret.v1.AnchorsMounted.mount_namespace:type_name -> lazaret.v1.NamespaceIdentity
+	22, // 32: lazaret.v1.AnchorsMounted.anchors:type_name -> lazaret.v1.AnchorMount
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_lazaret_v1_supervisor_proto_init() }
@@ -2318,6 +2398,7 @@ func file_lazaret_v1_supervisor_proto_init() {
 		(*CoordinatorMessage_LeaseRecorded)(nil),
 		(*CoordinatorMessage_NetworkDecision)(nil),
 		(*CoordinatorMessage_GitGuardUpdate)(nil),
+		(*CoordinatorMessage_HelperReady)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2325,7 +2406,7 @@ func file_lazaret_v1_supervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lazaret_v1_supervisor_proto_rawDesc), len(file_lazaret_v1_supervisor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -60,14 +60,17 @@ func (s *Service) Launch(rs *proc.Child) <-chan error {
 		if err == nil {
 			err = s.Start(rs)
 		}
-		s.helperReady <- err
+		s.helperErr = err // before started is closed
 	}()
 	return prepared
 }
 
-// HelperReady waits for the outcome of the helper's start (Launch); it is
-// read once.
-func (s *Service) HelperReady() error { return <-s.helperReady }
+// HelperReady waits for the outcome of the helper's start (Launch); any
+// number of callers may.
+func (s *Service) HelperReady() error {
+	<-s.started
+	return s.helperErr
+}
 
 // Start commits the helper and network participants' Intent, then
 // acquires slirp4netns through the causal broker joining RS's netns by

@@ -99,12 +99,13 @@ type Service struct {
 	etcFiles    map[string]string   // guest /etc file → the generation's host file
 	launched    bool                // Launch ran: started will be closed
 	started     chan struct{}       // closed when the helper's start attempt ended
-	// helperReady delivers the helper start's outcome once: the attached
-	// runsc's staged ownership is acknowledged (and runsc runs) only after
-	// it, while the lower, State Anchors and Git routing are prepared in
-	// parallel with the helper's start.
-	helperReady chan error
-	egress      egressState
+	// helperErr is the helper start's outcome, set before started is
+	// closed (HelperReady): the attached runsc's staged ownership is
+	// acknowledged (and runsc runs) only after it, while the lower, State
+	// Anchors and Git routing are prepared in parallel with the helper's
+	// start.
+	helperErr error
+	egress    egressState
 }
 
 // New returns the generation's network role; nothing is started.
@@ -118,7 +119,7 @@ func New(cfg Config) *Service {
 	if cfg.Watch == nil {
 		cfg.Watch = func(*proc.Child, string) {}
 	}
-	return &Service{cfg: cfg, log: cfg.Log, started: make(chan struct{}), helperReady: make(chan error, 1)}
+	return &Service{cfg: cfg, log: cfg.Log, started: make(chan struct{})}
 }
 
 // SidecarID is the generation's Network Sidecar component ID.
