@@ -64,51 +64,34 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		return errdefs.New(errdefs.ErrUnavailable, "the generation is being torn down: not leasing %s", id)
 	}
 	gen := s.gen
-	if err := s.commitStep(func() error {
+	cat, err := s.catalog()
+	if err != nil {
+		return err
+	}
+	key := s.leaseKey(gen, id)
+	// The Storage Catalog is locked and opened (a few synced writes of
+	// pebble's own) while step 1 commits; its one transaction, step 2,
+	// waits for step 1 and inserts nothing unless it committed.
+	intent := make(chan error, 1)
+	inserted := make(chan error, 1)
+	go func() { inserted <- s.insertLease(ctx, cat, key, source, intent) }()
+	err = s.commitStep(func() error {
 		return s.cfg.Store.Update(func(tx *store.Tx) error {
 			if err := tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, nil); err != nil {
 				return err
 			}
 			return tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_INTENT))
 		})
-	}, func(p *steps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent"); err != nil {
+	}, func(p *steps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent")
+	if err != nil {
+		intent <- err
+		<-inserted
 		return err
 	}
 	s.mark("lease intent recorded")
 	failpoint.Hit("lazaret-hc:lower-intent")
-	cat, err := s.catalog()
-	if err != nil {
-		return err
-	}
-	key := s.leaseKey(gen, id)
-	// The trace's InsertLease is recorded under storage-catalog.lock before
-	// the lease is visible, so before it is committed: the transaction is
-	// a commitStep section (with no step after it), or the trace could
-	// name a lease no catalog holds.
-	err = s.commitStep(func() error {
-		return cat.Update(ctx, func(tx *catalog.Tx) error {
-			s.mark("Storage Catalog locked and open")
-			// A gc that died between Reclaiming and its rename would block the
-			// lease: settle it first (RS holds the tree shared, so no gc is
-			// mid-rename and the record rolls back to Published).
-			if out, err := tx.RecoverReclaim(id, preparedcatalog.ProbeTree(s.cfg.StorageRoot)); err != nil {
-				return err
-			} else if out != catalog.NotReclaiming {
-				s.log.Warn("recovered an interrupted reclamation before leasing", "artifact_id", id, "outcome", out.String())
-				s.recordReclaim(out, id)
-			}
-			if err := verifyArtifact(tx, s.cfg.StorageRoot, id, source); err != nil {
-				return err
-			}
-			if err := tx.AcquireLease(key); err != nil {
-				return err
-			}
-			// Under storage-catalog.lock, before the lease is visible.
-			s.step(nil, "InsertLease")
-			return nil
-		})
-	}, nil)
-	if err != nil {
+	intent <- nil
+	if err := <-inserted; err != nil {
 		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
 	}
 	s.mark("lease inserted into the Storage Catalog")
@@ -154,6 +137,51 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 	s.leased = id
 	s.mu.Unlock()
 	return nil
+}
+
+// insertLease is acquisition step 2: under storage-catalog.lock, the
+// lease of key in one catalog transaction. The lock is taken and the
+// catalog opened at once; the transaction waits for step 1's outcome on
+// intent and, unless it is nil, writes nothing (the transaction is
+// discarded, the catalog closed and the lock released).
+func (s *Service) insertLease(ctx context.Context, cat *catalog.Catalog, key catalog.LeaseKey, source string, intent <-chan error) error {
+	// The trace's InsertLease is recorded under storage-catalog.lock before
+	// the lease is visible, so before it is committed: from it to the
+	// commit is a failpoint.Hold section (as commitStep's), or the trace
+	// could name a lease no catalog holds. It begins only after step 1
+	// (and its failpoint) is passed.
+	var end func()
+	defer func() {
+		if end != nil {
+			end()
+		}
+	}()
+	id := key.ArtifactID
+	return cat.Update(ctx, func(tx *catalog.Tx) error {
+		s.mark("Storage Catalog locked and open")
+		if err := <-intent; err != nil {
+			return err
+		}
+		end = failpoint.Hold()
+		// A gc that died between Reclaiming and its rename would block the
+		// lease: settle it first (RS holds the tree shared, so no gc is
+		// mid-rename and the record rolls back to Published).
+		if out, err := tx.RecoverReclaim(id, preparedcatalog.ProbeTree(s.cfg.StorageRoot)); err != nil {
+			return err
+		} else if out != catalog.NotReclaiming {
+			s.log.Warn("recovered an interrupted reclamation before leasing", "artifact_id", id, "outcome", out.String())
+			s.recordReclaim(out, id)
+		}
+		if err := verifyArtifact(tx, s.cfg.StorageRoot, id, source); err != nil {
+			return err
+		}
+		if err := tx.AcquireLease(key); err != nil {
+			return err
+		}
+		// Under storage-catalog.lock, before the lease is visible.
+		s.step(nil, "InsertLease")
+		return nil
+	})
 }
 
 // verifyArtifact checks the artifact RS names against what its preparer
