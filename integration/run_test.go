@@ -718,7 +718,7 @@ func TestDX5TimingTrace(t *testing.T) {
 	}
 	want := []string{"cli lazaret run started", "cli starting the coordinator", "hc coordinator started", "hc store open", "hc recovery done",
 		"hc generation recorded", "hc starting the runtime supervisor", "rs supervisor started", "hc runtime supervisor hello verified",
-		"rs prepared lower held early", "hc lease requested", "hc lease inserted into the Storage Catalog", "rs lease recorded by the coordinator",
+		"hc lease requested", "hc lease inserted into the Storage Catalog", "rs lease recorded by the coordinator",
 		"rs State Anchors mounted", "rs starting runsc",
 		"rs runsc ready (sandbox init running)", "hc sandbox ready", "hc Domain published", "hc session admitted; starting it in the sandbox's init",
 		"cli session accepted", "hc session command exited", "cli exit status received", "cli lazaret run exits"}
@@ -762,12 +762,14 @@ func TestDX5TimingTrace(t *testing.T) {
 	if started, mounted, runsc := at("git-routing Git-routing daemon started"), at("git-routing Git-routing filesystem mounted"), at("rs starting runsc"); started > mounted || mounted > runsc {
 		t.Errorf("the Git-routing daemon's stages are out of order; table:\n%s", r.stderr)
 	}
-	// RS names the lower it holds before it reads StartSandbox, so the
-	// lease is requested before RS checks the lower against StartSandbox
-	// ("prepared lower held"), which precedes the mounts; the Storage
+	// RS holds the lower while the coordinator verifies its hello, and
+	// names it as soon as it holds it, usually before it reads
+	// StartSandbox: the lease is requested after the early hold, and RS's
+	// check of the lower against StartSandbox ("prepared lower held")
+	// precedes the mounts but not necessarily the request; the Storage
 	// Catalog is locked and opened while the lease intent commits, both
 	// between the request and the insertion.
-	if requested, held, recorded := at("hc lease requested"), at("rs prepared lower held"), at("rs lease recorded by the coordinator"); requested > recorded || held > recorded {
+	if early, requested, held, recorded := at("rs prepared lower held early"), at("hc lease requested"), at("rs prepared lower held"), at("rs lease recorded by the coordinator"); early > requested || requested > recorded || held > recorded {
 		t.Errorf("the prepared lower's stages are out of order; table:\n%s", r.stderr)
 	}
 	for _, stage := range []string{"hc lease intent recorded", "hc Storage Catalog locked and open"} {
