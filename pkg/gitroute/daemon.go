@@ -27,6 +27,15 @@ const DaemonArg = "__lazaret-git-routing"
 // ReadyLine is printed on stdout once the filesystem is mounted.
 const ReadyLine = "lazaret-git-routing-ready"
 
+// RulesLine follows ReadyLine on stdout once the workspace's ignore rules
+// are complete (Router.RulesLoaded): the Runtime Supervisor reports the
+// sandbox ready only after it. RulesErrorPrefix starts the line instead
+// when they cannot be read; the daemon then exits.
+const (
+	RulesLine        = "lazaret-git-routing-rules-loaded"
+	RulesErrorPrefix = "lazaret-git-routing-rules-error: "
+)
+
 // EndWatchesSignal asks a serving daemon to stop watching the host
 // workspace: its sandbox is stopping (the Runtime Supervisor sends it at
 // the start of its teardown, once the daemon reported ready).
@@ -139,6 +148,21 @@ func Main(args []string) int {
 		go readGuardUpdates(updates, r, log)
 	}
 	fmt.Fprintln(os.Stdout, ReadyLine)
+	// The workspace's .gitignore files are read behind the mount; until
+	// they are, the rules decide nothing (Routing.Ignored waits). Rules
+	// that cannot be read end the daemon: its mount then fails every
+	// request, and the Runtime Supervisor refuses the start with the
+	// reason.
+	mounted := time.Now()
+	go func() {
+		if err := <-r.RulesLoaded(); err != nil {
+			log.Error("ignore rules", "err", err)
+			fmt.Fprintln(os.Stdout, RulesErrorPrefix+strings.ReplaceAll(err.Error(), "\n", " "))
+			os.Exit(1)
+		}
+		log.Info("ignore rules loaded", "rules", !r.rules.Empty(), "after_mount_ms", time.Since(mounted).Milliseconds())
+		fmt.Fprintln(os.Stdout, RulesLine)
+	}()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 	go func() {
@@ -163,10 +187,13 @@ func Main(args []string) int {
 // mnt, enforcing the guard g; sticky paths are routed to state too
 // (Routing.AddSticky) and files are owned by the rule own. The caller owns the returned server and router.
 func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
+	// The index and the global rule files are read now; the workspace's
+	// .gitignore files, a walk of the whole tree, after the mount
+	// (Router.loadRules).
 	rules := ignorerules.NewRules()
 	if isolate {
 		var err error
-		if rules, err = ignorerules.Load(ws, excludesFile); err != nil {
+		if rules, err = ignorerules.LoadTracked(ws, excludesFile); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -189,6 +216,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 	}
 	r := NewRouter(hostFD, stateFD, rules, hidden, g)
 	r.log, r.refused.log, r.ws = log, log, ws
+	r.loadRules(ws, isolate)
 	r.passthrough = !isolate
 	r.SetOwnership(own)
 	r.AddSticky(sticky...)
@@ -216,7 +244,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 		}
 		go r.watch.run()
 	}
-	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "passthrough", rules.Empty(), "sticky_paths", len(sticky), "guarded_files", len(g.Files), "guarded_trees", len(g.Trees))
+	log.Info("git routing mounted", "workspace", ws, "state", state, "mountpoint", mnt, "isolate", isolate, "sticky_paths", len(sticky), "guarded_files", len(g.Files), "guarded_trees", len(g.Trees))
 	return srv, r, nil
 }
 

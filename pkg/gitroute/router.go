@@ -40,6 +40,11 @@ const stateInoBit = 1 << 63
 // same decision to find which state entries are ignored paths.
 type Routing struct {
 	rules *ignorerules.Rules
+	// rulesReady, when not nil, is closed once rules holds every
+	// .gitignore of the workspace (Router.loadRules); Ignored waits for it
+	// before the rules decide anything. It stays open if that walk failed:
+	// the daemon then exits without another decision.
+	rulesReady <-chan struct{}
 	// hidden are top-level names always routed to state (with everything
 	// below them): absent editor configuration, a .git the host lacked.
 	hidden map[string]bool
@@ -105,6 +110,9 @@ type Router struct {
 	// logs what the Git Sentry refuses here.
 	log     *slog.Logger
 	refused refusals
+	// rulesDone delivers the outcome of the walk for the workspace's
+	// .gitignore files (loadRules, RulesLoaded).
+	rulesDone chan error
 	// ws is the workspace's host path (for seedLate; "" when unknown);
 	// lateSeeded are the working trees whose gitfile the sandbox was
 	// given this generation or had at its start.
@@ -195,6 +203,36 @@ func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string, g
 	return r
 }
 
+// loadRules reads the workspace's .gitignore files into the router's
+// rules in the background (ignorerules.LoadGitignores, a walk of the whole
+// workspace): the mount, and the sandbox's boot behind it, do not wait for
+// that walk, while every decision the rules take waits for its end
+// (Routing.Ignored). RulesLoaded delivers its outcome; without isolation
+// there is no walk. Call it once, before serving.
+func (r *Router) loadRules(ws string, isolate bool) {
+	r.rulesDone = make(chan error, 1)
+	if !isolate {
+		r.rulesDone <- nil
+		return
+	}
+	ready := make(chan struct{})
+	r.rulesReady = ready
+	rules := r.rules
+	go func() {
+		err := rules.LoadGitignores(ws)
+		if err == nil {
+			close(ready)
+		}
+		r.rulesDone <- err
+	}()
+}
+
+// RulesLoaded delivers, once, the outcome of the walk for the workspace's
+// .gitignore files that Mount began: nil once the rules are complete. After
+// an error no decision was taken from them, and none will be (the daemon
+// ends).
+func (r *Router) RulesLoaded() <-chan error { return r.rulesDone }
+
 // Close releases the backend descriptors.
 func (r *Router) Close() {
 	r.watch.close()
@@ -222,6 +260,9 @@ func (r *Routing) Ignored(rel string, isDir bool) bool {
 	}
 	if r.stickyCovers(rel) {
 		return true
+	}
+	if r.rulesReady != nil {
+		<-r.rulesReady
 	}
 	return r.rules.Ignored(rel, isDir)
 }

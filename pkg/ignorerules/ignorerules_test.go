@@ -90,6 +90,19 @@ func TestAgreesWithGit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same in two steps (the Git-routing daemon's: the index and the
+	// global files, then the .gitignore files behind its mount).
+	tracked, err := LoadTracked(ws, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tracked.Ignored("scratch", false) || tracked.Ignored("x.o", false) {
+		t.Errorf("LoadTracked: info/exclude's scratch ignored %v (want true), .gitignore's x.o ignored %v (want false: not walked yet)",
+			tracked.Ignored("scratch", false), tracked.Ignored("x.o", false))
+	}
+	if err := tracked.LoadGitignores(ws); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range paths {
 		c := exec.Command("git", "check-ignore", "-q", p)
 		c.Dir = ws
@@ -97,6 +110,9 @@ func TestAgreesWithGit(t *testing.T) {
 		gitSays := c.Run() == nil
 		if got := r.Ignored(p, false); got != gitSays {
 			t.Errorf("%s: ignorerules %v, git check-ignore %v", p, got, gitSays)
+		}
+		if got := tracked.Ignored(p, false); got != gitSays {
+			t.Errorf("%s: LoadTracked then LoadGitignores %v, git check-ignore %v", p, got, gitSays)
 		}
 	}
 }

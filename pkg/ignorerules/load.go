@@ -69,8 +69,24 @@ func GitfileTarget(content []byte, dir string) (string, bool) {
 // the index of its Git directory and info/exclude of the common directory
 // (GitDirs; a linked worktree has its own index). excludesFile is the
 // resolved core.excludesFile ("" for none; a missing file is no rules). A
-// missing index means nothing is tracked.
+// missing index means nothing is tracked. It is LoadTracked, then
+// LoadGitignores.
 func Load(ws, excludesFile string) (*Rules, error) {
+	r, err := LoadTracked(ws, excludesFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.LoadGitignores(ws); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// LoadTracked is Load without the workspace's .gitignore files: the index
+// and the global rule files, a few reads. LoadGitignores adds the rest,
+// a walk of the whole workspace, which a caller may run later, as long as
+// no decision is taken from the rules before it ended.
+func LoadTracked(ws, excludesFile string) (*Rules, error) {
 	r := NewRules()
 	gitdir, common := GitDirs(ws)
 	if b, err := readRuleFile(filepath.Join(gitdir, "index"), maxIndex); err == nil {
@@ -104,6 +120,13 @@ func Load(ws, excludesFile string) (*Rules, error) {
 			return nil, err
 		}
 	}
+	return r, nil
+}
+
+// LoadGitignores adds the .gitignore files of the workspace ws to r (from
+// LoadTracked): a walk of the whole workspace but for .git and ignored
+// directories. r must not be read meanwhile.
+func (r *Rules) LoadGitignores(ws string) error {
 	// Walk for .gitignore files, parents before children so a directory's
 	// exclusion is known before descending (Git reads no .gitignore inside
 	// an excluded directory).
@@ -134,9 +157,9 @@ func Load(ws, excludesFile string) (*Rules, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read ignore rules of %s: %w", ws, err)
+		return fmt.Errorf("read ignore rules of %s: %w", ws, err)
 	}
-	return r, nil
+	return nil
 }
 
 // readRuleFile reads a regular file without following a final symlink.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -42,7 +43,14 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	if err != nil {
 		return nil, nil, err
 	}
-	defer outR.Close()
+	// The reader below owns outR once it runs (it reads the daemon's
+	// stdout to its end).
+	reading := false
+	defer func() {
+		if !reading {
+			outR.Close()
+		}
+	}()
 	// Guard updates (the coordinator's GitGuardUpdate, updateGuard) reach
 	// the daemon through a pipe of its own.
 	guardR, guardW, err := os.Pipe()
@@ -92,15 +100,33 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	s.timing.Mark("Git-routing daemon staged and released")
 	failpoint.Hit("lazaret-rs:git-routing-acquired")
 	ready := make(chan error, 1)
+	rules := make(chan error, 1)
+	s.routingRules = rules
+	reading = true
 	go func() {
+		defer outR.Close()
 		sc := bufio.NewScanner(outR)
+		mounted := false
 		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == gitroute.ReadyLine {
+			line := strings.TrimSpace(sc.Text())
+			switch msg, failed := strings.CutPrefix(line, gitroute.RulesErrorPrefix); {
+			case !mounted && line == gitroute.ReadyLine:
+				mounted = true
 				ready <- nil
+			case mounted && line == gitroute.RulesLine:
+				rules <- nil
+				io.Copy(io.Discard, outR) // nothing more is expected
+				return
+			case mounted && failed:
+				rules <- errdefs.New(errdefs.ErrInvalid, "the Git-routing daemon cannot read the workspace's ignore rules: %s; fix or remove the file it names", msg)
 				return
 			}
 		}
-		ready <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before mounting the workspace")
+		if !mounted {
+			ready <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before mounting the workspace")
+			return
+		}
+		rules <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before reading the workspace's ignore rules")
 	}()
 	select {
 	case err = <-ready:
@@ -128,6 +154,29 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 		MountpointDev: uint64(before.Dev), MountpointIno: before.Ino, Mountpoint: g.Mountpoint,
 	}
 	return child, ev, nil
+}
+
+// awaitRoutingRules waits for the Git-routing daemon to report the
+// workspace's ignore rules complete (gitroute.RulesLine): it reads them
+// behind its mount, while runsc boots, and the sandbox is reported ready
+// only after them. Without a daemon there is nothing to wait for.
+func (s *supervisor) awaitRoutingRules() error {
+	if s.routingRules == nil {
+		return nil
+	}
+	select {
+	case err := <-s.routingRules:
+		if err == nil {
+			s.timing.Mark("Git-routing ignore rules loaded")
+		}
+		return err
+	case <-time.After(routingReadyTimeout):
+		return errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon did not read the workspace's ignore rules within %s", routingReadyTimeout)
+	case <-s.hcGone:
+		return errdefs.New(errdefs.ErrUnavailable, "host coordinator gone during start")
+	case <-s.stop:
+		return errdefs.New(errdefs.ErrUnavailable, "stop requested before the workspace's ignore rules were read")
+	}
 }
 
 // endRoutingWatches tells a ready daemon, as the sandbox begins to stop,

@@ -265,6 +265,7 @@ type supervisor struct {
 	purged       chan struct{}          // closed when reclaimed artifacts are deleted
 	stopPurge    context.CancelFunc     // stops that deletion (awaitPurge)
 	routing      *proc.Child            // Git-routing daemon, when the profile isolates ignored paths
+	routingRules chan error             // the daemon's ignore rules complete (awaitRoutingRules)
 	kids         *runscChildren         // the attached runsc's sandbox and gofer, once proven
 	routed       *lv1.GitRoutingReady
 	acks         chan *lv1.ProcessOwnershipCommitAck
@@ -713,6 +714,12 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	s.kids = kids
+	// The Git-routing daemon read the workspace's .gitignore files while
+	// runsc booted; the sandbox is ready only with them.
+	if err := s.awaitRoutingRules(); err != nil {
+		s.teardown(child, inW)
+		return nil, nil, err
+	}
 	if failpoint.Armed("lazaret-rs:kill-runsc-after-ready") {
 		child.Signal(unix.SIGKILL) // simulates an attached runsc crash
 	}

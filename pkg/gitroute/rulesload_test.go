@@ -1,0 +1,92 @@
+package gitroute
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lazaret/lazaret/pkg/ignorerules"
+)
+
+// TestIgnoredWaitsForTheWorkspaceRules: while the walk for the workspace's
+// .gitignore files runs (Router.loadRules), every decision the rules take
+// waits for its end, so none is taken from incomplete rules; decisions
+// that do not need them (hidden names, nested Git directories) do not
+// wait.
+func TestIgnoredWaitsForTheWorkspaceRules(t *testing.T) {
+	rules := ignorerules.NewRules()
+	ready := make(chan struct{})
+	r := NewRouting(rules, []string{".vscode"}, false)
+	r.rulesReady = ready
+	if !r.Ignored(".vscode/settings.json", false) || !r.Ignored("vendor/lib/.git", true) {
+		t.Fatal("a hidden name or a nested Git directory is not routed to state before the rules are complete")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- r.Ignored("build/out.o", false) }()
+	select {
+	case v := <-got:
+		t.Fatalf("decided %v from rules still being read", v)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// What the walk adds before it ends.
+	if err := rules.AddGitignore("", []byte("*.o\n")); err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	select {
+	case v := <-got:
+		if !v {
+			t.Error("build/out.o is not ignored by the rules completed meanwhile")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the decision still waits after the rules were completed")
+	}
+}
+
+// TestRulesLoadedReportsTheWalk: the walk's outcome reaches RulesLoaded;
+// rules that cannot be read (a .gitignore over the size bound) report the
+// file and leave the decisions waiting (the daemon then exits, taking
+// none); without isolation there is no walk.
+func TestRulesLoadedReportsTheWalk(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, ".gitignore"), []byte("*.o\n"), 0o644)
+	load := func(isolate bool) (*Router, error) {
+		t.Helper()
+		rules, err := ignorerules.LoadTracked(ws, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := NewRouter(-1, -1, rules, nil, Guard{})
+		r.loadRules(ws, isolate)
+		select {
+		case err := <-r.RulesLoaded():
+			return r, err
+		case <-time.After(10 * time.Second):
+			t.Fatal("no outcome of the walk")
+		}
+		return nil, nil
+	}
+	r, err := load(true)
+	if err != nil || !r.Ignored("a.o", false) {
+		t.Fatalf("walk: %v, a.o ignored %v", err, err == nil && r.Ignored("a.o", false))
+	}
+	if r, err := load(false); err != nil || r.rulesReady != nil {
+		t.Fatalf("without isolation: %v, gate %v", err, r.rulesReady)
+	}
+	big := filepath.Join(ws, "sub", ".gitignore")
+	os.MkdirAll(filepath.Dir(big), 0o755)
+	if err := os.WriteFile(big, []byte(strings.Repeat("#\n", 3<<20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err = load(true)
+	if err == nil || !strings.Contains(err.Error(), "sub/.gitignore") {
+		t.Fatalf("a .gitignore over the bound: %v", err)
+	}
+	select {
+	case <-r.rulesReady:
+		t.Error("the decisions were let through after the walk failed")
+	default:
+	}
+}
