@@ -105,28 +105,7 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	reading = true
 	go func() {
 		defer outR.Close()
-		sc := bufio.NewScanner(outR)
-		mounted := false
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			switch msg, failed := strings.CutPrefix(line, gitroute.RulesErrorPrefix); {
-			case !mounted && line == gitroute.ReadyLine:
-				mounted = true
-				ready <- nil
-			case mounted && line == gitroute.RulesLine:
-				rules <- nil
-				io.Copy(io.Discard, outR) // nothing more is expected
-				return
-			case mounted && failed:
-				rules <- errdefs.New(errdefs.ErrInvalid, "the Git-routing daemon cannot read the workspace's ignore rules: %s; fix or remove the file it names", msg)
-				return
-			}
-		}
-		if !mounted {
-			ready <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before mounting the workspace")
-			return
-		}
-		rules <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before reading the workspace's ignore rules")
+		readDaemonLines(outR, ready, rules)
 	}()
 	select {
 	case err = <-ready:
@@ -154,6 +133,35 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 		MountpointDev: uint64(before.Dev), MountpointIno: before.Ino, Mountpoint: g.Mountpoint,
 	}
 	return child, ev, nil
+}
+
+// readDaemonLines reads the Git-routing daemon's stdout: the outcome of its
+// mount goes to ready (its ReadyLine, or its end without it), then that of
+// its ignore rules to rules (its RulesLine, the reason it gives after
+// RulesErrorPrefix, or its end). What follows is read and dropped.
+func readDaemonLines(out io.Reader, ready, rules chan<- error) {
+	sc := bufio.NewScanner(out)
+	mounted := false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch msg, failed := strings.CutPrefix(line, gitroute.RulesErrorPrefix); {
+		case !mounted && line == gitroute.ReadyLine:
+			mounted = true
+			ready <- nil
+		case mounted && line == gitroute.RulesLine:
+			rules <- nil
+			io.Copy(io.Discard, out) // nothing more is expected
+			return
+		case mounted && failed:
+			rules <- errdefs.New(errdefs.ErrInvalid, "the Git-routing daemon cannot read the workspace's ignore rules: %s; fix or remove the file it names", msg)
+			return
+		}
+	}
+	if !mounted {
+		ready <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before mounting the workspace")
+		return
+	}
+	rules <- errdefs.New(errdefs.ErrUnavailable, "the Git-routing daemon exited before reading the workspace's ignore rules")
 }
 
 // awaitRoutingRules waits for the Git-routing daemon to report the
