@@ -40,11 +40,11 @@ const stateInoBit = 1 << 63
 // same decision to find which state entries are ignored paths.
 type Routing struct {
 	rules *ignorerules.Rules
-	// rulesReady, when not nil, is closed once rules holds every
-	// .gitignore of the workspace (Router.loadRules); Ignored waits for it
-	// before the rules decide anything. It stays open if that walk failed:
-	// the daemon then exits without another decision.
-	rulesReady <-chan struct{}
+	// rulesPending, when not nil, opens once rules holds every .gitignore
+	// of the workspace (Router.loadRules); Ignored waits for it before the
+	// rules decide anything. It stays shut if that walk failed: the daemon
+	// then exits without another decision.
+	rulesPending *rulesGate
 	// hidden are top-level names always routed to state (with everything
 	// below them): absent editor configuration, a .git the host lacked.
 	hidden map[string]bool
@@ -215,16 +215,40 @@ func (r *Router) loadRules(ws string, isolate bool) {
 		r.rulesDone <- nil
 		return
 	}
-	ready := make(chan struct{})
-	r.rulesReady = ready
+	gate := newRulesGate()
+	r.rulesPending = gate
 	rules := r.rules
 	go func() {
 		err := rules.LoadGitignores(ws)
 		if err == nil {
-			close(ready)
+			gate.open()
 		}
 		r.rulesDone <- err
 	}()
+}
+
+// rulesGate holds decisions until the rules are complete. Every lookup
+// passes it, so once open it costs an atomic load, not a lock.
+type rulesGate struct {
+	opened atomic.Bool
+	ch     chan struct{}
+}
+
+func newRulesGate() *rulesGate { return &rulesGate{ch: make(chan struct{})} }
+
+// open lets every decision through; what was written to the rules before
+// it is seen after wait.
+func (g *rulesGate) open() {
+	g.opened.Store(true)
+	close(g.ch)
+}
+
+// wait returns once the gate is open (at once for none).
+func (g *rulesGate) wait() {
+	if g == nil || g.opened.Load() {
+		return
+	}
+	<-g.ch
 }
 
 // RulesLoaded delivers, once, the outcome of the walk for the workspace's
@@ -261,9 +285,7 @@ func (r *Routing) Ignored(rel string, isDir bool) bool {
 	if r.stickyCovers(rel) {
 		return true
 	}
-	if r.rulesReady != nil {
-		<-r.rulesReady
-	}
+	r.rulesPending.wait()
 	return r.rules.Ignored(rel, isDir)
 }
 

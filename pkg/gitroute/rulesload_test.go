@@ -17,9 +17,9 @@ import (
 // wait.
 func TestIgnoredWaitsForTheWorkspaceRules(t *testing.T) {
 	rules := ignorerules.NewRules()
-	ready := make(chan struct{})
+	gate := newRulesGate()
 	r := NewRouting(rules, []string{".vscode"}, false)
-	r.rulesReady = ready
+	r.rulesPending = gate
 	if !r.Ignored(".vscode/settings.json", false) || !r.Ignored("vendor/lib/.git", true) {
 		t.Fatal("a hidden name or a nested Git directory is not routed to state before the rules are complete")
 	}
@@ -34,7 +34,7 @@ func TestIgnoredWaitsForTheWorkspaceRules(t *testing.T) {
 	if err := rules.AddGitignore("", []byte("*.o\n")); err != nil {
 		t.Fatal(err)
 	}
-	close(ready)
+	gate.open()
 	select {
 	case v := <-got:
 		if !v {
@@ -72,8 +72,8 @@ func TestRulesLoadedReportsTheWalk(t *testing.T) {
 	if err != nil || !r.Ignored("a.o", false) {
 		t.Fatalf("walk: %v, a.o ignored %v", err, err == nil && r.Ignored("a.o", false))
 	}
-	if r, err := load(false); err != nil || r.rulesReady != nil {
-		t.Fatalf("without isolation: %v, gate %v", err, r.rulesReady)
+	if r, err := load(false); err != nil || r.rulesPending != nil {
+		t.Fatalf("without isolation: %v, gate %v", err, r.rulesPending)
 	}
 	big := filepath.Join(ws, "sub", ".gitignore")
 	os.MkdirAll(filepath.Dir(big), 0o755)
@@ -84,9 +84,7 @@ func TestRulesLoadedReportsTheWalk(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "sub/.gitignore") {
 		t.Fatalf("a .gitignore over the bound: %v", err)
 	}
-	select {
-	case <-r.rulesReady:
+	if r.rulesPending.opened.Load() {
 		t.Error("the decisions were let through after the walk failed")
-	default:
 	}
 }
