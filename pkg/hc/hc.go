@@ -106,6 +106,9 @@ type coordinator struct {
 	// is ready (announceHelper), or that will not happen; nil until
 	// StartSandbox is sent.
 	helperAnnounced chan struct{}
+	// stickyScan is the start scan of the sticky ignored paths, begun
+	// before the store opens (gitrouting.BeginStickyScan).
+	stickyScan *gitrouting.StickyScan
 	// lower drives the prepared lower and State Anchors (package
 	// preparedlower); set once the Domain Store is open.
 	lower *preparedlower.Service
@@ -318,6 +321,11 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 	// is read while the store opens and recovery runs: a Git start-up is
 	// ~15 ms here.
 	hostGitConfig := c.readHostGitConfig()
+	// The start scan of the sticky ignored paths reads the workspace, its
+	// state and the record, all under the Domain lock held here: it walks
+	// the workspace while the store opens and recovery runs (on a large
+	// workspace the walk is most of the time before StartSandbox).
+	c.stickyScan = gitrouting.BeginStickyScan(c.cfg.workspace, c.paths.DomainRoot, c.paths.IgnoredStateDir(), c.cfg.profile.IgnoredPathIsolation)
 	if err := c.hostSupport(); err != nil {
 		return err
 	}

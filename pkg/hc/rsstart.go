@@ -27,7 +27,7 @@ import (
 
 // startGeneration acquires the Runtime Supervisor and drives it to ready.
 func (c *coordinator) startGeneration() {
-	c.routing.StartSticky()
+	c.routing.StartSticky(c.stickyScan)
 	if err := c.rs.Finish(); err != nil {
 		c.setState(stateFailed, err)
 		return

@@ -162,9 +162,35 @@ func (r *Rules) LoadGitignores(ws string) error {
 	return nil
 }
 
+// LoadGitignoreAt adds the rules of the .gitignore file in directory rel
+// of the workspace ws, open at dirfd: what LoadGitignores reads there, for
+// a caller that walks the workspace itself (parents before children, no
+// directory the rules exclude: stickyignore.ScanWith). A missing file, a
+// symlink or anything but a regular file adds nothing; a file that cannot
+// be read, or is over the size bound, is an error naming it.
+func (r *Rules) LoadGitignoreAt(ws string, dirfd int, rel string) error {
+	p := filepath.Join(ws, filepath.FromSlash(rel), ".gitignore")
+	b, err := readRuleFileAt(dirfd, ".gitignore", p, maxRuleFile)
+	if err == nil {
+		err = r.AddGitignore(rel, b)
+	} else if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read ignore rules of %s: %w", ws, err)
+	}
+	return nil
+}
+
 // readRuleFile reads a regular file without following a final symlink.
 func readRuleFile(p string, limit int64) ([]byte, error) {
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	return readRuleFileAt(unix.AT_FDCWD, p, p, limit)
+}
+
+// readRuleFileAt is readRuleFile of name beneath dirfd; p names it in
+// errors.
+func readRuleFileAt(dirfd int, name, p string, limit int64) ([]byte, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}

@@ -53,6 +53,20 @@ const scanResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOL
 // cannot be read (another owner's private mode) is skipped, as the router
 // cannot serve it either.
 func Scan(workspace, stateDir string, routed Classifier) ([]Found, error) {
+	return ScanWith(workspace, stateDir, routed, nil)
+}
+
+// EnterHook runs for each host directory a scan enters, before the
+// directory's entries are classified, with the directory's descriptor and
+// the type of its ".gitignore" entry (0: it has none); an error ends the
+// scan. A caller whose Classifier follows the workspace's ignore rules adds
+// the directory's own rules here, as Git reads them, parents before
+// children and none inside an excluded directory, in the same walk.
+type EnterHook func(rel string, dirfd int, gitignore uint8) error
+
+// ScanWith is Scan that runs enter (nil: nothing) for each host directory
+// it enters, the workspace root first.
+func ScanWith(workspace, stateDir string, routed Classifier, enter EnterHook) ([]Found, error) {
 	host, err := unix.Open(workspace, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, errdefs.Mark(&os.PathError{Op: "open workspace", Path: workspace, Err: err}, errdefs.ErrUnavailable)
@@ -65,7 +79,7 @@ func Scan(workspace, stateDir string, routed Classifier) ([]Found, error) {
 		return nil, &os.PathError{Op: "open Ignored Workspace State", Path: stateDir, Err: err}
 	}
 	var out []Found
-	err = scanDir(host, state, "", routed, &out, 0)
+	err = scanDir(host, state, "", routed, enter, &out, 0)
 	if out == nil {
 		out = []Found{}
 	}
@@ -74,7 +88,7 @@ func Scan(workspace, stateDir string, routed Classifier) ([]Found, error) {
 }
 
 // scanDir scans one directory level; it closes hfd and sfd (-1: absent).
-func scanDir(hfd, sfd int, rel string, routed Classifier, out *[]Found, depth int) error {
+func scanDir(hfd, sfd int, rel string, routed Classifier, enter EnterHook, out *[]Found, depth int) error {
 	defer func() {
 		if hfd >= 0 {
 			unix.Close(hfd)
@@ -87,6 +101,15 @@ func scanDir(hfd, sfd int, rel string, routed Classifier, out *[]Found, depth in
 		return errdefs.New(errdefs.ErrRefused, "%s: directory nesting deeper than %d", rel, statetree.MaxDepth)
 	}
 	hostEntries := readTypes(hfd)
+	if enter != nil && hfd >= 0 {
+		t, ok := hostEntries[".gitignore"]
+		if ok && t == unix.DT_UNKNOWN {
+			t = typeAt(hfd, ".gitignore")
+		}
+		if err := enter(rel, hfd, t); err != nil {
+			return err
+		}
+	}
 	stateEntries := readTypes(sfd)
 	names := make([]string, 0, len(hostEntries)+len(stateEntries))
 	for n := range hostEntries {
@@ -136,7 +159,7 @@ func scanDir(hfd, sfd int, rel string, routed Classifier, out *[]Found, depth in
 		if ch < 0 && cs < 0 {
 			continue
 		}
-		if err := scanDir(ch, cs, p, routed, out, depth+1); err != nil {
+		if err := scanDir(ch, cs, p, routed, enter, out, depth+1); err != nil {
 			return err
 		}
 	}

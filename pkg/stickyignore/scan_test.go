@@ -1,6 +1,7 @@
 package stickyignore
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -133,5 +134,68 @@ func BenchmarkScan5000(b *testing.B) {
 		if err != nil || len(found) != 100 {
 			b.Fatalf("Scan: %d found, %v", len(found), err)
 		}
+	}
+}
+
+// TestScanWithEntersHostDirectoriesFirst: ScanWith runs its hook for each
+// host directory it descends into, the root first and each before its
+// entries are classified, with the type of its .gitignore entry; never
+// for a routed directory, a state-only one, or .git; the hook's error ends
+// the scan.
+func TestScanWithEntersHostDirectoriesFirst(t *testing.T) {
+	host, state := t.TempDir(), t.TempDir()
+	put(t, host, ".gitignore", "out/\n")
+	put(t, host, "a/.gitignore", "*.o\n")
+	put(t, host, "a/b/c.o", "")
+	put(t, host, "a/b/keep.txt", "")
+	put(t, host, "out/.gitignore", "never read: out/ is routed\n")
+	put(t, host, ".git/.gitignore", "")
+	put(t, host, "d/.gitignore/x", "a directory named .gitignore")
+	put(t, state, "s/y.o", "state-only directory")
+	var entered []string
+	types := map[string]uint8{}
+	found, err := ScanWith(host, state, func(rel string, isDir bool) bool {
+		dir := filepath.Dir(rel)
+		if dir == "." {
+			dir = ""
+		}
+		if _, ok := types[dir]; !ok {
+			// Only a state-only directory is classified unentered.
+			if _, err := os.Stat(filepath.Join(host, dir)); err == nil {
+				t.Errorf("%q classified before its directory %q was entered", rel, dir)
+			}
+		}
+		return rel == "out" || filepath.Ext(rel) == ".o"
+	}, func(rel string, dirfd int, gitignore uint8) error {
+		entered = append(entered, rel)
+		types[rel] = gitignore
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"", "a", "a/b", "d", "d/.gitignore"}; !reflect.DeepEqual(entered, want) {
+		t.Errorf("entered %q, want %q", entered, want)
+	}
+	for rel, want := range map[string]uint8{"": 8, "a": 8, "a/b": 0, "d": 4} { // DT_REG 8, DT_DIR 4
+		if types[rel] != want {
+			t.Errorf("%q: .gitignore type %d, want %d", rel, types[rel], want)
+		}
+	}
+	var paths []string
+	for _, f := range found {
+		paths = append(paths, f.Path)
+	}
+	if want := []string{"a/b/c.o", "out", "s/y.o"}; !reflect.DeepEqual(paths, want) {
+		t.Errorf("found %q, want %q", paths, want)
+	}
+	stop := os.ErrPermission
+	if _, err := ScanWith(host, state, func(string, bool) bool { return false }, func(rel string, _ int, _ uint8) error {
+		if rel == "a" {
+			return stop
+		}
+		return nil
+	}); !errors.Is(err, stop) {
+		t.Errorf("hook error: ScanWith returned %v, want %v", err, stop)
 	}
 }

@@ -10,6 +10,7 @@
 // to acknowledge RS's staged ownership), never the coordinator itself. The
 // role's lifecycle is
 //
+//	(BeginStickyScan, before the generation is recorded) →
 //	StartSticky → Start (Git Sentry, bare Intent) → CommitStaged (daemon
 //	Staged, acknowledged) → Ready (Prepared: daemon Committed, mount) →
 //	Release → Clean (after RS is reaped) → EndSticky

@@ -78,7 +78,7 @@ func newRole(t *testing.T) *roleEnv {
 	e.s = New(Config{Store: st, Generation: 1, Profile: &config.Profile{IgnoredPathIsolation: true},
 		Workspace: ws, DomainRoot: dir, StateDir: paths.IgnoredStateDir(), RoutedWorkspace: filepath.Join(dir, "routed"),
 		Ack: func(s *lv1.StagedProcessOwnership) error { e.acked = append(e.acked, s); return nil }})
-	e.s.StartSticky()
+	e.s.StartSticky(nil)
 	return e
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lazaret/lazaret/pkg/ignorerules"
 	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
@@ -28,31 +30,103 @@ type stickyState struct {
 	asked bool
 }
 
-// StartSticky records, while the runtime supervisor starts, every path
-// that is ignored or already sticky and exists on the host or in the
-// Ignored Workspace State, so that it stays routed to state in every
-// later generation whatever the sandbox does to .gitignore.
-// Start waits for it (awaitSticky) before the daemon is asked
+// StickyScan is the start scan of a Domain's sticky ignored paths: the
+// generation's ignore rules and every existing path they or the sticky
+// record route to state. It reads the workspace, the Ignored Workspace
+// State and the record, and writes nothing, so the coordinator begins it
+// as soon as it holds the Domain lock (BeginStickyScan), while its store
+// opens, and the generation's Service records its findings (StartSticky).
+type StickyScan struct {
+	done  chan struct{}
+	err   error
+	took  time.Duration
+	rules *ignorerules.Rules
+	rec   *stickyignore.Record
+	found []stickyignore.Found
+}
+
+// BeginStickyScan begins the start scan of the workspace ws and the Ignored
+// Workspace State stateDir with the record of domainRoot; nil when
+// ignored-path isolation is off (FR-9: nothing is routed by the rules).
+// The caller holds the Domain lock, which every writer of the record and
+// the state takes.
+func BeginStickyScan(ws, domainRoot, stateDir string, isolate bool) *StickyScan {
+	if !isolate {
+		return nil
+	}
+	sc := &StickyScan{done: make(chan struct{})}
+	go func() {
+		defer close(sc.done)
+		t0 := time.Now()
+		defer func() { sc.took = time.Since(t0) }()
+		home, _ := os.UserHomeDir()
+		_, common := ignorerules.GitDirs(ws)
+		// The index and the global rule files now; each directory's
+		// .gitignore as the scan enters it (one walk of the workspace).
+		if sc.rules, sc.err = ignorerules.LoadTracked(ws, ignorerules.ExcludesFile(common, home, os.Getenv("XDG_CONFIG_HOME"))); sc.err != nil {
+			return
+		}
+		if sc.rec, sc.err = stickyignore.Load(domainRoot); sc.err != nil {
+			return
+		}
+		sc.found, sc.err = scanSticky(ws, stateDir, sc.rec, sc.rules, true)
+	}()
+	return sc
+}
+
+// scanSticky finds what rules or rec route to state in the workspace ws
+// and the state dir. With loadRules, the rules have no .gitignore file
+// yet: each is added as the scan enters its directory, before the
+// directory's entries are classified, as Git reads them (parents first,
+// none inside a routed directory). The coordinator's other readers of the
+// rules decide nothing inside a routed directory either: a sticky one is
+// covered by the record first, an ignored one by its own exclusion.
+func scanSticky(ws, stateDir string, rec *stickyignore.Record, rules *ignorerules.Rules, loadRules bool) ([]stickyignore.Found, error) {
+	var enter stickyignore.EnterHook
+	if loadRules {
+		enter = func(rel string, dirfd int, gitignore uint8) error {
+			if gitignore == 0 || gitignore == unix.DT_LNK || gitignore == unix.DT_DIR {
+				return nil // none, or nothing Git reads
+			}
+			return rules.LoadGitignoreAt(ws, dirfd, rel)
+		}
+	}
+	return stickyignore.ScanWith(ws, stateDir, func(rel string, isDir bool) bool {
+		if _, ok := rec.Covering(rel); ok {
+			return true
+		}
+		return rules.Ignored(rel, isDir)
+	}, enter)
+}
+
+// StartSticky records what the start scan sc (BeginStickyScan, for this
+// Service's workspace, Domain Root and state) found, while the runtime
+// supervisor starts: every path that is ignored or already sticky and
+// exists on the host or in the Ignored Workspace State, so that it stays
+// routed to state in every later generation whatever the sandbox does to
+// .gitignore. Start waits for it (awaitSticky) before the daemon is asked
 // for, which reads the record.
-func (s *Service) StartSticky() {
+func (s *Service) StartSticky(sc *StickyScan) {
 	s.sticky.done = make(chan struct{})
 	if !s.cfg.Profile.IgnoredPathIsolation {
 		close(s.sticky.done) // trusted configuration turned isolation off (FR-9)
 		return
 	}
+	if sc == nil {
+		sc = BeginStickyScan(s.cfg.Workspace, s.cfg.DomainRoot, s.cfg.StateDir, true)
+	}
 	go func() {
 		defer close(s.sticky.done)
-		t0 := time.Now()
-		home, _ := os.UserHomeDir()
-		_, common := ignorerules.GitDirs(s.cfg.Workspace)
-		rules, err := ignorerules.Load(s.cfg.Workspace, ignorerules.ExcludesFile(common, home, os.Getenv("XDG_CONFIG_HOME")))
-		if err != nil {
-			s.sticky.err = err
+		<-sc.done
+		s.sticky.took = sc.took
+		if s.sticky.err = sc.err; sc.err != nil {
 			return
 		}
-		s.sticky.rules = rules
-		s.sticky.err = s.recordSticky("start")
-		s.sticky.took = time.Since(t0)
+		s.sticky.rules, s.sticky.found, s.sticky.record = sc.rules, sc.found, sc.rec
+		s.sticky.err = s.saveSticky("start", sc.rec, sc.found)
+		if s.sticky.err == nil {
+			s.noteUnignoredSticky(sc.rec, sc.rules)
+		}
 	}()
 }
 
@@ -90,7 +164,8 @@ func (s *Service) EndSticky() {
 }
 
 // recordSticky scans with the generation's rules plus the record and
-// saves the record with what it adds (never removes anything).
+// saves the record with what it adds (never removes anything): the end
+// scan (EndSticky).
 //
 // Preconditions: the coordinator holds the Domain lock.
 func (s *Service) recordSticky(when string) error {
@@ -98,27 +173,21 @@ func (s *Service) recordSticky(when string) error {
 	if err != nil {
 		return err
 	}
-	rules := s.sticky.rules
-	found, err := stickyignore.Scan(s.cfg.Workspace, s.cfg.StateDir, func(rel string, isDir bool) bool {
-		if _, ok := rec.Covering(rel); ok {
-			return true
-		}
-		return rules.Ignored(rel, isDir)
-	})
+	found, err := scanSticky(s.cfg.Workspace, s.cfg.StateDir, rec, s.sticky.rules, false)
 	if err != nil {
 		return err
 	}
-	if when == "start" {
-		s.sticky.found, s.sticky.record = found, rec
-	}
+	return s.saveSticky(when, rec, found)
+}
+
+// saveSticky adds to rec what a scan found, recorded by this generation,
+// and saves it when that added anything.
+func (s *Service) saveSticky(when string, rec *stickyignore.Record, found []stickyignore.Found) error {
 	if added := rec.Add(found, s.cfg.Generation, time.Now()); len(added) > 0 {
 		if err := stickyignore.Save(s.cfg.DomainRoot, rec); err != nil {
 			return err
 		}
 		s.log.Info("sticky ignored paths recorded", "when", when, "added", len(added), "sticky_paths", len(rec.Paths))
-	}
-	if when == "start" {
-		s.noteUnignoredSticky(rec, rules)
 	}
 	return nil
 }

@@ -9,12 +9,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lazaret/lazaret/pkg/config"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
 	"github.com/lazaret/lazaret/pkg/gitsentry"
+	"github.com/lazaret/lazaret/pkg/ignorerules"
 	"github.com/lazaret/lazaret/pkg/stickyignore"
 )
 
@@ -67,7 +69,7 @@ func TestStickyAcrossGenerations(t *testing.T) {
 	writeFile(t, filepath.Join(ws, ".env"), "host")
 	writeFile(t, filepath.Join(ws, "src", "main.go"), "package main")
 	c := stickyCoordinator(ws, dr, 1, true)
-	c.StartSticky()
+	c.StartSticky(nil)
 	if err := c.awaitSticky(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func TestStickyAcrossGenerations(t *testing.T) {
 		t.Fatalf("after generation 1 end: %v, want %v", got, want)
 	}
 	c2 := stickyCoordinator(ws, dr, 2, true)
-	c2.StartSticky()
+	c2.StartSticky(nil)
 	if err := c2.awaitSticky(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +104,7 @@ func TestStickyNotRecordedWithIsolationOff(t *testing.T) {
 	writeFile(t, filepath.Join(ws, ".gitignore"), ".env\n")
 	writeFile(t, filepath.Join(ws, ".env"), "host")
 	c := stickyCoordinator(ws, dr, 1, false)
-	c.StartSticky()
+	c.StartSticky(nil)
 	<-c.sticky.done
 	c.EndSticky()
 	if _, err := os.Lstat(filepath.Join(dr, stickyignore.File)); !errors.Is(err, os.ErrNotExist) {
@@ -117,7 +119,7 @@ func TestStickyDamagedRecordFailsTheGeneration(t *testing.T) {
 	writeFile(t, filepath.Join(ws, ".gitignore"), ".env\n")
 	writeFile(t, filepath.Join(dr, stickyignore.File), `{"version": 1, "paths": [{"path": "../escape"}]}`)
 	c := stickyCoordinator(ws, dr, 1, true)
-	c.StartSticky()
+	c.StartSticky(nil)
 	if err := c.awaitSticky(); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "sticky ignored paths") {
 		t.Errorf("damaged record: %v", err)
 	}
@@ -169,5 +171,108 @@ func TestGuardUpdate(t *testing.T) {
 	}
 	if files, trees, changed := s.GuardUpdate(nil); !changed || len(files)+len(trees) != 0 {
 		t.Errorf("core.hooksPath removed again: files %v trees %v changed %v", files, trees, changed)
+	}
+}
+
+// TestStickyStartScanReadsRulesInOneWalk: the start scan adds each
+// directory's .gitignore as it enters the directory; what it records, and
+// the rules it leaves for the rest of the start (ignored binds, the
+// notice), are those of loading every .gitignore first and scanning
+// after — nested rules, negations, a .gitignore inside an ignored
+// directory (never read), one that is a symlink or a directory (nothing),
+// a sticky directory that the rules no longer ignore, and state-only
+// directories. A .gitignore that cannot be read fails the scan with its
+// path, as the two-walk load did.
+func TestStickyStartScanReadsRulesInOneWalk(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	ws, dr := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(ws, ".gitignore"), "*.log\nbuild/\n!keep.log\n")
+	writeFile(t, filepath.Join(ws, "a", ".gitignore"), "tmp/\n!important.log\n")
+	writeFile(t, filepath.Join(ws, "a", "b", ".gitignore"), "*.cache\n")
+	writeFile(t, filepath.Join(ws, "a", "b", "c", "x.cache"), "")
+	writeFile(t, filepath.Join(ws, "a", "tmp", "f"), "")
+	writeFile(t, filepath.Join(ws, "a", "important.log"), "")
+	writeFile(t, filepath.Join(ws, "a", "other.log"), "")
+	writeFile(t, filepath.Join(ws, "keep.log"), "")
+	// Inside an ignored directory: Git reads no .gitignore there.
+	writeFile(t, filepath.Join(ws, "build", ".gitignore"), "!*\n")
+	writeFile(t, filepath.Join(ws, "build", "out.o"), "")
+	// A .gitignore that is a symlink or a directory adds nothing.
+	writeFile(t, filepath.Join(ws, "d", "real-rules"), "*.txt\n")
+	if err := os.Symlink("real-rules", filepath.Join(ws, "d", ".gitignore")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(ws, "d", "n.txt"), "")
+	writeFile(t, filepath.Join(ws, "e", ".gitignore", "x"), "")
+	writeFile(t, filepath.Join(ws, "e", "n.log"), "")
+	// Sticky from an earlier generation, no longer ignored; its own
+	// .gitignore is not read (everything beneath it is routed anyway).
+	writeFile(t, filepath.Join(ws, "old", ".gitignore"), "*\n")
+	writeFile(t, filepath.Join(ws, "old", "data"), "")
+	rec := stickyignore.Empty()
+	rec.Add([]stickyignore.Found{{Path: "old", Type: "dir", Host: true}}, 1, time.Unix(1, 0))
+	if err := stickyignore.Save(dr, rec); err != nil {
+		t.Fatal(err)
+	}
+	// State-only directories: the sandbox's ignored files under a path the
+	// host lacks.
+	writeFile(t, filepath.Join(dr, "ignored-state", "s", "t", "y.cache"), "")
+	writeFile(t, filepath.Join(dr, "ignored-state", "a", "b", "z.cache"), "")
+
+	// The reference: every .gitignore loaded, then the scan.
+	ref, err := ignorerules.Load(ws, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := stickyignore.Scan(ws, filepath.Join(dr, "ignored-state"), func(rel string, isDir bool) bool {
+		if _, ok := rec.Covering(rel); ok {
+			return true
+		}
+		return ref.Ignored(rel, isDir)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c := stickyCoordinator(ws, dr, 2, true)
+	c.StartSticky(nil)
+	if err := c.awaitSticky(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.sticky.found, want) {
+		t.Fatalf("one walk found %+v\ntwo walks found %+v", c.sticky.found, want)
+	}
+	for _, f := range want {
+		t.Logf("found %s (%s, %s)", f.Path, f.Type, f.FoundIn())
+	}
+	if len(want) < 6 {
+		t.Fatalf("the fixture routes too little to compare (%d paths)", len(want))
+	}
+	// Outside the routed directories, the rules decide as the reference's.
+	for _, p := range []struct {
+		rel string
+		dir bool
+	}{{"a/other.log", false}, {"a/important.log", false}, {"keep.log", false}, {"a/b/c/x.cache", false}, {"a/tmp", true},
+		{"d/n.txt", false}, {"e/n.log", false}, {"a/b/new.cache", false}, {"s/t/y.cache", false}, {"src/main.go", false}} {
+		if got, want := c.sticky.rules.Ignored(p.rel, p.dir), ref.Ignored(p.rel, p.dir); got != want {
+			t.Errorf("Ignored(%q): one walk %v, two walks %v", p.rel, got, want)
+		}
+	}
+	if got, want := c.sticky.rules.TopDirPatterns(), ref.TopDirPatterns(); !reflect.DeepEqual(got, want) {
+		t.Errorf("TopDirPatterns: one walk %v, two walks %v", got, want)
+	}
+
+	// A .gitignore over the size bound fails the scan, naming it, as the
+	// two-walk load did.
+	bad := filepath.Join(ws, "a", "b", ".gitignore")
+	writeFile(t, bad, strings.Repeat("#\n", 3<<20))
+	if _, err := ignorerules.Load(ws, ""); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("two walks with an oversized %s: %v, want an error naming it", bad, err)
+	}
+	c = stickyCoordinator(ws, dr, 3, true)
+	c.StartSticky(nil)
+	if err := c.awaitSticky(); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("one walk with an oversized %s: %v, want an error naming it", bad, err)
 	}
 }
