@@ -87,13 +87,6 @@ func Main(args []string) int {
 	rec.Mark("Git-routing daemon started")
 	defer rec.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("role", "git_routing", "pid", os.Getpid())
-	// The bounding set goes now, while the runtime has few threads, not
-	// after the mount (capability.Bound says why): the mount needs
-	// CAP_SYS_ADMIN effective, not bounding.
-	if err := capability.Bound(FileCapabilities); err != nil {
-		log.Error("bound capabilities before the mount", "err", err)
-		return 1
-	}
 	if *ws == "" || *state == "" || *mnt == "" {
 		fmt.Fprintln(os.Stderr, "git-routing: --workspace, --state and --mountpoint are required")
 		return 2
@@ -117,21 +110,14 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "git-routing:", err)
 		return 2
 	}
-	srv, r, err := Mount(*ws, *state, *mnt, *excludes, hide, sticky, g, own, *isolate, log)
+	// Mounted, not yet served: the kernel holds every request to the mount
+	// (INIT first) until the serve loop starts, below.
+	srv, r, err := MountHeld(*ws, *state, *mnt, *excludes, hide, sticky, g, own, *isolate, log)
 	if err != nil {
 		log.Error("mount", "err", err)
 		return 1
 	}
 	defer r.Close()
-	// The mount was the one privileged step: the daemon serves requests the
-	// sandbox drives, so from here on it keeps only FileCapabilities on any
-	// thread and can gain none (no_new_privs). The Runtime Supervisor, not
-	// the daemon, unmounts at teardown.
-	if err := capability.Keep(FileCapabilities); err != nil {
-		log.Error("drop capabilities after the mount", "err", err)
-		srv.Unmount()
-		return 1
-	}
 	rec.Mark("Git-routing filesystem mounted")
 	// EndWatchesSignal from the Runtime Supervisor, at the start of its
 	// teardown: the watches go (hostWatch.endWatches says why). Installed
@@ -148,6 +134,21 @@ func Main(args []string) int {
 		go readGuardUpdates(updates, r, log)
 	}
 	fmt.Fprintln(os.Stdout, ReadyLine)
+	// The mount was the one privileged step: the daemon serves requests the
+	// sandbox drives, so before it serves any it keeps only
+	// FileCapabilities on any thread and can gain none (no_new_privs). That
+	// takes ~35 world stops (capability.Bound), after the ready line: the
+	// Runtime Supervisor goes on meanwhile (it reads the mount's identity
+	// without a request), and nothing reaches the mount before runsc's
+	// gofer, which then waits for the serve loop. The Runtime Supervisor,
+	// not the daemon, unmounts at teardown; a daemon that cannot drop them
+	// exits without serving, and RS refuses the start (it ends before its
+	// rules line).
+	if err := capability.Keep(FileCapabilities); err != nil {
+		log.Error("drop capabilities after the mount; not serving it", "err", err)
+		return 1
+	}
+	go srv.Serve()
 	// The workspace's .gitignore files are read behind the mount; until
 	// they are, the rules decide nothing (Routing.Ignored waits). Rules
 	// that cannot be read end the daemon: its mount then fails every
@@ -187,6 +188,17 @@ func Main(args []string) int {
 // mnt, enforcing the guard g; sticky paths are routed to state too
 // (Routing.AddSticky) and files are owned by the rule own. The caller owns the returned server and router.
 func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
+	srv, r, err := MountHeld(ws, state, mnt, excludesFile, hidden, sticky, g, own, isolate, log)
+	if err == nil {
+		go srv.Serve()
+	}
+	return srv, r, err
+}
+
+// MountHeld is Mount without serving: the kernel holds every request to
+// the new mount (the connection's INIT first) until the caller starts
+// srv.Serve.
+func MountHeld(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
 	// The index and the global rule files are read now; the workspace's
 	// .gitignore files, a walk of the whole tree, after the mount
 	// (Router.loadRules).
@@ -230,7 +242,7 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 		log.Warn("no inotify: host changes reach the sandbox within the short cache lifetime", "err", err, "short_timeout", shortTimeout)
 		r.watch, to = nil, shortTimeout
 	}
-	srv, err := serve(mnt, r.Root(), MountOptions(to))
+	srv, err := mountFS(mnt, r.Root(), MountOptions(to))
 	if err != nil {
 		r.Close()
 		return nil, nil, fmt.Errorf("mount the Git-routing filesystem at %s: %w (is /dev/fuse usable by this user? `lazaret doctor` checks it)", mnt, err)
@@ -248,24 +260,20 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 	return srv, r, nil
 }
 
-// serve mounts root at mnt and serves it, like go-fuse's fs.Mount but
-// without its WaitMount: that probes the new mount from this very process
-// (it opens, polls and closes a magic file on it). A daemon SIGKILLed while
-// it has a file or a request outstanding on its own mount can never exit:
-// the close at exit (FLUSH) waits for a reply only its dead serve loop could
-// send, so it stays in D state until someone aborts the connection through
-// fusectl. The daemon therefore never touches its own mount. With a direct
-// mount, mount(2) has already succeeded when NewServer returns, and the
-// kernel holds every request until the serve loop answers INIT; the probe
-// exists for processes that poll their own FUSE files through Go's
-// netpoller, which this daemon does not do.
-func serve(mnt string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
-	srv, err := fuse.NewServer(fs.NewNodeFS(root, opts), mnt, &opts.MountOptions)
-	if err != nil {
-		return nil, err
-	}
-	go srv.Serve()
-	return srv, nil
+// mountFS mounts root at mnt, like go-fuse's fs.Mount but without serving
+// it and without its WaitMount: that probes the new mount from this very
+// process (it opens, polls and closes a magic file on it). A daemon
+// SIGKILLed while it has a file or a request outstanding on its own mount
+// can never exit: the close at exit (FLUSH) waits for a reply only its dead
+// serve loop could send, so it stays in D state until someone aborts the
+// connection through fusectl. The daemon therefore never touches its own
+// mount. With a direct mount, mount(2) has already succeeded when NewServer
+// returns, and the kernel holds every request until the serve loop
+// (srv.Serve, the caller's) answers INIT; the probe exists for processes
+// that poll their own FUSE files through Go's netpoller, which this daemon
+// does not do.
+func mountFS(mnt string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
+	return fuse.NewServer(fs.NewNodeFS(root, opts), mnt, &opts.MountOptions)
 }
 
 // names is a repeatable string flag.

@@ -698,3 +698,60 @@ func TestRouterKeepsDeletedNumbers(t *testing.T) {
 		t.Errorf("%d descriptors open after the deleted nodes were released, %d before: pins leak", n, before)
 	}
 }
+
+// TestMountHeldServesNothingBeforeServe: a mount MountHeld made answers no
+// request until its serve loop runs (the daemon drops its capabilities in
+// between), while its identity is readable without one (the Runtime
+// Supervisor's statx, AT_STATX_DONT_SYNC); once served, the workspace is
+// there.
+func TestMountHeldServesNothingBeforeServe(t *testing.T) {
+	if os.Getenv(helperEnv) == "" {
+		root := t.TempDir()
+		for _, d := range []string{"ws", "mnt"} {
+			os.MkdirAll(filepath.Join(root, d), 0o755)
+		}
+		write(t, filepath.Join(root, "ws", "src/main.go"), "package main\n")
+		c := exec.Command("unshare", "-Urm", os.Args[0], "-test.run=^TestMountHeldServesNothingBeforeServe$", "-test.v")
+		c.Env = append(os.Environ(), helperEnv+"="+root)
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("held mount in a user+mount namespace: %v\n%s", err, out)
+		}
+		return
+	}
+	root := os.Getenv(helperEnv)
+	ws, state, mnt := filepath.Join(root, "ws"), filepath.Join(root, "state"), filepath.Join(root, "mnt")
+	srv, r, err := MountHeld(ws, state, mnt, "", nil, nil, Guard{}, Ownership{}, true, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, mnt, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID|unix.STATX_INO, &stx); err != nil {
+		t.Fatalf("statx of the held mount without a request: %v", err)
+	}
+	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		t.Errorf("%s is not reported as a mount root", mnt)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := os.ReadFile(filepath.Join(mnt, "src/main.go"))
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		t.Fatalf("a read through the held mount was answered (%v) before the serve loop ran", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	go srv.Serve()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatalf("read once served: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held read was not answered once the mount was served")
+	}
+	if err := srv.Unmount(); err != nil {
+		t.Error(err)
+	}
+}

@@ -118,8 +118,12 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 		s.stopChild(child)
 		return nil, nil, err
 	}
+	// The mount's identity, without a request to the daemon (which serves
+	// only once it has dropped its capabilities, after its ready line):
+	// the mount ID and root flag are the kernel's, the rest is the root
+	// inode the mount made.
 	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, g.Mountpoint, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID|unix.STATX_INO, &stx); err != nil {
+	if err := unix.Statx(unix.AT_FDCWD, g.Mountpoint, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID|unix.STATX_INO, &stx); err != nil {
 		s.stopChild(child)
 		return nil, nil, &os.PathError{Op: "statx", Path: g.Mountpoint, Err: err}
 	}
