@@ -10,3 +10,10 @@ func (p Paths) IgnoredStateDir() string { return filepath.Join(p.DomainRoot, "ig
 // RoutedWorkspace is where the Runtime Supervisor mounts the Git-routing
 // daemon's view of the workspace (in its private mount namespace).
 func (p Paths) RoutedWorkspace() string { return filepath.Join(p.RuntimeDir, "workspace") }
+
+// GitignoreSnapshot is the generation's snapshot of the workspace's
+// .gitignore files, which HC's start scan read and the Git-routing daemon
+// applies (ignorerules.WriteSnapshot).
+func (p Paths) GitignoreSnapshot() string {
+	return filepath.Join(p.RuntimeDir, "gitignore-snapshot.json")
+}

@@ -74,6 +74,7 @@ func Main(args []string) int {
 	owner := fl.String("owner", "0:0", "guest UID:GID the developer's files are reported as (Ownership)")
 	var hide, guardFiles, guardTrees names
 	fl.Var(&hide, "hide", "top-level name always routed to state (repeatable)")
+	rulesSnapshot := fl.String("rules-snapshot", "", "the coordinator's snapshot of the workspace's .gitignore files (ignorerules.WriteSnapshot), applied instead of a walk ('' for none)")
 	stickyRoot := fl.String("sticky-root", "", "Domain Root whose record of sticky ignored paths (package stickyignore) also routes to state ('' for none)")
 	fl.Var(&guardFiles, "guard", "workspace-relative path host Git reads or runs, kept read-only (repeatable)")
 	fl.Var(&guardTrees, "guard-tree", "workspace-relative directory kept read-only with everything beneath it (repeatable)")
@@ -112,7 +113,18 @@ func Main(args []string) int {
 	}
 	// Mounted, not yet served: the kernel holds every request to the mount
 	// (INIT first) until the serve loop starts, below.
-	srv, r, err := MountHeld(*ws, *state, *mnt, *excludes, hide, sticky, g, own, *isolate, log)
+	var gitignores []ignorerules.Gitignore
+	if *rulesSnapshot != "" && *isolate {
+		var err error
+		if gitignores, err = ignorerules.ReadSnapshot(*rulesSnapshot); err != nil {
+			log.Error("the coordinator's .gitignore snapshot", "err", err)
+			return 1
+		}
+		if gitignores == nil {
+			gitignores = []ignorerules.Gitignore{} // read: none, no walk
+		}
+	}
+	srv, r, err := MountHeld(*ws, *state, *mnt, *excludes, hide, sticky, g, own, *isolate, gitignores, log)
 	if err != nil {
 		log.Error("mount", "err", err)
 		return 1
@@ -188,7 +200,7 @@ func Main(args []string) int {
 // mnt, enforcing the guard g; sticky paths are routed to state too
 // (Routing.AddSticky) and files are owned by the rule own. The caller owns the returned server and router.
 func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
-	srv, r, err := MountHeld(ws, state, mnt, excludesFile, hidden, sticky, g, own, isolate, log)
+	srv, r, err := MountHeld(ws, state, mnt, excludesFile, hidden, sticky, g, own, isolate, nil, log)
 	if err == nil {
 		go srv.Serve()
 	}
@@ -197,8 +209,10 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 
 // MountHeld is Mount without serving: the kernel holds every request to
 // the new mount (the connection's INIT first) until the caller starts
-// srv.Serve.
-func MountHeld(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, log *slog.Logger) (*fuse.Server, *Router, error) {
+// srv.Serve. With gitignores (not nil: the coordinator's snapshot of the
+// workspace's .gitignore files) the rules are complete at once, without
+// the walk.
+func MountHeld(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, gitignores []ignorerules.Gitignore, log *slog.Logger) (*fuse.Server, *Router, error) {
 	// The index and the global rule files are read now; the workspace's
 	// .gitignore files, a walk of the whole tree, after the mount
 	// (Router.loadRules).
@@ -228,7 +242,7 @@ func MountHeld(ws, state, mnt, excludesFile string, hidden, sticky []string, g G
 	}
 	r := NewRouter(hostFD, stateFD, rules, hidden, g)
 	r.log, r.refused.log, r.ws = log, log, ws
-	r.loadRules(ws, isolate)
+	r.loadRules(ws, isolate, gitignores)
 	r.passthrough = !isolate
 	r.SetOwnership(own)
 	r.AddSticky(sticky...)

@@ -159,13 +159,17 @@
 // `.gitignore` outside ignored directories, `.git/info/exclude`,
 // `core.excludesFile` resolved by HC) and the index's tracked paths are read
 // once and compiled to regular expressions. The index and the global files
-// are read before the mount; the `.gitignore` files, a walk of the whole
-// workspace (tens of milliseconds per few thousand directories), behind
-// it, while runsc boots: until that walk ends no decision is taken from
-// the rules (`Routing.Ignored` waits), the daemon then prints a second
-// line (`RulesLine`), and RS reports the sandbox ready only after it. Rules
-// that cannot be read end the daemon (`RulesErrorPrefix` and the reason),
-// and RS refuses the start with that reason. A path is ignored when it is
+// are read before the mount. The `.gitignore` files are those HC's start
+// scan of the sticky ignored paths read (`--rules-snapshot`,
+// `ignorerules.ReadSnapshot`: the same rules as the sticky record's, no
+// second walk; none inside a routed directory, where every path is routed
+// anyway); without a snapshot the daemon walks the whole workspace for
+// them (tens of milliseconds per few thousand directories) behind the
+// mount, while runsc boots, and until that walk ends no decision is taken
+// from the rules (`Routing.Ignored` waits). Either way the daemon then
+// prints a second line (`RulesLine`), and RS reports the sandbox ready only
+// after it. Rules that cannot be read end the daemon (`RulesErrorPrefix`
+// and the reason), and RS refuses the start with that reason. A path is ignored when it is
 // not tracked, not an ancestor of a tracked path, and a pattern excludes it or
 // one of its ancestors (gitignore precedence: last match in a file wins;
 // deeper `.gitignore` beats shallower beats `info/exclude` beats

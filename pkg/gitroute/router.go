@@ -203,16 +203,22 @@ func NewRouter(hostFD, stateFD int, rules *ignorerules.Rules, hidden []string, g
 	return r
 }
 
-// loadRules reads the workspace's .gitignore files into the router's
-// rules in the background (ignorerules.LoadGitignores, a walk of the whole
+// loadRules adds the workspace's .gitignore files to the router's rules:
+// gitignores, the coordinator's snapshot, at once; without one it reads
+// them in the background (ignorerules.LoadGitignores, a walk of the whole
 // workspace): the mount, and the sandbox's boot behind it, do not wait for
 // that walk, while every decision the rules take waits for its end
 // (Routing.Ignored). RulesLoaded delivers its outcome; without isolation
-// there is no walk. Call it once, before serving.
-func (r *Router) loadRules(ws string, isolate bool) {
+// there is nothing to read. Call it once, before serving.
+func (r *Router) loadRules(ws string, isolate bool, gitignores []ignorerules.Gitignore) {
 	r.rulesDone = make(chan error, 1)
 	if !isolate {
 		r.rulesDone <- nil
+		return
+	}
+	if gitignores != nil {
+		// The coordinator's snapshot: the files its start scan read.
+		r.rulesDone <- r.rules.AddGitignores(gitignores)
 		return
 	}
 	gate := newRulesGate()

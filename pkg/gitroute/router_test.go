@@ -720,7 +720,7 @@ func TestMountHeldServesNothingBeforeServe(t *testing.T) {
 	}
 	root := os.Getenv(helperEnv)
 	ws, state, mnt := filepath.Join(root, "ws"), filepath.Join(root, "state"), filepath.Join(root, "mnt")
-	srv, r, err := MountHeld(ws, state, mnt, "", nil, nil, Guard{}, Ownership{}, true, slog.Default())
+	srv, r, err := MountHeld(ws, state, mnt, "", nil, nil, Guard{}, Ownership{}, true, nil, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func TestRulesLoadedReportsTheWalk(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := NewRouter(-1, -1, rules, nil, Guard{})
-		r.loadRules(ws, isolate)
+		r.loadRules(ws, isolate, nil)
 		select {
 		case err := <-r.RulesLoaded():
 			return r, err
@@ -86,5 +86,66 @@ func TestRulesLoadedReportsTheWalk(t *testing.T) {
 	}
 	if r.rulesPending.opened.Load() {
 		t.Error("the decisions were let through after the walk failed")
+	}
+}
+
+// TestRulesFromTheCoordinatorsSnapshot: with the coordinator's snapshot of
+// the .gitignore files, the rules are complete at once (no walk, no
+// gate), decide as the walk's would, and ignore what the workspace's
+// files say now (the snapshot is the generation's); an empty snapshot
+// means no .gitignore, not a walk; a file in it the rules cannot parse is
+// the outcome, as the walk's error would be.
+func TestRulesFromTheCoordinatorsSnapshot(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "a"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".gitignore"), []byte("*.o\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, "a", ".gitignore"), []byte("tmp/\n!keep.o\n"), 0o644)
+	load := func(gitignores []ignorerules.Gitignore) (*Router, error) {
+		t.Helper()
+		rules, err := ignorerules.LoadTracked(ws, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := NewRouter(-1, -1, rules, nil, Guard{})
+		r.loadRules(ws, true, gitignores)
+		select {
+		case err := <-r.RulesLoaded():
+			return r, err
+		case <-time.After(10 * time.Second):
+			t.Fatal("no outcome")
+		}
+		return nil, nil
+	}
+	walked, err := load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := load([]ignorerules.Gitignore{{Dir: "", Content: []byte("*.o\n")}, {Dir: "a", Content: []byte("tmp/\n!keep.o\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.rulesPending != nil {
+		t.Error("rules from a snapshot wait for a walk")
+	}
+	for _, p := range []struct {
+		rel string
+		dir bool
+	}{{"x.o", false}, {"a/keep.o", false}, {"a/y.o", false}, {"a/tmp", true}, {"b/tmp", true}, {"src/main.go", false}} {
+		if got, want := snap.Ignored(p.rel, p.dir), walked.Ignored(p.rel, p.dir); got != want {
+			t.Errorf("Ignored(%q): snapshot %v, walk %v", p.rel, got, want)
+		}
+	}
+	// The workspace changes after the coordinator read it: the snapshot
+	// holds.
+	os.WriteFile(filepath.Join(ws, ".gitignore"), []byte("*.c\n"), 0o644)
+	if !snap.Ignored("z.o", false) || snap.Ignored("z.c", false) {
+		t.Error("the snapshot's rules followed a later edit")
+	}
+	none, err := load([]ignorerules.Gitignore{})
+	if err != nil || none.Ignored("z.c", false) || none.rulesPending != nil {
+		t.Fatalf("an empty snapshot: %v, z.c ignored %v (a walk would ignore it now)", err, err == nil && none.Ignored("z.c", false))
+	}
+	if _, err := load([]ignorerules.Gitignore{{Dir: "", Content: []byte(strings.Repeat("x", 5<<20))}}); err == nil {
+		t.Error("a snapshot file over the rule-file bound was accepted")
 	}
 }

@@ -19,7 +19,7 @@ import (
 func (c *coordinator) newRouting() *gitrouting.Service {
 	return gitrouting.New(gitrouting.Config{
 		Log: c.log, Store: c.store, Generation: c.generation, Profile: c.cfg.profile,
-		Workspace: c.cfg.workspace, DomainRoot: c.paths.DomainRoot, StateDir: c.paths.IgnoredStateDir(), RoutedWorkspace: c.paths.RoutedWorkspace(),
+		Workspace: c.cfg.workspace, DomainRoot: c.paths.DomainRoot, StateDir: c.paths.IgnoredStateDir(), RoutedWorkspace: c.paths.RoutedWorkspace(), RulesSnapshot: c.paths.GitignoreSnapshot(),
 		Progress: c.addProgress, Ack: c.ackStaged,
 	})
 }

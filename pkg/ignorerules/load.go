@@ -163,23 +163,24 @@ func (r *Rules) LoadGitignores(ws string) error {
 }
 
 // LoadGitignoreAt adds the rules of the .gitignore file in directory rel
-// of the workspace ws, open at dirfd: what LoadGitignores reads there, for
-// a caller that walks the workspace itself (parents before children, no
-// directory the rules exclude: stickyignore.ScanWith). A missing file, a
-// symlink or anything but a regular file adds nothing; a file that cannot
-// be read, or is over the size bound, is an error naming it.
-func (r *Rules) LoadGitignoreAt(ws string, dirfd int, rel string) error {
+// of the workspace ws, open at dirfd, and returns the file's content (nil
+// for none): what LoadGitignores reads there, for a caller that walks the
+// workspace itself (parents before children, no directory the rules
+// exclude: stickyignore.ScanWith). A missing file, a symlink or anything
+// but a regular file adds nothing; a file that cannot be read, or is over
+// the size bound, is an error naming it.
+func (r *Rules) LoadGitignoreAt(ws string, dirfd int, rel string) ([]byte, error) {
 	p := filepath.Join(ws, filepath.FromSlash(rel), ".gitignore")
 	b, err := readRuleFileAt(dirfd, ".gitignore", p, maxRuleFile)
 	if err == nil {
 		err = r.AddGitignore(rel, b)
 	} else if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read ignore rules of %s: %w", ws, err)
+		return nil, fmt.Errorf("read ignore rules of %s: %w", ws, err)
 	}
-	return nil
+	return b, nil
 }
 
 // readRuleFile reads a regular file without following a final symlink.

@@ -65,6 +65,9 @@ func (s *supervisor) startGitRouting() (*proc.Child, *lv1.GitRoutingReady, error
 	} else {
 		// HC recorded the Domain's sticky ignored paths before StartSandbox.
 		args = append(args, "--sticky-root="+anchor.Root(s.start.StorageRoot, s.start.DomainId))
+		if g.RulesSnapshot != "" {
+			args = append(args, "--rules-snapshot="+g.RulesSnapshot)
+		}
 	}
 	args = append(args, fmt.Sprintf("--owner=%d:%d", g.OwnerUid, g.OwnerGid))
 	for _, n := range g.HiddenNames {

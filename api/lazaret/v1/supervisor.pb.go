@@ -948,8 +948,13 @@ type GitRoutingStart struct {
 	// The guest ids the developer's files are reported as (the profile's
 	// session user; 0 for root). Whatever guest user creates or chowns a
 	// file, it stays the developer's on the host (gitroute.Ownership).
-	OwnerUid      uint32 `protobuf:"varint,9,opt,name=owner_uid,json=ownerUid,proto3" json:"owner_uid,omitempty"`
-	OwnerGid      uint32 `protobuf:"varint,10,opt,name=owner_gid,json=ownerGid,proto3" json:"owner_gid,omitempty"`
+	OwnerUid uint32 `protobuf:"varint,9,opt,name=owner_uid,json=ownerUid,proto3" json:"owner_uid,omitempty"`
+	OwnerGid uint32 `protobuf:"varint,10,opt,name=owner_gid,json=ownerGid,proto3" json:"owner_gid,omitempty"`
+	// With isolation: the host path of the generation's snapshot of the
+	// workspace's .gitignore files (ignorerules.WriteSnapshot), read by HC's
+	// start scan of the sticky ignored paths; the daemon applies it instead
+	// of walking the workspace for them. "" for none (the daemon walks).
+	RulesSnapshot string `protobuf:"bytes,11,opt,name=rules_snapshot,json=rulesSnapshot,proto3" json:"rules_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1052,6 +1057,13 @@ func (x *GitRoutingStart) GetOwnerGid() uint32 {
 		return x.OwnerGid
 	}
 	return 0
+}
+
+func (x *GitRoutingStart) GetRulesSnapshot() string {
+	if x != nil {
+		return x.RulesSnapshot
+	}
+	return ""
 }
 
 // StagedProcessOwnership is CausalChildAcquisitionV1 step 6 for an
@@ -2194,7 +2206,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"sessionGid\x12,\n" +
 	"\x12memory_limit_bytes\x18\x19 \x01(\x04R\x10memoryLimitBytes\x123\n" +
 	"\x06egress\x18\x1a \x01(\v2\x1b.lazaret.v1.EgressProxySpecR\x06egress\x120\n" +
-	"\x14reusable_artifact_id\x18\x1b \x01(\tR\x12reusableArtifactId\"\xee\x02\n" +
+	"\x14reusable_artifact_id\x18\x1b \x01(\tR\x12reusableArtifactId\"\x95\x03\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +
@@ -2208,7 +2220,8 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\rguarded_trees\x18\b \x03(\tR\fguardedTrees\x12\x1b\n" +
 	"\towner_uid\x18\t \x01(\rR\bownerUid\x12\x1b\n" +
 	"\towner_gid\x18\n" +
-	" \x01(\rR\bownerGid\"\xee\x01\n" +
+	" \x01(\rR\bownerGid\x12%\n" +
+	"\x0erules_snapshot\x18\v \x01(\tR\rrulesSnapshot\"\xee\x01\n" +
 	"\x16StagedProcessOwnership\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/hc/supervisortest"
+	"github.com/lazaret/lazaret/pkg/ignorerules"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
@@ -206,3 +208,51 @@ func TestReadyRefusesUnaskedDaemon(t *testing.T) {
 // absence is the coordinator's recovery proof without its stop: a
 // recorded process that still runs is reported, not killed.
 var absence = supervisortest.Absence(100*time.Millisecond, pidfs.Identity{})
+
+// TestStartHandsTheScansGitignoresToTheDaemon: with isolation, Start
+// writes the .gitignore files the start scan read (none inside a routed
+// directory) to RulesSnapshot and names it in GitRoutingStart, so that the
+// daemon applies exactly those rules without a walk of its own; without
+// isolation it hands none.
+func TestStartHandsTheScansGitignoresToTheDaemon(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	e := newRole(t)
+	ws := t.TempDir()
+	writeFile(t, filepath.Join(ws, ".gitignore"), "build/\n")
+	writeFile(t, filepath.Join(ws, "src", ".gitignore"), "*.o\n")
+	writeFile(t, filepath.Join(ws, "build", ".gitignore"), "never read\n")
+	snap := filepath.Join(e.dir, "gitignore-snapshot.json")
+	for _, isolate := range []bool{true, false} {
+		os.Remove(snap)
+		paths := domain.Paths{DomainRoot: e.dir}
+		s := New(Config{Store: e.st, Generation: 1, Profile: &config.Profile{IgnoredPathIsolation: isolate},
+			Workspace: ws, DomainRoot: e.dir, StateDir: paths.IgnoredStateDir(), RoutedWorkspace: filepath.Join(e.dir, "routed"), RulesSnapshot: snap})
+		s.StartSticky(nil)
+		var sb ocispec.Sandbox
+		start, err := s.Start(&sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !isolate {
+			if start.RulesSnapshot != "" {
+				t.Errorf("without isolation the daemon is handed %q", start.RulesSnapshot)
+			}
+			if _, err := os.Stat(snap); !os.IsNotExist(err) {
+				t.Errorf("without isolation a snapshot was written: %v", err)
+			}
+			continue
+		}
+		if start.RulesSnapshot != snap {
+			t.Fatalf("GitRoutingStart names snapshot %q, want %q", start.RulesSnapshot, snap)
+		}
+		got, err := ignorerules.ReadSnapshot(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []ignorerules.Gitignore{{Dir: "", Content: []byte("build/\n")}, {Dir: "src", Content: []byte("*.o\n")}}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("snapshot %q, want %q", got, want)
+		}
+	}
+}

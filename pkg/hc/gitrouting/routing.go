@@ -77,6 +77,14 @@ func (s *Service) Start(sb *ocispec.Sandbox) (*lv1.GitRoutingStart, error) {
 		HiddenNames:  plan.RoutedNames(), IgnoredPathIsolation: isolate,
 		GuardedFiles: files, GuardedTrees: trees,
 	}
+	if isolate && s.cfg.RulesSnapshot != "" {
+		// The daemon applies the .gitignore files the start scan read:
+		// the same rules as the sticky record's, without a second walk.
+		if err := ignorerules.WriteSnapshot(s.cfg.RulesSnapshot, s.sticky.gitignores); err != nil {
+			return nil, fmt.Errorf("hand the workspace's .gitignore files to the Git-routing daemon: %w", err)
+		}
+		start.RulesSnapshot = s.cfg.RulesSnapshot
+	}
 	// Keep-id: the developer's files appear as the profile's session user.
 	u := s.cfg.Profile.SessionUser()
 	start.OwnerUid, start.OwnerGid = u.UID, u.GID

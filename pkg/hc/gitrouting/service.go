@@ -24,6 +24,9 @@ type Config struct {
 	// sticky record; StateDir is the Ignored Workspace State and
 	// RoutedWorkspace the daemon's mount point.
 	Workspace, DomainRoot, StateDir, RoutedWorkspace string
+	// RulesSnapshot is where Start writes the .gitignore files the start
+	// scan read, for the daemon ("" for none: the daemon walks for them).
+	RulesSnapshot string
 	// Guard is what host Git runs or reads from the workspace, kept
 	// read-only by the daemon (or set later, before Start: SetGuard).
 	Guard []gitconfigguard.Path

@@ -25,6 +25,9 @@ type stickyState struct {
 	// saved (ignoredBinds reads both after awaitSticky).
 	found  []stickyignore.Found
 	record *stickyignore.Record
+	// gitignores are the .gitignore files rules holds, as the start scan
+	// read them (Start hands them to the daemon).
+	gitignores []ignorerules.Gitignore
 	// asked: the start scan succeeded and the daemon was asked for
 	// (guarded by Service.mu).
 	asked bool
@@ -43,6 +46,9 @@ type StickyScan struct {
 	rules *ignorerules.Rules
 	rec   *stickyignore.Record
 	found []stickyignore.Found
+	// gitignores are the .gitignore files the scan read into rules, in
+	// the order read (parents first): the daemon's too (Start).
+	gitignores []ignorerules.Gitignore
 }
 
 // BeginStickyScan begins the start scan of the workspace ws and the Ignored
@@ -69,26 +75,31 @@ func BeginStickyScan(ws, domainRoot, stateDir string, isolate bool) *StickyScan 
 		if sc.rec, sc.err = stickyignore.Load(domainRoot); sc.err != nil {
 			return
 		}
-		sc.found, sc.err = scanSticky(ws, stateDir, sc.rec, sc.rules, true)
+		sc.found, sc.err = scanSticky(ws, stateDir, sc.rec, sc.rules, &sc.gitignores)
 	}()
 	return sc
 }
 
 // scanSticky finds what rules or rec route to state in the workspace ws
-// and the state dir. With loadRules, the rules have no .gitignore file
-// yet: each is added as the scan enters its directory, before the
+// and the state dir. With read (the start scan's), the rules have no
+// .gitignore file yet: each is added, and appended to *read, as the scan
+// enters its directory, before the
 // directory's entries are classified, as Git reads them (parents first,
 // none inside a routed directory). The coordinator's other readers of the
 // rules decide nothing inside a routed directory either: a sticky one is
 // covered by the record first, an ignored one by its own exclusion.
-func scanSticky(ws, stateDir string, rec *stickyignore.Record, rules *ignorerules.Rules, loadRules bool) ([]stickyignore.Found, error) {
+func scanSticky(ws, stateDir string, rec *stickyignore.Record, rules *ignorerules.Rules, read *[]ignorerules.Gitignore) ([]stickyignore.Found, error) {
 	var enter stickyignore.EnterHook
-	if loadRules {
+	if read != nil {
 		enter = func(rel string, dirfd int, gitignore uint8) error {
 			if gitignore == 0 || gitignore == unix.DT_LNK || gitignore == unix.DT_DIR {
 				return nil // none, or nothing Git reads
 			}
-			return rules.LoadGitignoreAt(ws, dirfd, rel)
+			b, err := rules.LoadGitignoreAt(ws, dirfd, rel)
+			if b != nil {
+				*read = append(*read, ignorerules.Gitignore{Dir: rel, Content: b})
+			}
+			return err
 		}
 	}
 	return stickyignore.ScanWith(ws, stateDir, func(rel string, isDir bool) bool {
@@ -122,7 +133,7 @@ func (s *Service) StartSticky(sc *StickyScan) {
 		if s.sticky.err = sc.err; sc.err != nil {
 			return
 		}
-		s.sticky.rules, s.sticky.found, s.sticky.record = sc.rules, sc.found, sc.rec
+		s.sticky.rules, s.sticky.found, s.sticky.record, s.sticky.gitignores = sc.rules, sc.found, sc.rec, sc.gitignores
 		s.sticky.err = s.saveSticky("start", sc.rec, sc.found)
 		if s.sticky.err == nil {
 			s.noteUnignoredSticky(sc.rec, sc.rules)
@@ -173,7 +184,7 @@ func (s *Service) recordSticky(when string) error {
 	if err != nil {
 		return err
 	}
-	found, err := scanSticky(s.cfg.Workspace, s.cfg.StateDir, rec, s.sticky.rules, false)
+	found, err := scanSticky(s.cfg.Workspace, s.cfg.StateDir, rec, s.sticky.rules, nil)
 	if err != nil {
 		return err
 	}
