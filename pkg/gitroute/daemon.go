@@ -214,8 +214,8 @@ func Mount(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard
 // the walk.
 func MountHeld(ws, state, mnt, excludesFile string, hidden, sticky []string, g Guard, own Ownership, isolate bool, gitignores []ignorerules.Gitignore, log *slog.Logger) (*fuse.Server, *Router, error) {
 	// The index and the global rule files are read now; the workspace's
-	// .gitignore files, a walk of the whole tree, after the mount
-	// (Router.loadRules).
+	// .gitignore files come from gitignores, or, without them, a walk of
+	// the whole tree after the mount (Router.loadRules).
 	rules := ignorerules.NewRules()
 	if isolate {
 		var err error
