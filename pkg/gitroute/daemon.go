@@ -161,11 +161,11 @@ func Main(args []string) int {
 		return 1
 	}
 	go srv.Serve()
-	// The workspace's .gitignore files are read behind the mount; until
-	// they are, the rules decide nothing (Routing.Ignored waits). Rules
-	// that cannot be read end the daemon: its mount then fails every
-	// request, and the Runtime Supervisor refuses the start with the
-	// reason.
+	// The workspace's .gitignore files: the coordinator's snapshot, added
+	// before the mount, or a walk behind it; until they are in, the rules
+	// decide nothing (Routing.Ignored waits). Rules that cannot be read end
+	// the daemon: its mount then fails every request, and the Runtime
+	// Supervisor refuses the start with the reason.
 	mounted := time.Now()
 	go func() {
 		if err := <-r.RulesLoaded(); err != nil {

@@ -40,10 +40,11 @@ const stateInoBit = 1 << 63
 // same decision to find which state entries are ignored paths.
 type Routing struct {
 	rules *ignorerules.Rules
-	// rulesPending, when not nil, opens once rules holds every .gitignore
-	// of the workspace (Router.loadRules); Ignored waits for it before the
-	// rules decide anything. It stays shut if that walk failed: the daemon
-	// then exits without another decision.
+	// rulesPending, when not nil, opens once the walk for the workspace's
+	// .gitignore files ended (Router.loadRules, without the coordinator's
+	// snapshot); Ignored waits for it before the rules decide anything. It
+	// stays shut if that walk failed: the daemon then exits without another
+	// decision.
 	rulesPending *rulesGate
 	// hidden are top-level names always routed to state (with everything
 	// below them): absent editor configuration, a .git the host lacked.
@@ -110,8 +111,8 @@ type Router struct {
 	// logs what the Git Sentry refuses here.
 	log     *slog.Logger
 	refused refusals
-	// rulesDone delivers the outcome of the walk for the workspace's
-	// .gitignore files (loadRules, RulesLoaded).
+	// rulesDone delivers the outcome of adding the workspace's .gitignore
+	// files, from the snapshot or the walk (loadRules, RulesLoaded).
 	rulesDone chan error
 	// ws is the workspace's host path (for seedLate; "" when unknown);
 	// lateSeeded are the working trees whose gitfile the sandbox was
@@ -257,10 +258,10 @@ func (g *rulesGate) wait() {
 	<-g.ch
 }
 
-// RulesLoaded delivers, once, the outcome of the walk for the workspace's
-// .gitignore files that Mount began: nil once the rules are complete. After
-// an error no decision was taken from them, and none will be (the daemon
-// ends).
+// RulesLoaded delivers, once, the outcome of adding the workspace's
+// .gitignore files that Mount began (the snapshot's at once, or the
+// walk's): nil once the rules are complete. After an error no decision was
+// taken from them, and none will be (the daemon ends).
 func (r *Router) RulesLoaded() <-chan error { return r.rulesDone }
 
 // Close releases the backend descriptors.

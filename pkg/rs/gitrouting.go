@@ -172,9 +172,11 @@ func readDaemonLines(out io.Reader, ready, rules chan<- error) {
 }
 
 // awaitRoutingRules waits for the Git-routing daemon to report the
-// workspace's ignore rules complete (gitroute.RulesLine): it reads them
-// behind its mount, while runsc boots, and the sandbox is reported ready
-// only after them. Without a daemon there is nothing to wait for.
+// workspace's ignore rules complete (gitroute.RulesLine): at its mount when
+// the coordinator handed it the .gitignore files (GitRoutingStart's
+// rules_snapshot), else after the walk it runs behind the mount while
+// runsc boots; the sandbox is reported ready only after them. Without a
+// daemon there is nothing to wait for.
 func (s *supervisor) awaitRoutingRules() error {
 	if s.routingRules == nil {
 		return nil

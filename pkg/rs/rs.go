@@ -714,8 +714,8 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	s.kids = kids
-	// The Git-routing daemon read the workspace's .gitignore files while
-	// runsc booted; the sandbox is ready only with them.
+	// The sandbox is ready only with the Git-routing daemon's complete
+	// ignore rules (awaitRoutingRules).
 	if err := s.awaitRoutingRules(); err != nil {
 		s.teardown(child, inW)
 		return nil, nil, err
