@@ -473,3 +473,60 @@ func TestSpec36OfflineHostStillStarts(t *testing.T) {
 	noLeftovers(t)
 	allClean(t, ws, "offline")
 }
+
+// TestSpec36NameServiceFilesEachGeneration: the generation's resolv.conf,
+// hosts and hostname are what the guest reads at every start, whatever the
+// /etc State Anchor kept. RS binds them over the anchor's files (creating
+// a missing one, as runsc would), so runsc mounts none of them; a sandbox
+// may then edit them in place (`sed -i` replaces the file in the anchor),
+// remove one or put a symlink or a directory in its place, and the next
+// generation still reads its own and starts: a missing file is made
+// again, a symlink replaced, a directory moved aside with a warning.
+func TestSpec36NameServiceFilesEachGeneration(t *testing.T) {
+	parallel(t)
+	need(t)
+	ws := workspace(t)
+	read := `echo "resolv $(grep -c '^# Lazaret' /etc/resolv.conf)"; echo "hostname $(cat /etc/hostname)"; ` +
+		`echo "hosts $(grep -c "$(cat /etc/hostname)" /etc/hosts) $(grep -c extra /etc/hosts)"; ` +
+		`echo "mounts $(grep -c -e ' /etc/hosts ' -e ' /etc/hostname ' -e ' /etc/resolv.conf ' /proc/self/mountinfo)"; `
+	parse := func(r result) map[string]string {
+		t.Helper()
+		if r.code != 0 {
+			t.Fatalf("run: %+v", r)
+		}
+		got := map[string]string{}
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			k, v, _ := strings.Cut(l, " ")
+			got[k] = v
+		}
+		return got
+	}
+	first := parse(lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", read+
+		`sed -i '$a 10.9.9.9 extra' /etc/hosts && echo "edited $(grep -c extra /etc/hosts)"; `+
+		`rm /etc/hostname && echo removed yes; ln -sf /tmp/elsewhere /etc/resolv.conf && echo linked yes; `+
+		`rm /etc/hosts && mkdir /etc/hosts && echo kept > /etc/hosts/mine && echo dir yes`))
+	t.Logf("first generation: %v", first)
+	if first["resolv"] != "1" || first["hostname"] == "" || first["hosts"] != "1 0" {
+		t.Errorf("first generation reads %v, want the generation's files", first)
+	}
+	if first["mounts"] != "0" {
+		t.Errorf("%s of the name-service files are mounts of their own; RS binds them beneath the /etc anchor", first["mounts"])
+	}
+	if first["edited"] != "1" || first["removed"] != "yes" || first["linked"] != "yes" || first["dir"] != "yes" {
+		t.Errorf("editing, removing or replacing a name-service file failed: %v", first)
+	}
+	r := lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", read+`echo "link $(readlink /etc/resolv.conf)"; echo "moved $(cat /etc/hosts.lazaret-moved/mine)"`)
+	second := parse(r)
+	t.Logf("second generation: %v", second)
+	if second["resolv"] != "1" || second["hostname"] != first["hostname"] || second["hosts"] != "1 0" || second["mounts"] != "0" {
+		t.Errorf("second generation reads %v, want its own files (not the first's edits), bound beneath the anchor", second)
+	}
+	if second["link"] != "" {
+		t.Errorf("/etc/resolv.conf is still the sandbox's symlink to %q", second["link"])
+	}
+	if second["moved"] != "kept" || !strings.Contains(r.stderr, "warning: /etc/hosts was a directory") {
+		t.Errorf("the sandbox's directory at /etc/hosts was not moved aside with a note: %v, stderr %q", second, r.stderr)
+	}
+	noLeftovers(t)
+	allClean(t, ws, "tiny")
+}

@@ -23,11 +23,12 @@ const sandboxKeyFile = trust.SandboxKeyFile
 // writeSandboxCredentials writes the sandbox's credential files at the
 // fixed credential path of the control mount source. The key is a
 // read-only bind of its own, from the private credential directory, so it
-// stays readable inside after HC unlinks its source (spec §3.2); the
-// public files (the sandbox's credential, the Trust Manifest and the
+// stays readable inside after HC unlinks its source (spec §3.2); RS makes
+// that bind in its mount namespace (ocispec.HostSideBinds), as runsc
+// would serve a spec mount through a gofer mount of its own. The public
+// files (the sandbox's credential, the Trust Manifest and the
 // coordinator's verification credential) are files of the read-only
-// control mount itself. Every bind mount costs the sandbox's boot about
-// 1.5 ms here (runsc serves each through a gofer connection of its own).
+// control mount itself.
 func (c *coordinator) writeSandboxCredentials() error {
 	files, err := c.anchor.SandboxFiles()
 	if err != nil {

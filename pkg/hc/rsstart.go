@@ -255,6 +255,7 @@ func (c *coordinator) sandboxStart(hello *lv1.SupervisorHello) (*lv1.StartSandbo
 		Profile: c.cfg.profile.Name, ProfilePaths: c.cfg.profile.ProfilePaths, SessionUid: c.cfg.profile.SessionUser().UID, SessionGid: c.cfg.profile.SessionUser().GID,
 		MemoryLimitBytes: c.cfg.limits.Memory, Egress: c.net.EgressSpec(),
 		ReusableArtifactId: c.reusableLower(),
+		HostBinds:          ocispec.HostSideBinds(sb),
 	}, nil
 }
 

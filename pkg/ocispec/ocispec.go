@@ -305,6 +305,35 @@ type Sandbox struct {
 // image's so that no persistent layer can keep a stale copy (spec §3.6).
 var HostFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
 
+// HostSideBinds are the destinations of the spec's single-file binds that
+// the Runtime Supervisor may make itself, in its mount namespace, over the
+// same file beneath the source of the enclosing rbind (the control source,
+// the /etc State Anchor), dropping them from the spec it hands to runsc:
+// the ControlFiles and the HostFiles. runsc serves every spec mount through
+// a gofer mount of its own (about 2 ms of the sandbox's boot each, measured
+// with bare runsc); a file bound beneath an enclosing rbind is served
+// through that one's, which carries its submounts. The guest sees the same
+// file at the same path with the same access: read-only beneath the
+// read-only control mount, read-write beneath the read-write anchor. One
+// difference remains for the read-write ones: the sentry does not know the
+// host bind, so replacing /etc/hosts (sed -i, rm, ln -sf) succeeds and
+// detaches the bind instead of failing with EBUSY; what the sandbox put
+// there stays in the /etc anchor, and the next generation binds its own
+// file there again (RS replaces a symlink, moves a directory aside), so no
+// stale copy shows at generation start.
+func HostSideBinds(s Sandbox) []string {
+	var out []string
+	for _, f := range s.ControlFiles {
+		out = append(out, f.Target)
+	}
+	for _, t := range HostFiles {
+		if _, ok := s.EtcFiles[t]; ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // ControlFile is a read-only bind of one host file under ControlDir.
 type ControlFile struct {
 	Source, Target string

@@ -168,10 +168,12 @@ func (s *supervisor) awaitLease() error {
 	}
 }
 
-// unmountAnchors verifies and unmounts each recorded anchor mount (reverse
+// unmountAnchors detaches the host-side binds (some lie in the /etc
+// anchor), then verifies and unmounts each recorded anchor mount (reverse
 // order); a mismatch is logged and the mount left alone (it dies with RS's
 // mount namespace).
 func (s *supervisor) unmountAnchors() {
+	s.unmakeHostBinds()
 	for i := len(s.anchors) - 1; i >= 0; i-- {
 		id := s.anchors[i]
 		if err := anchor.Unmount(id); err != nil {

@@ -59,7 +59,11 @@
 // host). The other binds are the State Anchors (package anchor; each rw, exactly as
 // declared, source in the bundle's `anchors/`), mounted before the
 // per-generation resolver files (package netpolicy's doc) and the volumes so that those land on
-// top of a persistent `/etc` or `/root`, never in it.
+// top of a persistent `/etc` or `/root`, never in it. The single-file binds
+// StartSandbox names in `host_binds` (the sandbox key, the resolver files)
+// RS makes itself over the same file beneath the enclosing rbind's source
+// (hostbinds.go, after the anchors) and drops from the config.json runsc
+// reads: one gofer mount fewer each; the guest sees the same files.
 //
 // # Resource limits
 //

@@ -258,6 +258,7 @@ type supervisor struct {
 	rt           runsc.Runtime
 	art          prepared.Artifact
 	anchors      []anchor.MountIdentity // mounted State Anchors, in mount order
+	hostBinds    []mountns.FileBind     // host-side binds made (host_binds), in order
 	given        []string               // ignored directories bound and given for the generation (GivenFile)
 	giving       chan error             // the session user's share of them, given while runsc boots (awaitGiving)
 	lowerUse     *prepared.Use          // usage hold on the prepared lower (gc never reclaims it)
@@ -563,10 +564,17 @@ func (s *supervisor) launch() (*proc.Child, *os.File, error) {
 		return nil, nil, err
 	}
 	s.timing.Mark("State Anchors mounted")
+	if err := s.makeHostBinds(); err != nil {
+		return nil, nil, err
+	}
 	if err := joinRouting(); err != nil {
 		return nil, nil, err
 	}
-	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), st.OciSpecJson, 0o600); err != nil {
+	config, err := s.configJSON()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(st.BundleDir, "config.json"), config, 0o600); err != nil {
 		return nil, nil, err
 	}
 	if s.sandboxNS != nil {

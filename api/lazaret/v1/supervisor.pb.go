@@ -692,7 +692,8 @@ type StartSandbox struct {
 	StorageRoot   string                 `protobuf:"bytes,6,opt,name=storage_root,json=storageRoot,proto3" json:"storage_root,omitempty"`
 	// Bundle directory (created by RS); rootfs is mounted at bundle/rootfs.
 	BundleDir string `protobuf:"bytes,7,opt,name=bundle_dir,json=bundleDir,proto3" json:"bundle_dir,omitempty"`
-	// OCI runtime spec, complete, written verbatim as bundle/config.json.
+	// OCI runtime spec, complete; RS writes it as bundle/config.json less the
+	// host-side binds it made (host_binds).
 	OciSpecJson []byte `protobuf:"bytes,8,opt,name=oci_spec_json,json=ociSpecJson,proto3" json:"oci_spec_json,omitempty"`
 	RunscPath   string `protobuf:"bytes,9,opt,name=runsc_path,json=runscPath,proto3" json:"runsc_path,omitempty"`
 	// Global runsc flags (before the subcommand).
@@ -731,8 +732,15 @@ type StartSandbox struct {
 	// resolved without the image library) the preparer settles it. The
 	// lease checks Published again under the catalog's lock.
 	ReusableArtifactId string `protobuf:"bytes,27,opt,name=reusable_artifact_id,json=reusableArtifactId,proto3" json:"reusable_artifact_id,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Destinations of single-file binds of the spec that RS makes itself in
+	// its mount namespace, over the same file beneath the source of the
+	// enclosing rbind, and drops from the spec runsc gets (one gofer mount
+	// fewer each; ocispec.HostSideBinds). RS checks each (a plain bind, the
+	// enclosing rbind of the same access) and leaves one whose mount point is
+	// not a regular file there to runsc.
+	HostBinds     []string `protobuf:"bytes,28,rep,name=host_binds,json=hostBinds,proto3" json:"host_binds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartSandbox) Reset() {
@@ -917,6 +925,13 @@ func (x *StartSandbox) GetReusableArtifactId() string {
 		return x.ReusableArtifactId
 	}
 	return ""
+}
+
+func (x *StartSandbox) GetHostBinds() []string {
+	if x != nil {
+		return x.HostBinds
+	}
+	return nil
 }
 
 // GitRoutingStart tells RS to acquire the Git-routing daemon (participant
@@ -2172,7 +2187,7 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"\x0euser_namespace\x18\x04 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\ruserNamespace\x12F\n" +
 	"\x0fmount_namespace\x18\x05 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x0emountNamespace\x12Q\n" +
 	"\x15sandbox_net_namespace\x18\x06 \x01(\v2\x1d.lazaret.v1.NamespaceIdentityR\x13sandboxNetNamespace\x12*\n" +
-	"\x11sandbox_netns_tid\x18\a \x01(\rR\x0fsandboxNetnsTid\"\xd5\x06\n" +
+	"\x11sandbox_netns_tid\x18\a \x01(\rR\x0fsandboxNetnsTid\"\xf4\x06\n" +
 	"\fStartSandbox\x12\x1b\n" +
 	"\tdomain_id\x18\x01 \x01(\tR\bdomainId\x12\x1e\n" +
 	"\n" +
@@ -2206,7 +2221,9 @@ const file_lazaret_v1_supervisor_proto_rawDesc = "" +
 	"sessionGid\x12,\n" +
 	"\x12memory_limit_bytes\x18\x19 \x01(\x04R\x10memoryLimitBytes\x123\n" +
 	"\x06egress\x18\x1a \x01(\v2\x1b.lazaret.v1.EgressProxySpecR\x06egress\x120\n" +
-	"\x14reusable_artifact_id\x18\x1b \x01(\tR\x12reusableArtifactId\"\x95\x03\n" +
+	"\x14reusable_artifact_id\x18\x1b \x01(\tR\x12reusableArtifactId\x12\x1d\n" +
+	"\n" +
+	"host_binds\x18\x1c \x03(\tR\thostBinds\"\x95\x03\n" +
 	"\x0fGitRoutingStart\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tstate_dir\x18\x02 \x01(\tR\bstateDir\x12\x1e\n" +
