@@ -484,7 +484,7 @@ func TestSpec36OfflineHostStillStarts(t *testing.T) {
 // again, a symlink replaced, a directory moved aside with a warning.
 func TestSpec36NameServiceFilesEachGeneration(t *testing.T) {
 	parallel(t)
-	need(t)
+	e := need(t)
 	ws := workspace(t)
 	read := `echo "resolv $(grep -c '^# Lazaret' /etc/resolv.conf)"; echo "hostname $(cat /etc/hostname)"; ` +
 		`echo "hosts $(grep -c "$(cat /etc/hostname)" /etc/hosts) $(grep -c extra /etc/hosts)"; ` +
@@ -527,6 +527,15 @@ func TestSpec36NameServiceFilesEachGeneration(t *testing.T) {
 	if second["moved"] != "kept" || !strings.Contains(r.stderr, "warning: /etc/hosts was a directory") {
 		t.Errorf("the sandbox's directory at /etc/hosts was not moved aside with a note: %v, stderr %q", second, r.stderr)
 	}
+	// Without the /etc anchor the files lie on the root's overlay: runsc
+	// mounts them, as before.
+	cfg := userConfig(t, e, "[profiles.bare]\nimage = \"busybox\"\ndefault_persistent_paths = false\n")
+	bare := parse(lz(t, ws, nil, "run", "--config", cfg, "-p", "bare", "--", "sh", "-c", read))
+	t.Logf("no State Anchors: %v", bare)
+	if bare["resolv"] != "1" || bare["hostname"] != first["hostname"] || bare["hosts"] != "1 0" || bare["mounts"] != "3" {
+		t.Errorf("without State Anchors the sandbox reads %v, want the generation's files mounted by runsc", bare)
+	}
 	noLeftovers(t)
 	allClean(t, ws, "tiny")
+	allClean(t, ws, "bare")
 }

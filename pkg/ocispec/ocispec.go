@@ -321,14 +321,24 @@ var HostFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
 // there stays in the /etc anchor, and the next generation binds its own
 // file there again (RS replaces a symlink, moves a directory aside), so no
 // stale copy shows at generation start.
+//
+// A name-service file qualifies only beneath a State Anchor (a profile
+// without the /etc anchor has them mounted on the root's overlay, which
+// only runsc can do).
 func HostSideBinds(s Sandbox) []string {
 	var out []string
 	for _, f := range s.ControlFiles {
 		out = append(out, f.Target)
 	}
 	for _, t := range HostFiles {
-		if _, ok := s.EtcFiles[t]; ok {
-			out = append(out, t)
+		if _, ok := s.EtcFiles[t]; !ok {
+			continue
+		}
+		for _, a := range s.Anchors {
+			if strings.HasPrefix(t, a.Target+"/") {
+				out = append(out, t)
+				break
+			}
 		}
 	}
 	return out

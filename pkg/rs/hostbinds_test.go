@@ -113,4 +113,17 @@ func TestHostSideBindsOfTheSpec(t *testing.T) {
 			t.Errorf("%+v beneath neither the control source nor the /etc anchor", b)
 		}
 	}
+	// Without the /etc anchor (default_persistent_paths = false) the name-service
+	// files stay runsc's: only the key is named, and it plans.
+	sb.Anchors = nil
+	if sp, err = ocispec.Spec(sb, ocispec.Process{Args: []string{ocispec.InitPath, ocispec.InitArg}, Cwd: "/"}); err != nil {
+		t.Fatal(err)
+	}
+	dests = ocispec.HostSideBinds(sb)
+	if len(dests) != 1 || dests[0] != ocispec.CredentialsDir+"/sandbox.key" {
+		t.Fatalf("host-side binds without anchors %v", dests)
+	}
+	if _, err := planHostBinds(sp, dests); err != nil {
+		t.Fatal(err)
+	}
 }
