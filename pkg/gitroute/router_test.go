@@ -732,9 +732,21 @@ func TestMountHeldServesNothingBeforeServe(t *testing.T) {
 	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
 		t.Errorf("%s is not reported as a mount root", mnt)
 	}
+	// The held read uses the system calls directly: os.ReadFile would
+	// register the file with Go's netpoller once the mount is served, and
+	// that epoll_ctl asks this very process for POLL while holding its P,
+	// so a garbage collection starting then waits for it forever (the
+	// serving goroutine cannot run during the stop); inProcess's probe,
+	// which teaches the kernel that the mount does not poll, cannot run
+	// before the mount is served.
 	read := make(chan error, 1)
 	go func() {
-		_, err := os.ReadFile(filepath.Join(mnt, "src/main.go"))
+		fd, err := unix.Open(filepath.Join(mnt, "src/main.go"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			var b [64]byte
+			_, err = unix.Read(fd, b[:])
+			unix.Close(fd)
+		}
 		read <- err
 	}()
 	select {
