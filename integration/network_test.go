@@ -349,11 +349,7 @@ network.dns = ["%s"]
 	if r.code != 0 {
 		t.Fatalf("run: %+v", r)
 	}
-	got := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-		k, v, _ := strings.Cut(l, " ")
-		got[k] = v
-	}
+	got := probeLines(r.stdout)
 	expectOK := func(label, addr string) {
 		if v := got[label]; !strings.HasPrefix(v, "ok hello from "+addr) {
 			t.Errorf("%s (%s): %q, want a reply from the test host", label, addr, v)
@@ -494,12 +490,7 @@ func TestSpec36NameServiceFilesEachGeneration(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("run: %+v", r)
 		}
-		got := map[string]string{}
-		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-			k, v, _ := strings.Cut(l, " ")
-			got[k] = v
-		}
-		return got
+		return probeLines(r.stdout)
 	}
 	first := parse(lz(t, ws, nil, "run", "-p", "tiny", "--", "sh", "-c", read+
 		`sed -i '$a 10.9.9.9 extra' /etc/hosts && echo "edited $(grep -c extra /etc/hosts)"; `+
