@@ -4,13 +4,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/mountns/mountnstest"
 )
 
 func TestNameRoundTrip(t *testing.T) {
@@ -131,28 +131,7 @@ func TestResetRefusesSymlinks(t *testing.T) {
 // upper, the lower is untouched, the identity is verified before unmount and
 // absence is observed after; a symlink in the lower is refused.
 func TestMountUnmountIdentity(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("LAZARET_ALLOW_SKIP") == "1" {
-			t.Skip("LAZARET_ALLOW_SKIP=1: needs root for a mount namespace")
-		}
-		t.Fatal("needs root (a private mount namespace); run unit tests as root (make unit)")
-	}
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			done <- err
-			return
-		}
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			done <- err
-			return
-		}
-		done <- mountScenario(t)
-	}()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	mountnstest.InPrivateNamespace(t, func() error { return mountScenario(t) })
 }
 
 func mountScenario(t *testing.T) error {

@@ -4,39 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
-)
 
-// inPrivateNamespace runs f on a locked thread in a new private mount
-// namespace (needs root, like the other mount tests).
-func inPrivateNamespace(t *testing.T, f func() error) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("LAZARET_ALLOW_SKIP") == "1" {
-			t.Skip("LAZARET_ALLOW_SKIP=1: needs root for a mount namespace")
-		}
-		t.Fatal("needs root (a private mount namespace); run unit tests as root (make unit)")
-	}
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			done <- err
-			return
-		}
-		if err := MakePrivate(); err != nil {
-			done <- err
-			return
-		}
-		done <- f()
-	}()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
+	"github.com/lazaret/lazaret/pkg/mountns/mountnstest"
+)
 
 // TestBindFileBeneath: a file bound over a regular file shows the source's
 // content and takes writes into the source (or refuses them when
@@ -59,7 +32,7 @@ func TestBindFileBeneath(t *testing.T) {
 	key := filepath.Join(base, "key")
 	os.WriteFile(key, []byte("secret\n"), 0o600)
 
-	inPrivateNamespace(t, func() error {
+	mountnstest.InPrivateNamespace(t, func() error {
 		for _, rel := range []string{"nodir/missing", "resolv.conf/x", "../outside", "sub/../../outside", "..", ".", "/etc/hosts", ""} {
 			if _, err := BindFileBeneath(src, dir, rel, false); !errors.Is(err, ErrTargetNotFile) {
 				t.Errorf("%q: %v, want ErrTargetNotFile", rel, err)
