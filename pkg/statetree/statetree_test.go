@@ -3,11 +3,12 @@ package statetree
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lazaret/lazaret/pkg/mountns/mountnstest"
 )
 
 func needRoot(t *testing.T) {
@@ -143,42 +144,25 @@ func TestCheckerMountNotEntered(t *testing.T) {
 		}
 	}
 	must(os.MkdirAll(filepath.Join(root, "m"), 0o755))
-	done := make(chan error, 1)
-	go func() {
-		// A private mount namespace on a locked thread that then dies.
-		runtime.LockOSThread() // never unlocked: the thread exits with its namespace
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			done <- err
-			return
-		}
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			done <- err
-			return
-		}
+	mountnstest.InPrivateNamespace(t, func() error {
 		if err := unix.Mount("tmpfs", filepath.Join(root, "m"), "tmpfs", 0, ""); err != nil {
-			done <- err
-			return
+			return err
 		}
 		os.WriteFile(filepath.Join(root, "m", "inside"), nil, 0o644)
 		os.Chown(filepath.Join(root, "m", "inside"), foreign, foreign)
 		fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			done <- err
-			return
+			return err
 		}
 		c := checker()
 		c.Tree(fd, "ignored-state", false)
 		unix.Close(fd)
 		k := kinds(c.Findings)
 		if len(k[FindEscape]) != 1 || k[FindEscape][0] != "ignored-state/m" || len(c.Findings) != 1 {
-			done <- &findingsError{c.Findings}
-			return
+			return &findingsError{c.Findings}
 		}
-		done <- nil
-	}()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+		return nil
+	})
 }
 
 type findingsError struct{ fs []Finding }

@@ -1,6 +1,6 @@
 // Package mountnstest runs a test's mount scenario in a private mount
 // namespace of its own, for the packages whose mounts are tested for real
-// (mountns, anchor).
+// (mountns, anchor, statetree).
 package mountnstest
 
 import (
