@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/mountns"
 	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
@@ -174,16 +175,7 @@ func MountNamespace() (uint64, error) {
 }
 
 // mountID is the unique ID of the mount target is on.
-func mountID(target string) (uint64, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, target, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
-		return 0, &os.PathError{Op: "statx", Path: target, Err: err}
-	}
-	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
-		return 0, errdefs.New(errdefs.ErrUnsupportedHost, "statx did not return STATX_MNT_ID_UNIQUE for %s: Linux 6.8 or newer is required", target)
-	}
-	return stx.Mnt_id, nil
-}
+func mountID(target string) (uint64, error) { return mountns.MountID(unix.AT_FDCWD, target) }
 
 // Unmount verifies that the mount at id.Target in this namespace is exactly
 // id and unmounts it, then observes independently that it is absent (the

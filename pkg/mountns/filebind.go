@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/statetree"
 )
 
@@ -106,7 +107,7 @@ func BindFileBeneath(src, dir, rel string, readOnly bool) (FileBind, error) {
 	if err := unix.MoveMount(tree, "", tfd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return FileBind{}, &os.PathError{Op: "move_mount", Path: rel, Err: err}
 	}
-	id, err := fileMountID(pfd, base)
+	id, err := MountID(pfd, base)
 	if err != nil {
 		return FileBind{}, err
 	}
@@ -180,7 +181,7 @@ func UnbindFile(b FileBind) (bool, error) {
 		return false, nil
 	}
 	defer unix.Close(tfd)
-	id, err := fdMountID(tfd)
+	id, err := MountID(tfd, "")
 	if err != nil || id != b.MountID {
 		return false, err
 	}
@@ -190,26 +191,22 @@ func UnbindFile(b FileBind) (bool, error) {
 	return true, nil
 }
 
-// fileMountID is the unique mount ID of rel beneath dfd (not followed).
-func fileMountID(dfd int, rel string) (uint64, error) {
+// MountID is the unique ID (statx STATX_MNT_ID_UNIQUE, never reused while
+// the system runs) of the mount that name beneath dirfd is on, without
+// following a final symlink; name "" is dirfd itself.
+func MountID(dirfd int, name string) (uint64, error) {
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_STATX_DONT_SYNC
+	what := name
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+		what = "descriptor " + strconv.Itoa(dirfd)
+	}
 	var stx unix.Statx_t
-	if err := unix.Statx(dfd, rel, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
-		return 0, &os.PathError{Op: "statx", Path: rel, Err: err}
+	if err := unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
+		return 0, &os.PathError{Op: "statx", Path: what, Err: err}
 	}
 	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
-		return 0, fmt.Errorf("statx did not return STATX_MNT_ID_UNIQUE for %s: Linux 6.8 or newer is required", rel)
-	}
-	return stx.Mnt_id, nil
-}
-
-// fdMountID is the unique mount ID of what fd names.
-func fdMountID(fd int) (uint64, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
-		return 0, &os.PathError{Op: "statx", Path: "fd " + strconv.Itoa(fd), Err: err}
-	}
-	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
-		return 0, fmt.Errorf("statx did not return STATX_MNT_ID_UNIQUE: Linux 6.8 or newer is required")
+		return 0, errdefs.New(errdefs.ErrUnsupportedHost, "statx did not return STATX_MNT_ID_UNIQUE for %s: Linux 6.8 or newer is required", what)
 	}
 	return stx.Mnt_id, nil
 }
