@@ -1,7 +1,9 @@
 // Package fdpass carries protobuf messages over an inherited SOCK_SEQPACKET
-// socketpair (the private Host Coordinator ↔ Runtime Supervisor channel) and
-// names inherited descriptors. One packet is exactly one message; a packet
-// larger than MaxPacket or a truncated one is refused, never reassembled.
+// socketpair (the private Host Coordinator ↔ Runtime Supervisor channel),
+// one message with descriptors over another (SendFiles, RecvFiles: the CLI
+// handing a standby coordinator its start) and names inherited
+// descriptors. One packet is exactly one message; a packet larger than its
+// bound or a truncated one is refused, never reassembled.
 package fdpass
 
 import (
