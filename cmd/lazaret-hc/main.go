@@ -15,6 +15,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/egress"
 	"github.com/lazaret/lazaret/pkg/hc"
+	"github.com/lazaret/lazaret/pkg/hcstandby"
 	"github.com/lazaret/lazaret/pkg/idlemem"
 	_ "github.com/lazaret/lazaret/pkg/prefault" // maps the binary before other packages initialise
 	"github.com/lazaret/lazaret/pkg/proc"
@@ -28,5 +29,9 @@ func main() {
 		os.Exit(egress.Main(os.Args[2:]))
 	}
 	idlemem.DeferCollection() // until the Domain is published (package idlemem)
+	if len(os.Args) > 1 && os.Args[1] == hcstandby.Arg {
+		// Started ahead by a lazaret run that may start its Domain.
+		os.Exit(hc.StandbyMain())
+	}
 	os.Exit(hc.Main(os.Args[1:]))
 }
