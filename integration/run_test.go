@@ -704,6 +704,39 @@ func TestDoctor(t *testing.T) {
 	}
 }
 
+// TestDX5StandbyCoordinatorOnlyForAStart: a run whose Domain is not
+// running starts its coordinator's process ahead of its host checks
+// (package hcstandby; the timing trace shows it, TestDX5TimingTrace), and
+// no other run does: one that joins the running Domain starts none, and
+// one refused after reading its profile ends the one it started — nothing
+// is left behind, and the refusal is the run's own.
+func TestDX5StandbyCoordinatorOnlyForAStart(t *testing.T) {
+	parallel(t)
+	e := need(t)
+	ws := workspace(t)
+	timed := []string{"LAZARET_DEBUG=timing"}
+	// Refused after the look-ahead: a user the profile does not run as.
+	r := lzEnv(t, ws, timed, nil, "run", "-p", "tiny", "--user", "nobody-here", "--", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, `--user "nobody-here"`) {
+		t.Fatalf("a run with an unknown --user: %+v", r)
+	}
+	if !strings.Contains(r.stderr, "coordinator process started ahead") {
+		t.Errorf("the refused run started no standby coordinator, so this scenario tests nothing; stages:\n%s", r.stderr)
+	}
+	noLeftovers(t)
+	hold := holdDomain(t, e, ws)
+	defer release(hold)
+	r = lzEnv(t, ws, timed, nil, "run", "-p", "tiny", "--", "echo", "joined")
+	if r.code != 0 || r.stdout != "joined\n" {
+		t.Fatalf("join: %+v", r)
+	}
+	if strings.Contains(r.stderr, "coordinator process started ahead") || strings.Contains(r.stderr, "starting the coordinator") {
+		t.Errorf("a run that joins a running Domain started a coordinator; stages:\n%s", r.stderr)
+	}
+	release(hold)
+	noLeftovers(t)
+}
+
 // TestDX5TimingTrace: LAZARET_DEBUG=timing prints the start-up stages of
 // the CLI, the Host Coordinator and the Runtime Supervisor in time order
 // after the command's own output, removes its trace file, and does not
@@ -716,7 +749,7 @@ func TestDX5TimingTrace(t *testing.T) {
 	if r.code != 0 || r.stdout != "timed-out-put\n" {
 		t.Fatalf("run: %d %q\n%s", r.code, r.stdout, r.stderr)
 	}
-	want := []string{"cli lazaret run started", "cli starting the coordinator", "hc coordinator started", "hc store open", "hc recovery done",
+	want := []string{"cli lazaret run started", "cli coordinator process started ahead", "cli starting the coordinator", "hc coordinator started", "hc store open", "hc recovery done",
 		"hc generation recorded", "hc starting the runtime supervisor", "rs supervisor started", "hc runtime supervisor hello verified",
 		"hc lease requested", "hc lease inserted into the Storage Catalog", "rs lease recorded by the coordinator",
 		"rs State Anchors mounted", "rs starting runsc",

@@ -11,7 +11,8 @@
 //   - Starter starts the Domain's coordinator when nothing serves it, or
 //     joins the running one, and runs a Client Session, retrying while the
 //     Domain is stopping (Session: the request, the frame reader and the
-//     client's frames);
+//     client's frames); a start hands itself to the StandbyCoordinator the
+//     CLI started ahead, when it has one (package hcstandby);
 //   - Status and Stop are the one-request operations; Statuses builds the
 //     typed state document of every Domain under a Storage Root, which
 //     MarshalStatusJSON renders for `lazaret status --json`.

@@ -92,6 +92,11 @@ type Starter struct {
 	// (a coordinator that keeps the Domain lock for long: NoticeAfter).
 	Notice func(string)
 
+	// Standby, when set, is the coordinator process this CLI started ahead
+	// (StartStandby): the first start this CLI makes hands it the
+	// start, and Run ends it unused otherwise.
+	Standby *StandbyCoordinator
+
 	started bool // this CLI already started a coordinator
 }
 
@@ -109,6 +114,8 @@ func (s *Starter) Run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*
 		return nil, err
 	}
 	end, err := s.run(req, abort, attach)
+	s.Standby.Close() // joined, or failed before starting: unused
+	s.Standby = nil
 	if err != nil && !errors.Is(err, errdefs.ErrInvalid) && !errors.Is(err, errdefs.ErrRefused) {
 		// A coordinator that failed or did not answer may have run out of
 		// space for its records: say so when its filesystem is full.
@@ -339,15 +346,18 @@ func (s *Starter) startCoordinator(lock *os.File) error {
 		hcArgs = append(hcArgs, "--front-exe="+s.FrontExe)
 	}
 	s.Timing.Mark("starting the coordinator")
-	hc, err := s.Broker.Start("lazaret-hc", proc.Command{
-		Path: hcPath,
-		Args: hcArgs,
-		Env:  env,
-		Dir:  "/",
-		// Setsid: terminal signals for the CLI never reach the coordinator.
-		Files:  []*os.File{nil, logf, logf, lock, readyW, profileFile},
-		Setsid: true,
-	})
+	hc := s.takeStandby(hcPath, hcArgs[1:], env, logf, lock, readyW, profileFile)
+	if hc == nil {
+		hc, err = s.Broker.Start("lazaret-hc", proc.Command{
+			Path: hcPath,
+			Args: hcArgs,
+			Env:  env,
+			Dir:  "/",
+			// Setsid: terminal signals for the CLI never reach the coordinator.
+			Files:  []*os.File{nil, logf, logf, lock, readyW, profileFile},
+			Setsid: true,
+		})
+	}
 	readyW.Close()
 	if err != nil {
 		return fmt.Errorf("start host coordinator: %w", err)
@@ -374,6 +384,27 @@ func (s *Starter) startCoordinator(lock *os.File) error {
 		return errdefs.Mark(errors.New(text), errdefs.FromCategory(cat))
 	}
 	return errdefs.New(errdefs.ErrInternal, "host coordinator failed to start; see %s", s.Paths.Log())
+}
+
+// takeStandby hands the start to the standby coordinator, if this CLI has
+// one running hcPath, and returns it; nil when there is none, or it is
+// gone (nothing of the start reached it): the coordinator is then started
+// directly.
+func (s *Starter) takeStandby(hcPath string, args, env []string, log, lock, ready, profile *os.File) *proc.Child {
+	sb := s.Standby
+	s.Standby = nil
+	if sb == nil {
+		return nil
+	}
+	if sb.path != hcPath {
+		sb.Close()
+		return nil
+	}
+	hc, err := sb.activate(args, env, log, lock, ready, profile)
+	if err != nil {
+		return nil
+	}
+	return hc
 }
 
 // failedCoordinatorExitWait bounds how long a CLI whose coordinator failed

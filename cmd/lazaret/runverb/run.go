@@ -117,6 +117,21 @@ func runAction(c *cli.Context) (err error) {
 		}
 		defer func() { done(errors.Is(err, ErrFullCLI)) }()
 	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// One spawn/reap broker for this CLI: secret commands and the
+	// coordinator it may start.
+	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+	if err != nil {
+		return err
+	}
+	// The profile and the workspace are read ahead, to start the Domain's
+	// coordinator process now when the Domain is not running (lookAhead);
+	// their errors are reported below, after the host checks.
+	ahead := lookAhead(c, broker)
+	defer func() { ahead.standby.Close() }() // unless a start took it (client.Starter)
 	// The enrollment key and request are generated while the host checks,
 	// the configuration and the workspace are read.
 	keys := client.PrepareKeys()
@@ -128,8 +143,9 @@ func runAction(c *cli.Context) (err error) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
-	// The host checks come first (root, kernel, devices, subordinate ids),
-	// before any configuration is read; the exact build's qualification is
+	// The host checks come first (root, kernel, devices, subordinate ids):
+	// a host they refuse is reported before any error of the configuration
+	// or the workspace read ahead; the exact build's qualification is
 	// checked below, once the trees the sandbox will write are known (the
 	// records are read once).
 	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
@@ -137,7 +153,7 @@ func runAction(c *cli.Context) (err error) {
 		return err
 	}
 	runTiming.Mark("host checked")
-	prof, err := LookupProfileIn(c.String("config"), c.String("profile"))
+	prof, err := ahead.prof, ahead.profErr
 	if err != nil {
 		return err
 	}
@@ -168,16 +184,6 @@ func runAction(c *cli.Context) (err error) {
 	if u := c.String("user"); u != "" && u != config.RootUser && u != prof.Config.SessionUser().Name {
 		return errdefs.New(errdefs.ErrInvalid, "--user %q: a session runs as the profile's user (%s) or as root (--user root)", u, prof.Config.SessionUser().Name)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	// One spawn/reap broker for this CLI: secret commands and the
-	// coordinator it may start.
-	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
-	if err != nil {
-		return err
-	}
 	// Credentials are resolved on the host before any Domain starts: a
 	// missing one stops here.
 	creds, err := resolveCredentials(broker, prof.Config)
@@ -204,13 +210,7 @@ func runAction(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	dir := c.String("dir")
-	if dir == "" {
-		if dir, err = os.Getwd(); err != nil {
-			return err
-		}
-	}
-	ws, err := domain.ResolveWorkspace(dir, os.Getenv("HOME"))
+	ws, err := ahead.ws, ahead.wsErr
 	if err != nil {
 		return err
 	}
@@ -283,7 +283,8 @@ func runAction(c *cli.Context) (err error) {
 		LocateHC: func() (string, error) { return locate.Find(locate.HC, ProgramGetenv(prof.Programs, os.Getenv)) },
 		Environ:  os.Environ(), ExtraEnv: ProgramEnv(prof.Programs, os.Getenv),
 		LogLevel: level, Broker: broker, Timing: runTiming, Keys: keys, FrontExe: frontExe,
-		Notice: func(m string) { fmt.Fprintln(os.Stderr, "lazaret: "+m) },
+		Notice:  func(m string) { fmt.Fprintln(os.Stderr, "lazaret: "+m) },
+		Standby: ahead.take(paths.ID),
 	}
 	if modeltrace.On() {
 		// This session is the one a new generation starts for.
