@@ -9,6 +9,13 @@
 // Domain's first non-interactive session, which the sandbox's init starts
 // (firstsession.go says why and how).
 //
+// A cold start's CLI usually starts lazaret-hc before it knows it will
+// start the Domain, as a standby (StandbyMain, package hcstandby), and
+// hands it the start over a socketpair: Main then runs with the same
+// arguments, environment and descriptors as in a coordinator started
+// directly, only its process's command line still reads
+// `lazaret-hc __lazaret-standby` (`lazaret status` names the Domains).
+//
 // Lifecycle of one generation:
 //
 //	starting ──RS SandboxReady──▶ running ──last session leaves──▶ stopping ──▶ exit

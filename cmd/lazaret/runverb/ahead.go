@@ -29,7 +29,7 @@ type ahead struct {
 // it and needs none). It only reads files: nothing is created, locked or
 // reported here. A profile the front hands to the full CLI (a recipe to
 // build) gets no standby; neither does a run whose profile or workspace
-// cannot be read (it fails below).
+// cannot be read, nor one as root (both fail below).
 func lookAhead(c *cli.Context, broker *proc.Broker) ahead {
 	var a ahead
 	a.prof, a.profErr = LookupProfileIn(c.String("config"), c.String("profile"))
@@ -40,8 +40,8 @@ func lookAhead(c *cli.Context, broker *proc.Broker) ahead {
 		}
 	}
 	a.ws, a.wsErr = domain.ResolveWorkspace(dir, os.Getenv("HOME"))
-	if a.profErr != nil || a.wsErr != nil || a.prof.Config.Recipe != nil {
-		return a
+	if a.profErr != nil || a.wsErr != nil || a.prof.Config.Recipe != nil || os.Geteuid() == 0 {
+		return a // root is refused by the host checks
 	}
 	roots, err := domain.DefaultRoots(os.Getenv, os.Getuid())
 	if err != nil {
