@@ -31,7 +31,7 @@ func main() {
 	idlemem.DeferCollection() // until the Domain is published (package idlemem)
 	if len(os.Args) > 1 && os.Args[1] == hcstandby.Arg {
 		// Started ahead by a lazaret run that may start its Domain.
-		os.Exit(hc.StandbyMain())
+		os.Exit(hc.StandbyMain(os.Args[2:]))
 	}
 	os.Exit(hc.Main(os.Args[1:]))
 }

@@ -24,10 +24,13 @@ type StandbyCoordinator struct {
 	path  string // the lazaret-hc it runs
 }
 
-// StartStandby starts the standby coordinator hcPath with the variables of
-// environ a coordinator gets (coordinatorEnv; a request brings the full
-// environment).
-func StartStandby(b *proc.Broker, hcPath string, environ []string) (*StandbyCoordinator, error) {
+// StartStandby starts the standby coordinator hcPath with env, the
+// environment of the coordinator it may become (CoordinatorEnv and the
+// start's ExtraEnv; a request brings it again), and identity, the
+// arguments that name its Domain (--workspace, --profile: the standby
+// refuses a request without them), so that its command line and
+// environment name the Domain as a coordinator started directly does.
+func StartStandby(b *proc.Broker, hcPath string, env, identity []string) (*StandbyCoordinator, error) {
 	mine, theirs, err := fdpass.FilesPair()
 	if err != nil {
 		return nil, err
@@ -43,7 +46,7 @@ func StartStandby(b *proc.Broker, hcPath string, environ []string) (*StandbyCoor
 	// Domain log; 4 and 5 are held so that the request's descriptors
 	// arrive above the ones they replace.
 	child, err := b.Start("lazaret-hc", proc.Command{
-		Path: hcPath, Args: []string{locate.HC, hcstandby.Arg}, Env: coordinatorEnv(environ), Dir: "/",
+		Path: hcPath, Args: append([]string{locate.HC, hcstandby.Arg}, identity...), Env: env, Dir: "/",
 		Files: []*os.File{nil, null, null, theirs, null, null},
 		// Setsid: terminal signals for the CLI never reach the coordinator.
 		Setsid: true,

@@ -20,7 +20,7 @@ import (
 // reports what arrived on the descriptor that became its stdout.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == hcstandby.Arg {
-		req, files, err := hcstandby.Receive(hcstandby.FD)
+		req, files, err := hcstandby.Receive(hcstandby.FD, os.Args[2:])
 		if err != nil || req == nil {
 			os.Exit(3)
 		}
@@ -47,12 +47,15 @@ func testBroker(t *testing.T) *proc.Broker {
 // coordinator's arguments, environment and four descriptors.
 func TestStandbyHandsTheStart(t *testing.T) {
 	exe, _ := os.Executable()
-	sb, err := StartStandby(testBroker(t), exe, []string{"HOME=/h", "NOT_FOR_THE_COORDINATOR=1"})
+	sb, err := StartStandby(testBroker(t), exe, []string{"HOME=/h"}, []string{"--workspace=/w"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := envOf(t, sb.child.Handle().PID()); !strings.Contains(got, "HOME=/h") || strings.Contains(got, "NOT_FOR_THE_COORDINATOR") {
-		t.Errorf("the standby's environment is %q: want only what a coordinator gets", got)
+	if got := envOf(t, sb.child.Handle().PID()); !strings.Contains(got, "HOME=/h") {
+		t.Errorf("the standby's environment is %q, want the coordinator's", got)
+	}
+	if got := cmdlineOf(t, sb.child.Handle().PID()); !strings.Contains(got, "--workspace=/w") {
+		t.Errorf("the standby's command line %q does not name its workspace", got)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -62,13 +65,13 @@ func TestStandbyHandsTheStart(t *testing.T) {
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
 	s := &Starter{Standby: sb}
-	hc := s.takeStandby(exe, []string{"--lock-fd=3"}, []string{"HOME=/h"}, w, null, null, null)
+	hc := s.takeStandby(exe, []string{"--lock-fd=3", "--workspace=/w"}, []string{"HOME=/h"}, w, null, null, null)
 	w.Close()
 	if hc == nil || s.Standby != nil {
 		t.Fatalf("the start was not handed to the standby (%v)", hc)
 	}
 	line, _ := bufio.NewReader(r).ReadString('\n')
-	if line != "args=--lock-fd=3 env=HOME=/h files=4\n" {
+	if line != "args=--lock-fd=3,--workspace=/w env=HOME=/h files=4\n" {
 		t.Fatalf("the standby got %q", line)
 	}
 	waitDone(t, hc)
@@ -81,7 +84,7 @@ func TestStandbyGoneOrOtherStartsDirectly(t *testing.T) {
 	b := testBroker(t)
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
-	gone, err := StartStandby(b, "/bin/true", nil)
+	gone, err := StartStandby(b, "/bin/true", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +94,7 @@ func TestStandbyGoneOrOtherStartsDirectly(t *testing.T) {
 		t.Fatalf("a standby that exited was handed the start")
 	}
 	exe, _ := os.Executable()
-	other, err := StartStandby(b, exe, nil)
+	other, err := StartStandby(b, exe, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +107,15 @@ func TestStandbyGoneOrOtherStartsDirectly(t *testing.T) {
 	if st, _ := other.child.Status(); st.ShellCode() != 3 {
 		t.Errorf("the ended standby exited %v, want the stand-in's 3 (no request)", st)
 	}
+}
+
+func cmdlineOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ReplaceAll(string(b), "\x00", " ")
 }
 
 func envOf(t *testing.T, pid int) string {

@@ -76,7 +76,7 @@ type Starter struct {
 	// --front-exe).
 	FrontExe string
 	// Environ is the CLI's environment: a coordinator it starts gets the
-	// variables it reads from it (see coordinatorEnv), and ExtraEnv.
+	// variables it reads from it (see CoordinatorEnv), and ExtraEnv.
 	Environ  []string
 	ExtraEnv []string
 	// LogLevel is the coordinator's --log-level.
@@ -279,8 +279,8 @@ func lockedAtPath(f *os.File, path string) bool {
 	return held.Dev == there.Dev && held.Ino == there.Ino
 }
 
-// coordinatorEnv is what a coordinator gets of the CLI's environment.
-func coordinatorEnv(environ []string) []string {
+// CoordinatorEnv is what a coordinator gets of the CLI's environment.
+func CoordinatorEnv(environ []string) []string {
 	env := []string{}
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
@@ -331,7 +331,7 @@ func (s *Starter) startCoordinator(lock *os.File) error {
 		return err
 	}
 	defer readyR.Close()
-	env := append(coordinatorEnv(s.Environ), s.ExtraEnv...)
+	env := append(CoordinatorEnv(s.Environ), s.ExtraEnv...)
 	// The validated profile goes to the coordinator as canonical bytes in a
 	// sealed memfd (never a path it would re-read, never mounted).
 	profileFile, err := fdpass.SealedMemfd("lazaret-profile", s.CanonicalProfile)

@@ -24,9 +24,9 @@ func TestCoordinatorEnvPassesProgramOverrides(t *testing.T) {
 		environ, want = append(environ, kv), append(want, kv)
 	}
 	environ = append(environ, "LAZARET_HC=/opt/lazaret-hc", "SECRET_TOKEN=x", "LD_PRELOAD=/tmp/x.so")
-	got := coordinatorEnv(environ)
+	got := CoordinatorEnv(environ)
 	if !slices.Equal(got, want) {
-		t.Fatalf("coordinatorEnv = %v, want %v", got, want)
+		t.Fatalf("CoordinatorEnv = %v, want %v", got, want)
 	}
 }
 

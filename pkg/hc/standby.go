@@ -10,14 +10,15 @@ import (
 	"github.com/lazaret/lazaret/pkg/hcstandby"
 )
 
-// StandbyMain is lazaret-hc's standby role (package hcstandby): it waits
-// for its CLI's request and runs Main with it, the descriptors where a
+// StandbyMain is lazaret-hc's standby role (package hcstandby), started
+// with the arguments identity that name its Domain: it waits for its
+// CLI's request for that Domain and runs Main with it, the descriptors where a
 // coordinator started directly has them. It returns 0 when the CLI closed
 // the socket without a request (nothing to start), and 2 for a request it
 // refuses, which that CLI then reports as a coordinator that failed to
 // start.
-func StandbyMain() int {
-	req, files, err := hcstandby.Receive(hcstandby.FD)
+func StandbyMain(identity []string) int {
+	req, files, err := hcstandby.Receive(hcstandby.FD, identity)
 	unix.Close(hcstandby.FD)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lazaret-hc:", err)

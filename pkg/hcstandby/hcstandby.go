@@ -6,10 +6,14 @@
 // workspace instead of following them (package client,
 // StandbyCoordinator).
 //
-// The standby holds nothing and does nothing until its CLI sends, on the
-// SOCK_SEQPACKET socket FD, one Request with exactly what a coordinator
-// started directly gets: its arguments, its environment and its
-// descriptors (Files). A CLI that joins a running Domain, or exits, closes
+// The standby is started with the arguments and the environment that name
+// its Domain (its workspace and profile, and the CLI's variables a
+// coordinator gets), so that its command line and environment are a
+// coordinator's from the start. It holds nothing and does nothing until its
+// CLI sends, on the SOCK_SEQPACKET socket FD, one Request with exactly what
+// a coordinator started directly gets: its arguments (which must include
+// the ones it was started with), its environment and its descriptors
+// (Files). A CLI that joins a running Domain, or exits, closes
 // the socket instead, and the standby exits without a trace.
 //
 // Both sides link this package, so it imports neither the coordinator nor
@@ -21,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/fdpass"
@@ -56,10 +61,13 @@ func Encode(args, env []string) ([]byte, error) {
 	return json.Marshal(Request{Version: Version, Args: args, Env: env})
 }
 
-// Receive reads the one request on fd: nil (and no error) when the CLI
-// closed the socket without one. The descriptors are close-on-exec; a
+// Receive reads the one request on fd for the standby started with the
+// arguments identity (those after Arg: the --workspace and --profile that
+// name its Domain), which the request's arguments must all include: a
+// standby becomes only the coordinator it was started for. It returns nil
+// (and no error) when the CLI closed the socket without a request. The descriptors are close-on-exec; a
 // refused request's are closed.
-func Receive(fd int) (*Request, []int, error) {
+func Receive(fd int, identity []string) (*Request, []int, error) {
 	b, files, err := fdpass.RecvFiles(fd, MaxRequest, Files)
 	if errors.Is(err, io.EOF) {
 		return nil, nil, nil
@@ -68,11 +76,24 @@ func Receive(fd int) (*Request, []int, error) {
 		return nil, nil, errdefs.Mark(fmt.Errorf("standby coordinator: read the request: %w", err), errdefs.ErrCorrupt)
 	}
 	req, err := Decode(b, len(files))
+	if err == nil {
+		err = req.For(identity)
+	}
 	if err != nil {
 		fdpass.CloseAll(files)
 		return nil, nil, err
 	}
 	return req, files, nil
+}
+
+// For checks that the request's arguments include each of identity.
+func (r *Request) For(identity []string) error {
+	for _, a := range identity {
+		if !slices.Contains(r.Args, a) {
+			return errdefs.New(errdefs.ErrRefused, "standby coordinator: started with %s, asked to start without it", a)
+		}
+	}
+	return nil
 }
 
 // Decode checks a request: of this Version, with arguments, and carrying

@@ -45,11 +45,11 @@ func TestReceive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	b, _ := Encode([]string{"a"}, nil)
+	b, _ := Encode([]string{"--lock-fd=3", "--workspace=/w"}, nil)
 	if err := fdpass.SendFiles(mine, b, f, f, f, f); err != nil {
 		t.Fatal(err)
 	}
-	req, files, err := Receive(int(theirs.Fd()))
+	req, files, err := Receive(int(theirs.Fd()), []string{"--workspace=/w"})
 	if err != nil || req == nil || len(files) != Files {
 		t.Fatalf("got %+v %v %v", req, files, err)
 	}
@@ -58,12 +58,19 @@ func TestReceive(t *testing.T) {
 	if err := fdpass.SendFiles(mine, b, f); err != nil {
 		t.Fatal(err)
 	}
-	if req, _, err := Receive(int(theirs.Fd())); err == nil || req != nil {
+	if req, _, err := Receive(int(theirs.Fd()), nil); err == nil || req != nil {
 		t.Fatalf("a request with one descriptor: %+v %v", req, err)
+	}
+	// A request for another Domain's start is refused.
+	if err := fdpass.SendFiles(mine, b, f, f, f, f); err != nil {
+		t.Fatal(err)
+	}
+	if req, _, err := Receive(int(theirs.Fd()), []string{"--workspace=/elsewhere"}); !errors.Is(err, errdefs.ErrRefused) || req != nil {
+		t.Fatalf("a request for another workspace: %+v %v", req, err)
 	}
 	// The CLI closed without a request: nothing to start.
 	mine.Close()
-	if req, files, err := Receive(int(theirs.Fd())); req != nil || files != nil || err != nil {
+	if req, files, err := Receive(int(theirs.Fd()), nil); req != nil || files != nil || err != nil {
 		t.Fatalf("after the CLI closed: %+v %v %v", req, files, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/client"
 	"github.com/lazaret/lazaret/pkg/domain"
 	"github.com/lazaret/lazaret/pkg/locate"
+	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/proc"
 )
 
@@ -58,11 +59,26 @@ func lookAhead(c *cli.Context, broker *proc.Broker) ahead {
 	if err != nil {
 		return a // reported if a start needs it
 	}
-	if a.standby, err = client.StartStandby(broker, hcPath, os.Environ()); err == nil {
+	// Its command line and environment name its Domain as a coordinator
+	// started directly does (the start's own arguments follow).
+	identity := []string{"--workspace=" + a.ws.Root, "--profile=" + a.prof.Name}
+	if a.standby, err = client.StartStandby(broker, hcPath, append(client.CoordinatorEnv(os.Environ()), coordinatorExtraEnv(a.prof)...), identity); err == nil {
 		a.domain = paths.ID
 		runTiming.Mark("coordinator process started ahead")
 	}
 	return a
+}
+
+// coordinatorExtraEnv is what a coordinator gets beyond the variables of
+// the CLI's environment it reads (client.Starter.ExtraEnv): the profile's
+// program paths, and the model trace's when it records.
+func coordinatorExtraEnv(prof Profile) []string {
+	env := ProgramEnv(prof.Programs, os.Getenv)
+	if modeltrace.On() {
+		// This session is the one a new generation starts for.
+		env = append(append(env, modeltrace.Environ()...), modeltrace.EnvSession+"="+modeltrace.SessionKey(os.Getpid()))
+	}
+	return env
 }
 
 // take hands the standby over to the start of Domain id (nil for another

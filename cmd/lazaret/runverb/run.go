@@ -281,14 +281,10 @@ func runAction(c *cli.Context) (err error) {
 		Paths: paths, Profile: prof.Name, CanonicalProfile: prof.Config.Canonical(),
 		Workspace: ws.Root, Image: image,
 		LocateHC: func() (string, error) { return locate.Find(locate.HC, ProgramGetenv(prof.Programs, os.Getenv)) },
-		Environ:  os.Environ(), ExtraEnv: ProgramEnv(prof.Programs, os.Getenv),
+		Environ:  os.Environ(), ExtraEnv: coordinatorExtraEnv(prof),
 		LogLevel: level, Broker: broker, Timing: runTiming, Keys: keys, FrontExe: frontExe,
 		Notice:  func(m string) { fmt.Fprintln(os.Stderr, "lazaret: "+m) },
 		Standby: ahead.take(paths.ID),
-	}
-	if modeltrace.On() {
-		// This session is the one a new generation starts for.
-		s.ExtraEnv = append(append(s.ExtraEnv, modeltrace.Environ()...), modeltrace.EnvSession+"="+modeltrace.SessionKey(os.Getpid()))
 	}
 	runTiming.Mark("request prepared (credentials, workspace, kernel)")
 	attach := func(sess *client.Session) *client.End { return session(sess, sigs) }
