@@ -13,8 +13,8 @@
 // start the Domain, as a standby (StandbyMain, package hcstandby), and
 // hands it the start over a socketpair: Main then runs with the same
 // arguments, environment and descriptors as in a coordinator started
-// directly; its process's command line reads `lazaret-hc
-// __lazaret-standby --workspace=W --profile=P`.
+// directly; its process's command line reads `lazaret-hc --standby
+// --workspace=W --profile=P`.
 //
 // Lifecycle of one generation:
 //

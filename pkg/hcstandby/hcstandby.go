@@ -31,8 +31,11 @@ import (
 	"github.com/lazaret/lazaret/pkg/fdpass"
 )
 
-// Arg selects the standby role of lazaret-hc.
-const Arg = "__lazaret-standby"
+// Arg, first on lazaret-hc's command line, makes it a standby. It is a
+// flag, not a hidden role's "__lazaret-" word: a standby is the Domain's
+// coordinator, waiting for its start (its command line reads
+// `lazaret-hc --standby --workspace=W --profile=P`).
+const Arg = "--standby"
 
 // FD is the standby's end of its CLI's socket.
 const FD = 3
