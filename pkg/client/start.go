@@ -114,7 +114,7 @@ func (s *Starter) Run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*
 		return nil, err
 	}
 	end, err := s.run(req, abort, attach)
-	s.Standby.Close() // joined, or failed before starting: unused
+	s.Standby.Close() // failed before it connected: unused
 	s.Standby = nil
 	if err != nil && !errors.Is(err, errdefs.ErrInvalid) && !errors.Is(err, errdefs.ErrRefused) {
 		// A coordinator that failed or did not answer may have run out of
@@ -137,6 +137,10 @@ func (s *Starter) run(req *lv1.RunRequest, abort <-chan os.Signal, attach func(*
 			return nil, err
 		}
 		s.Timing.Mark("connected to the coordinator")
+		// A coordinator answers (this CLI's, or one it joins): a standby
+		// left unused would only idle for the session's life.
+		s.Standby.Close()
+		s.Standby = nil
 		keys := s.Keys
 		s.Keys = nil
 		c, err := AuthenticateWith(raw, s.Paths, s.Profile, keys)
