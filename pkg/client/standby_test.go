@@ -51,10 +51,10 @@ func TestStandbyHandsTheStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := envOf(t, sb.child.Handle().PID()); !strings.Contains(got, "HOME=/h") {
+	if got := procWords(t, sb.child.Handle().PID(), "environ"); !strings.Contains(got, "HOME=/h") {
 		t.Errorf("the standby's environment is %q, want the coordinator's", got)
 	}
-	if got := cmdlineOf(t, sb.child.Handle().PID()); !strings.Contains(got, "--workspace=/w") {
+	if got := procWords(t, sb.child.Handle().PID(), "cmdline"); !strings.Contains(got, "--workspace=/w") {
 		t.Errorf("the standby's command line %q does not name its workspace", got)
 	}
 	r, w, err := os.Pipe()
@@ -109,18 +109,11 @@ func TestStandbyGoneOrOtherStartsDirectly(t *testing.T) {
 	}
 }
 
-func cmdlineOf(t *testing.T, pid int) string {
+// procWords is /proc/PID/name (cmdline, environ) with its NUL separators
+// as spaces.
+func procWords(t *testing.T, pid int, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.ReplaceAll(string(b), "\x00", " ")
-}
-
-func envOf(t *testing.T, pid int) string {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, name))
 	if err != nil {
 		t.Fatal(err)
 	}
