@@ -7,21 +7,29 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lazaret/lazaret/pkg/errdefs"
+	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hcstandby"
 )
 
 // StandbyMain is lazaret-hc's standby role (package hcstandby), started
-// with the arguments identity that name its Domain: it waits for its
-// CLI's request for that Domain and runs Main with it, the descriptors where a
+// with the arguments identity that name its Domain: it waits for its CLI's
+// request for that Domain and runs Main with it, the descriptors where a
 // coordinator started directly has them. It returns 0 when the CLI closed
 // the socket without a request (nothing to start), and 2 for a request it
-// refuses, which that CLI then reports as a coordinator that failed to
-// start.
+// refuses, which that CLI reports as its start's failure (with the reason,
+// when the request brought the ready pipe).
 func StandbyMain(identity []string) int {
 	req, files, err := hcstandby.Receive(hcstandby.FD, identity)
 	unix.Close(hcstandby.FD)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "lazaret-hc:", err)
+		if len(files) == hcstandby.Files {
+			// Refused with its descriptors: the Domain log and the CLI's
+			// ready pipe (read as a failed start's report) say why.
+			unix.Write(files[0], fmt.Appendf(nil, "lazaret-hc: %v\n", err))
+			unix.Write(files[2], fmt.Appendf(nil, "%s\x00%s\n", errdefs.Category(err), err))
+		}
+		fdpass.CloseAll(files)
 		return 2
 	}
 	if req == nil {

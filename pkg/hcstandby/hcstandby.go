@@ -68,8 +68,10 @@ func Encode(args, env []string) ([]byte, error) {
 // arguments identity (those after Arg: the --workspace and --profile that
 // name its Domain), which the request's arguments must all include: a
 // standby becomes only the coordinator it was started for. It returns nil
-// (and no error) when the CLI closed the socket without a request. The descriptors are close-on-exec; a
-// refused request's are closed.
+// (and no error) when the CLI closed the socket without a request. The
+// descriptors are close-on-exec. A refused request's are returned with the
+// error when all Files arrived (the caller reports the refusal on the log
+// and the ready pipe, then closes them), closed otherwise.
 func Receive(fd int, identity []string) (*Request, []int, error) {
 	b, files, err := fdpass.RecvFiles(fd, MaxRequest, Files)
 	if errors.Is(err, io.EOF) {
@@ -83,6 +85,9 @@ func Receive(fd int, identity []string) (*Request, []int, error) {
 		err = req.For(identity)
 	}
 	if err != nil {
+		if len(files) == Files {
+			return nil, files, err
+		}
 		fdpass.CloseAll(files)
 		return nil, nil, err
 	}

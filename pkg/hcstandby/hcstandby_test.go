@@ -65,9 +65,11 @@ func TestReceive(t *testing.T) {
 	if err := fdpass.SendFiles(mine, b, f, f, f, f); err != nil {
 		t.Fatal(err)
 	}
-	if req, _, err := Receive(int(theirs.Fd()), []string{"--workspace=/elsewhere"}); !errors.Is(err, errdefs.ErrRefused) || req != nil {
-		t.Fatalf("a request for another workspace: %+v %v", req, err)
+	req, files, err = Receive(int(theirs.Fd()), []string{"--workspace=/elsewhere"})
+	if !errors.Is(err, errdefs.ErrRefused) || req != nil || len(files) != Files {
+		t.Fatalf("a request for another workspace: %+v %v %v (want refused, with its descriptors to report on)", req, files, err)
 	}
+	fdpass.CloseAll(files)
 	// The CLI closed without a request: nothing to start.
 	mine.Close()
 	if req, files, err := Receive(int(theirs.Fd()), nil); req != nil || files != nil || err != nil {
