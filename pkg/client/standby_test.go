@@ -3,7 +3,6 @@ package client
 import (
 	"bufio"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -32,11 +31,7 @@ func TestMain(m *testing.M) {
 
 func testBroker(t *testing.T) *proc.Broker {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+	b, err := proc.NewSelfBroker(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -321,11 +320,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // testBroker is the test process's broker for the build's helper processes.
 func testBroker(t *testing.T) *proc.Broker {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+	b, err := proc.NewSelfBroker(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,12 +59,7 @@ func busyboxRef(t *testing.T) string {
 		if busyboxErr != nil {
 			return
 		}
-		exe, err := os.Executable()
-		if err != nil {
-			busyboxErr = err
-			return
-		}
-		broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+		broker, err := proc.NewSelfBroker(nil)
 		if err != nil {
 			busyboxErr = err
 			return

@@ -81,6 +81,19 @@ func NewBroker(log *slog.Logger, exe string) (*Broker, error) {
 	return NewBrokerWrapped(log, exe, filepath.Base(exe))
 }
 
+// NewSelfBroker is NewBroker for the running executable (os.Executable),
+// logging to log (nil: nowhere): a CLI's broker, and a test process's.
+func NewSelfBroker(log *slog.Logger) (*Broker, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("broker: this executable: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return NewBroker(log, exe)
+}
+
 // NewBrokerWrapped is NewBroker with the wrapper role (and the probe and
 // qualification roles) run from wrapperExe, another Lazaret binary that
 // hosts them, while name (this process's program name, e.g. "lazaret-rs")

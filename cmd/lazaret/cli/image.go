@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,11 +60,7 @@ Examples:
 			if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 				return err
 			}
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+			broker, err := proc.NewSelfBroker(nil)
 			if err != nil {
 				return err
 			}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -117,13 +116,9 @@ func runAction(c *cli.Context) (err error) {
 		}
 		defer func() { done(errors.Is(err, ErrFullCLI)) }()
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	// One spawn/reap broker for this CLI: secret commands and the
 	// coordinator it may start.
-	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), exe)
+	broker, err := proc.NewSelfBroker(nil)
 	if err != nil {
 		return err
 	}
