@@ -125,7 +125,7 @@ func TestFaultInjectionRecovery(t *testing.T) {
 			recordModelTrace(t) // the faulted run and the recovering one
 			// A starting Domain's first non-interactive session is started
 			// by the sandbox's init; a session exec client is acquired for
-			// an interactive session (or one that joins): the faulted run
+			// an interactive session (or a later one): the faulted run
 			// of those stages, and of the interactive session's Running
 			// record, has a terminal.
 			env := []string{failpoint.Env + "=" + stage}

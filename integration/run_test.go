@@ -864,7 +864,9 @@ func hiddenRole(args []string) (string, bool) {
 
 // TestFirstSessionLikeJoined: a starting Domain's first non-interactive
 // session is started by the sandbox's init (the coordinator's log says
-// so), not by a `runsc exec` client, and its command gets what a joining
+// so), not by a `runsc exec` client — and so is a generation's first
+// non-interactive session that joins after an interactive first one —
+// and its command gets what a joining
 // session's `runsc exec` gives it, as root and as a profile's non-root
 // user: the same user and groups, capabilities, no_new_privs, limits,
 // umask, working directory and environment; its stdin; output streams
@@ -919,6 +921,26 @@ func TestFirstSessionLikeJoined(t *testing.T) {
 		release(hold)
 		if by != `"runsc exec"` {
 			t.Fatalf("%s: a joining session was started by %s, want runsc exec", c.name, by)
+		}
+		if c.name == "root" {
+			// A generation whose first session is interactive (through
+			// runsc exec) leaves the init's slot to its first
+			// non-interactive session, although it joins: as a starting
+			// CLI's own session admitted after the publication (a loaded
+			// host) does.
+			p := startOnPTY(t, e, sub, nil, append([]string{filepath.Join(e.bin, "lazaret"), "run"}, append(c.args, "--", "sh", "-c", "echo tty-$((6*7)); sleep 120")...)...)
+			p.until(t, "tty-42", 60*time.Second)
+			late := run()
+			lateBy := startedBy()
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			p.cmd.Wait()
+			p.m.Close()
+			if lateBy != "init" {
+				t.Fatalf("after an interactive first session, the first non-interactive one was started by %s, want the init", lateBy)
+			}
+			if late.code != 5 || late.stdout != first.stdout {
+				t.Errorf("a join started by the init: exit %d (want 5), what it sees differs from the first session's:\n%s\nfirst:\n%s", late.code, late.stdout, first.stdout)
+			}
 		}
 		if first.code != 5 || joined.code != 5 {
 			t.Errorf("%s: exit statuses: first %d, joined %d; want 5", c.name, first.code, joined.code)

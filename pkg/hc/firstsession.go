@@ -1,11 +1,14 @@
 package hc
 
-// The first session: a starting Domain's first non-interactive Client
-// Session is started by the sandbox's init once the Domain is published,
-// instead of by a second `runsc exec` client, whose process start (a runsc
-// client, tens of milliseconds of CPU on two busy cores) the cold start
-// then does not pay. Every later session, and an interactive first one,
-// attaches with `runsc exec`.
+// The first session: a generation's first non-interactive Client Session
+// (normally the starting CLI's) is started by the sandbox's init once the
+// Domain is published, instead of by a second `runsc exec` client, whose
+// process start (a runsc client, tens of milliseconds of CPU on two busy
+// cores) the cold start then does not pay. The slot goes to the first
+// such session admitted, before or after the publication: on a loaded
+// host the starting CLI's session can arrive after it, and then joins
+// the running generation through the init all the same. Every later
+// session, and every interactive one, attaches with `runsc exec`.
 //
 // The coordinator creates a SOCK_SEQPACKET socket pair before it spawns
 // the Runtime Supervisor, which passes one end to the attached runsc as the
@@ -206,7 +209,7 @@ func (p *firstProcess) signal(sig unix.Signal, group bool) error {
 // relayed as a `runsc exec` session is. It returns false, having started
 // nothing, when the start cannot be sent (the session then attaches with
 // runsc exec).
-func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame) bool {
+func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) bool {
 	c := s.c
 	cwd := sessionCwd(req)
 	u, err := c.sessionUser(req)
@@ -246,7 +249,7 @@ func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame) 
 	// The init starts the command once it reads the request, even if this
 	// coordinator is gone by then: the CLI hears Accepted first
 	// (session.accept).
-	s.accept(false)
+	s.accept(joined)
 	err = c.first.send(ocispec.FirstSessionRequest{Start: &start}, inR, outW, errW)
 	inR.Close()
 	outW.Close()
@@ -263,7 +266,7 @@ func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame) 
 	failpoint.Hit("lazaret-hc:first-session-requested")
 	s.setChild(p)
 	go p.reports(func() { c.timing.Mark("session command started by the sandbox's init") })
-	s.relay(req, frames, false, sessionStreams{
+	s.relay(req, frames, joined, sessionStreams{
 		proc: p, inW: inW, outR: outR, errR: errR, by: "init",
 		signal: func(sig unix.Signal, group bool) {
 			if err := p.signal(sig, group); err != nil {
@@ -278,9 +281,9 @@ func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame) 
 
 // startFirst is runFirst when the session may take the generation's
 // first-session slot; false if it did not (it attaches with runsc exec).
-func (s *session) startFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame) bool {
+func (s *session) startFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) bool {
 	if !s.c.first.claim() {
 		return false
 	}
-	return s.runFirst(req, frames)
+	return s.runFirst(req, frames, joined)
 }

@@ -268,7 +268,10 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 		s.runTerminal(req, frames, joined)
 		return
 	}
-	if !joined && s.startFirst(req, frames) {
+	// The generation's first non-interactive session takes the init's
+	// slot however late it is admitted: the starting CLI's own session can
+	// reach a loaded coordinator only after the publication.
+	if s.startFirst(req, frames, joined) {
 		return
 	}
 	s.run(req, frames, joined)
