@@ -46,11 +46,18 @@ func TestClientSessionCommandRunsAtMostOnce(t *testing.T) {
 			ws := workspace(t)
 			recordModelTrace(t)
 			env := []string{failpoint.Env + "=" + tc.stage}
-			// The holder's own first session is started by the init: it
-			// reaches none of these stages.
-			holder := e.cmdWith(e.binFP, ws, env, "run", "-p", "tiny", "--", "sleep", "30")
+			// The holder's own session, the generation's first
+			// non-interactive one, is started by the init: it reaches
+			// none of these stages. The joining CLI starts only once the
+			// holder's command runs, so that it cannot take the init's
+			// slot before the holder's session does.
+			holder := e.cmdWith(e.binFP, ws, env, "run", "-p", "tiny", "--", "sh", "-c", "echo up; exec sleep 30")
 			holderErr := new(syncBuffer)
-			holder.Stdout, holder.Stderr = io.Discard, holderErr
+			holder.Stderr = holderErr
+			holderOut, err := holder.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := holder.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -58,16 +65,20 @@ func TestClientSessionCommandRunsAtMostOnce(t *testing.T) {
 				holder.Process.Kill()
 				holder.Wait()
 			}()
-			canon, _ := filepath.EvalSymlinks(ws)
-			if !waitUntil(60*time.Second, 200*time.Millisecond, func() bool {
-				for _, l := range strings.Split(lz(t, ws, nil, "status").stdout, "\n") {
-					if f := strings.Fields(l); len(f) > 3 && f[2] == "running" && f[len(f)-1] == canon {
-						return true
-					}
+			up := make(chan bool, 1)
+			go func() {
+				b := make([]byte, 3)
+				_, err := io.ReadFull(holderOut, b)
+				up <- err == nil && string(b) == "up\n"
+				io.Copy(io.Discard, holderOut)
+			}()
+			select {
+			case ok := <-up:
+				if !ok {
+					t.Fatalf("the holder's session did not start (holder stderr %q)", holderErr.String())
 				}
-				return false
-			}) {
-				t.Fatalf("the holder's Domain did not run its session (holder stderr %q)", holderErr.String())
+			case <-time.After(60 * time.Second):
+				t.Fatalf("the holder's session did not start within a minute (holder stderr %q)", holderErr.String())
 			}
 			var code int
 			var out string
@@ -123,6 +134,11 @@ func TestClientSessionCommandRunsAtMostOnce(t *testing.T) {
 				if runs > 1 {
 					t.Fatalf("the command ran %d times", runs)
 				}
+			}
+			// The joining session went through the stage (not through the
+			// init's slot, which the holder's session holds).
+			if b, _ := os.ReadFile(filepath.Join(e.stateHome, "lazaret", "domains", string(domainOf(ws, "tiny")), "hc.log")); !strings.Contains(string(b), "failpoint hit: "+tc.stage) {
+				t.Fatalf("stage %s was never reached (exit %d, output %q)", tc.stage, code, out)
 			}
 			t.Logf("stage %s: exit %d, the command ran %d time(s)", tc.stage, code, runs)
 			r := lz(t, ws, nil, "run", "-p", "tiny", "--", "echo", "recovered")
