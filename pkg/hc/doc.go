@@ -5,8 +5,8 @@
 // the Runtime Supervisor, which it spawns through its broker into new
 // user+mount+network namespaces with the developer's full subordinate id map.
 // Sessions run as non-detached `runsc exec` clients started from the host
-// namespaces, their stdio relayed to the Client CLI, except a starting
-// Domain's first non-interactive session, which the sandbox's init starts
+// namespaces, their stdio relayed to the Client CLI, except a
+// generation's first non-interactive session, which the sandbox's init starts
 // (firstsession.go says why and how).
 //
 // A cold start's CLI usually starts lazaret-hc before it knows it will

@@ -99,7 +99,7 @@ const InitStartedLine = "lazaret-init-started"
 // it cannot start the sandbox (the rest is the error for the developer).
 const InitErrorPrefix = "lazaret-init-error: "
 
-// The first session: a starting Domain's first non-interactive Client
+// The first session: a generation's first non-interactive Client
 // Session is started by the guest init once the Domain is published,
 // instead of by a second `runsc exec` client (package sandboxinit). The
 // Host Coordinator holds one end of a SOCK_SEQPACKET socket pair whose

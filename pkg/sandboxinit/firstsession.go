@@ -1,6 +1,6 @@
 package sandboxinit
 
-// The first session: the init starts a starting Domain's first
+// The first session: the init starts a generation's first
 // non-interactive session's command once the Domain is published, which
 // saves the session a second `runsc exec` client (its process start costs
 // the start-up tens of milliseconds of CPU on two busy cores). The Host

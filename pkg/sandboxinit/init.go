@@ -7,7 +7,7 @@
 // reaps orphaned guest processes, and exits when its stdin (held by the
 // Runtime Supervisor) reaches EOF — which ends the container and every guest
 // process in it. It is terminal-neutral: sessions attach with `runsc exec`,
-// except a starting Domain's first non-interactive session, whose command
+// except a generation's first non-interactive session, whose command
 // the init starts itself when the Host Coordinator asks (firstsession.go).
 //
 // It runs inside gVisor, never on the host, and is the lazaret-init
