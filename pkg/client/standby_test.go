@@ -12,6 +12,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/hcstandby"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 )
 
 // TestMain is, started as a standby coordinator (TestStandbyHandsTheStart),
@@ -29,20 +30,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func testBroker(t *testing.T) *proc.Broker {
-	t.Helper()
-	b, err := proc.NewSelfBroker(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestStandbyHandsTheStart: the start goes to the standby, with the
 // coordinator's arguments, environment and four descriptors.
 func TestStandbyHandsTheStart(t *testing.T) {
 	exe, _ := os.Executable()
-	sb, err := StartStandby(testBroker(t), exe, []string{"HOME=/h"}, []string{"--workspace=/w"})
+	sb, err := StartStandby(proctest.SelfBroker(t), exe, []string{"HOME=/h"}, []string{"--workspace=/w"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +68,7 @@ func TestStandbyHandsTheStart(t *testing.T) {
 // another lazaret-hc than the start locates, is not handed the start (the
 // caller starts the coordinator itself), and is ended.
 func TestStandbyGoneOrOtherStartsDirectly(t *testing.T) {
-	b := testBroker(t)
+	b := proctest.SelfBroker(t)
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
 	gone, err := StartStandby(b, "/bin/true", nil, nil)

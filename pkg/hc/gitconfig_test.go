@@ -3,7 +3,6 @@ package hc
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/gitconfigguard"
-	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 )
 
 // TestHostGitConfig reads the developer's Git configuration with the real
@@ -39,10 +38,7 @@ func TestHostGitConfig(t *testing.T) {
 			t.Fatalf("git %v: %v\n%s", args, err, out)
 		}
 	}
-	b, err := proc.NewBroker(slog.New(slog.DiscardHandler), os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := proctest.SelfBroker(t)
 
 	t.Setenv("HOME", home)
 	c := &coordinator{broker: b, cfg: generationConfig{workspace: ws}}

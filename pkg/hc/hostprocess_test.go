@@ -22,6 +22,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/hc/sessionterm"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 	"github.com/lazaret/lazaret/pkg/pty"
 )
 
@@ -57,10 +58,7 @@ type termHarness struct {
 // With hold the test keeps a slave descriptor: the close handshake's drain
 // lasts until the test closes it (the drain deadline is an hour away).
 func newTermHarness(t *testing.T, f *escFixture, echo, hold bool) *termHarness {
-	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	broker := proctest.SelfBroker(t)
 	f.c.broker = broker
 	h := &termHarness{t: t, f: f, sid: f.session(true), frames: make(chan *lv1.ClientFrame), server: make(chan *lv1.ServerFrame, 64), ended: make(chan bool, 1)}
 	master, slave, err := pty.Open(pty.Size{Rows: 24, Cols: 80})

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 	digest "github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.podman.io/image/v5/image"
@@ -37,7 +37,7 @@ func TestKinds(t *testing.T) {
 }
 
 func TestUnknownKind(t *testing.T) {
-	_, err := Build(context.Background(), Options{Broker: testBroker(t), Kind: "alpine", Dest: t.TempDir()})
+	_, err := Build(context.Background(), Options{Broker: proctest.SelfBroker(t), Kind: "alpine", Dest: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), `"alpine"`) || !strings.Contains(err.Error(), "busybox, debian") {
 		t.Fatalf("err = %v, want unknown kind naming valid kinds", err)
 	}
@@ -132,7 +132,7 @@ func TestBuildBusybox(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "images", "busybox")
 	start := time.Now()
 	var progress bytes.Buffer
-	res, err := Build(context.Background(), Options{Broker: testBroker(t), Kind: KindBusybox, Dest: dest, Progress: &progress})
+	res, err := Build(context.Background(), Options{Broker: proctest.SelfBroker(t), Kind: KindBusybox, Dest: dest, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,11 +224,11 @@ func run(name string, args ...string) (string, error) {
 
 func TestBuildBusyboxReproducible(t *testing.T) {
 	dir := t.TempDir()
-	a, err := Build(context.Background(), Options{Broker: testBroker(t), Kind: KindBusybox, Dest: filepath.Join(dir, "a")})
+	a, err := Build(context.Background(), Options{Broker: proctest.SelfBroker(t), Kind: KindBusybox, Dest: filepath.Join(dir, "a")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Build(context.Background(), Options{Broker: testBroker(t), Kind: KindBusybox, Dest: filepath.Join(dir, "b")})
+	b, err := Build(context.Background(), Options{Broker: proctest.SelfBroker(t), Kind: KindBusybox, Dest: filepath.Join(dir, "b")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,14 +239,14 @@ func TestBuildBusyboxReproducible(t *testing.T) {
 
 func TestRebuildReplacesAtomically(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "img")
-	if _, err := Build(context.Background(), Options{Broker: testBroker(t), Kind: KindBusybox, Dest: dest, Tag: "one"}); err != nil {
+	if _, err := Build(context.Background(), Options{Broker: proctest.SelfBroker(t), Kind: KindBusybox, Dest: dest, Tag: "one"}); err != nil {
 		t.Fatal(err)
 	}
 	before, err := os.Stat(dest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Build(context.Background(), Options{Broker: testBroker(t), Kind: KindBusybox, Dest: dest, Tag: "two"}); err != nil {
+	if _, err := Build(context.Background(), Options{Broker: proctest.SelfBroker(t), Kind: KindBusybox, Dest: dest, Tag: "two"}); err != nil {
 		t.Fatal(err)
 	}
 	after, err := os.Stat(dest)
@@ -279,7 +279,7 @@ func TestRefusesToReplaceForeignDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dest, "precious"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Build(context.Background(), Options{Broker: testBroker(t), Kind: KindBusybox, Dest: dest})
+	_, err := Build(context.Background(), Options{Broker: proctest.SelfBroker(t), Kind: KindBusybox, Dest: dest})
 	if err == nil || !strings.Contains(err.Error(), "refusing") {
 		t.Fatalf("err = %v", err)
 	}
@@ -315,14 +315,4 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
-}
-
-// testBroker is the test process's broker for the build's helper processes.
-func testBroker(t *testing.T) *proc.Broker {
-	t.Helper()
-	b, err := proc.NewSelfBroker(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/escalate/record"
 	"github.com/lazaret/lazaret/pkg/modeltrace"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 	"github.com/lazaret/lazaret/pkg/trust"
 	"github.com/lazaret/lazaret/pkg/trust/trusttest"
 )
@@ -139,10 +139,7 @@ func newFixtureAt(t *testing.T, root string, gen uint64, rules ...config.Rule) *
 			t.Fatal(err)
 		}
 	}
-	broker, err := proc.NewBroker(slog.New(slog.DiscardHandler), os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	broker := proctest.SelfBroker(t)
 	f.e, err = New(Config{Anchor: g.Anchor, RuntimeDir: f.runtimeDir(), ControlMount: f.controlMount(), DomainRoot: f.domainRoot(),
 		Workspace: f.ws, Rules: rules, Sessions: f.sessions, Launcher: broker, Model: f.model})
 	if err != nil {

@@ -3,7 +3,6 @@ package network
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/netip"
 	"os"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/participant"
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 	"github.com/lazaret/lazaret/pkg/slirp"
 	"github.com/lazaret/lazaret/pkg/store"
 )
@@ -61,10 +61,7 @@ type roleEnv struct {
 func newRole(t *testing.T, script string, profile ...func(*config.Profile)) *roleEnv {
 	t.Helper()
 	d := openDomain(t)
-	b, err := proc.NewBroker(slog.New(slog.DiscardHandler), os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := proctest.SelfBroker(t)
 	// A stand-in Runtime Supervisor: a real child whose pid the helper's
 	// chain names and whose identity the records commit.
 	rs, err := b.Acquire(context.Background(), proc.AcquireSpec{Slot: "supervisor",

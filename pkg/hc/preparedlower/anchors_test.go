@@ -3,7 +3,6 @@ package preparedlower
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -13,16 +12,14 @@ import (
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/ocispec"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 )
 
 // TestVerifyMountNamespace: HC checks the hello's mount namespace through
 // RS's pidfd: (dev, ino) and the never-reused ID must both be the
 // process's.
 func TestVerifyMountNamespace(t *testing.T) {
-	broker, err := proc.NewBroker(discard, os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	broker := proctest.SelfBroker(t)
 	rs, err := broker.Start("rs", proc.Command{Path: "/bin/sleep", Args: []string{"sleep", "600"}})
 	if err != nil {
 		t.Fatal(err)

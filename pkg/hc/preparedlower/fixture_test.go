@@ -24,6 +24,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/pidfs"
 	"github.com/lazaret/lazaret/pkg/prepared"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 	"github.com/lazaret/lazaret/pkg/store"
 )
 
@@ -101,10 +102,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.self = self.Identity()
 	self.Close()
-	broker, err := proc.NewBroker(discard, os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	broker := proctest.SelfBroker(t)
 	rs, err := broker.Start("rs", proc.Command{Path: "/bin/sleep", Args: []string{"sleep", "600"}})
 	if err != nil {
 		t.Fatal(err)

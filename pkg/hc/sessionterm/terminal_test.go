@@ -17,6 +17,7 @@ import (
 	"github.com/lazaret/lazaret/pkg/control"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/proc"
+	"github.com/lazaret/lazaret/pkg/proc/proctest"
 	"github.com/lazaret/lazaret/pkg/pty"
 )
 
@@ -161,14 +162,7 @@ func TestIdentifyFromLaunchersReport(t *testing.T) {
 	stat := func(pid, pgrp int) string {
 		return fmt.Sprintf("%d (sh) S 1 %d %d 34816 7 4194560 1 0 0 0 3 1 0 0 20 0 1 0 1234 4644864 900 18446744073709551615", pid, pgrp, pgrp)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	broker, err := proc.NewBroker(slog.New(slog.NewTextHandler(io.Discard, nil)), exe)
-	if err != nil {
-		t.Fatal(err)
-	}
+	broker := proctest.SelfBroker(t)
 	for _, c := range []struct {
 		name    string
 		report  string // written, then the pipe is closed
