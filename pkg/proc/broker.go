@@ -39,6 +39,9 @@
 // of a copy of its address space (Go copies it for a new user namespace);
 // Setup runs once the child is in its new user namespace, and an
 // unshare(1) that fails to get there makes the acquisition clone instead.
+// With AcquireSpec.Maps, unshare(1) also writes the namespace's id maps
+// before it executes the wrapper, and the broker checks them instead of
+// running Setup.
 package proc
 
 import (
@@ -50,6 +53,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -398,7 +404,8 @@ type AcquireSpec struct {
 	Slot   string
 	Target Command
 	// Setup runs after the wrapper is spawned and identified, before
-	// staging (e.g. writing the uid/gid maps of a new user namespace).
+	// staging (e.g. writing the uid/gid maps of a new user namespace;
+	// not run when unshare(1) wrote them, see Maps).
 	Setup func(ctx context.Context, child *pidfs.Handle) error
 	// Stage durably records (or has the coordinator record and acknowledge)
 	// Staged ownership of the exact identity. The barrier is released only
@@ -435,7 +442,26 @@ type AcquireSpec struct {
 	// that refuses it), the acquisition is made again with the clone
 	// flags, and says so in the broker's log.
 	UnshareExe string
+	// Maps, with UnshareExe, are the new user namespace's id maps, which
+	// unshare(1) then writes itself before it executes the wrapper
+	// (util-linux's --map-user, --map-group, --map-users and --map-groups;
+	// a range through the set-user-ID newuidmap and newgidmap), in place
+	// of Setup: no spawn of the id-mapping tools by the broker, and the
+	// wrapper executes as the namespace's root. The broker waits for the
+	// maps and compares them with Maps; an unshare(1) that fails to write
+	// them, or writes others (one that reads its options otherwise), makes
+	// the acquisition clone instead, where Setup writes them. Maps
+	// unshare(1) cannot express (each list must be the caller's own
+	// effective id alone, then at most one range) are left to Setup.
+	Maps *IDMaps
 }
+
+// IDMap is one line of a user namespace's uid_map or gid_map: Count ids
+// from Outer (in the parent namespace) appear as Inner.
+type IDMap struct{ Inner, Outer, Count uint32 }
+
+// IDMaps are a new user namespace's uid and gid maps (AcquireSpec.Maps).
+type IDMaps struct{ UID, GID []IDMap }
 
 // UnshareTool is util-linux's unshare(1) at its standard path, for
 // AcquireSpec.UnshareExe, or "" when the host has none.
@@ -460,10 +486,12 @@ var unshareOptions = []struct {
 
 // viaUnshare returns the command that runs cmd in the new namespaces
 // cmd.Cloneflags names through unshare(1) at exe, and false when
-// unshare(1) cannot create them all (cmd is then cloned into them).
-func viaUnshare(exe string, cmd Command) (Command, bool) {
+// unshare(1) cannot create them all (cmd is then cloned into them); and
+// whether unshare(1) also writes maps (unshareMapOptions) before it
+// executes cmd.
+func viaUnshare(exe string, cmd Command, maps *IDMaps) (Command, bool, bool) {
 	if cmd.Cloneflags&unix.CLONE_NEWUSER == 0 {
-		return cmd, false // nothing to gain: such a spawn shares the broker's memory
+		return cmd, false, false // nothing to gain: such a spawn shares the broker's memory
 	}
 	args := []string{"unshare"}
 	rest := cmd.Cloneflags
@@ -474,19 +502,55 @@ func viaUnshare(exe string, cmd Command) (Command, bool) {
 		}
 	}
 	if rest != 0 {
-		return cmd, false
+		return cmd, false, false
 	}
 	// The mount namespace's propagation stays as cloning leaves it (the
-	// target makes its own mounts private), and what KeepCapabilities
-	// keeps across the wrapper's exec, --keep-caps keeps (as ambient
+	// target makes its own mounts private). With the id maps written
+	// before the exec, the wrapper executes as the namespace's root and
+	// holds every capability there; without, what KeepCapabilities keeps
+	// across the wrapper's exec, --keep-caps keeps (as ambient
 	// capabilities, which the held wrapper drops once released).
 	args = append(args, "--propagation", "unchanged")
-	if cmd.KeepCapabilities {
+	mapOpts, mapped := unshareMapOptions(maps, uint32(os.Geteuid()), uint32(os.Getegid()))
+	if mapped {
+		args = append(args, mapOpts...)
+	} else if cmd.KeepCapabilities {
 		args = append(args, "--keep-caps")
 	}
 	args = append(append(args, "--", cmd.Path), cmd.Args[1:]...)
 	cmd.Path, cmd.Args, cmd.Cloneflags, cmd.KeepCapabilities = exe, args, 0, false
-	return cmd, true
+	return cmd, true, mapped
+}
+
+// unshareMapOptions returns unshare(1)'s options that write maps, and
+// false when maps is nil or not of the form they express: each of the
+// uid and gid lists the caller's own effective id (euid, egid) alone,
+// then at most one range. A range is given in the "outer,inner,count"
+// form, which util-linux reads from 2.38 on (later versions also read
+// "inner:outer:count").
+func unshareMapOptions(maps *IDMaps, euid, egid uint32) ([]string, bool) {
+	if maps == nil {
+		return nil, false
+	}
+	var opts []string
+	for _, l := range []struct {
+		maps           []IDMap
+		own            uint32
+		single, ranges string
+	}{{maps.UID, euid, "--map-user", "--map-users"}, {maps.GID, egid, "--map-group", "--map-groups"}} {
+		if len(l.maps) == 0 || len(l.maps) > 2 || l.maps[0].Count != 1 || l.maps[0].Outer != l.own {
+			return nil, false
+		}
+		opts = append(opts, fmt.Sprintf("%s=%d", l.single, l.maps[0].Inner))
+		if len(l.maps) == 2 {
+			r := l.maps[1]
+			if r.Count == 0 {
+				return nil, false
+			}
+			opts = append(opts, fmt.Sprintf("%s=%d,%d,%d", l.ranges, r.Outer, r.Inner, r.Count))
+		}
+	}
+	return opts, true
 }
 
 // unshareBound bounds the wait for unshare(1) to enter its new user
@@ -512,6 +576,50 @@ func awaitUserNamespace(ctx context.Context, h *pidfs.Handle) bool {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
+}
+
+// awaitMaps waits until the spawned child's uid and gid maps are written
+// (each is written once, whole) and reports whether they are want, with
+// what they are; false also when the child exited first or did not get
+// there within unshareBound. The child is unreaped, so its pid is its own.
+func awaitMaps(ctx context.Context, h *pidfs.Handle, want *IDMaps) (bool, string) {
+	deadline := time.Now().Add(unshareBound)
+	for {
+		uid, uerr := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", h.PID()))
+		gid, gerr := os.ReadFile(fmt.Sprintf("/proc/%d/gid_map", h.PID()))
+		if uerr == nil && gerr == nil && len(uid) > 0 && len(gid) > 0 {
+			got := fmt.Sprintf("uid_map %q gid_map %q", uid, gid)
+			u, uok := parseIDMap(uid)
+			g, gok := parseIDMap(gid)
+			return uok && gok && slices.Equal(u, want.UID) && slices.Equal(g, want.GID), got
+		}
+		if _, exited, err := h.Exited(); err != nil || exited || time.Now().After(deadline) || ctx.Err() != nil {
+			return false, "not written"
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// parseIDMap parses the lines of a uid_map or gid_map ("inner outer
+// count" each).
+func parseIDMap(b []byte) ([]IDMap, bool) {
+	var out []IDMap
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			return nil, false
+		}
+		var n [3]uint32
+		for i, s := range f {
+			v, err := strconv.ParseUint(s, 10, 32)
+			if err != nil {
+				return nil, false
+			}
+			n[i] = uint32(v)
+		}
+		out = append(out, IDMap{Inner: n[0], Outer: n[1], Count: n[2]})
+	}
+	return out, true
 }
 
 // ErrWrapperAborted reports a wrapper that exited before release.
@@ -560,20 +668,21 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		// namespace is no root there and would lose every capability.
 		KeepCapabilities: spec.InPlace && t.Cloneflags&unix.CLONE_NEWUSER != 0,
 	}
-	unshared := false
+	unshared, mapped := false, false
 	if spec.UnshareExe != "" {
-		wrapper, unshared = viaUnshare(spec.UnshareExe, wrapper)
+		wrapper, unshared, mapped = viaUnshare(spec.UnshareExe, wrapper, spec.Maps)
 	}
 	// cloneInstead makes the acquisition again with the clone flags, after
-	// unshare(1) exited without entering its namespaces (the dead child
-	// reaped; it never ran the wrapper's target).
-	cloneInstead := func(h *pidfs.Handle) (*Child, error) {
+	// unshare(1) exited without entering its namespaces or writing their
+	// id maps, or wrote others (the child killed and reaped; it never ran
+	// the wrapper's target).
+	cloneInstead := func(h *pidfs.Handle, what string, attrs ...any) (*Child, error) {
 		bw.Close()
 		c := b.track(spec.Slot, h)
 		c.Signal(unix.SIGKILL)
 		<-c.Done()
 		st, _ := c.Status()
-		b.log.Warn("unshare(1) did not create the namespaces; cloning into them instead", "slot", spec.Slot, "unshare", spec.UnshareExe, "status", st.String())
+		b.log.Warn("unshare(1) did not "+what+"; cloning into them instead", append([]any{"slot", spec.Slot, "unshare", spec.UnshareExe, "status", st.String()}, attrs...)...)
 		spec.UnshareExe = ""
 		return b.Acquire(ctx, spec)
 	}
@@ -590,7 +699,7 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 	if _, exited, werr := h.Exited(); werr != nil || exited {
 		b.spawnMu.Unlock()
 		if unshared && werr == nil {
-			return cloneInstead(h)
+			return cloneInstead(h, "create the namespaces")
 		}
 		bw.Close()
 		c := b.track(spec.Slot, h)
@@ -603,9 +712,14 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 	b.spawnMu.Unlock()
 	if unshared {
 		if !awaitUserNamespace(ctx, h) {
-			return cloneInstead(h)
+			return cloneInstead(h, "create the namespaces")
 		}
 		b.log.Debug("unshare(1) created the namespaces", "slot", spec.Slot, "unshare", spec.UnshareExe)
+		if mapped {
+			if ok, got := awaitMaps(ctx, h, spec.Maps); !ok {
+				return cloneInstead(h, "write the id maps wanted", "maps", got, "want", fmt.Sprintf("%v", *spec.Maps))
+			}
+		}
 	}
 	hit("spawned")
 	id := h.Identity() // step 5 (formed from the same pidfd at spawn)
@@ -616,7 +730,7 @@ func (b *Broker) Acquire(ctx context.Context, spec AcquireSpec) (*Child, error) 
 		<-c.Done()
 		return nil, fmt.Errorf("acquire %s: %w", spec.Slot, err)
 	}
-	if spec.Setup != nil {
+	if spec.Setup != nil && !mapped {
 		if err := spec.Setup(ctx, h); err != nil {
 			return abort(err)
 		}

@@ -48,12 +48,13 @@ func inPlaceTarget(out string) int {
 // acquireInPlace acquires the test binary in place, reporting to out.
 func acquireInPlace(t *testing.T, out string, clone uintptr, setup func(context.Context, *pidfs.Handle) error, stage func(context.Context, pidfs.Identity) error) (*Child, error) {
 	t.Helper()
-	return acquireInPlaceWith(t, testBroker(t), "", out, clone, setup, stage)
+	return acquireInPlaceWith(t, testBroker(t), "", nil, out, clone, setup, stage)
 }
 
 // acquireInPlaceWith is acquireInPlace through broker b, with unshare(1)
-// at unshareExe creating the namespaces when it is not "".
-func acquireInPlaceWith(t *testing.T, b *Broker, unshareExe, out string, clone uintptr, setup func(context.Context, *pidfs.Handle) error, stage func(context.Context, pidfs.Identity) error) (*Child, error) {
+// at unshareExe creating the namespaces (and writing maps, if not nil)
+// when it is not "".
+func acquireInPlaceWith(t *testing.T, b *Broker, unshareExe string, maps *IDMaps, out string, clone uintptr, setup func(context.Context, *pidfs.Handle) error, stage func(context.Context, pidfs.Identity) error) (*Child, error) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -63,6 +64,7 @@ func acquireInPlaceWith(t *testing.T, b *Broker, unshareExe, out string, clone u
 		Slot:       "t",
 		InPlace:    true,
 		UnshareExe: unshareExe,
+		Maps:       maps,
 		Target:     Command{Path: exe, Args: []string{"target", "a", "b"}, Env: []string{inPlaceEnv + "=" + out}, Cloneflags: clone},
 		Setup:      setup,
 		Stage:      stage,
@@ -192,7 +194,7 @@ func TestInPlaceThroughUnshare(t *testing.T) {
 		}
 		return mapOwnIDs(ctx, h)
 	}
-	c, err := acquireInPlaceWith(t, b, tool, out, unix.CLONE_NEWUSER|unix.CLONE_NEWNS|unix.CLONE_NEWNET, setup, nil)
+	c, err := acquireInPlaceWith(t, b, tool, nil, out, unix.CLONE_NEWUSER|unix.CLONE_NEWNS|unix.CLONE_NEWNET, setup, nil)
 	exitedWith3(t, c, err)
 	checkNamespaceRootCapabilities(t, out)
 	if rep, _ := os.ReadFile(out); !strings.Contains(string(rep), "\nargs a b\n") {
@@ -212,11 +214,112 @@ func TestInPlaceUnshareFailureFallsBackToClone(t *testing.T) {
 	b := testBroker(t)
 	b.log = slog.New(slog.NewTextHandler(&log, nil))
 	out := filepath.Join(t.TempDir(), "out")
-	c, err := acquireInPlaceWith(t, b, "/bin/false", out, unix.CLONE_NEWUSER, mapOwnIDs, nil)
+	c, err := acquireInPlaceWith(t, b, "/bin/false", nil, out, unix.CLONE_NEWUSER, mapOwnIDs, nil)
 	exitedWith3(t, c, err)
 	checkNamespaceRootCapabilities(t, out)
 	if !strings.Contains(log.String(), "cloning into them instead") || !strings.Contains(log.String(), "unshare=/bin/false") {
 		t.Errorf("no fallback logged:\n%s", log.String())
+	}
+}
+
+// ownMaps are the maps mapOwnIDs writes: the namespace's root is the
+// test's own uid and gid.
+func ownMaps() *IDMaps {
+	return &IDMaps{UID: []IDMap{{Inner: 0, Outer: uint32(os.Geteuid()), Count: 1}}, GID: []IDMap{{Inner: 0, Outer: uint32(os.Getegid()), Count: 1}}}
+}
+
+// TestInPlaceThroughUnshareWithMaps (AcquireSpec.Maps): unshare(1) writes
+// the new user namespace's id maps before it executes the held wrapper,
+// and the broker checks them instead of running Setup: the wrapper
+// executes as the namespace's root (without --keep-caps, so only maps
+// written before the exec give it the capabilities it holds) and the
+// target goes on in place with every capability there, nothing
+// inheritable or ambient, and the maps asked for.
+func TestInPlaceThroughUnshareWithMaps(t *testing.T) {
+	tool := unshareTool(t)
+	var log bytes.Buffer
+	b := testBroker(t)
+	b.log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	out := filepath.Join(t.TempDir(), "out")
+	var seen string
+	stage := func(_ context.Context, id pidfs.Identity) error {
+		u, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", id.HostPID))
+		g, _ := os.ReadFile(fmt.Sprintf("/proc/%d/gid_map", id.HostPID))
+		seen = strings.Join(strings.Fields(string(u)), " ") + " / " + strings.Join(strings.Fields(string(g)), " ")
+		return err
+	}
+	setup := func(context.Context, *pidfs.Handle) error {
+		t.Error("Setup ran although unshare(1) wrote the maps")
+		return nil
+	}
+	c, err := acquireInPlaceWith(t, b, tool, ownMaps(), out, unix.CLONE_NEWUSER|unix.CLONE_NEWNS|unix.CLONE_NEWNET, setup, stage)
+	exitedWith3(t, c, err)
+	checkNamespaceRootCapabilities(t, out)
+	if want := fmt.Sprintf("0 %d 1 / 0 %d 1", os.Geteuid(), os.Getegid()); seen != want {
+		t.Errorf("maps at the stage %q, want %q", seen, want)
+	}
+	if strings.Contains(log.String(), "cloning into them instead") {
+		t.Errorf("fell back to the clone:\n%s", log.String())
+	}
+}
+
+// TestInPlaceUnshareWrongMapsFallsBackToClone: an unshare(1) that writes
+// other maps than asked (here one whose --map-user is rewritten) costs a
+// retry, not the acquisition, and never the wrong maps: the child is
+// killed before its release and cloned instead, Setup writes the maps, the
+// broker's log says what unshare(1) wrote, and the target runs as with
+// the clone.
+func TestInPlaceUnshareWrongMapsFallsBackToClone(t *testing.T) {
+	tool := unshareTool(t)
+	fake := filepath.Join(t.TempDir(), "unshare")
+	script := "#!/bin/sh\nfor a; do shift; case $a in --map-user=0) set -- \"$@\" --map-user=7;; *) set -- \"$@\" \"$a\";; esac; done\nexec " + tool + " \"$@\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	b := testBroker(t)
+	b.log = slog.New(slog.NewTextHandler(&log, nil))
+	out := filepath.Join(t.TempDir(), "out")
+	setups := 0
+	setup := func(ctx context.Context, h *pidfs.Handle) error {
+		setups++
+		return mapOwnIDs(ctx, h)
+	}
+	c, err := acquireInPlaceWith(t, b, fake, ownMaps(), out, unix.CLONE_NEWUSER, setup, nil)
+	exitedWith3(t, c, err)
+	checkNamespaceRootCapabilities(t, out)
+	if setups != 1 {
+		t.Errorf("Setup ran %d times, want once (in the clone)", setups)
+	}
+	if l := log.String(); !strings.Contains(l, "did not write the id maps wanted; cloning into them instead") || !strings.Contains(l, `7 `) {
+		t.Errorf("no fallback logged with the maps unshare(1) wrote:\n%s", l)
+	}
+}
+
+// TestUnshareMapOptions: the maps unshare(1) can write become its options
+// (the own id alone, then at most one range, as "outer,inner,count");
+// any other form is left to Setup.
+func TestUnshareMapOptions(t *testing.T) {
+	own := []IDMap{{Inner: 0, Outer: 1000, Count: 1}}
+	withRange := append(own, IDMap{Inner: 1, Outer: 100000, Count: 65536})
+	for _, c := range []struct {
+		name string
+		maps *IDMaps
+		want string // "" for none
+	}{
+		{"none", nil, ""},
+		{"own ids", &IDMaps{UID: own, GID: own}, "--map-user=0 --map-group=0"},
+		{"own ids and ranges", &IDMaps{UID: withRange, GID: withRange}, "--map-user=0 --map-users=100000,1,65536 --map-group=0 --map-groups=100000,1,65536"},
+		{"no gid map", &IDMaps{UID: own}, ""},
+		{"not the own id first", &IDMaps{UID: []IDMap{{Inner: 0, Outer: 1001, Count: 1}}, GID: own}, ""},
+		{"own id as a range", &IDMaps{UID: []IDMap{{Inner: 0, Outer: 1000, Count: 2}}, GID: own}, ""},
+		{"two ranges", &IDMaps{UID: append(withRange, IDMap{Inner: 70000, Outer: 300000, Count: 10}), GID: own}, ""},
+		{"empty range", &IDMaps{UID: append(own, IDMap{Inner: 1, Outer: 100000}), GID: own}, ""},
+	} {
+		opts, ok := unshareMapOptions(c.maps, 1000, 1000)
+		if got := strings.Join(opts, " "); got != c.want || ok != (c.want != "") {
+			t.Errorf("%s: %q %v, want %q", c.name, got, ok, c.want)
+		}
 	}
 }
 

@@ -66,8 +66,9 @@ type Config struct {
 	// Env is RS's whole environment; nil: Environ(Timing).
 	Env []string
 	// MapIDs writes the uid and gid maps of RS's new user namespace while
-	// it is held at its barrier; nil: newuidmap and newgidmap with the
-	// developer's full subordinate ranges (SubordinateMapper).
+	// it is held at its barrier; nil: the developer's full subordinate
+	// ranges (SubordinateMapper), written by unshare(1) when it creates
+	// the namespaces, else by newuidmap and newgidmap.
 	MapIDs func(ctx context.Context, pid int) error
 	// StopWait bounds the wait for RS's exit (DefaultStopWait if zero).
 	StopWait time.Duration
@@ -239,9 +240,10 @@ func (d *Driver) Killed() bool {
 
 func (d *Driver) launch() error {
 	mapIDs := d.cfg.MapIDs
+	var maps *proc.IDMaps // unshare(1) writes them (only the production maps)
 	if mapIDs == nil {
 		var err error
-		if mapIDs, err = SubordinateMapper(d.cfg.Broker); err != nil {
+		if mapIDs, maps, err = SubordinateMapper(d.cfg.Broker); err != nil {
 			return err
 		}
 	}
@@ -280,6 +282,7 @@ func (d *Driver) launch() error {
 		// after the release.
 		InPlace:    true,
 		UnshareExe: d.cfg.UnshareExe,
+		Maps:       maps,
 		Target: proc.Command{
 			Path: d.cfg.Path,
 			Args: rsArgs(d.cfg),

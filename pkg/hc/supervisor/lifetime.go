@@ -23,19 +23,26 @@ import (
 )
 
 // SubordinateMapper returns the production id mapping: 0 → the developer,
-// 1..65536 → the developer's subordinate ids, written by newuidmap and
-// newgidmap (run through broker, both at once: the maps are independent).
-// It fails at once when the host has no subordinate range or no id-map
-// tools.
-func SubordinateMapper(broker *proc.Broker) (func(ctx context.Context, pid int) error, error) {
+// 1.. → the developer's subordinate ids. The maps are what unshare(1)
+// writes when it creates RS's namespaces (proc.AcquireSpec.Maps: it runs
+// newuidmap and newgidmap itself before it executes RS, which keeps two
+// spawns and their waits off the coordinator's start); the function
+// writes them with newuidmap and newgidmap (run through broker, both at
+// once: the maps are independent) when RS is cloned instead. It fails at
+// once when the host has no subordinate range or no id-map tools.
+func SubordinateMapper(broker *proc.Broker) (func(ctx context.Context, pid int) error, *proc.IDMaps, error) {
 	host := hostcheck.Real(func(n string) (string, error) { return locate.Find(n, func(string) string { return "" }) })
 	uids, gids, err := host.SubIDs()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	newuidmap, newgidmap, err := host.IDMapTools()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	maps := &proc.IDMaps{
+		UID: []proc.IDMap{{Inner: 0, Outer: uint32(os.Getuid()), Count: 1}, {Inner: 1, Outer: uids.Start, Count: uids.Count}},
+		GID: []proc.IDMap{{Inner: 0, Outer: uint32(os.Getgid()), Count: 1}, {Inner: 1, Outer: gids.Start, Count: gids.Count}},
 	}
 	uid, gid := strconv.Itoa(os.Getuid()), strconv.Itoa(os.Getgid())
 	return func(ctx context.Context, pid int) error {
@@ -59,7 +66,7 @@ func SubordinateMapper(broker *proc.Broker) (func(ctx context.Context, pid int) 
 		}
 		wg.Wait()
 		return errors.Join(errs...)
-	}, nil
+	}, maps, nil
 }
 
 // channel returns the HC↔RS channel once the coordinator holds it.
