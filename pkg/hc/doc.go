@@ -14,8 +14,7 @@
 // hands it the start over a socketpair: Main then runs with the same
 // arguments, environment and descriptors as in a coordinator started
 // directly; its process's command line reads `lazaret-hc --standby
-// --workspace=W --profile=P`. While it waits it warms what the start
-// initialises on first use (warmStart).
+// --workspace=W --profile=P`.
 //
 // Lifecycle of one generation:
 //

@@ -1,17 +1,12 @@
 package hc
 
 import (
-	"crypto/ed25519"
 	"fmt"
 	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 
-	lv1 "github.com/lazaret/lazaret/api/lazaret/v1"
 	"github.com/lazaret/lazaret/pkg/errdefs"
 	"github.com/lazaret/lazaret/pkg/fdpass"
 	"github.com/lazaret/lazaret/pkg/hcstandby"
@@ -25,7 +20,6 @@ import (
 // refuses, which that CLI reports as its start's failure (with the reason,
 // when the request brought the ready pipe).
 func StandbyMain(identity []string) int {
-	go warmStart()
 	req, files, err := hcstandby.Receive(hcstandby.FD, identity)
 	unix.Close(hcstandby.FD)
 	if err != nil {
@@ -60,30 +54,4 @@ func StandbyMain(identity []string) int {
 		os.Setenv(k, v)
 	}
 	return Main(req.Args)
-}
-
-// warmStart does, while the standby waits for its request (its CLI is
-// still checking the host, a processor is idle), the one-time
-// initialisations the coordinator's start would otherwise do on first use
-// on its critical path with both processors busy: the Ed25519 base-point
-// table (the Trust Anchor's keys and signatures) and the lazily built
-// codecs of the protocol's messages (those of the sandbox's readiness, the
-// publication's records and the session frames are first used after
-// runsc's boot). A directly started coordinator does not: there it would
-// compete with the start itself. It returns how many message types it
-// initialised. Measured over 150 interleaved cold starts: the trust anchor
-// 4.0 ms sooner, the publication 2.5 ms and the CLI's exit 2.8 ms sooner
-// (stage medians; paired wall time −4 ms mean).
-func warmStart() int {
-	ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
-	pkg := (&lv1.RunRequest{}).ProtoReflect().Descriptor().ParentFile().Package()
-	n := 0
-	protoregistry.GlobalTypes.RangeMessages(func(mt protoreflect.MessageType) bool {
-		if mt.Descriptor().ParentFile().Package() == pkg {
-			proto.Marshal(mt.New().Interface())
-			n++
-		}
-		return true
-	})
-	return n
 }
