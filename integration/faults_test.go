@@ -50,7 +50,7 @@ func faultStages() []string {
 		}
 	}
 	for _, st := range []string{"started", "hello-verified", "helper-started", "lower-intent", "lease-acquired", "lease-held", "anchor-intent", "anchor-prepared",
-		"staged-recorded", "publication-committed", "published", "first-session-requested", "session-running", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
+		"staged-recorded", "first-session-held", "publication-committed", "published", "first-session-requested", "session-running", "teardown-begin", "anchor-release-intent", "rs-stopped", "helper-stopped", "anchor-clean", "lease-released"} {
 		s = append(s, "lazaret-hc:"+st)
 	}
 	for _, st := range []string{"hello-sent", "prepared", "lease-recorded", "rootfs-mounted", "anchors-mounted", "git-routing-acquired", "git-routing-mounted", "runsc-ready", "kill-git-routing-after-ready", "git-routing-stopped", "kill-runsc-after-ready", "stop-requested", "sandbox-stopped", "deleted", "anchors-unmounted"} {
@@ -73,7 +73,7 @@ func beforePublication(stage string) bool {
 	}
 	switch stage {
 	case "lazaret-hc:started", "lazaret-hc:hello-verified", "lazaret-hc:helper-started", "lazaret-hc:lower-intent", "lazaret-hc:lease-acquired",
-		"lazaret-hc:lease-held", "lazaret-hc:anchor-intent", "lazaret-hc:anchor-prepared", "lazaret-hc:staged-recorded", "lazaret-hc:publication-committed",
+		"lazaret-hc:lease-held", "lazaret-hc:anchor-intent", "lazaret-hc:anchor-prepared", "lazaret-hc:staged-recorded", "lazaret-hc:first-session-held", "lazaret-hc:publication-committed",
 		"lazaret-rs:hello-sent", "lazaret-rs:prepared", "lazaret-rs:lease-recorded", "lazaret-rs:rootfs-mounted", "lazaret-rs:anchors-mounted",
 		"lazaret-rs:git-routing-acquired", "lazaret-rs:git-routing-mounted", "lazaret-rs:runsc-ready":
 		return true

@@ -411,6 +411,7 @@ func (c *coordinator) supervisorReady(m *lv1.SupervisorMessage) error {
 		return err
 	}
 	c.timing.Mark("sandbox ready")
+	c.sandboxUpOnce.Do(func() { close(c.sandboxUp) })
 	c.log.Info("sandbox ready", "prepared_artifact", r.PreparedArtifactId, "manifest", r.ManifestDigest, "routes", strings.Join(netpolicy.DisplayRoutes(r.ObservedRoutes), "; "))
 	if err := c.net.ReadyEgress(r); err != nil {
 		return err

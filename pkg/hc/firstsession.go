@@ -15,11 +15,15 @@ package hc
 // init's descriptor ocispec.FirstSessionFD. Over it the coordinator sends
 // the start (the command, with the session's stdin, stdout and stderr
 // descriptors as SCM_RIGHTS, which the command gets as they are, as `runsc
-// exec` passes its client's) and signals; the init reports the command's
-// pid and its exit status, which it reaps. The session keeps everything a
-// `runsc exec` session has: its streams end when every writer in the
-// sandbox closed them, signals reach its process and process group, its
-// exit status is the command's, and it ends when the Domain stops.
+// exec` passes its client's) and signals. A session admitted before the
+// publication sends its start held once the sandbox is ready (holdFirst),
+// so that the init looks the command up while the Domain is published,
+// and starts it with a Go request once published (goFirst); given up
+// (cancel), the socket closes and the init drops it. The init reports
+// the command's pid and its exit status, which it reaps. The session keeps
+// everything a `runsc exec` session has: its streams end when every writer
+// in the sandbox closed them, signals reach its process and process group,
+// its exit status is the command's, and it ends when the Domain stops.
 
 import (
 	"encoding/json"
@@ -204,70 +208,168 @@ func (p *firstProcess) signal(sig unix.Signal, group bool) error {
 	return p.slot.send(ocispec.FirstSessionRequest{Signal: int(sig), Group: group})
 }
 
-// runFirst runs a non-interactive session as the generation's first
-// session (claimed from the slot): the init starts its command, and it is
-// relayed as a `runsc exec` session is. It returns false, having started
-// nothing, when the start cannot be sent (the session then attaches with
-// runsc exec).
-func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) bool {
+// firstStart is a session's start as sent to the init, with the
+// coordinator's ends of its streams.
+type firstStart struct {
+	p               *firstProcess
+	inW, outR, errR *os.File
+}
+
+// sendFirst sends the session's start to the init (held: resolved there,
+// run on goFirst's Go) with the guest's ends of its streams; accept, when
+// not nil, runs just before the send. It returns nil, having started
+// nothing, when the start cannot be sent, and refused when it refused the
+// session.
+func (s *session) sendFirst(req *lv1.RunRequest, held bool, accept func()) (st *firstStart, refused bool) {
 	c := s.c
+	// A held start that cannot be made is left to the start at the
+	// publication, which refuses the session if it still cannot.
+	fail := func(err error) (*firstStart, bool) {
+		if held {
+			c.log.Warn("first session's start not held in the sandbox's init", "session_id", s.id, "err", err)
+			return nil, false
+		}
+		refuse(s.conn, err)
+		return nil, true
+	}
 	cwd := sessionCwd(req)
 	u, err := c.sessionUser(req)
 	if err != nil {
-		refuse(s.conn, err)
-		return true
+		return fail(err)
 	}
 	// The guest's ends of the streams go to the init with the start; a
 	// session without stdin reads /dev/null, as runsc exec's would.
 	var inR, inW *os.File
 	if req.Stdin {
 		if inR, inW, err = os.Pipe(); err != nil {
-			refuse(s.conn, err)
-			return true
+			return fail(err)
 		}
 	} else if inR, err = os.Open(os.DevNull); err != nil {
-		refuse(s.conn, err)
-		return true
+		return fail(err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
-		refuse(s.conn, err)
-		return true
+		if inW != nil {
+			inW.Close()
+		}
+		return fail(err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
+		if inW != nil {
+			inW.Close()
+		}
 		outR.Close()
 		outW.Close()
-		refuse(s.conn, err)
-		return true
+		return fail(err)
 	}
-	p := &firstProcess{slot: c.first, done: make(chan struct{})}
-	c.timing.Mark("session admitted; starting it in the sandbox's init")
-	start := ocispec.FirstSession{Args: req.Argv, Env: s.env(req, u), Cwd: cwd, UID: uint32(u.UID), GID: uint32(u.GID)}
-	// The init starts the command once it reads the request, even if this
-	// coordinator is gone by then: the CLI hears Accepted first
-	// (session.accept).
-	s.accept(joined)
+	st = &firstStart{p: &firstProcess{slot: c.first, done: make(chan struct{})}, inW: inW, outR: outR, errR: errR}
+	start := ocispec.FirstSession{Held: held, Args: req.Argv, Env: s.env(req, u), Cwd: cwd, UID: uint32(u.UID), GID: uint32(u.GID)}
+	if accept != nil {
+		accept()
+	}
 	err = c.first.send(ocispec.FirstSessionRequest{Start: &start}, inR, outW, errW)
 	inR.Close()
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		if inW != nil {
-			inW.Close()
-		}
-		outR.Close()
-		errR.Close()
-		c.log.Warn("first session not started by the init: attaching with runsc exec", "session_id", s.id, "err", err)
+		st.close()
+		c.log.Warn("first session not started by the init: attaching with runsc exec", "session_id", s.id, "held", held, "err", err)
+		return nil, false
+	}
+	return st, false
+}
+
+// close closes the coordinator's ends of the streams.
+func (st *firstStart) close() {
+	if st.inW != nil {
+		st.inW.Close()
+	}
+	st.outR.Close()
+	st.errR.Close()
+}
+
+// cancel gives a held start up (the session ends before the publication,
+// or the generation failed): the first-session socket closes, so that the
+// init drops the start, which never runs, and later sessions attach with
+// runsc exec. No-op on nil.
+func (st *firstStart) cancel() {
+	if st == nil {
+		return
+	}
+	st.p.slot.close()
+	st.close()
+}
+
+// holdFirst, once the sandbox is ready, claims the generation's
+// first-session slot for s and sends its start held; nil when the slot is
+// taken or the start was not sent (the session then starts as any other
+// once the Domain is published). A session whose user is refused is not
+// held: it is refused after the publication, as before.
+func (s *session) holdFirst(req *lv1.RunRequest) *firstStart {
+	if _, err := s.c.sessionUser(req); err != nil || !s.c.first.claim() {
+		return nil
+	}
+	st, _ := s.sendFirst(req, true, nil)
+	if st != nil {
+		s.c.timing.Mark("first session's start held in the sandbox's init")
+		failpoint.Hit("lazaret-hc:first-session-held")
+	}
+	return st
+}
+
+// goFirst starts a held start once the Domain is published, and relays it
+// as runFirst does. False, having started nothing, when the Go cannot be
+// sent (the session then attaches with runsc exec).
+func (s *session) goFirst(st *firstStart, req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) bool {
+	c := s.c
+	c.timing.Mark("session admitted; starting it in the sandbox's init")
+	// As runFirst: the CLI hears Accepted before the init may start the
+	// command.
+	s.accept(joined)
+	if err := c.first.send(ocispec.FirstSessionRequest{Go: true}); err != nil {
+		c.log.Warn("first session's held start not started by the init: attaching with runsc exec", "session_id", s.id, "err", err)
+		st.cancel()
 		return false
 	}
+	s.relayFirst(st, req, frames, joined)
+	return true
+}
+
+// runFirst runs a non-interactive session as the generation's first
+// session (claimed from the slot): the init starts its command, and it is
+// relayed as a `runsc exec` session is. It returns false, having started
+// nothing, when the start cannot be sent (the session then attaches with
+// runsc exec).
+func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) bool {
+	st, refused := s.sendFirst(req, false, func() {
+		s.c.timing.Mark("session admitted; starting it in the sandbox's init")
+		// The init starts the command once it reads the request, even if
+		// this coordinator is gone by then: the CLI hears Accepted first
+		// (session.accept).
+		s.accept(joined)
+	})
+	if refused {
+		return true
+	}
+	if st == nil {
+		return false
+	}
+	s.relayFirst(st, req, frames, joined)
+	return true
+}
+
+// relayFirst relays a started first session until it ends.
+func (s *session) relayFirst(st *firstStart, req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, joined bool) {
+	c := s.c
 	failpoint.Hit("lazaret-hc:first-session-requested")
+	p := st.p
 	s.setChild(p)
 	go p.reports(func() { c.timing.Mark("session command started by the sandbox's init") })
 	s.relay(req, frames, joined, sessionStreams{
-		proc: p, inW: inW, outR: outR, errR: errR, by: "init",
+		proc: p, inW: st.inW, outR: st.outR, errR: st.errR, by: "init",
 		signal: func(sig unix.Signal, group bool) {
 			if err := p.signal(sig, group); err != nil {
 				c.log.Warn("signal to the first session", "session_id", s.id, "signal", unix.SignalName(sig), "err", err)
@@ -276,7 +378,6 @@ func (s *session) runFirst(req *lv1.RunRequest, frames <-chan *lv1.ClientFrame, 
 		// The init reports a command it cannot start itself.
 		launched: func() bool { return true },
 	})
-	return true
 }
 
 // startFirst is runFirst when the session may take the generation's

@@ -63,6 +63,44 @@ func initRequest(t *testing.T, c *net.UnixConn) (ocispec.FirstSessionRequest, in
 	return r, fds
 }
 
+// TestFirstStartCancel: a held start given up closes the first-session
+// socket (the init drops the start on its end, so it never runs) and the
+// coordinator's ends of the session's streams; on nil it does nothing.
+func TestFirstStartCancel(t *testing.T) {
+	slot, initEnd := firstTestSlot(t)
+	var ends []*os.File
+	pipe := func() (*os.File, *os.File) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, r, w)
+		return r, w
+	}
+	_, inW := pipe()
+	outR, _ := pipe()
+	errR, _ := pipe()
+	st := &firstStart{p: &firstProcess{slot: slot, done: make(chan struct{})}, inW: inW, outR: outR, errR: errR}
+	st.cancel()
+	initEnd.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := initEnd.Read(make([]byte, 512)); n != 0 || err == nil {
+		t.Fatalf("the init's end read %d bytes, %v; want the socket's end", n, err)
+	}
+	for _, f := range []*os.File{inW, outR, errR} {
+		if _, err := f.Stat(); err == nil {
+			t.Errorf("%s still open after cancel", f.Name())
+		}
+	}
+	if slot.claim() {
+		t.Error("the slot can be claimed again after a cancelled start")
+	}
+	var none *firstStart
+	none.cancel()
+	for _, f := range ends {
+		f.Close()
+	}
+}
+
 // TestFirstSlotClaimedOnce: one session gets the slot; none without one.
 func TestFirstSlotClaimedOnce(t *testing.T) {
 	slot, _ := firstTestSlot(t)

@@ -120,6 +120,11 @@ type coordinator struct {
 	st      state
 	failErr error
 	ready   chan struct{} // closed when running or failed
+	// sandboxUp is closed once RS reported the sandbox ready, before the
+	// publication: a starting session's first-session start goes to the
+	// init, held, from then on (heldFirst).
+	sandboxUp     chan struct{}
+	sandboxUpOnce sync.Once
 	// first is the generation's first-session socket (firstsession.go),
 	// nil if it could not be created.
 	first *firstSlot
@@ -190,7 +195,7 @@ func Main(args []string) int {
 	unix.CloseOnExec(*lockFD)
 	c := &coordinator{timing: rec, log: log, cfg: generationConfig{workspace: *ws, profileName: *prof, image: *image, frontExe: *frontExe},
 		lockFile: os.NewFile(uintptr(*lockFD), "lifecycle.lock"),
-		ready:    make(chan struct{}), changed: make(chan struct{}), exchangeDone: make(chan struct{}),
+		ready:    make(chan struct{}), sandboxUp: make(chan struct{}), changed: make(chan struct{}), exchangeDone: make(chan struct{}),
 		teardownC: make(chan struct{}), failureHeard: make(chan struct{})}
 	c.sessions = sessions.New[*session](sessions.Config{Log: log, LingerExpired: c.lingerExpired})
 	if err := c.init(*profileFD, *level); err != nil {

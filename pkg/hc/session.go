@@ -240,10 +240,20 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 			frames <- &f
 		}
 	}()
-	if !c.waitReady(conn, frames, joined) {
+	// A starting non-interactive session sends its start to the init as
+	// soon as the sandbox is ready, held, so that the init resolves the
+	// command while the Domain is published; it runs only at the Go below.
+	var held *firstStart
+	var hold func()
+	if !req.Tty && !joined {
+		hold = func() { held = s.holdFirst(req) }
+	}
+	if !c.waitReady(conn, frames, joined, hold) {
+		held.cancel()
 		return
 	}
 	if s.wasStopped() {
+		held.cancel()
 		s.refuseOrStopped(nil)
 		return
 	}
@@ -255,17 +265,26 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 	}
 	c.mu.Unlock()
 	if failed {
+		held.cancel()
 		s.refuseOrStopped(failErr)
 		return
 	}
 	// `lazaret run -P`: forwarded by the running helper before the
 	// command starts, for this start or join alike.
 	if err := c.net.ForwardSessionPorts(req.ForwardPorts, s.id); err != nil {
+		held.cancel()
 		refuse(conn, err)
 		return
 	}
 	if req.Tty {
 		s.runTerminal(req, frames, joined)
+		return
+	}
+	if held != nil {
+		if s.goFirst(held, req, frames, joined) {
+			return
+		}
+		s.run(req, frames, joined)
 		return
 	}
 	// The generation's first non-interactive session takes the init's
@@ -279,9 +298,14 @@ func (c *coordinator) serveConn(raw *net.UnixConn) {
 
 // waitReady forwards start-up progress until the generation is running or
 // failed; false if the client went away. A session that joined the running
-// generation gets only its warnings (startUpProgress).
-func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFrame, joined bool) bool {
+// generation gets only its warnings (startUpProgress). up, when not nil,
+// is called once the sandbox is ready, if that comes first.
+func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFrame, joined bool, up func()) bool {
 	sent := 0
+	var sandboxUp <-chan struct{}
+	if up != nil {
+		sandboxUp = c.sandboxUp
+	}
 	for {
 		c.mu.Lock()
 		lines := c.progress[sent:]
@@ -294,6 +318,9 @@ func (c *coordinator) waitReady(conn *control.Conn, frames <-chan *lv1.ClientFra
 		select {
 		case <-c.ready:
 			return true
+		case <-sandboxUp:
+			sandboxUp = nil
+			up()
 		case <-changed:
 		case f, ok := <-frames:
 			if !ok {

@@ -108,23 +108,27 @@ const InitErrorPrefix = "lazaret-init-error: "
 // message: FirstSessionRequest from the coordinator (the start carries the
 // session's stdin, stdout and stderr as SCM_RIGHTS, in that order, which
 // the command gets as they are, as `runsc exec` gives it its client's),
-// FirstSessionReport from the init.
+// FirstSessionReport from the init. The start may come held, ahead of
+// the publication (FirstSession.Held): the init then resolves the command
+// while the coordinator publishes, and starts it on the Go request.
 const FirstSessionFD = 3
 
 // FirstSessionVersion is the version of the first session's messages; a
 // message of another version is refused.
-const FirstSessionVersion = 1
+const FirstSessionVersion = 2
 
 // FirstSessionMaxMessage bounds one first-session message (the init
 // keeps a buffer of it while it waits for the start): a start with a larger
 // environment attaches with runsc exec instead.
 const FirstSessionMaxMessage = 64 << 10
 
-// FirstSessionRequest is the coordinator's message to the init: Start, or
-// Signal (to the command's process, or with Group its process group).
+// FirstSessionRequest is the coordinator's message to the init: Start,
+// Go (start the held start), or Signal (to the command's process, or with
+// Group its process group).
 type FirstSessionRequest struct {
 	Version int           `json:"version"`
 	Start   *FirstSession `json:"start,omitempty"`
+	Go      bool          `json:"go,omitempty"`
 	Signal  int           `json:"signal,omitempty"`
 	Group   bool          `json:"group,omitempty"`
 }
@@ -134,7 +138,13 @@ type FirstSessionRequest struct {
 // process specification gives the init what a session's process
 // specification gives a session (process), and a non-root UID drops the
 // capabilities at the exec.
+//
+// A Held start is resolved (the command looked up) and kept: nothing of
+// it runs until the Go request; the socket's end drops it, closing its
+// streams. The coordinator sends it once the sandbox is ready, so that the
+// init resolves the command while the Domain is published.
 type FirstSession struct {
+	Held bool     `json:"held,omitempty"`
 	Args []string `json:"args"`
 	Env  []string `json:"env"`
 	Cwd  string   `json:"cwd"`

@@ -12,7 +12,10 @@ package sandboxinit
 // session's gives a session; a non-root user drops the capabilities at the
 // exec), the coordinator's stdin, stdout and stderr descriptors as they are
 // (passed with the start, as runsc exec passes its client's), and a launch
-// failure reported like a shell's (127/126 and the product's message).
+// failure reported like a shell's (127/126 and the product's message). A
+// held start (ocispec.FirstSession.Held) is looked up at once and run on
+// the coordinator's Go request, or dropped with its streams when the
+// socket ends first.
 
 import (
 	"encoding/json"
@@ -36,13 +39,27 @@ import (
 type firstSession struct {
 	conn    *net.UnixConn
 	started bool
-	pid     int // the command's pid while it runs
+	held    *resolved // a held start, until Go or the socket's end
+	pid     int       // the command's pid while it runs
 }
 
-// firstRequest is one coordinator request with the descriptors it carried.
+// firstRequest is one coordinator request with the descriptors it carried;
+// closed marks the socket's end (read's last).
 type firstRequest struct {
-	req   ocispec.FirstSessionRequest
-	files []*os.File
+	req    ocispec.FirstSessionRequest
+	files  []*os.File
+	closed bool
+}
+
+// resolved is a start whose command was looked up: what ForkExec runs, or
+// the failure the command's start reports.
+type resolved struct {
+	file   string
+	s      ocispec.FirstSession
+	sys    *syscall.SysProcAttr
+	files  []*os.File
+	status int // non-zero: the start fails with msg on its stderr
+	msg    string
 }
 
 // adoptFirstSession returns the first session's socket, nil when the init
@@ -77,6 +94,7 @@ func (f *firstSession) read(requests chan<- firstRequest) {
 	for {
 		n, oobn, flags, _, err := f.conn.ReadMsgUnix(buf, oob)
 		if err != nil || (n == 0 && oobn == 0) {
+			requests <- firstRequest{closed: true}
 			return
 		}
 		files := receivedFiles(oob[:oobn])
@@ -125,8 +143,20 @@ func closeFiles(files []*os.File) {
 // handle serves one request.
 func (f *firstSession) handle(r firstRequest) {
 	switch {
+	case r.closed:
+		// The coordinator is gone, or gave the held start up: it never runs.
+		if f.held != nil {
+			closeFiles(f.held.files)
+			f.held = nil
+		}
 	case r.req.Start != nil:
 		f.start(*r.req.Start, r.files)
+	case r.req.Go:
+		closeFiles(r.files)
+		if h := f.held; h != nil {
+			f.held = nil
+			f.run(h)
+		}
 	case r.req.Signal > 0 && r.req.Signal < 65:
 		closeFiles(r.files)
 		if f.pid > 0 {
@@ -141,45 +171,64 @@ func (f *firstSession) handle(r firstRequest) {
 	}
 }
 
-// start starts the command with the passed stdin, stdout and stderr. Only
-// the first start is served.
+// start starts the command with the passed stdin, stdout and stderr, or,
+// held, resolves it and keeps it for the Go request. Only the first start
+// is served.
 func (f *firstSession) start(s ocispec.FirstSession, files []*os.File) {
-	defer closeFiles(files)
 	if f.started || len(files) != 3 {
+		closeFiles(files)
 		fmt.Fprintln(os.Stderr, "lazaret-init: a first-session start without its three streams, or a second one, refused")
 		return
 	}
 	f.started = true
-	stderr := files[2]
-	if len(s.Args) == 0 || !path.IsAbs(s.Cwd) {
-		f.fail(stderr, ExitNotFound, "lazaret: the session's command is malformed\n")
+	r := resolve(s, files)
+	if s.Held {
+		f.held = r
 		return
+	}
+	f.run(r)
+}
+
+// resolve looks up s's command and checks what it runs as.
+func resolve(s ocispec.FirstSession, files []*os.File) *resolved {
+	r := &resolved{s: s, files: files}
+	if len(s.Args) == 0 || !path.IsAbs(s.Cwd) {
+		r.status, r.msg = ExitNotFound, "lazaret: the session's command is malformed\n"
+		return r
 	}
 	argv0 := s.Args[0]
-	file, status, msg := lookPathIn(argv0, envValue(s.Env, "PATH"), s.Cwd)
-	if status != 0 {
-		f.fail(stderr, status, msg)
-		return
+	if r.file, r.status, r.msg = lookPathIn(argv0, envValue(s.Env, "PATH"), s.Cwd); r.status != 0 {
+		return r
 	}
-	sys := &syscall.SysProcAttr{Setsid: true}
+	r.sys = &syscall.SysProcAttr{Setsid: true}
 	if os.Geteuid() == 0 {
 		// The init is the sandbox's root: the command runs as the
 		// session's user, with no supplementary groups (as runsc exec
 		// starts a process document's).
-		sys.Credential = &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: []uint32{}}
+		r.sys.Credential = &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: []uint32{}}
 	} else if uint32(os.Geteuid()) != s.UID || uint32(os.Getegid()) != s.GID {
 		// Only this package's tests run it as another user.
-		f.fail(stderr, ExitNotExecutable, fmt.Sprintf("lazaret: %s: cannot run as %d:%d\n", argv0, s.UID, s.GID))
+		r.status, r.msg = ExitNotExecutable, fmt.Sprintf("lazaret: %s: cannot run as %d:%d\n", argv0, s.UID, s.GID)
+	}
+	return r
+}
+
+// run starts a resolved command (or reports why it cannot start).
+func (f *firstSession) run(r *resolved) {
+	defer closeFiles(r.files)
+	stderr := r.files[2]
+	if r.status != 0 {
+		f.fail(stderr, r.status, r.msg)
 		return
 	}
-	pid, err := syscall.ForkExec(file, s.Args, &syscall.ProcAttr{
-		Dir:   s.Cwd,
-		Env:   s.Env,
-		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-		Sys:   sys,
+	pid, err := syscall.ForkExec(r.file, r.s.Args, &syscall.ProcAttr{
+		Dir:   r.s.Cwd,
+		Env:   r.s.Env,
+		Files: []uintptr{r.files[0].Fd(), r.files[1].Fd(), r.files[2].Fd()},
+		Sys:   r.sys,
 	})
 	if err != nil {
-		status, msg := execFailure(argv0, err)
+		status, msg := execFailure(r.s.Args[0], err)
 		f.fail(stderr, status, msg)
 		return
 	}
@@ -204,8 +253,8 @@ func (f *firstSession) report(r ocispec.FirstSessionReport) {
 }
 
 // exited reports whether the command was started (or refused) and is
-// over.
-func (f *firstSession) exited() bool { return f.started && f.pid == 0 }
+// over; a held start is not.
+func (f *firstSession) exited() bool { return f.started && f.held == nil && f.pid == 0 }
 
 // reaped reports the command's exit when pid is its pid.
 func (f *firstSession) reaped(pid int, ws unix.WaitStatus) {

@@ -241,7 +241,7 @@ func TestFirstSessionRefusesBadRequests(t *testing.T) {
 	s := newStreams(t)
 	in.send(t, ocispec.FirstSessionRequest{Start: cmd}, s.inR, s.outW) // two streams only
 	in.conn.Write([]byte("not json"))
-	in.conn.Write([]byte(`{"version":2,"start":{"args":["true"],"cwd":"/"}}`))
+	in.conn.Write([]byte(`{"version":1,"start":{"args":["true"],"cwd":"/"}}`))
 	s2 := newStreams(t)
 	in.send(t, ocispec.FirstSessionRequest{Start: cmd}, s2.inR, s2.outW, s2.errW)
 	s2.sent()
@@ -260,6 +260,79 @@ func TestFirstSessionRefusesBadRequests(t *testing.T) {
 	}
 	if out := readAll(t, s3.outR); out != "" {
 		t.Errorf("second start's stdout %q", out)
+	}
+}
+
+// TestFirstSessionHeldStart (FirstSession.Held): a held start runs
+// nothing until the Go request, then starts as any start; a command that
+// cannot start reports its failure only at the Go; a Go without a held
+// start does nothing.
+func TestFirstSessionHeldStart(t *testing.T) {
+	uid, gid := self()
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	in := startInit(t)
+	in.send(t, ocispec.FirstSessionRequest{Go: true}) // nothing held yet
+	s := newStreams(t)
+	in.send(t, ocispec.FirstSessionRequest{Start: &ocispec.FirstSession{Held: true,
+		Args: []string{"sh", "-c", `touch ran; echo "ran in $(pwd)"; exit 4`},
+		Env:  []string{"PATH=/usr/bin:/bin"}, Cwd: dir, UID: uid, GID: gid,
+	}}, s.inR, s.outW, s.errW)
+	s.sent()
+	in.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := in.conn.Read(make([]byte, 512)); err == nil {
+		t.Fatalf("a report (%d bytes) before the Go", n)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the held command ran before the Go")
+	}
+	in.send(t, ocispec.FirstSessionRequest{Go: true})
+	if r := in.report(t); r.Pid <= 0 || r.Exited {
+		t.Fatalf("report %+v after the Go, want the start", r)
+	}
+	if r := in.report(t); !r.Exited || r.Code != 4 {
+		t.Fatalf("report %+v, want exit status 4", r)
+	}
+	if out := readAll(t, s.outR); out != "ran in "+dir+"\n" {
+		t.Errorf("stdout %q", out)
+	}
+
+	in = startInit(t)
+	s = newStreams(t)
+	in.send(t, ocispec.FirstSessionRequest{Start: &ocispec.FirstSession{Held: true, Args: []string{"no-such-command-xyz"}, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: dir, UID: uid, GID: gid}}, s.inR, s.outW, s.errW)
+	s.sent()
+	in.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := in.conn.Read(make([]byte, 512)); err == nil {
+		t.Fatalf("a report (%d bytes) for a held start before the Go", n)
+	}
+	in.send(t, ocispec.FirstSessionRequest{Go: true})
+	if r := in.report(t); !r.Exited || r.Code != ExitNotFound || r.Pid != 0 {
+		t.Fatalf("report %+v, want exit status %d and no start", r, ExitNotFound)
+	}
+	if errs := readAll(t, s.errR); errs != "lazaret: no-such-command-xyz: command not found in the sandbox\n" {
+		t.Errorf("stderr %q", errs)
+	}
+}
+
+// TestFirstSessionHeldStartDroppedWithSocket: a held start whose
+// coordinator is gone (its socket's end) never runs, and the init closes
+// its streams, so that the session's readers end.
+func TestFirstSessionHeldStartDroppedWithSocket(t *testing.T) {
+	uid, gid := self()
+	dir := t.TempDir()
+	in := startInit(t)
+	s := newStreams(t)
+	in.send(t, ocispec.FirstSessionRequest{Start: &ocispec.FirstSession{Held: true,
+		Args: []string{"sh", "-c", "touch ran"}, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: dir, UID: uid, GID: gid,
+	}}, s.inR, s.outW, s.errW)
+	s.sent()
+	in.conn.CloseWrite()
+	if out := readAll(t, s.outR); out != "" {
+		t.Errorf("stdout %q", out)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Error("a held start ran after its coordinator was gone")
 	}
 }
 
