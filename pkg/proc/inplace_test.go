@@ -159,6 +159,16 @@ func checkNamespaceRootCapabilities(t *testing.T, out string) {
 	}
 }
 
+// loggingBroker is testBroker with its log, from level on, in the
+// returned buffer.
+func loggingBroker(t *testing.T, level slog.Level) (*Broker, *bytes.Buffer) {
+	t.Helper()
+	var log bytes.Buffer
+	b := testBroker(t)
+	b.log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: level}))
+	return b, &log
+}
+
 // unshareTool is util-linux's unshare(1) (UnshareTool), which the Host
 // Coordinator uses to create the Runtime Supervisor's namespaces.
 func unshareTool(t *testing.T) string {
@@ -178,9 +188,7 @@ func unshareTool(t *testing.T) string {
 // inheritable or ambient capability — without falling back to the clone.
 func TestInPlaceThroughUnshare(t *testing.T) {
 	tool := unshareTool(t)
-	var log bytes.Buffer
-	b := testBroker(t)
-	b.log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b, log := loggingBroker(t, slog.LevelDebug)
 	out := filepath.Join(t.TempDir(), "out")
 	var nsDiffer bool
 	setup := func(ctx context.Context, h *pidfs.Handle) error {
@@ -210,9 +218,7 @@ func TestInPlaceThroughUnshare(t *testing.T) {
 // the acquisition: the child is cloned into its namespaces instead, the
 // broker's log says so, and the target runs as with the clone.
 func TestInPlaceUnshareFailureFallsBackToClone(t *testing.T) {
-	var log bytes.Buffer
-	b := testBroker(t)
-	b.log = slog.New(slog.NewTextHandler(&log, nil))
+	b, log := loggingBroker(t, slog.LevelInfo)
 	out := filepath.Join(t.TempDir(), "out")
 	c, err := acquireInPlaceWith(t, b, "/bin/false", nil, out, unix.CLONE_NEWUSER, mapOwnIDs, nil)
 	exitedWith3(t, c, err)
@@ -237,9 +243,7 @@ func ownMaps() *IDMaps {
 // inheritable or ambient, and the maps asked for.
 func TestInPlaceThroughUnshareWithMaps(t *testing.T) {
 	tool := unshareTool(t)
-	var log bytes.Buffer
-	b := testBroker(t)
-	b.log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b, log := loggingBroker(t, slog.LevelDebug)
 	out := filepath.Join(t.TempDir(), "out")
 	var seen string
 	stage := func(_ context.Context, id pidfs.Identity) error {
@@ -276,9 +280,7 @@ func TestInPlaceUnshareWrongMapsFallsBackToClone(t *testing.T) {
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var log bytes.Buffer
-	b := testBroker(t)
-	b.log = slog.New(slog.NewTextHandler(&log, nil))
+	b, log := loggingBroker(t, slog.LevelInfo)
 	out := filepath.Join(t.TempDir(), "out")
 	setups := 0
 	setup := func(ctx context.Context, h *pidfs.Handle) error {
