@@ -122,7 +122,7 @@ type coordinator struct {
 	ready   chan struct{} // closed when running or failed
 	// sandboxUp is closed once RS reported the sandbox ready, before the
 	// publication: a starting session's first-session start goes to the
-	// init, held, from then on (heldFirst).
+	// init, held, from then on (holdFirst).
 	sandboxUp     chan struct{}
 	sandboxUpOnce sync.Once
 	// first is the generation's first-session socket (firstsession.go),

@@ -44,20 +44,24 @@ func SubordinateMapper(broker *proc.Broker) (func(ctx context.Context, pid int) 
 		UID: []proc.IDMap{{Inner: 0, Outer: uint32(os.Getuid()), Count: 1}, {Inner: 1, Outer: uids.Start, Count: uids.Count}},
 		GID: []proc.IDMap{{Inner: 0, Outer: uint32(os.Getgid()), Count: 1}, {Inner: 1, Outer: gids.Start, Count: gids.Count}},
 	}
-	uid, gid := strconv.Itoa(os.Getuid()), strconv.Itoa(os.Getgid())
 	return func(ctx context.Context, pid int) error {
-		maps := []struct {
-			tool, id string
-			r        hostcheck.SubIDRange
-		}{{newuidmap, uid, uids}, {newgidmap, gid, gids}}
-		errs := make([]error, len(maps))
+		tools := []struct {
+			path  string
+			lines []proc.IDMap
+		}{{newuidmap, maps.UID}, {newgidmap, maps.GID}}
+		errs := make([]error, len(tools))
 		var wg sync.WaitGroup
-		for i, m := range maps {
+		for i, t := range tools {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				argv := []string{filepath.Base(m.tool), strconv.Itoa(pid), "0", m.id, "1", "1", strconv.FormatUint(uint64(m.r.Start), 10), strconv.FormatUint(uint64(m.r.Count), 10)}
-				_, stderr, st, err := broker.Output(ctx, argv[0], proc.Command{Path: m.tool, Args: argv, Env: []string{"PATH=/usr/bin:/bin"}}, 4096)
+				// newuidmap PID INNER OUTER COUNT ...: the lines unshare(1)
+				// would have written.
+				argv := []string{filepath.Base(t.path), strconv.Itoa(pid)}
+				for _, l := range t.lines {
+					argv = append(argv, strconv.FormatUint(uint64(l.Inner), 10), strconv.FormatUint(uint64(l.Outer), 10), strconv.FormatUint(uint64(l.Count), 10))
+				}
+				_, stderr, st, err := broker.Output(ctx, argv[0], proc.Command{Path: t.path, Args: argv, Env: []string{"PATH=/usr/bin:/bin"}}, 4096)
 				if err == nil && st.ShellCode() != 0 {
 					err = errdefs.New(errdefs.ErrUnsupportedHost, "%s failed (%s): %s; check /etc/subuid and /etc/subgid for your user", argv[0], st, strings.TrimSpace(string(stderr)))
 				}
