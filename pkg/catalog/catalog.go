@@ -340,6 +340,16 @@ func (c *Catalog) run(ctx context.Context, op string, write bool, fn func(tx *Tx
 	if err := b.Commit(pebble.Sync); err != nil {
 		return errdefs.Mark(fmt.Errorf("storage catalog: commit: %w", err), errdefs.ErrInternal)
 	}
+	// The write leaves the catalog's WAL empty: the next operation that may
+	// write opens it without replaying and flushing it first (pebble
+	// flushes a replayed WAL inside Open, with synced writes), and that
+	// next one is a Domain start's lease, on its critical path. The commit
+	// is durable already; a failed flush loses nothing (the WAL is
+	// replayed at the next open) and one that fails on the filesystem is
+	// fatal (package pebbleguard).
+	if err := db.Flush(); err != nil {
+		c.opts.Logger.Warn("storage catalog: flush after the commit", "op", op, "err", err)
+	}
 	return nil
 }
 

@@ -548,11 +548,85 @@ func dirState(t *testing.T, dir string) map[string]string {
 	return out
 }
 
+// walOnlyWrite rewrites the catalog's version record as it is, through
+// pebble directly and without a flush: the catalog's last write is then
+// only in its WAL (as after a crash before Update's flush).
+func walOnlyWrite(t *testing.T, root string) {
+	t.Helper()
+	db, err := pebble.Open(filepath.Join(root, Dir), &pebble.Options{FormatMajorVersion: FormatMajorVersion, Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, closer, err := db.Get(keyVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = append([]byte(nil), v...)
+	closer.Close()
+	if err := db.Set(keyVersion, v, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)              {}
+func (quietPebble) Errorf(string, ...any)             {}
+func (quietPebble) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+// openFlushes opens the catalog's pebble read-write, as the next Update
+// does, and returns how many flushes of recovered writes the open made
+// (pebble flushes a replayed WAL inside Open, with synced writes).
+func openFlushes(t *testing.T, root string) int {
+	t.Helper()
+	n := 0
+	db, err := pebble.Open(filepath.Join(root, Dir), &pebble.Options{FormatMajorVersion: FormatMajorVersion, Logger: quietPebble{},
+		EventListener: &pebble.EventListener{FlushEnd: func(i pebble.FlushInfo) {
+			if i.InputBytes > 0 && len(i.Output) > 0 {
+				n++
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestUpdateLeavesNoWALToReplay: an Update's writes are flushed before it
+// returns, so that the next operation that may write (a Domain start's
+// lease, on its critical path) opens the catalog without replaying and
+// flushing a WAL; a WAL left by a crash is replayed and flushed as ever.
+func TestUpdateLeavesNoWALToReplay(t *testing.T) {
+	root := t.TempDir()
+	c := newCatalog(t, root)
+	publish(t, c, "art1")
+	if n := openFlushes(t, root); n != 0 {
+		t.Fatalf("opening after an Update flushed %d replayed WALs, want none", n)
+	}
+	walOnlyWrite(t, root)
+	if n := openFlushes(t, root); n != 1 {
+		t.Fatalf("opening after a write only in the WAL flushed %d replayed WALs, want 1", n)
+	}
+	must(t, "view after the replay", c.View(context.Background(), func(tx *Tx) error {
+		a, err := tx.Artifact("art1")
+		if err == nil && a.GetState() != Published {
+			err = fmt.Errorf("art1 is %v, want Published", a.GetState())
+		}
+		return err
+	}))
+}
+
 // TestViewWritesNothing: a View opens pebble read-only: the catalog
 // directory's entries, sizes and mtimes (the directory's own included) are
-// unchanged after it, including when its writes are still only in the WAL;
-// on a Storage Root whose catalog was never written it creates nothing
-// and reads an empty catalog.
+// unchanged after it, including when a write is still only in the WAL; on
+// a Storage Root whose catalog was never written it creates nothing and
+// reads an empty catalog.
 func TestViewWritesNothing(t *testing.T) {
 	root := t.TempDir()
 	c := newCatalog(t, root)
@@ -570,6 +644,7 @@ func TestViewWritesNothing(t *testing.T) {
 	}
 
 	publish(t, c, "art1")
+	walOnlyWrite(t, root)
 	before := dirState(t, root)
 	time.Sleep(20 * time.Millisecond) // a write would show a later mtime
 	for i := 0; i < 3; i++ {
