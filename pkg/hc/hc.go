@@ -142,7 +142,7 @@ type coordinator struct {
 	// awaits.
 	guestBinaries <-chan error
 	// reusableLower waits for the prepared artifact the Storage Catalog
-	// lets RS reuse as it is (preparedlower.Service.ReuseVerdict), read
+	// lets RS reuse as it is (preparedlower.Service.LeaseAhead), read
 	// beside RS's start.
 	reusableLower func() string
 	// sessions is the Client Session registry (package sessions),
@@ -389,14 +389,9 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 		binaries <- nil
 	}()
 	// Whether the Storage Catalog lets RS reuse the prepared lower it finds
-	// (StartSandbox.reusable_artifact_id), read beside RS's start.
-	reuse := make(chan struct{})
-	var reusable string
-	go func() {
-		defer close(reuse)
-		reusable = c.lower.ReuseVerdict(context.Background())
-	}()
-	c.reusableLower = func() string { <-reuse; return reusable }
+	// (StartSandbox.reusable_artifact_id), read beside RS's start, with
+	// the lease of that lower taken ahead in the same transaction.
+	c.reusableLower = c.lower.LeaseAhead(context.Background())
 	// The host's Git configuration is needed from StartSandbox on (the
 	// guest's Git identity, the daemon's guard), not for RS's release:
 	// sandboxStart waits for it, so that a Git slower than the store (a

@@ -38,7 +38,7 @@
 // artifact: RS's own reuse check resolves a local layout's manifest digest
 // without the image library (package ocilayout) and asks the prepared store
 // (prepared.LookupDigest), and the coordinator asks the Storage Catalog
-// (preparedlower's ReuseVerdict; together the same check as Ensure's fast
+// (preparedlower's LeaseAhead; together the same check as Ensure's fast
 // path, preparedcatalog.Reusable). The role writes progress lines to
 // its standard output (RS relays them to HC), logs to its standard error
 // (hc.log), records its steps of tla/PreparedLower.tla in the model trace

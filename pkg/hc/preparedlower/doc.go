@@ -7,7 +7,9 @@
 // protocol (ArtifactReady → LeaseRecorded, AnchorsMounted, the unmounts
 // SupervisorStopped reports), its failpoints and its model-trace steps.
 //
-// Acquisition, driven by RS's ArtifactReady:
+// Acquisition, steps 1 and 2 taken ahead for the Storage Catalog's
+// verdict (LeaseAhead, beside RS's start) or on RS's ArtifactReady, the
+// rest on ArtifactReady for the artifact and manifest they name:
 //
 //  1. prepared_lower = Intent{artifact, lease_state=Intent}     (Domain Store)
 //  2. the exact (artifact, Domain, generation) lease            (Storage Catalog, under its lock)

@@ -56,6 +56,9 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		return errdefs.New(errdefs.ErrRefused, "the runtime supervisor prepared image %q, not the configured %q", a.GetImageRef(), s.cfg.Image)
 	}
 	source := a.GetManifestDigest()
+	// Steps 1 and 2 may have been taken ahead (LeaseAhead), which ends
+	// before acquisition goes on.
+	ahead := s.aheadState()
 	// Acquisition is not begun, nor continued, once teardown began
 	// releasing the generation (the model acquires only while Starting).
 	s.leaseMu.Lock()
@@ -64,38 +67,53 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		return errdefs.New(errdefs.ErrUnavailable, "the generation is being torn down: not leasing %s", id)
 	}
 	gen := s.gen
-	cat, err := s.catalog()
-	if err != nil {
-		return err
-	}
 	key := s.leaseKey(gen, id)
-	// The Storage Catalog is locked and opened (a few synced writes of
-	// pebble's own) while step 1 commits; its one transaction, step 2,
-	// waits for step 1 and inserts nothing unless it committed.
-	intent := make(chan error, 1)
-	inserted := make(chan error, 1)
-	go func() { inserted <- s.insertLease(ctx, cat, key, source, intent) }()
-	err = s.commitStep(func() error {
-		return s.cfg.Store.Update(func(tx *store.Tx) error {
-			if err := tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, nil); err != nil {
+	switch {
+	case ahead != nil && ahead.artifact != "":
+		if ahead.artifact != id || ahead.source != source {
+			return errdefs.New(errdefs.ErrUnavailable, "the runtime supervisor holds prepared artifact %s (manifest %s), but this start leased %s (manifest %s), the Storage Catalog's verdict for %s: the image changed while the Domain started; run the command again",
+				id, source, ahead.artifact, ahead.source, s.cfg.Image)
+		}
+		if !ahead.inserted {
+			// Step 1 was committed ahead, step 2 failed: take it now.
+			cat, err := s.catalog()
+			if err != nil {
 				return err
 			}
-			return tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_INTENT))
-		})
-	}, func(p *steps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent")
-	if err != nil {
-		intent <- err
-		<-inserted
-		return err
+			intent := make(chan error, 1)
+			intent <- nil
+			if err := s.insertLease(ctx, cat, key, source, intent); err != nil {
+				return fmt.Errorf("prepared-lower lease %s: %w", key, err)
+			}
+			ahead.inserted = true
+			s.mark("lease inserted into the Storage Catalog")
+			failpoint.Hit("lazaret-hc:lease-acquired")
+		}
+	default:
+		cat, err := s.catalog()
+		if err != nil {
+			return err
+		}
+		// The Storage Catalog is locked and opened (a few synced writes of
+		// pebble's own) while step 1 commits; its one transaction, step 2,
+		// waits for step 1 and inserts nothing unless it committed.
+		intent := make(chan error, 1)
+		inserted := make(chan error, 1)
+		go func() { inserted <- s.insertLease(ctx, cat, key, source, intent) }()
+		if err := s.commitIntent(id, source); err != nil {
+			intent <- err
+			<-inserted
+			return err
+		}
+		s.mark("lease intent recorded")
+		failpoint.Hit("lazaret-hc:lower-intent")
+		intent <- nil
+		if err := <-inserted; err != nil {
+			return fmt.Errorf("prepared-lower lease %s: %w", key, err)
+		}
+		s.mark("lease inserted into the Storage Catalog")
+		failpoint.Hit("lazaret-hc:lease-acquired")
 	}
-	s.mark("lease intent recorded")
-	failpoint.Hit("lazaret-hc:lower-intent")
-	intent <- nil
-	if err := <-inserted; err != nil {
-		return fmt.Errorf("prepared-lower lease %s: %w", key, err)
-	}
-	s.mark("lease inserted into the Storage Catalog")
-	failpoint.Hit("lazaret-hc:lease-acquired")
 	// state_anchor is recorded even without persistent paths: its mount
 	// namespace is where the read-only lower is bound too.
 	ns := hello.GetMountNamespace()
@@ -137,6 +155,20 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 	s.leased = id
 	s.mu.Unlock()
 	return nil
+}
+
+// commitIntent is acquisition step 1: prepared_lower Intent for artifact
+// id prepared from manifest source, durable (s.leaseMu held).
+func (s *Service) commitIntent(id, source string) error {
+	gen := s.gen
+	return s.commitStep(func() error {
+		return s.cfg.Store.Update(func(tx *store.Tx) error {
+			if err := tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, nil); err != nil {
+				return err
+			}
+			return tx.PutParticipant(gen, participant.PreparedLower, participant.Intent, plSnapshot(id, source, lv1.LeaseState_LEASE_STATE_INTENT))
+		})
+	}, func(p *steps) { p.artifact, p.lower = id, true }, "AcquireLeaseIntent")
 }
 
 // insertLease is acquisition step 2: under storage-catalog.lock, the

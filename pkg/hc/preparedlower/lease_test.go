@@ -140,6 +140,95 @@ func TestAcquisitionRefusals(t *testing.T) {
 	}
 }
 
+// TestLeaseAhead: with the image's prepared artifact Published and
+// verified, LeaseAhead returns it as the verdict and takes acquisition
+// steps 1 and 2 before RS names it (prepared_lower Intent, then the exact
+// catalog lease); RS's ArtifactReady for it then takes only step 3 and is
+// answered. An artifact other than the one leased ahead, or the same with
+// another manifest, is refused unanswered, the lease kept for the
+// release. An artifact that is not Published gets no verdict and no step;
+// a generation whose teardown began takes none.
+func TestLeaseAhead(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.image = "docker://docker.io/library/busybox@" + f.md // ReuseDigest reads the pinned digest
+	sup := supervisortest.New(t)
+	hello := &lv1.SupervisorHello{MountNamespace: f.held}
+
+	s := f.service(sup)
+	f.begin(s, 1)
+	if v := s.LeaseAhead(ctx)(); v != f.art {
+		t.Fatalf("verdict %q, want %s", v, f.art)
+	}
+	s.aheadState()
+	f.wantPhases(1, participant.Intent, "")
+	if !f.leased(1) {
+		t.Fatal("no catalog lease taken ahead")
+	}
+	f.wantActions(1, "AcquireLeaseIntent", "InsertLease")
+	sup.ArtifactReady(f.ready())
+	if err := deliver(t, s, sup, hello); err != nil {
+		t.Fatal(err)
+	}
+	sup.ExpectLeaseRecorded(f.art)
+	f.wantPhases(1, participant.LeaseHeld, participant.Intent)
+	f.wantActions(1, "AcquireLeaseIntent", "InsertLease", "CommitLeaseHeld", "CommitSupervisor", "AnchorIntent")
+
+	other := "sha256:" + strings.Repeat("cd", 32)
+	plantArtifact(t, f.storage, prepared.ArtifactID(other), other)
+	recordPrepared(t, f.cat, prepared.ArtifactID(other), other)
+	s = f.service(sup)
+	f.begin(s, 2)
+	s.LeaseAhead(ctx)()
+	for name, r := range map[string]*lv1.ArtifactReady{
+		"another artifact": {PreparedArtifactId: prepared.ArtifactID(other), ImageRef: f.image, ManifestDigest: other},
+		"another manifest": {PreparedArtifactId: f.art, ImageRef: f.image, ManifestDigest: other},
+	} {
+		sup.ArtifactReady(r)
+		if err := deliver(t, s, sup, hello); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "the image changed") {
+			t.Fatalf("%s after the lease ahead: %v", name, err)
+		}
+	}
+	sup.ExpectSilence(silence)
+	f.wantPhases(2, participant.Intent, "")
+	if !f.leased(2) {
+		t.Fatal("the lease taken ahead is gone after the refusals")
+	}
+	f.wantActions(2, "AcquireLeaseIntent", "InsertLease")
+	// The failed start's teardown releases the lease taken ahead.
+	s.BeginRelease()
+	s.Clean(nil)
+	f.wantPhases(2, participant.Clean, "")
+	if f.leased(2) {
+		t.Fatal("the lease taken ahead is left after the teardown")
+	}
+	f.wantActions(2, "AcquireLeaseIntent", "InsertLease", "BeginRelease", "ReleaseUnanchoredLower", "RemoveLease", "LowerClean")
+
+	pinned := f.image
+	f.image = "docker://docker.io/library/busybox@sha256:" + strings.Repeat("99", 32)
+	s = f.service(sup)
+	f.begin(s, 3)
+	if v := s.LeaseAhead(ctx)(); v != "" {
+		t.Fatalf("verdict %q for an artifact the catalog does not record", v)
+	}
+	s.aheadState()
+	f.wantPhases(3, "", "")
+	f.wantActions(3)
+	f.image = pinned
+
+	s = f.service(sup)
+	f.begin(s, 4)
+	s.BeginRelease()
+	if v := s.LeaseAhead(ctx)(); v != f.art {
+		t.Fatalf("verdict %q once teardown began, want %s", v, f.art)
+	}
+	s.aheadState()
+	f.wantPhases(4, "", "")
+	if f.leased(4) {
+		t.Fatal("leased ahead once teardown began")
+	}
+}
+
 // acquire takes generation gen through acquisition with its anchors
 // mounted in ns, as a coordinator with a fake supervisor does.
 func (f *fixture) acquire(gen uint64, ns *lv1.NamespaceIdentity) (*Service, *supervisortest.Supervisor, *lv1.AnchorsMounted) {

@@ -171,6 +171,9 @@ func (s *Service) Clean(rs *proc.Child) {
 			return
 		}
 	}
+	// A lease taken ahead (LeaseAhead) is committed or abandoned before
+	// the records are read.
+	s.aheadState()
 	s.mu.Lock()
 	unmounted := s.unmounted
 	s.mu.Unlock()

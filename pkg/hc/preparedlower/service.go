@@ -79,7 +79,8 @@ type Service struct {
 	// the anchor mount IDs RS reported unmounted (SupervisorStopped).
 	leased    string
 	unmounted []uint64
-	pl        steps // the model steps recorded (model.go)
+	pl        steps       // the model steps recorded (model.go)
+	ahead     *aheadLease // LeaseAhead's, once begun
 }
 
 // New returns the role's Service over an open Domain Store.
