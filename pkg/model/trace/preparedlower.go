@@ -139,25 +139,47 @@ func ReplayPreparedLower(recs []modeltrace.Record) (PLReplay, error) {
 
 // incarnations names the incarnations of a generation key: a Domain's
 // generation numbers restart when its Domain Store is removed (`lazaret
-// rm`), so a SpawnSupervisor record of a key already spawned starts its
-// next incarnation ("key#n"). SpawnSupervisor is the first step of every
-// generation whose supervisor was staged, and the replay admits a new
-// incarnation only once the previous one is Done (a second spawn within
-// one generation stays rejected: the model's guard needs rs Absent).
-type incarnations map[string]int
+// rm`), so a record that can only begin a generation starts the key's
+// next incarnation ("key#n"). A generation begins with SpawnSupervisor
+// (its supervisor staged) or with AcquireLeaseIntent (the coordinator
+// takes the lease's first steps ahead of the supervisor, once the
+// generation is recorded): either, when its incarnation already recorded
+// that action or FinishGeneration, starts the next one. The replay admits
+// a new incarnation only once the previous one is Done (a second spawn or
+// lease intent within one generation stays rejected: the model's guards
+// need rs Absent and lower None); reconcile records (a bootstrap finding
+// a generation done) stay with the incarnation they follow.
+type incarnations map[string]*incarnation
+
+type incarnation struct {
+	n        int
+	seen     map[string]bool // the beginning actions this incarnation recorded
+	finished bool            // it recorded FinishGeneration
+}
+
+// beginsGeneration are the actions a generation's first PreparedLower
+// record may be.
+var beginsGeneration = map[string]bool{"SpawnSupervisor": true, "AcquireLeaseIntent": true}
 
 func (in incarnations) key(key, action string) string {
-	n, seen := in[key]
-	if action == "SpawnSupervisor" {
-		if seen {
-			n++
+	c := in[key]
+	switch {
+	case beginsGeneration[action]:
+		if c == nil {
+			c = &incarnation{seen: map[string]bool{}}
+			in[key] = c
+		} else if c.seen[action] || c.finished {
+			c.n++
+			c.seen, c.finished = map[string]bool{}, false
 		}
-		in[key] = n
+		c.seen[action] = true
+	case action == "FinishGeneration" && c != nil:
+		c.finished = true
 	}
-	if n == 0 {
+	if c == nil || c.n == 0 {
 		return key
 	}
-	return fmt.Sprintf("%s#%d", key, n)
+	return fmt.Sprintf("%s#%d", key, c.n)
 }
 
 type plReplayer struct {
@@ -354,7 +376,7 @@ func (r *plReplayer) step(i int, rec modeltrace.Record) error {
 		key := r.inc.key(rec.Args[0], rec.Action)
 		if key != prev {
 			if s, ok := r.genSlot[prev]; ok && r.st.Phase[s] != pl.Done {
-				return reject(raw, "a SpawnSupervisor of a generation that has not finished")
+				return reject(raw, rec.Action+" begins its generation again, which has not finished")
 			}
 		}
 		s, err := r.allocGen(key)

@@ -277,6 +277,32 @@ func TestReplayPreparedLowerGenerationNumbersRestart(t *testing.T) {
 	}
 }
 
+// A coordinator takes the lease's first steps ahead of its supervisor's
+// spawn (preparedlower.LeaseAhead): a generation, and after `lazaret rm`
+// the next incarnation of its key, may begin with AcquireLeaseIntent; a
+// second one within a running generation is rejected.
+func TestReplayPreparedLowerLeaseAheadBeginsGeneration(t *testing.T) {
+	ahead := func(p *plTrace, gen uint64) *plTrace {
+		p.gen("hc", domA, gen, art1, "AcquireLeaseIntent", "InsertLease")
+		p.gen("hc", domA, gen, "", "SpawnSupervisor")
+		p.gen("hc", domA, gen, art1, "CommitLeaseHeld", "CommitSupervisor", "AnchorIntent")
+		p.gen("rs", domA, gen, art1, "MountAnchor")
+		return p.gen("hc", domA, gen, art1, "CommitAnchorPrepared", "PublishGeneration")
+	}
+	p := ahead(&plTrace{}, 1).stop(domA, 1, art1)
+	ahead(p, 1).stop(domA, 1, art1)                   // after `lazaret rm`
+	p.start(domA, 1, art1, false).stop(domA, 1, art1) // and again, spawned first
+	rep := replayPL(t, p)
+	if len(rep.Generations) != 3 {
+		t.Fatalf("generations %v, want three incarnations", rep.Generations)
+	}
+	q := ahead(&plTrace{}, 1)
+	q.gen("hc", domA, 1, art1, "AcquireLeaseIntent")
+	if _, err := ReplayPreparedLower(q.recs); err == nil || !strings.Contains(err.Error(), "has not finished") {
+		t.Fatalf("second lease intent of a running generation: %v", err)
+	}
+}
+
 // An interrupted reclamation whose tree never left is rolled back before
 // the next lease (TestOR7GCCrashRecovery's gc killed after Reclaiming).
 func TestReplayPreparedLowerReclaimRolledBack(t *testing.T) {
