@@ -389,8 +389,8 @@ func (c *coordinator) init(profileFD int, logLevel string) error {
 		binaries <- nil
 	}()
 	// Whether the Storage Catalog lets RS reuse the prepared lower it finds
-	// (StartSandbox.reusable_artifact_id), read beside RS's start, with
-	// the lease of that lower taken ahead in the same transaction.
+	// (StartSandbox.reusable_artifact_id), read beside RS's start; the
+	// lease of that lower is then taken ahead of RS's request.
 	c.reusableLower = c.lower.LeaseAhead(context.Background())
 	// The host's Git configuration is needed from StartSandbox on (the
 	// guest's Git identity, the daemon's guard), not for RS's release:

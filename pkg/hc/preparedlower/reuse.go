@@ -21,15 +21,17 @@ import (
 // preparer, which settles it. The catalog is read here, not in RS, so that
 // RS links no database library.
 //
-// In the same catalog transaction, when the verdict names an artifact
-// whose record and tree verify (verifyArtifact), the lease is taken ahead:
-// acquisition steps 1 (prepared_lower Intent, committed before anything is
-// inserted) and 2 (the exact catalog lease), which do not depend on RS.
-// They were on the start's critical path: RS, done with its network
-// checks, waited for them after naming the artifact. Acquire then takes only step 3 when RS
-// names that artifact with the same manifest; an artifact other than the
-// one leased ahead (the image changed during the start) fails the start,
-// which a retry repairs. A failure ahead leaves the steps to Acquire.
+// The verdict comes from a read-only view. Then, when it names an
+// artifact whose record and tree verify (verifyArtifact, under the
+// catalog's lock), the lease is taken ahead in one catalog transaction:
+// acquisition steps 1 (prepared_lower Intent, committed before anything
+// is inserted) and 2 (the exact catalog lease), which do not depend on
+// RS. They were on the start's critical path: RS, done with its network
+// checks, waited for them after naming the artifact. Acquire then takes
+// only step 3 when RS names that artifact with the same manifest; an
+// artifact other than the one leased ahead (the image changed during the
+// start) fails the start, which a retry repairs. A failure ahead leaves
+// the steps to Acquire.
 //
 // The verdict is returned as soon as it is read, before the steps taken
 // ahead are durable: RS mounts nothing before LeaseRecorded.
