@@ -553,7 +553,7 @@ func dirState(t *testing.T, dir string) map[string]string {
 // only in its WAL (as after a crash before Update's flush).
 func walOnlyWrite(t *testing.T, root string) {
 	t.Helper()
-	db, err := pebble.Open(filepath.Join(root, Dir), &pebble.Options{FormatMajorVersion: FormatMajorVersion, Logger: quietPebble{}})
+	db, err := pebble.Open(filepath.Join(root, Dir), &pebble.Options{FormatMajorVersion: FormatMajorVersion, Logger: fatalLogger{log: quiet()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,19 +571,13 @@ func walOnlyWrite(t *testing.T, root string) {
 	}
 }
 
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any)              {}
-func (quietPebble) Errorf(string, ...any)             {}
-func (quietPebble) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
 // openFlushes opens the catalog's pebble read-write, as the next Update
 // does, and returns how many flushes of recovered writes the open made
 // (pebble flushes a replayed WAL inside Open, with synced writes).
 func openFlushes(t *testing.T, root string) int {
 	t.Helper()
 	n := 0
-	db, err := pebble.Open(filepath.Join(root, Dir), &pebble.Options{FormatMajorVersion: FormatMajorVersion, Logger: quietPebble{},
+	db, err := pebble.Open(filepath.Join(root, Dir), &pebble.Options{FormatMajorVersion: FormatMajorVersion, Logger: fatalLogger{log: quiet()},
 		EventListener: &pebble.EventListener{FlushEnd: func(i pebble.FlushInfo) {
 			if i.InputBytes > 0 && len(i.Output) > 0 {
 				n++

@@ -68,28 +68,13 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 	}
 	gen := s.gen
 	key := s.leaseKey(gen, id)
-	switch {
-	case ahead != nil && ahead.artifact != "":
-		if ahead.artifact != id || ahead.source != source {
-			return errdefs.New(errdefs.ErrUnavailable, "the runtime supervisor holds prepared artifact %s (manifest %s), but this start leased %s (manifest %s), the Storage Catalog's verdict for %s: the image changed while the Domain started; run the command again",
-				id, source, ahead.artifact, ahead.source, s.cfg.Image)
-		}
-		if !ahead.inserted {
-			// Step 1 was committed ahead, step 2 failed: take it now.
-			cat, err := s.catalog()
-			if err != nil {
-				return err
-			}
-			intent := make(chan error, 1)
-			intent <- nil
-			if err := s.insertLease(ctx, cat, key, source, intent); err != nil {
-				return fmt.Errorf("prepared-lower lease %s: %w", key, err)
-			}
-			ahead.inserted = true
-			s.mark("lease inserted into the Storage Catalog")
-			failpoint.Hit("lazaret-hc:lease-acquired")
-		}
-	default:
+	// Steps 1 and 2, or what of them was not taken ahead.
+	intentAhead := ahead != nil && ahead.artifact != ""
+	if intentAhead && (ahead.artifact != id || ahead.source != source) {
+		return errdefs.New(errdefs.ErrUnavailable, "the runtime supervisor holds prepared artifact %s (manifest %s), but this start leased %s (manifest %s), the Storage Catalog's verdict for %s: the image changed while the Domain started; run the command again",
+			id, source, ahead.artifact, ahead.source, s.cfg.Image)
+	}
+	if !intentAhead || !ahead.inserted {
 		cat, err := s.catalog()
 		if err != nil {
 			return err
@@ -100,13 +85,15 @@ func (s *Service) recordLease(ctx context.Context, a *lv1.ArtifactReady, hello *
 		intent := make(chan error, 1)
 		inserted := make(chan error, 1)
 		go func() { inserted <- s.insertLease(ctx, cat, key, source, intent) }()
-		if err := s.commitIntent(id, source); err != nil {
-			intent <- err
-			<-inserted
-			return err
+		if !intentAhead {
+			if err := s.commitIntent(id, source); err != nil {
+				intent <- err
+				<-inserted
+				return err
+			}
+			s.mark("lease intent recorded")
+			failpoint.Hit("lazaret-hc:lower-intent")
 		}
-		s.mark("lease intent recorded")
-		failpoint.Hit("lazaret-hc:lower-intent")
 		intent <- nil
 		if err := <-inserted; err != nil {
 			return fmt.Errorf("prepared-lower lease %s: %w", key, err)
